@@ -1,0 +1,165 @@
+/**
+ * Wire types shared by every process: the one TypeScript mirror of what crosses a process
+ * boundary (request-plane payloads, event-plane payloads, discovery records). Payloads are
+ * msgpack (msgpackr) on the request and event planes and JSON in discovery.
+ *
+ * Instance ids are u64 values written as 16-digit lowercase hex strings everywhere in
+ * TypeScript and on the wire, so they survive JSON without precision loss.
+ */
+
+/** u64 as 16-digit lowercase hex. */
+export type InstanceId = string;
+
+export type WorkerRole = 'agg' | 'prefill' | 'decode';
+export type EngineKind = 'mocker' | 'native';
+
+/** Discovery value under `v1/instances/{ns}/{component}/{endpoint}/{instance_id_hex}`. */
+export interface InstanceRecord {
+  namespace: string;
+  component: string;
+  endpoint: string;
+  instanceId: InstanceId;
+  /** host:port of the process's gRPC server. */
+  address: string;
+  metadata: Record<string, unknown>;
+}
+
+/** Discovery value under `v1/models/{ns}/{model_name}/{instance_id_hex}`. */
+export interface ModelCard {
+  name: string;
+  /** Absolute path of the model directory (tokenizer.json, tokenizer_config.json live there). */
+  modelPath: string;
+  /** Where the tokenizer and chat template are read from; normally equal to modelPath. */
+  tokenizerSource: string;
+  chatTemplateSource: string;
+  contextLength: number;
+  kvBlockSize: number;
+  totalKvBlocks: number;
+  maxNumBatchedTokens: number;
+  role: WorkerRole;
+  engine: EngineKind;
+  /** Component and endpoint that serve `generate` for this card. */
+  component: string;
+  endpoint: string;
+  instanceId: InstanceId;
+  /** Hex-encoded UCX worker address for KV transfer; absent when the worker has no agent. */
+  ucxWorkerAddress?: string;
+  /** Bytes of KV per token (all layers), used to size transfers. */
+  kvBytesPerToken?: number;
+  eosTokenIds: number[];
+}
+
+export interface SamplingOptions {
+  temperature?: number;
+  topP?: number;
+  topK?: number;
+  minP?: number;
+  seed?: number;
+  presencePenalty?: number;
+  frequencyPenalty?: number;
+  repetitionPenalty?: number;
+}
+
+export interface StopOptions {
+  maxTokens: number;
+  /** Token ids that end generation (EOS and stop token ids), unless ignoreEos. */
+  stopTokenIds: number[];
+  ignoreEos: boolean;
+  /** Minimum tokens before EOS may end generation. */
+  minTokens?: number;
+}
+
+/** Prefill → decode hand-off (DESIGN.md "Disaggregation" step 2). */
+export interface KvTransferParams {
+  prefillInstanceId: InstanceId;
+  /** Prefill-side block ids holding the prompt KV, in order. */
+  blockIds: number[];
+  numTokens: number;
+  /** Remote-key and address material the decode side needs to read the pool. */
+  ucxWorkerAddress: string;
+  remoteKey: string;
+  poolBaseAddress: string;
+  /** Bytes per block in the pool, and the pool layout name. */
+  blockBytes: number;
+  layout: string;
+  /** Opaque id the prefill side uses to release the pinned blocks. */
+  transferId: string;
+}
+
+/** One preprocessed request into a worker's generate endpoint. */
+export interface PreprocessedRequest {
+  requestId: string;
+  model: string;
+  tokenIds: number[];
+  sampling: SamplingOptions;
+  stop: StopOptions;
+  /** 0 = no logprobs; n = the sampled token's logprob plus n top alternatives. */
+  logprobs?: number;
+  /** Present on a decode request that follows a remote prefill. */
+  kvTransfer?: KvTransferParams;
+  /** Set on a prefill request: run with max_tokens 1 and keep the blocks for transfer. */
+  prefillOnly?: boolean;
+  /** Tokens already generated before a migration: appended to the prompt by the caller. */
+  numPriorOutputTokens?: number;
+}
+
+export type FinishReason = 'stop' | 'length' | 'cancelled' | 'error';
+
+export interface TokenLogprob {
+  tokenId: number;
+  logprob: number;
+  top: Array<{ tokenId: number; logprob: number }>;
+}
+
+/** One streamed delta from a worker. Several tokens may be batched when the consumer lags. */
+export interface TokenDelta {
+  tokenIds: number[];
+  logprobs?: TokenLogprob[];
+  finishReason?: FinishReason;
+  /** Present on the final delta. */
+  usage?: { promptTokens: number; completionTokens: number; cachedTokens: number };
+  /** Present on a prefill-only response. */
+  kvTransfer?: KvTransferParams;
+  /** Worker that produced this delta (for debugging headers). */
+  instanceId?: InstanceId;
+}
+
+// ---- event plane payloads ----
+
+export interface KvStoredBlock {
+  /** Sequence (chained) hash as u64 decimal string. */
+  blockHash: string;
+  /** Local (tokens-only) hash as u64 decimal string. */
+  tokensHash: string;
+}
+
+export type KvEventData =
+  | { type: 'stored'; parentHash?: string; blocks: KvStoredBlock[] }
+  | { type: 'removed'; blockHashes: string[] }
+  | { type: 'cleared' };
+
+/** Published on topic `kv_events`; ids are gap-free per worker from 0. */
+export interface KvEvent {
+  workerId: InstanceId;
+  eventId: number;
+  data: KvEventData;
+}
+
+/** Published on topic `load_metrics` after each scheduler step. */
+export interface LoadMetrics {
+  workerId: InstanceId;
+  numRunning: number;
+  numWaiting: number;
+  kvUsage: number;
+  activeBlocks: number;
+  totalBlocks: number;
+  queuedPrefillTokens: number;
+  timestampMs: number;
+}
+
+export const TOPICS = {
+  kvEvents: 'kv_events',
+  loadMetrics: 'load_metrics',
+  routerSync: 'router_sync',
+} as const;
+export type Topic = (typeof TOPICS)[keyof typeof TOPICS];

@@ -1,0 +1,56 @@
+/**
+ * Block hashing of DESIGN.md "KV events and block hashing", identical to Dynamo's:
+ *   local_hash = XXH3-64(seed 1337, token ids as u32 LE)
+ *   seq_hash[0] = local_hash[0]
+ *   seq_hash[i] = XXH3-64(seed 1337, u64 LE seq_hash[i-1] ‖ u64 LE local_hash[i])
+ * Only full blocks are hashed. Hashes are u64 carried as bigint here and as decimal strings on
+ * the wire (see proto/wire.ts).
+ */
+import { xxh3 } from '@node-rs/xxhash';
+
+export const KV_HASH_SEED = 1337n;
+
+/** XXH3-64 of a byte view with the project seed. */
+export function xxh3Seeded(bytes: Uint8Array): bigint {
+  return xxh3.xxh64(bytes, KV_HASH_SEED);
+}
+
+/** Local (tokens-only) hash of each full block of `tokens`. */
+export function localBlockHashes(tokens: ArrayLike<number>, blockSize: number): bigint[] {
+  const numFull = Math.floor(tokens.length / blockSize);
+  const out: bigint[] = new Array(numFull);
+  const scratch = new Uint32Array(blockSize);
+  const bytes = new Uint8Array(scratch.buffer);
+  for (let b = 0; b < numFull; b++) {
+    const base = b * blockSize;
+    for (let i = 0; i < blockSize; i++) scratch[i] = tokens[base + i]! >>> 0;
+    out[b] = xxh3Seeded(bytes);
+  }
+  return out;
+}
+
+/** Chained sequence hash of one block from its parent's sequence hash and its local hash. */
+export function chainHash(parentSeqHash: bigint | undefined, localHash: bigint): bigint {
+  if (parentSeqHash === undefined) return localHash;
+  const pair = new BigUint64Array(2);
+  pair[0] = parentSeqHash;
+  pair[1] = localHash;
+  return xxh3Seeded(new Uint8Array(pair.buffer));
+}
+
+/** Sequence hashes for a list of local hashes, optionally continuing from a parent. */
+export function sequenceHashes(localHashes: readonly bigint[], parent?: bigint): bigint[] {
+  const out: bigint[] = new Array(localHashes.length);
+  let prev = parent;
+  for (let i = 0; i < localHashes.length; i++) {
+    prev = chainHash(prev, localHashes[i]!);
+    out[i] = prev;
+  }
+  return out;
+}
+
+/** Both hash lists for the full blocks of a token sequence. */
+export function blockHashes(tokens: ArrayLike<number>, blockSize: number): { local: bigint[]; seq: bigint[] } {
+  const local = localBlockHashes(tokens, blockSize);
+  return { local, seq: sequenceHashes(local) };
+}

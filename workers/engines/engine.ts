@@ -1,0 +1,63 @@
+/**
+ * The engine contract: an engine only runs steps. The scheduler and block manager decide what
+ * runs; the engine computes one forward pass for a batch and samples the next token of each
+ * sequence that asks for one. Every engine (mocker, native CPU, native CUDA) implements it.
+ */
+import type { SamplingOptions } from '../../proto/wire.js';
+
+export interface StepSequence {
+  /** Scheduler-unique sequence id, stable across steps (and across preemption). */
+  seqId: number;
+  /** Token ids to compute this step: a prefill chunk, or the one last token for decode. */
+  tokenIds: Int32Array;
+  /** Position of tokenIds[0] in the sequence (= tokens already in the KV cache). */
+  startPos: number;
+  /** Physical KV block ids covering positions [0, startPos + tokenIds.length). */
+  blockTable: Int32Array;
+  /** False for a prefill chunk that does not finish the prompt: compute KV, sample nothing. */
+  sample: boolean;
+  sampling: SamplingOptions;
+  /** Number of top logprobs wanted; undefined = none, 0 = only the sampled token's logprob. */
+  logprobs?: number;
+  /**
+   * All token ids of the sequence so far (prompt + generated), for penalties and the mocker's
+   * deterministic tokens. Shared, not copied, by the scheduler.
+   */
+  history: ArrayLike<number>;
+  /** Number of prompt tokens at the front of history (penalties apply to generated tokens). */
+  numPromptTokens: number;
+  /** Per-request seed source for sampling. */
+  requestSeed: number;
+}
+
+export interface StepBatch {
+  sequences: StepSequence[];
+}
+
+export interface SampledToken {
+  seqId: number;
+  tokenId: number;
+  logprob?: number;
+  topLogprobs?: Array<{ tokenId: number; logprob: number }>;
+}
+
+export interface StepResult {
+  /** One entry per sequence with sample=true, in batch order. */
+  sampled: SampledToken[];
+}
+
+export interface EngineInfo {
+  kind: 'mocker' | 'native';
+  vocabSize: number;
+  /** Bytes of KV per token (all layers, K and V), 0 if the engine keeps no real KV. */
+  kvBytesPerToken: number;
+  numBlocks: number;
+  blockSize: number;
+}
+
+export interface Engine {
+  readonly info: EngineInfo;
+  step(batch: StepBatch): Promise<StepResult>;
+  /** Release native resources. */
+  close(): Promise<void>;
+}
