@@ -1,0 +1,76 @@
+/**
+ * Flag + environment configuration. Every CLI flag `--foo-bar` can also be set from
+ * `TANDEM_FOO_BAR`; cluster endpoints come from `ETCD_ENDPOINTS` and `NATS_SERVER`.
+ * Parsers throw commander's InvalidArgumentError so a bad value prints a clear message and the
+ * CLI exits with code 2 (see cli/main.ts).
+ */
+import { InvalidArgumentError, type Command } from 'commander';
+
+export function envNameForFlag(longFlag: string): string {
+  return `TANDEM_${longFlag.replace(/^--/, '').replace(/^no-/, '').replace(/-/g, '_').toUpperCase()}`;
+}
+
+/** Give every option of a command (recursively) its TANDEM_* environment variable. */
+export function bindEnvironment(command: Command): void {
+  for (const option of command.options) {
+    if (option.long && option.envVar === undefined && option.long !== '--help' && option.long !== '--version') {
+      option.env(envNameForFlag(option.long));
+    }
+  }
+  for (const sub of command.commands) bindEnvironment(sub);
+}
+
+function fail(what: string, raw: string): never {
+  throw new InvalidArgumentError(`expected ${what}, got '${raw}'`);
+}
+
+export function parseInteger(raw: string, min = Number.MIN_SAFE_INTEGER, max = Number.MAX_SAFE_INTEGER): number {
+  if (!/^-?\d+$/.test(raw.trim())) fail('an integer', raw);
+  const value = Number(raw);
+  if (value < min || value > max) fail(`an integer in [${min}, ${max}]`, raw);
+  return value;
+}
+
+export const intInRange = (min: number, max = Number.MAX_SAFE_INTEGER) => (raw: string) => parseInteger(raw, min, max);
+export const positiveInt = intInRange(1);
+export const nonNegativeInt = intInRange(0);
+
+export function parseNumber(raw: string, min = -Infinity, max = Infinity): number {
+  const value = Number(raw);
+  if (raw.trim() === '' || !Number.isFinite(value)) fail('a number', raw);
+  if (value < min || value > max) fail(`a number in [${min}, ${max}]`, raw);
+  return value;
+}
+
+export const numberInRange = (min: number, max = Infinity) => (raw: string) => parseNumber(raw, min, max);
+
+export function oneOf<T extends string>(choices: readonly T[]) {
+  return (raw: string): T => {
+    if (!(choices as readonly string[]).includes(raw)) fail(`one of ${choices.join(', ')}`, raw);
+    return raw as T;
+  };
+}
+
+export function parsePort(raw: string): number {
+  return parseInteger(raw, 0, 65535);
+}
+
+export function parseBoolean(raw: string): boolean {
+  const t = raw.trim().toLowerCase();
+  if (['1', 'true', 'yes', 'on'].includes(t)) return true;
+  if (['0', 'false', 'no', 'off'].includes(t)) return false;
+  return fail('a boolean (true/false)', raw);
+}
+
+export function etcdEndpointsFromEnv(env: NodeJS.ProcessEnv = process.env): string[] {
+  const raw = env.ETCD_ENDPOINTS ?? 'http://127.0.0.1:2379';
+  return raw
+    .split(',')
+    .map((s) => s.trim())
+    .filter(Boolean)
+    .map((s) => (/^https?:\/\//.test(s) ? s : `http://${s}`));
+}
+
+export function natsServerFromEnv(env: NodeJS.ProcessEnv = process.env): string {
+  return env.NATS_SERVER ?? 'nats://127.0.0.1:4222';
+}

@@ -1,0 +1,12 @@
+/** Public surface of the distributed runtime. */
+export * from './config.js';
+export * from './distributed-runtime.js';
+export * from './endpoint-client.js';
+export * from './errors.js';
+export * from './logging.js';
+export * from './runtime-options.js';
+export * from './status-server.js';
+export * from './discovery/discovery.js';
+export * from './discovery/keys.js';
+export * from './event-plane/event-plane.js';
+export * from './request-plane/types.js';

@@ -1,0 +1,33 @@
+/** Public surface of workers/models: tiny model generation and model-directory reading. */
+export { makeTinyModel, type MakeTinyModelOptions, type TinyModelInfo } from './make-tiny.js';
+export { registerModelCommand } from './command.js';
+export { TINY_ARCHS, TINY_VOCAB_SIZE, type TinyArch } from './tiny-tokenizer.js';
+export { TINY_DIMS, type TinyDims } from './tiny-arch.js';
+export {
+  readModelConfig,
+  parseModelConfig,
+  kvBytesPerToken,
+  DEFAULT_KV_BLOCK_SIZE,
+  type ModelConfig,
+  type RopeScaling,
+} from './model-config.js';
+export {
+  encodeSafetensors,
+  parseSafetensorsHeader,
+  readSafetensorsHeader,
+  SafetensorsFile,
+  numel,
+  type TensorData,
+  type TensorInfo,
+  type SafetensorsHeader,
+} from './safetensors.js';
+export {
+  f32ToBf16Bits,
+  bf16BitsToF32,
+  encodeBf16,
+  encodeWeights,
+  WEIGHT_DTYPE_INFO,
+  type WeightDtype,
+  type SafetensorsDtype,
+} from './dtype.js';
+export { ModelFormatError } from './errors.js';

@@ -1,0 +1,107 @@
+/**
+ * `makeTinyModel`: writes a complete Hugging Face model directory (config.json,
+ * generation_config.json, model.safetensors, tokenizer.json, tokenizer_config.json) for a tiny
+ * random Llama / Qwen2 / Qwen3. Same options -> byte-identical files, so tests and the native
+ * engine's PyTorch reference can regenerate it anywhere instead of shipping weights.
+ */
+import { mkdir, writeFile } from 'node:fs/promises';
+import { join, resolve } from 'node:path';
+import { WEIGHT_DTYPE_INFO, encodeWeights, type WeightDtype } from './dtype.js';
+import { ModelFormatError } from './errors.js';
+import { Prng } from './prng.js';
+import { encodeSafetensors, numel, type TensorData } from './safetensors.js';
+import { TINY_DIMS, buildConfigJson, tensorSpecs } from './tiny-arch.js';
+import { TINY_ARCHS, buildTinyTokenizer, type TinyArch } from './tiny-tokenizer.js';
+
+export interface MakeTinyModelOptions {
+  arch: TinyArch;
+  outDir: string;
+  /** Storage dtype of the weights; default bf16. */
+  dtype?: WeightDtype;
+  /** PRNG seed for the weights; default 0. The tokenizer does not depend on it. */
+  seed?: number;
+}
+
+export interface TinyModelInfo {
+  outDir: string;
+  arch: TinyArch;
+  dtype: WeightDtype;
+  seed: number;
+  vocabSize: number;
+  numParameters: number;
+  /** File name -> size in bytes. */
+  files: Record<string, number>;
+  totalBytes: number;
+  bosTokenId: number;
+  eosTokenIds: number[];
+}
+
+/** Norm weights are 1 + N(0, 0.1): near identity, but a wrong (unapplied) weight still shows. */
+const NORM_JITTER_STD = 0.1;
+
+export async function makeTinyModel(options: MakeTinyModelOptions): Promise<TinyModelInfo> {
+  const { arch } = options;
+  const dtype = options.dtype ?? 'bf16';
+  const seed = options.seed ?? 0;
+  if (!TINY_ARCHS.includes(arch)) throw new ModelFormatError(`unknown tiny arch '${String(arch)}'`);
+  if (dtype !== 'bf16' && dtype !== 'f32') throw new ModelFormatError(`unknown dtype '${String(dtype)}'`);
+  if (!Number.isInteger(seed) || seed < 0 || seed > 0xffffffff) throw new ModelFormatError(`seed must be an integer in [0, 2^32), got ${seed}`);
+
+  const outDir = resolve(options.outDir);
+  const dims = TINY_DIMS[arch];
+  const tok = buildTinyTokenizer(arch, dims.maxPositionEmbeddings);
+  const config = buildConfigJson(arch, dtype, {
+    vocabSize: tok.vocabSize,
+    bosTokenId: tok.bosTokenId,
+    eosTokenIds: tok.configEosTokenIds,
+  });
+  const generationConfig: Record<string, unknown> = {
+    bos_token_id: tok.bosTokenId,
+    eos_token_id: tok.generationEosTokenIds,
+    ...(tok.padTokenId === null ? {} : { pad_token_id: tok.padTokenId }),
+    transformers_version: '4.51.0',
+  };
+
+  const prng = new Prng(seed);
+  const tensors: TensorData[] = [];
+  let numParameters = 0;
+  for (const spec of tensorSpecs(arch, tok.vocabSize)) {
+    const values = new Float32Array(numel(spec.shape));
+    if (spec.init.kind === 'norm') prng.fillNormal(values, 1, NORM_JITTER_STD);
+    else prng.fillNormal(values, 0, spec.init.std);
+    numParameters += values.length;
+    tensors.push({ name: spec.name, dtype: WEIGHT_DTYPE_INFO[dtype].safetensors, shape: spec.shape, data: encodeWeights(values, dtype) });
+  }
+
+  const files: Record<string, Uint8Array | string> = {
+    'config.json': json(config),
+    'generation_config.json': json(generationConfig),
+    'model.safetensors': encodeSafetensors(tensors, { format: 'pt' }),
+    'tokenizer.json': json(tok.tokenizerJson),
+    'tokenizer_config.json': json(tok.tokenizerConfig),
+  };
+  await mkdir(outDir, { recursive: true });
+  const sizes: Record<string, number> = {};
+  let totalBytes = 0;
+  for (const [name, content] of Object.entries(files)) {
+    await writeFile(join(outDir, name), content);
+    sizes[name] = typeof content === 'string' ? Buffer.byteLength(content) : content.length;
+    totalBytes += sizes[name]!;
+  }
+  return {
+    outDir,
+    arch,
+    dtype,
+    seed,
+    vocabSize: tok.vocabSize,
+    numParameters,
+    files: sizes,
+    totalBytes,
+    bosTokenId: tok.bosTokenId,
+    eosTokenIds: tok.generationEosTokenIds,
+  };
+}
+
+function json(value: unknown): string {
+  return `${JSON.stringify(value, null, 2)}\n`;
+}

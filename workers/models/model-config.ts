@@ -1,0 +1,142 @@
+/**
+ * Reads what the serving side needs from a Hugging Face model directory: architecture and
+ * shapes (for KV sizing), context length, BOS/EOS ids and the default KV block size. EOS ids
+ * are the union of config.json and generation_config.json, because instruct checkpoints list
+ * the end-of-turn token only in the latter (Llama 3: <|eot_id|>).
+ */
+import { readFile } from 'node:fs/promises';
+import { join } from 'node:path';
+import { ModelFormatError } from './errors.js';
+
+/** Tokens per KV block unless the worker is told otherwise (DESIGN.md). */
+export const DEFAULT_KV_BLOCK_SIZE = 16;
+
+export interface RopeScaling {
+  ropeType: string;
+  factor?: number;
+  lowFreqFactor?: number;
+  highFreqFactor?: number;
+  originalMaxPositionEmbeddings?: number;
+}
+
+export interface ModelConfig {
+  /** First entry of `architectures`, e.g. LlamaForCausalLM. */
+  architecture: string;
+  modelType: string;
+  vocabSize: number;
+  hiddenSize: number;
+  intermediateSize: number;
+  numLayers: number;
+  numAttentionHeads: number;
+  numKvHeads: number;
+  headDim: number;
+  /** max_position_embeddings: the longest prompt + output the model accepts. */
+  contextLength: number;
+  rmsNormEps: number;
+  ropeTheta: number;
+  ropeScaling?: RopeScaling;
+  tieWordEmbeddings: boolean;
+  /** q/k/v projections carry biases (always for qwen2, else `attention_bias`). */
+  qkvBias: boolean;
+  /** Per-head RMSNorm on q and k before RoPE (qwen3). */
+  qkNorm: boolean;
+  /** torch_dtype / dtype as written, e.g. bfloat16. */
+  torchDtype: string;
+  bosTokenId?: number;
+  eosTokenIds: number[];
+}
+
+export async function readModelConfig(modelDir: string): Promise<ModelConfig> {
+  const config = await readJson(join(modelDir, 'config.json'), true);
+  const generation = await readJson(join(modelDir, 'generation_config.json'), false);
+  return parseModelConfig(config!, generation);
+}
+
+export function parseModelConfig(config: Record<string, unknown>, generation?: Record<string, unknown>): ModelConfig {
+  const int = (key: string, fallback?: number): number => {
+    const v = config[key] ?? fallback;
+    if (typeof v !== 'number' || !Number.isInteger(v) || v <= 0) throw new ModelFormatError(`config.json: '${key}' must be a positive integer, got ${JSON.stringify(v)}`);
+    return v;
+  };
+  const num = (key: string, fallback: number): number => {
+    const v = config[key] ?? fallback;
+    if (typeof v !== 'number' || !Number.isFinite(v)) throw new ModelFormatError(`config.json: '${key}' must be a number`);
+    return v;
+  };
+  const modelType = String(config.model_type ?? '');
+  if (!modelType) throw new ModelFormatError("config.json: missing 'model_type'");
+  const archs = config.architectures;
+  const architecture = Array.isArray(archs) && typeof archs[0] === 'string' ? archs[0] : modelType;
+  const numAttentionHeads = int('num_attention_heads');
+  const hiddenSize = int('hidden_size');
+  const headDim = config.head_dim == null ? hiddenSize / numAttentionHeads : int('head_dim');
+  if (!Number.isInteger(headDim)) throw new ModelFormatError('config.json: hidden_size is not a multiple of num_attention_heads');
+  const numKvHeads = int('num_key_value_heads', numAttentionHeads);
+  if (numAttentionHeads % numKvHeads !== 0) throw new ModelFormatError('config.json: num_attention_heads is not a multiple of num_key_value_heads');
+
+  const eos = new Set<number>([...tokenIds(config.eos_token_id), ...tokenIds(generation?.eos_token_id)]);
+  const bos = tokenIds(config.bos_token_id ?? generation?.bos_token_id)[0];
+  const result: ModelConfig = {
+    architecture,
+    modelType,
+    vocabSize: int('vocab_size'),
+    hiddenSize,
+    intermediateSize: int('intermediate_size'),
+    numLayers: int('num_hidden_layers'),
+    numAttentionHeads,
+    numKvHeads,
+    headDim,
+    contextLength: int('max_position_embeddings'),
+    rmsNormEps: num('rms_norm_eps', 1e-6),
+    ropeTheta: num('rope_theta', 10000),
+    tieWordEmbeddings: config.tie_word_embeddings === true,
+    qkvBias: modelType === 'qwen2' || config.attention_bias === true,
+    qkNorm: modelType === 'qwen3',
+    torchDtype: String(config.torch_dtype ?? config.dtype ?? 'float32'),
+    eosTokenIds: [...eos],
+  };
+  if (bos !== undefined) result.bosTokenId = bos;
+  const scaling = parseRopeScaling(config.rope_scaling);
+  if (scaling) result.ropeScaling = scaling;
+  return result;
+}
+
+/** Bytes of KV cache per token over all layers, K and V. */
+export function kvBytesPerToken(config: ModelConfig, bytesPerElement: number): number {
+  return 2 * config.numLayers * config.numKvHeads * config.headDim * bytesPerElement;
+}
+
+function parseRopeScaling(raw: unknown): RopeScaling | undefined {
+  if (raw === null || typeof raw !== 'object') return undefined;
+  const r = raw as Record<string, unknown>;
+  const ropeType = String(r.rope_type ?? r.type ?? 'default');
+  const out: RopeScaling = { ropeType };
+  if (typeof r.factor === 'number') out.factor = r.factor;
+  if (typeof r.low_freq_factor === 'number') out.lowFreqFactor = r.low_freq_factor;
+  if (typeof r.high_freq_factor === 'number') out.highFreqFactor = r.high_freq_factor;
+  if (typeof r.original_max_position_embeddings === 'number') out.originalMaxPositionEmbeddings = r.original_max_position_embeddings;
+  return out;
+}
+
+function tokenIds(raw: unknown): number[] {
+  if (typeof raw === 'number' && Number.isInteger(raw)) return [raw];
+  if (Array.isArray(raw)) return raw.filter((v): v is number => typeof v === 'number' && Number.isInteger(v));
+  return [];
+}
+
+async function readJson(path: string, required: boolean): Promise<Record<string, unknown> | undefined> {
+  let text: string;
+  try {
+    text = await readFile(path, 'utf8');
+  } catch (cause) {
+    if (!required && (cause as NodeJS.ErrnoException).code === 'ENOENT') return undefined;
+    throw new ModelFormatError(`cannot read ${path}`, { cause });
+  }
+  try {
+    const value = JSON.parse(text) as unknown;
+    if (typeof value !== 'object' || value === null || Array.isArray(value)) throw new Error('not a JSON object');
+    return value as Record<string, unknown>;
+  } catch (cause) {
+    throw new ModelFormatError(`${path} is not a valid JSON object`, { cause });
+  }
+}

@@ -1,0 +1,83 @@
+/**
+ * Worker gauges on `/metrics`: `tandem_worker_*` plus the vLLM names that existing gateways
+ * (llm-d's inference scheduler, the Gateway API inference extension) read to score workers.
+ */
+import { Counter, Gauge, type Registry } from 'prom-client';
+
+export interface WorkerLoadSnapshot {
+  numRunning: number;
+  numWaiting: number;
+  kvUsage: number;
+  activeBlocks: number;
+  totalBlocks: number;
+  queuedPrefillTokens: number;
+  prefixCacheQueries: number;
+  prefixCacheHits: number;
+}
+
+export class WorkerMetrics {
+  private readonly running: Gauge;
+  private readonly waiting: Gauge;
+  private readonly kvUsage: Gauge;
+  private readonly vllmRunning: Gauge;
+  private readonly vllmWaiting: Gauge;
+  private readonly vllmKvUsage: Gauge;
+  private readonly activeBlocks: Gauge;
+  private readonly totalBlocks: Gauge;
+  private readonly queuedPrefill: Gauge;
+  private readonly vllmPrefixQueries: Counter;
+  private readonly vllmPrefixHits: Counter;
+  readonly requests: Counter;
+  readonly generatedTokens: Counter;
+  readonly steps: Counter;
+  private lastQueries = 0;
+  private lastHits = 0;
+
+  constructor(registry: Registry, model: string) {
+    const labels = { model_name: model };
+    const gauge = (name: string, help: string) => {
+      const g = new Gauge({ name, help, labelNames: ['model_name'], registers: [registry] });
+      return g;
+    };
+    const counter = (name: string, help: string) => new Counter({ name, help, labelNames: ['model_name'], registers: [registry] });
+    this.running = gauge('tandem_worker_requests_running', 'Sequences in the running queue');
+    this.waiting = gauge('tandem_worker_requests_waiting', 'Sequences in the waiting queue');
+    this.kvUsage = gauge('tandem_worker_kv_usage_ratio', 'Fraction of KV blocks in use (0..1)');
+    this.activeBlocks = gauge('tandem_worker_kv_active_blocks', 'KV blocks held by sequences');
+    this.totalBlocks = gauge('tandem_worker_kv_total_blocks', 'KV blocks in the pool');
+    this.queuedPrefill = gauge('tandem_worker_queued_prefill_tokens', 'Prompt tokens not yet computed');
+    this.requests = counter('tandem_worker_requests_total', 'Requests accepted by this worker');
+    this.generatedTokens = counter('tandem_worker_generated_tokens_total', 'Tokens sampled by this worker');
+    this.steps = counter('tandem_worker_steps_total', 'Engine steps run');
+    this.vllmRunning = gauge('vllm:num_requests_running', 'Number of requests in model execution batches');
+    this.vllmWaiting = gauge('vllm:num_requests_waiting', 'Number of requests waiting to be processed');
+    this.vllmKvUsage = gauge('vllm:kv_cache_usage_perc', 'KV-cache usage; 1 means 100 percent usage');
+    this.vllmPrefixQueries = counter('vllm:prefix_cache_queries', 'Prefix cache queries, in terms of number of queried tokens');
+    this.vllmPrefixHits = counter('vllm:prefix_cache_hits', 'Prefix cache hits, in terms of number of cached tokens');
+    for (const m of [this.running, this.waiting, this.kvUsage, this.activeBlocks, this.totalBlocks, this.queuedPrefill, this.vllmRunning, this.vllmWaiting, this.vllmKvUsage]) {
+      m.set(labels, 0);
+    }
+    for (const c of [this.requests, this.generatedTokens, this.steps, this.vllmPrefixQueries, this.vllmPrefixHits]) c.inc(labels, 0);
+    this.labels = labels;
+  }
+
+  private readonly labels: { model_name: string };
+
+  update(s: WorkerLoadSnapshot): void {
+    const l = this.labels;
+    this.running.set(l, s.numRunning);
+    this.waiting.set(l, s.numWaiting);
+    this.kvUsage.set(l, s.kvUsage);
+    this.activeBlocks.set(l, s.activeBlocks);
+    this.totalBlocks.set(l, s.totalBlocks);
+    this.queuedPrefill.set(l, s.queuedPrefillTokens);
+    this.vllmRunning.set(l, s.numRunning);
+    this.vllmWaiting.set(l, s.numWaiting);
+    this.vllmKvUsage.set(l, s.kvUsage);
+    // the snapshot carries running totals; counters only move forward by the difference
+    if (s.prefixCacheQueries > this.lastQueries) this.vllmPrefixQueries.inc(l, s.prefixCacheQueries - this.lastQueries);
+    if (s.prefixCacheHits > this.lastHits) this.vllmPrefixHits.inc(l, s.prefixCacheHits - this.lastHits);
+    this.lastQueries = s.prefixCacheQueries;
+    this.lastHits = s.prefixCacheHits;
+  }
+}
