@@ -131,7 +131,7 @@ export class DistributedRuntime {
     this.status.setState('ready');
   }
 
-  /** Work to run during shutdown, after deregistration and before draining finishes. */
+  /** Work to run during shutdown, after deregistration and draining, before connections close. */
   onShutdown(hook: () => Promise<void> | void): void {
     this.shutdownHooks.push(hook);
   }
@@ -150,18 +150,18 @@ export class DistributedRuntime {
     this.logger.info({ reason }, 'shutting down: deregistering');
     this.status.setState('draining');
     await Promise.all([...this.served].map((key) => this.discovery.delete(key).catch(() => undefined)));
+    if (this.server) {
+      const timeout = this.config.drainTimeoutMs ?? 30_000;
+      this.logger.info({ inflight: this.server.inflight, timeoutMs: timeout }, 'draining in-flight streams');
+      await this.server.drain(timeout);
+      await this.server.close();
+    }
     for (const hook of this.shutdownHooks) {
       try {
         await hook();
       } catch (err) {
         this.logger.warn({ err }, 'shutdown hook failed');
       }
-    }
-    if (this.server) {
-      const timeout = this.config.drainTimeoutMs ?? 30_000;
-      this.logger.info({ inflight: this.server.inflight, timeoutMs: timeout }, 'draining in-flight streams');
-      await this.server.drain(timeout);
-      await this.server.close();
     }
     this.clients.close();
     await this.events.close().catch((err: unknown) => this.logger.warn({ err }, 'event plane close failed'));

@@ -1,0 +1,76 @@
+/** `runtime worker`: flags and start-up of one worker process. */
+import { Option, type Command } from 'commander';
+import { intInRange, numberInRange, oneOf, positiveInt } from '../../runtime/config.js';
+import { addRuntimeOptions, createRuntimeFromOptions, type RuntimeFlags } from '../../runtime/runtime-options.js';
+import { DEFAULT_KV_BLOCK_SIZE } from '../models/index.js';
+import { startWorker, type WorkerOptions } from './worker-process.js';
+
+interface WorkerFlags extends RuntimeFlags {
+  engine: 'mocker' | 'native';
+  model: string;
+  modelName?: string;
+  mode: 'agg' | 'prefill' | 'decode';
+  component?: string;
+  blockSize: number;
+  numGpuBlocks?: number;
+  maxNumBatchedTokens: number;
+  maxNumSeqs: number;
+  contextLength?: number;
+  speedupRatio: number;
+  perfProfile?: string;
+  device: string;
+  threads?: number;
+  kvCacheMemory?: number;
+  loadMetricsInterval: number;
+}
+
+export function registerWorkerCommand(program: Command): void {
+  const cmd = program
+    .command('worker')
+    .description('a worker process: scheduler + block manager + engine (mocker or native)')
+    .addOption(new Option('--engine <engine>', 'mocker | native').argParser(oneOf(['mocker', 'native'] as const)).default('mocker'))
+    .addOption(new Option('--model <dir>', 'Hugging Face model directory').makeOptionMandatory(true))
+    .option('--model-name <name>', 'served model name (default: the directory name)')
+    .addOption(new Option('--mode <mode>', 'agg | prefill | decode').argParser(oneOf(['agg', 'prefill', 'decode'] as const)).default('agg'))
+    .option('--component <name>', 'component to serve under (default: backend, prefill or decode by mode)')
+    .addOption(new Option('--block-size <tokens>', 'tokens per KV block').argParser(intInRange(1, 1024)).default(DEFAULT_KV_BLOCK_SIZE))
+    .addOption(new Option('--num-gpu-blocks <n>', 'KV blocks in the pool (mocker default 16384; native default: from --kv-cache-memory)').argParser(positiveInt))
+    .addOption(new Option('--max-num-batched-tokens <n>', 'token budget per step').argParser(positiveInt).default(8192))
+    .addOption(new Option('--max-num-seqs <n>', 'most sequences running at once').argParser(positiveInt).default(256))
+    .addOption(new Option('--context-length <n>', 'cap the model context length').argParser(positiveInt))
+    .addOption(new Option('--speedup-ratio <x>', 'mocker: divide simulated step time by this').argParser(numberInRange(1e-6)).default(1))
+    .option('--perf-profile <file>', 'mocker: JSON profile of measured step times (interpolated)')
+    .addOption(new Option('--device <device>', 'native: cpu (cuda:N once the CUDA backend lands)').default('cpu'))
+    .addOption(new Option('--threads <n>', 'native: compute threads (default: all cores)').argParser(positiveInt))
+    .addOption(new Option('--kv-cache-memory <bytes>', 'native: KV pool budget in bytes when --num-gpu-blocks is not set').argParser(positiveInt))
+    .addOption(new Option('--load-metrics-interval <ms>', 'publish load metrics at most this often').argParser(intInRange(0, 60_000)).default(10));
+  addRuntimeOptions(cmd).action(async (flags: WorkerFlags) => {
+    const runtime = await createRuntimeFromOptions(flags, `worker-${flags.mode}`);
+    const options: WorkerOptions = {
+      engine: flags.engine,
+      modelDir: flags.model,
+      mode: flags.mode,
+      namespace: flags.namespace,
+      blockSize: flags.blockSize,
+      maxNumBatchedTokens: flags.maxNumBatchedTokens,
+      maxNumSeqs: flags.maxNumSeqs,
+      speedupRatio: flags.speedupRatio,
+      device: flags.device,
+      loadMetricsIntervalMs: flags.loadMetricsInterval,
+      ...(flags.modelName !== undefined && { modelName: flags.modelName }),
+      ...(flags.component !== undefined && { component: flags.component }),
+      ...(flags.numGpuBlocks !== undefined && { numGpuBlocks: flags.numGpuBlocks }),
+      ...(flags.contextLength !== undefined && { contextLength: flags.contextLength }),
+      ...(flags.perfProfile !== undefined && { perfProfile: flags.perfProfile }),
+      ...(flags.threads !== undefined && { threads: flags.threads }),
+      ...(flags.kvCacheMemory !== undefined && { kvCacheMemoryBytes: flags.kvCacheMemory }),
+    };
+    try {
+      await startWorker(runtime, options);
+    } catch (err) {
+      await runtime.shutdown('start-up failed');
+      throw err;
+    }
+    runtime.markReady();
+  });
+}
