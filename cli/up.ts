@@ -51,17 +51,25 @@ async function resolveModel(model: string): Promise<string> {
 }
 
 /** Prefix each line of a child's output so the interleaved logs stay readable. */
-function pipeWithPrefix(child: ChildProcess, label: string): void {
+function pipeWithPrefix(child: ChildProcess, label: string, onLine?: (line: string) => void): void {
   for (const stream of [child.stdout, child.stderr]) {
     if (!stream) continue;
-    createInterface({ input: stream }).on('line', (line) => process.stderr.write(`[${label}] ${line}\n`));
+    createInterface({ input: stream }).on('line', (line) => {
+      process.stderr.write(`[${label}] ${line}\n`);
+      onLine?.(line);
+    });
   }
 }
 
-async function waitForModel(url: string, timeoutMs: number, children: ChildProcess[]): Promise<string> {
+async function waitForModel(url: string, timeoutMs: number, children: ChildProcess[], isListening: () => boolean): Promise<string> {
   const deadline = Date.now() + timeoutMs;
   while (Date.now() < deadline) {
     if (children.some((c) => c.exitCode !== null)) throw new Error('a child process exited during start-up (see its log above)');
+    // Another server on the port would answer too: only ask once our own frontend is listening.
+    if (!isListening()) {
+      await new Promise((r) => setTimeout(r, 100));
+      continue;
+    }
     try {
       const res = await fetch(`${url}/v1/models`);
       if (res.ok) {
@@ -123,9 +131,10 @@ async function runUp(flags: UpFlags, frontendExtra: string[]): Promise<void> {
   for (const [key, flag] of passthrough) if (flags[key] !== undefined) workerFlags.push(flag, String(flags[key]));
 
   const children: ChildProcess[] = [];
+  let frontendListening = false;
   const start = (label: string, args: string[]) => {
     const child = spawn(process.execPath, [BIN, ...args], { stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, TANDEM_LOG_FORMAT: 'json' } });
-    pipeWithPrefix(child, label);
+    pipeWithPrefix(child, label, label === 'frontend' ? (line) => (frontendListening ||= line.includes('frontend listening')) : undefined);
     children.push(child);
     return child;
   };
@@ -167,7 +176,7 @@ async function runUp(flags: UpFlags, frontendExtra: string[]): Promise<void> {
 
   const url = `http://${flags.host === '0.0.0.0' ? '127.0.0.1' : flags.host}:${flags.httpPort}`;
   try {
-    const model = await waitForModel(url, 120_000, children);
+    const model = await waitForModel(url, 120_000, children, () => frontendListening);
     process.stdout.write(
       [
         '',

@@ -93,7 +93,7 @@ export interface PreprocessedRequest {
   tokenIds: number[];
   sampling: SamplingOptions;
   stop: StopOptions;
-  /** 0 = no logprobs; n = the sampled token's logprob plus n top alternatives. */
+  /** undefined = no logprobs; 0 = the sampled token's logprob only; n = plus n top alternatives. */
   logprobs?: number;
   /** Present on a decode request that follows a remote prefill. */
   kvTransfer?: KvTransferParams;
@@ -116,7 +116,7 @@ export interface TokenDelta {
   tokenIds: number[];
   logprobs?: TokenLogprob[];
   finishReason?: FinishReason;
-  /** Present on the final delta. */
+  /** On the first delta (prompt and cached tokens so far) and on the final delta (totals). */
   usage?: { promptTokens: number; completionTokens: number; cachedTokens: number };
   /** Present on a prefill-only response. */
   kvTransfer?: KvTransferParams;

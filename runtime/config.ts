@@ -10,14 +10,47 @@ export function envNameForFlag(longFlag: string): string {
   return `TANDEM_${longFlag.replace(/^--/, '').replace(/^no-/, '').replace(/-/g, '_').toUpperCase()}`;
 }
 
-/** Give every option of a command (recursively) its TANDEM_* environment variable. */
+/**
+ * Give every option of a command (recursively) its TANDEM_* environment variable. Commander
+ * only wires env handling for options that had `.env()` before `addOption`, so the values are
+ * applied here in a preAction hook: a flag on the command line wins, then the environment,
+ * then the default, and a bad environment value fails like a bad flag (exit 2).
+ */
 export function bindEnvironment(command: Command): void {
-  for (const option of command.options) {
-    if (option.long && option.envVar === undefined && option.long !== '--help' && option.long !== '--version') {
-      option.env(envNameForFlag(option.long));
+  const visit = (cmd: Command) => {
+    for (const option of cmd.options) {
+      if (option.long && option.envVar === undefined && option.long !== '--help' && option.long !== '--version') {
+        option.env(envNameForFlag(option.long));
+      }
     }
+    cmd.commands.forEach(visit);
+  };
+  visit(command);
+  command.hook('preAction', (_root, action) => applyEnvironment(action));
+}
+
+function applyEnvironment(cmd: Command, env: NodeJS.ProcessEnv = process.env): void {
+  for (const option of cmd.options) {
+    const name = option.envVar;
+    if (!name || env[name] === undefined) continue;
+    const key = option.attributeName();
+    const source = cmd.getOptionValueSource(key);
+    if (source !== undefined && source !== 'default' && source !== 'implied') continue;
+    const raw = env[name]!;
+    let value: unknown = raw;
+    if (!option.required && !option.optional) {
+      value = option.negate ? !parseBoolean(raw) : parseBoolean(raw);
+    } else if (option.parseArg) {
+      try {
+        value = option.parseArg(raw, undefined);
+      } catch (err) {
+        cmd.error(`error: environment variable ${name} (option '${option.flags}'): ${(err as Error).message}`, { exitCode: 2, code: 'tandem.invalidEnv' });
+      }
+    } else if (option.argChoices && !option.argChoices.includes(raw)) {
+      cmd.error(`error: environment variable ${name}: expected one of ${option.argChoices.join(', ')}, got '${raw}'`, { exitCode: 2, code: 'tandem.invalidEnv' });
+    }
+    cmd.setOptionValueWithSource(key, value, 'env');
   }
-  for (const sub of command.commands) bindEnvironment(sub);
 }
 
 function fail(what: string, raw: string): never {

@@ -32,6 +32,11 @@ export interface StepSequence {
 
 export interface StepBatch {
   sequences: StepSequence[];
+  /**
+   * Fraction of the worker's KV blocks in use once this step's blocks are allocated (0..1).
+   * Optional; the mocker's perf model reads it, real engines may ignore it.
+   */
+  kvUsage?: number;
 }
 
 export interface SampledToken {

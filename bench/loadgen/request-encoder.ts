@@ -1,0 +1,67 @@
+/**
+ * Turns a workload's turn into an OpenAI request body. Token ids go out as a token-id
+ * prompt on /v1/completions (exact by construction) or as text (exact when a tokenizer
+ * built the ids). For text completions the ids are trimmed by the tokenizer's special-token
+ * count, so the prompt the server counts (BOS included) has exactly the requested length.
+ */
+import type { TokenSpace } from './token-space.js';
+import type { TurnSpec } from './workloads/workload.js';
+
+export type EndpointKind = 'completions' | 'chat';
+export type PromptFormat = 'ids' | 'text';
+
+export interface EncoderOptions {
+  model: string;
+  endpoint: EndpointKind;
+  promptFormat: PromptFormat;
+  /** Sent when set; servers default otherwise. */
+  temperature: number | undefined;
+  ignoreEos: boolean;
+  /** Extra top-level fields merged into every body (e.g. vendor sampling options). */
+  extraBody: Record<string, unknown> | undefined;
+}
+
+export interface EncodedRequest {
+  path: string;
+  body: string;
+  /** Prompt tokens we expect the server to count (exact for completions). */
+  expectedPromptTokens: number;
+}
+
+export const ENDPOINT_PATHS: Readonly<Record<EndpointKind, string>> = {
+  completions: '/v1/completions',
+  chat: '/v1/chat/completions',
+};
+
+export function encodeTurn(turn: TurnSpec, maxTokens: number, options: EncoderOptions, tokens: TokenSpace): EncodedRequest {
+  const common: Record<string, unknown> = {
+    model: options.model,
+    max_tokens: maxTokens,
+    stream: true,
+    stream_options: { include_usage: true },
+  };
+  if (options.ignoreEos) common.ignore_eos = true;
+  if (options.temperature !== undefined) common.temperature = options.temperature;
+
+  let payload: Record<string, unknown>;
+  let expected: number;
+  if (options.endpoint === 'completions') {
+    const ids: number[] = [];
+    for (const m of turn.messages) if (m.ids) for (const id of m.ids) ids.push(id);
+    if (options.promptFormat === 'ids') {
+      payload = { ...common, prompt: ids };
+      expected = ids.length;
+    } else {
+      const keep = Math.max(1, ids.length - tokens.specialTokens);
+      if (keep < ids.length) ids.length = keep;
+      payload = { ...common, prompt: tokens.render(ids) };
+      expected = keep + tokens.specialTokens;
+    }
+  } else {
+    const messages = turn.messages.map((m) => ({ role: m.role, content: m.text ?? tokens.render(m.ids ?? []) }));
+    payload = { ...common, messages };
+    expected = turn.inputTokens;
+  }
+  if (options.extraBody) payload = { ...payload, ...options.extraBody };
+  return { path: ENDPOINT_PATHS[options.endpoint], body: JSON.stringify(payload), expectedPromptTokens: expected };
+}

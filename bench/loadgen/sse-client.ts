@@ -1,0 +1,225 @@
+/**
+ * The measuring HTTP client. One keep-alive agent, raw `http.request`, and an incremental
+ * SSE line parser: the arrival time of every content chunk is stamped with
+ * `performance.now()` into a preallocated Float64Array as soon as its bytes are read, so
+ * client overhead stays out of the numbers. Failures come back as data with a stable kind
+ * (`http_<status>`, `network`, `timeout`, `stream_error`, `incomplete`, `no_tokens`), never
+ * as exceptions, because a benchmark expects errors and counts them.
+ */
+import http from 'node:http';
+import https from 'node:https';
+import { performance } from 'node:perf_hooks';
+
+export interface StreamOutcome {
+  ok: boolean;
+  errorKind?: string;
+  errorMessage?: string;
+  /** performance.now() when the request was written. */
+  sentAt: number;
+  /** performance.now() when the stream ended (or failed). */
+  endedAt: number;
+  /** performance.now() of every chunk that carried generated text, in order. */
+  chunkTimes: Float64Array;
+  promptTokens?: number;
+  completionTokens?: number;
+  cachedTokens?: number;
+  finishReason?: string;
+  /** Generated text, kept only when asked (multi-turn needs it for the next turn). */
+  text?: string;
+}
+
+export interface SendOptions {
+  /** Expected output tokens: sizes the timestamp buffer so the hot path never reallocates. */
+  expectedTokens: number;
+  keepText: boolean;
+  timeoutMs: number;
+  signal?: AbortSignal;
+}
+
+const MAX_ERROR_BODY = 2048;
+
+export class SseClient {
+  private readonly agent: http.Agent;
+  private readonly base: URL;
+  private readonly transport: typeof http | typeof https;
+
+  constructor(
+    baseUrl: string,
+    private readonly headers: Record<string, string> = {},
+  ) {
+    this.base = new URL(baseUrl);
+    this.transport = this.base.protocol === 'https:' ? https : http;
+    this.agent = new this.transport.Agent({ keepAlive: true, maxSockets: Infinity, scheduling: 'fifo' });
+  }
+
+  /** Base URL with any trailing `/v1` removed, so `--url http://h:8000/v1` also works. */
+  resolve(path: string): URL {
+    const prefix = this.base.pathname.replace(/\/+$/, '').replace(/\/v1$/, '');
+    return new URL(prefix + path, this.base);
+  }
+
+  send(path: string, body: string, options: SendOptions): Promise<StreamOutcome> {
+    const url = this.resolve(path);
+    return new Promise((resolve) => {
+      let times = new Float64Array(Math.max(4, options.expectedTokens + 2));
+      let count = 0;
+      let text = options.keepText ? '' : undefined;
+      let buffer = '';
+      let done = false;
+      let settled = false;
+      const outcome: StreamOutcome = { ok: false, sentAt: 0, endedAt: 0, chunkTimes: times };
+
+      const finish = (errorKind?: string, errorMessage?: string) => {
+        if (settled) return;
+        settled = true;
+        clearTimeout(timer);
+        options.signal?.removeEventListener('abort', onAbort);
+        outcome.endedAt = performance.now();
+        outcome.chunkTimes = times.subarray(0, count);
+        if (text !== undefined) outcome.text = text;
+        if (!errorKind && !done) errorKind = 'incomplete';
+        if (!errorKind && count === 0) errorKind = 'no_tokens';
+        if (errorKind) {
+          outcome.errorKind = errorKind;
+          outcome.errorMessage = errorMessage ?? describeKind(errorKind);
+        } else {
+          outcome.ok = true;
+        }
+        resolve(outcome);
+      };
+
+      const onEvent = (payload: string, now: number) => {
+        if (payload === '[DONE]') {
+          done = true;
+          return;
+        }
+        let event: ChunkJson;
+        try {
+          event = JSON.parse(payload) as ChunkJson;
+        } catch {
+          finish('stream_error', `unparseable SSE data: ${payload.slice(0, 200)}`);
+          req.destroy();
+          return;
+        }
+        if (event.error) {
+          finish('stream_error', typeof event.error === 'string' ? event.error : (event.error.message ?? JSON.stringify(event.error)));
+          req.destroy();
+          return;
+        }
+        const choice = event.choices?.[0];
+        if (choice) {
+          const piece = choice.text ?? choice.delta?.content ?? choice.delta?.reasoning_content;
+          if (typeof piece === 'string' && piece.length > 0) {
+            if (count === times.length) {
+              const grown = new Float64Array(times.length * 2);
+              grown.set(times);
+              times = grown;
+            }
+            times[count++] = now;
+            if (text !== undefined) text += piece;
+          }
+          if (choice.finish_reason) outcome.finishReason = choice.finish_reason;
+        }
+        const usage = event.usage;
+        if (usage) {
+          if (typeof usage.prompt_tokens === 'number') outcome.promptTokens = usage.prompt_tokens;
+          if (typeof usage.completion_tokens === 'number') outcome.completionTokens = usage.completion_tokens;
+          const cached = usage.prompt_tokens_details?.cached_tokens;
+          if (typeof cached === 'number') outcome.cachedTokens = cached;
+        }
+      };
+
+      const onData = (chunk: string) => {
+        const now = performance.now();
+        buffer += chunk;
+        let start = 0;
+        for (;;) {
+          const nl = buffer.indexOf('\n', start);
+          if (nl < 0) break;
+          let end = nl;
+          if (end > start && buffer.charCodeAt(end - 1) === 13) end--;
+          // "data:" prefix; everything else (blank lines, comments, event names) is framing.
+          if (end - start > 5 && buffer.startsWith('data:', start)) {
+            const payload = buffer.slice(start + 5, end).trim();
+            onEvent(payload, now);
+            if (settled) return;
+          }
+          start = nl + 1;
+        }
+        buffer = start === 0 ? buffer : buffer.slice(start);
+      };
+
+      const req = this.transport.request(url, {
+        method: 'POST',
+        agent: this.agent,
+        headers: {
+          ...this.headers,
+          'content-type': 'application/json',
+          accept: 'text/event-stream',
+          'content-length': Buffer.byteLength(body),
+        },
+      });
+      const onAbort = () => {
+        finish('cancelled', 'run aborted');
+        req.destroy();
+      };
+      const timer = setTimeout(() => {
+        finish('timeout', `no complete response within ${options.timeoutMs} ms`);
+        req.destroy();
+      }, options.timeoutMs);
+      options.signal?.addEventListener('abort', onAbort, { once: true });
+      if (options.signal?.aborted) onAbort();
+
+      req.on('response', (res) => {
+        res.setEncoding('utf8');
+        const status = res.statusCode ?? 0;
+        if (status !== 200) {
+          let errorBody = '';
+          res.on('data', (c: string) => {
+            if (errorBody.length < MAX_ERROR_BODY) errorBody += c;
+          });
+          res.on('end', () => finish(`http_${status}`, `HTTP ${status}: ${summarizeErrorBody(errorBody)}`));
+          res.on('error', (err) => finish(`http_${status}`, `HTTP ${status}: ${err.message}`));
+          return;
+        }
+        res.on('data', onData);
+        res.on('end', () => {
+          if (buffer.length > 0) onData('\n');
+          finish();
+        });
+        res.on('error', (err) => finish('network', err.message));
+      });
+      req.on('error', (err: NodeJS.ErrnoException) => finish('network', `${err.code ?? 'error'}: ${err.message}`));
+      outcome.sentAt = performance.now();
+      req.end(body);
+    });
+  }
+
+  close(): void {
+    this.agent.destroy();
+  }
+}
+
+interface ChunkJson {
+  choices?: { text?: string; delta?: { content?: string | null; reasoning_content?: string | null }; finish_reason?: string | null }[];
+  usage?: { prompt_tokens?: number; completion_tokens?: number; prompt_tokens_details?: { cached_tokens?: number } | null } | null;
+  error?: { message?: string } | string;
+}
+
+function describeKind(kind: string): string {
+  if (kind === 'incomplete') return 'stream ended before data: [DONE]';
+  if (kind === 'no_tokens') return 'stream finished without generating any text';
+  return kind;
+}
+
+/** OpenAI-shaped errors carry the useful part in error.message. */
+function summarizeErrorBody(body: string): string {
+  try {
+    const parsed = JSON.parse(body) as { error?: { message?: string } | string; message?: string };
+    const message = typeof parsed.error === 'string' ? parsed.error : (parsed.error?.message ?? parsed.message);
+    if (message) return message.slice(0, 300);
+  } catch {
+    // not JSON: fall through to the raw text
+  }
+  return body.slice(0, 300) || '(empty body)';
+}

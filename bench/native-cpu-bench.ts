@@ -1,0 +1,227 @@
+/**
+ * Native CPU engine benchmark on a 0.5B-shaped random model (Qwen2-0.5B shape: hidden 896,
+ * 24 layers, 14 heads, 2 KV heads, intermediate 4864, vocab 151936, tied embeddings).
+ * Reports prefill and decode tokens/s at batch 1 and 8, and the share of a step's wall time
+ * spent in TypeScript (marshalling the batch and unmarshalling results) against the native
+ * call. Writes JSON to bench/results/native-cpu-bench.json.
+ *
+ *   node --import tsx bench/native-cpu-bench.ts [--threads N] [--prompt 64] [--decode-steps 8]
+ *        [--dtype bf16|f32] [--model DIR (reuse)] [--keep-model]
+ */
+import { mkdir, mkdtemp, open, rm, writeFile } from 'node:fs/promises';
+import { availableParallelism, cpus, loadavg, tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { performance } from 'node:perf_hooks';
+import { parseArgs } from 'node:util';
+import type { StepSequence } from '../workers/engines/engine.js';
+import { createNativeEngine, type NativeEngine } from '../workers/engines/native/index.js';
+
+const SHAPE = { hidden: 896, layers: 24, heads: 14, kvHeads: 2, headDim: 64, inter: 4864, vocab: 151936 };
+
+const { values: args } = parseArgs({
+  options: {
+    threads: { type: 'string', default: String(availableParallelism()) },
+    prompt: { type: 'string', default: '64' },
+    'decode-steps': { type: 'string', default: '8' },
+    dtype: { type: 'string', default: 'bf16' },
+    model: { type: 'string' },
+    'keep-model': { type: 'boolean', default: false },
+  },
+});
+
+/** Random weights, streamed tensor by tensor so the generator never holds the whole model. */
+async function writeRandomModel(dir: string, dtype: 'bf16' | 'f32'): Promise<void> {
+  const s = SHAPE;
+  const q = s.heads * s.headDim;
+  const kv = s.kvHeads * s.headDim;
+  const specs: Array<[string, number[]]> = [['model.embed_tokens.weight', [s.vocab, s.hidden]], ['model.norm.weight', [s.hidden]]];
+  for (let l = 0; l < s.layers; l++) {
+    const p = `model.layers.${l}.`;
+    specs.push(
+      [`${p}input_layernorm.weight`, [s.hidden]],
+      [`${p}post_attention_layernorm.weight`, [s.hidden]],
+      [`${p}self_attn.q_proj.weight`, [q, s.hidden]],
+      [`${p}self_attn.q_proj.bias`, [q]],
+      [`${p}self_attn.k_proj.weight`, [kv, s.hidden]],
+      [`${p}self_attn.k_proj.bias`, [kv]],
+      [`${p}self_attn.v_proj.weight`, [kv, s.hidden]],
+      [`${p}self_attn.v_proj.bias`, [kv]],
+      [`${p}self_attn.o_proj.weight`, [s.hidden, q]],
+      [`${p}mlp.gate_proj.weight`, [s.inter, s.hidden]],
+      [`${p}mlp.up_proj.weight`, [s.inter, s.hidden]],
+      [`${p}mlp.down_proj.weight`, [s.hidden, s.inter]],
+    );
+  }
+  const elem = dtype === 'bf16' ? 2 : 4;
+  const header: Record<string, unknown> = { __metadata__: { format: 'pt' } };
+  let offset = 0;
+  for (const [name, shape] of specs) {
+    const bytes = shape.reduce((a, b) => a * b, 1) * elem;
+    header[name] = { dtype: dtype === 'bf16' ? 'BF16' : 'F32', shape, data_offsets: [offset, offset + bytes] };
+    offset += bytes;
+  }
+  let json = JSON.stringify(header);
+  json += ' '.repeat(Math.ceil(json.length / 8) * 8 - json.length);
+  const file = await open(join(dir, 'model.safetensors'), 'w');
+  const head = Buffer.alloc(8);
+  head.writeBigUInt64LE(BigInt(json.length));
+  await file.write(head);
+  await file.write(json);
+  let state = 0x9e3779b9;
+  for (const [name, shape] of specs) {
+    const n = shape.reduce((a, b) => a * b, 1);
+    const isNorm = name.endsWith('norm.weight');
+    const scale = isNorm ? 0 : name.includes('embed') ? 0.05 : 1 / Math.sqrt(shape[shape.length - 1]!);
+    // Chunks of 4M elements keep the generator's memory small for the 136M-element embedding.
+    const chunk = 1 << 22;
+    const f = new Float32Array(Math.min(n, chunk));
+    const halves = new Uint16Array(f.buffer);
+    const bf = new Uint16Array(f.length);
+    for (let at = 0; at < n; at += chunk) {
+      const m = Math.min(chunk, n - at);
+      for (let i = 0; i < m; i++) {
+        state ^= state << 13;
+        state ^= state >>> 17;
+        state ^= state << 5;
+        f[i] = (isNorm ? 1 : 0) + scale * ((state >>> 0) / 4294967296 - 0.5) * 3.46; // unit variance x scale
+      }
+      if (dtype === 'bf16') {
+        for (let i = 0; i < m; i++) bf[i] = halves[2 * i + 1]!; // truncate f32 -> bf16 (high half, little-endian)
+        await file.write(new Uint8Array(bf.buffer, 0, m * 2));
+      } else {
+        await file.write(new Uint8Array(f.buffer, 0, m * 4));
+      }
+    }
+  }
+  await file.close();
+  const config = {
+    architectures: ['Qwen2ForCausalLM'],
+    model_type: 'qwen2',
+    hidden_size: s.hidden,
+    intermediate_size: s.inter,
+    num_hidden_layers: s.layers,
+    num_attention_heads: s.heads,
+    num_key_value_heads: s.kvHeads,
+    vocab_size: s.vocab,
+    max_position_embeddings: 32768,
+    rms_norm_eps: 1e-6,
+    rope_theta: 1000000.0,
+    tie_word_embeddings: true,
+    use_sliding_window: false,
+    sliding_window: 32768,
+    hidden_act: 'silu',
+    eos_token_id: 151643,
+  };
+  await writeFile(join(dir, 'config.json'), JSON.stringify(config, null, 2));
+}
+
+interface Measure {
+  tokensPerSec: number;
+  /** Tokens per CPU-second of this process (all threads): robust to other load on the machine. */
+  tokensPerCpuSec: number;
+  stepMs: number;
+  tsShare: number;
+  steps: number;
+}
+
+function sequences(batch: number, promptLen: number, vocab: number, blocksPerSeq: number): StepSequence[] {
+  return Array.from({ length: batch }, (_, b) => {
+    const tokenIds = Int32Array.from({ length: promptLen }, (_, i) => (b * 7919 + i * 104729) % vocab);
+    return {
+      seqId: b,
+      tokenIds,
+      startPos: 0,
+      blockTable: Int32Array.from({ length: blocksPerSeq }, (_, i) => b * blocksPerSeq + i),
+      sample: true,
+      sampling: { temperature: 0 },
+      history: tokenIds,
+      numPromptTokens: promptLen,
+      requestSeed: b,
+    };
+  });
+}
+
+async function timedStep(engine: NativeEngine, seqs: StepSequence[]): Promise<{ ms: number; cpuMs: number; tsMs: number; tokens: number[] }> {
+  const c0 = process.cpuUsage();
+  const t0 = performance.now();
+  const r = await engine.step({ sequences: seqs });
+  const ms = performance.now() - t0;
+  const c = process.cpuUsage(c0);
+  const t = engine.lastTiming;
+  return { ms, cpuMs: (c.user + c.system) / 1000, tsMs: t.marshalMs + t.unmarshalMs, tokens: r.sampled.map((s) => s.tokenId) };
+}
+
+async function run(engine: NativeEngine, batch: number, promptLen: number, decodeSteps: number): Promise<{ prefill: Measure; decode: Measure }> {
+  const blocksPerSeq = Math.ceil((promptLen + decodeSteps + 1) / engine.info.blockSize);
+  const seqs = sequences(batch, promptLen, engine.info.vocabSize, blocksPerSeq);
+  const pre = await timedStep(engine, seqs);
+  const prefill = { tokensPerSec: (batch * promptLen) / (pre.ms / 1000), tokensPerCpuSec: (batch * promptLen) / (pre.cpuMs / 1000), stepMs: pre.ms, tsShare: pre.tsMs / pre.ms, steps: 1 };
+  let last = pre.tokens;
+  let totalMs = 0;
+  let totalCpu = 0;
+  let totalTs = 0;
+  for (let i = 0; i < decodeSteps; i++) {
+    const step = seqs.map((s, b) => ({ ...s, tokenIds: Int32Array.of(last[b]!), startPos: promptLen + i }));
+    const r = await timedStep(engine, step);
+    totalMs += r.ms;
+    totalCpu += r.cpuMs;
+    totalTs += r.tsMs;
+    last = r.tokens;
+  }
+  const decode = { tokensPerSec: (batch * decodeSteps) / (totalMs / 1000), tokensPerCpuSec: (batch * decodeSteps) / (totalCpu / 1000), stepMs: totalMs / decodeSteps, tsShare: totalTs / totalMs, steps: decodeSteps };
+  return { prefill, decode };
+}
+
+async function main(): Promise<void> {
+  const threads = Number(args.threads);
+  const promptLen = Number(args.prompt);
+  const decodeSteps = Number(args['decode-steps']);
+  const dtype = args.dtype === 'f32' ? 'f32' : 'bf16';
+  let modelDir = args.model;
+  let tmp: string | undefined;
+  if (modelDir === undefined) {
+    tmp = await mkdtemp(join(tmpdir(), 'tandem-bench-05b-'));
+    modelDir = tmp;
+    const t0 = performance.now();
+    await writeRandomModel(modelDir, dtype);
+    console.error(`wrote random ${dtype} model to ${modelDir} in ${((performance.now() - t0) / 1000).toFixed(1)} s`);
+  }
+  try {
+    const t0 = performance.now();
+    const engine = await createNativeEngine({ modelDir, numBlocks: 8 * Math.ceil((promptLen + decodeSteps + 1) / 16) + 8, blockSize: 16, threads });
+    const loadSec = (performance.now() - t0) / 1000;
+    console.error(`loaded in ${loadSec.toFixed(1)} s (${engine.model.backend}, ${engine.model.threads} threads)`);
+    await engine.step({ sequences: sequences(1, 4, engine.info.vocabSize, 1) }); // warm-up
+    const results: Record<string, { prefill: Measure; decode: Measure }> = {};
+    for (const batch of [1, 8]) {
+      results[`batch${batch}`] = await run(engine, batch, promptLen, decodeSteps);
+      const r = results[`batch${batch}`]!;
+      console.error(
+        `batch ${batch}: prefill ${r.prefill.tokensPerSec.toFixed(1)} tok/s (${r.prefill.stepMs.toFixed(0)} ms), ` +
+          `decode ${r.decode.tokensPerSec.toFixed(2)} tok/s (${r.decode.stepMs.toFixed(0)} ms/step); per CPU-second: ` +
+          `prefill ${r.prefill.tokensPerCpuSec.toFixed(1)}, decode ${r.decode.tokensPerCpuSec.toFixed(2)}; ` +
+          `TS share prefill ${(100 * r.prefill.tsShare).toFixed(3)}% decode ${(100 * r.decode.tsShare).toFixed(3)}%`,
+      );
+    }
+    await engine.close();
+    const report = {
+      bench: 'native-cpu',
+      date: new Date().toISOString(),
+      machine: { cpu: cpus()[0]?.model ?? 'unknown', cores: availableParallelism(), loadAverage1m: loadavg()[0] },
+      model: { shape: 'Qwen2-0.5B', ...SHAPE, weightsDtype: dtype, computeDtype: 'f32' },
+      threads,
+      promptLen,
+      decodeSteps,
+      loadSeconds: loadSec,
+      results,
+    };
+    await mkdir(join(import.meta.dirname, 'results'), { recursive: true });
+    const out = join(import.meta.dirname, 'results', 'native-cpu-bench.json');
+    await writeFile(out, `${JSON.stringify(report, null, 2)}\n`);
+    console.log(JSON.stringify(report, null, 2));
+  } finally {
+    if (tmp !== undefined && !args['keep-model']) await rm(tmp, { recursive: true, force: true });
+  }
+}
+
+await main();

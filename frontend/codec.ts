@@ -1,0 +1,66 @@
+/**
+ * What the frontend needs from a model's tokenizer and chat template, as one narrow interface.
+ * frontend/preprocess/ implements the real thing (Hugging Face tokenizer.json, jinja chat
+ * template, incremental detokenizer); tests use small fakes. Codecs are loaded once per model
+ * and shared by every request for it.
+ */
+import type { ModelCard } from '../proto/wire.js';
+
+export interface ChatMessage {
+  role: string;
+  content: string;
+  name?: string;
+  tool_calls?: unknown[];
+  tool_call_id?: string;
+}
+
+export interface ChatRenderOptions {
+  addGenerationPrompt: boolean;
+  tools?: unknown[];
+  /** Extra template variables (OpenAI-compatible `chat_template_kwargs`). */
+  extra?: Record<string, unknown>;
+}
+
+export interface DetokenizerStep {
+  /** Text safe to emit now: whole UTF-8 characters, trimmed before a matched stop string. */
+  text: string;
+  /** A stop string matched; nothing after it is ever emitted. */
+  stopped: boolean;
+}
+
+/** Per-request incremental detokenizer. */
+export interface TextDetokenizer {
+  push(tokenIds: readonly number[]): DetokenizerStep;
+  /** End of stream: release held-back text (nothing is held after a stop). */
+  flush(): string;
+}
+
+export interface ModelCodec {
+  /** One past the largest valid token id, when known: token-id prompts are checked against it. */
+  readonly vocabSize?: number;
+  renderChat(messages: ChatMessage[], options: ChatRenderOptions): string;
+  encode(text: string, options: { addSpecialTokens: boolean }): number[];
+  /** The text of one token, for logprob entries. */
+  tokenText(tokenId: number): string;
+  createDetokenizer(options: { stop: readonly string[]; promptTokenIds?: readonly number[] }): TextDetokenizer;
+}
+
+export type CodecLoader = (card: ModelCard) => Promise<ModelCodec>;
+
+/** Loads each model's codec once; a failed load is retried by the next request. */
+export class CodecCache {
+  private readonly codecs = new Map<string, Promise<ModelCodec>>();
+
+  constructor(private readonly loader: CodecLoader) {}
+
+  get(card: ModelCard): Promise<ModelCodec> {
+    const key = `${card.name}\u0000${card.tokenizerSource}\u0000${card.chatTemplateSource}`;
+    let codec = this.codecs.get(key);
+    if (!codec) {
+      codec = this.loader(card);
+      this.codecs.set(key, codec);
+      codec.catch(() => this.codecs.delete(key));
+    }
+    return codec;
+  }
+}

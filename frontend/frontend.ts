@@ -1,0 +1,161 @@
+/**
+ * startFrontend: wires discovery (model watcher), worker clients, codecs, the routing selector,
+ * admission and metrics into the HTTP server, and returns {url, port, close()}.
+ */
+import type { AddressInfo } from 'node:net';
+import pino, { type Logger } from 'pino';
+import { Registry } from 'prom-client';
+import type { Discovery } from '../runtime/discovery/discovery.js';
+import { DEFAULT_NAMESPACE } from '../runtime/discovery/keys.js';
+import { AdmissionGate } from './admission.js';
+import { CodecCache, type CodecLoader } from './codec.js';
+import { createHttpServer } from './http/server.js';
+import { FrontendMetrics } from './metrics.js';
+import { ModelWatcher } from './model-watcher.js';
+import { GenerationPipeline } from './pipeline/generation.js';
+import { createSelector, type RouterMode, type WorkerSelector } from './routing.js';
+import { WorkerHealth } from './worker-health.js';
+import { runtimeConnector, type RuntimeLike, type WorkerConnector } from './worker-client.js';
+
+export interface FrontendRuntime extends RuntimeLike {
+  readonly discovery: Discovery;
+  readonly metrics?: Registry;
+  readonly logger?: Logger;
+}
+
+export interface FrontendOptions {
+  /** The process runtime; supplies discovery, worker clients, metrics registry and logger. */
+  runtime?: FrontendRuntime;
+  /** Overrides (tests): where model cards are watched, and how workers are reached. */
+  discovery?: Discovery;
+  connector?: WorkerConnector;
+  namespace?: string;
+  host?: string;
+  /** 0 = any free port. */
+  httpPort?: number;
+  routerMode?: RouterMode;
+  /** A selector to use instead of the built-in modes (the KV router plugs in here). */
+  selector?: WorkerSelector;
+  migrationLimit?: number;
+  maxInflightRequests?: number;
+  maxBodyBytes?: number;
+  retryAfterSeconds?: number;
+  /** How long a worker that failed with 'unavailable' is kept out of routing (ms). */
+  unavailableCooldownMs?: number;
+  /** How tokenizers and chat templates are loaded; default: frontend/preprocess (Hugging Face). */
+  codecLoader?: CodecLoader;
+  registry?: Registry;
+  logger?: Logger;
+}
+
+export interface FrontendHandle {
+  url: string;
+  port: number;
+  models: ModelWatcher;
+  metrics: FrontendMetrics;
+  admission: AdmissionGate;
+  close(): Promise<void>;
+}
+
+export const FRONTEND_DEFAULTS = {
+  httpPort: 8000,
+  host: '0.0.0.0',
+  routerMode: 'round-robin' as RouterMode,
+  migrationLimit: 3,
+  maxInflightRequests: 2048,
+  maxBodyBytes: 16 * 1024 * 1024,
+  retryAfterSeconds: 1,
+  unavailableCooldownMs: 5000,
+};
+
+export async function startFrontend(options: FrontendOptions): Promise<FrontendHandle> {
+  const namespace = options.namespace ?? DEFAULT_NAMESPACE;
+  const discovery = options.discovery ?? options.runtime?.discovery;
+  if (!discovery) throw new Error('startFrontend needs a runtime or a discovery');
+  const connector = options.connector ?? (options.runtime ? runtimeConnector(options.runtime, namespace) : undefined);
+  if (!connector) throw new Error('startFrontend needs a runtime or a worker connector');
+  const log = options.logger ?? options.runtime?.logger ?? pino({ level: 'silent' });
+  const registry = options.registry ?? options.runtime?.metrics ?? new Registry();
+  const selector = options.selector ?? createSelector(options.routerMode ?? FRONTEND_DEFAULTS.routerMode);
+  const codecLoader = options.codecLoader ?? (await defaultCodecLoader());
+
+  const models = await ModelWatcher.start(discovery, namespace, connector, log);
+  const created = new Map<string, number>();
+  const codecs = new CodecCache(codecLoader);
+  models.onChange((change) => {
+    if (change.type !== 'model_added') return;
+    if (!created.has(change.name)) created.set(change.name, Math.floor(Date.now() / 1000));
+    // Warm the tokenizer so the first request does not pay for loading it.
+    const card = models.model(change.name)?.primaryCard();
+    if (card) codecs.get(card).catch((err: unknown) => log.warn({ err, model: change.name }, 'could not load tokenizer'));
+  });
+  for (const name of models.names()) {
+    created.set(name, Math.floor(Date.now() / 1000));
+    const card = models.model(name)?.primaryCard();
+    if (card) codecs.get(card).catch((err: unknown) => log.warn({ err, model: name }, 'could not load tokenizer'));
+  }
+
+  const metrics = new FrontendMetrics(registry);
+  const admission = new AdmissionGate(options.maxInflightRequests ?? FRONTEND_DEFAULTS.maxInflightRequests);
+  const pipeline = new GenerationPipeline({
+    models,
+    codecs,
+    selector,
+    migrationLimit: options.migrationLimit ?? FRONTEND_DEFAULTS.migrationLimit,
+    health: new WorkerHealth(options.unavailableCooldownMs ?? FRONTEND_DEFAULTS.unavailableCooldownMs),
+    onMigrate: (model, from, generated, cause) => {
+      metrics.migrations.inc({ model });
+      log.warn({ model, from, generated, err: cause }, 'worker failed mid-stream: migrating request');
+    },
+  });
+  const server = createHttpServer({
+    pipeline,
+    gate: admission,
+    metrics,
+    models,
+    registry,
+    log,
+    maxBodyBytes: options.maxBodyBytes ?? FRONTEND_DEFAULTS.maxBodyBytes,
+    retryAfterSeconds: options.retryAfterSeconds ?? FRONTEND_DEFAULTS.retryAfterSeconds,
+    modelCreated: (name) => created.get(name) ?? Math.floor(Date.now() / 1000),
+  });
+  const host = options.host ?? FRONTEND_DEFAULTS.host;
+  await new Promise<void>((resolve, reject) => {
+    server.once('error', reject);
+    server.listen(options.httpPort ?? FRONTEND_DEFAULTS.httpPort, host, () => {
+      server.off('error', reject);
+      resolve();
+    });
+  });
+  const port = (server.address() as AddressInfo).port;
+  const urlHost = host === '0.0.0.0' || host === '::' ? '127.0.0.1' : host.includes(':') ? `[${host}]` : host;
+  const url = `http://${urlHost}:${port}`;
+  log.info({ url, routerMode: selector.mode, namespace }, 'frontend listening');
+
+  let closing: Promise<void> | undefined;
+  return {
+    url,
+    port,
+    models,
+    metrics,
+    admission,
+    close() {
+      closing ??= (async () => {
+        await new Promise<void>((resolve) => {
+          server.close(() => resolve());
+          server.closeIdleConnections();
+          // In-flight streams are cut: their worker streams are aborted by the close handlers.
+          setTimeout(() => server.closeAllConnections(), 1000).unref();
+        });
+        models.close();
+      })();
+      return closing;
+    },
+  };
+}
+
+/** frontend/preprocess is loaded lazily so the frontend core does not depend on it at import time. */
+async function defaultCodecLoader(): Promise<CodecLoader> {
+  const { hfCodecLoader } = await import('./hf-codec.js');
+  return hfCodecLoader;
+}

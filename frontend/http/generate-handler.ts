@@ -1,0 +1,112 @@
+/**
+ * POST /v1/chat/completions and POST /v1/completions: read → admit → validate → prepare →
+ * stream (SSE) or collect (unary). A client that disconnects aborts the request's signal, which
+ * cancels the worker stream. Errors before the first byte are OpenAI-shaped HTTP errors; errors
+ * after it are an SSE `error` frame followed by `[DONE]`.
+ */
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import type { Logger } from 'pino';
+import type { AdmissionGate } from '../admission.js';
+import { ApiError, errorBody, toApiError } from '../errors.js';
+import type { FrontendMetrics, ModelMetrics } from '../metrics.js';
+import { ChunkWriter, UnaryCollector } from '../openai/format.js';
+import { parseChatRequest, parseCompletionRequest } from '../openai/validate.js';
+import { DIRECT_ROUTE_HEADER, type GenerationPipeline, type PreparedGeneration } from '../pipeline/generation.js';
+import { readJsonBody } from './body.js';
+import { sendError } from './respond.js';
+import { SseWriter } from './sse.js';
+
+export interface GenerateContext {
+  pipeline: GenerationPipeline;
+  gate: AdmissionGate;
+  metrics: FrontendMetrics;
+  maxBodyBytes: number;
+  retryAfterSeconds: number;
+  log: Logger;
+}
+
+export type GenerateKind = 'chat' | 'completion';
+
+const UNKNOWN_MODEL_LABEL = '_unknown';
+
+export async function handleGenerate(ctx: GenerateContext, kind: GenerateKind, req: IncomingMessage, res: ServerResponse): Promise<void> {
+  const startedAt = performance.now();
+  const endpoint = kind === 'chat' ? 'chat_completions' : 'completions';
+  const controller = new AbortController();
+  const onClose = () => {
+    if (!res.writableFinished) controller.abort();
+  };
+  res.on('close', onClose);
+  let modelLabel = UNKNOWN_MODEL_LABEL;
+  let status = 200;
+  let admitted = false;
+  let modelMetrics: ModelMetrics | undefined;
+  try {
+    const body = await readJsonBody(req, ctx.maxBodyBytes);
+    if (!ctx.gate.tryAdmit()) {
+      ctx.metrics.rejected.inc({ reason: 'max_inflight' });
+      throw new ApiError('overloaded', `the frontend is at its limit of ${ctx.gate.maxInflight} requests in flight; retry later`);
+    }
+    admitted = true;
+    const input = kind === 'chat' ? parseChatRequest(body) : parseCompletionRequest(body);
+    const model = ctx.pipeline.model(input.model);
+    modelLabel = model.name;
+    modelMetrics = ctx.metrics.forModel(model.name);
+    modelMetrics.inflight.inc();
+    const header = req.headers[DIRECT_ROUTE_HEADER];
+    const prepared = await ctx.pipeline.prepare(input, Array.isArray(header) ? header[0] : header, startedAt);
+    if (input.stream) await streamResponse(ctx, prepared, res, controller.signal, modelMetrics);
+    else await unaryResponse(ctx, prepared, res, controller.signal, modelMetrics);
+    if (controller.signal.aborted) status = 499;
+  } catch (err) {
+    const apiError = toApiError(err);
+    status = controller.signal.aborted ? 499 : apiError.status;
+    if (status >= 500 && status !== 503) ctx.log.error({ err, cause: apiError.cause }, 'request failed');
+    else ctx.log.debug({ code: apiError.code, message: apiError.message }, 'request rejected');
+    if (!res.headersSent) sendError(res, apiError, ctx.retryAfterSeconds);
+    else if (!res.writableEnded && !res.destroyed) res.end(`data: ${JSON.stringify(errorBody(apiError))}\n\ndata: [DONE]\n\n`);
+  } finally {
+    res.off('close', onClose);
+    // Whatever happened, the worker stream must not outlive the HTTP exchange.
+    if (!controller.signal.aborted) controller.abort();
+    if (admitted) ctx.gate.release();
+    if (modelMetrics) {
+      modelMetrics.inflight.dec();
+      modelMetrics.duration.observe((performance.now() - startedAt) / 1000);
+    }
+    ctx.metrics.requests.inc({ model: modelLabel, endpoint, status: String(status) });
+  }
+}
+
+async function streamResponse(ctx: GenerateContext, prepared: PreparedGeneration, res: ServerResponse, signal: AbortSignal, metrics: ModelMetrics): Promise<void> {
+  const sse = new SseWriter(res);
+  const chunks = new ChunkWriter(prepared);
+  sse.open({ 'x-request-id': prepared.id, [DIRECT_ROUTE_HEADER]: prepared.firstInstance });
+  const role = chunks.roleChunk();
+  if (role) await sse.send(role);
+  for await (const event of ctx.pipeline.run(prepared, signal, metrics)) {
+    if (sse.closed) return;
+    if (event.type === 'delta') {
+      await sse.send(chunks.delta(event.text, event.logprobs));
+    } else {
+      await sse.send(chunks.finish(event.finishReason));
+      if (prepared.input.includeUsage) await sse.send(chunks.usage(event.usage));
+    }
+  }
+  sse.done();
+}
+
+async function unaryResponse(ctx: GenerateContext, prepared: PreparedGeneration, res: ServerResponse, signal: AbortSignal, metrics: ModelMetrics): Promise<void> {
+  const collector = new UnaryCollector(prepared);
+  for await (const event of ctx.pipeline.run(prepared, signal, metrics)) {
+    if (event.type === 'delta') {
+      collector.add(event.text, event.logprobs);
+      continue;
+    }
+    if (res.destroyed) return;
+    const json = JSON.stringify(collector.body(event.finishReason, event.usage));
+    res.writeHead(200, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(json), 'x-request-id': prepared.id, [DIRECT_ROUTE_HEADER]: prepared.firstInstance });
+    res.end(json);
+    return;
+  }
+}

@@ -1,0 +1,18 @@
+/** Small response helpers shared by the HTTP handlers. */
+import type { ServerResponse } from 'node:http';
+import { ApiError, errorBody, isRetryable } from '../errors.js';
+
+export function sendJson(res: ServerResponse, status: number, body: unknown, headers: Record<string, string> = {}): void {
+  const json = JSON.stringify(body);
+  res.writeHead(status, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(json), ...headers });
+  res.end(json);
+}
+
+export function sendError(res: ServerResponse, err: ApiError, retryAfterSeconds: number): void {
+  if (res.destroyed || res.writableEnded) return;
+  const headers: Record<string, string> = {};
+  if (isRetryable(err)) headers['retry-after'] = String(retryAfterSeconds);
+  // After a refused body we may not have read the rest of the upload: do not reuse the socket.
+  if (err.code === 'body_too_large') headers.connection = 'close';
+  sendJson(res, err.status, errorBody(err), headers);
+}

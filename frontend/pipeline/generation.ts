@@ -1,0 +1,215 @@
+/**
+ * The request pipeline for one generation request:
+ *   prepare: model lookup → chat template + tokenize → context check → route (first instance)
+ *   run:     worker deltas (with migration) → stop token ids → incremental detokenize with stop
+ *            strings → text events, then one finish event with usage.
+ * Everything that can fail as a clean HTTP status fails in prepare, before any byte is sent.
+ */
+import { randomUUID } from 'node:crypto';
+import type { InstanceId, PreprocessedRequest, TokenLogprob } from '../../proto/wire.js';
+import { parseInstanceId } from '../../runtime/discovery/keys.js';
+import type { CodecCache, ModelCodec } from '../codec.js';
+import { ApiError, badRequest } from '../errors.js';
+import type { ModelMetrics } from '../metrics.js';
+import type { ModelWatcher, ServedModel } from '../model-watcher.js';
+import type { GenerationRequest } from '../openai/validate.js';
+import type { WorkerSelector } from '../routing.js';
+import type { WorkerHealth } from '../worker-health.js';
+import { selectInstance, streamWithMigration } from './migration.js';
+
+export type OpenAiFinishReason = 'stop' | 'length';
+
+export interface Usage {
+  promptTokens: number;
+  completionTokens: number;
+  cachedTokens: number;
+}
+
+export type GenerationEvent =
+  | { type: 'delta'; text: string; tokenIds: readonly number[]; logprobs: TokenLogprob[] | undefined }
+  | { type: 'finish'; finishReason: OpenAiFinishReason; usage: Usage };
+
+export interface PreparedGeneration {
+  id: string;
+  created: number;
+  input: GenerationRequest;
+  model: ServedModel;
+  codec: ModelCodec;
+  request: PreprocessedRequest;
+  firstInstance: InstanceId;
+  pinned: boolean;
+  /** performance.now() at arrival, for TTFT and duration. */
+  startedAt: number;
+}
+
+export interface PipelineConfig {
+  models: ModelWatcher;
+  codecs: CodecCache;
+  selector: WorkerSelector;
+  migrationLimit: number;
+  /** Keeps workers that just failed out of routing for a while. */
+  health?: WorkerHealth;
+  onMigrate?: (model: string, from: InstanceId, generated: number, cause: unknown) => void;
+}
+
+export const DIRECT_ROUTE_HEADER = 'x-worker-instance-id';
+
+export class GenerationPipeline {
+  constructor(private readonly config: PipelineConfig) {}
+
+  /** Model lookup only: lets the HTTP layer label metrics before the heavier work. */
+  model(name: string): ServedModel {
+    const model = this.config.models.model(name);
+    if (!model) throw new ApiError('model_not_found', `The model '${name}' does not exist`, 'model');
+    return model;
+  }
+
+  async prepare(input: GenerationRequest, directHeader: string | undefined, startedAt: number): Promise<PreparedGeneration> {
+    const model = this.model(input.model);
+    const card = model.primaryCard();
+    if (!card) throw new ApiError('model_not_found', `The model '${input.model}' does not exist`, 'model');
+    const codec = await this.config.codecs.get(card);
+    const tokenIds = this.tokenize(input, codec);
+    if (tokenIds.length === 0) throw badRequest('the prompt is empty after tokenization', input.kind === 'chat' ? 'messages' : 'prompt');
+    const contextLength = model.contextLength();
+    const maxTokens = input.maxTokens ?? contextLength - tokenIds.length;
+    if (tokenIds.length + Math.max(1, maxTokens) > contextLength) {
+      throw new ApiError(
+        'context_length_exceeded',
+        `This model's maximum context length is ${contextLength} tokens. However, you requested ` +
+          `${tokenIds.length + Math.max(1, maxTokens)} tokens (${tokenIds.length} in the ` +
+          `${input.kind === 'chat' ? 'messages' : 'prompt'}, ${Math.max(1, maxTokens)} in the completion). ` +
+          'Please reduce the length of the prompt or the completion.',
+        input.maxTokens !== undefined ? 'max_tokens' : input.kind === 'chat' ? 'messages' : 'prompt',
+      );
+    }
+    const stopTokenIds = input.ignoreEos ? input.stopTokenIds : [...new Set([...card.eosTokenIds, ...input.stopTokenIds])];
+    const id = `${input.kind === 'chat' ? 'chatcmpl' : 'cmpl'}-${randomUUID().replace(/-/g, '')}`;
+    const request: PreprocessedRequest = {
+      requestId: id,
+      model: input.model,
+      tokenIds,
+      sampling: input.sampling,
+      stop: { maxTokens, stopTokenIds, ignoreEos: input.ignoreEos, ...(input.minTokens !== undefined ? { minTokens: input.minTokens } : {}) },
+    };
+    if (input.logprobs !== undefined) request.logprobs = input.logprobs;
+
+    const selector = this.config.selector;
+    let firstInstance: InstanceId;
+    let pinned = false;
+    if (directHeader !== undefined) {
+      const wanted = parseInstanceId(directHeader);
+      if (wanted === undefined) throw badRequest(`header ${DIRECT_ROUTE_HEADER} must be a hex instance id`, DIRECT_ROUTE_HEADER);
+      if (!model.candidates().includes(wanted)) {
+        throw new ApiError('instance_not_found', `instance ${wanted} does not serve model '${model.name}'`, DIRECT_ROUTE_HEADER);
+      }
+      firstInstance = wanted;
+      pinned = true;
+    } else if (selector.mode === 'direct') {
+      throw badRequest(`router mode 'direct' needs the ${DIRECT_ROUTE_HEADER} header`, DIRECT_ROUTE_HEADER);
+    } else {
+      firstInstance = await selectInstance(model, selector, { model: model.name, request }, undefined, this.config.health);
+    }
+    return { id, created: Math.floor(Date.now() / 1000), input, model, codec, request, firstInstance, pinned, startedAt };
+  }
+
+  private tokenize(input: GenerationRequest, codec: ModelCodec): number[] {
+    if (input.kind === 'completion') {
+      if (typeof input.prompt === 'string') return codec.encode(input.prompt, { addSpecialTokens: true });
+      const vocab = codec.vocabSize;
+      if (vocab !== undefined) {
+        for (const id of input.prompt) {
+          if (id >= vocab) throw badRequest(`token id ${id} is outside the vocabulary (size ${vocab})`, 'prompt');
+        }
+      }
+      return input.prompt;
+    }
+    let text: string;
+    try {
+      text = codec.renderChat(input.messages, {
+        addGenerationPrompt: input.addGenerationPrompt,
+        ...(input.tools ? { tools: input.tools } : {}),
+        ...(input.templateKwargs ? { extra: input.templateKwargs } : {}),
+      });
+    } catch (err) {
+      if (err instanceof ApiError) throw err;
+      throw badRequest(`could not apply the chat template: ${(err as Error).message}`, 'messages');
+    }
+    // The template already holds BOS and role markers; adding special tokens again doubles BOS.
+    return codec.encode(text, { addSpecialTokens: false });
+  }
+
+  /** Stream text events. Aborting `signal` cancels the worker stream. */
+  async *run(prepared: PreparedGeneration, signal: AbortSignal, metrics?: ModelMetrics): AsyncGenerator<GenerationEvent> {
+    const { input, request } = prepared;
+    const maxTokens = request.stop.maxTokens;
+    const minTokens = request.stop.minTokens ?? 0;
+    // With ignore_eos the list holds only the request's own stop_token_ids (see prepare).
+    const stopIds = new Set(request.stop.stopTokenIds);
+    const detokenizer = prepared.codec.createDetokenizer({ stop: input.stop, promptTokenIds: request.tokenIds });
+    const deltas = streamWithMigration(
+      {
+        model: prepared.model,
+        selector: this.config.selector,
+        request,
+        firstInstance: prepared.firstInstance,
+        pinned: prepared.pinned,
+        migrationLimit: this.config.migrationLimit,
+        ...(this.config.health ? { health: this.config.health } : {}),
+        onMigrate: (from, generated, cause) => this.config.onMigrate?.(prepared.model.name, from, generated, cause),
+      },
+      signal,
+    );
+    let completionTokens = 0;
+    let cachedTokens = 0;
+    let lastTokenAt = 0;
+    for await (const delta of deltas) {
+      if (delta.usage) cachedTokens = delta.usage.cachedTokens;
+      const ids = delta.tokenIds;
+      let finish: OpenAiFinishReason | undefined;
+      let textEnd = ids.length;
+      let used = ids.length;
+      for (let i = 0; i < ids.length; i++) {
+        completionTokens += 1;
+        if (stopIds.has(ids[i]!) && completionTokens > minTokens) {
+          // The stop token counts as generated but is never printed.
+          textEnd = i;
+          used = i + 1;
+          finish = 'stop';
+          break;
+        }
+        if (completionTokens >= maxTokens) {
+          textEnd = used = i + 1;
+          finish = 'length';
+          break;
+        }
+      }
+      if (used > 0 && metrics) {
+        const now = performance.now();
+        if (lastTokenAt === 0) metrics.ttft.observe((now - prepared.startedAt) / 1000);
+        else for (let i = 0; i < used; i++) metrics.itl.observe((now - lastTokenAt) / 1000 / used);
+        lastTokenAt = now;
+      }
+      const step = detokenizer.push(textEnd === ids.length ? ids : ids.slice(0, textEnd));
+      let text = step.text;
+      if (step.stopped) finish = 'stop';
+      else if (finish === undefined && delta.finishReason !== undefined) finish = delta.finishReason === 'length' ? 'length' : 'stop';
+      if (finish !== undefined && !step.stopped) text += detokenizer.flush();
+      const logprobs = delta.logprobs && used < delta.logprobs.length ? delta.logprobs.slice(0, used) : delta.logprobs;
+      if (text.length > 0 || (logprobs !== undefined && logprobs.length > 0)) {
+        yield { type: 'delta', text, tokenIds: used === ids.length ? ids : ids.slice(0, used), logprobs };
+      }
+      if (finish !== undefined) {
+        const usage: Usage = { promptTokens: request.tokenIds.length, completionTokens, cachedTokens: Math.min(cachedTokens, request.tokenIds.length) };
+        if (metrics) {
+          metrics.isl.observe(usage.promptTokens);
+          metrics.osl.observe(completionTokens);
+          metrics.kvHitRate.observe(usage.promptTokens > 0 ? usage.cachedTokens / usage.promptTokens : 0);
+        }
+        yield { type: 'finish', finishReason: finish, usage };
+        return;
+      }
+    }
+    if (!signal.aborted) throw new ApiError('internal', 'worker stream ended without a finish reason');
+  }
+}

@@ -1,0 +1,108 @@
+/**
+ * Routing plus migration for one request. The first instance is chosen up front (so "no
+ * workers" is an HTTP 503, not a broken stream); if that worker dies mid-stream ('unavailable',
+ * a stream that ends without a finish reason, or a cancel we did not ask for), the request is
+ * re-sent to another instance with the tokens generated so far appended to the prompt and
+ * max_tokens reduced. The consumer sees one uninterrupted stream of deltas. The request id is
+ * kept, so a worker that derives its sampling seed from it continues the same sequence.
+ */
+import type { InstanceId, PreprocessedRequest, TokenDelta } from '../../proto/wire.js';
+import { NoInstancesError, TandemError, UnavailableError } from '../../runtime/errors.js';
+import type { ServedModel } from '../model-watcher.js';
+import type { RouteRequest, WorkerSelector } from '../routing.js';
+import type { WorkerHealth } from '../worker-health.js';
+
+export interface MigrationPlan {
+  model: ServedModel;
+  selector: WorkerSelector;
+  request: PreprocessedRequest;
+  firstInstance: InstanceId;
+  /** Direct routing names one instance: there is nowhere to migrate to. */
+  pinned: boolean;
+  migrationLimit: number;
+  health?: WorkerHealth;
+  onMigrate?: (from: InstanceId, generated: number, cause: unknown) => void;
+}
+
+/** Choose an instance among the model's candidates, skipping `excluded`. */
+export async function selectInstance(
+  model: ServedModel,
+  selector: WorkerSelector,
+  route: RouteRequest,
+  excluded?: ReadonlySet<InstanceId>,
+  health?: WorkerHealth,
+): Promise<InstanceId> {
+  let candidates = model.candidates();
+  if (excluded && excluded.size > 0) candidates = candidates.filter((id) => !excluded.has(id));
+  if (health) candidates = health.filter(candidates, Date.now());
+  if (candidates.length === 0) throw new NoInstancesError(`no workers available for model '${model.name}'`);
+  const picked = await selector.select(route, candidates);
+  if (picked === undefined) throw new NoInstancesError(`no worker can take a request for model '${model.name}' now`);
+  return picked;
+}
+
+function isMigratable(err: unknown): boolean {
+  return err instanceof TandemError ? err.code === 'unavailable' : (err as { code?: unknown } | null)?.code === 'unavailable';
+}
+
+export async function* streamWithMigration(plan: MigrationPlan, signal: AbortSignal): AsyncGenerator<TokenDelta> {
+  const base = plan.request;
+  const generated: number[] = [];
+  const failed = new Set<InstanceId>();
+  let instanceId = plan.firstInstance;
+  let migrations = 0;
+  for (;;) {
+    const request: PreprocessedRequest =
+      migrations === 0
+        ? base
+        : {
+            ...base,
+            tokenIds: base.tokenIds.concat(generated),
+            stop: { ...base.stop, maxTokens: base.stop.maxTokens - generated.length, ...(base.stop.minTokens !== undefined ? { minTokens: Math.max(0, base.stop.minTokens - generated.length) } : {}) },
+            numPriorOutputTokens: (base.numPriorOutputTokens ?? 0) + generated.length,
+          };
+    const route: RouteRequest = { model: plan.model.name, request };
+    const attempt = instanceId;
+    plan.selector.onRouted?.(route, attempt);
+    let sawToken = false;
+    try {
+      for await (const delta of plan.model.generate(request, attempt, signal)) {
+        if (!sawToken && delta.tokenIds.length > 0) {
+          sawToken = true;
+          plan.selector.onFirstToken?.(route, attempt);
+        }
+        for (let i = 0; i < delta.tokenIds.length; i++) generated.push(delta.tokenIds[i]!);
+        const failedHere = delta.finishReason === 'error' || (delta.finishReason === 'cancelled' && !signal.aborted);
+        if (failedHere) {
+          // Tokens that came with the failure are real output: pass them on before moving.
+          if (delta.tokenIds.length > 0) yield { ...delta, finishReason: undefined } as TokenDelta;
+          if (delta.finishReason === 'error') throw new TandemError('internal', `worker ${attempt} failed the request`);
+          throw new UnavailableError(`worker ${attempt} cancelled the stream`);
+        }
+        yield delta;
+        if (delta.finishReason) return;
+      }
+      if (signal.aborted) return;
+      throw new UnavailableError(`worker ${attempt} ended the stream without finishing`);
+    } catch (err) {
+      if (signal.aborted || !isMigratable(err)) throw err;
+      plan.health?.markDown(attempt, Date.now());
+      if (plan.pinned || migrations >= plan.migrationLimit) throw err;
+      failed.add(attempt);
+      migrations += 1;
+      plan.onMigrate?.(attempt, generated.length, err);
+      if (generated.length >= base.stop.maxTokens) {
+        yield { tokenIds: [], finishReason: 'length' };
+        return;
+      }
+      // The cause matters more than "no other worker": keep it when there is nowhere to go.
+      try {
+        instanceId = await selectInstance(plan.model, plan.selector, { model: plan.model.name, request: base }, failed, plan.health);
+      } catch {
+        throw err;
+      }
+    } finally {
+      plan.selector.onFinished?.(route, attempt);
+    }
+  }
+}

@@ -1,0 +1,16 @@
+/** Public surface of native/: the addon loader, its flat step layout, and typed errors. */
+export {
+  loadAddon,
+  isNativeBuilt,
+  addonCandidates,
+  SEQ_META_STRIDE,
+  SeqMeta,
+  SAMPLING_STRIDE,
+  SamplingField,
+  type NativeAddon,
+  type RawEngineHandle,
+  type RawEngineInfo,
+  type RawStepResult,
+  type LoadEngineOptions,
+} from './lib/binding.js';
+export { NativeEngineError, NativeUnavailableError, fromNativeError } from './lib/errors.js';

@@ -1,0 +1,135 @@
+/**
+ * The raw N-API surface of tandem_native.node and its loader. Arrays cross as flat typed
+ * arrays (layouts below), never per-token objects; the addon copies them synchronously, so a
+ * caller may reuse its buffers as soon as step() returns its promise.
+ */
+import { existsSync } from 'node:fs';
+import { createRequire } from 'node:module';
+import { dirname, join, resolve } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { NativeUnavailableError } from './errors.js';
+
+/** Int32 fields per sequence in `seqMeta`. */
+export const SEQ_META_STRIDE = 9;
+export const SeqMeta = {
+  numTokens: 0,
+  startPos: 1,
+  blockOffset: 2,
+  numBlocks: 3,
+  sample: 4,
+  /** -1: no logprobs; 0: the sampled token's only; n: plus n top alternatives. */
+  topLogprobs: 5,
+  historyOffset: 6,
+  historyLen: 7,
+  numPrompt: 8,
+} as const;
+
+/** Float64 fields per sequence in `sampling`. */
+export const SAMPLING_STRIDE = 8;
+export const SamplingField = {
+  temperature: 0,
+  topP: 1,
+  topK: 2,
+  minP: 3,
+  presencePenalty: 4,
+  frequencyPenalty: 5,
+  repetitionPenalty: 6,
+  seed: 7,
+} as const;
+
+export interface LoadEngineOptions {
+  modelDir: string;
+  device?: string;
+  numBlocks?: number;
+  memoryBudgetBytes?: number;
+  blockSize?: number;
+  threads?: number;
+}
+
+export interface RawEngineInfo {
+  architecture: string;
+  vocabSize: number;
+  hiddenSize: number;
+  numLayers: number;
+  numHeads: number;
+  numKvHeads: number;
+  headDim: number;
+  maxPositionEmbeddings: number;
+  eosTokenIds: number[];
+  kvBytesPerToken: number;
+  kvBytesPerBlock: number;
+  numBlocks: number;
+  blockSize: number;
+  kvLayout: string;
+  backend: string;
+  threads: number;
+}
+
+export interface RawStepResult {
+  /** One per sequence with sample=1, in batch order. */
+  tokens: Int32Array;
+  /** NaN where logprobs were not asked. */
+  logprobs: Float32Array;
+  /** Row width of topIds/topLogprobs (max asked this step); rows padded with -1 / NaN. */
+  topStride: number;
+  topIds: Int32Array;
+  topLogprobs: Float32Array;
+  /** [sampled][vocab], only when returnLogits was set. */
+  logits?: Float32Array;
+}
+
+export interface RawEngineHandle {
+  info(): RawEngineInfo;
+  step(
+    tokens: Int32Array,
+    seqMeta: Int32Array,
+    blockTables: Int32Array,
+    history: Int32Array,
+    sampling: Float64Array,
+    returnLogits?: boolean,
+  ): Promise<RawStepResult>;
+  /** Frees the engine (after any step in flight finishes). */
+  close(): void;
+}
+
+export interface NativeAddon {
+  loadEngine(options: LoadEngineOptions): Promise<RawEngineHandle>;
+  backends(): string[];
+  kvLayout: string;
+}
+
+let cached: NativeAddon | undefined;
+
+/** Where the addon may live: $TANDEM_NATIVE_ADDON, then native/build/{Release,Debug}. */
+export function addonCandidates(): string[] {
+  const here = dirname(fileURLToPath(import.meta.url));
+  // Source checkout: native/lib -> native/build. Compiled: dist/native/lib -> <root>/native/build.
+  const roots = [resolve(here, '..'), resolve(here, '../../../native')];
+  const out: string[] = [];
+  if (process.env.TANDEM_NATIVE_ADDON) out.push(resolve(process.env.TANDEM_NATIVE_ADDON));
+  for (const root of roots) {
+    out.push(join(root, 'build/Release/tandem_native.node'), join(root, 'build/Debug/tandem_native.node'));
+  }
+  return out;
+}
+
+export function isNativeBuilt(): boolean {
+  return addonCandidates().some((p) => existsSync(p));
+}
+
+/** Loads the addon once; NativeUnavailableError when it is not built. */
+export function loadAddon(): NativeAddon {
+  if (cached !== undefined) return cached;
+  const path = addonCandidates().find((p) => existsSync(p));
+  if (path === undefined) {
+    throw new NativeUnavailableError(
+      'the native engine is not built: run `npm run build:native` (needs a C++ compiler and cmake)',
+    );
+  }
+  try {
+    cached = createRequire(import.meta.url)(path) as NativeAddon;
+  } catch (err) {
+    throw new NativeUnavailableError(`cannot load ${path}: ${(err as Error).message}`, { cause: err });
+  }
+  return cached;
+}

@@ -1,0 +1,299 @@
+// N-API binding: converts arguments and queues work, nothing more. loadEngine and step run
+// on libuv worker threads (Napi::AsyncWorker) and settle Promises; errors carry the
+// NativeError code as `err.code`. A step keeps the Engine alive through a shared_ptr, so
+// close() during a step frees the engine when that step finishes.
+#include <napi.h>
+
+#include <cmath>
+#include <cstring>
+#include <memory>
+#include <string>
+
+#include "../core/engine.h"
+#include "../core/error.h"
+
+namespace tandem {
+namespace {
+
+constexpr int kSeqMetaStride = 9;
+constexpr int kSamplingStride = 8;
+
+struct AddonData {
+  Napi::FunctionReference engine_ctor;
+};
+
+Napi::Error make_error(Napi::Env env, const std::string& code, const std::string& message) {
+  Napi::Error err = Napi::Error::New(env, message);
+  err.Set("code", Napi::String::New(env, code));
+  return err;
+}
+
+template <typename T, typename Vec>
+Napi::Value to_typed(Napi::Env env, const Vec& v) {
+  Napi::ArrayBuffer buf = Napi::ArrayBuffer::New(env, v.size() * sizeof(T));
+  if (!v.empty()) std::memcpy(buf.Data(), v.data(), v.size() * sizeof(T));
+  if constexpr (std::is_same_v<T, float>) {
+    return Napi::Float32Array::New(env, v.size(), buf, 0);
+  } else {
+    return Napi::Int32Array::New(env, v.size(), buf, 0);
+  }
+}
+
+// Runs fn on a worker thread, translating NativeError into a rejected promise with a code.
+class PromiseWorker : public Napi::AsyncWorker {
+ public:
+  explicit PromiseWorker(Napi::Env env) : Napi::AsyncWorker(env), deferred_(Napi::Promise::Deferred::New(env)) {}
+  Napi::Promise promise() { return deferred_.Promise(); }
+
+ protected:
+  virtual void run() = 0;
+  virtual Napi::Value result(Napi::Env env) = 0;
+
+  void Execute() override {
+    try {
+      run();
+    } catch (const NativeError& e) {
+      failed_ = true;
+      code_ = e.code_name();
+      message_ = e.what();
+    } catch (const std::bad_alloc&) {
+      failed_ = true;
+      code_ = "resource_exhausted";
+      message_ = "out of host memory";
+    } catch (const std::exception& e) {
+      failed_ = true;
+      code_ = "internal";
+      message_ = e.what();
+    }
+  }
+  void OnOK() override {
+    Napi::Env env = Env();
+    Napi::HandleScope scope(env);
+    if (failed_) {
+      deferred_.Reject(make_error(env, code_, message_).Value());
+      return;
+    }
+    try {
+      deferred_.Resolve(result(env));
+    } catch (const Napi::Error& e) {
+      deferred_.Reject(e.Value());
+    }
+  }
+
+ private:
+  Napi::Promise::Deferred deferred_;
+  bool failed_ = false;
+  std::string code_;
+  std::string message_;
+};
+
+class EngineHandle : public Napi::ObjectWrap<EngineHandle> {
+ public:
+  static Napi::Function define(Napi::Env env) {
+    return DefineClass(env, "NativeEngineHandle",
+                       {InstanceMethod<&EngineHandle::info>("info"), InstanceMethod<&EngineHandle::step>("step"),
+                        InstanceMethod<&EngineHandle::close>("close")});
+  }
+
+  explicit EngineHandle(const Napi::CallbackInfo& info) : Napi::ObjectWrap<EngineHandle>(info) {
+    if (info.Length() != 1 || !info[0].IsExternal()) {
+      throw make_error(info.Env(), "invalid_argument", "use loadEngine() to create an engine");
+    }
+    auto* holder = info[0].As<Napi::External<std::shared_ptr<Engine>>>().Data();
+    engine_ = *holder;
+  }
+
+ private:
+  std::shared_ptr<Engine> require_open(Napi::Env env) {
+    if (!engine_) throw make_error(env, "unavailable", "native engine is closed");
+    return engine_;
+  }
+
+  Napi::Value info(const Napi::CallbackInfo& info) {
+    Napi::Env env = info.Env();
+    auto engine = require_open(env);
+    const ModelConfig& c = engine->config();
+    const KvLayout& kv = engine->kv_layout();
+    Napi::Object o = Napi::Object::New(env);
+    o.Set("architecture", c.architecture);
+    o.Set("vocabSize", Napi::Number::New(env, static_cast<double>(c.vocab_size)));
+    o.Set("hiddenSize", Napi::Number::New(env, static_cast<double>(c.hidden_size)));
+    o.Set("numLayers", Napi::Number::New(env, static_cast<double>(c.num_layers)));
+    o.Set("numHeads", Napi::Number::New(env, static_cast<double>(c.num_heads)));
+    o.Set("numKvHeads", Napi::Number::New(env, static_cast<double>(c.num_kv_heads)));
+    o.Set("headDim", Napi::Number::New(env, static_cast<double>(c.head_dim)));
+    o.Set("maxPositionEmbeddings", Napi::Number::New(env, static_cast<double>(c.max_position_embeddings)));
+    Napi::Array eos = Napi::Array::New(env, c.eos_token_ids.size());
+    for (size_t i = 0; i < c.eos_token_ids.size(); ++i) eos.Set(static_cast<uint32_t>(i), static_cast<double>(c.eos_token_ids[i]));
+    o.Set("eosTokenIds", eos);
+    o.Set("kvBytesPerToken", Napi::Number::New(env, static_cast<double>(kv.bytes_per_token())));
+    o.Set("kvBytesPerBlock", Napi::Number::New(env, static_cast<double>(kv.bytes_per_block())));
+    o.Set("numBlocks", Napi::Number::New(env, static_cast<double>(kv.num_blocks)));
+    o.Set("blockSize", Napi::Number::New(env, static_cast<double>(kv.block_size)));
+    o.Set("kvLayout", kKvLayoutName);
+    o.Set("backend", engine->backend_name());
+    o.Set("threads", Napi::Number::New(env, engine->num_threads()));
+    return o;
+  }
+
+  Napi::Value step(const Napi::CallbackInfo& info) {
+    Napi::Env env = info.Env();
+    auto engine = require_open(env);
+    if (info.Length() < 5 || !info[0].IsTypedArray() || !info[1].IsTypedArray() || !info[2].IsTypedArray() ||
+        !info[3].IsTypedArray() || !info[4].IsTypedArray()) {
+      throw make_error(env, "invalid_argument",
+                       "step(tokens: Int32Array, seqMeta: Int32Array, blockTables: Int32Array, history: "
+                       "Int32Array, sampling: Float64Array, returnLogits?: boolean)");
+    }
+    auto tokens = info[0].As<Napi::Int32Array>();
+    auto meta = info[1].As<Napi::Int32Array>();
+    auto tables = info[2].As<Napi::Int32Array>();
+    auto history = info[3].As<Napi::Int32Array>();
+    auto sampling = info[4].As<Napi::Float64Array>();
+    if (tokens.TypedArrayType() != napi_int32_array || meta.TypedArrayType() != napi_int32_array ||
+        tables.TypedArrayType() != napi_int32_array || history.TypedArrayType() != napi_int32_array ||
+        sampling.TypedArrayType() != napi_float64_array) {
+      throw make_error(env, "invalid_argument", "step: wrong typed-array kinds");
+    }
+    const size_t num_seqs = meta.ElementLength() / kSeqMetaStride;
+    if (meta.ElementLength() % kSeqMetaStride != 0 || sampling.ElementLength() != num_seqs * kSamplingStride) {
+      throw make_error(env, "invalid_argument", "step: seqMeta/sampling lengths do not match");
+    }
+    // Copy on the JS thread: the caller may reuse its buffers as soon as step() returns.
+    auto input = std::make_shared<StepInput>();
+    input->tokens.assign(tokens.Data(), tokens.Data() + tokens.ElementLength());
+    input->block_tables.assign(tables.Data(), tables.Data() + tables.ElementLength());
+    input->history.assign(history.Data(), history.Data() + history.ElementLength());
+    input->return_logits = info.Length() > 5 && info[5].ToBoolean().Value();
+    input->seqs.resize(num_seqs);
+    int32_t token_offset = 0;
+    for (size_t i = 0; i < num_seqs; ++i) {
+      const int32_t* m = meta.Data() + i * kSeqMetaStride;
+      const double* sp = sampling.Data() + i * kSamplingStride;
+      SeqInput& s = input->seqs[i];
+      s.token_offset = token_offset;
+      s.num_tokens = m[0];
+      token_offset += m[0];
+      s.start_pos = m[1];
+      s.block_offset = m[2];
+      s.num_blocks = m[3];
+      s.sample = m[4] != 0;
+      s.num_top_logprobs = m[5];
+      s.history_offset = m[6];
+      s.history_len = m[7];
+      s.num_prompt = m[8];
+      s.sampling.temperature = static_cast<float>(sp[0]);
+      s.sampling.top_p = static_cast<float>(sp[1]);
+      s.sampling.top_k = static_cast<int32_t>(sp[2]);
+      s.sampling.min_p = static_cast<float>(sp[3]);
+      s.sampling.presence_penalty = static_cast<float>(sp[4]);
+      s.sampling.frequency_penalty = static_cast<float>(sp[5]);
+      s.sampling.repetition_penalty = static_cast<float>(sp[6]);
+      s.sampling.seed = static_cast<uint64_t>(sp[7]);
+    }
+
+    class StepWorker : public PromiseWorker {
+     public:
+      StepWorker(Napi::Env env, std::shared_ptr<Engine> engine, std::shared_ptr<StepInput> input)
+          : PromiseWorker(env), engine_(std::move(engine)), input_(std::move(input)) {}
+
+     protected:
+      void run() override { output_ = engine_->step(*input_); }
+      Napi::Value result(Napi::Env env) override {
+        Napi::Object o = Napi::Object::New(env);
+        o.Set("tokens", to_typed<int32_t>(env, output_.tokens));
+        o.Set("logprobs", to_typed<float>(env, output_.logprobs));
+        o.Set("topStride", Napi::Number::New(env, output_.top_stride));
+        o.Set("topIds", to_typed<int32_t>(env, output_.top_ids));
+        o.Set("topLogprobs", to_typed<float>(env, output_.top_logprobs));
+        if (input_->return_logits) o.Set("logits", to_typed<float>(env, output_.logits));
+        return o;
+      }
+
+     private:
+      std::shared_ptr<Engine> engine_;
+      std::shared_ptr<StepInput> input_;
+      StepOutput output_;
+    };
+
+    auto* worker = new StepWorker(env, engine, input);
+    Napi::Promise p = worker->promise();
+    worker->Queue();
+    return p;
+  }
+
+  Napi::Value close(const Napi::CallbackInfo& info) {
+    engine_.reset();
+    return info.Env().Undefined();
+  }
+
+  std::shared_ptr<Engine> engine_;
+};
+
+Napi::Value load_engine(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  if (info.Length() < 1 || !info[0].IsObject()) {
+    throw make_error(env, "invalid_argument", "loadEngine(options) needs an options object");
+  }
+  Napi::Object o = info[0].As<Napi::Object>();
+  EngineOptions opts;
+  if (!o.Get("modelDir").IsString()) throw make_error(env, "invalid_argument", "loadEngine: modelDir must be a string");
+  opts.model_dir = o.Get("modelDir").As<Napi::String>().Utf8Value();
+  auto num = [&](const char* key, double fallback) {
+    Napi::Value v = o.Get(key);
+    return v.IsNumber() ? v.As<Napi::Number>().DoubleValue() : fallback;
+  };
+  if (o.Get("device").IsString()) opts.backend.device = o.Get("device").As<Napi::String>().Utf8Value();
+  opts.backend.num_blocks = static_cast<int64_t>(num("numBlocks", 0));
+  opts.backend.memory_budget_bytes = static_cast<int64_t>(num("memoryBudgetBytes", 0));
+  opts.backend.block_size = static_cast<int64_t>(num("blockSize", 16));
+  opts.threads = static_cast<int>(num("threads", 0));
+
+  class LoadWorker : public PromiseWorker {
+   public:
+    LoadWorker(Napi::Env env, EngineOptions opts) : PromiseWorker(env), opts_(std::move(opts)) {}
+
+   protected:
+    void run() override { engine_ = std::shared_ptr<Engine>(Engine::load(opts_).release()); }
+    Napi::Value result(Napi::Env env) override {
+      AddonData* data = env.GetInstanceData<AddonData>();
+      auto ext = Napi::External<std::shared_ptr<Engine>>::New(env, &engine_);
+      Napi::Object handle = data->engine_ctor.New({ext});
+      return handle;
+    }
+
+   private:
+    EngineOptions opts_;
+    std::shared_ptr<Engine> engine_;
+  };
+
+  auto* worker = new LoadWorker(env, std::move(opts));
+  Napi::Promise p = worker->promise();
+  worker->Queue();
+  return p;
+}
+
+Napi::Value backends(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  auto names = available_backends();
+  Napi::Array out = Napi::Array::New(env, names.size());
+  for (size_t i = 0; i < names.size(); ++i) out.Set(static_cast<uint32_t>(i), names[i]);
+  return out;
+}
+
+Napi::Object init(Napi::Env env, Napi::Object exports) {
+  auto* data = new AddonData();
+  data->engine_ctor = Napi::Persistent(EngineHandle::define(env));
+  env.SetInstanceData<AddonData>(data);
+  exports.Set("loadEngine", Napi::Function::New(env, load_engine, "loadEngine"));
+  exports.Set("backends", Napi::Function::New(env, backends, "backends"));
+  exports.Set("kvLayout", Napi::String::New(env, kKvLayoutName));
+  return exports;
+}
+
+}  // namespace
+}  // namespace tandem
+
+static Napi::Object InitTandemNative(Napi::Env env, Napi::Object exports) { return tandem::init(env, exports); }
+
+NODE_API_MODULE(tandem_native, InitTandemNative)

@@ -1,0 +1,139 @@
+#include "engine.h"
+
+#include <algorithm>
+#include <cmath>
+#include <thread>
+
+#include "error.h"
+#include "safetensors.h"
+#include "thread_pool.h"
+
+namespace tandem {
+
+std::unique_ptr<Engine> Engine::load(const EngineOptions& options) {
+  std::unique_ptr<Engine> e(new Engine());
+  e->config_ = ModelConfig::load(options.model_dir);
+  auto store = SafetensorsStore::open_dir(options.model_dir);
+  int threads = options.threads > 0 ? options.threads
+                                    : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  e->pool_ = std::make_unique<ThreadPool>(threads);
+  // The store (and its mappings) is dropped after this: backends copy what they keep.
+  e->backend_ = create_backend(e->config_, *store, options.backend, *e->pool_);
+  for (int i = 0; i < e->pool_->size(); ++i) e->samplers_.push_back(std::make_unique<Sampler>(e->config_.vocab_size));
+  return e;
+}
+
+Engine::~Engine() = default;
+
+int Engine::num_threads() const { return pool_->size(); }
+
+void Engine::validate(const StepInput& in) const {
+  auto bad = [](const std::string& what) { throw NativeError(ErrorCode::kInvalidArgument, "step: " + what); };
+  const KvLayout& kv = backend_->kv_layout();
+  const int64_t num_tokens = static_cast<int64_t>(in.tokens.size());
+  int64_t expected_offset = 0;
+  for (size_t i = 0; i < in.seqs.size(); ++i) {
+    const SeqInput& s = in.seqs[i];
+    const std::string who = "sequence " + std::to_string(i) + ": ";
+    if (s.num_tokens <= 0) bad(who + "has no tokens");
+    // The backend maps tokens to sequences by contiguous ranges in batch order.
+    if (s.token_offset != expected_offset) bad(who + "tokens are not contiguous in batch order");
+    expected_offset += s.num_tokens;
+    if (s.start_pos < 0) bad(who + "negative startPos");
+    const int64_t end_pos = static_cast<int64_t>(s.start_pos) + s.num_tokens;
+    if (end_pos > config_.max_position_embeddings) {
+      bad(who + "position " + std::to_string(end_pos) + " exceeds max_position_embeddings " +
+          std::to_string(config_.max_position_embeddings));
+    }
+    const int64_t needed = (end_pos + kv.block_size - 1) / kv.block_size;
+    if (s.num_blocks < needed) {
+      bad(who + "block table has " + std::to_string(s.num_blocks) + " blocks, positions need " +
+          std::to_string(needed));
+    }
+    if (s.block_offset < 0 || static_cast<size_t>(s.block_offset) + static_cast<size_t>(s.num_blocks) >
+                                  in.block_tables.size()) {
+      bad(who + "block table outside the blockTables array");
+    }
+    for (int64_t b = 0; b < needed; ++b) {
+      const int32_t id = in.block_tables[static_cast<size_t>(s.block_offset + b)];
+      if (id < 0 || id >= kv.num_blocks) bad(who + "block id " + std::to_string(id) + " out of range");
+    }
+    if (s.history_len > 0 && (s.history_offset < 0 || static_cast<size_t>(s.history_offset) +
+                                                           static_cast<size_t>(s.history_len) >
+                                                           in.history.size())) {
+      bad(who + "history outside the history array");
+    }
+    if (s.sampling.top_p <= 0.0f || s.sampling.top_p > 1.0f) bad(who + "topP must be in (0, 1]");
+    if (s.sampling.repetition_penalty <= 0.0f) bad(who + "repetitionPenalty must be > 0");
+    if (!(s.sampling.temperature >= 0.0f)) bad(who + "temperature must be >= 0");
+  }
+  if (expected_offset != num_tokens) bad("tokens array length does not match the sequences");
+  for (int32_t tok : in.tokens) {
+    if (tok < 0 || tok >= config_.vocab_size) bad("token id " + std::to_string(tok) + " outside the vocabulary");
+  }
+}
+
+StepOutput Engine::step(const StepInput& in) {
+  std::lock_guard<std::mutex> lock(step_mu_);
+  validate(in);
+  ForwardBatch batch;
+  batch.tokens = in.tokens.data();
+  batch.num_tokens = static_cast<int32_t>(in.tokens.size());
+  batch.seqs.reserve(in.seqs.size());
+  std::vector<size_t> sampled;  // seq index per logits row
+  int32_t top_stride = 0;
+  for (size_t i = 0; i < in.seqs.size(); ++i) {
+    const SeqInput& s = in.seqs[i];
+    ForwardSeq f;
+    f.token_offset = s.token_offset;
+    f.num_tokens = s.num_tokens;
+    f.start_pos = s.start_pos;
+    f.block_table = in.block_tables.data() + s.block_offset;
+    f.num_blocks = s.num_blocks;
+    f.want_logits = s.sample;
+    if (s.sample) {
+      sampled.push_back(i);
+      top_stride = std::max(top_stride, s.num_top_logprobs);
+    }
+    batch.seqs.push_back(f);
+  }
+  batch.num_logit_rows = static_cast<int32_t>(sampled.size());
+  const size_t vocab = static_cast<size_t>(config_.vocab_size);
+  if (logits_.size() < sampled.size() * vocab) logits_.resize(sampled.size() * vocab);
+  if (batch.num_tokens > 0) backend_->forward(batch, logits_.data());
+
+  StepOutput out;
+  const size_t n = sampled.size();
+  out.tokens.resize(n);
+  out.logprobs.assign(n, NAN);
+  out.top_stride = top_stride;
+  out.top_ids.assign(n * static_cast<size_t>(top_stride), -1);
+  out.top_logprobs.assign(n * static_cast<size_t>(top_stride), NAN);
+  pool_->parallel_for(static_cast<int64_t>(n), 1, [&](int64_t b, int64_t e, int worker) {
+    Sampler& sampler = *samplers_[static_cast<size_t>(worker)];
+    for (int64_t r = b; r < e; ++r) {
+      const SeqInput& s = in.seqs[sampled[static_cast<size_t>(r)]];
+      SampleRequest req;
+      req.logits = logits_.data() + static_cast<size_t>(r) * vocab;
+      req.params = s.sampling;
+      req.position = static_cast<int64_t>(s.start_pos) + s.num_tokens;
+      if (s.history_len > 0) {
+        req.history = in.history.data() + s.history_offset;
+        req.history_len = s.history_len;
+        req.num_prompt = s.num_prompt;
+      }
+      req.num_top_logprobs = s.num_top_logprobs;
+      SampleResult res = sampler.sample(req);
+      out.tokens[static_cast<size_t>(r)] = res.token;
+      if (s.num_top_logprobs >= 0) out.logprobs[static_cast<size_t>(r)] = res.logprob;
+      for (size_t k = 0; k < res.top.size(); ++k) {
+        out.top_ids[static_cast<size_t>(r) * static_cast<size_t>(top_stride) + k] = res.top[k].first;
+        out.top_logprobs[static_cast<size_t>(r) * static_cast<size_t>(top_stride) + k] = res.top[k].second;
+      }
+    }
+  });
+  if (in.return_logits) out.logits.assign(logits_.begin(), logits_.begin() + static_cast<int64_t>(n * vocab));
+  return out;
+}
+
+}  // namespace tandem

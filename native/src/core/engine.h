@@ -1,0 +1,85 @@
+// Engine: the device-independent model runner. It loads config + weights, owns one backend
+// (CPU now, CUDA in issue 7) and the host thread pool, validates a step's flat inputs, runs
+// the forward pass and samples. The N-API binding and the C++ test binary both drive it.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "backend.h"
+#include "model_config.h"
+#include "sampler.h"
+
+namespace tandem {
+
+class SafetensorsStore;
+class ThreadPool;
+
+struct EngineOptions {
+  std::string model_dir;
+  BackendOptions backend;
+  int threads = 0;  // 0: hardware concurrency
+};
+
+/** One sequence in a step; offsets index the flat arrays of StepInput. */
+struct SeqInput {
+  int32_t token_offset = 0;
+  int32_t num_tokens = 0;
+  int32_t start_pos = 0;
+  int32_t block_offset = 0;
+  int32_t num_blocks = 0;
+  bool sample = false;
+  int32_t num_top_logprobs = -1;  // -1: none
+  int32_t history_offset = 0;     // penalties only; history_len 0 when none apply
+  int32_t history_len = 0;
+  int32_t num_prompt = 0;
+  SamplingParams sampling;
+};
+
+struct StepInput {
+  std::vector<int32_t> tokens;
+  std::vector<int32_t> block_tables;
+  std::vector<int32_t> history;
+  std::vector<SeqInput> seqs;
+  bool return_logits = false;  // tests and goldens: copy the sampled rows' logits out
+};
+
+/** Results for sequences with sample=true, in batch order. */
+struct StepOutput {
+  std::vector<int32_t> tokens;
+  std::vector<float> logprobs;        // NaN where logprobs were not asked
+  int32_t top_stride = 0;             // max top-logprobs asked in this step
+  std::vector<int32_t> top_ids;       // [num_sampled][top_stride], -1 padded
+  std::vector<float> top_logprobs;    // same shape
+  std::vector<float> logits;          // [num_sampled][vocab] when return_logits
+};
+
+class Engine {
+ public:
+  static std::unique_ptr<Engine> load(const EngineOptions& options);
+  ~Engine();
+
+  const ModelConfig& config() const { return config_; }
+  const KvLayout& kv_layout() const { return backend_->kv_layout(); }
+  const char* backend_name() const { return backend_->name(); }
+  int num_threads() const;
+
+  /** Runs one batched step. Bad inputs -> NativeError(invalid_argument); the pool is untouched. */
+  StepOutput step(const StepInput& input);
+
+ private:
+  Engine() = default;
+  void validate(const StepInput& input) const;
+
+  ModelConfig config_;
+  std::unique_ptr<ThreadPool> pool_;
+  std::unique_ptr<Backend> backend_;
+  std::vector<std::unique_ptr<Sampler>> samplers_;  // one per pool worker
+  std::vector<float> logits_;
+  std::mutex step_mu_;  // steps are serialized; the TS side sends one at a time anyway
+};
+
+}  // namespace tandem

@@ -1,0 +1,53 @@
+// Safetensors reader: every *.safetensors file of a model directory is mmapped read-only and
+// its header indexed, so a backend converts tensors straight from the page cache with no
+// intermediate copy. Offsets and sizes are checked against the file before any read.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace tandem {
+
+enum class DType { kF32, kF16, kBF16 };
+
+struct TensorView {
+  std::string name;
+  std::string file;
+  DType dtype = DType::kF32;
+  std::vector<int64_t> shape;
+  const uint8_t* data = nullptr;  // into the mapping; valid while the store lives
+  size_t num_elements() const;
+};
+
+class MappedFile;
+
+class SafetensorsStore {
+ public:
+  /** Maps every *.safetensors in model_dir. none found -> NativeError(not_found). */
+  static std::unique_ptr<SafetensorsStore> open_dir(const std::string& model_dir);
+  ~SafetensorsStore();
+
+  const TensorView* find(const std::string& name) const;
+  /** The tensor with this exact shape; missing -> not_found, shape mismatch -> config_invalid. */
+  const TensorView& require(const std::string& name, const std::vector<int64_t>& shape) const;
+  size_t size() const { return tensors_.size(); }
+
+ private:
+  SafetensorsStore() = default;
+  void add_file(const std::string& path);
+
+  std::string dir_;
+  std::vector<std::unique_ptr<MappedFile>> files_;
+  std::map<std::string, TensorView> tensors_;
+};
+
+/** Converts n elements of any supported dtype to f32. */
+void convert_to_f32(const TensorView& t, float* out);
+
+std::string shape_string(const std::vector<int64_t>& shape);
+
+}  // namespace tandem

@@ -1,0 +1,66 @@
+// Sampler: turns one row of logits into a token, on the host. Order of operations:
+//   penalties (repetition over prompt+generated as in HF; presence/frequency over generated)
+//   -> greedy if temperature == 0
+//   -> temperature -> top-k -> top-p -> min-p -> one draw from Rng(seed, position).
+// The draw depends only on (seed, position), so a request samples the same tokens whether it
+// runs alone or batched, chunked or not. Logprobs are of the raw model distribution
+// (log-softmax of the unprocessed logits), like vLLM's default.
+#pragma once
+
+#include <cstdint>
+#include <utility>
+#include <vector>
+
+namespace tandem {
+
+struct SamplingParams {
+  float temperature = 1.0f;
+  float top_p = 1.0f;
+  int32_t top_k = 0;  // <= 0: off
+  float min_p = 0.0f;
+  float presence_penalty = 0.0f;
+  float frequency_penalty = 0.0f;
+  float repetition_penalty = 1.0f;
+  uint64_t seed = 0;
+};
+
+struct SampleRequest {
+  const float* logits = nullptr;  // vocab floats, not modified
+  SamplingParams params;
+  int64_t position = 0;           // position the sampled token will take
+  const int32_t* history = nullptr;  // prompt + generated so far (may be null without penalties)
+  int32_t history_len = 0;
+  int32_t num_prompt = 0;
+  int32_t num_top_logprobs = -1;  // -1: no logprobs; 0: only the sampled token's
+};
+
+struct SampleResult {
+  int32_t token = 0;
+  float logprob = 0;
+  std::vector<std::pair<int32_t, float>> top;  // best first
+};
+
+/** Per-thread scratch; reuse one per worker so sampling does not allocate per token. */
+class Sampler {
+ public:
+  explicit Sampler(int64_t vocab_size);
+  SampleResult sample(const SampleRequest& req);
+
+  /** Uniform double in [0, 1) from (seed, position); exposed for tests. */
+  static double uniform(uint64_t seed, int64_t position);
+
+ private:
+  void apply_penalties(const SampleRequest& req);
+
+  int64_t vocab_;
+  std::vector<float> work_;
+  std::vector<int32_t> idx_;
+  std::vector<float> probs_;
+  std::vector<uint32_t> stamp_;
+  std::vector<int32_t> count_;
+  uint32_t generation_ = 0;
+};
+
+bool has_penalties(const SamplingParams& p);
+
+}  // namespace tandem

@@ -1,0 +1,275 @@
+#include "cpu_backend.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "../core/error.h"
+#include "../core/safetensors.h"
+#include "../core/thread_pool.h"
+#include "kernels.h"
+
+namespace tandem {
+namespace {
+
+std::vector<float> to_f32(const SafetensorsStore& w, const std::string& name,
+                          const std::vector<int64_t>& shape) {
+  const TensorView& t = w.require(name, shape);
+  std::vector<float> out(t.num_elements());
+  convert_to_f32(t, out.data());
+  return out;
+}
+
+void append_f32(const SafetensorsStore& w, const std::string& name, const std::vector<int64_t>& shape,
+                std::vector<float>& out) {
+  const TensorView& t = w.require(name, shape);
+  size_t at = out.size();
+  out.resize(at + t.num_elements());
+  convert_to_f32(t, out.data() + at);
+}
+
+int64_t pick_num_blocks(const BackendOptions& o, const KvLayout& layout) {
+  if (o.num_blocks > 0) return o.num_blocks;
+  if (o.memory_budget_bytes <= 0) {
+    throw NativeError(ErrorCode::kInvalidArgument, "set numBlocks or memoryBudgetBytes for the KV pool");
+  }
+  int64_t n = o.memory_budget_bytes / static_cast<int64_t>(layout.bytes_per_block());
+  if (n < 1) {
+    throw NativeError(ErrorCode::kResourceExhausted,
+                      "memoryBudgetBytes " + std::to_string(o.memory_budget_bytes) +
+                          " holds no KV block (one block is " + std::to_string(layout.bytes_per_block()) +
+                          " bytes)");
+  }
+  return n;
+}
+
+}  // namespace
+
+CpuBackend::CpuBackend(const ModelConfig& config, const SafetensorsStore& weights,
+                       const BackendOptions& options, ThreadPool& pool)
+    : config_(config), pool_(pool), inv_freq_(rope_inv_freq(config)) {
+  layout_.block_size = options.block_size;
+  layout_.num_layers = config.num_layers;
+  layout_.num_kv_heads = config.num_kv_heads;
+  layout_.head_dim = config.head_dim;
+  layout_.elem_bytes = sizeof(float);
+  layout_.num_blocks = pick_num_blocks(options, layout_);
+  load_weights(weights);
+  try {
+    kv_.assign(static_cast<size_t>(layout_.num_blocks * layout_.block_stride()), 0.0f);
+  } catch (const std::bad_alloc&) {
+    throw NativeError(ErrorCode::kResourceExhausted,
+                      "cannot allocate a KV pool of " + std::to_string(layout_.num_blocks) + " blocks");
+  }
+  scores_.resize(static_cast<size_t>(pool.size()));
+}
+
+void CpuBackend::load_weights(const SafetensorsStore& w) {
+  const ModelConfig& c = config_;
+  const int64_t h = c.hidden_size;
+  embed_ = to_f32(w, "model.embed_tokens.weight", {c.vocab_size, h});
+  if (!c.tie_word_embeddings) lm_head_ = to_f32(w, "lm_head.weight", {c.vocab_size, h});
+  final_norm_ = to_f32(w, "model.norm.weight", {h});
+  layers_.resize(static_cast<size_t>(c.num_layers));
+  for (int64_t l = 0; l < c.num_layers; ++l) {
+    Layer& L = layers_[static_cast<size_t>(l)];
+    L.input_norm = to_f32(w, layer_tensor(l, "input_layernorm.weight"), {h});
+    L.post_norm = to_f32(w, layer_tensor(l, "post_attention_layernorm.weight"), {h});
+    append_f32(w, layer_tensor(l, "self_attn.q_proj.weight"), {c.q_dim(), h}, L.wqkv);
+    append_f32(w, layer_tensor(l, "self_attn.k_proj.weight"), {c.kv_dim(), h}, L.wqkv);
+    append_f32(w, layer_tensor(l, "self_attn.v_proj.weight"), {c.kv_dim(), h}, L.wqkv);
+    if (c.qkv_bias) {
+      append_f32(w, layer_tensor(l, "self_attn.q_proj.bias"), {c.q_dim()}, L.bqkv);
+      append_f32(w, layer_tensor(l, "self_attn.k_proj.bias"), {c.kv_dim()}, L.bqkv);
+      append_f32(w, layer_tensor(l, "self_attn.v_proj.bias"), {c.kv_dim()}, L.bqkv);
+    }
+    L.wo = to_f32(w, layer_tensor(l, "self_attn.o_proj.weight"), {h, c.q_dim()});
+    if (c.o_bias) L.bo = to_f32(w, layer_tensor(l, "self_attn.o_proj.bias"), {h});
+    if (c.qk_norm) {
+      L.q_norm = to_f32(w, layer_tensor(l, "self_attn.q_norm.weight"), {c.head_dim});
+      L.k_norm = to_f32(w, layer_tensor(l, "self_attn.k_norm.weight"), {c.head_dim});
+    }
+    append_f32(w, layer_tensor(l, "mlp.gate_proj.weight"), {c.intermediate_size, h}, L.wgate_up);
+    append_f32(w, layer_tensor(l, "mlp.up_proj.weight"), {c.intermediate_size, h}, L.wgate_up);
+    L.wdown = to_f32(w, layer_tensor(l, "mlp.down_proj.weight"), {h, c.intermediate_size});
+  }
+}
+
+void CpuBackend::ensure_scratch(int64_t t, int64_t max_context) {
+  const ModelConfig& c = config_;
+  auto grow = [](std::vector<float>& v, int64_t n) {
+    if (static_cast<int64_t>(v.size()) < n) v.resize(static_cast<size_t>(n));
+  };
+  grow(x_, t * c.hidden_size);
+  grow(xn_, t * c.hidden_size);
+  grow(qkv_, t * (c.q_dim() + 2 * c.kv_dim()));
+  grow(attn_, t * c.q_dim());
+  grow(proj_, t * c.hidden_size);
+  grow(gate_up_, t * 2 * c.intermediate_size);
+  grow(act_, t * c.intermediate_size);
+  grow(rope_cos_, t * c.head_dim / 2);
+  grow(rope_sin_, t * c.head_dim / 2);
+  if (static_cast<int64_t>(token_seq_.size()) < t) {
+    token_seq_.resize(static_cast<size_t>(t));
+    token_pos_.resize(static_cast<size_t>(t));
+  }
+  for (auto& s : scores_) grow(s, max_context);
+}
+
+void CpuBackend::write_kv(const ForwardBatch& batch, int64_t layer) {
+  const ModelConfig& c = config_;
+  const int64_t qkv_w = c.q_dim() + 2 * c.kv_dim();
+  const size_t kv_bytes = static_cast<size_t>(c.kv_dim()) * sizeof(float);
+  for (const ForwardSeq& s : batch.seqs) {
+    for (int32_t i = 0; i < s.num_tokens; ++i) {
+      const int64_t tok = s.token_offset + i;
+      const int64_t pos = s.start_pos + i;
+      const int64_t block = s.block_table[pos / layout_.block_size];
+      const int64_t slot = pos % layout_.block_size;
+      const float* row = qkv_.data() + tok * qkv_w;
+      std::memcpy(kv_.data() + layout_.offset(block, layer, 0, slot), row + c.q_dim(), kv_bytes);
+      std::memcpy(kv_.data() + layout_.offset(block, layer, 1, slot), row + c.q_dim() + c.kv_dim(),
+                  kv_bytes);
+    }
+  }
+}
+
+void CpuBackend::attention(const ForwardBatch& batch, int64_t layer) {
+  const ModelConfig& c = config_;
+  const int64_t heads = c.num_heads;
+  const int64_t d = c.head_dim;
+  const int64_t group = c.num_heads / c.num_kv_heads;
+  const int64_t qkv_w = c.q_dim() + 2 * c.kv_dim();
+  const float scale = 1.0f / std::sqrt(static_cast<float>(d));
+  const int64_t bs = layout_.block_size;
+  const float* kv = kv_.data();
+
+  pool_.parallel_for(batch.num_tokens * heads, 1, [&](int64_t begin, int64_t end, int worker) {
+    float* scores = scores_[static_cast<size_t>(worker)].data();
+    for (int64_t item = begin; item < end; ++item) {
+      const int64_t tok = item / heads;
+      const int64_t h = item % heads;
+      const ForwardSeq& s = batch.seqs[static_cast<size_t>(token_seq_[static_cast<size_t>(tok)])];
+      const int64_t pos = token_pos_[static_cast<size_t>(tok)];
+      const int64_t kvh = h / group;
+      const float* q = qkv_.data() + tok * qkv_w + h * d;
+      float max_score = -INFINITY;
+      for (int64_t j = 0; j <= pos; ++j) {
+        const int64_t block = s.block_table[j / bs];
+        const float* k = kv + layout_.offset(block, layer, 0, j % bs) + kvh * d;
+        float sc = cpu::dot(q, k, d) * scale;
+        scores[j] = sc;
+        max_score = std::max(max_score, sc);
+      }
+      float sum = 0;
+      for (int64_t j = 0; j <= pos; ++j) {
+        scores[j] = std::exp(scores[j] - max_score);
+        sum += scores[j];
+      }
+      const float inv_sum = 1.0f / sum;
+      float* out = attn_.data() + tok * c.q_dim() + h * d;
+      std::fill(out, out + d, 0.0f);
+      for (int64_t j = 0; j <= pos; ++j) {
+        const int64_t block = s.block_table[j / bs];
+        const float* v = kv + layout_.offset(block, layer, 1, j % bs) + kvh * d;
+        cpu::axpy(scores[j] * inv_sum, v, out, d);
+      }
+    }
+  });
+}
+
+void CpuBackend::forward(const ForwardBatch& batch, float* logits) {
+  const ModelConfig& c = config_;
+  const int64_t t = batch.num_tokens;
+  const int64_t hd = c.hidden_size;
+  const int64_t half = c.head_dim / 2;
+  const int64_t qkv_w = c.q_dim() + 2 * c.kv_dim();
+  const int64_t inter = c.intermediate_size;
+  const float eps = static_cast<float>(c.rms_norm_eps);
+
+  int64_t max_context = 1;
+  for (const ForwardSeq& s : batch.seqs) max_context = std::max<int64_t>(max_context, s.start_pos + s.num_tokens);
+  ensure_scratch(t, max_context);
+
+  for (size_t si = 0; si < batch.seqs.size(); ++si) {
+    const ForwardSeq& s = batch.seqs[si];
+    for (int32_t i = 0; i < s.num_tokens; ++i) {
+      token_seq_[static_cast<size_t>(s.token_offset + i)] = static_cast<int32_t>(si);
+      token_pos_[static_cast<size_t>(s.token_offset + i)] = s.start_pos + i;
+    }
+  }
+  // Embedding and RoPE angles: angle = f32(pos) * inv_freq in f32, as transformers does.
+  for (int64_t i = 0; i < t; ++i) {
+    std::memcpy(x_.data() + i * hd, embed_.data() + static_cast<int64_t>(batch.tokens[i]) * hd,
+                static_cast<size_t>(hd) * sizeof(float));
+    const float pos = static_cast<float>(token_pos_[static_cast<size_t>(i)]);
+    for (int64_t j = 0; j < half; ++j) {
+      float angle = pos * inv_freq_[static_cast<size_t>(j)];
+      rope_cos_[static_cast<size_t>(i * half + j)] = std::cos(angle);
+      rope_sin_[static_cast<size_t>(i * half + j)] = std::sin(angle);
+    }
+  }
+
+  const int64_t row_grain = std::max<int64_t>(1, 16384 / hd);
+  for (int64_t l = 0; l < c.num_layers; ++l) {
+    const Layer& L = layers_[static_cast<size_t>(l)];
+    pool_.parallel_for(t, row_grain, [&](int64_t b, int64_t e, int) {
+      for (int64_t i = b; i < e; ++i) cpu::rmsnorm(x_.data() + i * hd, L.input_norm.data(), hd, eps, xn_.data() + i * hd);
+    });
+    cpu::matmul_nt(pool_, xn_.data(), t, hd, L.wqkv.data(), qkv_w, L.bqkv.empty() ? nullptr : L.bqkv.data(),
+                   qkv_.data());
+    pool_.parallel_for(t, row_grain, [&](int64_t b, int64_t e, int) {
+      for (int64_t i = b; i < e; ++i) {
+        float* row = qkv_.data() + i * qkv_w;
+        const float* cs = rope_cos_.data() + i * half;
+        const float* sn = rope_sin_.data() + i * half;
+        for (int64_t h = 0; h < c.num_heads; ++h) {
+          float* q = row + h * c.head_dim;
+          if (c.qk_norm) cpu::rmsnorm(q, L.q_norm.data(), c.head_dim, eps, q);
+          cpu::rope_rotate(q, cs, sn, c.head_dim);
+        }
+        for (int64_t h = 0; h < c.num_kv_heads; ++h) {
+          float* k = row + c.q_dim() + h * c.head_dim;
+          if (c.qk_norm) cpu::rmsnorm(k, L.k_norm.data(), c.head_dim, eps, k);
+          cpu::rope_rotate(k, cs, sn, c.head_dim);
+        }
+      }
+    });
+    write_kv(batch, l);
+    attention(batch, l);
+    cpu::matmul_nt(pool_, attn_.data(), t, c.q_dim(), L.wo.data(), hd, L.bo.empty() ? nullptr : L.bo.data(),
+                   proj_.data());
+    pool_.parallel_for(t, row_grain, [&](int64_t b, int64_t e, int) {
+      for (int64_t i = b; i < e; ++i) {
+        float* xr = x_.data() + i * hd;
+        const float* pr = proj_.data() + i * hd;
+        for (int64_t j = 0; j < hd; ++j) xr[j] += pr[j];
+        cpu::rmsnorm(xr, L.post_norm.data(), hd, eps, xn_.data() + i * hd);
+      }
+    });
+    cpu::matmul_nt(pool_, xn_.data(), t, hd, L.wgate_up.data(), 2 * inter, nullptr, gate_up_.data());
+    pool_.parallel_for(t, std::max<int64_t>(1, 16384 / inter), [&](int64_t b, int64_t e, int) {
+      for (int64_t i = b; i < e; ++i) {
+        const float* gu = gate_up_.data() + i * 2 * inter;
+        cpu::silu_mul(gu, gu + inter, act_.data() + i * inter, inter);
+      }
+    });
+    cpu::matmul_nt(pool_, act_.data(), t, inter, L.wdown.data(), hd, nullptr, proj_.data());
+    for (int64_t i = 0; i < t * hd; ++i) x_[static_cast<size_t>(i)] += proj_[static_cast<size_t>(i)];
+  }
+
+  if (batch.num_logit_rows == 0) return;
+  const int64_t r = batch.num_logit_rows;
+  if (static_cast<int64_t>(rows_.size()) < r * hd) rows_.resize(static_cast<size_t>(r * hd));
+  int64_t row = 0;
+  for (const ForwardSeq& s : batch.seqs) {
+    if (!s.want_logits) continue;
+    const int64_t last = s.token_offset + s.num_tokens - 1;
+    cpu::rmsnorm(x_.data() + last * hd, final_norm_.data(), hd, eps, rows_.data() + row * hd);
+    ++row;
+  }
+  const float* head = lm_head_.empty() ? embed_.data() : lm_head_.data();
+  cpu::matmul_nt(pool_, rows_.data(), r, hd, head, c.vocab_size, nullptr, logits);
+}
+
+}  // namespace tandem

@@ -1,0 +1,52 @@
+// CpuBackend: f32 weights (converted from bf16/f16/f32 safetensors at load), an f32 paged KV
+// pool allocated once, and a multi-threaded forward pass over a mixed prefill/decode batch.
+#pragma once
+
+#include <vector>
+
+#include "../core/backend.h"
+
+namespace tandem {
+
+class CpuBackend final : public Backend {
+ public:
+  CpuBackend(const ModelConfig& config, const SafetensorsStore& weights, const BackendOptions& options,
+             ThreadPool& pool);
+  const char* name() const override { return "cpu"; }
+  const KvLayout& kv_layout() const override { return layout_; }
+  void forward(const ForwardBatch& batch, float* logits) override;
+  void* kv_pool_base() override { return kv_.data(); }
+
+ private:
+  struct Layer {
+    std::vector<float> input_norm, post_norm;
+    std::vector<float> wqkv, bqkv;  // q, k, v rows stacked: one GEMM per layer
+    std::vector<float> wo, bo;
+    std::vector<float> q_norm, k_norm;
+    std::vector<float> wgate_up;  // gate rows then up rows: one GEMM per layer
+    std::vector<float> wdown;
+  };
+
+  void load_weights(const SafetensorsStore& weights);
+  void ensure_scratch(int64_t num_tokens, int64_t max_context);
+  void attention(const ForwardBatch& batch, int64_t layer);
+  void write_kv(const ForwardBatch& batch, int64_t layer);
+
+  ModelConfig config_;
+  KvLayout layout_;
+  ThreadPool& pool_;
+  std::vector<float> inv_freq_;
+
+  std::vector<float> embed_;
+  std::vector<float> lm_head_;  // empty when tied to embed_
+  std::vector<float> final_norm_;
+  std::vector<Layer> layers_;
+  std::vector<float> kv_;
+
+  // Per-step scratch, grown on demand and reused so steady-state steps do not allocate.
+  std::vector<float> x_, xn_, qkv_, attn_, proj_, gate_up_, act_, rope_cos_, rope_sin_, rows_;
+  std::vector<int32_t> token_seq_, token_pos_;
+  std::vector<std::vector<float>> scores_;  // one per pool worker
+};
+
+}  // namespace tandem

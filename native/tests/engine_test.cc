@@ -1,0 +1,386 @@
+// C++ test binary: drives the Engine without Node (so the CUDA backend of issue 7 can run
+// the same checks on a GPU machine). It writes its own tiny random Llama/Qwen3 models, then
+// checks chunking, prefix reuse, batching, sampling and error codes.
+//
+//   tandem_native_test                         self-contained checks
+//   tandem_native_test --golden DIR FILE.json  also compare with a goldens fixture
+//   env TANDEM_TEST_DEVICE=cuda                run on another backend
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "../src/core/engine.h"
+#include "../src/core/error.h"
+#include "../src/core/json.h"
+
+using namespace tandem;
+
+namespace {
+
+int g_failures = 0;
+int g_checks = 0;
+
+#define CHECK(cond, ...)                                      \
+  do {                                                        \
+    ++g_checks;                                               \
+    if (!(cond)) {                                            \
+      ++g_failures;                                           \
+      std::fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond); \
+      std::fprintf(stderr, __VA_ARGS__);                      \
+      std::fprintf(stderr, "\n");                             \
+    }                                                         \
+  } while (0)
+
+std::string device() {
+  const char* d = std::getenv("TANDEM_TEST_DEVICE");
+  return d != nullptr ? d : "cpu";
+}
+
+struct TinySpec {
+  std::string arch = "LlamaForCausalLM";
+  int vocab = 97, hidden = 32, inter = 64, layers = 2, heads = 4, kv_heads = 2, head_dim = 8;
+  bool tie = false, qk_norm = false, qkv_bias = false;
+  std::string extra_config;  // appended JSON members
+};
+
+void write_tiny_model(const std::string& dir, const TinySpec& s, uint32_t seed,
+                      const std::map<std::string, std::vector<int64_t>>& shape_override = {}) {
+  ::mkdir(dir.c_str(), 0755);
+  std::ofstream cfg(dir + "/config.json");
+  cfg << "{\"architectures\":[\"" << s.arch << "\"],\"vocab_size\":" << s.vocab << ",\"hidden_size\":" << s.hidden
+      << ",\"intermediate_size\":" << s.inter << ",\"num_hidden_layers\":" << s.layers
+      << ",\"num_attention_heads\":" << s.heads << ",\"num_key_value_heads\":" << s.kv_heads
+      << ",\"head_dim\":" << s.head_dim << ",\"rms_norm_eps\":1e-5,\"rope_theta\":10000.0"
+      << ",\"max_position_embeddings\":512,\"tie_word_embeddings\":" << (s.tie ? "true" : "false")
+      << ",\"hidden_act\":\"silu\",\"eos_token_id\":2" << s.extra_config << "}";
+  cfg.close();
+
+  std::vector<std::pair<std::string, std::vector<int64_t>>> specs;
+  auto add = [&](const std::string& n, std::vector<int64_t> shape) {
+    auto it = shape_override.find(n);
+    specs.emplace_back(n, it == shape_override.end() ? shape : it->second);
+  };
+  const int64_t q = s.heads * s.head_dim, kv = s.kv_heads * s.head_dim;
+  add("model.embed_tokens.weight", {s.vocab, s.hidden});
+  add("model.norm.weight", {s.hidden});
+  if (!s.tie) add("lm_head.weight", {s.vocab, s.hidden});
+  for (int l = 0; l < s.layers; ++l) {
+    auto p = "model.layers." + std::to_string(l) + ".";
+    add(p + "input_layernorm.weight", {s.hidden});
+    add(p + "post_attention_layernorm.weight", {s.hidden});
+    add(p + "self_attn.q_proj.weight", {q, s.hidden});
+    add(p + "self_attn.k_proj.weight", {kv, s.hidden});
+    add(p + "self_attn.v_proj.weight", {kv, s.hidden});
+    add(p + "self_attn.o_proj.weight", {s.hidden, q});
+    if (s.qkv_bias) {
+      add(p + "self_attn.q_proj.bias", {q});
+      add(p + "self_attn.k_proj.bias", {kv});
+      add(p + "self_attn.v_proj.bias", {kv});
+    }
+    if (s.qk_norm) {
+      add(p + "self_attn.q_norm.weight", {s.head_dim});
+      add(p + "self_attn.k_norm.weight", {s.head_dim});
+    }
+    add(p + "mlp.gate_proj.weight", {s.inter, s.hidden});
+    add(p + "mlp.up_proj.weight", {s.inter, s.hidden});
+    add(p + "mlp.down_proj.weight", {s.hidden, s.inter});
+  }
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::string header = "{";
+  std::vector<float> data;
+  for (size_t i = 0; i < specs.size(); ++i) {
+    const auto& [name, shape] = specs[i];
+    size_t n = 1;
+    for (auto d : shape) n *= static_cast<size_t>(d);
+    const bool is_norm = name.find("norm") != std::string::npos;
+    const float stdv = name.find("embed") != std::string::npos || name.find("lm_head") != std::string::npos
+                           ? 0.5f
+                           : 1.0f / std::sqrt(static_cast<float>(shape.back()));
+    size_t begin = data.size() * 4;
+    for (size_t j = 0; j < n; ++j) data.push_back(is_norm ? 1.0f + 0.1f * normal(rng) : stdv * normal(rng));
+    header += (i ? "," : "") + std::string("\"") + name + "\":{\"dtype\":\"F32\",\"shape\":[";
+    for (size_t d = 0; d < shape.size(); ++d) header += (d ? "," : "") + std::to_string(shape[d]);
+    header += "],\"data_offsets\":[" + std::to_string(begin) + "," + std::to_string(data.size() * 4) + "]}";
+  }
+  header += "}";
+  std::ofstream st(dir + "/model.safetensors", std::ios::binary);
+  uint64_t len = header.size();
+  st.write(reinterpret_cast<const char*>(&len), 8);
+  st.write(header.data(), static_cast<std::streamsize>(header.size()));
+  st.write(reinterpret_cast<const char*>(data.data()), static_cast<std::streamsize>(data.size() * 4));
+}
+
+std::unique_ptr<Engine> load(const std::string& dir, int64_t blocks = 64) {
+  EngineOptions o;
+  o.model_dir = dir;
+  o.backend.device = device();
+  o.backend.num_blocks = blocks;
+  o.backend.block_size = 4;
+  o.threads = 2;
+  return Engine::load(o);
+}
+
+// Builder for one step; block tables are given explicitly so tests control block sharing.
+struct StepBuilder {
+  StepInput in;
+  StepBuilder& add(const std::vector<int32_t>& toks, int32_t start, const std::vector<int32_t>& blocks, bool sample,
+                   SamplingParams sp = greedy(), int32_t logprobs = -1) {
+    SeqInput s;
+    s.token_offset = static_cast<int32_t>(in.tokens.size());
+    s.num_tokens = static_cast<int32_t>(toks.size());
+    s.start_pos = start;
+    s.block_offset = static_cast<int32_t>(in.block_tables.size());
+    s.num_blocks = static_cast<int32_t>(blocks.size());
+    s.sample = sample;
+    s.sampling = sp;
+    s.num_top_logprobs = logprobs;
+    in.tokens.insert(in.tokens.end(), toks.begin(), toks.end());
+    in.block_tables.insert(in.block_tables.end(), blocks.begin(), blocks.end());
+    in.seqs.push_back(s);
+    in.return_logits = true;
+    return *this;
+  }
+  static SamplingParams greedy() {
+    SamplingParams p;
+    p.temperature = 0;
+    return p;
+  }
+};
+
+float max_abs_diff(const float* a, const float* b, size_t n) {
+  float m = 0;
+  for (size_t i = 0; i < n; ++i) m = std::max(m, std::fabs(a[i] - b[i]));
+  return m;
+}
+
+std::vector<int32_t> seq(int32_t from, int32_t n, int32_t mod) {
+  std::vector<int32_t> v;
+  for (int32_t i = 0; i < n; ++i) v.push_back((from + i * 7) % mod);
+  return v;
+}
+
+std::vector<int32_t> slice(const std::vector<int32_t>& v, size_t b, size_t e) {
+  return std::vector<int32_t>(v.begin() + static_cast<int64_t>(b), v.begin() + static_cast<int64_t>(e));
+}
+
+void test_consistency(const std::string& dir, const char* label) {
+  auto e = load(dir);
+  const size_t V = static_cast<size_t>(e->config().vocab_size);
+  const auto prompt = seq(3, 13, static_cast<int32_t>(V));
+  const std::vector<int32_t> blocks_a{0, 1, 2, 3};
+
+  StepBuilder full;
+  full.add(prompt, 0, blocks_a, true);
+  auto ref = e->step(full.in);
+  CHECK(ref.logits.size() == V, "%s: logits size %zu", label, ref.logits.size());
+
+  // Chunked prefill 5 + 5 + 3 into other blocks.
+  const std::vector<int32_t> blocks_b{4, 5, 6, 7};
+  StepBuilder c1, c2, c3;
+  c1.add(slice(prompt, 0, 5), 0, {4, 5}, false);
+  e->step(c1.in);
+  c2.add(slice(prompt, 5, 10), 5, {4, 5, 6}, false);
+  e->step(c2.in);
+  c3.add(slice(prompt, 10, 13), 10, blocks_b, true);
+  auto chunked = e->step(c3.in);
+  float d = max_abs_diff(ref.logits.data(), chunked.logits.data(), V);
+  CHECK(d < 1e-4f, "%s: chunked vs unchunked max diff %g", label, d);
+  CHECK(chunked.tokens[0] == ref.tokens[0], "%s: chunked token differs", label);
+
+  // Prefix hit: reuse blocks 0,1 (8 tokens) computed by the first run, compute the rest only.
+  StepBuilder hit;
+  hit.add(slice(prompt, 8, 13), 8, {0, 1, 8, 9}, true);
+  auto prefix = e->step(hit.in);
+  d = max_abs_diff(ref.logits.data(), prefix.logits.data(), V);
+  CHECK(d < 1e-4f, "%s: prefix-hit vs full max diff %g", label, d);
+
+  // Mixed batch: a decode of the first sequence + a fresh prefill + a non-sampling chunk.
+  auto other = seq(11, 9, static_cast<int32_t>(V));
+  StepBuilder alone;
+  alone.add(other, 0, {10, 11, 12}, true);
+  auto other_alone = e->step(alone.in);
+  StepBuilder mixed;
+  mixed.add({ref.tokens[0]}, 13, blocks_a, true);
+  mixed.add(other, 0, {13, 14, 15}, true);
+  mixed.add(slice(prompt, 0, 6), 0, {16, 17}, false);
+  auto m = e->step(mixed.in);
+  CHECK(m.tokens.size() == 2, "%s: mixed batch sampled %zu", label, m.tokens.size());
+  d = max_abs_diff(other_alone.logits.data(), m.logits.data() + V, V);
+  CHECK(d < 1e-4f, "%s: mixed vs alone max diff %g", label, d);
+  StepBuilder dec_alone;
+  dec_alone.add({ref.tokens[0]}, 13, blocks_b, true);  // chunked copy of the same sequence
+  auto da = e->step(dec_alone.in);
+  d = max_abs_diff(da.logits.data(), m.logits.data(), V);
+  CHECK(d < 1e-4f, "%s: decode in batch vs alone max diff %g", label, d);
+}
+
+void test_sampling(const std::string& dir) {
+  auto e = load(dir);
+  const auto prompt = seq(5, 6, static_cast<int32_t>(e->config().vocab_size));
+  SamplingParams sp;
+  sp.temperature = 1.5f;
+  sp.top_k = 20;
+  sp.top_p = 0.9f;
+  sp.min_p = 0.01f;
+  sp.seed = 1234;
+  auto run = [&](uint64_t seed) {
+    SamplingParams p = sp;
+    p.seed = seed;
+    std::vector<int32_t> out;
+    StepBuilder b;
+    b.add(prompt, 0, {0, 1}, true, p, 3);
+    auto r = e->step(b.in);
+    out.push_back(r.tokens[0]);
+    CHECK(std::isfinite(r.logprobs[0]) && r.logprobs[0] <= 0, "logprob %g", r.logprobs[0]);
+    CHECK(r.top_stride == 3 && r.top_logprobs[0] >= r.top_logprobs[1], "top logprobs sorted");
+    for (int i = 0; i < 7; ++i) {
+      StepBuilder d;
+      d.add({out.back()}, static_cast<int32_t>(prompt.size()) + i, {0, 1, 2, 3}, true, p);
+      out.push_back(e->step(d.in).tokens[0]);
+    }
+    return out;
+  };
+  auto a = run(1234), b = run(1234), c = run(99);
+  CHECK(a == b, "same seed gives different tokens");
+  CHECK(a != c, "different seeds gave identical 8-token samples");
+
+  // Greedy picks the arg max; a huge repetition penalty moves it off a repeated token.
+  StepBuilder g;
+  g.add(prompt, 0, {0, 1}, true);
+  auto gr = e->step(g.in);
+  size_t argmax = 0;
+  for (size_t i = 1; i < gr.logits.size(); ++i) if (gr.logits[i] > gr.logits[argmax]) argmax = i;
+  CHECK(static_cast<size_t>(gr.tokens[0]) == argmax, "greedy is not argmax");
+  StepBuilder pen;
+  SamplingParams pp = StepBuilder::greedy();
+  pp.repetition_penalty = 1e6f;
+  pen.add(prompt, 0, {0, 1}, true, pp);
+  std::vector<int32_t> hist = prompt;
+  hist.push_back(gr.tokens[0]);
+  pen.in.history = hist;
+  pen.in.seqs[0].history_len = static_cast<int32_t>(hist.size());
+  pen.in.seqs[0].num_prompt = static_cast<int32_t>(prompt.size());
+  CHECK(e->step(pen.in).tokens[0] != gr.tokens[0], "repetition penalty ignored");
+}
+
+template <typename F>
+void expect_error(const char* label, const char* code, F&& fn) {
+  try {
+    fn();
+    CHECK(false, "%s: no error raised", label);
+  } catch (const NativeError& err) {
+    CHECK(std::strcmp(err.code_name(), code) == 0, "%s: code %s (%s), wanted %s", label, err.code_name(), err.what(), code);
+  }
+}
+
+void test_errors(const std::string& root) {
+  expect_error("missing dir", "not_found", [&] { load(root + "/does-not-exist"); });
+  TinySpec bad;
+  bad.extra_config = ",\"sliding_window\":4096";
+  bad.arch = "MistralForCausalLM";
+  write_tiny_model(root + "/sw", bad, 1);
+  expect_error("sliding window", "config_invalid", [&] { load(root + "/sw"); });
+  TinySpec moe;
+  moe.extra_config = ",\"num_local_experts\":8";
+  write_tiny_model(root + "/moe", moe, 1);
+  expect_error("moe", "config_invalid", [&] { load(root + "/moe"); });
+  TinySpec rope;
+  rope.extra_config = ",\"rope_scaling\":{\"rope_type\":\"yarn\",\"factor\":4.0}";
+  write_tiny_model(root + "/rope", rope, 1);
+  expect_error("rope type", "config_invalid", [&] { load(root + "/rope"); });
+  write_tiny_model(root + "/shape", TinySpec{}, 1, {{"model.layers.1.mlp.up_proj.weight", {64, 31}}});
+  expect_error("shape mismatch", "config_invalid", [&] { load(root + "/shape"); });
+  write_tiny_model(root + "/ok", TinySpec{}, 1);
+  auto e = load(root + "/ok", 8);
+  StepBuilder b;
+  b.add({1, 2, 3}, 0, {9}, true);
+  expect_error("block out of range", "invalid_argument", [&] { e->step(b.in); });
+  StepBuilder short_table;
+  short_table.add({1, 2, 3, 4, 5}, 0, {0}, true);
+  expect_error("short block table", "invalid_argument", [&] { e->step(short_table.in); });
+}
+
+// Goldens: greedy tokens and first-step logits from scripts/goldens/make_goldens.py.
+void test_golden(const std::string& model_dir, const std::string& golden_path) {
+  std::ifstream in(golden_path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  Json g = Json::parse(ss.str(), golden_path);
+  auto e = load(model_dir, 64);
+  const size_t V = static_cast<size_t>(e->config().vocab_size);
+  int case_index = 0;
+  for (const Json& c : g.find("cases")->items()) {
+    std::vector<int32_t> prompt;
+    for (const Json& t : c.find("prompt")->items()) prompt.push_back(static_cast<int32_t>(t.as_number()));
+    std::vector<int32_t> blocks;
+    for (int32_t b = 0; b < 64; ++b) blocks.push_back(b);
+    StepBuilder first;
+    first.add(prompt, 0, blocks, true);
+    auto r = e->step(first.in);
+    const auto& want = c.find("first_logits")->items();
+    float d = 0;
+    for (size_t i = 0; i < V; ++i) d = std::max(d, std::fabs(r.logits[i] - static_cast<float>(want[i].as_number())));
+    CHECK(d < 1e-3f, "golden case %d: first logits max abs diff %g", case_index, d);
+    std::vector<int32_t> got{r.tokens[0]};
+    const auto& greedy = c.find("greedy")->items();
+    for (size_t i = 1; i < greedy.size(); ++i) {
+      StepBuilder s;
+      s.add({got.back()}, static_cast<int32_t>(prompt.size() + i - 1), blocks, true);
+      got.push_back(e->step(s.in).tokens[0]);
+    }
+    for (size_t i = 0; i < greedy.size(); ++i) {
+      CHECK(got[i] == static_cast<int32_t>(greedy[i].as_number()), "golden case %d: token %zu is %d, want %d",
+            case_index, i, got[i], static_cast<int32_t>(greedy[i].as_number()));
+      if (got[i] != static_cast<int32_t>(greedy[i].as_number())) break;
+    }
+    std::printf("golden case %d: %zu tokens, first-logits max abs diff %.2e\n", case_index, greedy.size(), d);
+    ++case_index;
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  char tmpl[] = "/tmp/tandem-native-test-XXXXXX";
+  std::string root = ::mkdtemp(tmpl);
+  try {
+    TinySpec llama;
+    write_tiny_model(root + "/llama", llama, 7);
+    test_consistency(root + "/llama", "llama");
+    TinySpec qwen3;
+    qwen3.arch = "Qwen3ForCausalLM";
+    qwen3.tie = true;
+    qwen3.qk_norm = true;
+    qwen3.head_dim = 16;
+    write_tiny_model(root + "/qwen3", qwen3, 8);
+    test_consistency(root + "/qwen3", "qwen3");
+    TinySpec qwen2;
+    qwen2.arch = "Qwen2ForCausalLM";
+    qwen2.tie = true;
+    qwen2.qkv_bias = true;
+    write_tiny_model(root + "/qwen2", qwen2, 9);
+    test_consistency(root + "/qwen2", "qwen2");
+    test_sampling(root + "/llama");
+    test_errors(root);
+    if (argc == 4 && std::string(argv[1]) == "--golden") test_golden(argv[2], argv[3]);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "FAIL: uncaught exception: %s\n", e.what());
+    ++g_failures;
+  }
+  std::string cleanup = "rm -rf '" + root + "'";
+  if (std::system(cleanup.c_str()) != 0) std::fprintf(stderr, "warning: could not remove %s\n", root.c_str());
+  std::printf("%d checks, %d failures\n", g_checks, g_failures);
+  return g_failures == 0 ? 0 : 1;
+}

@@ -1,0 +1,63 @@
+/**
+ * The KV-mode cost of DESIGN.md "Router", per candidate worker:
+ *
+ *   cost = prefill_load_scale × max(0, new_prefill_blocks − overlap_credit × cached_blocks)
+ *        + active_decode_blocks
+ *
+ * Our reading of the terms (all in KV blocks of `block_size` tokens):
+ *   request_blocks       ceil(prompt_tokens / block_size): a partial last block still prefills
+ *   cached_blocks        the worker's overlap depth: leading request blocks it already holds
+ *   new_prefill_blocks   request_blocks + the worker's pending prefill blocks (sequences routed
+ *                        to it whose first token has not come back): the prefill work queued
+ *                        in front of, plus including, this request
+ *   active_decode_blocks the worker's active blocks (ActiveSequences.activeBlocks): distinct
+ *                        blocks of its in-flight sequences, shared prefixes counted once
+ *
+ * So with overlap_credit = 1 the prefill term is "queued prefill + this request's uncached
+ * part", and a cache hit is worth exactly the blocks it saves. Lower is better.
+ */
+import type { InstanceId } from '../proto/wire.js';
+
+export interface CostWeights {
+  prefillLoadScale: number;
+  overlapScoreCredit: number;
+}
+
+export const DEFAULT_COST_WEIGHTS: CostWeights = { prefillLoadScale: 1, overlapScoreCredit: 1 };
+
+export interface WorkerCostInput {
+  instanceId: InstanceId;
+  cachedBlocks: number;
+  pendingPrefillBlocks: number;
+  activeDecodeBlocks: number;
+}
+
+/** One line of the cost table a decision carries (and logs). */
+export interface CostRow extends WorkerCostInput {
+  newPrefillBlocks: number;
+  /** max(0, new_prefill_blocks − overlap_credit × cached_blocks) */
+  prefillBlocks: number;
+  cost: number;
+  /** Over its load threshold: not eligible while any candidate is not. */
+  overloaded: boolean;
+}
+
+export function requestBlocksOf(promptTokens: number, blockSize: number): number {
+  return Math.ceil(promptTokens / blockSize);
+}
+
+export function workerCost(requestBlocks: number, w: WorkerCostInput, weights: CostWeights, overloaded = false): CostRow {
+  const newPrefillBlocks = requestBlocks + w.pendingPrefillBlocks;
+  const prefillBlocks = Math.max(0, newPrefillBlocks - weights.overlapScoreCredit * w.cachedBlocks);
+  // An explicit literal, not a spread: this runs per candidate per decision.
+  return {
+    instanceId: w.instanceId,
+    cachedBlocks: w.cachedBlocks,
+    pendingPrefillBlocks: w.pendingPrefillBlocks,
+    activeDecodeBlocks: w.activeDecodeBlocks,
+    newPrefillBlocks,
+    prefillBlocks,
+    cost: weights.prefillLoadScale * prefillBlocks + w.activeDecodeBlocks,
+    overloaded,
+  };
+}

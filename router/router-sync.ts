@@ -1,0 +1,74 @@
+/**
+ * `router_sync` payloads: router replicas publish their active-sequence updates so that every
+ * replica's load estimate covers requests routed by the others (DESIGN.md "Router").
+ *
+ * Block hashes travel as u64 decimal strings, like every hash on the wire (proto/wire.ts), so a
+ * payload survives JSON and msgpack without BigInt support on either side.
+ */
+import type { InstanceId } from '../proto/wire.js';
+import type { ActiveSequenceUpdate } from './active-sequences.js';
+
+export type WireActiveSequenceUpdate =
+  | {
+      type: 'add';
+      requestId: string;
+      workerId: InstanceId;
+      blockHashes: string[];
+      promptTokens: number;
+      overlapBlocks: number;
+    }
+  | { type: 'prefill_done'; requestId: string }
+  | { type: 'free'; requestId: string };
+
+/** Published on topic `router_sync`. */
+export interface RouterSyncMessage {
+  /** Publishing replica; a replica ignores its own messages. */
+  replicaId: string;
+  /** Per-replica counter, for diagnosing loss; updates are idempotent by request id. */
+  seq: number;
+  updates: WireActiveSequenceUpdate[];
+}
+
+export function updateToWire(u: ActiveSequenceUpdate): WireActiveSequenceUpdate {
+  if (u.type !== 'add') return u;
+  return { ...u, blockHashes: u.blockHashes.map((h) => h.toString()) };
+}
+
+/** Undefined when the payload is not a well-formed update (peers are not trusted to be sane). */
+export function updateFromWire(w: unknown): ActiveSequenceUpdate | undefined {
+  if (typeof w !== 'object' || w === null) return undefined;
+  const u = w as Record<string, unknown>;
+  if (typeof u.requestId !== 'string') return undefined;
+  switch (u.type) {
+    case 'prefill_done':
+    case 'free':
+      return { type: u.type, requestId: u.requestId };
+    case 'add': {
+      if (typeof u.workerId !== 'string' || !Array.isArray(u.blockHashes)) return undefined;
+      if (!isCount(u.promptTokens) || !isCount(u.overlapBlocks)) return undefined;
+      const hashes: bigint[] = [];
+      try {
+        for (const h of u.blockHashes) {
+          if (typeof h !== 'string') return undefined;
+          hashes.push(BigInt(h));
+        }
+      } catch {
+        return undefined;
+      }
+      return {
+        type: 'add',
+        requestId: u.requestId,
+        workerId: u.workerId,
+        blockHashes: hashes,
+        promptTokens: u.promptTokens,
+        overlapBlocks: u.overlapBlocks,
+      };
+    }
+    default:
+      return undefined;
+  }
+}
+
+function isCount(v: unknown): v is number {
+  return typeof v === 'number' && Number.isInteger(v) && v >= 0;
+}

@@ -1,0 +1,8 @@
+/** Public surface of the request plane. */
+export type * from './types.js';
+export { GrpcRequestPlaneServer, type GrpcServerOptions } from './grpc-server.js';
+export { GrpcRequestPlaneClient, type GrpcClientOptions } from './grpc-client.js';
+export { packr } from './codec.js';
+export { DEFAULT_MAX_MESSAGE_BYTES, SERVICE_NAME } from './service.js';
+export { TopicHub } from './topic-hub.js';
+export { ERROR_CODE_METADATA_KEY } from './wire-errors.js';

@@ -1,0 +1,69 @@
+/**
+ * Typed errors across the request plane. The server puts the stable Tandem code in trailing
+ * metadata (`tandem-error-code`) next to a gRPC status chosen so that plain gRPC tooling still
+ * reads something sensible; the client prefers the Tandem code and falls back to the status.
+ */
+import { Metadata, status as GrpcStatus, type ServiceError, type StatusObject } from '@grpc/grpc-js';
+import { errorFromWire, TandemError, type ErrorCode } from '../errors.js';
+
+export const ERROR_CODE_METADATA_KEY = 'tandem-error-code';
+
+const GRPC_STATUS_FOR_CODE: Record<ErrorCode, GrpcStatus> = {
+  cancelled: GrpcStatus.CANCELLED,
+  deadline_exceeded: GrpcStatus.DEADLINE_EXCEEDED,
+  unavailable: GrpcStatus.UNAVAILABLE,
+  no_instances: GrpcStatus.UNAVAILABLE,
+  instance_not_found: GrpcStatus.NOT_FOUND,
+  invalid_argument: GrpcStatus.INVALID_ARGUMENT,
+  resource_exhausted: GrpcStatus.RESOURCE_EXHAUSTED,
+  not_found: GrpcStatus.NOT_FOUND,
+  handler_error: GrpcStatus.UNKNOWN,
+  internal: GrpcStatus.INTERNAL,
+  lease_lost: GrpcStatus.UNAVAILABLE,
+  config_invalid: GrpcStatus.FAILED_PRECONDITION,
+};
+
+function codeForGrpcStatus(code: number): ErrorCode {
+  switch (code) {
+    case GrpcStatus.CANCELLED:
+      return 'cancelled';
+    case GrpcStatus.DEADLINE_EXCEEDED:
+      return 'deadline_exceeded';
+    case GrpcStatus.UNAVAILABLE:
+      return 'unavailable';
+    case GrpcStatus.NOT_FOUND:
+    case GrpcStatus.UNIMPLEMENTED:
+      return 'not_found';
+    case GrpcStatus.INVALID_ARGUMENT:
+      return 'invalid_argument';
+    case GrpcStatus.RESOURCE_EXHAUSTED:
+      return 'resource_exhausted';
+    case GrpcStatus.UNKNOWN:
+      return 'handler_error';
+    default:
+      return 'internal';
+  }
+}
+
+/** Anything a handler throws becomes a TandemError; foreign errors are `handler_error`. */
+export function asTandemError(err: unknown): TandemError {
+  if (err instanceof TandemError) return err;
+  const message = err instanceof Error ? err.message : String(err);
+  return new TandemError('handler_error', message, { cause: err });
+}
+
+/** Server side: the error to emit on a call so the client can rebuild it. */
+export function toServiceError(err: TandemError): Partial<StatusObject> & { code: GrpcStatus; details: string; metadata: Metadata } {
+  const metadata = new Metadata();
+  metadata.set(ERROR_CODE_METADATA_KEY, err.code);
+  return { code: GRPC_STATUS_FOR_CODE[err.code], details: err.message, metadata };
+}
+
+/** Client side: rebuild the typed error from a gRPC failure. */
+export function fromServiceError(err: Partial<ServiceError>): TandemError {
+  const tagged = err.metadata?.get(ERROR_CODE_METADATA_KEY)[0];
+  const code = typeof tagged === 'string' ? tagged : codeForGrpcStatus(err.code ?? GrpcStatus.UNKNOWN);
+  const message = err.details ?? err.message ?? 'request plane error';
+  const rebuilt = errorFromWire(code, message);
+  return rebuilt;
+}

@@ -1,0 +1,123 @@
+/**
+ * The instrument under test: runBench against a scripted SSE server whose timings are known,
+ * so TTFT, ITL, TPOT, E2E and throughput must come out at the scripted values.
+ */
+import { afterEach, describe, expect, it } from 'vitest';
+import { runBench } from '../../bench/loadgen/index.js';
+import { startScriptedServer, type ScriptedServer } from './fixtures/scripted-server.js';
+
+let server: ScriptedServer | undefined;
+afterEach(async () => {
+  await server?.close();
+  server = undefined;
+});
+
+const base = { model: 'scripted', progress: 'off' as const, workload: 'random' as const, isl: 32 };
+
+// Lower bounds are tight (nothing can arrive before the server sends it); upper bounds leave
+// room for a loaded CI machine.
+describe('bench metrics against a scripted SSE server', () => {
+  it('measures TTFT, ITL, TPOT and E2E at the scripted times', async () => {
+    // 80 ms to the first token, then 15 ms per token, 12 tokens: e2e = 80 + 11 * 15 = 245 ms.
+    server = await startScriptedServer({ ttftMs: 80, itlMs: 15, cachedTokens: () => 16 });
+    const { report, records } = await runBench({ ...base, url: server.url, osl: 12, requests: 6, concurrency: 2 });
+    const s = report.summary;
+    expect(s.requests.completed).toBe(6);
+    expect(s.requests.failed).toBe(0);
+    expect(s.latency_ms.ttft.mean).toBeGreaterThanOrEqual(79);
+    expect(s.latency_ms.ttft.mean).toBeLessThan(80 + 30);
+    expect(s.latency_ms.itl.count).toBe(6 * 11);
+    expect(s.latency_ms.itl.p50).toBeGreaterThan(15 - 5);
+    expect(s.latency_ms.itl.p50).toBeLessThan(15 + 5);
+    expect(s.latency_ms.tpot.mean).toBeGreaterThan(15 - 2);
+    expect(s.latency_ms.tpot.mean).toBeLessThan(15 + 5);
+    expect(s.latency_ms.e2e.mean).toBeGreaterThanOrEqual(244);
+    expect(s.latency_ms.e2e.mean).toBeLessThan(245 + 40);
+    // Two closed-loop workers, three rounds of ~245 ms each.
+    expect(s.duration_s).toBeGreaterThan(0.7);
+    expect(s.duration_s).toBeLessThan(0.735 + 0.3);
+    expect(s.throughput.output_tokens_per_s).toBeCloseTo((6 * 12) / s.duration_s, 6);
+    expect(s.throughput.requests_per_s).toBeCloseTo(6 / s.duration_s, 6);
+    expect(s.tokens.osl.mean).toBe(12);
+    expect(s.tokens.cached_total).toBe(6 * 16);
+    expect(s.tokens.cached_ratio).toBeCloseTo(16 / 32, 6);
+    expect(s.concurrency.max_in_flight).toBe(2);
+    expect(records.every((r) => r.chunkTimesMs.length === 12)).toBe(true);
+  });
+
+  it('counts coalesced chunks: ITL per chunk, TPOT per token', async () => {
+    // 4 tokens per chunk every 40 ms: chunk gap 40 ms, per-token time 10 ms.
+    server = await startScriptedServer({ ttftMs: 30, itlMs: 40, tokensPerChunk: 4 });
+    const { report } = await runBench({ ...base, url: server.url, osl: 16, requests: 2, concurrency: 2 });
+    const s = report.summary;
+    expect(s.tokens.tokens_per_chunk).toBe(4);
+    expect(s.latency_ms.itl.p50).toBeGreaterThan(35);
+    expect(s.latency_ms.itl.p50).toBeLessThan(50);
+    // (last chunk - first chunk) / (16 - 1) = 3 * 40 / 15 = 8 ms
+    expect(s.latency_ms.tpot.mean).toBeGreaterThan(7);
+    expect(s.latency_ms.tpot.mean).toBeLessThan(11);
+  });
+
+  it('classifies failures by kind and keeps them out of latency stats', async () => {
+    const faults = ['http_503', 'reset', 'stream_error', 'no_done', 'hang'] as const;
+    server = await startScriptedServer({ ttftMs: 5, itlMs: 2, fault: (i) => faults[i] });
+    const { report } = await runBench({ ...base, url: server.url, osl: 4, requests: 8, concurrency: 1, timeoutS: 0.5 });
+    const s = report.summary;
+    expect(s.errors.by_kind).toEqual({ http_503: 1, network: 1, stream_error: 1, incomplete: 1, timeout: 1 });
+    expect(s.errors.examples.http_503).toContain('overloaded');
+    expect(s.errors.examples.stream_error).toContain('engine failed');
+    expect(s.requests.completed).toBe(3);
+    expect(s.requests.failed).toBe(5);
+    expect(s.latency_ms.ttft.count).toBe(3);
+  });
+
+  it('a refused connection is a network error, not a crash', async () => {
+    server = await startScriptedServer({ ttftMs: 1, itlMs: 1 });
+    const url = server.url;
+    await server.close();
+    server = undefined;
+    const { report } = await runBench({ ...base, url, osl: 2, requests: 2 });
+    expect(report.summary.errors.by_kind).toEqual({ network: 2 });
+    expect(report.summary.errors.examples.network).toContain('ECONNREFUSED');
+  });
+
+  it('goodput counts requests meeting every SLO', async () => {
+    // One server answers in 20 ms, the other in 300 ms; the TTFT SLO is 150 ms.
+    server = await startScriptedServer({ ttftMs: 20, itlMs: 5 });
+    const slow = await startScriptedServer({ ttftMs: 300, itlMs: 5 });
+    try {
+      const fast = await runBench({ ...base, url: server.url, osl: 4, requests: 3, concurrency: 3, goodput: { ttft: 150, itl: 50 } });
+      expect(fast.report.summary.goodput?.good_requests).toBe(3);
+      expect(fast.report.summary.goodput?.fraction).toBe(1);
+      const late = await runBench({ ...base, url: slow.url, osl: 4, requests: 2, concurrency: 2, goodput: { ttft: 150 } });
+      expect(late.report.summary.goodput?.good_requests).toBe(0);
+      expect(late.report.summary.goodput?.requests_per_s).toBe(0);
+    } finally {
+      await slow.close();
+    }
+  });
+
+  it('Poisson arrivals average the requested rate', async () => {
+    server = await startScriptedServer({ ttftMs: 1, itlMs: 1 });
+    const { report } = await runBench({ ...base, url: server.url, osl: 2, requests: 60, rate: 100, seed: 3 });
+    const starts = report.requests.map((r) => r.scheduled_ms as number);
+    // 59 exponential gaps with mean 10 ms: the span is ~590 ms (seeded, so exactly reproducible).
+    const span = starts[starts.length - 1]! - starts[0]!;
+    expect(span / 59).toBeGreaterThan(6);
+    expect(span / 59).toBeLessThan(14);
+    expect(report.summary.latency_ms.schedule_lag.p50).toBeLessThan(5);
+    const again = await runBench({ ...base, url: server.url, osl: 2, requests: 60, rate: 100, seed: 3 });
+    expect(again.report.requests.map((r) => r.scheduled_ms)).toEqual(starts);
+  });
+
+  it('--duration stops starting requests at the deadline and lets in-flight ones finish', async () => {
+    server = await startScriptedServer({ ttftMs: 20, itlMs: 5 });
+    const { report } = await runBench({ ...base, url: server.url, osl: 4, concurrency: 2, durationS: 0.3 });
+    expect(report.config.workload.requests).toBeNull();
+    // Each request takes ~35 ms: two workers fit roughly 16 in 300 ms.
+    expect(report.summary.requests.completed).toBeGreaterThan(4);
+    expect(report.summary.requests.failed).toBe(0);
+    expect(Math.max(...report.requests.map((r) => r.start_ms))).toBeLessThan(300);
+    expect(Math.max(...report.requests.map((r) => r.start_ms + r.e2e_ms))).toBeGreaterThan(300);
+  });
+});

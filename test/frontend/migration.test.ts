@@ -1,0 +1,89 @@
+/**
+ * streamWithMigration without HTTP: selector lifecycle hooks (what a KV router books and
+ * frees), a worker-side cancel carrying tokens, and the resend arithmetic.
+ */
+import { describe, expect, it } from 'vitest';
+import type { ServedModel } from '../../frontend/model-watcher.js';
+import { streamWithMigration } from '../../frontend/pipeline/migration.js';
+import { RoundRobinSelector, type RouteRequest, type WorkerSelector } from '../../frontend/routing.js';
+import type { InstanceId, PreprocessedRequest, TokenDelta } from '../../proto/wire.js';
+import { makeCard } from './fakes.js';
+
+type Script = (request: PreprocessedRequest) => TokenDelta[];
+
+function model(scripts: Record<InstanceId, Script>, sent: Array<[InstanceId, PreprocessedRequest]>): ServedModel {
+  return {
+    name: 'm',
+    candidates: () => Object.keys(scripts).sort(),
+    card: (id) => makeCard({ instanceId: id }),
+    primaryCard: () => makeCard(),
+    contextLength: () => 1000,
+    async *generate(request, id) {
+      sent.push([id, request]);
+      for (const delta of scripts[id]!(request)) yield delta;
+    },
+  };
+}
+
+const base: PreprocessedRequest = { requestId: 'r1', model: 'm', tokenIds: [1, 2, 3], sampling: {}, stop: { maxTokens: 6, stopTokenIds: [], ignoreEos: false } };
+
+class RecordingSelector extends RoundRobinSelector implements WorkerSelector {
+  readonly log: string[] = [];
+  onRouted(route: RouteRequest, id: InstanceId) {
+    this.log.push(`routed ${id} prompt=${route.request.tokenIds.length}`);
+  }
+  onFirstToken(_route: RouteRequest, id: InstanceId) {
+    this.log.push(`first ${id}`);
+  }
+  onFinished(_route: RouteRequest, id: InstanceId) {
+    this.log.push(`finished ${id}`);
+  }
+}
+
+async function collect(stream: AsyncIterable<TokenDelta>): Promise<TokenDelta[]> {
+  const out: TokenDelta[] = [];
+  for await (const d of stream) out.push(d);
+  return out;
+}
+
+describe('streamWithMigration', () => {
+  it('a worker-side cancel that carries tokens passes them on, then resumes elsewhere with them', async () => {
+    const sent: Array<[InstanceId, PreprocessedRequest]> = [];
+    const selector = new RecordingSelector();
+    const served = model(
+      {
+        a: () => [{ tokenIds: [10] }, { tokenIds: [11, 12], finishReason: 'cancelled' }],
+        b: (req) => [{ tokenIds: [13, 14, 15].slice(0, req.stop.maxTokens), finishReason: 'length' }],
+      },
+      sent,
+    );
+    const deltas = await collect(
+      streamWithMigration({ model: served, selector, request: base, firstInstance: 'a', pinned: false, migrationLimit: 3 }, new AbortController().signal),
+    );
+    expect(deltas.flatMap((d) => d.tokenIds)).toEqual([10, 11, 12, 13, 14, 15]);
+    expect(deltas.at(-1)!.finishReason).toBe('length');
+    expect(deltas.slice(0, -1).every((d) => d.finishReason === undefined)).toBe(true);
+    // Resend: prompt + 3 generated, 6 - 3 = 3 tokens left, same request id.
+    expect(sent[1]![1]).toMatchObject({ requestId: 'r1', tokenIds: [1, 2, 3, 10, 11, 12], stop: { maxTokens: 3 }, numPriorOutputTokens: 3 });
+    // Every attempt is booked and freed exactly once, in order.
+    expect(selector.log).toEqual(['routed a prompt=3', 'first a', 'finished a', 'routed b prompt=6', 'first b', 'finished b']);
+  });
+
+  it('a non-migratable error surfaces at once; a pinned request never moves', async () => {
+    const sent: Array<[InstanceId, PreprocessedRequest]> = [];
+    const served = model(
+      {
+        a: () => {
+          throw Object.assign(new Error('bad'), { code: 'invalid_argument' });
+        },
+        b: () => [{ tokenIds: [1], finishReason: 'stop' }],
+      },
+      sent,
+    );
+    const plan = { model: served, selector: new RoundRobinSelector(), request: base, firstInstance: 'a', pinned: false, migrationLimit: 3 };
+    await expect(collect(streamWithMigration(plan, new AbortController().signal))).rejects.toThrow('bad');
+    const dead = model({ a: () => [{ tokenIds: [], finishReason: 'cancelled' }], b: () => [{ tokenIds: [1], finishReason: 'stop' }] }, sent);
+    await expect(collect(streamWithMigration({ ...plan, model: dead, pinned: true }, new AbortController().signal))).rejects.toMatchObject({ code: 'unavailable' });
+    expect(sent.map(([id]) => id)).toEqual(['a', 'a']);
+  });
+});

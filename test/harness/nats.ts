@@ -1,0 +1,98 @@
+/**
+ * A real nats-server for tests: free loopback port, temp JetStream store dir, and restart on the
+ * same port (so clients with reconnect enabled find it again).
+ */
+import { spawn, type ChildProcess } from 'node:child_process';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { freePort } from './ports.js';
+
+export const NATS_SERVER_BIN = process.env.NATS_SERVER_BIN ?? '/usr/sbin/nats-server';
+
+export interface NatsHarness {
+  url: string;
+  port: number;
+  /** Kill the server (SIGKILL: an outage, not a clean shutdown). The store dir is kept. */
+  halt(): Promise<void>;
+  /** Start it again on the same port with the same store. */
+  start(): Promise<void>;
+  /** halt(), wait `downMs`, start(). */
+  restart(downMs?: number): Promise<void>;
+  /** Stop for good and remove the store dir. */
+  stop(): Promise<void>;
+}
+
+export interface StartNatsOptions {
+  jetstream?: boolean;
+}
+
+const live = new Set<ChildProcess>();
+process.once('exit', () => {
+  for (const child of live) child.kill('SIGKILL');
+});
+
+function launch(port: number, storeDir: string, jetstream: boolean): Promise<ChildProcess> {
+  const args = ['-a', '127.0.0.1', '-p', String(port)];
+  if (jetstream) args.push('-js', '-sd', storeDir);
+  const child = spawn(NATS_SERVER_BIN, args, { stdio: ['ignore', 'ignore', 'pipe'] });
+  live.add(child);
+  child.once('exit', () => live.delete(child));
+  return new Promise((resolve, reject) => {
+    let log = '';
+    const timer = setTimeout(() => {
+      child.kill('SIGKILL');
+      reject(new Error(`nats-server did not become ready on port ${port}:\n${log}`));
+    }, 10_000);
+    const onData = (chunk: Buffer) => {
+      log += chunk.toString();
+      if (log.includes('Server is ready')) {
+        clearTimeout(timer);
+        child.stderr!.off('data', onData);
+        child.stderr!.resume();
+        resolve(child);
+      }
+    };
+    child.stderr!.on('data', onData);
+    child.once('exit', (code) => {
+      clearTimeout(timer);
+      reject(new Error(`nats-server exited with ${code} before ready:\n${log}`));
+    });
+  });
+}
+
+function killed(child: ChildProcess): Promise<void> {
+  if (child.exitCode !== null || child.signalCode !== null) return Promise.resolve();
+  return new Promise((resolve) => {
+    child.once('exit', () => resolve());
+    child.kill('SIGKILL');
+  });
+}
+
+export async function startNats(options: StartNatsOptions = {}): Promise<NatsHarness> {
+  const jetstream = options.jetstream ?? false;
+  const storeDir = mkdtempSync(join(tmpdir(), 'tandem-nats-'));
+  const port = await freePort();
+  let child: ChildProcess | undefined = await launch(port, storeDir, jetstream);
+  const harness: NatsHarness = {
+    url: `nats://127.0.0.1:${port}`,
+    port,
+    halt: async () => {
+      if (child) await killed(child);
+      child = undefined;
+    },
+    start: async () => {
+      if (!child) child = await launch(port, storeDir, jetstream);
+    },
+    restart: async (downMs = 0) => {
+      await harness.halt();
+      if (downMs > 0) await new Promise((r) => setTimeout(r, downMs));
+      await harness.start();
+    },
+    stop: async () => {
+      await harness.halt();
+      rmSync(storeDir, { recursive: true, force: true });
+    },
+  };
+  return harness;
+}

@@ -1,0 +1,254 @@
+/**
+ * EngineLoop: the thin adapter that drives a Scheduler and an Engine (timers and promises live
+ * here, decisions do not).
+ *
+ *   generate(req) ─▶ scheduler.addSequence ─▶ kick()
+ *   run():  while work: plan = schedule() → await engine.step(plan.batch) → applyStepResult
+ *           → tokens into per-request OutputQueues → KV events into the log + sink
+ *           → load metrics to the sink
+ *
+ * Exactly one step is in flight at a time. Aborting a request frees its blocks at once (the
+ * step in flight, if any, skips it when its result comes back).
+ */
+import type { Engine } from '../engines/engine.js';
+import type { InstanceId, KvEvent, LoadMetrics, PreprocessedRequest, TokenDelta, TokenLogprob } from '../../proto/wire.js';
+import { TandemError, UnavailableError } from '../../runtime/errors.js';
+import { KvEventLog } from '../block-manager/kv-event-log.js';
+import { Scheduler } from '../scheduler/scheduler.js';
+import type { SchedulePlan, SchedulerConfig, StepOutcome } from '../scheduler/types.js';
+import { OutputQueue } from './output-queue.js';
+
+/** Where the loop reports; the worker process publishes these on the event plane. */
+export interface EngineLoopSinks {
+  onKvEvents?(events: KvEvent[]): void;
+  onLoadMetrics?(metrics: LoadMetrics): void;
+}
+
+export interface EngineLoopConfig {
+  engine: Engine;
+  /** Scheduler limits; numBlocks and blockSize default to the engine's. */
+  scheduler?: Partial<SchedulerConfig>;
+  workerId?: InstanceId;
+  sinks?: EngineLoopSinks;
+  /** Events kept for replay; default 1024. */
+  kvEventCapacity?: number;
+}
+
+export interface EngineLoopStats {
+  numRunning: number;
+  numWaiting: number;
+  kvUsage: number;
+  activeBlocks: number;
+  totalBlocks: number;
+  queuedPrefillTokens: number;
+  /** Prefix-cache counters in tokens (vLLM's prefix_cache_queries / prefix_cache_hits). */
+  prefixCacheQueries: number;
+  prefixCacheHits: number;
+  numPreemptions: number;
+  numSteps: number;
+  /** Requests accepted since start, and requests with an open stream now. */
+  numRequestsTotal: number;
+  numActiveRequests: number;
+}
+
+export class EngineLoop {
+  readonly engine: Engine;
+  readonly scheduler: Scheduler;
+  readonly kvEventLog: KvEventLog;
+  private readonly sinks: EngineLoopSinks;
+  private readonly queues = new Map<number, OutputQueue>();
+  private looping: Promise<void> | undefined;
+  private closed = false;
+  private numRequestsTotal = 0;
+
+  constructor(config: EngineLoopConfig) {
+    this.engine = config.engine;
+    const info = config.engine.info;
+    this.scheduler = new Scheduler({
+      ...config.scheduler,
+      numBlocks: config.scheduler?.numBlocks ?? info.numBlocks,
+      blockSize: config.scheduler?.blockSize ?? info.blockSize,
+    });
+    this.kvEventLog = new KvEventLog({
+      workerId: config.workerId ?? '0000000000000000',
+      capacity: config.kvEventCapacity ?? 1024,
+    });
+    this.sinks = config.sinks ?? {};
+  }
+
+  /**
+   * Streams one request's tokens. The last delta carries finishReason and usage. Throws a
+   * TandemError when the request is rejected (too long for this worker) or the engine fails.
+   */
+  async *generate(request: PreprocessedRequest, signal: AbortSignal): AsyncGenerator<TokenDelta, void, undefined> {
+    const numPrompt = request.tokenIds.length;
+    if (this.closed) throw new UnavailableError('engine loop is shut down');
+    if (signal.aborted) {
+      yield { tokenIds: [], finishReason: 'cancelled', usage: { promptTokens: numPrompt, completionTokens: 0, cachedTokens: 0 } };
+      return;
+    }
+    const stop = request.prefillOnly ? { ...request.stop, maxTokens: 1 } : request.stop;
+    const added = this.scheduler.addSequence({
+      requestId: request.requestId,
+      promptTokenIds: request.tokenIds,
+      sampling: request.sampling,
+      stop,
+      requestSeed: request.sampling.seed ?? seedFromRequestId(request.requestId),
+      ...(request.logprobs !== undefined && request.logprobs >= 0 ? { logprobs: request.logprobs } : {}),
+    });
+    if (added.type === 'rejected') throw new TandemError(added.code, added.message);
+    const seqId = added.seqId;
+    const queue = new OutputQueue();
+    this.queues.set(seqId, queue);
+    this.numRequestsTotal++;
+    const onAbort = (): void => this.cancel(seqId, queue);
+    signal.addEventListener('abort', onAbort, { once: true });
+    this.kick();
+    try {
+      for (;;) {
+        const delta = await queue.next();
+        yield delta;
+        if (delta.finishReason !== undefined) return;
+      }
+    } finally {
+      signal.removeEventListener('abort', onAbort);
+      // The consumer stopped early (returned or threw): free the sequence now.
+      if (!queue.isClosed) this.cancel(seqId, queue);
+      this.queues.delete(seqId);
+    }
+  }
+
+  stats(): EngineLoopStats {
+    const load = this.scheduler.load();
+    const bm = this.scheduler.blockManager;
+    return {
+      ...load,
+      prefixCacheQueries: bm.prefixCacheQueries,
+      prefixCacheHits: bm.prefixCacheHits,
+      numPreemptions: this.scheduler.numPreemptions,
+      numSteps: this.scheduler.numSteps,
+      numRequestsTotal: this.numRequestsTotal,
+      numActiveRequests: this.queues.size,
+    };
+  }
+
+  /** Resolves when no step is in flight and nothing is left to run. */
+  async idle(): Promise<void> {
+    while (this.looping !== undefined) await this.looping;
+  }
+
+  /** Stops taking work, fails open streams with `unavailable`, waits for the step in flight. */
+  async close(): Promise<void> {
+    if (this.closed) return;
+    this.closed = true;
+    for (const [seqId, queue] of this.queues) {
+      this.scheduler.abort(seqId);
+      queue.fail(new UnavailableError('worker shutting down'));
+    }
+    await this.idle();
+    await this.engine.close();
+  }
+
+  // ---- internals ----
+
+  private kick(): void {
+    if (this.looping !== undefined || this.closed) return;
+    this.looping = this.run().finally(() => {
+      this.looping = undefined;
+    });
+  }
+
+  private async run(): Promise<void> {
+    // Let requests that arrive in the same tick join the first step.
+    await Promise.resolve();
+    while (this.scheduler.hasWork && !this.closed) {
+      const plan = this.scheduler.schedule();
+      if (plan.batch.sequences.length === 0) {
+        // Nothing fits now (blocks held by pinned sequences): wait for an add, abort or release.
+        this.scheduler.applyStepResult({ sampled: [] });
+        this.publish();
+        return;
+      }
+      let outcome: StepOutcome;
+      try {
+        outcome = this.scheduler.applyStepResult(await this.engine.step(plan.batch));
+      } catch (err) {
+        this.failBatch(plan, err);
+        continue;
+      }
+      this.deliver(outcome);
+      this.publish();
+    }
+  }
+
+  private deliver(outcome: StepOutcome): void {
+    for (const out of outcome.outputs) {
+      const queue = this.queues.get(out.seqId);
+      if (queue === undefined) continue;
+      // The first delta already says how much of the prompt was cached, so a stream the
+      // frontend ends early (a stop string) still reports cached tokens.
+      if (!queue.hasPromptUsage) {
+        const seq = this.scheduler.getSequence(out.seqId);
+        if (seq) queue.setPromptUsage({ promptTokens: seq.numPromptTokens, completionTokens: 0, cachedTokens: seq.numCachedTokens });
+      }
+      let lp: TokenLogprob | undefined;
+      if (out.logprob !== undefined) lp = { tokenId: out.tokenId, logprob: out.logprob, top: out.topLogprobs ?? [] };
+      queue.push(out.tokenId, lp);
+    }
+    for (const f of outcome.finished) this.queues.get(f.seqId)?.finish(f.reason, f.usage);
+  }
+
+  private publish(): void {
+    const data = this.scheduler.blockManager.drainEvents();
+    if (data.length > 0) {
+      const events = this.kvEventLog.append(data);
+      safeCall(() => this.sinks.onKvEvents?.(events));
+    }
+    if (this.sinks.onLoadMetrics !== undefined) {
+      const metrics: LoadMetrics = { workerId: this.kvEventLog.workerId, ...this.scheduler.load(), timestampMs: Date.now() };
+      safeCall(() => this.sinks.onLoadMetrics?.(metrics));
+    }
+  }
+
+  private cancel(seqId: number, queue: OutputQueue): void {
+    const seq = this.scheduler.getSequence(seqId);
+    const usage = {
+      promptTokens: seq?.numPromptTokens ?? 0,
+      completionTokens: seq?.numOutputTokens ?? 0,
+      cachedTokens: seq?.numCachedTokens ?? 0,
+    };
+    if (this.scheduler.abort(seqId)) {
+      queue.finish('cancelled', usage);
+      // Freed blocks may let a blocked waiting sequence in.
+      this.kick();
+    }
+  }
+
+  private failBatch(plan: SchedulePlan, err: unknown): void {
+    // A failed step leaves the in-flight plan unapplied; clear it, then fail its sequences.
+    this.scheduler.discardStep();
+    for (const s of plan.batch.sequences) {
+      const queue = this.queues.get(s.seqId);
+      this.scheduler.abort(s.seqId);
+      queue?.fail(new TandemError('internal', `engine step failed: ${(err as Error)?.message ?? String(err)}`, { cause: err }));
+    }
+  }
+}
+
+function safeCall(fn: () => void): void {
+  try {
+    fn();
+  } catch {
+    // A sink's failure must not stop token generation; the sink reports its own errors.
+  }
+}
+
+/** Stable 32-bit FNV-1a of the request id: the sampling seed when the request sets none. */
+export function seedFromRequestId(requestId: string): number {
+  let h = 0x811c9dc5;
+  for (let i = 0; i < requestId.length; i++) {
+    h ^= requestId.charCodeAt(i);
+    h = Math.imul(h, 0x01000193);
+  }
+  return h >>> 0;
+}

@@ -1,0 +1,139 @@
+/**
+ * MockerEngine: an Engine that keeps no KV and runs no model. A step waits as long as the
+ * perf model predicts for its shape (divided by speedupRatio) and returns deterministic
+ * tokens. It is how the fleet is tested and simulated without GPUs.
+ *
+ * Timing: simulated time below 1 ms is not slept (timers cannot do better than ~1 ms); it is
+ * carried as debt and slept once it reaches a whole millisecond, while the step just yields
+ * with setImmediate. Oversleep is credited back (up to 5 ms). So speedup 1000 runs near
+ * compute-free, yet the long-run rate stays true.
+ *
+ * EOS: the mocker emits an EOS id (the first of eosTokenIds) only when asked:
+ *   - engine-wide: `eosAfterTokens: n` → the output token at index n (the n+1-th) is EOS;
+ *   - per request: sampling.seed = MOCKER_EOS_SEED_BASE + n → likewise for that request.
+ * Otherwise EOS ids are never sampled. Output index = position − numPromptTokens, so a
+ * migrated request (prior outputs folded into its prompt) counts from its new prompt.
+ */
+import type { Engine, EngineInfo, SampledToken, StepBatch, StepResult, StepSequence } from '../engine.js';
+import { DECODE_FLOOR_MS, PolynomialPerfModel, stepTimeMs, type PerfModel, type StepShape } from './perf-model.js';
+import { mockLogprob, mockTokenAt } from './tokens.js';
+
+/** A request seed at or above this asks for EOS after (seed − base) output tokens. */
+export const MOCKER_EOS_SEED_BASE = 1_000_000_000;
+
+/** Oversleep carried forward as credit at most this much, so a stall does not cause a burst. */
+const MAX_CREDIT_MS = 5;
+
+export interface MockerConfig {
+  numBlocks: number;
+  blockSize?: number;
+  /** Default 32000. */
+  vocabSize?: number;
+  /** Engine-wide token seed; default 0. */
+  seed?: number;
+  /** Divides simulated time; default 1 (real time). */
+  speedupRatio?: number;
+  perfModel?: PerfModel;
+  /** EOS ids: never sampled by chance; the first one is emitted when EOS is asked for. */
+  eosTokenIds?: number[];
+  eosAfterTokens?: number;
+}
+
+export class MockerEngine implements Engine {
+  readonly info: EngineInfo;
+  readonly perfModel: PerfModel;
+  readonly speedupRatio: number;
+  private readonly seed: number;
+  private readonly eosTokenIds: number[];
+  private readonly eosAfterTokens: number | undefined;
+  private debtMs = 0;
+  private closed = false;
+  /** Sum of simulated (unscaled) step time, for tests and reports. */
+  simulatedMs = 0;
+  numSteps = 0;
+
+  constructor(config: MockerConfig) {
+    this.info = {
+      kind: 'mocker',
+      vocabSize: config.vocabSize ?? 32000,
+      kvBytesPerToken: 0,
+      numBlocks: config.numBlocks,
+      blockSize: config.blockSize ?? 16,
+    };
+    this.perfModel = config.perfModel ?? new PolynomialPerfModel();
+    this.speedupRatio = config.speedupRatio ?? 1;
+    if (!(this.speedupRatio > 0)) throw new RangeError('speedupRatio must be > 0');
+    this.seed = config.seed ?? 0;
+    this.eosTokenIds = config.eosTokenIds ?? [];
+    this.eosAfterTokens = config.eosAfterTokens;
+  }
+
+  async step(batch: StepBatch): Promise<StepResult> {
+    if (this.closed) throw new Error('mocker engine is closed');
+    const ms = stepTimeMs(this.perfModel, this.shapeOf(batch));
+    this.simulatedMs += ms;
+    this.numSteps++;
+    const sampled: SampledToken[] = [];
+    for (const s of batch.sequences) if (s.sample) sampled.push(this.sample(s));
+    await this.wait(ms / this.speedupRatio);
+    return { sampled };
+  }
+
+  async close(): Promise<void> {
+    this.closed = true;
+  }
+
+  /** The step shape the perf model sees; a single new token past the prompt is a decode. */
+  shapeOf(batch: StepBatch): StepShape {
+    let prefillTokens = 0;
+    let numDecodeSeqs = 0;
+    for (const s of batch.sequences) {
+      if (s.tokenIds.length === 1 && s.startPos >= s.numPromptTokens) numDecodeSeqs++;
+      else prefillTokens += s.tokenIds.length;
+    }
+    return { prefillTokens, numDecodeSeqs, kvUsage: batch.kvUsage ?? 0 };
+  }
+
+  /** The token the mocker samples for one sequence. */
+  private sample(s: StepSequence): SampledToken {
+    const position = s.startPos + s.tokenIds.length;
+    const outputIndex = position - s.numPromptTokens;
+    const eosAt = this.eosIndexFor(s);
+    const tokenId =
+      eosAt !== undefined && outputIndex === eosAt
+        ? this.eosTokenIds[0]!
+        : mockTokenAt(this.seed, s.requestSeed, position, this.info.vocabSize, this.eosTokenIds);
+    const out: SampledToken = { seqId: s.seqId, tokenId };
+    if (s.logprobs !== undefined) {
+      const lp = mockLogprob(this.seed, s.requestSeed, position);
+      out.logprob = lp;
+      if (s.logprobs > 0) {
+        const top: Array<{ tokenId: number; logprob: number }> = [{ tokenId, logprob: lp }];
+        for (let j = 1; j < s.logprobs; j++) {
+          top.push({ tokenId: (tokenId + j) % this.info.vocabSize, logprob: lp - j * 0.5 });
+        }
+        out.topLogprobs = top;
+      }
+    }
+    return out;
+  }
+
+  private eosIndexFor(s: StepSequence): number | undefined {
+    if (this.eosTokenIds.length === 0) return undefined;
+    const seed = s.sampling.seed;
+    if (seed !== undefined && seed >= MOCKER_EOS_SEED_BASE) return seed - MOCKER_EOS_SEED_BASE;
+    return this.eosAfterTokens;
+  }
+
+  private async wait(ms: number): Promise<void> {
+    this.debtMs += ms;
+    if (this.debtMs < DECODE_FLOOR_MS) {
+      await new Promise<void>((resolve) => setImmediate(resolve));
+      return;
+    }
+    // Timers oversleep; charge what really elapsed (bounded credit) so the average holds.
+    const start = performance.now();
+    await new Promise<void>((resolve) => setTimeout(resolve, Math.floor(this.debtMs)));
+    this.debtMs = Math.max(-MAX_CREDIT_MS, this.debtMs - (performance.now() - start));
+  }
+}

@@ -1,0 +1,119 @@
+/**
+ * BatchMarshal: flattens a StepBatch into the addon's typed arrays (layouts in
+ * native/lib/binding.ts). Buffers grow to the largest batch seen and are reused, so a
+ * steady-state step allocates only the subarray views. History is copied only for sequences
+ * whose sampling uses penalties; everything else is O(new tokens + block table).
+ */
+import type { SamplingOptions } from '../../../proto/wire.js';
+import { SAMPLING_STRIDE, SEQ_META_STRIDE, SamplingField, SeqMeta } from '../../../native/index.js';
+import type { StepBatch } from '../engine.js';
+
+export interface MarshalledBatch {
+  tokens: Int32Array;
+  seqMeta: Int32Array;
+  blockTables: Int32Array;
+  history: Int32Array;
+  sampling: Float64Array;
+  /** seqId of each sampled row, in batch order. */
+  sampledSeqIds: number[];
+}
+
+const SEED_RANGE = 2 ** 53;
+
+function usesPenalties(s: SamplingOptions): boolean {
+  return (
+    (s.repetitionPenalty !== undefined && s.repetitionPenalty !== 1) ||
+    (s.presencePenalty !== undefined && s.presencePenalty !== 0) ||
+    (s.frequencyPenalty !== undefined && s.frequencyPenalty !== 0)
+  );
+}
+
+/** Seeds cross as f64: map any number onto an exact non-negative integer below 2^53. */
+function seedOf(s: SamplingOptions, requestSeed: number): number {
+  const raw = s.seed ?? requestSeed;
+  const n = Number.isFinite(raw) ? Math.trunc(raw) : 0;
+  return ((n % SEED_RANGE) + SEED_RANGE) % SEED_RANGE;
+}
+
+export class BatchMarshal {
+  private tokens: Int32Array = new Int32Array(256);
+  private meta: Int32Array = new Int32Array(16 * SEQ_META_STRIDE);
+  private tables: Int32Array = new Int32Array(1024);
+  private history: Int32Array = new Int32Array(256);
+  private sampling: Float64Array = new Float64Array(16 * SAMPLING_STRIDE);
+
+  marshal(batch: StepBatch): MarshalledBatch {
+    const seqs = batch.sequences;
+    let numTokens = 0;
+    let numBlocks = 0;
+    let numHistory = 0;
+    for (const s of seqs) {
+      numTokens += s.tokenIds.length;
+      numBlocks += s.blockTable.length;
+      if (s.sample && usesPenalties(s.sampling)) numHistory += s.history.length;
+    }
+    this.tokens = grow(this.tokens, numTokens);
+    this.meta = grow(this.meta, seqs.length * SEQ_META_STRIDE);
+    this.tables = grow(this.tables, numBlocks);
+    this.history = grow(this.history, numHistory);
+    this.sampling = growF64(this.sampling, seqs.length * SAMPLING_STRIDE);
+
+    const sampledSeqIds: number[] = [];
+    let tokenAt = 0;
+    let blockAt = 0;
+    let historyAt = 0;
+    for (let i = 0; i < seqs.length; i++) {
+      const s = seqs[i]!;
+      this.tokens.set(s.tokenIds, tokenAt);
+      tokenAt += s.tokenIds.length;
+      this.tables.set(s.blockTable, blockAt);
+      const m = i * SEQ_META_STRIDE;
+      this.meta[m + SeqMeta.numTokens] = s.tokenIds.length;
+      this.meta[m + SeqMeta.startPos] = s.startPos;
+      this.meta[m + SeqMeta.blockOffset] = blockAt;
+      this.meta[m + SeqMeta.numBlocks] = s.blockTable.length;
+      this.meta[m + SeqMeta.sample] = s.sample ? 1 : 0;
+      this.meta[m + SeqMeta.topLogprobs] = s.logprobs === undefined ? -1 : s.logprobs;
+      blockAt += s.blockTable.length;
+
+      const sp = s.sampling;
+      let historyLen = 0;
+      if (s.sample && usesPenalties(sp)) {
+        historyLen = s.history.length;
+        if (s.history instanceof Int32Array) this.history.set(s.history, historyAt);
+        else for (let j = 0; j < historyLen; j++) this.history[historyAt + j] = s.history[j]!;
+      }
+      this.meta[m + SeqMeta.historyOffset] = historyAt;
+      this.meta[m + SeqMeta.historyLen] = historyLen;
+      this.meta[m + SeqMeta.numPrompt] = s.numPromptTokens;
+      historyAt += historyLen;
+
+      const f = i * SAMPLING_STRIDE;
+      this.sampling[f + SamplingField.temperature] = sp.temperature ?? 1;
+      this.sampling[f + SamplingField.topP] = sp.topP ?? 1;
+      this.sampling[f + SamplingField.topK] = sp.topK === undefined || sp.topK < 0 ? 0 : sp.topK;
+      this.sampling[f + SamplingField.minP] = sp.minP ?? 0;
+      this.sampling[f + SamplingField.presencePenalty] = sp.presencePenalty ?? 0;
+      this.sampling[f + SamplingField.frequencyPenalty] = sp.frequencyPenalty ?? 0;
+      this.sampling[f + SamplingField.repetitionPenalty] = sp.repetitionPenalty ?? 1;
+      this.sampling[f + SamplingField.seed] = seedOf(sp, s.requestSeed);
+      if (s.sample) sampledSeqIds.push(s.seqId);
+    }
+    return {
+      tokens: this.tokens.subarray(0, numTokens),
+      seqMeta: this.meta.subarray(0, seqs.length * SEQ_META_STRIDE),
+      blockTables: this.tables.subarray(0, numBlocks),
+      history: this.history.subarray(0, numHistory),
+      sampling: this.sampling.subarray(0, seqs.length * SAMPLING_STRIDE),
+      sampledSeqIds,
+    };
+  }
+}
+
+function grow(a: Int32Array, n: number): Int32Array {
+  return a.length >= n ? a : new Int32Array(Math.max(n, a.length * 2));
+}
+
+function growF64(a: Float64Array, n: number): Float64Array {
+  return a.length >= n ? a : new Float64Array(Math.max(n, a.length * 2));
+}

@@ -1,0 +1,145 @@
+/**
+ * NativeEngine: the Engine contract over the C++ model runner in native/. A step is
+ * flattened to typed arrays (BatchMarshal), run on a native thread, and its flat results are
+ * turned back into SampledTokens. Steps are serialized: a second step() waits for the first.
+ */
+import { performance } from 'node:perf_hooks';
+import { fromNativeError, loadAddon, NativeEngineError, type RawEngineHandle, type RawEngineInfo, type RawStepResult } from '../../../native/index.js';
+import type { Engine, EngineInfo, SampledToken, StepBatch, StepResult } from '../engine.js';
+import { BatchMarshal } from './batch-marshal.js';
+
+export interface NativeEngineOptions {
+  /** Hugging Face model directory (config.json + *.safetensors). */
+  modelDir: string;
+  /** 'cpu' (default); 'cuda[:N]' once the CUDA backend exists. */
+  device?: string;
+  /** KV pool size in blocks; wins over memoryBudgetBytes. */
+  numBlocks?: number;
+  /** KV pool size as a byte budget, when numBlocks is not given. */
+  memoryBudgetBytes?: number;
+  /** Tokens per KV block (default 16, DESIGN.md). */
+  blockSize?: number;
+  /** Host compute threads (default: all cores). */
+  threads?: number;
+}
+
+/** Model facts the worker needs beyond EngineInfo (model card, stop tokens). */
+export type NativeModelInfo = RawEngineInfo;
+
+/** Where one step's wall time went: TypeScript (marshal + unmarshal) versus the native call. */
+export interface StepTiming {
+  marshalMs: number;
+  nativeMs: number;
+  unmarshalMs: number;
+}
+
+export const DEFAULT_KV_MEMORY_BYTES = 512 * 1024 * 1024;
+
+export async function createNativeEngine(options: NativeEngineOptions): Promise<NativeEngine> {
+  const addon = loadAddon();
+  const numBlocks = options.numBlocks ?? 0;
+  const memoryBudgetBytes = numBlocks > 0 ? 0 : (options.memoryBudgetBytes ?? DEFAULT_KV_MEMORY_BYTES);
+  try {
+    const handle = await addon.loadEngine({
+      modelDir: options.modelDir,
+      device: options.device ?? 'cpu',
+      numBlocks,
+      memoryBudgetBytes,
+      blockSize: options.blockSize ?? 16,
+      threads: options.threads ?? 0,
+    });
+    return new NativeEngine(handle);
+  } catch (err) {
+    throw fromNativeError(err);
+  }
+}
+
+export class NativeEngine implements Engine {
+  readonly info: EngineInfo;
+  readonly model: NativeModelInfo;
+  /** Timing of the most recent step. */
+  lastTiming: StepTiming = { marshalMs: 0, nativeMs: 0, unmarshalMs: 0 };
+
+  private handle: RawEngineHandle | undefined;
+  private readonly marshaller = new BatchMarshal();
+  private tail: Promise<unknown> = Promise.resolve();
+
+  constructor(handle: RawEngineHandle) {
+    this.handle = handle;
+    this.model = handle.info();
+    this.info = {
+      kind: 'native',
+      vocabSize: this.model.vocabSize,
+      kvBytesPerToken: this.model.kvBytesPerToken,
+      numBlocks: this.model.numBlocks,
+      blockSize: this.model.blockSize,
+    };
+  }
+
+  step(batch: StepBatch): Promise<StepResult> {
+    return this.enqueue(async () => (await this.run(batch, false)).result);
+  }
+
+  /** step() plus the raw logits of each sampled row ([sampled][vocab]); for tests and goldens. */
+  stepWithLogits(batch: StepBatch): Promise<StepResult & { logits: Float32Array }> {
+    return this.enqueue(async () => {
+      const { result, raw } = await this.run(batch, true);
+      return { ...result, logits: raw.logits ?? new Float32Array(0) };
+    });
+  }
+
+  async close(): Promise<void> {
+    await this.tail.catch(() => undefined);
+    this.handle?.close();
+    this.handle = undefined;
+  }
+
+  private enqueue<T>(fn: () => Promise<T>): Promise<T> {
+    const next = this.tail.then(fn, fn);
+    this.tail = next.catch(() => undefined);
+    return next;
+  }
+
+  private async run(batch: StepBatch, returnLogits: boolean): Promise<{ result: StepResult; raw: RawStepResult }> {
+    const handle = this.handle;
+    if (handle === undefined) throw new NativeEngineError('unavailable', 'native engine is closed');
+    const t0 = performance.now();
+    const m = this.marshaller.marshal(batch);
+    const t1 = performance.now();
+    let raw: RawStepResult;
+    try {
+      raw = await handle.step(m.tokens, m.seqMeta, m.blockTables, m.history, m.sampling, returnLogits);
+    } catch (err) {
+      throw fromNativeError(err);
+    }
+    const t2 = performance.now();
+    const sampled = unmarshal(raw, m.sampledSeqIds, batch);
+    const t3 = performance.now();
+    this.lastTiming = { marshalMs: t1 - t0, nativeMs: t2 - t1, unmarshalMs: t3 - t2 };
+    return { result: { sampled }, raw };
+  }
+}
+
+function unmarshal(raw: RawStepResult, seqIds: number[], batch: StepBatch): SampledToken[] {
+  const out: SampledToken[] = new Array(seqIds.length);
+  let row = 0;
+  for (const s of batch.sequences) {
+    if (!s.sample) continue;
+    const token: SampledToken = { seqId: seqIds[row]!, tokenId: raw.tokens[row]! };
+    if (s.logprobs !== undefined) {
+      token.logprob = raw.logprobs[row]!;
+      if (s.logprobs > 0) {
+        const top: Array<{ tokenId: number; logprob: number }> = [];
+        const base = row * raw.topStride;
+        for (let k = 0; k < s.logprobs && k < raw.topStride; k++) {
+          const id = raw.topIds[base + k]!;
+          if (id < 0) break;
+          top.push({ tokenId: id, logprob: raw.topLogprobs[base + k]! });
+        }
+        token.topLogprobs = top;
+      }
+    }
+    out[row++] = token;
+  }
+  return out;
+}

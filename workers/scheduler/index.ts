@@ -1,0 +1,12 @@
+export { Scheduler } from './scheduler.js';
+export { SCHEDULER_DEFAULTS } from './types.js';
+export type {
+  AddSequenceResult,
+  FinishedSequence,
+  SchedulePlan,
+  SchedulerConfig,
+  SchedulerLoad,
+  SequenceOutput,
+  StepOutcome,
+  Usage,
+} from './types.js';

@@ -1,0 +1,343 @@
+/**
+ * Continuous-batching scheduler (pure: no I/O, no timers). One step at a time:
+ *
+ *   schedule()          → a plan (StepBatch) under the token budget; blocks are reserved
+ *   engine.step(batch)  → sampled tokens (done by the caller)
+ *   applyStepResult(r)  → computed counters advance, full blocks enter the prefix cache,
+ *                         tokens are appended, stop conditions end sequences
+ *
+ * Order inside a step: running decodes first, then running (chunked) prefills, then waiting
+ * sequences FCFS. When a running sequence cannot get a block, the newest running sequence is
+ * preempted by recompute: its blocks are freed and it goes back to the front of the waiting
+ * queue with 0 computed tokens; on resume its prefix is usually still cached.
+ */
+import type { StepResult, StepSequence } from '../engines/engine.js';
+import { BlockManager } from '../block-manager/block-manager.js';
+import { SEQUENCE_STATUS, Sequence, type SequenceInit } from '../sequence.js';
+import {
+  SCHEDULER_DEFAULTS,
+  type AddSequenceResult,
+  type FinishedSequence,
+  type SchedulePlan,
+  type SchedulerConfig,
+  type SchedulerLoad,
+  type SequenceOutput,
+  type StepOutcome,
+} from './types.js';
+import type { FinishReason } from '../../proto/wire.js';
+
+interface PlannedSeq {
+  seq: Sequence;
+  numNewTokens: number;
+  sample: boolean;
+  /** Unscheduled again because a later sequence in the same step preempted it. */
+  dropped: boolean;
+}
+
+export class Scheduler {
+  readonly blockManager: BlockManager;
+  readonly blockSize: number;
+  readonly maxNumBatchedTokens: number;
+  readonly maxNumSeqs: number;
+  readonly maxModelLen: number;
+  numPreemptions = 0;
+  numSteps = 0;
+
+  private readonly waiting: Sequence[] = [];
+  private readonly running: Sequence[] = [];
+  private readonly pinned = new Map<number, Sequence>();
+  private readonly bySeqId = new Map<number, Sequence>();
+  private inFlight: PlannedSeq[] | undefined;
+  private nextSeqId = 1;
+
+  constructor(config: SchedulerConfig) {
+    this.blockSize = config.blockSize ?? SCHEDULER_DEFAULTS.blockSize;
+    this.maxNumBatchedTokens = config.maxNumBatchedTokens ?? SCHEDULER_DEFAULTS.maxNumBatchedTokens;
+    this.maxNumSeqs = config.maxNumSeqs ?? SCHEDULER_DEFAULTS.maxNumSeqs;
+    this.maxModelLen = config.maxModelLen ?? Number.POSITIVE_INFINITY;
+    this.blockManager = new BlockManager({
+      numBlocks: config.numBlocks,
+      blockSize: this.blockSize,
+      enablePrefixCaching: config.enablePrefixCaching ?? true,
+    });
+  }
+
+  get numRunning(): number {
+    return this.running.length;
+  }
+  get numWaiting(): number {
+    return this.waiting.length;
+  }
+  get hasWork(): boolean {
+    return this.running.length > 0 || this.waiting.length > 0;
+  }
+  get isStepInFlight(): boolean {
+    return this.inFlight !== undefined;
+  }
+
+  getSequence(seqId: number): Sequence | undefined {
+    return this.bySeqId.get(seqId);
+  }
+
+  addSequence(init: Omit<SequenceInit, 'seqId'>): AddSequenceResult {
+    const numPrompt = init.promptTokenIds.length;
+    if (numPrompt === 0) return { type: 'rejected', code: 'invalid_argument', message: 'prompt is empty' };
+    if (!(init.stop.maxTokens >= 1)) return { type: 'rejected', code: 'invalid_argument', message: 'maxTokens must be at least 1' };
+    const total = numPrompt + init.stop.maxTokens;
+    if (total > this.maxModelLen) {
+      return {
+        type: 'rejected',
+        code: 'invalid_argument',
+        message: `prompt (${numPrompt}) + maxTokens (${init.stop.maxTokens}) exceeds the maximum sequence length ${this.maxModelLen}`,
+      };
+    }
+    // A sequence that cannot fit the whole pool would preempt itself forever.
+    if (this.blockManager.blocksFor(total) > this.blockManager.numBlocks) {
+      return {
+        type: 'rejected',
+        code: 'resource_exhausted',
+        message: `sequence of ${total} tokens needs more than the ${this.blockManager.numBlocks} KV blocks of this worker`,
+      };
+    }
+    const seq = new Sequence({ ...init, seqId: this.nextSeqId++ });
+    this.bySeqId.set(seq.seqId, seq);
+    this.waiting.push(seq);
+    return { type: 'added', seqId: seq.seqId };
+  }
+
+  /** Builds the next step. Throws if the previous plan's result was not applied (a caller bug). */
+  schedule(): SchedulePlan {
+    if (this.inFlight !== undefined) throw new Error('schedule() called while a step is in flight');
+    const bm = this.blockManager;
+    const planned: PlannedSeq[] = [];
+    const plannedBySeq = new Map<Sequence, PlannedSeq>();
+    const preemptedSeqIds: number[] = [];
+    let budget = this.maxNumBatchedTokens;
+
+    const plan = (seq: Sequence, numNewTokens: number): void => {
+      const entry: PlannedSeq = {
+        seq,
+        numNewTokens,
+        sample: seq.numComputedTokens + numNewTokens === seq.numTokens,
+        dropped: false,
+      };
+      planned.push(entry);
+      plannedBySeq.set(seq, entry);
+      budget -= numNewTokens;
+    };
+
+    /** Makes room for `seq` by preempting the newest running sequences; false if seq itself went. */
+    const reserve = (seq: Sequence, numNewTokens: number): boolean => {
+      while (!bm.canAppend(seq, numNewTokens)) {
+        const victim = this.running.pop()!;
+        const entry = plannedBySeq.get(victim);
+        if (entry !== undefined) {
+          entry.dropped = true;
+          budget += entry.numNewTokens;
+        }
+        this.preempt(victim);
+        preemptedSeqIds.push(victim.seqId);
+        if (victim === seq) return false;
+      }
+      return bm.appendSlots(seq, numNewTokens);
+    };
+
+    // Pass 1: decodes; pass 2: running prefills (chunked, or recompute after a resume).
+    for (const decoding of [true, false]) {
+      for (let i = 0; i < this.running.length && budget > 0; i++) {
+        const seq = this.running[i]!;
+        if ((seq.numUncomputedTokens === 1 && !seq.isPrefilling) !== decoding) continue;
+        if (plannedBySeq.has(seq)) continue;
+        const numNew = Math.min(seq.numUncomputedTokens, budget);
+        if (reserve(seq, numNew)) plan(seq, numNew);
+      }
+    }
+
+    // Waiting sequences, FCFS; none if this step had to preempt (the pool is full).
+    while (
+      preemptedSeqIds.length === 0 &&
+      budget > 0 &&
+      this.waiting.length > 0 &&
+      this.running.length < this.maxNumSeqs
+    ) {
+      const seq = this.waiting[0]!;
+      const hit = bm.findPrefixHit(seq);
+      const numNew = Math.min(seq.numTokens - hit.numTokens, budget);
+      if (!bm.allocate(seq, hit, numNew)) break;
+      this.waiting.shift();
+      seq.numComputedTokens = hit.numTokens;
+      if (!seq.hasBeenAdmitted) {
+        seq.numCachedTokens = hit.numTokens;
+        seq.hasBeenAdmitted = true;
+      }
+      seq.status = SEQUENCE_STATUS.running;
+      this.running.push(seq);
+      plan(seq, numNew);
+    }
+
+    const live = planned.filter((p) => !p.dropped);
+    this.inFlight = live;
+    this.numSteps++;
+    return this.toPlan(live, preemptedSeqIds);
+  }
+
+  /**
+   * Applies the engine's result for the plan in flight: advances computed counters, caches
+   * the blocks that became full, appends sampled tokens and finishes sequences that hit a stop.
+   */
+  applyStepResult(result: StepResult): StepOutcome {
+    const planned = this.inFlight;
+    if (planned === undefined) throw new Error('applyStepResult() without a step in flight');
+    this.inFlight = undefined;
+    const outputs: SequenceOutput[] = [];
+    const finished: FinishedSequence[] = [];
+    let k = 0;
+    for (const p of planned) {
+      const sampled = p.sample ? result.sampled[k++] : undefined;
+      if (p.sample && (sampled === undefined || sampled.seqId !== p.seq.seqId)) {
+        throw new Error(`engine result out of order at seq ${p.seq.seqId}`);
+      }
+      const seq = p.seq;
+      if (seq.status !== SEQUENCE_STATUS.running) continue; // aborted while the step ran
+      seq.numComputedTokens += p.numNewTokens;
+      this.blockManager.commitComputed(seq);
+      if (sampled === undefined) continue;
+      seq.appendToken(sampled.tokenId);
+      outputs.push(sampled);
+      const reason = this.stopReason(seq, sampled.tokenId);
+      if (reason !== undefined) finished.push(this.finish(seq, reason));
+    }
+    if (finished.length > 0) this.removeFinishedFromRunning();
+    return { outputs, finished };
+  }
+
+  /**
+   * Drops the plan in flight without applying it (the engine failed the step). Its sequences
+   * keep their blocks and counters; the caller aborts them or schedules them again.
+   */
+  discardStep(): void {
+    this.inFlight = undefined;
+  }
+
+  /** Cancels a sequence wherever it is and frees its blocks at once. False if unknown. */
+  abort(seqId: number): boolean {
+    const seq = this.bySeqId.get(seqId);
+    if (seq === undefined) return this.releasePinned(seqId);
+    if (seq.status === SEQUENCE_STATUS.waiting) {
+      this.waiting.splice(this.waiting.indexOf(seq), 1);
+    } else if (seq.status === SEQUENCE_STATUS.running) {
+      this.running.splice(this.running.indexOf(seq), 1);
+    }
+    this.blockManager.free(seq);
+    seq.status = SEQUENCE_STATUS.finished;
+    seq.finishReason = 'cancelled';
+    this.bySeqId.delete(seqId);
+    return true;
+  }
+
+  /** Frees the blocks a pinOnFinish sequence kept after finishing. */
+  releasePinned(seqId: number): boolean {
+    const seq = this.pinned.get(seqId);
+    if (seq === undefined) return false;
+    this.pinned.delete(seqId);
+    this.blockManager.free(seq);
+    return true;
+  }
+
+  /** Block table of a pinned (finished, kept) sequence, for the KV hand-off. */
+  pinnedBlockTable(seqId: number): Int32Array | undefined {
+    return this.pinned.get(seqId)?.blockTableView();
+  }
+
+  load(): SchedulerLoad {
+    const bm = this.blockManager;
+    let queued = 0;
+    for (const s of this.waiting) queued += s.numUncomputedTokens;
+    for (const s of this.running) if (s.isPrefilling) queued += s.numPromptTokens - s.numComputedTokens;
+    return {
+      numRunning: this.running.length,
+      numWaiting: this.waiting.length,
+      kvUsage: bm.usage,
+      activeBlocks: bm.numActiveBlocks,
+      totalBlocks: bm.numBlocks,
+      queuedPrefillTokens: queued,
+    };
+  }
+
+  // ---- internals ----
+
+  private preempt(seq: Sequence): void {
+    this.blockManager.free(seq);
+    seq.numComputedTokens = 0;
+    seq.status = SEQUENCE_STATUS.waiting;
+    seq.numPreemptions++;
+    this.numPreemptions++;
+    this.waiting.unshift(seq);
+  }
+
+  private stopReason(seq: Sequence, tokenId: number): FinishReason | undefined {
+    const stop = seq.stop;
+    const numOut = seq.numOutputTokens;
+    if (!stop.ignoreEos && numOut >= (stop.minTokens ?? 0) && stop.stopTokenIds.includes(tokenId)) return 'stop';
+    if (numOut >= stop.maxTokens || seq.numTokens >= this.maxModelLen) return 'length';
+    return undefined;
+  }
+
+  private finish(seq: Sequence, reason: FinishReason): FinishedSequence {
+    seq.status = SEQUENCE_STATUS.finished;
+    seq.finishReason = reason;
+    this.bySeqId.delete(seq.seqId);
+    if (seq.pinOnFinish) this.pinned.set(seq.seqId, seq);
+    else this.blockManager.free(seq);
+    return {
+      seqId: seq.seqId,
+      requestId: seq.requestId,
+      reason,
+      usage: {
+        promptTokens: seq.numPromptTokens,
+        completionTokens: seq.numOutputTokens,
+        cachedTokens: seq.numCachedTokens,
+      },
+    };
+  }
+
+  private removeFinishedFromRunning(): void {
+    let w = 0;
+    for (const s of this.running) if (s.status === SEQUENCE_STATUS.running) this.running[w++] = s;
+    this.running.length = w;
+  }
+
+  private toPlan(live: PlannedSeq[], preemptedSeqIds: number[]): SchedulePlan {
+    const sequences: StepSequence[] = new Array(live.length);
+    let numScheduledTokens = 0;
+    let numPrefillTokens = 0;
+    let numDecodeSeqs = 0;
+    for (let i = 0; i < live.length; i++) {
+      const { seq, numNewTokens, sample } = live[i]!;
+      const start = seq.numComputedTokens;
+      numScheduledTokens += numNewTokens;
+      if (numNewTokens === 1 && !seq.isPrefilling && start === seq.numTokens - 1) numDecodeSeqs++;
+      else numPrefillTokens += numNewTokens;
+      const step: StepSequence = {
+        seqId: seq.seqId,
+        tokenIds: seq.tokenSlice(start, start + numNewTokens),
+        startPos: start,
+        blockTable: seq.blockTableView(),
+        sample,
+        sampling: seq.sampling,
+        history: seq.tokenView(),
+        numPromptTokens: seq.numPromptTokens,
+        requestSeed: seq.requestSeed,
+      };
+      if (seq.logprobs !== undefined) step.logprobs = seq.logprobs;
+      sequences[i] = step;
+    }
+    return {
+      batch: { sequences, kvUsage: this.blockManager.usage },
+      numScheduledTokens,
+      numPrefillTokens,
+      numDecodeSeqs,
+      preemptedSeqIds,
+    };
+  }
+}

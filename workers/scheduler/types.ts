@@ -1,0 +1,67 @@
+/**
+ * What the scheduler takes and hands back. The plan is the engine's StepBatch plus the
+ * bookkeeping the loop reports; outcomes are plain data the loop turns into token deltas.
+ */
+import type { FinishReason, LoadMetrics } from '../../proto/wire.js';
+import type { SampledToken, StepBatch } from '../engines/engine.js';
+
+export interface SchedulerConfig {
+  numBlocks: number;
+  /** Tokens per KV block; default 16. */
+  blockSize?: number;
+  /** Token budget of one step (prefill chunks + decodes); default 8192. */
+  maxNumBatchedTokens?: number;
+  /** Most sequences running at once; default 256. */
+  maxNumSeqs?: number;
+  /** Longest sequence (prompt + output) accepted; default unlimited (the pool still bounds it). */
+  maxModelLen?: number;
+  /** Default true. */
+  enablePrefixCaching?: boolean;
+}
+
+export const SCHEDULER_DEFAULTS = {
+  blockSize: 16,
+  maxNumBatchedTokens: 8192,
+  maxNumSeqs: 256,
+} as const;
+
+export type AddSequenceResult =
+  | { type: 'added'; seqId: number }
+  | { type: 'rejected'; code: 'invalid_argument' | 'resource_exhausted'; message: string };
+
+export interface SchedulePlan {
+  batch: StepBatch;
+  /** Tokens computed by this step (prefill chunks + one per decode). */
+  numScheduledTokens: number;
+  /** Prompt (or recompute) tokens in the step, the perf model's `t`. */
+  numPrefillTokens: number;
+  numDecodeSeqs: number;
+  /** Sequences preempted (blocks freed, back to waiting) while building this plan. */
+  preemptedSeqIds: number[];
+}
+
+export interface Usage {
+  promptTokens: number;
+  completionTokens: number;
+  cachedTokens: number;
+}
+
+export interface FinishedSequence {
+  seqId: number;
+  requestId: string;
+  reason: FinishReason;
+  usage: Usage;
+}
+
+/** One sampled token that now belongs to a sequence's output. */
+export type SequenceOutput = SampledToken;
+
+export interface StepOutcome {
+  /** Sampled tokens in batch order (aborted sequences left out). */
+  outputs: SequenceOutput[];
+  /** Sequences that finished with this step, after their last output. */
+  finished: FinishedSequence[];
+}
+
+/** LoadMetrics minus the fields only the worker process knows. */
+export type SchedulerLoad = Omit<LoadMetrics, 'workerId' | 'timestampMs'>;
