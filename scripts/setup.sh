@@ -16,6 +16,8 @@ missing=()
 command -v etcd >/dev/null 2>&1 || [ -x /usr/bin/etcd ] || missing+=(etcd-server)
 command -v nats-server >/dev/null 2>&1 || [ -x /usr/sbin/nats-server ] || missing+=(nats-server)
 [ -f /usr/include/ucp/api/ucp.h ] || missing+=(libucx-dev)
+command -v ucx_perftest >/dev/null 2>&1 || missing+=(ucx-utils)
+command -v pkg-config >/dev/null 2>&1 || missing+=(pkg-config)
 command -v cmake >/dev/null 2>&1 || missing+=(cmake)
 command -v g++ >/dev/null 2>&1 || missing+=(g++)
 if [ "${#missing[@]}" -gt 0 ]; then
