@@ -24,6 +24,7 @@ import { startNats } from '../test/harness/nats.js';
 
 const QUICK = process.argv.includes('--quick');
 const UNARY_CALLS = QUICK ? 500 : 3_000;
+const WARMUP_CALLS = Number(process.env.WARMUP ?? 2_000);
 const ITEMS_ONE_STREAM = QUICK ? 50_000 : 200_000;
 const ITEMS_PER_STREAM_64 = QUICK ? 1_000 : 5_000;
 const EVENTS = QUICK ? 50_000 : 200_000;
@@ -93,19 +94,26 @@ function summarize(samples: number[]): Latency {
 
 /** Alternate the two call by call, so both see the same machine load (CI shares 2 cores). */
 async function unaryLatency(ours: () => Promise<unknown>, bare: () => Promise<unknown>): Promise<{ ours: Latency; bare: Latency }> {
-  for (let i = 0; i < 300; i++) {
+  for (let i = 0; i < WARMUP_CALLS; i++) {
     await ours();
     await bare();
   }
   const a: number[] = [];
   const b: number[] = [];
+  const time = async (f: () => Promise<unknown>, into: number[]) => {
+    const t = process.hrtime.bigint();
+    await f();
+    into.push(Number(process.hrtime.bigint() - t) / 1e6);
+  };
+  // Swap the order every call so neither side is always the one following the other.
   for (let i = 0; i < UNARY_CALLS; i++) {
-    let t = process.hrtime.bigint();
-    await ours();
-    a.push(Number(process.hrtime.bigint() - t) / 1e6);
-    t = process.hrtime.bigint();
-    await bare();
-    b.push(Number(process.hrtime.bigint() - t) / 1e6);
+    if (i % 2 === 0) {
+      await time(ours, a);
+      await time(bare, b);
+    } else {
+      await time(bare, b);
+      await time(ours, a);
+    }
   }
   return { ours: summarize(a), bare: summarize(b) };
 }

@@ -2,6 +2,7 @@
 import type { Command } from 'commander';
 import { registerBenchCommand } from '../bench/loadgen/command.js';
 import { registerFrontendCommand } from '../frontend/command.js';
+import { registerRouterCommand } from '../router/adapters/router-command.js';
 import { registerModelCommand } from '../workers/models/index.js';
 import { registerWorkerCommand } from '../workers/process/worker-command.js';
 import { addNotBuiltCommand } from './not-built.js';
@@ -11,7 +12,7 @@ export function registerCommands(program: Command): void {
   registerUpCommand(program);
   registerFrontendCommand(program);
   registerWorkerCommand(program);
-  addNotBuiltCommand(program, 'router', 'standalone KV router replica', 'the KV router issue');
+  registerRouterCommand(program);
   addNotBuiltCommand(program, 'planner', 'SLA planner that scales prefill and decode pools', 'the planner issue');
   registerBenchCommand(program);
   registerModelCommand(program);

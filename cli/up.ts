@@ -133,7 +133,9 @@ async function runUp(flags: UpFlags, frontendExtra: string[]): Promise<void> {
   const children: ChildProcess[] = [];
   let frontendListening = false;
   const start = (label: string, args: string[]) => {
-    const child = spawn(process.execPath, [BIN, ...args], { stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, TANDEM_LOG_FORMAT: 'json' } });
+    // Own process group: a terminal's Ctrl-C reaches only `up`, which stops each child once (in the
+    // terminal's group a child would get SIGINT and then our SIGTERM: a second signal, no drain).
+    const child = spawn(process.execPath, [BIN, ...args], { detached: true, stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, TANDEM_LOG_FORMAT: 'json' } });
     pipeWithPrefix(child, label, label === 'frontend' ? (line) => (frontendListening ||= line.includes('frontend listening')) : undefined);
     children.push(child);
     return child;
@@ -155,6 +157,7 @@ async function runUp(flags: UpFlags, frontendExtra: string[]): Promise<void> {
   };
   process.on('SIGINT', () => void stopAll(0));
   process.on('SIGTERM', () => void stopAll(0));
+  process.on('SIGHUP', () => void stopAll(0)); // terminal closed: children no longer share its group
 
   start('frontend', ['frontend', ...common, '--http-port', String(flags.httpPort), '--host', flags.host, ...frontendExtra]);
   const roles: Array<[string, number]> = [

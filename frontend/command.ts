@@ -5,17 +5,22 @@
  */
 import { Option, type Command } from 'commander';
 import { intInRange, nonNegativeInt, oneOf, parsePort, positiveInt } from '../runtime/config.js';
+import { addKvRouterOptions, type KvRouterFlags } from '../router/adapters/kv-router-options.js';
 import { addRuntimeOptions, createRuntimeFromOptions, type RuntimeFlags } from '../runtime/runtime-options.js';
+import { DEFAULT_DISAGG_POLICY } from './disagg/policy.js';
 import { FRONTEND_DEFAULTS, startFrontend } from './frontend.js';
 import { ROUTER_MODES, type RouterMode } from './routing.js';
 
-export interface FrontendFlags extends RuntimeFlags {
+export interface FrontendFlags extends RuntimeFlags, KvRouterFlags {
+  routerEndpoint?: string;
   httpPort: number;
   routerMode: RouterMode;
   migrationLimit: number;
   maxInflightRequests: number;
   maxBodyBytes: number;
   retryAfter: number;
+  disaggMinPrefillTokens: number;
+  enforceDisagg: boolean;
 }
 
 export function registerFrontendCommand(program: Command): Command {
@@ -32,6 +37,15 @@ export function registerFrontendCommand(program: Command): Command {
     .addOption(new Option('--max-inflight-requests <n>', 'generation requests in flight before answering 503').argParser(positiveInt).default(FRONTEND_DEFAULTS.maxInflightRequests))
     .addOption(new Option('--max-body-bytes <n>', 'largest accepted request body').argParser(intInRange(1024)).default(FRONTEND_DEFAULTS.maxBodyBytes))
     .addOption(new Option('--retry-after <seconds>', 'Retry-After sent with overload answers').argParser(intInRange(0, 3600)).default(FRONTEND_DEFAULTS.retryAfterSeconds));
+  cmd.option('--router-endpoint <component[/endpoint]>', "kv: delegate routing to standalone `runtime router` replicas (e.g. 'router')");
+  addKvRouterOptions(cmd);
+  cmd
+    .addOption(
+      new Option('--disagg-min-prefill-tokens <n>', 'disaggregate when a prefill pool exists and at least this many prompt tokens are uncached')
+        .argParser(nonNegativeInt)
+        .default(DEFAULT_DISAGG_POLICY.minPrefillTokens),
+    )
+    .option('--enforce-disagg', 'with no prefill workers answer 503 (Retry-After) instead of running aggregated', false);
   addRuntimeOptions(cmd);
   cmd.action(async (flags: FrontendFlags) => {
     const runtime = await createRuntimeFromOptions(flags, 'frontend');
@@ -41,6 +55,16 @@ export function registerFrontendCommand(program: Command): Command {
       host: flags.host,
       httpPort: flags.httpPort,
       routerMode: flags.routerMode,
+      kvRouter: {
+        kvOverlapScoreCredit: flags.kvOverlapScoreCredit,
+        routerPrefillLoadScale: flags.routerPrefillLoadScale,
+        routerTemperature: flags.routerTemperature,
+        routerMaxKvUsage: flags.routerMaxKvUsage,
+        routerReplicaSync: flags.routerReplicaSync,
+        kvEvents: flags.kvEvents,
+        ...(flags.routerEndpoint !== undefined ? { routerEndpoint: flags.routerEndpoint } : {}),
+      },
+      disagg: { minPrefillTokens: flags.disaggMinPrefillTokens, enforce: flags.enforceDisagg },
       migrationLimit: flags.migrationLimit,
       maxInflightRequests: flags.maxInflightRequests,
       maxBodyBytes: flags.maxBodyBytes,

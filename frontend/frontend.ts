@@ -7,12 +7,16 @@ import pino, { type Logger } from 'pino';
 import { Registry } from 'prom-client';
 import type { Discovery } from '../runtime/discovery/discovery.js';
 import { DEFAULT_NAMESPACE } from '../runtime/discovery/keys.js';
+import { DistributedRuntime } from '../runtime/distributed-runtime.js';
+import { ConfigError } from '../runtime/errors.js';
 import { AdmissionGate } from './admission.js';
 import { CodecCache, type CodecLoader } from './codec.js';
+import { startDisaggregation, type DisaggOptions } from './disagg/index.js';
 import { createHttpServer } from './http/server.js';
 import { FrontendMetrics } from './metrics.js';
 import { ModelWatcher } from './model-watcher.js';
 import { GenerationPipeline } from './pipeline/generation.js';
+import { createKvSelector, type KvSelector, type KvSelectorConfig } from './kv-selector.js';
 import { createSelector, type RouterMode, type WorkerSelector } from './routing.js';
 import { WorkerHealth } from './worker-health.js';
 import { runtimeConnector, type RuntimeLike, type WorkerConnector } from './worker-client.js';
@@ -36,6 +40,10 @@ export interface FrontendOptions {
   routerMode?: RouterMode;
   /** A selector to use instead of the built-in modes (the KV router plugs in here). */
   selector?: WorkerSelector;
+  /** `--router-mode kv` without `selector`: the KV router's flags (needs a DistributedRuntime). */
+  kvRouter?: KvSelectorConfig;
+  /** The prefill router (disaggregated prefill/decode when prefill workers exist); false = off. */
+  disagg?: DisaggOptions | false;
   migrationLimit?: number;
   maxInflightRequests?: number;
   maxBodyBytes?: number;
@@ -76,7 +84,13 @@ export async function startFrontend(options: FrontendOptions): Promise<FrontendH
   if (!connector) throw new Error('startFrontend needs a runtime or a worker connector');
   const log = options.logger ?? options.runtime?.logger ?? pino({ level: 'silent' });
   const registry = options.registry ?? options.runtime?.metrics ?? new Registry();
-  const selector = options.selector ?? createSelector(options.routerMode ?? FRONTEND_DEFAULTS.routerMode);
+  const routerMode = options.routerMode ?? FRONTEND_DEFAULTS.routerMode;
+  let ownedSelector: KvSelector | undefined;
+  if (options.selector === undefined && routerMode === 'kv') {
+    if (!(options.runtime instanceof DistributedRuntime)) throw new ConfigError("router mode 'kv' needs the distributed runtime (or pass `selector`)");
+    ownedSelector = await createKvSelector(options.runtime, namespace, options.kvRouter);
+  }
+  const selector = options.selector ?? ownedSelector ?? createSelector(routerMode);
   const codecLoader = options.codecLoader ?? (await defaultCodecLoader());
 
   const models = await ModelWatcher.start(discovery, namespace, connector, log);
@@ -97,12 +111,15 @@ export async function startFrontend(options: FrontendOptions): Promise<FrontendH
 
   const metrics = new FrontendMetrics(registry);
   const admission = new AdmissionGate(options.maxInflightRequests ?? FRONTEND_DEFAULTS.maxInflightRequests);
+  const health = new WorkerHealth(options.unavailableCooldownMs ?? FRONTEND_DEFAULTS.unavailableCooldownMs);
+  const disagg = options.disagg === false ? undefined : await startDisaggregation({ discovery, namespace, connector, registry, log, health }, options.disagg);
   const pipeline = new GenerationPipeline({
     models,
     codecs,
     selector,
     migrationLimit: options.migrationLimit ?? FRONTEND_DEFAULTS.migrationLimit,
-    health: new WorkerHealth(options.unavailableCooldownMs ?? FRONTEND_DEFAULTS.unavailableCooldownMs),
+    health,
+    ...(disagg ? { disagg: disagg.disaggregator } : {}),
     onMigrate: (model, from, generated, cause) => {
       metrics.migrations.inc({ model });
       log.warn({ model, from, generated, err: cause }, 'worker failed mid-stream: migrating request');
@@ -148,6 +165,8 @@ export async function startFrontend(options: FrontendOptions): Promise<FrontendH
           setTimeout(() => server.closeAllConnections(), 1000).unref();
         });
         models.close();
+        disagg?.close();
+        await ownedSelector?.close();
       })();
       return closing;
     },

@@ -12,6 +12,11 @@ export type RouterMode = (typeof ROUTER_MODES)[number];
 export interface RouteRequest {
   model: string;
   request: PreprocessedRequest;
+  /**
+   * The decode leg of a disaggregated request: the worker receives the whole prompt's KV from
+   * the prefill worker, so a KV-aware selector must not credit its cached prefix.
+   */
+  noOverlapCredit?: boolean;
 }
 
 export interface WorkerSelector {

@@ -4,6 +4,7 @@
  */
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
+import { UnavailableError } from '../../runtime/errors.js';
 import { renderConsoleReport } from './console-table.js';
 import { LoadDriver, type DriverOptions } from './driver.js';
 import { renderHtmlReport } from './html-report.js';
@@ -44,6 +45,7 @@ export async function runBench(input: BenchOptions): Promise<BenchResult> {
   });
 
   try {
+    if (o.preflight) await preflight(o, client, tokens, driverOptions);
     if (o.warmup > 0) await warmUp(o, client, tokens, driverOptions);
     const createdAt = new Date();
     const driver = new LoadDriver(client, tokens, driverOptions());
@@ -68,6 +70,26 @@ export async function runBench(input: BenchOptions): Promise<BenchResult> {
     return { report, records, files };
   } finally {
     client.close();
+  }
+}
+
+/**
+ * One tiny request before anything else, so a wrong URL or model name fails in a second with
+ * the server's own message instead of after a whole run of identical errors.
+ */
+async function preflight(
+  o: ResolvedBenchOptions,
+  client: SseClient,
+  tokens: TokenSpace,
+  driverOptions: (overrides: Partial<DriverOptions>) => DriverOptions,
+): Promise<void> {
+  const workload = new RandomWorkload({ requests: 1, islMean: 8, islStd: 0, oslMean: 2, oslStd: 0, seed: o.seed ^ 0x50524546 }, tokens);
+  const driver = new LoadDriver(client, tokens, driverOptions({ mode: 'closed', concurrency: 1, durationMs: undefined, maxTokens: undefined, timeoutMs: Math.min(o.timeoutS * 1000, 60_000) }));
+  const [record] = await driver.run(workload);
+  if (record && !record.ok) {
+    throw new UnavailableError(
+      `preflight request to ${o.url} failed (${record.errorKind}): ${record.errorMessage}; is the server up and serving model '${o.model}'? (--no-preflight skips this check)`,
+    );
   }
 }
 

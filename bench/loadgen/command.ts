@@ -7,7 +7,7 @@
 import { Command, InvalidArgumentError, Option } from 'commander';
 import { writeFileSync } from 'node:fs';
 import { intInRange, nonNegativeInt, numberInRange, parseNumber, positiveInt } from '../../runtime/config.js';
-import { ConfigError } from '../../runtime/errors.js';
+import { ConfigError, UnavailableError } from '../../runtime/errors.js';
 import type { GoodputSlo } from './aggregate.js';
 import { runBench } from './bench.js';
 import { readReport, renderComparison } from './compare.js';
@@ -100,6 +100,7 @@ interface BenchFlags {
   out?: string;
   label?: string;
   progress: ProgressMode;
+  preflight: boolean;
 }
 
 export function benchOptionsFromFlags(f: BenchFlags): BenchOptions {
@@ -142,6 +143,7 @@ export function benchOptionsFromFlags(f: BenchFlags): BenchOptions {
     label: f.label,
     progress: f.progress,
     printTable: true,
+    preflight: f.preflight,
   };
 }
 
@@ -185,6 +187,7 @@ export function registerBenchCommand(program: Command): Command {
     .option('--timeout <s>', 'per-request timeout in seconds (default 600)', positiveNumber)
     .option('--out <dir>', 'write <label>.json and <label>.html here')
     .option('--label <name>', 'run name used in file names and reports (default bench)')
+    .option('--no-preflight', 'skip the single test request sent before the run')
     .addOption(new Option('--progress <mode>', 'progress display').choices(['auto', 'bar', 'plain', 'off']).default('auto'))
     .action(async (flags: BenchFlags, cmd: Command) => {
       const controller = new AbortController();
@@ -195,6 +198,12 @@ export function registerBenchCommand(program: Command): Command {
         if (result.files.json) process.stdout.write(`wrote ${result.files.json}\nwrote ${result.files.html}\n`);
       } catch (err) {
         if (err instanceof ConfigError) cmd.error(`runtime bench: ${err.message}`, { exitCode: 2, code: 'tandem.config_invalid' });
+        if (err instanceof UnavailableError) {
+          // Not a usage error and not a bug: say why in one line, no stack trace.
+          process.stderr.write(`runtime bench: ${err.message}\n`);
+          process.exitCode = 1;
+          return;
+        }
         throw err;
       } finally {
         process.removeListener('SIGINT', onSigint);

@@ -56,6 +56,8 @@ export interface BenchOptions {
   progress?: ProgressMode;
   /** Print the console table to stdout when the run ends. */
   printTable?: boolean;
+  /** Send one small request first and fail fast (UnavailableError) if it fails. */
+  preflight?: boolean;
   signal?: AbortSignal;
 }
 
@@ -175,6 +177,7 @@ export function resolveBenchOptions(o: BenchOptions): ResolvedBenchOptions {
     label: o.label ?? 'bench',
     progress: o.progress ?? 'auto',
     printTable: o.printTable ?? false,
+    preflight: o.preflight ?? false,
     signal: o.signal,
   };
 }

@@ -11,6 +11,7 @@ import { ApiError, errorBody, toApiError } from '../errors.js';
 import type { FrontendMetrics, ModelMetrics } from '../metrics.js';
 import { ChunkWriter, UnaryCollector } from '../openai/format.js';
 import { parseChatRequest, parseCompletionRequest } from '../openai/validate.js';
+import { disaggHeaders, disaggNvext } from '../disagg/response.js';
 import { DIRECT_ROUTE_HEADER, type GenerationPipeline, type PreparedGeneration } from '../pipeline/generation.js';
 import { readJsonBody } from './body.js';
 import { sendError } from './respond.js';
@@ -81,7 +82,7 @@ export async function handleGenerate(ctx: GenerateContext, kind: GenerateKind, r
 async function streamResponse(ctx: GenerateContext, prepared: PreparedGeneration, res: ServerResponse, signal: AbortSignal, metrics: ModelMetrics): Promise<void> {
   const sse = new SseWriter(res);
   const chunks = new ChunkWriter(prepared);
-  sse.open({ 'x-request-id': prepared.id, [DIRECT_ROUTE_HEADER]: prepared.firstInstance });
+  sse.open({ 'x-request-id': prepared.id, [DIRECT_ROUTE_HEADER]: prepared.firstInstance, ...disaggHeaders(prepared) });
   const role = chunks.roleChunk();
   if (role) await sse.send(role);
   for await (const event of ctx.pipeline.run(prepared, signal, metrics)) {
@@ -104,8 +105,9 @@ async function unaryResponse(ctx: GenerateContext, prepared: PreparedGeneration,
       continue;
     }
     if (res.destroyed) return;
-    const json = JSON.stringify(collector.body(event.finishReason, event.usage));
-    res.writeHead(200, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(json), 'x-request-id': prepared.id, [DIRECT_ROUTE_HEADER]: prepared.firstInstance });
+    const body = collector.body(event.finishReason, event.usage);
+    const json = JSON.stringify(prepared.disagg ? { ...body, nvext: disaggNvext(prepared.disagg) } : body);
+    res.writeHead(200, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(json), 'x-request-id': prepared.id, [DIRECT_ROUTE_HEADER]: prepared.firstInstance, ...disaggHeaders(prepared) });
     res.end(json);
     return;
   }

@@ -9,6 +9,7 @@ import { randomUUID } from 'node:crypto';
 import type { InstanceId, PreprocessedRequest, TokenLogprob } from '../../proto/wire.js';
 import { parseInstanceId } from '../../runtime/discovery/keys.js';
 import type { CodecCache, ModelCodec } from '../codec.js';
+import type { DisaggPrepared, Disaggregator } from '../disagg/disaggregator.js';
 import { ApiError, badRequest } from '../errors.js';
 import type { ModelMetrics } from '../metrics.js';
 import type { ModelWatcher, ServedModel } from '../model-watcher.js';
@@ -38,6 +39,8 @@ export interface PreparedGeneration {
   request: PreprocessedRequest;
   firstInstance: InstanceId;
   pinned: boolean;
+  /** Set when the prompt runs on a prefill worker (firstInstance is then the decode worker). */
+  disagg?: DisaggPrepared;
   /** performance.now() at arrival, for TTFT and duration. */
   startedAt: number;
 }
@@ -50,6 +53,8 @@ export interface PipelineConfig {
   /** Keeps workers that just failed out of routing for a while. */
   health?: WorkerHealth;
   onMigrate?: (model: string, from: InstanceId, generated: number, cause: unknown) => void;
+  /** The prefill router; absent = every request runs aggregated. */
+  disagg?: Disaggregator;
 }
 
 export const DIRECT_ROUTE_HEADER = 'x-worker-instance-id';
@@ -110,7 +115,9 @@ export class GenerationPipeline {
     } else {
       firstInstance = await selectInstance(model, selector, { model: model.name, request }, undefined, this.config.health);
     }
-    return { id, created: Math.floor(Date.now() / 1000), input, model, codec, request, firstInstance, pinned, startedAt };
+    const disagg = this.config.disagg ? await this.config.disagg.plan(model, request, firstInstance, selector, pinned) : undefined;
+    if (disagg) firstInstance = disagg.route.decodeInstance;
+    return { id, created: Math.floor(Date.now() / 1000), input, model, codec, request, firstInstance, pinned, startedAt, ...(disagg ? { disagg } : {}) };
   }
 
   private tokenize(input: GenerationRequest, codec: ModelCodec): number[] {
@@ -147,19 +154,17 @@ export class GenerationPipeline {
     // With ignore_eos the list holds only the request's own stop_token_ids (see prepare).
     const stopIds = new Set(request.stop.stopTokenIds);
     const detokenizer = prepared.codec.createDetokenizer({ stop: input.stop, promptTokenIds: request.tokenIds });
-    const deltas = streamWithMigration(
-      {
-        model: prepared.model,
-        selector: this.config.selector,
-        request,
-        firstInstance: prepared.firstInstance,
-        pinned: prepared.pinned,
-        migrationLimit: this.config.migrationLimit,
-        ...(this.config.health ? { health: this.config.health } : {}),
-        onMigrate: (from, generated, cause) => this.config.onMigrate?.(prepared.model.name, from, generated, cause),
-      },
-      signal,
-    );
+    const plan = {
+      model: prepared.model,
+      selector: this.config.selector,
+      request,
+      firstInstance: prepared.firstInstance,
+      pinned: prepared.pinned,
+      migrationLimit: this.config.migrationLimit,
+      ...(this.config.health ? { health: this.config.health } : {}),
+      onMigrate: (from: InstanceId, generated: number, cause: unknown) => this.config.onMigrate?.(prepared.model.name, from, generated, cause),
+    };
+    const deltas = prepared.disagg && this.config.disagg ? this.config.disagg.stream(prepared.disagg, plan, signal) : streamWithMigration(plan, signal);
     let completionTokens = 0;
     let cachedTokens = 0;
     let lastTokenAt = 0;

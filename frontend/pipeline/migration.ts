@@ -22,6 +22,8 @@ export interface MigrationPlan {
   migrationLimit: number;
   health?: WorkerHealth;
   onMigrate?: (from: InstanceId, generated: number, cause: unknown) => void;
+  /** Any attempt that failed (not a client cancel), before deciding whether to migrate. */
+  onAttemptFailed?: (instanceId: InstanceId, sawToken: boolean, cause: unknown) => void;
 }
 
 /** Choose an instance among the model's candidates, skipping `excluded`. */
@@ -52,11 +54,14 @@ export async function* streamWithMigration(plan: MigrationPlan, signal: AbortSig
   let instanceId = plan.firstInstance;
   let migrations = 0;
   for (;;) {
+    // A KV hand-off belongs to the first attempt only: the prefill worker frees the blocks once
+    // that decode worker has pulled them, so a resend must compute the prompt itself.
+    const { kvTransfer: _handedOff, ...resendBase } = base;
     const request: PreprocessedRequest =
       migrations === 0
         ? base
         : {
-            ...base,
+            ...resendBase,
             tokenIds: base.tokenIds.concat(generated),
             stop: { ...base.stop, maxTokens: base.stop.maxTokens - generated.length, ...(base.stop.minTokens !== undefined ? { minTokens: Math.max(0, base.stop.minTokens - generated.length) } : {}) },
             numPriorOutputTokens: (base.numPriorOutputTokens ?? 0) + generated.length,
@@ -85,6 +90,7 @@ export async function* streamWithMigration(plan: MigrationPlan, signal: AbortSig
       if (signal.aborted) return;
       throw new UnavailableError(`worker ${attempt} ended the stream without finishing`);
     } catch (err) {
+      if (!signal.aborted) plan.onAttemptFailed?.(attempt, sawToken, err);
       if (signal.aborted || !isMigratable(err)) throw err;
       plan.health?.markDown(attempt, Date.now());
       if (plan.pinned || migrations >= plan.migrationLimit) throw err;

@@ -88,6 +88,12 @@ export interface RawEngineHandle {
     sampling: Float64Array,
     returnLogits?: boolean,
   ): Promise<RawStepResult>;
+  /**
+   * The paged KV pool as an ArrayBuffer over the engine's memory (no copy), block-major
+   * (`kvLayout`), `kvBytesPerBlock * numBlocks` bytes; for registering with a transfer agent.
+   * The buffer keeps the pool alive after close() until it is collected.
+   */
+  kvPool(): ArrayBuffer;
   /** Frees the engine (after any step in flight finishes). */
   close(): void;
 }

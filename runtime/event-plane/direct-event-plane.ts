@@ -56,7 +56,17 @@ export class DirectEventPlane implements EventPlane {
 
   async publish(scope: EventScope, payload: unknown, _options?: PublishOptions): Promise<void> {
     if (this.closed) return;
-    const hub = this.hub ?? (await this.startHub());
+    let hub = this.hub;
+    if (!hub) {
+      try {
+        hub = await this.startHub();
+      } catch (err) {
+        // Events are fire-and-forget: report the fault, drop the event, retry on the next publish.
+        this.hubStarting = undefined;
+        this.options.logger?.warn({ err }, 'direct event plane has no server to publish from; event dropped');
+        return;
+      }
+    }
     const topic = natsSubject(scope);
     if (hub.subscriberCount(topic) === 0) return;
     hub.publish(topic, encodeEnvelope(this.options.instanceId, payload));
@@ -155,7 +165,6 @@ class DirectSubscription implements Subscription {
   private readonly prefix: string;
   private watch: WatchHandle | undefined;
   private closed = false;
-  private peerAdded: (() => void) | undefined;
 
   constructor(
     scope: EventScope,
@@ -179,16 +188,13 @@ class DirectSubscription implements Subscription {
     const addresses = new Set(listed.map((record) => record.value?.address).filter((a): a is string => typeof a === 'string'));
     const deadline = Date.now() + readyTimeoutMs;
     for (const address of addresses) {
-      while (!this.peers.has(address) && !this.closed && Date.now() < deadline) {
-        await new Promise<void>((resolve) => {
-          this.peerAdded = resolve;
-          setTimeout(resolve, 20);
-        });
-      }
+      // The watch delivers the records it found asynchronously; give it until the deadline.
+      while (!this.peers.has(address) && !this.closed && Date.now() < deadline) await delay(10);
       const peer = this.peers.get(address);
-      if (peer) await Promise.race([peer.ready, new Promise((resolve) => setTimeout(resolve, Math.max(0, deadline - Date.now())))]);
+      if (peer && !(await settlesWithin(peer.ready, deadline - Date.now()))) {
+        this.options.logger?.debug({ address, topic: this.topic }, 'instance stream not live yet; subscribing anyway');
+      }
     }
-    this.peerAdded = undefined;
   }
 
   async close(): Promise<void> {
@@ -212,7 +218,6 @@ class DirectSubscription implements Subscription {
     if (!peer) {
       peer = new Peer(record.address, this.topic, this.client, this.onEvent, this.options.logger);
       this.peers.set(record.address, peer);
-      this.peerAdded?.();
     }
     peer.keys.add(key);
   }
@@ -228,5 +233,22 @@ class DirectSubscription implements Subscription {
       this.peers.delete(address);
       void peer.close();
     }
+  }
+}
+
+function delay(ms: number): Promise<void> {
+  return new Promise((resolve) => setTimeout(resolve, ms));
+}
+
+/** True if `promise` settles within `ms`; never leaves a timer behind. */
+async function settlesWithin(promise: Promise<unknown>, ms: number): Promise<boolean> {
+  let timer: NodeJS.Timeout | undefined;
+  const timeout = new Promise<boolean>((resolve) => {
+    timer = setTimeout(() => resolve(false), Math.max(0, ms));
+  });
+  try {
+    return await Promise.race([promise.then(() => true), timeout]);
+  } finally {
+    clearTimeout(timer);
   }
 }

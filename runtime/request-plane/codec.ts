@@ -61,54 +61,72 @@ export function encodeRequest(request: WireRequest): Buffer {
   return buf;
 }
 
-/** Field visitor over a protobuf message; skips unknown fields so the schema can grow. */
-function forEachField(buf: Buffer, onBytes: (field: number, start: number, end: number) => void): void {
-  let offset = 0;
-  while (offset < buf.length) {
-    let key = 0;
-    let shift = 0;
-    let byte: number;
+/**
+ * Minimal protobuf reader: the caller loops `while (reader.nextField())` and reads
+ * `field`, `start`, `end` of each length-delimited field; other wire types are skipped so the
+ * schema can grow. Straight-line code, no closures: it runs twice per call.
+ */
+class FieldReader {
+  offset = 0;
+  field = 0;
+  start = 0;
+  end = 0;
+
+  constructor(private readonly buf: Buffer) {}
+
+  private varint(): number {
+    const buf = this.buf;
+    let byte = buf[this.offset++]!;
+    if (byte < 0x80) return byte;
+    let value = byte & 0x7f;
+    let scale = 128;
     do {
-      byte = buf[offset++]!;
-      key += (byte & 0x7f) * 2 ** shift;
-      shift += 7;
-    } while (byte & 0x80 && offset < buf.length);
-    const field = Math.floor(key / 8);
-    const wireType = key & 7;
-    if (wireType === 2) {
-      let length = 0;
-      shift = 0;
-      do {
-        byte = buf[offset++]!;
-        length += (byte & 0x7f) * 2 ** shift;
-        shift += 7;
-      } while (byte & 0x80 && offset < buf.length);
-      if (offset + length > buf.length) throw new RangeError('truncated protobuf field');
-      onBytes(field, offset, offset + length);
-      offset += length;
-    } else if (wireType === 0) {
-      while (buf[offset++]! & 0x80 && offset < buf.length);
-    } else if (wireType === 1) {
-      offset += 8;
-    } else if (wireType === 5) {
-      offset += 4;
-    } else {
-      throw new RangeError(`unsupported protobuf wire type ${wireType}`);
+      if (this.offset >= buf.length) throw new RangeError('truncated protobuf varint');
+      byte = buf[this.offset++]!;
+      value += (byte & 0x7f) * scale;
+      scale *= 128;
+    } while (byte >= 0x80);
+    return value;
+  }
+
+  /** Advance to the next length-delimited field; false at the end of the message. */
+  nextField(): boolean {
+    const buf = this.buf;
+    while (this.offset < buf.length) {
+      const key = this.varint();
+      const wireType = key & 7;
+      if (wireType === 2) {
+        const length = this.varint();
+        this.start = this.offset;
+        this.end = this.offset + length;
+        if (this.end > buf.length) throw new RangeError('truncated protobuf field');
+        this.offset = this.end;
+        this.field = Math.floor(key / 8);
+        return true;
+      }
+      if (wireType === 0) this.varint();
+      else if (wireType === 1) this.offset += 8;
+      else if (wireType === 5) this.offset += 4;
+      else throw new RangeError(`unsupported protobuf wire type ${wireType}`);
     }
+    return false;
   }
 }
 
 export function decodeRequest(buf: Buffer): WireRequest {
   let path = '';
   let requestId = '';
-  let payload: Uint8Array = Buffer.alloc(0);
-  forEachField(buf, (field, start, end) => {
-    if (field === 1) path = buf.toString('utf8', start, end);
-    else if (field === 2) requestId = buf.toString('utf8', start, end);
-    else if (field === 3) payload = buf.subarray(start, end);
-  });
+  let payload: Uint8Array = EMPTY_BYTES;
+  const reader = new FieldReader(buf);
+  while (reader.nextField()) {
+    if (reader.field === 1) path = buf.toString('utf8', reader.start, reader.end);
+    else if (reader.field === 2) requestId = buf.toString('utf8', reader.start, reader.end);
+    else if (reader.field === 3) payload = buf.subarray(reader.start, reader.end);
+  }
   return { path, requestId, payload };
 }
+
+const EMPTY_BYTES = Buffer.alloc(0);
 
 /** Frame a msgpack-encoded batch as `Response { bytes payload = 1 }`. */
 export function frameBatch(packedBatch: Uint8Array): Buffer {
@@ -125,13 +143,14 @@ export function framedSize(packedLength: number): number {
 /** Decode a Response/Event into the items it carries. An empty array is a keep-alive/hello. */
 export function decodeBatch(buf: Buffer): unknown[] {
   let items: unknown[] = [];
-  forEachField(buf, (field, start, end) => {
-    if (field === 1) {
-      const value: unknown = packr.unpack(buf.subarray(start, end));
+  const reader = new FieldReader(buf);
+  while (reader.nextField()) {
+    if (reader.field === 1) {
+      const value: unknown = packr.unpack(buf.subarray(reader.start, reader.end));
       if (!Array.isArray(value)) throw new TypeError('response payload is not a msgpack array');
       items = value;
     }
-  });
+  }
   return items;
 }
 
@@ -147,8 +166,9 @@ export function encodeSubscribe(topic: string): Buffer {
 
 export function decodeSubscribe(buf: Buffer): string {
   let topic = '';
-  forEachField(buf, (field, start, end) => {
-    if (field === 1) topic = buf.toString('utf8', start, end);
-  });
+  const reader = new FieldReader(buf);
+  while (reader.nextField()) {
+    if (reader.field === 1) topic = buf.toString('utf8', reader.start, reader.end);
+  }
   return topic;
 }

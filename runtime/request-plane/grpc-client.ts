@@ -5,7 +5,7 @@
  * one. grpc-js stops reading from HTTP/2 while our consumer is behind, so a slow consumer
  * pushes back on the server instead of queueing here.
  */
-import { randomUUID } from 'node:crypto';
+import { randomBytes } from 'node:crypto';
 import { Client, credentials, Metadata } from '@grpc/grpc-js';
 import { CallIterator } from './call-iterator.js';
 import { packr } from './codec.js';
@@ -13,6 +13,15 @@ import { DEFAULT_MAX_MESSAGE_BYTES, GENERATE_METHOD, SUBSCRIBE_METHOD } from './
 import type { CallOptions, CallTarget, RequestPlaneClient } from './types.js';
 
 const NO_CALL_OPTIONS = Object.freeze({});
+
+// Request ids default to a per-process random prefix plus a counter: unique across the fleet
+// for tracing, and cheaper than a UUID per call.
+const REQUEST_ID_PREFIX = randomBytes(6).toString('hex');
+let requestCounter = 0;
+function nextRequestId(): string {
+  requestCounter += 1;
+  return `${REQUEST_ID_PREFIX}-${requestCounter.toString(36)}`;
+}
 
 export interface GrpcClientOptions {
   /** Max gRPC message size both ways (default 64 MiB). */
@@ -34,7 +43,7 @@ export class GrpcRequestPlaneClient implements RequestPlaneClient {
   call<Req, Resp>(target: CallTarget, request: Req, options: CallOptions = {}): AsyncIterable<Resp> {
     return new CallIterator<Resp>(
       () => {
-        const wire = { path: target.path, requestId: options.requestId ?? randomUUID(), payload: packr.pack(request) };
+        const wire = { path: target.path, requestId: options.requestId ?? nextRequestId(), payload: packr.pack(request) };
         return this.channel(target.address).makeServerStreamRequest(
           GENERATE_METHOD.path,
           GENERATE_METHOD.requestSerialize,
@@ -83,6 +92,7 @@ export class GrpcRequestPlaneClient implements RequestPlaneClient {
       client = new Client(address, credentials.createInsecure(), {
         'grpc.max_receive_message_length': this.maxMessageBytes,
         'grpc.max_send_message_length': this.maxMessageBytes,
+        'grpc.enable_channelz': 0,
         ...(this.keepaliveMs > 0
           ? { 'grpc.keepalive_time_ms': this.keepaliveMs, 'grpc.keepalive_timeout_ms': 5_000, 'grpc.keepalive_permit_without_calls': 1 }
           : {}),

@@ -126,6 +126,28 @@ describe('runtime bench: reports', () => {
     expect(bad.err).toContain('cannot read a bench report');
   });
 
+  it('an unreachable server fails fast after one preflight request, exit status 1', async () => {
+    const gone = await startScriptedServer({ ttftMs: 1, itlMs: 1 });
+    const url = gone.url;
+    await gone.close();
+    let err = '';
+    const spy = vi.spyOn(process.stderr, 'write').mockImplementation((s: string | Uint8Array) => {
+      err += String(s);
+      return true;
+    });
+    const started = Date.now();
+    try {
+      const r = await cli(['bench', '--url', url, '--model', 'm', '--requests', '500', '--progress', 'off']);
+      expect(r.code).toBe(0);
+      expect(process.exitCode).toBe(1);
+    } finally {
+      spy.mockRestore();
+      process.exitCode = undefined;
+    }
+    expect(err).toContain(`preflight request to ${url} failed (network): ECONNREFUSED`);
+    expect(Date.now() - started).toBeLessThan(5000);
+  });
+
   it('make-trace writes a Mooncake trace that replays', async () => {
     const file = join(dir, 'synthetic.jsonl');
     const r = await cli(['bench', 'make-trace', '--out', file, '--requests', '30', '--rate', '200', '--isl', '600', '--osl', '3', '--osl-std', '0', '--prefix-groups', '3', '--prefix-blocks', '1']);

@@ -14,48 +14,66 @@ afterEach(async () => {
 
 const base = { model: 'scripted', progress: 'off' as const, workload: 'random' as const, isl: 32 };
 
-// Lower bounds are tight (nothing can arrive before the server sends it); upper bounds leave
-// room for a loaded CI machine.
+// Lower bounds come from the script (nothing arrives before it is sent); exact checks compare
+// with the server's own write times on the same clock, so a loaded CI machine does not
+// make them flaky; upper bounds against the script are loose.
 describe('bench metrics against a scripted SSE server', () => {
   it('measures TTFT, ITL, TPOT and E2E at the scripted times', async () => {
     // 80 ms to the first token, then 15 ms per token, 12 tokens: e2e = 80 + 11 * 15 = 245 ms.
     server = await startScriptedServer({ ttftMs: 80, itlMs: 15, cachedTokens: () => 16 });
-    const { report, records } = await runBench({ ...base, url: server.url, osl: 12, requests: 6, concurrency: 2 });
+    // Two warm-up requests take the cold start (JIT, first connections) out of the numbers.
+    const { report, records } = await runBench({ ...base, url: server.url, osl: 12, requests: 6, concurrency: 2, warmup: 2 });
     const s = report.summary;
-    expect(s.requests.completed).toBe(6);
-    expect(s.requests.failed).toBe(0);
-    expect(s.latency_ms.ttft.mean).toBeGreaterThanOrEqual(79);
-    expect(s.latency_ms.ttft.mean).toBeLessThan(80 + 30);
+    expect(server.received).toHaveLength(8);
+    expect(s.requests).toEqual({ measured: 6, completed: 6, failed: 0, warmup: 2 });
+    expect(records.every((r) => r.chunkTimesMs.length === 12)).toBe(true);
+
+    // Against the script: nothing is faster than scripted (less the ~1 ms a Node timer can fire
+    // early); slower only by machine load.
+    expect(s.latency_ms.ttft.min).toBeGreaterThanOrEqual(79);
+    expect(s.latency_ms.e2e.min).toBeGreaterThanOrEqual(244);
     expect(s.latency_ms.itl.count).toBe(6 * 11);
-    expect(s.latency_ms.itl.p50).toBeGreaterThan(15 - 5);
-    expect(s.latency_ms.itl.p50).toBeLessThan(15 + 5);
-    expect(s.latency_ms.tpot.mean).toBeGreaterThan(15 - 2);
-    expect(s.latency_ms.tpot.mean).toBeLessThan(15 + 5);
-    expect(s.latency_ms.e2e.mean).toBeGreaterThanOrEqual(244);
-    expect(s.latency_ms.e2e.mean).toBeLessThan(245 + 40);
-    // Two closed-loop workers, three rounds of ~245 ms each.
-    expect(s.duration_s).toBeGreaterThan(0.7);
-    expect(s.duration_s).toBeLessThan(0.735 + 0.3);
+    expect(s.latency_ms.ttft.mean).toBeLessThan(80 * 2);
+    expect(s.latency_ms.itl.mean).toBeLessThan(15 * 2);
+
+    // Against the truth: the server's own write times, on the same clock. Client-side
+    // numbers must match them up to delivery delay, however busy the machine is.
+    const measured = server.received.slice(2);
+    const mean = (xs: number[]) => xs.reduce((a, b) => a + b, 0) / xs.length;
+    const serverTtft = mean(measured.map((r) => r.writes[0]! - r.arrivedAt));
+    const serverGaps = measured.flatMap((r) => r.writes.slice(1).map((w, i) => w - r.writes[i]!));
+    const serverTpot = mean(measured.map((r) => (r.writes[11]! - r.writes[0]!) / 11));
+    expect(s.latency_ms.ttft.mean).toBeGreaterThanOrEqual(serverTtft);
+    expect(s.latency_ms.ttft.mean - serverTtft).toBeLessThan(10);
+    expect(Math.abs(s.latency_ms.itl.mean - mean(serverGaps))).toBeLessThan(1.5);
+    expect(Math.abs(s.latency_ms.tpot.mean - serverTpot)).toBeLessThan(1.5);
+
+    // Throughput arithmetic and usage fields.
     expect(s.throughput.output_tokens_per_s).toBeCloseTo((6 * 12) / s.duration_s, 6);
     expect(s.throughput.requests_per_s).toBeCloseTo(6 / s.duration_s, 6);
+    // Two closed-loop workers, three rounds of at least 245 ms each.
+    expect(s.duration_s).toBeGreaterThanOrEqual(0.73);
     expect(s.tokens.osl.mean).toBe(12);
     expect(s.tokens.cached_total).toBe(6 * 16);
     expect(s.tokens.cached_ratio).toBeCloseTo(16 / 32, 6);
     expect(s.concurrency.max_in_flight).toBe(2);
-    expect(records.every((r) => r.chunkTimesMs.length === 12)).toBe(true);
   });
 
   it('counts coalesced chunks: ITL per chunk, TPOT per token', async () => {
-    // 4 tokens per chunk every 40 ms: chunk gap 40 ms, per-token time 10 ms.
+    // 4 tokens per chunk every 40 ms, 32 tokens: 8 chunks, chunk gap 40 ms,
+    // TPOT = (last chunk - first chunk) / (32 - 1) = 7 * 40 / 31 = 9.03 ms.
     server = await startScriptedServer({ ttftMs: 30, itlMs: 40, tokensPerChunk: 4 });
-    const { report } = await runBench({ ...base, url: server.url, osl: 16, requests: 2, concurrency: 2 });
+    const { report } = await runBench({ ...base, url: server.url, osl: 32, requests: 2, concurrency: 2, warmup: 1 });
     const s = report.summary;
     expect(s.tokens.tokens_per_chunk).toBe(4);
-    expect(s.latency_ms.itl.p50).toBeGreaterThan(35);
-    expect(s.latency_ms.itl.p50).toBeLessThan(50);
-    // (last chunk - first chunk) / (16 - 1) = 3 * 40 / 15 = 8 ms
-    expect(s.latency_ms.tpot.mean).toBeGreaterThan(7);
-    expect(s.latency_ms.tpot.mean).toBeLessThan(11);
+    expect(s.latency_ms.itl.count).toBe(2 * 7);
+    // Checked against the server's own write times (same clock), so machine load cancels out.
+    const measured = server.received.slice(1);
+    const span = measured.map((r) => r.writes[7]! - r.writes[0]!);
+    const mean = (xs: number[]) => xs.reduce((x, y) => x + y, 0) / xs.length;
+    expect(Math.min(...span)).toBeGreaterThanOrEqual(7 * 40 - 1);
+    expect(Math.abs(s.latency_ms.itl.mean - mean(span) / 7)).toBeLessThan(1.5);
+    expect(Math.abs(s.latency_ms.tpot.mean - mean(span) / 31)).toBeLessThan(0.5);
   });
 
   it('classifies failures by kind and keeps them out of latency stats', async () => {
@@ -82,14 +100,15 @@ describe('bench metrics against a scripted SSE server', () => {
   });
 
   it('goodput counts requests meeting every SLO', async () => {
-    // One server answers in 20 ms, the other in 300 ms; the TTFT SLO is 150 ms.
+    // One server answers in 20 ms, the other in 700 ms; the TTFT SLO is 400 ms (wide, because
+    // a cold process on a loaded CI machine has been seen to take 250 ms for its first stream).
     server = await startScriptedServer({ ttftMs: 20, itlMs: 5 });
-    const slow = await startScriptedServer({ ttftMs: 300, itlMs: 5 });
+    const slow = await startScriptedServer({ ttftMs: 700, itlMs: 5 });
     try {
-      const fast = await runBench({ ...base, url: server.url, osl: 4, requests: 3, concurrency: 3, goodput: { ttft: 150, itl: 50 } });
+      const fast = await runBench({ ...base, url: server.url, osl: 4, requests: 3, concurrency: 3, goodput: { ttft: 400, itl: 50 } });
       expect(fast.report.summary.goodput?.good_requests).toBe(3);
       expect(fast.report.summary.goodput?.fraction).toBe(1);
-      const late = await runBench({ ...base, url: slow.url, osl: 4, requests: 2, concurrency: 2, goodput: { ttft: 150 } });
+      const late = await runBench({ ...base, url: slow.url, osl: 4, requests: 2, concurrency: 2, goodput: { ttft: 400 } });
       expect(late.report.summary.goodput?.good_requests).toBe(0);
       expect(late.report.summary.goodput?.requests_per_s).toBe(0);
     } finally {
@@ -105,7 +124,7 @@ describe('bench metrics against a scripted SSE server', () => {
     const span = starts[starts.length - 1]! - starts[0]!;
     expect(span / 59).toBeGreaterThan(6);
     expect(span / 59).toBeLessThan(14);
-    expect(report.summary.latency_ms.schedule_lag.p50).toBeLessThan(5);
+    expect(report.summary.latency_ms.schedule_lag.p50).toBeLessThan(25);
     const again = await runBench({ ...base, url: server.url, osl: 2, requests: 60, rate: 100, seed: 3 });
     expect(again.report.requests.map((r) => r.scheduled_ms)).toEqual(starts);
   });

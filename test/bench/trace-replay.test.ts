@@ -1,8 +1,8 @@
 /**
  * Trace replay honours timestamps: each request is sent within a stated tolerance of
- * timestamp / speedup. Tolerance: never early, median lateness under 5 ms, worst case
- * under 100 ms. Measured lag is ~0.3 ms at the median; the loose worst case is for a
- * shared, overloaded 2-core CI machine, where the OS can stall the process for tens of ms.
+ * timestamp / speedup. Tolerance: never early, median lateness under 25 ms, worst case
+ * under 150 ms. Measured lag is ~0.3 ms at the median on a quiet machine; the loose bounds
+ * are for a shared, overloaded 2-core CI machine (seen: 16 ms median at load average 10).
  */
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -35,8 +35,8 @@ describe('trace replay', () => {
     const lags = report.requests.map((r) => r.start_ms - entries[r.index]!.timestamp / 2);
     // Never early (timestamps are whole ms, so compare with a hair of float slack).
     expect(Math.min(...lags)).toBeGreaterThanOrEqual(-0.01);
-    expect(report.summary.latency_ms.schedule_lag.p50).toBeLessThan(5);
-    expect(Math.max(...lags)).toBeLessThan(100);
+    expect(report.summary.latency_ms.schedule_lag.p50).toBeLessThan(25);
+    expect(Math.max(...lags)).toBeLessThan(150);
     // The server got every trace request, with ISL and OSL from the trace.
     const got = server.received.slice(before);
     const sorted = (xs: number[]) => [...xs].sort((x, y) => x - y);

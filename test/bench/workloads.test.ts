@@ -10,6 +10,7 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { resolveBenchOptions, runBench, type BenchOptions } from '../../bench/loadgen/index.js';
 import { Rng } from '../../bench/loadgen/rng.js';
+import { makeTinyModel } from '../../workers/models/index.js';
 import { makeSyntheticTrace } from '../../bench/loadgen/mooncake-trace.js';
 import { encodeTurn } from '../../bench/loadgen/request-encoder.js';
 import { loadTokenSpace, TokenizerTokenSpace } from '../../bench/loadgen/token-space.js';
@@ -54,6 +55,20 @@ describe('token space', () => {
     const ids = tokens.sample(300, new Rng(9));
     expect(tokens.count(tokens.render(ids))).toBe(301);
     expect(tokens.render(ids).split(' ').length).toBe(301); // leading space, one word per token
+  });
+});
+
+describe("the project's tiny models (makeTinyModel)", () => {
+  it.each(['llama', 'qwen2'] as const)('%s: rendered prompts have exactly the requested token count', async (arch) => {
+    const modelDir = join(dir, `tiny-${arch}`);
+    await makeTinyModel({ arch, outDir: modelDir });
+    const space = loadTokenSpace(modelDir);
+    expect(space.specialTokens).toBe(arch === 'llama' ? 1 : 0);
+    expect(space.poolSize).toBeGreaterThanOrEqual(32);
+    for (const seed of [1, 2, 3]) {
+      const ids = space.sample(1000, new Rng(seed));
+      expect(space.count(space.render(ids))).toBe(1000 + space.specialTokens);
+    }
   });
 });
 

@@ -26,6 +26,11 @@ export interface ClusterOptions {
   workerArgs?: string[];
   /** Extra flags for the frontend, e.g. ['--max-inflight-requests', '2000']. */
   frontendArgs?: string[];
+  /**
+   * Discovery lease TTL in seconds (default 2, so a killed worker leaves quickly). Load tests use
+   * a longer one: on 2 busy cores a saturated process can miss a 2 s file heartbeat.
+   */
+  leaseTtl?: number;
 }
 
 export class E2eCluster {
@@ -57,7 +62,7 @@ export class E2eCluster {
   }
 
   private get common(): string[] {
-    return ['--discovery', 'file', '--discovery-dir', join(this.dir, 'discovery'), '--lease-ttl', '2', '--event-plane', 'direct', '--host', '127.0.0.1', '--log-level', 'info'];
+    return ['--discovery', 'file', '--discovery-dir', join(this.dir, 'discovery'), '--lease-ttl', String(this.options.leaseTtl ?? 2), '--event-plane', 'direct', '--host', '127.0.0.1', '--log-level', 'info'];
   }
 
   private async startFrontend(): Promise<Spawned> {

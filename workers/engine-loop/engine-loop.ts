@@ -11,11 +11,11 @@
  * step in flight, if any, skips it when its result comes back).
  */
 import type { Engine } from '../engines/engine.js';
-import type { InstanceId, KvEvent, LoadMetrics, PreprocessedRequest, TokenDelta, TokenLogprob } from '../../proto/wire.js';
+import type { InstanceId, KvEvent, KvTransferParams, LoadMetrics, PreprocessedRequest, TokenDelta, TokenLogprob } from '../../proto/wire.js';
 import { TandemError, UnavailableError } from '../../runtime/errors.js';
 import { KvEventLog } from '../block-manager/kv-event-log.js';
 import { Scheduler } from '../scheduler/scheduler.js';
-import type { SchedulePlan, SchedulerConfig, StepOutcome } from '../scheduler/types.js';
+import type { KvImportStart, SchedulePlan, SchedulerConfig, StepOutcome } from '../scheduler/types.js';
 import { OutputQueue } from './output-queue.js';
 
 /** Where the loop reports; the worker process publishes these on the event plane. */
@@ -24,8 +24,34 @@ export interface EngineLoopSinks {
   onLoadMetrics?(metrics: LoadMetrics): void;
 }
 
+/** One KV import the loop asks for: pull `source`'s blocks into the sequence's local blocks. */
+export interface KvImportJob extends KvImportStart {
+  source: KvTransferParams;
+  /** The sequence's tokens (a view; stable while the import runs), for checking pulled KV. */
+  tokenIds: Int32Array;
+}
+
+/**
+ * Pulls a remote prefill's KV (decode workers). Resolves true when the KV is in place, false
+ * (or rejects) to make the sequence compute its prompt itself. It must not settle while it
+ * may still write into the job's blocks.
+ */
+export interface KvImporter {
+  importKv(job: KvImportJob): Promise<boolean>;
+}
+
+/** Per-request options of generate() beyond the wire request. */
+export interface GenerateOptions {
+  /** Keep the blocks when the sequence finishes (prefill hand-off); see releasePinned(). */
+  pinOnFinish?: boolean;
+  /** Called with the scheduler's sequence id once the request is accepted. */
+  onAdded?(seqId: number): void;
+}
+
 export interface EngineLoopConfig {
   engine: Engine;
+  /** Imports request.kvTransfer's KV; without one, such requests compute their prompt. */
+  kvImporter?: KvImporter;
   /** Scheduler limits; numBlocks and blockSize default to the engine's. */
   scheduler?: Partial<SchedulerConfig>;
   workerId?: InstanceId;
@@ -49,6 +75,10 @@ export interface EngineLoopStats {
   /** Requests accepted since start, and requests with an open stream now. */
   numRequestsTotal: number;
   numActiveRequests: number;
+  /** Finished prefill-only sequences still holding their blocks for a hand-off. */
+  numPinnedSequences: number;
+  /** Sequences holding blocks while their KV import is in flight. */
+  numTransferring: number;
 }
 
 export class EngineLoop {
@@ -57,6 +87,8 @@ export class EngineLoop {
   readonly kvEventLog: KvEventLog;
   private readonly sinks: EngineLoopSinks;
   private readonly queues = new Map<number, OutputQueue>();
+  private readonly kvImporter: KvImporter | undefined;
+  private readonly importSources = new Map<number, KvTransferParams>();
   private looping: Promise<void> | undefined;
   private closed = false;
   private numRequestsTotal = 0;
@@ -74,13 +106,14 @@ export class EngineLoop {
       capacity: config.kvEventCapacity ?? 1024,
     });
     this.sinks = config.sinks ?? {};
+    this.kvImporter = config.kvImporter;
   }
 
   /**
    * Streams one request's tokens. The last delta carries finishReason and usage. Throws a
    * TandemError when the request is rejected (too long for this worker) or the engine fails.
    */
-  async *generate(request: PreprocessedRequest, signal: AbortSignal): AsyncGenerator<TokenDelta, void, undefined> {
+  async *generate(request: PreprocessedRequest, signal: AbortSignal, options: GenerateOptions = {}): AsyncGenerator<TokenDelta, void, undefined> {
     const numPrompt = request.tokenIds.length;
     if (this.closed) throw new UnavailableError('engine loop is shut down');
     if (signal.aborted) {
@@ -88,6 +121,7 @@ export class EngineLoop {
       return;
     }
     const stop = request.prefillOnly ? { ...request.stop, maxTokens: 1 } : request.stop;
+    const remote = this.kvImporter !== undefined ? usableKvTransfer(request) : undefined;
     const added = this.scheduler.addSequence({
       requestId: request.requestId,
       promptTokenIds: request.tokenIds,
@@ -95,9 +129,14 @@ export class EngineLoop {
       stop,
       requestSeed: request.sampling.seed ?? seedFromRequestId(request.requestId),
       ...(request.logprobs !== undefined && request.logprobs >= 0 ? { logprobs: request.logprobs } : {}),
+      ...(options.pinOnFinish ? { pinOnFinish: true } : {}),
+      ...(request.numPriorOutputTokens ? { numPriorOutputTokens: request.numPriorOutputTokens } : {}),
+      ...(remote !== undefined ? { numRemoteTokens: remote.numTokens } : {}),
     });
     if (added.type === 'rejected') throw new TandemError(added.code, added.message);
     const seqId = added.seqId;
+    if (remote !== undefined) this.importSources.set(seqId, remote);
+    options.onAdded?.(seqId);
     const queue = new OutputQueue();
     this.queues.set(seqId, queue);
     this.numRequestsTotal++;
@@ -115,6 +154,7 @@ export class EngineLoop {
       // The consumer stopped early (returned or threw): free the sequence now.
       if (!queue.isClosed) this.cancel(seqId, queue);
       this.queues.delete(seqId);
+      this.importSources.delete(seqId);
     }
   }
 
@@ -129,7 +169,20 @@ export class EngineLoop {
       numSteps: this.scheduler.numSteps,
       numRequestsTotal: this.numRequestsTotal,
       numActiveRequests: this.queues.size,
+      numPinnedSequences: this.scheduler.numPinned,
+      numTransferring: this.scheduler.numTransferring,
     };
+  }
+
+  /**
+   * Frees the blocks a pinOnFinish sequence kept (the prefill hand-off is over or timed out),
+   * and lets waiting sequences use them. False if the sequence holds no pinned blocks.
+   */
+  releasePinned(seqId: number): boolean {
+    if (!this.scheduler.releasePinned(seqId)) return false;
+    this.kick();
+    this.publish();
+    return true;
   }
 
   /** Resolves when no step is in flight and nothing is left to run. */
@@ -163,6 +216,7 @@ export class EngineLoop {
     await Promise.resolve();
     while (this.scheduler.hasWork && !this.closed) {
       const plan = this.scheduler.schedule();
+      for (const t of plan.transfers) this.startImport(t);
       if (plan.batch.sequences.length === 0) {
         // Nothing fits now (blocks held by pinned sequences): wait for an add, abort or release.
         this.scheduler.applyStepResult({ sampled: [] });
@@ -179,6 +233,23 @@ export class EngineLoop {
       this.deliver(outcome);
       this.publish();
     }
+  }
+
+  private startImport(start: KvImportStart): void {
+    const source = this.importSources.get(start.seqId);
+    const seq = this.scheduler.getSequence(start.seqId);
+    const importer = this.kvImporter;
+    const settle = (ok: boolean): void => {
+      this.scheduler.completeTransfer(start.seqId, ok);
+      this.kick();
+      this.publish();
+    };
+    // A sequence aborted before admission has no source left: nothing was pulled.
+    if (source === undefined || importer === undefined || seq === undefined) {
+      settle(false);
+      return;
+    }
+    importer.importKv({ ...start, source, tokenIds: seq.tokenView() }).then(settle, () => settle(false));
   }
 
   private deliver(outcome: StepOutcome): void {
@@ -214,7 +285,7 @@ export class EngineLoop {
     const seq = this.scheduler.getSequence(seqId);
     const usage = {
       promptTokens: seq?.numPromptTokens ?? 0,
-      completionTokens: seq?.numOutputTokens ?? 0,
+      completionTokens: seq?.numNewOutputTokens ?? 0,
       cachedTokens: seq?.numCachedTokens ?? 0,
     };
     if (this.scheduler.abort(seqId)) {
@@ -241,6 +312,17 @@ function safeCall(fn: () => void): void {
   } catch {
     // A sink's failure must not stop token generation; the sink reports its own errors.
   }
+}
+
+/**
+ * The request's KV transfer when it can be imported as sent: its tokens are a prefix of the
+ * request that leaves at least one token to compute here. Otherwise the prompt is computed.
+ */
+function usableKvTransfer(request: PreprocessedRequest): KvTransferParams | undefined {
+  const t = request.kvTransfer;
+  if (t === undefined || request.prefillOnly) return undefined;
+  if (!Number.isInteger(t.numTokens) || t.numTokens <= 0 || t.numTokens >= request.tokenIds.length) return undefined;
+  return t;
 }
 
 /** Stable 32-bit FNV-1a of the request id: the sampling seed when the request sets none. */

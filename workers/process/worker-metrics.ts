@@ -2,7 +2,7 @@
  * Worker gauges on `/metrics`: `tandem_worker_*` plus the vLLM names that existing gateways
  * (llm-d's inference scheduler, the Gateway API inference extension) read to score workers.
  */
-import { Counter, Gauge, type Registry } from 'prom-client';
+import { Counter, Gauge, Histogram, type Registry } from 'prom-client';
 
 export interface WorkerLoadSnapshot {
   numRunning: number;
@@ -79,5 +79,89 @@ export class WorkerMetrics {
     if (s.prefixCacheHits > this.lastHits) this.vllmPrefixHits.inc(l, s.prefixCacheHits - this.lastHits);
     this.lastQueries = s.prefixCacheQueries;
     this.lastHits = s.prefixCacheHits;
+  }
+}
+
+/** Gauges read on scrape from their owners. */
+export interface DisaggGaugeSources {
+  inflight?(): number;
+  pins?(): { transfers: number; blocks: number };
+}
+
+/**
+ * KV hand-off metrics of prefill and decode workers: transfers (decode side: bytes, time,
+ * bandwidth, failures, recompute fallbacks, in flight) and pins (prefill side: blocks held for
+ * a decode worker, timeouts).
+ */
+export class DisaggMetrics {
+  private readonly transferBytes: Counter;
+  private readonly transferSeconds: Histogram;
+  private readonly transferGbps: Gauge;
+  private readonly transferFailures: Counter;
+  private readonly transfersInflight: Gauge;
+  private readonly fallbacks: Counter;
+  private readonly pinnedBlocks: Gauge;
+  private readonly pinnedTransfers: Gauge;
+  private readonly releaseTimeouts: Counter;
+  private readonly labels: { model_name: string };
+
+  constructor(registry: Registry, model: string, secondsBuckets: readonly number[], sources: DisaggGaugeSources = {}) {
+    this.labels = { model_name: model };
+    const names = ['model_name'];
+    this.transferBytes = new Counter({ name: 'tandem_worker_kv_transfer_bytes_total', help: 'KV bytes pulled from prefill workers', labelNames: names, registers: [registry] });
+    this.transferSeconds = new Histogram({ name: 'tandem_worker_kv_transfer_seconds', help: 'Time of one KV pull (submit to last completion)', labelNames: names, buckets: [...secondsBuckets], registers: [registry] });
+    this.transferGbps = new Gauge({ name: 'tandem_worker_kv_transfer_gbps', help: 'Bandwidth of the last KV pull, GB/s (1e9 bytes)', labelNames: names, registers: [registry] });
+    this.transferFailures = new Counter({ name: 'tandem_worker_kv_transfer_failures_total', help: 'KV pulls that failed, by error code', labelNames: ['model_name', 'code'], registers: [registry] });
+    const labels = this.labels;
+    this.transfersInflight = new Gauge({
+      name: 'tandem_worker_kv_transfers_inflight',
+      help: 'KV pulls in flight',
+      labelNames: names,
+      registers: [registry],
+      collect() {
+        if (sources.inflight) this.set(labels, sources.inflight());
+      },
+    });
+    this.fallbacks = new Counter({ name: 'tandem_worker_kv_recompute_fallbacks_total', help: 'Remote prefills whose prompt was computed here because the KV could not be imported', labelNames: names, registers: [registry] });
+    this.pinnedBlocks = new Gauge({
+      name: 'tandem_worker_kv_pinned_blocks',
+      help: 'KV blocks pinned for decode workers to pull',
+      labelNames: names,
+      registers: [registry],
+      collect() {
+        if (sources.pins) this.set(labels, sources.pins().blocks);
+      },
+    });
+    this.pinnedTransfers = new Gauge({
+      name: 'tandem_worker_kv_pinned_transfers',
+      help: 'Prefill hand-offs waiting for kv_release',
+      labelNames: names,
+      registers: [registry],
+      collect() {
+        if (sources.pins) this.set(labels, sources.pins().transfers);
+      },
+    });
+    this.releaseTimeouts = new Counter({ name: 'tandem_worker_kv_release_timeouts_total', help: 'Pinned hand-offs freed by the release timeout (unclaimed)', labelNames: names, registers: [registry] });
+    for (const g of [this.transferGbps, this.transfersInflight, this.pinnedBlocks, this.pinnedTransfers]) g.set(this.labels, 0);
+    for (const c of [this.transferBytes, this.fallbacks, this.releaseTimeouts]) c.inc(this.labels, 0);
+  }
+
+  transfer(event: { ok: boolean; bytes: number; seconds: number; code?: string }): void {
+    const l = this.labels;
+    if (event.ok) {
+      this.transferBytes.inc(l, event.bytes);
+      this.transferSeconds.observe(l, event.seconds);
+      if (event.seconds > 0) this.transferGbps.set(l, event.bytes / event.seconds / 1e9);
+    } else {
+      this.transferFailures.inc({ ...l, code: event.code ?? 'internal' });
+    }
+  }
+
+  fallback(): void {
+    this.fallbacks.inc(this.labels);
+  }
+
+  releaseTimeout(): void {
+    this.releaseTimeouts.inc(this.labels);
   }
 }

@@ -2,6 +2,8 @@ export { Scheduler } from './scheduler.js';
 export { SCHEDULER_DEFAULTS } from './types.js';
 export type {
   AddSequenceResult,
+  CompleteTransferResult,
+  KvImportStart,
   FinishedSequence,
   SchedulePlan,
   SchedulerConfig,

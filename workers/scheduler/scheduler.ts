@@ -17,6 +17,8 @@ import { SEQUENCE_STATUS, Sequence, type SequenceInit } from '../sequence.js';
 import {
   SCHEDULER_DEFAULTS,
   type AddSequenceResult,
+  type CompleteTransferResult,
+  type KvImportStart,
   type FinishedSequence,
   type SchedulePlan,
   type SchedulerConfig,
@@ -46,6 +48,8 @@ export class Scheduler {
   private readonly waiting: Sequence[] = [];
   private readonly running: Sequence[] = [];
   private readonly pinned = new Map<number, Sequence>();
+  /** Admitted remote-prefill sequences whose KV import is in flight (not in running). */
+  private readonly transferring = new Map<number, Sequence>();
   private readonly bySeqId = new Map<number, Sequence>();
   private inFlight: PlannedSeq[] | undefined;
   private nextSeqId = 1;
@@ -65,6 +69,14 @@ export class Scheduler {
   get numRunning(): number {
     return this.running.length;
   }
+  /** Sequences holding blocks while their KV import is in flight. */
+  get numTransferring(): number {
+    return this.transferring.size;
+  }
+  /** Sequences finished with pinOnFinish whose blocks are still kept. */
+  get numPinned(): number {
+    return this.pinned.size;
+  }
   get numWaiting(): number {
     return this.waiting.length;
   }
@@ -83,6 +95,10 @@ export class Scheduler {
     const numPrompt = init.promptTokenIds.length;
     if (numPrompt === 0) return { type: 'rejected', code: 'invalid_argument', message: 'prompt is empty' };
     if (!(init.stop.maxTokens >= 1)) return { type: 'rejected', code: 'invalid_argument', message: 'maxTokens must be at least 1' };
+    const numRemote = init.numRemoteTokens ?? 0;
+    if (!Number.isInteger(numRemote) || numRemote < 0 || numRemote >= numPrompt) {
+      return { type: 'rejected', code: 'invalid_argument', message: `remote KV for ${numRemote} of ${numPrompt} tokens (at least one must be computed here)` };
+    }
     const total = numPrompt + init.stop.maxTokens;
     if (total > this.maxModelLen) {
       return {
@@ -112,6 +128,7 @@ export class Scheduler {
     const planned: PlannedSeq[] = [];
     const plannedBySeq = new Map<Sequence, PlannedSeq>();
     const preemptedSeqIds: number[] = [];
+    const transfers: KvImportStart[] = [];
     let budget = this.maxNumBatchedTokens;
 
     const plan = (seq: Sequence, numNewTokens: number): void => {
@@ -158,18 +175,32 @@ export class Scheduler {
       preemptedSeqIds.length === 0 &&
       budget > 0 &&
       this.waiting.length > 0 &&
-      this.running.length < this.maxNumSeqs
+      this.running.length + this.transferring.size < this.maxNumSeqs
     ) {
       const seq = this.waiting[0]!;
       const hit = bm.findPrefixHit(seq);
+      if (seq.numRemoteTokens > 0) {
+        // Blocks for the imported tokens only; the import costs no compute budget.
+        const numImport = Math.max(0, seq.numRemoteTokens - hit.numTokens);
+        if (!bm.allocate(seq, hit, numImport)) break;
+        this.waiting.shift();
+        this.admit(seq, hit.numTokens);
+        seq.status = SEQUENCE_STATUS.transferring;
+        this.transferring.set(seq.seqId, seq);
+        const first = hit.blockIds.length;
+        transfers.push({
+          seqId: seq.seqId,
+          requestId: seq.requestId,
+          localBlockIds: seq.blockTableView().slice(first, bm.blocksFor(seq.numRemoteTokens)),
+          firstBlock: first,
+          numTokens: seq.numRemoteTokens,
+        });
+        continue;
+      }
       const numNew = Math.min(seq.numTokens - hit.numTokens, budget);
       if (!bm.allocate(seq, hit, numNew)) break;
       this.waiting.shift();
-      seq.numComputedTokens = hit.numTokens;
-      if (!seq.hasBeenAdmitted) {
-        seq.numCachedTokens = hit.numTokens;
-        seq.hasBeenAdmitted = true;
-      }
+      this.admit(seq, hit.numTokens);
       seq.status = SEQUENCE_STATUS.running;
       this.running.push(seq);
       plan(seq, numNew);
@@ -178,7 +209,31 @@ export class Scheduler {
     const live = planned.filter((p) => !p.dropped);
     this.inFlight = live;
     this.numSteps++;
-    return this.toPlan(live, preemptedSeqIds);
+    return this.toPlan(live, preemptedSeqIds, transfers);
+  }
+
+  /**
+   * Ends a sequence's KV import. ok: its imported tokens count as computed (full blocks enter
+   * the prefix cache) and it runs on from there. Not ok: it keeps its blocks and computes the
+   * prompt itself (recompute fallback). A sequence aborted during the import is freed now,
+   * never earlier: the import may have been writing into its blocks until this call.
+   */
+  completeTransfer(seqId: number, ok: boolean): CompleteTransferResult {
+    const seq = this.transferring.get(seqId);
+    if (seq === undefined) return 'unknown';
+    this.transferring.delete(seqId);
+    const numRemote = seq.numRemoteTokens;
+    seq.numRemoteTokens = 0;
+    if (seq.isAbortedInTransfer) {
+      this.blockManager.free(seq);
+      return 'freed';
+    }
+    seq.status = SEQUENCE_STATUS.running;
+    this.running.push(seq);
+    if (!ok) return 'recompute';
+    seq.numComputedTokens = Math.max(seq.numComputedTokens, numRemote);
+    this.blockManager.commitComputed(seq);
+    return 'running';
   }
 
   /**
@@ -223,6 +278,14 @@ export class Scheduler {
   abort(seqId: number): boolean {
     const seq = this.bySeqId.get(seqId);
     if (seq === undefined) return this.releasePinned(seqId);
+    if (seq.status === SEQUENCE_STATUS.transferring) {
+      // The import may still be writing into the blocks: completeTransfer frees them.
+      seq.isAbortedInTransfer = true;
+      seq.status = SEQUENCE_STATUS.finished;
+      seq.finishReason = 'cancelled';
+      this.bySeqId.delete(seqId);
+      return true;
+    }
     if (seq.status === SEQUENCE_STATUS.waiting) {
       this.waiting.splice(this.waiting.indexOf(seq), 1);
     } else if (seq.status === SEQUENCE_STATUS.running) {
@@ -255,7 +318,7 @@ export class Scheduler {
     for (const s of this.waiting) queued += s.numUncomputedTokens;
     for (const s of this.running) if (s.isPrefilling) queued += s.numPromptTokens - s.numComputedTokens;
     return {
-      numRunning: this.running.length,
+      numRunning: this.running.length + this.transferring.size,
       numWaiting: this.waiting.length,
       kvUsage: bm.usage,
       activeBlocks: bm.numActiveBlocks,
@@ -265,6 +328,14 @@ export class Scheduler {
   }
 
   // ---- internals ----
+
+  private admit(seq: Sequence, numHitTokens: number): void {
+    seq.numComputedTokens = numHitTokens;
+    if (!seq.hasBeenAdmitted) {
+      seq.numCachedTokens = numHitTokens;
+      seq.hasBeenAdmitted = true;
+    }
+  }
 
   private preempt(seq: Sequence): void {
     this.blockManager.free(seq);
@@ -277,7 +348,7 @@ export class Scheduler {
 
   private stopReason(seq: Sequence, tokenId: number): FinishReason | undefined {
     const stop = seq.stop;
-    const numOut = seq.numOutputTokens;
+    const numOut = seq.numNewOutputTokens;
     if (!stop.ignoreEos && numOut >= (stop.minTokens ?? 0) && stop.stopTokenIds.includes(tokenId)) return 'stop';
     if (numOut >= stop.maxTokens || seq.numTokens >= this.maxModelLen) return 'length';
     return undefined;
@@ -295,7 +366,7 @@ export class Scheduler {
       reason,
       usage: {
         promptTokens: seq.numPromptTokens,
-        completionTokens: seq.numOutputTokens,
+        completionTokens: seq.numNewOutputTokens,
         cachedTokens: seq.numCachedTokens,
       },
     };
@@ -307,7 +378,7 @@ export class Scheduler {
     this.running.length = w;
   }
 
-  private toPlan(live: PlannedSeq[], preemptedSeqIds: number[]): SchedulePlan {
+  private toPlan(live: PlannedSeq[], preemptedSeqIds: number[], transfers: KvImportStart[]): SchedulePlan {
     const sequences: StepSequence[] = new Array(live.length);
     let numScheduledTokens = 0;
     let numPrefillTokens = 0;
@@ -338,6 +409,7 @@ export class Scheduler {
       numPrefillTokens,
       numDecodeSeqs,
       preemptedSeqIds,
+      transfers,
     };
   }
 }

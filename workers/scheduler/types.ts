@@ -38,7 +38,26 @@ export interface SchedulePlan {
   numDecodeSeqs: number;
   /** Sequences preempted (blocks freed, back to waiting) while building this plan. */
   preemptedSeqIds: number[];
+  /**
+   * Sequences admitted this step whose leading KV must now be imported (remote prefill).
+   * They are not in the batch; the caller pulls, then calls completeTransfer().
+   */
+  transfers: KvImportStart[];
 }
+
+/** A remote-prefill sequence that got its blocks: import KV into them, then completeTransfer. */
+export interface KvImportStart {
+  seqId: number;
+  requestId: string;
+  /** Local block ids for the imported tokens (a copy), starting at block index firstBlock. */
+  localBlockIds: Int32Array;
+  /** Leading blocks already present from the local prefix cache: not imported. */
+  firstBlock: number;
+  /** Tokens whose KV the import covers in total (counted from position 0). */
+  numTokens: number;
+}
+
+export type CompleteTransferResult = 'running' | 'recompute' | 'freed' | 'unknown';
 
 export interface Usage {
   promptTokens: number;

@@ -92,7 +92,7 @@ class EngineHandle : public Napi::ObjectWrap<EngineHandle> {
   static Napi::Function define(Napi::Env env) {
     return DefineClass(env, "NativeEngineHandle",
                        {InstanceMethod<&EngineHandle::info>("info"), InstanceMethod<&EngineHandle::step>("step"),
-                        InstanceMethod<&EngineHandle::close>("close")});
+                        InstanceMethod<&EngineHandle::kvPool>("kvPool"), InstanceMethod<&EngineHandle::close>("close")});
   }
 
   explicit EngineHandle(const Napi::CallbackInfo& info) : Napi::ObjectWrap<EngineHandle>(info) {
@@ -220,6 +220,19 @@ class EngineHandle : public Napi::ObjectWrap<EngineHandle> {
     Napi::Promise p = worker->promise();
     worker->Queue();
     return p;
+  }
+
+  // The KV pool as an external ArrayBuffer over the engine's own memory (no copy), so a UCX
+  // agent can register it and peers can read blocks in place. The buffer holds a reference
+  // to the engine: the pool outlives close() until the buffer is collected, so a registered
+  // region never points at freed memory.
+  Napi::Value kvPool(const Napi::CallbackInfo& info) {
+    Napi::Env env = info.Env();
+    auto engine = require_open(env);
+    auto* keep = new std::shared_ptr<Engine>(engine);
+    return Napi::ArrayBuffer::New(
+        env, engine->kv_pool_base(), engine->kv_pool_bytes(),
+        [](Napi::Env, void*, std::shared_ptr<Engine>* hint) { delete hint; }, keep);
   }
 
   Napi::Value close(const Napi::CallbackInfo& info) {

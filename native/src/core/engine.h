@@ -66,6 +66,9 @@ class Engine {
   const KvLayout& kv_layout() const { return backend_->kv_layout(); }
   const char* backend_name() const { return backend_->name(); }
   int num_threads() const;
+  /** The paged KV pool (kv_layout().bytes_per_block() * num_blocks bytes), for a transfer agent. */
+  void* kv_pool_base() { return backend_->kv_pool_base(); }
+  size_t kv_pool_bytes() const { return kv_layout().bytes_per_block() * static_cast<size_t>(kv_layout().num_blocks); }
 
   /** Runs one batched step. Bad inputs -> NativeError(invalid_argument); the pool is untouched. */
   StepOutput step(const StepInput& input);

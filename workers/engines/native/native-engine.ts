@@ -76,6 +76,22 @@ export class NativeEngine implements Engine {
     };
   }
 
+  /**
+   * The engine's KV pool, block-major (`kvLayoutName`), `model.kvBytesPerBlock` bytes per
+   * block: the memory a transfer agent registers so peers read blocks in place.
+   */
+  kvPool(): ArrayBuffer {
+    const handle = this.handle;
+    if (handle === undefined) throw new NativeEngineError('unavailable', 'native engine is closed');
+    return handle.kvPool();
+  }
+
+  /** Layout name for transfers: the pool layout plus the shape that fixes a block's bytes. */
+  get kvLayoutName(): string {
+    const m = this.model;
+    return `${m.kvLayout};layers=${m.numLayers};kv_heads=${m.numKvHeads};head_dim=${m.headDim};block=${m.blockSize};f32`;
+  }
+
   step(batch: StepBatch): Promise<StepResult> {
     return this.enqueue(async () => (await this.run(batch, false)).result);
   }

@@ -1,0 +1,59 @@
+/** Public surface of the frontend's prefill router (disaggregated prefill/decode). */
+import type { Logger } from 'pino';
+import type { Registry } from 'prom-client';
+import type { Discovery } from '../../runtime/discovery/discovery.js';
+import type { WorkerSelector } from '../routing.js';
+import type { WorkerConnector } from '../worker-client.js';
+import type { WorkerHealth } from '../worker-health.js';
+import { Disaggregator } from './disaggregator.js';
+import { DisaggMetrics } from './metrics.js';
+import type { DisaggPolicyConfig } from './policy.js';
+import { PrefillPool } from './prefill-pool.js';
+import { PrefillRouter, type PrefixOverlapSource } from './prefill-router.js';
+
+export { decideDisagg, uncachedTokens, DEFAULT_DISAGG_POLICY, type DisaggDecision, type DisaggInputs, type DisaggPolicyConfig, type DisaggReason } from './policy.js';
+export { PrefillPool, KV_RELEASE_ENDPOINT, type PrefillWorkers } from './prefill-pool.js';
+export { PrefillRouter, hasOverlapSource, type DisaggRoute, type PrefillRouterOptions, type PrefixOverlapSource, type RouteOutcome } from './prefill-router.js';
+export { streamDisaggregated, type DisaggStreamPlan, type DisaggTrace } from './disagg-stream.js';
+export { Disaggregator, type DisaggPrepared, type DisaggStreamArgs } from './disaggregator.js';
+export { DisaggMetrics, DISAGG_PATHS, type DisaggPath } from './metrics.js';
+export { DECODE_WORKER_HEADER, PREFILL_WORKER_HEADER, disaggHeaders, disaggNvext, type DisaggNvext } from './response.js';
+
+/** `startFrontend({ disagg })`: the prefill router's flags. */
+export interface DisaggOptions extends Partial<DisaggPolicyConfig> {
+  /** Picks within the prefill pool (a KV-aware selector over prefill workers); default round-robin. */
+  prefillSelector?: WorkerSelector;
+  /** Where "cached" comes from when the frontend selector cannot tell. */
+  overlap?: PrefixOverlapSource;
+}
+
+export interface DisaggDeps {
+  discovery: Discovery;
+  namespace: string;
+  connector: WorkerConnector;
+  registry: Registry;
+  log: Logger;
+  health?: WorkerHealth;
+}
+
+export interface DisaggHandle {
+  disaggregator: Disaggregator;
+  pool: PrefillPool;
+  close(): void;
+}
+
+/** Start the prefill pool watch and build the pipeline's Disaggregator. */
+export async function startDisaggregation(deps: DisaggDeps, options: DisaggOptions = {}): Promise<DisaggHandle> {
+  const log = deps.log.child({ part: 'prefill-router' });
+  const pool = await PrefillPool.start(deps.discovery, deps.namespace, deps.connector, log);
+  const router = new PrefillRouter({
+    pool,
+    ...(options.minPrefillTokens !== undefined ? { minPrefillTokens: options.minPrefillTokens } : {}),
+    ...(options.enforce !== undefined ? { enforce: options.enforce } : {}),
+    ...(options.prefillSelector ? { prefillSelector: options.prefillSelector } : {}),
+    ...(options.overlap ? { overlap: options.overlap } : {}),
+    ...(deps.health ? { health: deps.health } : {}),
+  });
+  const disaggregator = new Disaggregator(router, new DisaggMetrics(deps.registry), log);
+  return { disaggregator, pool, close: () => pool.close() };
+}

@@ -1,0 +1,174 @@
+/**
+ * `--router-mode kv`: a `WorkerSelector` over the KV router (router/adapters), embedded in
+ * this process or delegated to standalone `runtime router` replicas (`--router-endpoint`).
+ *
+ *   select(route)        → backend.route: pick AND book in one step, so a burst of concurrent
+ *                          requests sees each other's bookings (the hot-prefix case)
+ *   onRouted(route, id)  → confirms that booking; a request dispatched elsewhere (pinned by
+ *                          header, or a migration target) is booked on the worker it went to
+ *   onFirstToken         → prefill done
+ *   onFinished           → free (also the rollback of a failed dispatch)
+ *
+ * A booking never confirmed within `unconfirmedTimeoutMs` (the HTTP exchange died between
+ * prepare and dispatch) is released. Each model is routed by the component and block size of
+ * its model card, read from discovery here.
+ */
+import type { InstanceId, ModelCard } from '../proto/wire.js';
+import { KvRouterHub } from '../router/adapters/kv-router-hub.js';
+import { kvRouterConfigFromFlags, type KvRouterFlags } from '../router/adapters/kv-router-options.js';
+import { LocalKvBackend, RemoteKvBackend, type KvRoutingBackend } from '../router/adapters/kv-routing-backend.js';
+import { ROUTE_ENDPOINT } from '../router/adapters/route-protocol.js';
+import type { RouteTarget } from '../router/adapters/route-protocol.js';
+import { AllWorkersBusyError } from '../router/errors.js';
+import type { Discovery, WatchHandle } from '../runtime/discovery/discovery.js';
+import { modelPrefix } from '../runtime/discovery/keys.js';
+import type { DistributedRuntime } from '../runtime/distributed-runtime.js';
+import { RoundRobinSelector, type RouteRequest, type WorkerSelector } from './routing.js';
+
+export interface KvSelectorOptions {
+  backend: KvRoutingBackend;
+  discovery: Discovery;
+  namespace: string;
+  unconfirmedTimeoutMs?: number;
+  clock?: () => number;
+}
+
+interface Booking {
+  target: RouteTarget;
+  instanceId: InstanceId;
+  confirmed: boolean;
+  atMs: number;
+}
+
+const DEFAULT_UNCONFIRMED_TIMEOUT_MS = 30_000;
+
+export class KvSelector implements WorkerSelector {
+  readonly mode = 'kv' as const;
+  private readonly bookings = new Map<string, Booking>();
+  /** model → card key → routing target. */
+  private readonly targets = new Map<string, Map<string, RouteTarget>>();
+  /** Models whose cards are not known here yet (a moment after start): plain round-robin. */
+  private readonly fallback = new RoundRobinSelector();
+  private readonly clock: () => number;
+  private watch: WatchHandle | undefined;
+  private sweeper: NodeJS.Timeout | undefined;
+
+  private constructor(private readonly options: KvSelectorOptions) {
+    this.clock = options.clock ?? Date.now;
+  }
+
+  static async start(options: KvSelectorOptions): Promise<KvSelector> {
+    const selector = new KvSelector(options);
+    const prefix = modelPrefix(options.namespace);
+    selector.watch = await options.discovery.watch<ModelCard>(prefix, (e) => {
+      const rest = e.key.slice(prefix.length);
+      const model = rest.slice(0, rest.lastIndexOf('/'));
+      let cards = selector.targets.get(model);
+      if (e.type === 'added') {
+        const card = e.value;
+        if (card?.role === 'prefill' || typeof card?.component !== 'string' || !Number.isInteger(card.kvBlockSize)) return;
+        if (cards === undefined) selector.targets.set(model, (cards = new Map()));
+        cards.set(e.key, { component: card.component, blockSize: card.kvBlockSize });
+      } else if (cards !== undefined) {
+        cards.delete(e.key);
+        if (cards.size === 0) selector.targets.delete(model);
+      }
+    });
+    const timeout = options.unconfirmedTimeoutMs ?? DEFAULT_UNCONFIRMED_TIMEOUT_MS;
+    selector.sweeper = setInterval(() => selector.releaseUnconfirmed(timeout), Math.max(100, Math.floor(timeout / 4)));
+    selector.sweeper.unref();
+    return selector;
+  }
+
+  get backend(): KvRoutingBackend {
+    return this.options.backend;
+  }
+
+  async select(route: RouteRequest, candidates: readonly InstanceId[]): Promise<InstanceId | undefined> {
+    const target = this.targetOf(route.model);
+    if (target === undefined) return this.fallback.select(route, candidates);
+    const { requestId, tokenIds } = route.request;
+    // A second select for the same request is a migration: the failed attempt's booking goes.
+    this.release(requestId);
+    const outcome = await this.options.backend.route(target, requestId, tokenIds, candidates);
+    if (outcome.kind === 'all_busy') throw new AllWorkersBusyError(outcome.retryAfterMs);
+    if (outcome.kind === 'no_candidates') return undefined;
+    this.bookings.set(requestId, { target, instanceId: outcome.instanceId, confirmed: false, atMs: this.clock() });
+    return outcome.instanceId;
+  }
+
+  onRouted(route: RouteRequest, instanceId: InstanceId): void {
+    const { requestId, tokenIds } = route.request;
+    const booking = this.bookings.get(requestId);
+    if (booking !== undefined && booking.instanceId === instanceId) {
+      booking.confirmed = true;
+      return;
+    }
+    const target = booking?.target ?? this.targetOf(route.model);
+    if (target === undefined) return;
+    this.release(requestId);
+    this.options.backend.book(target, requestId, tokenIds, instanceId);
+    this.bookings.set(requestId, { target, instanceId, confirmed: true, atMs: this.clock() });
+  }
+
+  onFirstToken(route: RouteRequest, instanceId: InstanceId): void {
+    const booking = this.bookings.get(route.request.requestId);
+    if (booking?.instanceId === instanceId) this.options.backend.firstToken(booking.target, route.request.requestId);
+  }
+
+  onFinished(route: RouteRequest, instanceId: InstanceId): void {
+    const booking = this.bookings.get(route.request.requestId);
+    // After a migration the request is already booked elsewhere: the old attempt has nothing left.
+    if (booking?.instanceId === instanceId) this.release(route.request.requestId);
+  }
+
+  /** Requests booked and not finished, as this frontend sees them. */
+  get inflight(): number {
+    return this.bookings.size;
+  }
+
+  async close(): Promise<void> {
+    if (this.sweeper) clearInterval(this.sweeper);
+    this.watch?.close();
+    await this.options.backend.close();
+  }
+
+  private targetOf(model: string): RouteTarget | undefined {
+    const cards = this.targets.get(model);
+    return cards === undefined ? undefined : cards.values().next().value;
+  }
+
+  private release(requestId: string): void {
+    const booking = this.bookings.get(requestId);
+    if (booking === undefined) return;
+    this.bookings.delete(requestId);
+    this.options.backend.finished(booking.target, requestId);
+  }
+
+  private releaseUnconfirmed(timeoutMs: number): void {
+    const cutoff = this.clock() - timeoutMs;
+    for (const [id, b] of this.bookings) if (!b.confirmed && b.atMs <= cutoff) this.release(id);
+  }
+}
+
+export interface KvSelectorConfig extends Partial<KvRouterFlags> {
+  /** `--router-endpoint`: delegate to standalone replicas at `component` or `component/endpoint`. */
+  routerEndpoint?: string;
+}
+
+/** The selector `--router-mode kv` runs: embedded router, or a client of router replicas. */
+export async function createKvSelector(runtime: DistributedRuntime, namespace: string, config: KvSelectorConfig = {}): Promise<KvSelector> {
+  let backend: KvRoutingBackend;
+  if (config.routerEndpoint !== undefined && config.routerEndpoint !== '') {
+    const [component, endpoint] = config.routerEndpoint.split('/', 2) as [string, string | undefined];
+    backend = await RemoteKvBackend.open(runtime, namespace, component, endpoint ?? ROUTE_ENDPOINT);
+  } else {
+    const hub = await KvRouterHub.start(runtime, {
+      namespace,
+      router: kvRouterConfigFromFlags(config, runtime.instanceId),
+      ...(config.routerReplicaSync ? { replicaSync: true, announceSync: true } : {}),
+    });
+    backend = new LocalKvBackend(hub);
+  }
+  return KvSelector.start({ backend, discovery: runtime.discovery, namespace });
+}

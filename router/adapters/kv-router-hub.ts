@@ -1,0 +1,156 @@
+/**
+ * `KvRouterHub`: the KV routers of one process, one `KvRouterService` per worker component
+ * (started on first use), and the `router_sync` link between replicas.
+ *
+ * Sync: every local booking change is batched per component and published, once per event
+ * loop turn, as a `RouterSyncEnvelope` on `{ns}/{syncComponent}/router_sync`. The envelope
+ * names the component (the core's `RouterSyncMessage` does not), so one topic serves every
+ * component a replica routes for. A replica that hears a component it does not route for yet
+ * starts its router, so its load estimate already counts its peers' bookings when its first
+ * request comes.
+ *
+ * With the direct event plane a subscriber only hears processes registered under the topic's
+ * component; `announceSync` registers a no-op endpoint there for processes (frontends with an
+ * embedded router) that serve nothing else under it.
+ */
+import type { DistributedRuntime, ServedEndpoint } from '../../runtime/distributed-runtime.js';
+import type { Subscription } from '../../runtime/event-plane/event-plane.js';
+import { TOPICS } from '../../proto/wire.js';
+import type { ActiveSequenceUpdate } from '../active-sequences.js';
+import type { KvRouterConfig } from '../kv-router.js';
+import type { RouterSyncMessage } from '../router-sync.js';
+import { KvRouterService, type KvRouterServiceOptions } from './kv-router-service.js';
+
+export const DEFAULT_SYNC_COMPONENT = 'router';
+export const SYNC_PRESENCE_ENDPOINT = 'sync_peer';
+
+/** Payload of `router_sync` as the adapters publish it. */
+export interface RouterSyncEnvelope {
+  component: string;
+  blockSize: number;
+  message: RouterSyncMessage;
+}
+
+export interface KvRouterHubOptions {
+  namespace: string;
+  router?: Partial<KvRouterConfig>;
+  replicaSync?: boolean;
+  syncComponent?: string;
+  announceSync?: boolean;
+  /** Passed to every service (tick period, test hooks). */
+  service?: Pick<KvRouterServiceOptions, 'tickIntervalMs' | 'recoveryTimeoutMs' | 'dropEvent' | 'clock'>;
+}
+
+export class KvRouterHub {
+  private readonly services = new Map<string, Promise<KvRouterService>>();
+  private readonly ready = new Map<string, KvRouterService>();
+  private readonly outbox = new Map<string, ActiveSequenceUpdate[]>();
+  private flushScheduled = false;
+  private subscription: Subscription | undefined;
+  private presence: ServedEndpoint | undefined;
+  private closed = false;
+
+  private constructor(
+    readonly runtime: DistributedRuntime,
+    readonly options: KvRouterHubOptions,
+  ) {}
+
+  static async start(runtime: DistributedRuntime, options: KvRouterHubOptions): Promise<KvRouterHub> {
+    const hub = new KvRouterHub(runtime, options);
+    if (options.replicaSync) {
+      const comp = runtime.namespace(options.namespace).component(hub.syncComponent);
+      hub.subscription = await comp.subscribe<unknown>(TOPICS.routerSync, (e) => hub.onSync(e.payload));
+      if (options.announceSync) {
+        hub.presence = await comp.endpoint(SYNC_PRESENCE_ENDPOINT).serve(async function* () {
+          // Presence only: lets direct-plane peers find this process's router_sync stream.
+        });
+      }
+    }
+    return hub;
+  }
+
+  get syncComponent(): string {
+    return this.options.syncComponent ?? DEFAULT_SYNC_COMPONENT;
+  }
+
+  /** Replica id used in router_sync (the runtime's instance id unless configured). */
+  get replicaId(): string {
+    return this.options.router?.replicaId ?? this.runtime.instanceId;
+  }
+
+  /** The router for `component`, started on first use. The first caller's block size wins. */
+  service(component: string, blockSize: number): Promise<KvRouterService> {
+    let pending = this.services.get(component);
+    if (pending === undefined) {
+      pending = KvRouterService.start(this.runtime, {
+        namespace: this.options.namespace,
+        component,
+        blockSize,
+        router: { ...this.options.router, replicaId: this.replicaId },
+        ...this.options.service,
+        ...(this.options.replicaSync ? { publishSync: (u: ActiveSequenceUpdate[]) => this.enqueue(component, u) } : {}),
+      }).then((s) => {
+        this.ready.set(component, s);
+        return s;
+      });
+      // A failed start is retried by the next caller.
+      pending.catch(() => this.services.delete(component));
+      this.services.set(component, pending);
+    }
+    return pending;
+  }
+
+  /** The router for `component` if it has started (no waiting). */
+  started(component: string): KvRouterService | undefined {
+    return this.ready.get(component);
+  }
+
+  async close(): Promise<void> {
+    if (this.closed) return;
+    this.closed = true;
+    this.flush();
+    await this.presence?.stop().catch(() => undefined);
+    await this.subscription?.close().catch(() => undefined);
+    const all = await Promise.allSettled([...this.services.values()]);
+    await Promise.all(all.map((r) => (r.status === 'fulfilled' ? r.value.close() : undefined)));
+  }
+
+  private enqueue(component: string, updates: ActiveSequenceUpdate[]): void {
+    let box = this.outbox.get(component);
+    if (box === undefined) this.outbox.set(component, (box = []));
+    for (const u of updates) box.push(u);
+    if (this.flushScheduled) return;
+    this.flushScheduled = true;
+    setImmediate(() => this.flush());
+  }
+
+  private flush(): void {
+    this.flushScheduled = false;
+    const comp = this.runtime.namespace(this.options.namespace).component(this.syncComponent);
+    for (const [component, updates] of this.outbox) {
+      const service = this.ready.get(component);
+      if (service === undefined || updates.length === 0) continue;
+      const envelope: RouterSyncEnvelope = { component, blockSize: service.options.blockSize, message: service.router.syncMessage(updates) };
+      void comp.publish(TOPICS.routerSync, envelope).catch((err: unknown) => this.runtime.logger.debug({ err }, 'router_sync publish failed'));
+    }
+    this.outbox.clear();
+  }
+
+  private onSync(payload: unknown): void {
+    if (this.closed) return;
+    const env = payload as Partial<RouterSyncEnvelope> | null;
+    if (typeof env !== 'object' || env === null || typeof env.component !== 'string' || typeof env.message !== 'object' || env.message === null) return;
+    if (env.message.replicaId === this.replicaId) return;
+    const message = env.message;
+    const ready = this.ready.get(env.component);
+    if (ready !== undefined) {
+      ready.applySync(message);
+      return;
+    }
+    const blockSize = Number.isInteger(env.blockSize) && env.blockSize! > 0 ? env.blockSize! : 16;
+    this.service(env.component, blockSize).then(
+      (s) => s.applySync(message),
+      () => undefined,
+    );
+  }
+}

@@ -1,0 +1,73 @@
+/**
+ * A standalone KV router replica: serves `{ns}/router/route` (route-protocol.ts) over a
+ * `KvRouterHub`, so any number of frontends share one view of worker caches and load.
+ * Replicas started with replica sync share their bookings over router_sync.
+ */
+import type { DistributedRuntime, ServedEndpoint } from '../../runtime/distributed-runtime.js';
+import type { RequestContext } from '../../runtime/request-plane/types.js';
+import type { KvRouterConfig } from '../kv-router.js';
+import { KvRouterHub, type KvRouterHubOptions } from './kv-router-hub.js';
+import { ROUTE_ENDPOINT, ROUTER_COMPONENT, parseRouterCall, type RouterAnswer } from './route-protocol.js';
+
+export interface RouterServerOptions {
+  namespace: string;
+  router?: Partial<KvRouterConfig>;
+  replicaSync?: boolean;
+  /** Component and endpoint this replica serves (default router/route). */
+  component?: string;
+  endpoint?: string;
+  service?: KvRouterHubOptions['service'];
+}
+
+export interface RunningRouter {
+  hub: KvRouterHub;
+  endpoint: ServedEndpoint;
+  close(): Promise<void>;
+}
+
+export async function startRouterServer(runtime: DistributedRuntime, options: RouterServerOptions): Promise<RunningRouter> {
+  const component = options.component ?? ROUTER_COMPONENT;
+  const hub = await KvRouterHub.start(runtime, {
+    namespace: options.namespace,
+    syncComponent: component,
+    ...(options.router ? { router: options.router } : {}),
+    ...(options.replicaSync ? { replicaSync: true } : {}),
+    ...(options.service ? { service: options.service } : {}),
+  });
+
+  async function* handle(raw: unknown, _ctx: RequestContext): AsyncGenerator<RouterAnswer> {
+    const call = parseRouterCall(raw);
+    if (call.type === 'first_token' || call.type === 'finished') {
+      const service = hub.started(call.component);
+      if (call.type === 'first_token') service?.firstToken(call.requestId);
+      else service?.finished(call.requestId);
+      yield { type: 'ok' };
+      return;
+    }
+    const service = hub.started(call.component) ?? (await hub.service(call.component, call.blockSize));
+    if (call.type === 'book') {
+      service.bookOn({ requestId: call.requestId, tokens: call.tokens }, call.instanceId);
+      yield { type: 'ok' };
+      return;
+    }
+    const result = service.route({ requestId: call.requestId, tokens: call.tokens }, call.candidates);
+    if (result.kind === 'routed') {
+      const d = result.decision;
+      yield { type: 'routed', instanceId: d.instanceId, overlapBlocks: d.overlapBlocks, requestBlocks: d.requestBlocks };
+    } else if (result.kind === 'all_busy') {
+      yield { type: 'all_busy', retryAfterMs: result.retryAfterMs };
+    } else {
+      yield { type: 'no_candidates' };
+    }
+  }
+
+  const endpoint = await runtime.namespace(options.namespace).component(component).endpoint(options.endpoint ?? ROUTE_ENDPOINT).serve(handle);
+  return {
+    hub,
+    endpoint,
+    close: async () => {
+      await endpoint.stop().catch(() => undefined);
+      await hub.close();
+    },
+  };
+}

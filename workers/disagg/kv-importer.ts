@@ -1,0 +1,117 @@
+/**
+ * The decode side of a hand-off (notes/disagg-protocol.md step 2): pull the prompt's blocks
+ * from the prefill worker's pool into the blocks the scheduler allocated, then ALWAYS tell the
+ * prefill worker to release them, whether the pull worked or not.
+ *
+ *   EngineLoop admits a kvTransfer request → importKv(job)
+ *      agent.pull(remote blocks [firstBlock..], local blocks) ─ ok ─▶ verify? ─▶ true (KV in place)
+ *                                                              └ fails ──────▶ false (recompute)
+ *      then release(source) (fire and forget; a dead prefill worker just times out its pins)
+ *   request ends → settle(source): release if no pull ever ran (aborted while waiting)
+ */
+import type { KvTransferParams } from '../../proto/wire.js';
+import type { KvImporter, KvImportJob } from '../engine-loop/index.js';
+import type { KvPool, KvTransferAgent, KvTransferDescriptor } from '../kv-transfer/index.js';
+
+export interface KvImportOutcome {
+  ok: boolean;
+  /** Blocks and bytes pulled (0 when nothing was needed or the pull failed). */
+  blocks: number;
+  bytes: number;
+  seconds: number;
+  /** Why the prompt is recomputed, when it is. */
+  error?: unknown;
+}
+
+export interface KvImportServiceOptions {
+  agent: KvTransferAgent;
+  pool: KvPool;
+  /** Calls `{ns}/prefill/kv_release` on source.prefillInstanceId. Errors are reported, not thrown. */
+  release(source: KvTransferParams): Promise<void>;
+  /**
+   * Checks the pulled bytes (the mocker's stamps): the first position that is wrong, or -1.
+   * A mismatch makes the sequence recompute.
+   */
+  verify?(job: KvImportJob): number;
+  /** Per pull; keep it below the prefill workers' --kv-release-timeout. Default 10 s. */
+  pullTimeoutMs?: number;
+  onOutcome?(job: KvImportJob, outcome: KvImportOutcome): void;
+  onReleaseError?(source: KvTransferParams, err: unknown): void;
+}
+
+export const DEFAULT_PULL_TIMEOUT_MS = 10_000;
+
+export class KvImportService implements KvImporter {
+  /** Transfer ids whose release was sent, until their request ends. */
+  private readonly released = new Set<string>();
+  /** Pulls in flight, and those whose request ended meanwhile (forgotten when the pull ends). */
+  private readonly pulling = new Set<string>();
+  private readonly endedWhilePulling = new Set<string>();
+  numImports = 0;
+  numFallbacks = 0;
+  numVerifyFailures = 0;
+
+  constructor(private readonly options: KvImportServiceOptions) {}
+
+  async importKv(job: KvImportJob): Promise<boolean> {
+    const id = job.source.transferId;
+    this.pulling.add(id);
+    const outcome = await this.pull(job);
+    this.pulling.delete(id);
+    this.releaseOnce(job.source);
+    if (this.endedWhilePulling.delete(id)) this.released.delete(id);
+    if (outcome.ok) this.numImports++;
+    else this.numFallbacks++;
+    this.options.onOutcome?.(job, outcome);
+    return outcome.ok;
+  }
+
+  /** The request is over: release the prefill's blocks if no pull got to do it. */
+  settle(source: KvTransferParams | undefined): void {
+    if (source === undefined) return;
+    // Never release while the pull may still read the blocks: importKv releases when it ends.
+    if (this.pulling.has(source.transferId)) {
+      this.endedWhilePulling.add(source.transferId);
+      return;
+    }
+    this.releaseOnce(source);
+    this.released.delete(source.transferId);
+  }
+
+  private async pull(job: KvImportJob): Promise<KvImportOutcome> {
+    const { source } = job;
+    const n = job.localBlockIds.length;
+    const bs = this.options.pool.blockBytes;
+    if (n === 0) return { ok: true, blocks: 0, bytes: 0, seconds: 0 };
+    if (source.blockIds.length < job.firstBlock + n) {
+      return { ok: false, blocks: 0, bytes: 0, seconds: 0, error: new Error(`kvTransfer names ${source.blockIds.length} blocks, ${job.firstBlock + n} needed`) };
+    }
+    const descriptor: KvTransferDescriptor = {
+      ucxWorkerAddress: source.ucxWorkerAddress,
+      remoteKey: source.remoteKey,
+      poolBaseAddress: source.poolBaseAddress,
+      blockBytes: source.blockBytes,
+      layout: source.layout,
+      blockIds: source.blockIds.slice(job.firstBlock, job.firstBlock + n),
+    };
+    try {
+      const result = await this.options.agent.pull(descriptor, this.options.pool, job.localBlockIds, {
+        timeoutMs: this.options.pullTimeoutMs ?? DEFAULT_PULL_TIMEOUT_MS,
+      });
+      const bad = this.options.verify?.(job) ?? -1;
+      if (bad >= 0) {
+        this.numVerifyFailures++;
+        return { ok: false, blocks: n, bytes: result.bytes, seconds: result.seconds, error: new Error(`pulled KV is wrong at position ${bad}`) };
+      }
+      return { ok: true, blocks: n, bytes: n * bs, seconds: result.seconds };
+    } catch (err) {
+      return { ok: false, blocks: 0, bytes: 0, seconds: 0, error: err };
+    }
+  }
+
+  private releaseOnce(source: KvTransferParams): void {
+    if (this.released.has(source.transferId)) return;
+    this.released.add(source.transferId);
+    this.options.release(source).catch((err: unknown) => this.options.onReleaseError?.(source, err));
+  }
+}

@@ -1,0 +1,53 @@
+/**
+ * Gives a prefill or decode worker its transfer agent and a registered KV pool:
+ *   - native engine: the engine's own pool (an ArrayBuffer over its memory), read in place;
+ *   - mocker: a real host pool of numBlocks × blockSize × kvBytesPerToken bytes allocated by
+ *     the agent, with the mocker wrapped so computed tokens leave verifiable stamps in it.
+ */
+import type { Engine } from '../engines/engine.js';
+import type { NativeEngine } from '../engines/native/index.js';
+import { UcxTransferAgent, type KvPool, type KvTransferAgent, type KvTransferCounters } from '../kv-transfer/index.js';
+import { StampedKvPool, StampingEngine, stampedLayoutName } from './stamped-kv.js';
+
+export interface KvTransferSetupOptions {
+  /** Mocker only: KV bytes per token of the host pool. */
+  kvBytesPerToken: number;
+  /** ucp_config_modify overrides without the UCX_ prefix (e.g. { TLS: 'tcp' }); env applies otherwise. */
+  ucxConfig?: Record<string, string>;
+  counters?: KvTransferCounters;
+}
+
+export interface KvTransferSetup {
+  /** The engine to run: the mocker comes back wrapped in a StampingEngine. */
+  engine: Engine;
+  agent: KvTransferAgent;
+  pool: KvPool;
+  /** Set for the mocker: checks that pulled blocks hold the right stamps. */
+  stamps?: StampedKvPool;
+  close(): void;
+}
+
+export const DEFAULT_MOCKER_KV_BYTES_PER_TOKEN = 1024;
+
+export function setupKvTransfer(engine: Engine, options: KvTransferSetupOptions): KvTransferSetup {
+  const agent = UcxTransferAgent.create({
+    ...(options.ucxConfig !== undefined ? { config: options.ucxConfig } : {}),
+    ...(options.counters !== undefined ? { counters: options.counters } : {}),
+  });
+  try {
+    if (engine.info.kind === 'native') {
+      const native = engine as NativeEngine;
+      const pool = agent.registerPool(native.kvPool(), { blockBytes: native.model.kvBytesPerBlock, layout: native.kvLayoutName });
+      return { engine, agent, pool, close: () => agent.close() };
+    }
+    const { blockSize, numBlocks } = engine.info;
+    const bytesPerToken = options.kvBytesPerToken;
+    const pool = agent.allocatePool({ numBlocks, blockBytes: blockSize * bytesPerToken, layout: stampedLayoutName(blockSize, bytesPerToken) });
+    const buffer = pool.buffer instanceof ArrayBuffer ? pool.buffer : (pool.buffer.buffer as ArrayBuffer);
+    const stamps = new StampedKvPool(buffer, blockSize, bytesPerToken);
+    return { engine: new StampingEngine(engine, stamps), agent, pool, stamps, close: () => agent.close() };
+  } catch (err) {
+    agent.close();
+    throw err;
+  }
+}

@@ -1,0 +1,88 @@
+/**
+ * The prefill worker's `generate` and `kv_release` (notes/disagg-protocol.md steps 1 and 3).
+ *
+ *   generate(prefillOnly req) ─▶ EngineLoop (max_tokens 1, pinOnFinish) ─▶ first token
+ *      ├─ the first token ends the request (stop id, or max_tokens 1) → free blocks, final delta
+ *      └─ otherwise → PinnedBlocks.pin → ONE delta { first, usage, finishReason, kvTransfer }
+ *   kv_release({ transferId }) ─▶ PinnedBlocks.release → EngineLoop.releasePinned
+ *
+ * A cancelled prefill (the caller left before the answer) frees its blocks through the engine
+ * loop; once the answer with kvTransfer is out, only kv_release or the timeout free them.
+ */
+import type { InstanceId, KvTransferParams, PreprocessedRequest, TokenDelta, TokenLogprob } from '../../proto/wire.js';
+import type { RequestContext } from '../../runtime/request-plane/types.js';
+import type { EngineLoop } from '../engine-loop/index.js';
+import type { KvPool, KvTransferAgent } from '../kv-transfer/index.js';
+import type { PinnedBlocks } from './pinned-blocks.js';
+
+/** Body of a `kv_release` call, and its one answer. */
+export interface KvReleaseRequest {
+  transferId: string;
+}
+export interface KvReleaseResponse {
+  /** False when the id was unknown: already released, timed out, or never pinned here. */
+  released: boolean;
+}
+
+export interface PrefillHandlerDeps {
+  loop: EngineLoop;
+  agent: KvTransferAgent;
+  pool: KvPool;
+  pinned: PinnedBlocks;
+  instanceId: InstanceId;
+}
+
+export class PrefillHandler {
+  constructor(private readonly deps: PrefillHandlerDeps) {}
+
+  /** `{ns}/prefill/generate`. A request without prefillOnly runs as an ordinary (aggregated) one. */
+  async *generate(request: PreprocessedRequest, ctx: RequestContext): AsyncGenerator<TokenDelta> {
+    const { loop, instanceId } = this.deps;
+    if (!request.prefillOnly) {
+      for await (const delta of loop.generate(request, ctx.signal)) yield { ...delta, instanceId };
+      return;
+    }
+    let seqId: number | undefined;
+    const tokenIds: number[] = [];
+    let logprobs: TokenLogprob[] | undefined;
+    let last: TokenDelta | undefined;
+    for await (const delta of loop.generate(request, ctx.signal, { pinOnFinish: true, onAdded: (id) => (seqId = id) })) {
+      tokenIds.push(...delta.tokenIds);
+      if (delta.logprobs) (logprobs ??= []).push(...delta.logprobs);
+      last = delta;
+    }
+    const answer: TokenDelta = { tokenIds, instanceId };
+    if (logprobs !== undefined) answer.logprobs = logprobs;
+    if (last?.usage !== undefined) answer.usage = last.usage;
+    answer.finishReason = last?.finishReason ?? 'cancelled';
+    const table = seqId === undefined ? undefined : loop.scheduler.pinnedBlockTable(seqId);
+    const endsHere = answer.finishReason !== 'length' || request.stop.maxTokens <= 1 || tokenIds.length === 0;
+    if (table === undefined || endsHere) {
+      // Nothing to hand off (the first token is the whole answer, or the call was cancelled).
+      if (seqId !== undefined) loop.releasePinned(seqId);
+      yield answer;
+      return;
+    }
+    answer.kvTransfer = this.pin(seqId!, table, request.tokenIds.length);
+    yield answer;
+  }
+
+  /** `{ns}/prefill/kv_release`. */
+  async *release(request: KvReleaseRequest): AsyncGenerator<KvReleaseResponse> {
+    yield { released: typeof request?.transferId === 'string' && this.deps.pinned.release(request.transferId) };
+  }
+
+  private pin(seqId: number, table: Int32Array, numTokens: number): KvTransferParams {
+    const { agent, pool, pinned, instanceId, loop } = this.deps;
+    const blockIds = Array.from(table.subarray(0, loop.scheduler.blockManager.blocksFor(numTokens)));
+    let descriptor;
+    try {
+      descriptor = agent.describe(pool, blockIds);
+    } catch (err) {
+      loop.releasePinned(seqId);
+      throw err;
+    }
+    const transferId = pinned.pin(seqId, blockIds.length);
+    return { prefillInstanceId: instanceId, numTokens, transferId, ...descriptor, blockIds };
+  }
+}
