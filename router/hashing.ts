@@ -29,13 +29,17 @@ export function localBlockHashes(tokens: ArrayLike<number>, blockSize: number): 
   return out;
 }
 
+// One scratch pair for every chain step: hashing is synchronous, so reuse is safe and saves
+// two allocations per block on the routing hot path.
+const chainPair = new BigUint64Array(2);
+const chainPairBytes = new Uint8Array(chainPair.buffer);
+
 /** Chained sequence hash of one block from its parent's sequence hash and its local hash. */
 export function chainHash(parentSeqHash: bigint | undefined, localHash: bigint): bigint {
   if (parentSeqHash === undefined) return localHash;
-  const pair = new BigUint64Array(2);
-  pair[0] = parentSeqHash;
-  pair[1] = localHash;
-  return xxh3Seeded(new Uint8Array(pair.buffer));
+  chainPair[0] = parentSeqHash;
+  chainPair[1] = localHash;
+  return xxh3Seeded(chainPairBytes);
 }
 
 /** Sequence hashes for a list of local hashes, optionally continuing from a parent. */
