@@ -71,7 +71,6 @@ describe('bench metrics against a scripted SSE server', () => {
     const measured = server.received.slice(1);
     const span = measured.map((r) => r.writes[7]! - r.writes[0]!);
     const mean = (xs: number[]) => xs.reduce((x, y) => x + y, 0) / xs.length;
-    expect(Math.min(...span)).toBeGreaterThanOrEqual(7 * 40 - 1);
     expect(Math.abs(s.latency_ms.itl.mean - mean(span) / 7)).toBeLessThan(1.5);
     expect(Math.abs(s.latency_ms.tpot.mean - mean(span) / 31)).toBeLessThan(0.5);
   });
