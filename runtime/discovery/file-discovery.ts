@@ -164,6 +164,12 @@ export class FileDiscovery implements Discovery {
     return this.serial(async () => {
       if (this.closed || this.lostCause !== undefined) return;
       const started = Date.now();
+      // A process that registered nothing (a frontend) has no records to lose: a busy event
+      // loop must not end it.
+      if (this.owned.size === 0) {
+        this.lastRefreshMs = started;
+        return;
+      }
       // A process frozen past its TTL was already seen as gone; coming back would be a zombie.
       if (started - this.lastRefreshMs > this.ttlMs) {
         this.leaseLost(new LeaseLostError(`file heartbeat not refreshed for ${started - this.lastRefreshMs} ms (ttl ${this.ttlMs} ms)`));

@@ -60,7 +60,8 @@ describe('e2e: worker failure and client disconnect (frontend + 2 mocker workers
   });
 
   it('kill -9 of the worker serving a stream: the client still gets exactly max_tokens, the same tokens', async () => {
-    const MAX_TOKENS = 200;
+    // ~6 ms per token at speedup 1: ~3 s of stream, so the kill lands mid-stream even on busy cores.
+    const MAX_TOKENS = 500;
     const request = { model: MODEL, prompt: 'Once upon a time', max_tokens: MAX_TOKENS, ignore_eos: true, seed: 4242, logprobs: 1, return_tokens_as_token_ids: true };
 
     // The undisturbed answer, for comparison: the mocker's tokens depend on (seed, position) only.
@@ -74,13 +75,17 @@ describe('e2e: worker failure and client disconnect (frontend + 2 mocker workers
     const survivor = cluster.workers.find((w) => w !== victim && w.proc.child.exitCode === null)!;
     let tokensAtKill = -1;
     let seen = 0;
-    const { chunks, done } = await readSse(res, (chunk) => {
+    let victimRunning: number | undefined;
+    const { chunks, done } = await readSse(res, async (chunk) => {
       seen += tokenIdsOf([chunk]).length;
       if (tokensAtKill < 0 && seen >= 20) {
         tokensAtKill = seen;
+        victimRunning = metricValue(await scrape(victim.statusUrl), 'vllm:num_requests_running', LABELS);
         victim.proc.kill('SIGKILL');
       }
     });
+    // The victim was still generating this stream when it died.
+    expect(victimRunning).toBe(1);
     expect(await victim.proc.exited()).toEqual({ code: null, signal: 'SIGKILL' });
     expect(tokensAtKill).toBeGreaterThanOrEqual(20);
     expect(tokensAtKill).toBeLessThan(MAX_TOKENS);
