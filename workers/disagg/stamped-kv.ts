@@ -50,12 +50,13 @@ export class StampedKvPool {
 
   /**
    * First position in [from, to) whose slot does not hold the stamp of tokens[position], or
-   * -1 when all match. `tokens` is indexed by absolute position.
+   * -1 when all match. `tokens` is indexed by absolute position; blockTable[0] holds block
+   * index `firstBlock` of the sequence (a partial table, as an import fills).
    */
-  firstMismatch(blockTable: ArrayLike<number>, tokens: ArrayLike<number>, from: number, to: number): number {
+  firstMismatch(blockTable: ArrayLike<number>, tokens: ArrayLike<number>, from: number, to: number, firstBlock = 0): number {
     const words = this.stampBytes / 4;
     for (let p = from; p < to; p++) {
-      const base = this.slotOffset(blockTable, p);
+      const base = this.slotOffset(blockTable, p, firstBlock);
       if (base < 0) return p;
       const t = tokens[p]! >>> 0;
       const expected = [t, p >>> 0, mix(t, p), STAMP_MAGIC];
@@ -71,9 +72,9 @@ export class StampedKvPool {
     for (let w = 0; w < this.stampBytes / 4; w++) this.view.setUint32(base + w * 4, words[w]!, true);
   }
 
-  private slotOffset(blockTable: ArrayLike<number>, position: number): number {
-    const b = Math.floor(position / this.blockSize);
-    if (b >= blockTable.length) return -1;
+  private slotOffset(blockTable: ArrayLike<number>, position: number, firstBlock = 0): number {
+    const b = Math.floor(position / this.blockSize) - firstBlock;
+    if (b < 0 || b >= blockTable.length) return -1;
     const offset = blockTable[b]! * this.blockBytes + (position % this.blockSize) * this.kvBytesPerToken;
     return offset + this.stampBytes <= this.view.byteLength ? offset : -1;
   }

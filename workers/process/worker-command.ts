@@ -3,6 +3,7 @@ import { Option, type Command } from 'commander';
 import { intInRange, numberInRange, oneOf, positiveInt } from '../../runtime/config.js';
 import { addRuntimeOptions, createRuntimeFromOptions, type RuntimeFlags } from '../../runtime/runtime-options.js';
 import { DEFAULT_KV_BLOCK_SIZE } from '../models/index.js';
+import { DEFAULT_KV_RELEASE_TIMEOUT_MS, DEFAULT_MOCKER_KV_BYTES_PER_TOKEN, DEFAULT_PULL_TIMEOUT_MS } from '../disagg/index.js';
 import { startWorker, type WorkerOptions } from './worker-process.js';
 
 interface WorkerFlags extends RuntimeFlags {
@@ -22,6 +23,9 @@ interface WorkerFlags extends RuntimeFlags {
   threads?: number;
   kvCacheMemory?: number;
   loadMetricsInterval: number;
+  kvBytesPerToken: number;
+  kvReleaseTimeout: number;
+  kvPullTimeout: number;
 }
 
 export function registerWorkerCommand(program: Command): void {
@@ -43,7 +47,10 @@ export function registerWorkerCommand(program: Command): void {
     .addOption(new Option('--device <device>', 'native: cpu (cuda:N once the CUDA backend lands)').default('cpu'))
     .addOption(new Option('--threads <n>', 'native: compute threads (default: all cores)').argParser(positiveInt))
     .addOption(new Option('--kv-cache-memory <bytes>', 'native: KV pool budget in bytes when --num-gpu-blocks is not set').argParser(positiveInt))
-    .addOption(new Option('--load-metrics-interval <ms>', 'publish load metrics at most this often').argParser(intInRange(0, 60_000)).default(10));
+    .addOption(new Option('--load-metrics-interval <ms>', 'publish load metrics at most this often').argParser(intInRange(0, 60_000)).default(10))
+    .addOption(new Option('--kv-bytes-per-token <bytes>', 'prefill/decode with the mocker: KV bytes per token of its real host pool').argParser(positiveInt).default(DEFAULT_MOCKER_KV_BYTES_PER_TOKEN))
+    .addOption(new Option('--kv-release-timeout <seconds>', 'prefill: free pinned KV blocks no decode worker released after this long').argParser(numberInRange(0.001)).default(DEFAULT_KV_RELEASE_TIMEOUT_MS / 1000))
+    .addOption(new Option('--kv-pull-timeout <seconds>', 'decode: give up a KV pull and compute the prompt after this long (keep below --kv-release-timeout)').argParser(numberInRange(0.001)).default(DEFAULT_PULL_TIMEOUT_MS / 1000));
   addRuntimeOptions(cmd).action(async (flags: WorkerFlags) => {
     const runtime = await createRuntimeFromOptions(flags, `worker-${flags.mode}`);
     const options: WorkerOptions = {
@@ -57,6 +64,9 @@ export function registerWorkerCommand(program: Command): void {
       speedupRatio: flags.speedupRatio,
       device: flags.device,
       loadMetricsIntervalMs: flags.loadMetricsInterval,
+      kvBytesPerToken: flags.kvBytesPerToken,
+      kvReleaseTimeoutMs: Math.round(flags.kvReleaseTimeout * 1000),
+      kvPullTimeoutMs: Math.round(flags.kvPullTimeout * 1000),
       ...(flags.modelName !== undefined && { modelName: flags.modelName }),
       ...(flags.component !== undefined && { component: flags.component }),
       ...(flags.numGpuBlocks !== undefined && { numGpuBlocks: flags.numGpuBlocks }),

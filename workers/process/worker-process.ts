@@ -6,20 +6,40 @@
  *   gRPC generate ──▶ EngineLoop.generate ──▶ TokenDelta stream
  *   EngineLoop sinks ──▶ component.publish('kv_events' | 'load_metrics')
  *   gRPC kv_events ──▶ replay a range of the KV event log, or dump the block set (router recovery)
+ *
+ * --mode prefill | decode adds a UCX transfer agent with the KV pool registered (workers/disagg):
+ *   prefill: generate = PrefillHandler (pin + kvTransfer), plus `kv_release`
+ *   decode:  generate = DecodeHandler (pull via KvImportService, release, continue)
  */
 import { basename, resolve } from 'node:path';
-import type { KvEvent, LoadMetrics, ModelCard, PreprocessedRequest, TokenDelta, WorkerRole } from '../../proto/wire.js';
+import type { KvEvent, KvTransferParams, LoadMetrics, ModelCard, PreprocessedRequest, TokenDelta, WorkerRole } from '../../proto/wire.js';
 import { TOPICS } from '../../proto/wire.js';
 import { modelKey } from '../../runtime/discovery/keys.js';
 import type { DistributedRuntime } from '../../runtime/distributed-runtime.js';
 import { TandemError } from '../../runtime/errors.js';
 import type { RequestContext } from '../../runtime/request-plane/types.js';
 import type { KvDumpResponse, KvReplayResponse } from '../../router/recovery-protocol.js';
-import { EngineLoop } from '../engine-loop/index.js';
+import type { EndpointClient } from '../../runtime/endpoint-client.js';
+import { EngineLoop, type KvImportJob } from '../engine-loop/index.js';
+import {
+  DecodeHandler,
+  DEFAULT_KV_RELEASE_TIMEOUT_MS,
+  DEFAULT_MOCKER_KV_BYTES_PER_TOKEN,
+  DEFAULT_PULL_TIMEOUT_MS,
+  KV_RELEASE_ENDPOINT,
+  KvImportService,
+  PinnedBlocks,
+  PrefillHandler,
+  setupKvTransfer,
+  type KvReleaseRequest,
+  type KvReleaseResponse,
+  type KvTransferSetup,
+} from '../disagg/index.js';
+import { TRANSFER_SECONDS_BUCKETS } from '../kv-transfer/index.js';
 import type { Engine } from '../engines/engine.js';
 import { MockerEngine, loadPerfProfile } from '../engines/mocker/index.js';
 import { readModelConfig, type ModelConfig } from '../models/index.js';
-import { WorkerMetrics } from './worker-metrics.js';
+import { DisaggMetrics, WorkerMetrics } from './worker-metrics.js';
 
 export const COMPONENT_FOR_ROLE: Record<WorkerRole, string> = { agg: 'backend', prefill: 'prefill', decode: 'decode' };
 export const GENERATE_ENDPOINT = 'generate';
@@ -46,6 +66,21 @@ export interface WorkerOptions {
   kvCacheMemoryBytes?: number;
   /** Publish load metrics at most this often (ms); 0 publishes after every step. */
   loadMetricsIntervalMs: number;
+  /** prefill/decode, mocker: bytes of KV per token in the host pool (default 1024). */
+  kvBytesPerToken?: number;
+  /** prefill: free pinned blocks no decode worker released after this long (default 30 s). */
+  kvReleaseTimeoutMs?: number;
+  /** decode: give up a pull (and recompute) after this long (default 10 s). */
+  kvPullTimeoutMs?: number;
+  /** prefill/decode: UCX config overrides without the UCX_ prefix; UCX_* env applies otherwise. */
+  ucxConfig?: Record<string, string>;
+}
+
+/** What a prefill or decode worker adds; for tests and the process's own shutdown. */
+export interface DisaggParts {
+  kv: KvTransferSetup;
+  pinned?: PinnedBlocks;
+  importer?: KvImportService;
 }
 
 /** A request for the `kv_events` endpoint: replay a range, or dump the full block set. */
@@ -54,6 +89,7 @@ export type KvEventsRequest = { type: 'replay'; fromEventId: number; toEventId: 
 export interface RunningWorker {
   card: ModelCard;
   loop: EngineLoop;
+  disagg?: DisaggParts;
   close(): Promise<void>;
 }
 
@@ -88,15 +124,31 @@ export async function startWorker(runtime: DistributedRuntime, options: WorkerOp
   const modelName = options.modelName ?? basename(modelDir);
   const componentName = options.component ?? COMPONENT_FOR_ROLE[options.mode];
   const contextLength = Math.min(options.contextLength ?? config.contextLength, config.contextLength);
-  const engine = await createEngine(options, config);
+  let engine = await createEngine(options, config);
   const component = runtime.namespace(options.namespace).component(componentName);
   const metrics = new WorkerMetrics(runtime.metrics, modelName);
   const log = runtime.logger.child({ component: componentName, model: modelName });
+
+  let kv: KvTransferSetup | undefined;
+  if (options.mode !== 'agg') {
+    try {
+      kv = setupKvTransfer(engine, {
+        kvBytesPerToken: options.kvBytesPerToken ?? DEFAULT_MOCKER_KV_BYTES_PER_TOKEN,
+        ...(options.ucxConfig !== undefined ? { ucxConfig: options.ucxConfig } : {}),
+      });
+    } catch (err) {
+      await engine.close();
+      throw err;
+    }
+    engine = kv.engine;
+  }
+  const disagg = kv === undefined ? undefined : await startDisagg(runtime, options, kv, modelName, log, () => loop);
 
   let lastLoadPublish = 0;
   const loop: EngineLoop = new EngineLoop({
     engine,
     workerId: runtime.instanceId,
+    ...(disagg?.importer !== undefined ? { kvImporter: disagg.importer } : {}),
     scheduler: { maxNumBatchedTokens: options.maxNumBatchedTokens, maxNumSeqs: options.maxNumSeqs },
     sinks: {
       onKvEvents: (events: KvEvent[]) => {
@@ -119,12 +171,17 @@ export async function startWorker(runtime: DistributedRuntime, options: WorkerOp
       throw new TandemError('invalid_argument', `prompt (${request.tokenIds.length} tokens) plus max_tokens (${request.stop?.maxTokens}) exceeds the context length ${contextLength}`);
     }
     metrics.requests.inc({ model_name: modelName });
-    for await (const delta of loop.generate(request, ctx.signal)) {
+    for await (const delta of run(request, ctx)) {
       metrics.generatedTokens.inc({ model_name: modelName }, delta.tokenIds.length);
       yield { ...delta, instanceId: runtime.instanceId };
     }
     metrics.update(loop.stats());
   }
+
+  const prefillHandler = disagg?.pinned ? new PrefillHandler({ loop, agent: kv!.agent, pool: kv!.pool, pinned: disagg.pinned, instanceId: runtime.instanceId }) : undefined;
+  const decodeHandler = disagg?.importer ? new DecodeHandler({ loop, importer: disagg.importer, instanceId: runtime.instanceId }) : undefined;
+  const run = (request: PreprocessedRequest, ctx: RequestContext): AsyncIterable<TokenDelta> =>
+    prefillHandler?.generate(request, ctx) ?? decodeHandler?.generate(request, ctx) ?? loop.generate(request, ctx.signal);
 
   // Router recovery: answers a replay of an event range or a dump of the whole block set, in
   // the shapes of router/recovery-protocol.ts.
@@ -142,6 +199,9 @@ export async function startWorker(runtime: DistributedRuntime, options: WorkerOp
 
   const served = await component.endpoint(GENERATE_ENDPOINT).serve(generate, { metadata: { model: modelName, role: options.mode } });
   await component.endpoint(KV_EVENTS_ENDPOINT).serve(kvEvents);
+  const releaseServed = prefillHandler
+    ? await component.endpoint(KV_RELEASE_ENDPOINT).serve<KvReleaseRequest, KvReleaseResponse>((req) => prefillHandler.release(req))
+    : undefined;
 
   const card: ModelCard = {
     name: modelName,
@@ -159,21 +219,116 @@ export async function startWorker(runtime: DistributedRuntime, options: WorkerOp
     instanceId: runtime.instanceId,
     kvBytesPerToken: engine.info.kvBytesPerToken,
     eosTokenIds: config.eosTokenIds,
+    ...(kv !== undefined ? { ucxWorkerAddress: kv.agent.workerAddress } : {}),
   };
   const cardKey = modelKey(options.namespace, modelName, runtime.instanceId);
   await runtime.discovery.put(cardKey, card);
   runtime.trackRegistration(cardKey, true);
   metrics.update(loop.stats());
-  runtime.onShutdown(() => loop.close());
-  log.info({ instanceId: runtime.instanceId, address: served.record.address, blocks: engine.info.numBlocks, engine: options.engine }, 'worker ready');
+  const shutdownKv = async (): Promise<void> => {
+    disagg?.pinned?.releaseAll();
+    await loop.close();
+    disagg?.close();
+  };
+  runtime.onShutdown(shutdownKv);
+  log.info(
+    { instanceId: runtime.instanceId, address: served.record.address, blocks: engine.info.numBlocks, engine: options.engine, mode: options.mode, kvBytesPerToken: engine.info.kvBytesPerToken },
+    'worker ready',
+  );
 
   return {
     card,
     loop,
+    ...(disagg !== undefined ? { disagg: disagg.parts } : {}),
     close: async () => {
       await runtime.discovery.delete(cardKey).catch(() => undefined);
       await served.stop().catch(() => undefined);
-      await loop.close();
+      await releaseServed?.stop().catch(() => undefined);
+      await shutdownKv();
     },
   };
+}
+
+interface StartedDisagg {
+  parts: DisaggParts;
+  pinned?: PinnedBlocks;
+  importer?: KvImportService;
+  close(): void;
+}
+
+/**
+ * The prefill side (pins with a release timeout) or the decode side (imports, with the
+ * `kv_release` client), plus their metrics. `getLoop` is read lazily: the loop is built after
+ * this, with the importer in it.
+ */
+async function startDisagg(
+  runtime: DistributedRuntime,
+  options: WorkerOptions,
+  kv: KvTransferSetup,
+  modelName: string,
+  log: DistributedRuntime['logger'],
+  getLoop: () => EngineLoop,
+): Promise<StartedDisagg> {
+  let pinned: PinnedBlocks | undefined;
+  let importer: KvImportService | undefined;
+  let releaseClient: EndpointClient | undefined;
+  const dm = new DisaggMetrics(runtime.metrics, modelName, TRANSFER_SECONDS_BUCKETS, {
+    inflight: () => kv.agent.counters.inflight,
+    pins: () => ({ transfers: pinned?.size ?? 0, blocks: pinned?.numBlocks ?? 0 }),
+  });
+  const unsubscribe = kv.agent.counters.onTransfer((e) => dm.transfer(e));
+
+  if (options.mode === 'prefill') {
+    pinned = new PinnedBlocks({
+      free: (seqId) => getLoop().releasePinned(seqId),
+      releaseTimeoutMs: options.kvReleaseTimeoutMs ?? DEFAULT_KV_RELEASE_TIMEOUT_MS,
+      onEnd: (e) => {
+        if (e.reason !== 'timeout') return;
+        dm.releaseTimeout();
+        log.warn({ transferId: e.transferId, blocks: e.numBlocks, heldMs: e.heldMs }, 'pinned KV blocks were never released: freed by timeout');
+      },
+    });
+  } else {
+    const client = await runtime.namespace(options.namespace).component(COMPONENT_FOR_ROLE.prefill).endpoint(KV_RELEASE_ENDPOINT).client();
+    releaseClient = client;
+    const stamps = kv.stamps;
+    importer = new KvImportService({
+      agent: kv.agent,
+      pool: kv.pool,
+      pullTimeoutMs: options.kvPullTimeoutMs ?? DEFAULT_PULL_TIMEOUT_MS,
+      release: (source) => callRelease(client, source),
+      ...(stamps !== undefined
+        ? { verify: (job: KvImportJob) => stamps.firstMismatch(job.localBlockIds, job.tokenIds, job.firstBlock * stamps.blockSize, job.numTokens, job.firstBlock) }
+        : {}),
+      onOutcome: (job, outcome) => {
+        if (outcome.ok) return;
+        dm.fallback();
+        log.warn({ requestId: job.requestId, err: outcome.error }, 'KV import failed: computing the prompt here');
+      },
+      onReleaseError: (source, err) => log.debug({ transferId: source.transferId, err }, 'kv_release call failed (the prefill worker frees by timeout)'),
+    });
+  }
+  return {
+    parts: { kv, ...(pinned ? { pinned } : {}), ...(importer ? { importer } : {}) },
+    ...(pinned ? { pinned } : {}),
+    ...(importer ? { importer } : {}),
+    close: () => {
+      unsubscribe();
+      releaseClient?.close();
+      kv.close();
+    },
+  };
+}
+
+/** Direct call to the prefill instance's kv_release; waits briefly for discovery to list it. */
+async function callRelease(client: EndpointClient, source: KvTransferParams): Promise<void> {
+  const id = source.prefillInstanceId;
+  for (let i = 0; i < 10 && client.instance(id) === undefined; i++) await new Promise((r) => setTimeout(r, 100));
+  const stream = client.generate<KvReleaseRequest, KvReleaseResponse>(
+    { transferId: source.transferId },
+    { routing: { mode: 'direct', instanceId: id }, timeoutMs: 5_000 },
+  );
+  for await (const _ of stream) {
+    // one answer; draining it completes the call
+  }
 }

@@ -3,10 +3,12 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <utility>
 
 #include "../core/error.h"
 #include "../core/safetensors.h"
 #include "../core/thread_pool.h"
+#include "gemm.h"
 #include "kernels.h"
 
 namespace tandem {
@@ -20,12 +22,8 @@ std::vector<float> to_f32(const SafetensorsStore& w, const std::string& name,
   return out;
 }
 
-void append_f32(const SafetensorsStore& w, const std::string& name, const std::vector<int64_t>& shape,
-                std::vector<float>& out) {
-  const TensorView& t = w.require(name, shape);
-  size_t at = out.size();
-  out.resize(at + t.num_elements());
-  convert_to_f32(t, out.data() + at);
+cpu::WeightMatrix matrix(const SafetensorsStore& w, const std::string& name, const std::vector<int64_t>& shape) {
+  return cpu::WeightMatrix::load(w, {{name, shape}});
 }
 
 int64_t pick_num_blocks(const BackendOptions& o, const KvLayout& layout) {
@@ -67,31 +65,34 @@ CpuBackend::CpuBackend(const ModelConfig& config, const SafetensorsStore& weight
 void CpuBackend::load_weights(const SafetensorsStore& w) {
   const ModelConfig& c = config_;
   const int64_t h = c.hidden_size;
-  embed_ = to_f32(w, "model.embed_tokens.weight", {c.vocab_size, h});
-  if (!c.tie_word_embeddings) lm_head_ = to_f32(w, "lm_head.weight", {c.vocab_size, h});
+  embed_ = matrix(w, "model.embed_tokens.weight", {c.vocab_size, h});
+  if (!c.tie_word_embeddings) lm_head_ = matrix(w, "lm_head.weight", {c.vocab_size, h});
   final_norm_ = to_f32(w, "model.norm.weight", {h});
   layers_.resize(static_cast<size_t>(c.num_layers));
   for (int64_t l = 0; l < c.num_layers; ++l) {
     Layer& L = layers_[static_cast<size_t>(l)];
     L.input_norm = to_f32(w, layer_tensor(l, "input_layernorm.weight"), {h});
     L.post_norm = to_f32(w, layer_tensor(l, "post_attention_layernorm.weight"), {h});
-    append_f32(w, layer_tensor(l, "self_attn.q_proj.weight"), {c.q_dim(), h}, L.wqkv);
-    append_f32(w, layer_tensor(l, "self_attn.k_proj.weight"), {c.kv_dim(), h}, L.wqkv);
-    append_f32(w, layer_tensor(l, "self_attn.v_proj.weight"), {c.kv_dim(), h}, L.wqkv);
+    L.wqkv = cpu::WeightMatrix::load(w, {{layer_tensor(l, "self_attn.q_proj.weight"), {c.q_dim(), h}},
+                                         {layer_tensor(l, "self_attn.k_proj.weight"), {c.kv_dim(), h}},
+                                         {layer_tensor(l, "self_attn.v_proj.weight"), {c.kv_dim(), h}}});
     if (c.qkv_bias) {
-      append_f32(w, layer_tensor(l, "self_attn.q_proj.bias"), {c.q_dim()}, L.bqkv);
-      append_f32(w, layer_tensor(l, "self_attn.k_proj.bias"), {c.kv_dim()}, L.bqkv);
-      append_f32(w, layer_tensor(l, "self_attn.v_proj.bias"), {c.kv_dim()}, L.bqkv);
+      const std::pair<const char*, int64_t> parts[] = {
+          {"self_attn.q_proj.bias", c.q_dim()}, {"self_attn.k_proj.bias", c.kv_dim()}, {"self_attn.v_proj.bias", c.kv_dim()}};
+      for (const auto& [suffix, n] : parts) {
+        std::vector<float> part = to_f32(w, layer_tensor(l, suffix), {n});
+        L.bqkv.insert(L.bqkv.end(), part.begin(), part.end());
+      }
     }
-    L.wo = to_f32(w, layer_tensor(l, "self_attn.o_proj.weight"), {h, c.q_dim()});
+    L.wo = matrix(w, layer_tensor(l, "self_attn.o_proj.weight"), {h, c.q_dim()});
     if (c.o_bias) L.bo = to_f32(w, layer_tensor(l, "self_attn.o_proj.bias"), {h});
     if (c.qk_norm) {
       L.q_norm = to_f32(w, layer_tensor(l, "self_attn.q_norm.weight"), {c.head_dim});
       L.k_norm = to_f32(w, layer_tensor(l, "self_attn.k_norm.weight"), {c.head_dim});
     }
-    append_f32(w, layer_tensor(l, "mlp.gate_proj.weight"), {c.intermediate_size, h}, L.wgate_up);
-    append_f32(w, layer_tensor(l, "mlp.up_proj.weight"), {c.intermediate_size, h}, L.wgate_up);
-    L.wdown = to_f32(w, layer_tensor(l, "mlp.down_proj.weight"), {h, c.intermediate_size});
+    L.wgate_up = cpu::WeightMatrix::load(w, {{layer_tensor(l, "mlp.gate_proj.weight"), {c.intermediate_size, h}},
+                                             {layer_tensor(l, "mlp.up_proj.weight"), {c.intermediate_size, h}}});
+    L.wdown = matrix(w, layer_tensor(l, "mlp.down_proj.weight"), {h, c.intermediate_size});
   }
 }
 
@@ -200,8 +201,7 @@ void CpuBackend::forward(const ForwardBatch& batch, float* logits) {
   }
   // Embedding and RoPE angles: angle = f32(pos) * inv_freq in f32, as transformers does.
   for (int64_t i = 0; i < t; ++i) {
-    std::memcpy(x_.data() + i * hd, embed_.data() + static_cast<int64_t>(batch.tokens[i]) * hd,
-                static_cast<size_t>(hd) * sizeof(float));
+    embed_.row_to_f32(batch.tokens[i], x_.data() + i * hd);
     const float pos = static_cast<float>(token_pos_[static_cast<size_t>(i)]);
     for (int64_t j = 0; j < half; ++j) {
       float angle = pos * inv_freq_[static_cast<size_t>(j)];
@@ -216,8 +216,7 @@ void CpuBackend::forward(const ForwardBatch& batch, float* logits) {
     pool_.parallel_for(t, row_grain, [&](int64_t b, int64_t e, int) {
       for (int64_t i = b; i < e; ++i) cpu::rmsnorm(x_.data() + i * hd, L.input_norm.data(), hd, eps, xn_.data() + i * hd);
     });
-    cpu::matmul_nt(pool_, xn_.data(), t, hd, L.wqkv.data(), qkv_w, L.bqkv.empty() ? nullptr : L.bqkv.data(),
-                   qkv_.data());
+    cpu::matmul_nt(pool_, xn_.data(), t, L.wqkv, L.bqkv.empty() ? nullptr : L.bqkv.data(), qkv_.data());
     pool_.parallel_for(t, row_grain, [&](int64_t b, int64_t e, int) {
       for (int64_t i = b; i < e; ++i) {
         float* row = qkv_.data() + i * qkv_w;
@@ -237,8 +236,7 @@ void CpuBackend::forward(const ForwardBatch& batch, float* logits) {
     });
     write_kv(batch, l);
     attention(batch, l);
-    cpu::matmul_nt(pool_, attn_.data(), t, c.q_dim(), L.wo.data(), hd, L.bo.empty() ? nullptr : L.bo.data(),
-                   proj_.data());
+    cpu::matmul_nt(pool_, attn_.data(), t, L.wo, L.bo.empty() ? nullptr : L.bo.data(), proj_.data());
     pool_.parallel_for(t, row_grain, [&](int64_t b, int64_t e, int) {
       for (int64_t i = b; i < e; ++i) {
         float* xr = x_.data() + i * hd;
@@ -247,14 +245,14 @@ void CpuBackend::forward(const ForwardBatch& batch, float* logits) {
         cpu::rmsnorm(xr, L.post_norm.data(), hd, eps, xn_.data() + i * hd);
       }
     });
-    cpu::matmul_nt(pool_, xn_.data(), t, hd, L.wgate_up.data(), 2 * inter, nullptr, gate_up_.data());
+    cpu::matmul_nt(pool_, xn_.data(), t, L.wgate_up, nullptr, gate_up_.data());
     pool_.parallel_for(t, std::max<int64_t>(1, 16384 / inter), [&](int64_t b, int64_t e, int) {
       for (int64_t i = b; i < e; ++i) {
         const float* gu = gate_up_.data() + i * 2 * inter;
         cpu::silu_mul(gu, gu + inter, act_.data() + i * inter, inter);
       }
     });
-    cpu::matmul_nt(pool_, act_.data(), t, inter, L.wdown.data(), hd, nullptr, proj_.data());
+    cpu::matmul_nt(pool_, act_.data(), t, L.wdown, nullptr, proj_.data());
     for (int64_t i = 0; i < t * hd; ++i) x_[static_cast<size_t>(i)] += proj_[static_cast<size_t>(i)];
   }
 
@@ -268,8 +266,7 @@ void CpuBackend::forward(const ForwardBatch& batch, float* logits) {
     cpu::rmsnorm(x_.data() + last * hd, final_norm_.data(), hd, eps, rows_.data() + row * hd);
     ++row;
   }
-  const float* head = lm_head_.empty() ? embed_.data() : lm_head_.data();
-  cpu::matmul_nt(pool_, rows_.data(), r, hd, head, c.vocab_size, nullptr, logits);
+  cpu::matmul_nt(pool_, rows_.data(), r, lm_head_.empty() ? embed_ : lm_head_, nullptr, logits);
 }
 
 }  // namespace tandem

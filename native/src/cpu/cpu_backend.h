@@ -1,10 +1,13 @@
-// CpuBackend: f32 weights (converted from bf16/f16/f32 safetensors at load), an f32 paged KV
-// pool allocated once, and a multi-threaded forward pass over a mixed prefill/decode batch.
+// CpuBackend: matrix weights kept in the checkpoint's precision where the GEMM can read it
+// (bf16 stays bf16, f16 is widened to f32; see weight_matrix.h), norms and biases in f32, an f32
+// paged KV pool allocated once, and a multi-threaded forward pass over a mixed prefill/decode
+// batch. All compute is f32.
 #pragma once
 
 #include <vector>
 
 #include "../core/backend.h"
+#include "weight_matrix.h"
 
 namespace tandem {
 
@@ -20,11 +23,13 @@ class CpuBackend final : public Backend {
  private:
   struct Layer {
     std::vector<float> input_norm, post_norm;
-    std::vector<float> wqkv, bqkv;  // q, k, v rows stacked: one GEMM per layer
-    std::vector<float> wo, bo;
+    cpu::WeightMatrix wqkv;  // q, k, v rows stacked: one GEMM per layer
+    std::vector<float> bqkv;
+    cpu::WeightMatrix wo;
+    std::vector<float> bo;
     std::vector<float> q_norm, k_norm;
-    std::vector<float> wgate_up;  // gate rows then up rows: one GEMM per layer
-    std::vector<float> wdown;
+    cpu::WeightMatrix wgate_up;  // gate rows then up rows: one GEMM per layer
+    cpu::WeightMatrix wdown;
   };
 
   void load_weights(const SafetensorsStore& weights);
@@ -37,8 +42,8 @@ class CpuBackend final : public Backend {
   ThreadPool& pool_;
   std::vector<float> inv_freq_;
 
-  std::vector<float> embed_;
-  std::vector<float> lm_head_;  // empty when tied to embed_
+  cpu::WeightMatrix embed_;
+  cpu::WeightMatrix lm_head_;  // empty when tied to embed_
   std::vector<float> final_norm_;
   std::vector<Layer> layers_;
   std::vector<float> kv_;

@@ -1,26 +1,17 @@
-// CPU f32 kernels. Inner loops run over contiguous memory with GCC vector extensions (16
-// lanes on AVX-512 targets, else 8), which the compiler lowers to the target's registers.
+// CPU f32 element-wise kernels (attention dots, norms, RoPE, SiLU). Inner loops run over
+// contiguous memory with GCC vector extensions (16 lanes on AVX-512 targets, else 8), which the
+// compiler lowers to the target's registers. Matrix products live in gemm.h.
 #pragma once
 
 #include <cstdint>
 
 namespace tandem {
-
-class ThreadPool;
-
 namespace cpu {
 
 float dot(const float* a, const float* b, int64_t n);
 
 /** y += alpha * x over n elements. */
 void axpy(float alpha, const float* x, float* y, int64_t n);
-
-/**
- * Y[T][N] = X[T][K] * W[N][K]^T (+ bias[N]): weights in Hugging Face [out, in] layout, so
- * every output is a dot product of two contiguous rows. Parallel over N.
- */
-void matmul_nt(ThreadPool& pool, const float* x, int64_t t, int64_t k, const float* w, int64_t n,
-               const float* bias, float* y);
 
 /** out = x / sqrt(mean(x^2) + eps) * weight, computed in f32 as transformers does. */
 void rmsnorm(const float* x, const float* weight, int64_t n, float eps, float* out);
