@@ -39,7 +39,8 @@ function applyEnvironment(cmd: Command, env: NodeJS.ProcessEnv = process.env): v
     const raw = env[name]!;
     let value: unknown = raw;
     if (!option.required && !option.optional) {
-      value = option.negate ? !parseBoolean(raw) : parseBoolean(raw);
+      // a --no-x flag's attribute is the positive 'x', so TANDEM_X=false turns it off
+      value = parseBoolean(raw);
     } else if (option.parseArg) {
       try {
         value = option.parseArg(raw, undefined);

@@ -53,8 +53,8 @@ export function addRuntimeOptions(cmd: Command): Command {
         .argParser(oneOf(['nats', 'direct'] as const))
         .default(defaultEventPlaneKind(), 'nats if NATS_SERVER is set, else direct'),
     )
-    .addOption(new Option('--etcd-endpoints <urls>', 'comma-separated etcd endpoints (env ETCD_ENDPOINTS)').env('ETCD_ENDPOINTS'))
-    .addOption(new Option('--nats-server <url>', 'NATS server URL (env NATS_SERVER)').env('NATS_SERVER'))
+    .addOption(new Option('--etcd-endpoints <urls>', 'comma-separated etcd endpoints').env('ETCD_ENDPOINTS'))
+    .addOption(new Option('--nats-server <url>', 'NATS server URL').env('NATS_SERVER'))
     .addOption(new Option('--host <host>', 'interface the request-plane server binds').default('0.0.0.0'))
     .addOption(new Option('--advertise-host <host>', 'host other processes dial to reach this one').default('127.0.0.1'))
     .addOption(new Option('--grpc-port <port>', 'request-plane port (0 = any free port)').argParser(parsePort).default(0))
