@@ -173,6 +173,8 @@ async function run(engine: NativeEngine, batch: number, promptLen: number, decod
 }
 
 async function main(): Promise<void> {
+  // The bench machine is often shared: record the load it ran under, before and after.
+  const loadAtStart = loadavg()[0];
   const threads = Number(args.threads);
   const promptLen = Number(args.prompt);
   const decodeSteps = Number(args['decode-steps']);
@@ -207,7 +209,7 @@ async function main(): Promise<void> {
     const report = {
       bench: 'native-cpu',
       date: new Date().toISOString(),
-      machine: { cpu: cpus()[0]?.model ?? 'unknown', cores: availableParallelism(), loadAverage1m: loadavg()[0] },
+      machine: { cpu: cpus()[0]?.model ?? 'unknown', cores: availableParallelism(), loadAverage1mStart: loadAtStart, loadAverage1m: loadavg()[0] },
       model: { shape: 'Qwen2-0.5B', ...SHAPE, weightsDtype: dtype, computeDtype: 'f32' },
       threads,
       promptLen,

@@ -21,12 +21,14 @@ namespace cpu {
 
 enum class WeightType { kF32, kBF16 };
 
-// Two SIMD vectors of f32 rows per panel: 32 on AVX-512, 16 elsewhere. The packing is private to
-// this process (done at load), so it may follow the build target.
+// Two SIMD vectors of f32 rows per panel: 32 on AVX-512, 16 on AVX/AVX2, 8 on 128-bit targets
+// (SSE, NEON). The packing is private to this process (done at load), so it follows the target.
 #if defined(__AVX512F__)
 constexpr int kPanelRows = 32;
-#else
+#elif defined(__AVX__)
 constexpr int kPanelRows = 16;
+#else
+constexpr int kPanelRows = 8;
 #endif
 
 class WeightMatrix {

@@ -111,6 +111,9 @@ class AgentWrap : public Napi::ObjectWrap<AgentWrap> {
       if (opts.Has("busyPollUs") && opts.Get("busyPollUs").IsNumber()) {
         options.busy_poll_us = opts.Get("busyPollUs").As<Napi::Number>().Uint32Value();
       }
+      if (opts.Has("maxGetBytes") && opts.Get("maxGetBytes").IsNumber()) {
+        options.max_get_bytes = static_cast<uint64_t>(opts.Get("maxGetBytes").As<Napi::Number>().Int64Value());
+      }
     }
     Status status;
     agent_ = UcxAgent::Create(options, &status);

@@ -17,16 +17,35 @@ constexpr auto kCloseGrace = std::chrono::seconds(2);
 struct ConfigDefault {
   const char* name;
   const char* value;
+  bool mm_only;  // only meaningful when a shared-memory (mm) transport is enabled
 };
 constexpr ConfigDefault kConfigDefaults[] = {
     // Every endpoint uses err_mode PEER (a dead peer must fail its reads, not hang them).
     // UCX 1.13's shared-memory transports (posix, sysv) only offer that when asked to;
     // without it UCX_TLS=sm has no usable transport at all.
-    {"MM_ERROR_HANDLING", "y"},
+    {"MM_ERROR_HANDLING", "y", true},
     // Keep-alive decides how fast a dead peer on a socket-less transport (shm) is noticed;
     // UCX's default is 20 s, far above a transfer's budget.
-    {"KEEPALIVE_INTERVAL", "1s"},
+    {"KEEPALIVE_INTERVAL", "1s", false},
 };
+
+// Whether a UCX_TLS value enables posix/sysv. A transport option that no enabled transport
+// reads makes UCX print "invalid configuration" at worker creation, so mm-only defaults are
+// skipped for, say, UCX_TLS=tcp.
+bool TlsIncludesMm(const std::string& tls) {
+  if (tls.empty() || tls == "all") return true;
+  const bool exclude = tls[0] == '^';
+  bool named = false;
+  size_t start = exclude ? 1 : 0;
+  while (start <= tls.size()) {
+    size_t end = tls.find(',', start);
+    if (end == std::string::npos) end = tls.size();
+    const std::string name = tls.substr(start, end - start);
+    if (name == "sm" || name == "shm" || name == "mm" || name == "posix" || name == "sysv") named = true;
+    start = end + 1;
+  }
+  return exclude ? !named : named;
+}
 
 ErrorKind KindOf(ucs_status_t status) {
   switch (status) {
@@ -114,6 +133,7 @@ UcxAgent::~UcxAgent() { Close(); }
 
 Status UcxAgent::Init(const AgentOptions& options) {
   busy_poll_us_ = options.busy_poll_us;
+  max_get_bytes_ = options.max_get_bytes;
   // The worker is created on the progress thread so that every UCX call on it comes from
   // one thread (thread mode SINGLE, no locks inside UCX).
   std::promise<Status> ready;
@@ -125,7 +145,12 @@ Status UcxAgent::Init(const AgentOptions& options) {
       ready.set_value(Status::Error(ErrorKind::kInternal, Describe("ucp_config_read", st)));
       return;
     }
+    std::string tls = std::getenv("UCX_TLS") != nullptr ? std::getenv("UCX_TLS") : "";
+    for (const auto& [name, value] : options.config) {
+      if (name == "TLS") tls = value;
+    }
     for (const ConfigDefault& d : kConfigDefaults) {
+      if (d.mm_only && !TlsIncludesMm(tls)) continue;
       if (std::getenv((std::string("UCX_") + d.name).c_str()) == nullptr) {
         ucp_config_modify(config, d.name, d.value);  // best effort: an older UCX may lack it
       }
@@ -252,7 +277,10 @@ void UcxAgent::ProgressLoop() {
       last_event = now;
       continue;
     }
-    if (!batches_.empty() && now - last_event < busy_poll) continue;
+    // Poll on for a moment after the last event, on both ends: a get is served by the
+    // target's progress too (tcp and active-message emulation), and a sleep/wake per
+    // fragment would cap bandwidth far below the link.
+    if (now - last_event < busy_poll) continue;
     const ucs_status_t st = ucp_worker_arm(worker_);
     if (st == UCS_ERR_BUSY) continue;
     {
@@ -407,21 +435,26 @@ void UcxAgent::StartRead(ReadRequest& request, ReadCallback& done) {
   if (rkey != nullptr) {
     const std::vector<Range> ranges = CoalesceRanges(request.ranges);
     auto* local = reinterpret_cast<uint8_t*>(region->second.base);
-    for (const Range& r : ranges) {
-      ucp_request_param_t param{};
-      param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_MEMH;
-      param.cb.send = &UcxAgent::OnGetDone;
-      param.user_data = batch;
-      param.memh = region->second.memh;
-      ucs_status_ptr_t req = ucp_get_nbx(peer->ep, local + r.local_offset, r.length,
-                                         request.remote_base + r.remote_offset, rkey, &param);
-      if (UCS_PTR_IS_ERR(req)) {
-        const ucs_status_t st = UCS_PTR_STATUS(req);
-        batch->status = Status::Error(KindOf(st), Describe("ucp_get_nbx", st));
-        break;
+    for (const Range& whole : ranges) {
+      const uint64_t step = max_get_bytes_ > 0 ? max_get_bytes_ : whole.length;
+      for (uint64_t done = 0; done < whole.length && batch->status.ok(); done += step) {
+        const uint64_t length = std::min(step, whole.length - done);
+        ucp_request_param_t param{};
+        param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_MEMH;
+        param.cb.send = &UcxAgent::OnGetDone;
+        param.user_data = batch;
+        param.memh = region->second.memh;
+        ucs_status_ptr_t req = ucp_get_nbx(peer->ep, local + whole.local_offset + done, length,
+                                           request.remote_base + whole.remote_offset + done, rkey, &param);
+        if (UCS_PTR_IS_ERR(req)) {
+          const ucs_status_t st = UCS_PTR_STATUS(req);
+          batch->status = Status::Error(KindOf(st), Describe("ucp_get_nbx", st));
+          break;
+        }
+        batch->bytes += length;
+        if (req != nullptr) ++batch->pending;
       }
-      batch->bytes += r.length;
-      if (req != nullptr) ++batch->pending;
+      if (!batch->status.ok()) break;
     }
   }
   {

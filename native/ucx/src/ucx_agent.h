@@ -64,6 +64,8 @@ struct AgentOptions {
   // How long the progress thread keeps polling after the last event while reads are in
   // flight, before it sleeps on the event fd. Polling saves a wake-up per fragment.
   uint32_t busy_poll_us = 50;
+  // Coalesced ranges longer than this are issued as several gets (0: never split).
+  uint64_t max_get_bytes = 0;
 };
 
 struct Region {
@@ -181,6 +183,7 @@ class UcxAgent {
   int epoll_fd_ = -1;
   std::string address_;
   uint32_t busy_poll_us_ = 50;
+  uint64_t max_get_bytes_ = 0;
 
   std::thread thread_;
   std::mutex mutex_;

@@ -1,7 +1,9 @@
 // Drives UcxAgent without Node: two agents (two workers) in one process read each other's
 // registered memory. Run with UCX_TLS=tcp or UCX_TLS=sm,self to pick the transport.
 #include <cstdio>
+#include <algorithm>
 #include <cstring>
+#include <thread>
 #include <future>
 #include <vector>
 
@@ -93,6 +95,21 @@ static void TestReadAcrossAgents() {
   request.ranges = {{0, 0, block}};
   request.local_region = 999;
   CHECK(ReadSync(*reader, request).status.kind == ErrorKind::kInvalidArgument);
+
+  // UCX-allocated memory (the shared-memory fast path) reads the same way.
+  Region allocated;
+  CHECK(source->AllocateMemory(4 * block, &allocated).ok());
+  auto* alloc_bytes = reinterpret_cast<uint8_t*>(allocated.base);
+  for (uint64_t i = 0; i < 4 * block; ++i) alloc_bytes[i] = static_cast<uint8_t>(i % 251);
+  std::fill(local.begin(), local.end(), 0);
+  request.remote_base = allocated.base;
+  request.rkey = allocated.rkey;
+  request.local_region = local_region.id;
+  request.ranges = {{block, 0, 2 * block}};
+  result = ReadSync(*reader, request);
+  CHECK(result.status.ok());
+  CHECK(std::memcmp(local.data(), alloc_bytes + block, 2 * block) == 0);
+  CHECK(source->DeregisterMemory(allocated.id).ok());
 
   reader->Disconnect(source->address());
   for (int i = 0; i < 200 && reader->Stats().endpoints + reader->Stats().closing_endpoints > 0; ++i) {
