@@ -112,7 +112,10 @@ export async function startFrontend(options: FrontendOptions): Promise<FrontendH
   const metrics = new FrontendMetrics(registry);
   const admission = new AdmissionGate(options.maxInflightRequests ?? FRONTEND_DEFAULTS.maxInflightRequests);
   const health = new WorkerHealth(options.unavailableCooldownMs ?? FRONTEND_DEFAULTS.unavailableCooldownMs);
-  const disagg = options.disagg === false ? undefined : await startDisaggregation({ discovery, namespace, connector, registry, log, health }, options.disagg);
+  const disagg =
+    options.disagg === false
+      ? undefined
+      : await startDisaggregation({ discovery, namespace, connector, registry, log, health }, { ...(ownedSelector ? { kvBackend: ownedSelector.backend } : {}), ...options.disagg });
   const pipeline = new GenerationPipeline({
     models,
     codecs,

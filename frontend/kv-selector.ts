@@ -10,7 +10,11 @@
  *   onFinished           → free (also the rollback of a failed dispatch)
  *
  * A booking never confirmed within `unconfirmedTimeoutMs` (the HTTP exchange died between
- * prepare and dispatch) is released. Each model is routed by the component and block size of
+ * prepare and dispatch) is released.
+ *
+ * Backpressure (DESIGN.md "Router"): when every worker is over its load threshold a request
+ * waits, at most `busyWaitMs` and with at most `maxQueued` waiting, for a booking to end (or
+ * for load reports to drop); then it fails with `AllWorkersBusyError` (429 + Retry-After). Each model is routed by the component and block size of
  * its model card, read from discovery here.
  */
 import type { InstanceId, ModelCard } from '../proto/wire.js';
@@ -30,6 +34,10 @@ export interface KvSelectorOptions {
   discovery: Discovery;
   namespace: string;
   unconfirmedTimeoutMs?: number;
+  /** How long a request may wait for a worker below its load threshold. */
+  busyWaitMs?: number;
+  /** Requests that may wait at once; more are refused at once. */
+  maxQueued?: number;
   clock?: () => number;
 }
 
@@ -41,6 +49,10 @@ interface Booking {
 }
 
 const DEFAULT_UNCONFIRMED_TIMEOUT_MS = 30_000;
+const DEFAULT_BUSY_WAIT_MS = 10_000;
+const DEFAULT_MAX_QUEUED = 1024;
+/** Re-check while waiting even if no booking ends: load reports may change on their own. */
+const BUSY_RECHECK_MS = 50;
 
 export class KvSelector implements WorkerSelector {
   readonly mode = 'kv' as const;
@@ -50,6 +62,8 @@ export class KvSelector implements WorkerSelector {
   /** Models whose cards are not known here yet (a moment after start): plain round-robin. */
   private readonly fallback = new RoundRobinSelector();
   private readonly clock: () => number;
+  /** Requests waiting for a worker below threshold; woken when a booking ends. */
+  private readonly waiters = new Set<() => void>();
   private watch: WatchHandle | undefined;
   private sweeper: NodeJS.Timeout | undefined;
 
@@ -90,8 +104,17 @@ export class KvSelector implements WorkerSelector {
     const { requestId, tokenIds } = route.request;
     // A second select for the same request is a migration: the failed attempt's booking goes.
     this.release(requestId);
-    const outcome = await this.options.backend.route(target, requestId, tokenIds, candidates);
-    if (outcome.kind === 'all_busy') throw new AllWorkersBusyError(outcome.retryAfterMs);
+    let outcome = await this.options.backend.route(target, requestId, tokenIds, candidates);
+    if (outcome.kind === 'all_busy') {
+      const deadline = this.clock() + (this.options.busyWaitMs ?? DEFAULT_BUSY_WAIT_MS);
+      if (this.waiters.size >= (this.options.maxQueued ?? DEFAULT_MAX_QUEUED)) throw new AllWorkersBusyError(outcome.retryAfterMs);
+      while (outcome.kind === 'all_busy') {
+        const left = deadline - this.clock();
+        if (left <= 0) throw new AllWorkersBusyError(outcome.retryAfterMs);
+        await this.waitForCapacity(Math.min(left, BUSY_RECHECK_MS));
+        outcome = await this.options.backend.route(target, requestId, tokenIds, candidates);
+      }
+    }
     if (outcome.kind === 'no_candidates') return undefined;
     this.bookings.set(requestId, { target, instanceId: outcome.instanceId, confirmed: false, atMs: this.clock() });
     return outcome.instanceId;
@@ -127,7 +150,13 @@ export class KvSelector implements WorkerSelector {
     return this.bookings.size;
   }
 
+  /** Requests waiting for capacity now. */
+  get queued(): number {
+    return this.waiters.size;
+  }
+
   async close(): Promise<void> {
+    for (const wake of [...this.waiters]) wake();
     if (this.sweeper) clearInterval(this.sweeper);
     this.watch?.close();
     await this.options.backend.close();
@@ -143,6 +172,21 @@ export class KvSelector implements WorkerSelector {
     if (booking === undefined) return;
     this.bookings.delete(requestId);
     this.options.backend.finished(booking.target, requestId);
+    // One booking ended: the oldest waiter tries again first.
+    const first = this.waiters.values().next().value;
+    first?.();
+  }
+
+  private waitForCapacity(ms: number): Promise<void> {
+    return new Promise((resolve) => {
+      const wake = () => {
+        clearTimeout(timer);
+        this.waiters.delete(wake);
+        resolve();
+      };
+      const timer = setTimeout(wake, ms);
+      this.waiters.add(wake);
+    });
   }
 
   private releaseUnconfirmed(timeoutMs: number): void {

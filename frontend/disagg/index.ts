@@ -1,11 +1,13 @@
 /** Public surface of the frontend's prefill router (disaggregated prefill/decode). */
 import type { Logger } from 'pino';
 import type { Registry } from 'prom-client';
+import type { KvRoutingBackend } from '../../router/adapters/kv-routing-backend.js';
 import type { Discovery } from '../../runtime/discovery/discovery.js';
 import type { WorkerSelector } from '../routing.js';
 import type { WorkerConnector } from '../worker-client.js';
 import type { WorkerHealth } from '../worker-health.js';
 import { Disaggregator } from './disaggregator.js';
+import { KvPrefillSelector } from './kv-prefill-selector.js';
 import { DisaggMetrics } from './metrics.js';
 import type { DisaggPolicyConfig } from './policy.js';
 import { PrefillPool } from './prefill-pool.js';
@@ -17,6 +19,7 @@ export { PrefillRouter, hasOverlapSource, type DisaggRoute, type PrefillRouterOp
 export { streamDisaggregated, type DisaggStreamPlan, type DisaggTrace } from './disagg-stream.js';
 export { Disaggregator, type DisaggPrepared, type DisaggStreamArgs } from './disaggregator.js';
 export { DisaggMetrics, DISAGG_PATHS, type DisaggPath } from './metrics.js';
+export { KvPrefillSelector } from './kv-prefill-selector.js';
 export { DECODE_WORKER_HEADER, PREFILL_WORKER_HEADER, disaggHeaders, disaggNvext, type DisaggNvext } from './response.js';
 
 /** `startFrontend({ disagg })`: the prefill router's flags. */
@@ -25,6 +28,8 @@ export interface DisaggOptions extends Partial<DisaggPolicyConfig> {
   prefillSelector?: WorkerSelector;
   /** Where "cached" comes from when the frontend selector cannot tell. */
   overlap?: PrefixOverlapSource;
+  /** `--router-mode kv`: the KV router backend; prefill workers are then chosen KV-aware. */
+  kvBackend?: KvRoutingBackend;
 }
 
 export interface DisaggDeps {
@@ -50,7 +55,11 @@ export async function startDisaggregation(deps: DisaggDeps, options: DisaggOptio
     pool,
     ...(options.minPrefillTokens !== undefined ? { minPrefillTokens: options.minPrefillTokens } : {}),
     ...(options.enforce !== undefined ? { enforce: options.enforce } : {}),
-    ...(options.prefillSelector ? { prefillSelector: options.prefillSelector } : {}),
+    ...(options.prefillSelector
+      ? { prefillSelector: options.prefillSelector }
+      : options.kvBackend
+        ? { prefillSelector: new KvPrefillSelector(options.kvBackend, pool) }
+        : {}),
     ...(options.overlap ? { overlap: options.overlap } : {}),
     ...(deps.health ? { health: deps.health } : {}),
   });

@@ -41,13 +41,13 @@ export function uncachedTokens(promptTokens: number, cachedTokens: number): numb
  */
 export function decideDisagg(inputs: DisaggInputs, config: DisaggPolicyConfig): DisaggDecision {
   const uncached = uncachedTokens(inputs.promptTokens, inputs.cachedTokens);
-  // A missing pool is checked first: --enforce-disagg means "never silently aggregate".
+  // A short prompt never needs a prefill worker, so --enforce-disagg does not refuse it.
+  if (uncached < config.minPrefillTokens) return { kind: 'agg', reason: 'short_prompt', uncachedTokens: uncached };
   if (inputs.prefillWorkers === 0) {
     return config.enforce ? { kind: 'reject', reason: 'no_prefill_workers' } : { kind: 'agg', reason: 'no_prefill_workers', uncachedTokens: uncached };
   }
   if (inputs.decodeWorkers === 0) {
     return config.enforce ? { kind: 'reject', reason: 'no_decode_workers' } : { kind: 'agg', reason: 'no_decode_workers', uncachedTokens: uncached };
   }
-  if (uncached < config.minPrefillTokens) return { kind: 'agg', reason: 'short_prompt', uncachedTokens: uncached };
   return { kind: 'disagg', uncachedTokens: uncached };
 }

@@ -5,6 +5,8 @@
  *   discovery {ns}/{component}/kv_events instances ─▶ addWorker / removeWorker
  *   event plane kv_events (KvEvent[] batches)      ─▶ applyEvent ─┐
  *   event plane load_metrics                       ─▶ latest LoadMetrics per worker
+ *   discovery model cards of the component         ─▶ KV pool size per worker (overload check
+ *                                                     before a worker has reported any load)
  *   RecoveryAction (replay / dump) ─▶ request plane {component}/kv_events, direct to the worker
  *                                   ─▶ applyReplay / applyDump ─▶ more actions, if any
  *   timer (tickIntervalMs)          ─▶ tick: expiry, re-asking unanswered recoveries, gauges
@@ -15,7 +17,9 @@
  * are dropped: the dump asked for on discovery covers them, and a dead worker must not come
  * back through a late event.
  */
-import type { InstanceId, KvEvent, LoadMetrics } from '../../proto/wire.js';
+import type { InstanceId, KvEvent, LoadMetrics, ModelCard } from '../../proto/wire.js';
+import type { WatchHandle } from '../../runtime/discovery/discovery.js';
+import { modelPrefix } from '../../runtime/discovery/keys.js';
 import { TOPICS } from '../../proto/wire.js';
 import type { Component, DistributedRuntime } from '../../runtime/distributed-runtime.js';
 import type { EndpointClient } from '../../runtime/endpoint-client.js';
@@ -63,6 +67,9 @@ export class KvRouterService {
   readonly router: KvRouter;
   private readonly members = new Set<InstanceId>();
   private readonly loads = new Map<InstanceId, LoadMetrics>();
+  /** KV pool size per worker, from its model card. */
+  private readonly totalBlocks = new Map<InstanceId, number>();
+  private cardWatch: WatchHandle | undefined;
   private readonly inflight = new Map<string, Promise<void>>();
   private readonly subscriptions: Subscription[] = [];
   private readonly metrics: RouterMetrics;
@@ -190,6 +197,7 @@ export class KvRouterService {
     this.closed = true;
     if (this.timer) clearInterval(this.timer);
     this.unwatch?.();
+    this.cardWatch?.close();
     this.kvClient?.close();
     await Promise.all(this.subscriptions.map((s) => s.close().catch(() => undefined)));
   }
@@ -202,6 +210,11 @@ export class KvRouterService {
       this.subscriptions.push(await component.subscribe<unknown>(TOPICS.kvEvents, (e) => this.onKvEvents(e.payload)));
     }
     this.subscriptions.push(await component.subscribe<unknown>(TOPICS.loadMetrics, (e) => this.onLoad(e.payload)));
+    this.cardWatch = await this.runtime.discovery.watch<ModelCard>(modelPrefix(namespace), (e) => {
+      const id = e.key.slice(e.key.lastIndexOf('/') + 1);
+      if (e.type === 'removed') this.totalBlocks.delete(id);
+      else if (e.value?.component === name && Number.isInteger(e.value.totalKvBlocks)) this.totalBlocks.set(id, e.value.totalKvBlocks);
+    });
     // Workers serve `generate` and `kv_events` under one lease: the kv_events instance set is
     // the set of workers, and the same client carries replay and dump calls.
     this.kvClient = await component.endpoint(KV_EVENTS_ENDPOINT).client();
@@ -215,8 +228,12 @@ export class KvRouterService {
     const out: WorkerCandidate[] = new Array(ids.length);
     for (let i = 0; i < ids.length; i++) {
       const id = ids[i]!;
+      const c: WorkerCandidate = { instanceId: id };
       const load = this.loads.get(id);
-      out[i] = load === undefined ? { instanceId: id } : { instanceId: id, load };
+      if (load !== undefined) c.load = load;
+      const total = this.totalBlocks.get(id);
+      if (total !== undefined) c.totalBlocks = total;
+      out[i] = c;
     }
     return out;
   }
