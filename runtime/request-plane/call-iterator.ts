@@ -9,12 +9,18 @@
  *
  * An abort (caller's signal) fails the iterator at once, even with items buffered; a server error
  * is raised after the items that preceded it; a consumer that stops early (return()) cancels.
+ *
+ * That cancel waits RETURN_GRACE_MS for the server's own end first. Consumers commonly stop on
+ * the final item (a finish reason) a moment before the call's status arrives; cancelling those
+ * calls at once would send an HTTP/2 RST_STREAM per request, and the peer's rapid-reset guard
+ * (nghttp2: a burst of 1000, then 33/s) closes the whole shared connection under load.
  */
 import type { ClientReadableStream, ServiceError } from '@grpc/grpc-js';
 import { CancelledError, TandemError } from '../errors.js';
 import { fromServiceError } from './wire-errors.js';
 
 const EMPTY: unknown[] = [];
+const RETURN_GRACE_MS = 50;
 
 export interface CallIteratorOptions {
   address: string;
@@ -37,6 +43,7 @@ export class CallIterator<T> implements AsyncIterableIterator<T> {
   private failure: TandemError | undefined;
   private aborted: TandemError | undefined;
   private finished = false;
+  private returned = false;
   private paused = false;
   private waiter: Waiter | undefined;
   private readonly highWater: number;
@@ -81,8 +88,18 @@ export class CallIterator<T> implements AsyncIterableIterator<T> {
   }
 
   return(): Promise<IteratorResult<T>> {
-    if (!this.ended && this.failure === undefined && this.aborted === undefined) this.call?.cancel();
-    this.ended = true;
+    const call = this.call;
+    this.returned = true;
+    if (call !== undefined && !this.ended && this.failure === undefined && this.aborted === undefined) {
+      // Let a call that is about to end do so; cancel only one the server keeps going.
+      if (this.paused) call.resume();
+      const timer = setTimeout(() => {
+        if (!this.ended && this.failure === undefined) call.cancel();
+      }, RETURN_GRACE_MS);
+      timer.unref();
+    }
+    this.queue.length = 0;
+    this.queueHead = 0;
     this.finish();
     return Promise.resolve({ value: undefined, done: true });
   }
@@ -103,6 +120,7 @@ export class CallIterator<T> implements AsyncIterableIterator<T> {
     this.call = call;
     signal?.addEventListener('abort', this.onAbort, { once: true });
     call.on('data', (batch: unknown[]) => {
+      if (this.returned) return;
       this.queue.push(batch);
       if (!this.paused && this.queue.length - this.queueHead >= this.highWater) {
         this.paused = true;
