@@ -19,7 +19,8 @@ const BIN = resolve(dirname(fileURLToPath(import.meta.url)), '..', '..', 'bin', 
 interface UpFlags {
   engine: 'mocker' | 'native';
   model: string;
-  workers: number;
+  /** Aggregated workers; default 2, or 0 when --prefill/--decode ask for a disaggregated fleet. */
+  workers?: number;
   prefill: number;
   decode: number;
   httpPort: number;
@@ -32,6 +33,9 @@ interface UpFlags {
   maxNumSeqs?: string;
   maxNumBatchedTokens?: string;
   device?: string;
+  threads?: string;
+  kvBytesPerToken?: string;
+  kvReleaseTimeout?: string;
   logLevel: string;
 }
 
@@ -61,7 +65,7 @@ function pipeWithPrefix(child: ChildProcess, label: string, onLine?: (line: stri
   }
 }
 
-async function waitForModel(url: string, timeoutMs: number, children: ChildProcess[], isListening: () => boolean): Promise<string> {
+async function waitForModel(url: string, timeoutMs: number, children: ChildProcess[], isListening: () => boolean, routable: number): Promise<string> {
   const deadline = Date.now() + timeoutMs;
   while (Date.now() < deadline) {
     if (children.some((c) => c.exitCode !== null)) throw new Error('a child process exited during start-up (see its log above)');
@@ -71,11 +75,11 @@ async function waitForModel(url: string, timeoutMs: number, children: ChildProce
       continue;
     }
     try {
-      const res = await fetch(`${url}/v1/models`);
-      if (res.ok) {
-        const body = (await res.json()) as { data: Array<{ id: string }> };
-        if (body.data.length > 0) return body.data[0]!.id;
-      }
+      // /health lists routable (agg + decode) instances per model; prefill workers never are.
+      const res = await fetch(`${url}/health`);
+      const body = (await res.json()) as { models?: Array<{ name: string; instances: number }> };
+      const model = body.models?.find((m) => m.instances >= routable);
+      if (model) return model.name;
     } catch {
       // not listening yet
     }
@@ -90,7 +94,7 @@ export function registerUpCommand(program: Command): void {
     .description('all-in-one on this machine: frontend + workers, embedded discovery and events')
     .addOption(new Option('--engine <engine>', 'worker engine').argParser(oneOf(['mocker', 'native'] as const)).default('mocker'))
     .addOption(new Option('--model <dir>', "model directory, or 'tiny' for a generated tiny Llama").default('tiny'))
-    .addOption(new Option('--workers <n>', 'aggregated workers').argParser(nonNegativeInt).default(2))
+    .addOption(new Option('--workers <n>', 'aggregated workers (default 2; 0 with --prefill/--decode)').argParser(nonNegativeInt))
     .addOption(new Option('--prefill <n>', 'prefill workers (disaggregated mode)').argParser(nonNegativeInt).default(0))
     .addOption(new Option('--decode <n>', 'decode workers (disaggregated mode)').argParser(nonNegativeInt).default(0))
     .addOption(new Option('--http-port <port>', 'frontend HTTP port').argParser(parsePort).default(8000))
@@ -103,11 +107,19 @@ export function registerUpCommand(program: Command): void {
     .option('--max-num-seqs <n>', 'running sequences per worker')
     .option('--max-num-batched-tokens <n>', 'token budget per step')
     .option('--device <device>', 'native engine device (cpu)')
+    .option('--threads <n>', 'native engine compute threads per worker')
+    .option('--kv-bytes-per-token <bytes>', 'prefill/decode with the mocker: KV bytes per token of its host pool (131072 = 8B-shaped)')
+    .option('--kv-release-timeout <seconds>', 'prefill: free pinned KV blocks no decode worker released after this long')
     .option('--log-level <level>', 'log level of the children', 'info')
     .allowUnknownOption(true)
     .allowExcessArguments(true)
-    .addHelpText('after', '\nUnknown flags (for example --router-mode kv) are passed to the frontend.')
+    .addHelpText(
+      'after',
+      '\nUnknown flags (for example --router-mode kv, --disagg-min-prefill-tokens 512, --enforce-disagg) are passed to the frontend.' +
+        '\nDisaggregated: runtime up --prefill 1 --decode 1 (prompts with at least --disagg-min-prefill-tokens uncached tokens prefill on the prefill pool).',
+    )
     .action(async (flags: UpFlags, cmd: Command) => {
+      flags.workers ??= flags.prefill + flags.decode > 0 ? 0 : 2;
       if (flags.workers + flags.prefill + flags.decode === 0) throw new ConfigError('runtime up needs at least one worker (--workers, --prefill or --decode)');
       if (flags.prefill > 0 && flags.decode === 0) throw new ConfigError('--prefill needs --decode workers too');
       await runUp(flags, cmd.args);
@@ -127,16 +139,25 @@ async function runUp(flags: UpFlags, frontendExtra: string[]): Promise<void> {
     ['maxNumSeqs', '--max-num-seqs'],
     ['maxNumBatchedTokens', '--max-num-batched-tokens'],
     ['device', '--device'],
+    ['threads', '--threads'],
+    ['kvBytesPerToken', '--kv-bytes-per-token'],
+    ['kvReleaseTimeout', '--kv-release-timeout'],
   ];
   for (const [key, flag] of passthrough) if (flags[key] !== undefined) workerFlags.push(flag, String(flags[key]));
 
   const children: ChildProcess[] = [];
   let frontendListening = false;
+  // Every worker must be up before "ready": a model listed from a prefill card alone cannot serve.
+  let workersReady = 0;
   const start = (label: string, args: string[]) => {
     // Own process group: a terminal's Ctrl-C reaches only `up`, which stops each child once (in the
     // terminal's group a child would get SIGINT and then our SIGTERM: a second signal, no drain).
     const child = spawn(process.execPath, [BIN, ...args], { detached: true, stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, TANDEM_LOG_FORMAT: 'json' } });
-    pipeWithPrefix(child, label, label === 'frontend' ? (line) => (frontendListening ||= line.includes('frontend listening')) : undefined);
+    pipeWithPrefix(
+      child,
+      label,
+      label === 'frontend' ? (line) => (frontendListening ||= line.includes('frontend listening')) : (line) => (workersReady += line.includes('"msg":"worker ready"') ? 1 : 0),
+    );
     children.push(child);
     return child;
   };
@@ -161,7 +182,7 @@ async function runUp(flags: UpFlags, frontendExtra: string[]): Promise<void> {
 
   start('frontend', ['frontend', ...common, '--http-port', String(flags.httpPort), '--host', flags.host, ...frontendExtra]);
   const roles: Array<[string, number]> = [
-    ['agg', flags.workers],
+    ['agg', flags.workers ?? 0],
     ['prefill', flags.prefill],
     ['decode', flags.decode],
   ];
@@ -179,11 +200,13 @@ async function runUp(flags: UpFlags, frontendExtra: string[]): Promise<void> {
 
   const url = `http://${flags.host === '0.0.0.0' ? '127.0.0.1' : flags.host}:${flags.httpPort}`;
   try {
-    const model = await waitForModel(url, 120_000, children, () => frontendListening);
+    const total = (flags.workers ?? 0) + flags.prefill + flags.decode;
+    const model = await waitForModel(url, 120_000, children, () => frontendListening && workersReady >= total, Math.max(1, (flags.workers ?? 0) + flags.decode));
     process.stdout.write(
       [
         '',
         `Tandem is serving ${model} at ${url}`,
+        `  workers: ${[flags.workers ? `${flags.workers} aggregated` : '', flags.prefill ? `${flags.prefill} prefill` : '', flags.decode ? `${flags.decode} decode` : ''].filter(Boolean).join(' + ')}`,
         '',
         'Try:',
         `  curl -N ${url}/v1/chat/completions -H 'content-type: application/json' \\`,

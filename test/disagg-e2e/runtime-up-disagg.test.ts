@@ -1,0 +1,63 @@
+/**
+ * `runtime up --prefill 1 --decode 1` as a user runs it (mocker engine): the fleet has no
+ * aggregated workers, a long prompt runs disaggregated (both worker ids in the headers), frontend
+ * flags pass through (--disagg-min-prefill-tokens), and Ctrl-C stops everything.
+ */
+import { spawn } from 'node:child_process';
+import { mkdtemp, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, describe, expect, it } from 'vitest';
+import { pollUntil } from '../e2e/cluster.js';
+import { freePort } from '../harness/ports.js';
+import { CLI, REPO_ROOT } from '../harness/processes.js';
+
+describe('runtime up --prefill 1 --decode 1', () => {
+  let cacheDir = '';
+  afterAll(async () => {
+    if (cacheDir) await rm(cacheDir, { recursive: true, force: true });
+  });
+
+  it('serves long prompts disaggregated, short ones aggregated on the decode pool, and stops on SIGINT', async () => {
+    cacheDir = await mkdtemp(join(tmpdir(), 'tandem-up-disagg-'));
+    const port = await freePort();
+    const child = spawn(
+      process.execPath,
+      [CLI, 'up', '--engine', 'mocker', '--model', 'tiny', '--prefill', '1', '--decode', '1', '--http-port', String(port), '--kv-bytes-per-token', '4096', '--disagg-min-prefill-tokens', '64'],
+      { cwd: REPO_ROOT, detached: true, stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, TANDEM_CACHE_DIR: cacheDir, UCX_TLS: 'tcp' } },
+    );
+    let out = '';
+    child.stdout!.on('data', (b: Buffer) => (out += b.toString()));
+    child.stderr!.on('data', (b: Buffer) => (out += b.toString()));
+    const exited = new Promise<number | null>((resolve) => child.once('exit', (code) => resolve(code)));
+    try {
+      await pollUntil('runtime up ready', () => out.includes('Press Ctrl-C to stop.'), 60_000, 100);
+      expect(out).toContain('workers: 1 prefill + 1 decode');
+      const url = `http://127.0.0.1:${port}`;
+      const post = (prompt: number[]) =>
+        fetch(`${url}/v1/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ model: 'tiny-llama', prompt, max_tokens: 8, ignore_eos: true }) });
+      const prompt = Array.from({ length: 200 }, (_, i) => 3 + (i % 400));
+      // The frontend learns of the prefill pool a moment after the worker says ready.
+      let long = await post(prompt);
+      await pollUntil('a disaggregated answer', async () => {
+        if (long.headers.get('x-prefill-worker-id') !== null) return true;
+        await long.body?.cancel();
+        long = await post(prompt);
+        return false;
+      }, 10_000, 100);
+      expect(long.status).toBe(200);
+      expect(long.headers.get('x-prefill-worker-id')).toMatch(/^[0-9a-f]{16}$/);
+      expect(long.headers.get('x-decode-worker-id')).toBe(long.headers.get('x-worker-instance-id'));
+      const body = (await long.json()) as { usage: { completion_tokens: number }; nvext: { disagg_path: string } };
+      expect(body.usage.completion_tokens).toBe(8);
+      expect(body.nvext.disagg_path).toBe('disagg');
+      // Below --disagg-min-prefill-tokens (passed through to the frontend): aggregated.
+      const short = await post([3, 4, 5, 6]);
+      expect(short.status).toBe(200);
+      expect(short.headers.get('x-prefill-worker-id')).toBeNull();
+    } finally {
+      if (child.exitCode === null) process.kill(-child.pid!, 'SIGINT');
+    }
+    expect(await exited).toBe(0);
+  });
+});
