@@ -23,7 +23,7 @@ describe('runtime up --prefill 1 --decode 1', () => {
     const port = await freePort();
     const child = spawn(
       process.execPath,
-      [CLI, 'up', '--engine', 'mocker', '--model', 'tiny', '--prefill', '1', '--decode', '1', '--http-port', String(port), '--kv-bytes-per-token', '4096', '--disagg-min-prefill-tokens', '64'],
+      [CLI, 'up', '--engine', 'mocker', '--model', 'tiny', '--prefill', '1', '--decode', '1', '--http-port', String(port), '--kv-bytes-per-token', '4096', '--num-gpu-blocks', '1024', '--disagg-min-prefill-tokens', '64'],
       { cwd: REPO_ROOT, detached: true, stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, TANDEM_CACHE_DIR: cacheDir, UCX_TLS: 'tcp' } },
     );
     let out = '';
@@ -59,5 +59,5 @@ describe('runtime up --prefill 1 --decode 1', () => {
       if (child.exitCode === null) process.kill(-child.pid!, 'SIGINT');
     }
     expect(await exited).toBe(0);
-  });
+  }, 120_000);
 });

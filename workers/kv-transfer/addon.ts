@@ -12,8 +12,10 @@ import { UcxUnavailableError } from './errors.js';
 export interface RawAgentOptions {
   /** ucp_config_modify overrides, names without the UCX_ prefix (e.g. { TLS: 'tcp' }). */
   config?: Record<string, string>;
-  /** Polling window after the last event while reads are in flight (default 50). */
+  /** How long the progress thread keeps polling after the last event, µs (default 50). */
   busyPollUs?: number;
+  /** Issue coalesced ranges longer than this as several gets (default 0: never split). */
+  maxGetBytes?: number;
 }
 
 export interface RawRegion {
@@ -101,6 +103,12 @@ export function loadUcxAddon(): UcxAddon {
         '(needs a C++ compiler, cmake and libucx-dev)',
     );
   }
+  // UCX must not patch malloc/mmap or take over fatal signals inside a V8 process: its memory
+  // hooks race V8's own mappings (seen as rare start-up segfaults) and we register each pool
+  // once, so its registration cache gains nothing. An explicit UCX_* setting still wins.
+  process.env.UCX_MEM_MALLOC_HOOKS ??= 'no';
+  process.env.UCX_MEM_EVENTS ??= 'no';
+  process.env.UCX_HANDLE_ERRORS ??= 'none';
   try {
     cached = createRequire(import.meta.url)(path) as UcxAddon;
   } catch (err) {

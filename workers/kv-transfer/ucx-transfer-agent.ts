@@ -65,6 +65,7 @@ export class UcxTransferAgent implements KvTransferAgent {
     const raw: RawAgentOptions = {};
     if (options.config !== undefined) raw.config = options.config;
     if (options.busyPollUs !== undefined) raw.busyPollUs = options.busyPollUs;
+    if (options.maxGetBytes !== undefined) raw.maxGetBytes = options.maxGetBytes;
     let agent: RawAgent;
     try {
       agent = new addon.Agent(raw);
@@ -103,10 +104,14 @@ export class UcxTransferAgent implements KvTransferAgent {
     return pool;
   }
 
-  /** Deregisters the pool; an allocated pool's buffer is detached (byteLength 0) and freed. */
+  /**
+   * Deregisters the pool; an allocated pool's buffer is detached (byteLength 0) and freed.
+   * Refused (invalid_argument) while pulls into it are in flight.
+   */
   releasePool(pool: KvPool): void {
-    if (!this.pools.delete(pool.regionId)) return;
+    if (!this.pools.has(pool.regionId)) return;
     this.call(() => this.raw.deregister(pool.regionId));
+    this.pools.delete(pool.regionId);
   }
 
   describe(pool: KvPool, blockIds: number[]): KvTransferDescriptor {

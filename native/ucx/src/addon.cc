@@ -121,9 +121,20 @@ class AgentWrap : public Napi::ObjectWrap<AgentWrap> {
     tsfn_ = Tsfn::New(env, "tandem_ucx_completions", 0, 1, this);
     tsfn_.Unref(env);  // only pending reads keep the process alive
     tsfn_live_ = true;
+    // A process that exits without close() still stops the progress thread before UCX's
+    // own teardown runs.
+    cleanup_ = env.AddCleanupHook(&AgentWrap::OnEnvCleanup, this);
   }
 
-  ~AgentWrap() override { Shutdown(nullptr); }
+  ~AgentWrap() override {
+    if (!cleanup_.IsEmpty()) cleanup_.Remove(Env());
+    Shutdown(nullptr);
+  }
+
+  static void OnEnvCleanup(AgentWrap* self) {
+    self->cleanup_ = {};
+    self->Shutdown(nullptr);
+  }
 
   void Deliver(Napi::Env env, Completion* completion) {
     auto it = pending_.find(completion->id);
@@ -240,12 +251,10 @@ class AgentWrap : public Napi::ObjectWrap<AgentWrap> {
     if (info.Length() < 1 || !info[0].IsNumber()) ThrowInvalid(env, "deregister() takes a region id");
     const uint64_t id = static_cast<uint64_t>(info[0].As<Napi::Number>().Int64Value());
     if (held_.find(id) == held_.end()) ThrowInvalid(env, "unknown region id");
-    const bool allocated = held_[id].allocated;
-    // Detach first: after the unmap below the memory is gone.
-    if (allocated) DropRegion(env, id);
     Status status = agent.DeregisterMemory(id);
-    if (!allocated) DropRegion(env, id);
     if (!status.ok()) throw MakeError(env, status.kind, status.message);
+    // Unmapped above; detaching now is still before any JS can touch the buffer again.
+    DropRegion(env, id);
     return env.Undefined();
   }
 
@@ -339,6 +348,7 @@ class AgentWrap : public Napi::ObjectWrap<AgentWrap> {
   };
 
   std::unique_ptr<UcxAgent> agent_;
+  Napi::Env::CleanupHook<void (*)(AgentWrap*), AgentWrap> cleanup_;
   Tsfn tsfn_;
   bool tsfn_live_ = false;
   bool closed_ = false;

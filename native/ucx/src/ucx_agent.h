@@ -123,6 +123,7 @@ class UcxAgent {
   // shm transport can map it, so local peers read it with one copy) and registers it.
   // Region.base is the address; DeregisterMemory frees it.
   Status AllocateMemory(uint64_t length, Region* out);
+  // Refused (invalid_argument) while reads into the region are in flight.
   Status DeregisterMemory(uint64_t region_id);
 
   // Queues a batched read; `done` runs once on the progress thread. Thread-safe.
@@ -148,6 +149,7 @@ class UcxAgent {
     ucp_mem_h memh;
     uint64_t base;
     uint64_t length;
+    uint32_t reads = 0;  // batches writing into it; deregistering waits for zero
   };
   using Clock = std::chrono::steady_clock;
 
