@@ -3,10 +3,12 @@
  * 24 layers, 14 heads, 2 KV heads, intermediate 4864, vocab 151936, tied embeddings).
  * Reports prefill and decode tokens/s at batch 1 and 8, and the share of a step's wall time
  * spent in TypeScript (marshalling the batch and unmarshalling results) against the native
- * call. Writes JSON to bench/results/native-cpu-bench.json.
+ * call. A long-prompt case (batch 1, --long-prompt tokens, default 1024; 0 skips it) measures
+ * prefill where attention is a visible share of the FLOPs, and decode at that context.
+ * Writes JSON to bench/results/native-cpu-bench.json.
  *
  *   node --import tsx bench/native-cpu-bench.ts [--threads N] [--prompt 64] [--decode-steps 8]
- *        [--dtype bf16|f32] [--model DIR (reuse)] [--keep-model]
+ *        [--long-prompt 1024] [--only-long] [--dtype bf16|f32] [--model DIR (reuse)] [--keep-model]
  */
 import { mkdir, mkdtemp, open, rm, writeFile } from 'node:fs/promises';
 import { availableParallelism, cpus, loadavg, tmpdir } from 'node:os';
@@ -23,6 +25,8 @@ const { values: args } = parseArgs({
     threads: { type: 'string', default: String(availableParallelism()) },
     prompt: { type: 'string', default: '64' },
     'decode-steps': { type: 'string', default: '8' },
+    'long-prompt': { type: 'string', default: '1024' },
+    'only-long': { type: 'boolean', default: false },
     dtype: { type: 'string', default: 'bf16' },
     model: { type: 'string' },
     'keep-model': { type: 'boolean', default: false },
@@ -178,6 +182,7 @@ async function main(): Promise<void> {
   const threads = Number(args.threads);
   const promptLen = Number(args.prompt);
   const decodeSteps = Number(args['decode-steps']);
+  const longPrompt = Number(args['long-prompt']);
   const dtype = args.dtype === 'f32' ? 'f32' : 'bf16';
   let modelDir = args.model;
   let tmp: string | undefined;
@@ -190,16 +195,19 @@ async function main(): Promise<void> {
   }
   try {
     const t0 = performance.now();
-    const engine = await createNativeEngine({ modelDir, numBlocks: 8 * Math.ceil((promptLen + decodeSteps + 1) / 16) + 8, blockSize: 16, threads });
+    const numBlocks = 8 * Math.ceil((promptLen + decodeSteps + 1) / 16) + Math.ceil((longPrompt + decodeSteps + 1) / 16) + 8;
+    const engine = await createNativeEngine({ modelDir, numBlocks, blockSize: 16, threads });
     const loadSec = (performance.now() - t0) / 1000;
     console.error(`loaded in ${loadSec.toFixed(1)} s (${engine.model.backend}, ${engine.model.threads} threads)`);
     await engine.step({ sequences: sequences(1, 4, engine.info.vocabSize, 1) }); // warm-up
     const results: Record<string, { prefill: Measure; decode: Measure }> = {};
-    for (const batch of [1, 8]) {
-      results[`batch${batch}`] = await run(engine, batch, promptLen, decodeSteps);
-      const r = results[`batch${batch}`]!;
+    const cases: Array<[string, number, number]> = args['only-long'] ? [] : [[`batch1`, 1, promptLen], [`batch8`, 8, promptLen]];
+    if (longPrompt > 0) cases.push([`long${longPrompt}`, 1, longPrompt]);
+    for (const [name, batch, prompt] of cases) {
+      results[name] = await run(engine, batch, prompt, decodeSteps);
+      const r = results[name]!;
       console.error(
-        `batch ${batch}: prefill ${r.prefill.tokensPerSec.toFixed(1)} tok/s (${r.prefill.stepMs.toFixed(0)} ms), ` +
+        `${name} (batch ${batch}, prompt ${prompt}): prefill ${r.prefill.tokensPerSec.toFixed(1)} tok/s (${r.prefill.stepMs.toFixed(0)} ms), ` +
           `decode ${r.decode.tokensPerSec.toFixed(2)} tok/s (${r.decode.stepMs.toFixed(0)} ms/step); per CPU-second: ` +
           `prefill ${r.prefill.tokensPerCpuSec.toFixed(1)}, decode ${r.decode.tokensPerCpuSec.toFixed(2)}; ` +
           `TS share prefill ${(100 * r.prefill.tsShare).toFixed(3)}% decode ${(100 * r.decode.tsShare).toFixed(3)}%`,
@@ -213,6 +221,7 @@ async function main(): Promise<void> {
       model: { shape: 'Qwen2-0.5B', ...SHAPE, weightsDtype: dtype, computeDtype: 'f32' },
       threads,
       promptLen,
+      longPrompt,
       decodeSteps,
       loadSeconds: loadSec,
       results,

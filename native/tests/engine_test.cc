@@ -1,6 +1,7 @@
 // C++ test binary: drives the Engine without Node (so the CUDA backend of issue 7 can run
 // the same checks on a GPU machine). It writes its own tiny random Llama/Qwen3 models, then
-// checks chunking, prefix reuse, batching, sampling and error codes.
+// checks chunking, prefix reuse, batching, sampling and error codes, plus the CPU kernels
+// against double-precision references (gemm_checks.h, attention_checks.h).
 //
 //   tandem_native_test                         self-contained checks
 //   tandem_native_test --golden DIR FILE.json  also compare with a goldens fixture
@@ -23,24 +24,16 @@
 #include "../src/core/engine.h"
 #include "../src/core/error.h"
 #include "../src/core/json.h"
+#include "attention_checks.h"
+#include "check.h"
+#include "gemm_checks.h"
 
 using namespace tandem;
 
 namespace {
 
-int g_failures = 0;
-int g_checks = 0;
-
-#define CHECK(cond, ...)                                      \
-  do {                                                        \
-    ++g_checks;                                               \
-    if (!(cond)) {                                            \
-      ++g_failures;                                           \
-      std::fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond); \
-      std::fprintf(stderr, __VA_ARGS__);                      \
-      std::fprintf(stderr, "\n");                             \
-    }                                                         \
-  } while (0)
+using tandem_test::g_checks;
+using tandem_test::g_failures;
 
 std::string device() {
   const char* d = std::getenv("TANDEM_TEST_DEVICE");
@@ -356,6 +349,8 @@ int main(int argc, char** argv) {
   char tmpl[] = "/tmp/tandem-native-test-XXXXXX";
   std::string root = ::mkdtemp(tmpl);
   try {
+    tandem_test::test_gemm_shapes();
+    tandem_test::test_paged_attention();
     TinySpec llama;
     write_tiny_model(root + "/llama", llama, 7);
     test_consistency(root + "/llama", "llama");

@@ -1,6 +1,7 @@
 /**
  * Runs the C++ test binary (native/tests/engine_test.cc) so CI covers the Node-free path the
- * CUDA backend will reuse, including one golden fixture read by the C++ JSON reader.
+ * CUDA backend will reuse, including one golden fixture read by the C++ JSON reader, and the
+ * CPU kernel checks against double-precision references (native/tests/*_checks.h).
  */
 import { execFile } from 'node:child_process';
 import { existsSync, readFileSync } from 'node:fs';
@@ -27,5 +28,8 @@ it('the C++ test binary passes its own checks and a golden fixture', async () =>
   const model = await tinyModel(tmp.dir, 'qwen3', 'f32', seed);
   const { stdout } = await promisify(execFile)(BINARY, ['--golden', model, FIXTURE]);
   expect(stdout).toMatch(/golden case 3: 32 tokens/);
+  // The kernel suites (GEMM edge shapes x tokens 1..37, paged attention layouts) ran.
+  expect(stdout).toMatch(/gemm: 7 shapes x tokens 1\.\.37 x bias\/no bias x f32\/bf16 checked/);
+  expect(stdout).toMatch(/attention: 6 layouts x 5 sequences checked/);
   expect(stdout).toMatch(/\d+ checks, 0 failures/);
 });

@@ -59,7 +59,6 @@ CpuBackend::CpuBackend(const ModelConfig& config, const SafetensorsStore& weight
     throw NativeError(ErrorCode::kResourceExhausted,
                       "cannot allocate a KV pool of " + std::to_string(layout_.num_blocks) + " blocks");
   }
-  scores_.resize(static_cast<size_t>(pool.size()));
 }
 
 void CpuBackend::load_weights(const SafetensorsStore& w) {
@@ -96,7 +95,7 @@ void CpuBackend::load_weights(const SafetensorsStore& w) {
   }
 }
 
-void CpuBackend::ensure_scratch(int64_t t, int64_t max_context) {
+void CpuBackend::ensure_scratch(int64_t t) {
   const ModelConfig& c = config_;
   auto grow = [](std::vector<float>& v, int64_t n) {
     if (static_cast<int64_t>(v.size()) < n) v.resize(static_cast<size_t>(n));
@@ -110,11 +109,7 @@ void CpuBackend::ensure_scratch(int64_t t, int64_t max_context) {
   grow(act_, t * c.intermediate_size);
   grow(rope_cos_, t * c.head_dim / 2);
   grow(rope_sin_, t * c.head_dim / 2);
-  if (static_cast<int64_t>(token_seq_.size()) < t) {
-    token_seq_.resize(static_cast<size_t>(t));
-    token_pos_.resize(static_cast<size_t>(t));
-  }
-  for (auto& s : scores_) grow(s, max_context);
+  if (static_cast<int64_t>(token_pos_.size()) < t) token_pos_.resize(static_cast<size_t>(t));
 }
 
 void CpuBackend::write_kv(const ForwardBatch& batch, int64_t layer) {
@@ -137,46 +132,16 @@ void CpuBackend::write_kv(const ForwardBatch& batch, int64_t layer) {
 
 void CpuBackend::attention(const ForwardBatch& batch, int64_t layer) {
   const ModelConfig& c = config_;
-  const int64_t heads = c.num_heads;
-  const int64_t d = c.head_dim;
-  const int64_t group = c.num_heads / c.num_kv_heads;
-  const int64_t qkv_w = c.q_dim() + 2 * c.kv_dim();
-  const float scale = 1.0f / std::sqrt(static_cast<float>(d));
-  const int64_t bs = layout_.block_size;
-  const float* kv = kv_.data();
-
-  pool_.parallel_for(batch.num_tokens * heads, 1, [&](int64_t begin, int64_t end, int worker) {
-    float* scores = scores_[static_cast<size_t>(worker)].data();
-    for (int64_t item = begin; item < end; ++item) {
-      const int64_t tok = item / heads;
-      const int64_t h = item % heads;
-      const ForwardSeq& s = batch.seqs[static_cast<size_t>(token_seq_[static_cast<size_t>(tok)])];
-      const int64_t pos = token_pos_[static_cast<size_t>(tok)];
-      const int64_t kvh = h / group;
-      const float* q = qkv_.data() + tok * qkv_w + h * d;
-      float max_score = -INFINITY;
-      for (int64_t j = 0; j <= pos; ++j) {
-        const int64_t block = s.block_table[j / bs];
-        const float* k = kv + layout_.offset(block, layer, 0, j % bs) + kvh * d;
-        float sc = cpu::dot(q, k, d) * scale;
-        scores[j] = sc;
-        max_score = std::max(max_score, sc);
-      }
-      float sum = 0;
-      for (int64_t j = 0; j <= pos; ++j) {
-        scores[j] = std::exp(scores[j] - max_score);
-        sum += scores[j];
-      }
-      const float inv_sum = 1.0f / sum;
-      float* out = attn_.data() + tok * c.q_dim() + h * d;
-      std::fill(out, out + d, 0.0f);
-      for (int64_t j = 0; j <= pos; ++j) {
-        const int64_t block = s.block_table[j / bs];
-        const float* v = kv + layout_.offset(block, layer, 1, j % bs) + kvh * d;
-        cpu::axpy(scores[j] * inv_sum, v, out, d);
-      }
-    }
-  });
+  cpu::AttentionLayer a;
+  a.q = qkv_.data();
+  a.q_stride = c.q_dim() + 2 * c.kv_dim();
+  a.out = attn_.data();
+  a.out_stride = c.q_dim();
+  a.kv_pool = kv_.data();
+  a.layer = layer;
+  a.num_heads = c.num_heads;
+  a.scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+  attention_kernel_.run(pool_, batch, layout_, a);
 }
 
 void CpuBackend::forward(const ForwardBatch& batch, float* logits) {
@@ -188,16 +153,10 @@ void CpuBackend::forward(const ForwardBatch& batch, float* logits) {
   const int64_t inter = c.intermediate_size;
   const float eps = static_cast<float>(c.rms_norm_eps);
 
-  int64_t max_context = 1;
-  for (const ForwardSeq& s : batch.seqs) max_context = std::max<int64_t>(max_context, s.start_pos + s.num_tokens);
-  ensure_scratch(t, max_context);
+  ensure_scratch(t);
 
-  for (size_t si = 0; si < batch.seqs.size(); ++si) {
-    const ForwardSeq& s = batch.seqs[si];
-    for (int32_t i = 0; i < s.num_tokens; ++i) {
-      token_seq_[static_cast<size_t>(s.token_offset + i)] = static_cast<int32_t>(si);
-      token_pos_[static_cast<size_t>(s.token_offset + i)] = s.start_pos + i;
-    }
+  for (const ForwardSeq& s : batch.seqs) {
+    for (int32_t i = 0; i < s.num_tokens; ++i) token_pos_[static_cast<size_t>(s.token_offset + i)] = s.start_pos + i;
   }
   // Embedding and RoPE angles: angle = f32(pos) * inv_freq in f32, as transformers does.
   for (int64_t i = 0; i < t; ++i) {

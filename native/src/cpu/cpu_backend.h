@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "../core/backend.h"
+#include "kernels.h"
 #include "weight_matrix.h"
 
 namespace tandem {
@@ -33,7 +34,7 @@ class CpuBackend final : public Backend {
   };
 
   void load_weights(const SafetensorsStore& weights);
-  void ensure_scratch(int64_t num_tokens, int64_t max_context);
+  void ensure_scratch(int64_t num_tokens);
   void attention(const ForwardBatch& batch, int64_t layer);
   void write_kv(const ForwardBatch& batch, int64_t layer);
 
@@ -50,8 +51,8 @@ class CpuBackend final : public Backend {
 
   // Per-step scratch, grown on demand and reused so steady-state steps do not allocate.
   std::vector<float> x_, xn_, qkv_, attn_, proj_, gate_up_, act_, rope_cos_, rope_sin_, rows_;
-  std::vector<int32_t> token_seq_, token_pos_;
-  std::vector<std::vector<float>> scores_;  // one per pool worker
+  std::vector<int32_t> token_pos_;
+  cpu::PagedAttention attention_kernel_;
 };
 
 }  // namespace tandem
