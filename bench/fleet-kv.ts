@@ -1,59 +1,75 @@
 /**
  * Fleet benchmark of the KV router (issue 5): 4 mocker workers (real `runtime worker`
  * processes, bench/fleet startFleet) behind one `runtime frontend`, round-robin against
- * `--router-mode kv` in the same run, on a shared-prefix workload and a synthetic
- * Mooncake-style trace, at the same offered load.
+ * `--router-mode kv` in the same run, at the same offered loads.
  *
- *   npm run build && node --import tsx bench/fleet-kv.ts [--quick] [--load-factor 1.0]
- *     [--speedup-ratio 1] [--num-gpu-blocks 512] [--shared-rate R] [--trace-rate R]
+ *   node --import tsx bench/fleet-kv.ts [--quick] [--load-factors 0.8,1.2] [--speedup-ratio 1]
+ *     [--num-gpu-blocks 1024] [--requests 384] [--built] [--kv-args "--router-prefill-load-scale 2"]
  *
- * Offered load: unless given, a calibration fleet (round-robin, fresh) measures the closed-loop
- * capacity on the shared-prefix workload; both workloads are then offered `--load-factor` ×
- * that rate (Poisson for shared-prefix, the trace's own Poisson timestamps for the trace).
- * Each mode gets a fresh fleet, so neither inherits the other's warm caches.
+ * Workloads (each on every fleet, in this order):
+ *   (the tiny model's context is 2048 tokens: prompt + output must fit)
+ *   shared-prefix  16 groups × 16 prompts: a 1920-token system prompt (120 blocks) + a 64-token
+ *                  question, 48 output tokens; `--requests` (default 384 = 1.5 rounds: the same
+ *                  system prompts with new questions) so a group's compulsory first miss weighs
+ *                  1/24, not 1/16. Poisson arrivals.
+ *   hot-prefix     every request shares one 1920-token prefix (1 group): the spread case.
+ *   trace          a synthetic Mooncake-style trace (shared 256-token prefix blocks, Zipf).
  *
- * Per (workload, mode): cached-token ratio (what workers reported reusing), TTFT p50/p90,
+ * Offered load: a calibration fleet (round-robin, fresh) measures the closed-loop capacity on
+ * the shared-prefix workload (req/s); each `--load-factors` entry × that rate is offered to
+ * every workload. Each (load, mode) gets a fresh fleet, so no mode inherits warm caches.
+ *
+ * KV pool: 1024 blocks per worker. kv mode's partition (4 groups × 120 blocks + the running
+ * sequences' private blocks) fits; round-robin, which sends every group to every worker
+ * (16 × 120 = 1920 blocks), does not: that is the case a cache-aware router exists for.
+ *
+ * By default the processes run the working tree's TypeScript through tsx (so the numbers are
+ * those of the code beside this file); `--built` runs `bin/runtime.js` (dist/) instead.
+ *
+ * Per (load, workload, mode): cached-token ratio (what workers reported reusing), TTFT p50/p90,
  * ITL p99, output tok/s, and the per-worker load spread (requests, and prompt tokens actually
  * computed, from each worker's own /metrics). Writes bench/results/fleet-kv.json and a table.
- *
- * Scaled for a shared 2-core machine: mocker at real time (speedup 1) so the simulated GPU,
- * not the JS processes, is what saturates; 512 KV blocks per worker so the 16 shared prefixes
- * (64 blocks each) do not all fit in one worker; 128 requests per workload, 32 output tokens.
  */
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
-import { fileURLToPath } from 'node:url';
-import { machineLoad } from './fleet/machine.js';
+import { fileURLToPath, pathToFileURL } from 'node:url';
+import { machineLoad, type MachineLoad } from './fleet/machine.js';
 import { startFleet, type Fleet } from './fleet/fleet.js';
 import { runBench, writeSyntheticTrace, type BenchOptions, type BenchReport } from './loadgen/index.js';
 
 const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '..');
 const args = process.argv.slice(2);
 const QUICK = args.includes('--quick');
-const flag = (name: string, fallback: number) => {
+const BUILT = args.includes('--built');
+const flagValue = (name: string): string | undefined => {
   const i = args.indexOf(name);
-  return i >= 0 ? Number(args[i + 1]) : fallback;
+  return i >= 0 ? args[i + 1] : undefined;
+};
+const flag = (name: string, fallback: number) => {
+  const v = flagValue(name);
+  return v !== undefined ? Number(v) : fallback;
 };
 
 /** The knobs, scaled for a shared 2-core machine. */
 const PLAN = {
   workers: 4,
   speedupRatio: flag('--speedup-ratio', 1),
-  numGpuBlocks: flag('--num-gpu-blocks', 512),
+  numGpuBlocks: flag('--num-gpu-blocks', 1024),
   maxNumSeqs: 64,
+  /** Extra `runtime frontend` flags for kv mode (weights), e.g. "--router-prefill-load-scale 2". */
+  kvArgs: (flagValue('--kv-args') ?? '').split(/\s+/).filter((a) => a !== ''),
   sharedPrefix: {
     groups: 16,
-    promptsPerGroup: QUICK ? 4 : 8,
-    systemTokens: 1024,
+    promptsPerGroup: 16,
+    systemTokens: 1920,
     questionTokens: 64,
-    osl: 32,
-    /** Poisson req/s; 0 = calibrate: `loadFactor` × the round-robin fleet's closed-loop capacity. */
-    rate: flag('--shared-rate', 0),
+    osl: 48,
+    requests: flag('--requests', QUICK ? 128 : 384),
   },
+  hotPrefix: { systemTokens: 1920, questionTokens: 64, osl: 48, requests: QUICK ? 48 : 128 },
   trace: {
     requests: QUICK ? 48 : 128,
-    rate: flag('--trace-rate', 0),
     islMean: 1152,
     islStd: 160,
     oslMean: 32,
@@ -65,9 +81,9 @@ const PLAN = {
     seed: 7,
   },
   modes: ['round-robin', 'kv'] as const,
-  /** Offered load as a fraction of the measured round-robin capacity. */
-  loadFactor: flag('--load-factor', 1.0),
-  calibration: { concurrency: 48, requests: QUICK ? 64 : 128 },
+  /** Offered loads as fractions of the measured round-robin capacity. */
+  loadFactors: (flagValue('--load-factors') ?? '0.8,1.2').split(',').map(Number),
+  calibration: { concurrency: 48, requests: QUICK ? 64 : 160 },
 };
 
 type Mode = (typeof PLAN.modes)[number];
@@ -80,6 +96,9 @@ interface WorkerCounters {
 }
 
 interface RunResult {
+  /** Offered load as a fraction of the round-robin capacity. */
+  loadFactor: number;
+  offeredReqPerS: number;
   workload: string;
   mode: Mode;
   requests: { completed: number; failed: number };
@@ -96,6 +115,7 @@ interface RunResult {
   perWorker: Array<{ worker: string; requests: number; prefillTokens: number }>;
   /** busiest / least busy, by requests and by prefill tokens actually computed. */
   spread: { requests: number; prefillTokens: number };
+  machine: { before: MachineLoad; after: MachineLoad };
 }
 
 async function scrapeWorker(statusUrl: string): Promise<WorkerCounters> {
@@ -127,7 +147,15 @@ function ratio(values: number[]): number {
   return min > 0 ? max / min : Infinity;
 }
 
-async function runOne(fleet: Fleet, mode: Mode, workload: string, options: Partial<BenchOptions>): Promise<RunResult> {
+interface RunKey {
+  loadFactor: number;
+  offeredReqPerS: number;
+  workload: string;
+  mode: Mode;
+}
+
+async function runOne(fleet: Fleet, key: RunKey, options: Partial<BenchOptions>): Promise<RunResult> {
+  const loadBefore = machineLoad();
   const before = await snapshot(fleet);
   const { report } = await runBench({
     url: fleet.url,
@@ -141,10 +169,10 @@ async function runOne(fleet: Fleet, mode: Mode, workload: string, options: Parti
     ...options,
   } as BenchOptions);
   const after = await snapshot(fleet);
-  return summarize(fleet, mode, workload, report, before, after);
+  return { ...summarize(fleet, key, report, before, after), machine: { before: loadBefore, after: machineLoad() } };
 }
 
-function summarize(fleet: Fleet, mode: Mode, workload: string, report: BenchReport, before: WorkerCounters[], after: WorkerCounters[]): RunResult {
+function summarize(fleet: Fleet, key: RunKey, report: BenchReport, before: WorkerCounters[], after: WorkerCounters[]): Omit<RunResult, 'machine'> {
   const s = report.summary;
   const perWorker = fleet.workers.map((w, i) => {
     const queries = after[i]!.prefixQueries - before[i]!.prefixQueries;
@@ -154,8 +182,7 @@ function summarize(fleet: Fleet, mode: Mode, workload: string, report: BenchRepo
   const queries = perWorker.reduce((a, w) => a + w.queries, 0);
   const hits = perWorker.reduce((a, w) => a + w.hits, 0);
   return {
-    workload,
-    mode,
+    ...key,
     requests: { completed: s.requests.completed, failed: s.requests.failed },
     errors: s.errors.by_kind,
     cachedRatio: s.tokens.cached_ratio,
@@ -177,8 +204,9 @@ function fmt(n: number | null, digits = 1): string {
 }
 
 function table(results: RunResult[]): string {
-  const head = ['workload', 'mode', 'ok/fail', 'cached', 'TTFT p50', 'TTFT p90', 'ITL p99', 'out tok/s', 'spread req', 'spread prefill'];
+  const head = ['load', 'workload', 'mode', 'ok/fail', 'cached', 'TTFT p50', 'TTFT p90', 'ITL p99', 'out tok/s', 'spread req', 'spread prefill'];
   const rows = results.map((r) => [
+    `${Math.round(r.loadFactor * 100)}%`,
     r.workload,
     r.mode,
     `${r.requests.completed}/${r.requests.failed}`,
@@ -195,31 +223,54 @@ function table(results: RunResult[]): string {
   return [line(head), `|${widths.map((w) => '-'.repeat(w + 2)).join('|')}|`, ...rows.map(line)].join('\n');
 }
 
-function fleetOptions(mode: Mode) {
-  return { workers: PLAN.workers, routerMode: mode, speedupRatio: PLAN.speedupRatio, numGpuBlocks: PLAN.numGpuBlocks, maxNumSeqs: PLAN.maxNumSeqs };
+function fleetOptions(mode: Mode, runtimeBin: string | undefined) {
+  return {
+    workers: PLAN.workers,
+    routerMode: mode,
+    speedupRatio: PLAN.speedupRatio,
+    numGpuBlocks: PLAN.numGpuBlocks,
+    maxNumSeqs: PLAN.maxNumSeqs,
+    ...(mode === 'kv' && PLAN.kvArgs.length > 0 ? { extraFrontendArgs: PLAN.kvArgs } : {}),
+    ...(runtimeBin !== undefined ? { runtimeBin } : {}),
+  };
 }
+
+const COMMON: Partial<BenchOptions> = { promptFormat: 'ids', ignoreEos: true, warmup: 0, progress: 'off', timeoutS: 180 };
 
 function sharedPrefixOptions(seed: number): Partial<BenchOptions> {
   const sp = PLAN.sharedPrefix;
-  return { workload: 'shared-prefix', groups: sp.groups, promptsPerGroup: sp.promptsPerGroup, systemTokens: sp.systemTokens, questionTokens: sp.questionTokens, osl: sp.osl, maxTokens: sp.osl, seed };
+  return { workload: 'shared-prefix', groups: sp.groups, promptsPerGroup: sp.promptsPerGroup, systemTokens: sp.systemTokens, questionTokens: sp.questionTokens, osl: sp.osl, maxTokens: sp.osl, requests: sp.requests, seed };
+}
+
+function hotPrefixOptions(seed: number): Partial<BenchOptions> {
+  const hp = PLAN.hotPrefix;
+  return { workload: 'shared-prefix', groups: 1, promptsPerGroup: hp.requests, systemTokens: hp.systemTokens, questionTokens: hp.questionTokens, osl: hp.osl, maxTokens: hp.osl, requests: hp.requests, seed };
+}
+
+/**
+ * A launcher that runs the CLI from the TypeScript sources through tsx, so a bench measures
+ * the working tree without a build (startFleet runs `node <bin> ...`).
+ */
+function sourceLauncher(dir: string): string {
+  const file = join(dir, 'runtime-from-source.mjs');
+  const tsxApi = pathToFileURL(join(ROOT, 'node_modules', 'tsx', 'dist', 'esm', 'api', 'index.mjs')).href;
+  const mainTs = pathToFileURL(join(ROOT, 'cli', 'main.ts')).href;
+  writeFileSync(file, `import { register } from ${JSON.stringify(tsxApi)};\nregister();\nconst { main } = await import(${JSON.stringify(mainTs)});\nawait main(process.argv);\n`);
+  return file;
 }
 
 /**
  * The round-robin fleet's capacity in requests/s: a closed loop at high concurrency on a
  * fleet of its own (so neither measured fleet starts with warm caches).
  */
-async function calibrate(): Promise<number> {
-  const fleet = await startFleet(fleetOptions('round-robin'));
+async function calibrate(runtimeBin: string | undefined): Promise<number> {
+  const fleet = await startFleet(fleetOptions('round-robin', runtimeBin));
   try {
     const { report } = await runBench({
       url: fleet.url,
       model: fleet.model,
       tokenizer: fleet.modelDir,
-      promptFormat: 'ids',
-      ignoreEos: true,
-      warmup: 0,
-      progress: 'off',
-      timeoutS: 120,
+      ...COMMON,
       ...sharedPrefixOptions(99),
       concurrency: PLAN.calibration.concurrency,
       requests: PLAN.calibration.requests,
@@ -230,64 +281,81 @@ async function calibrate(): Promise<number> {
   }
 }
 
+/** The ideal cached ratio of the shared-prefix run: each group's first request must miss. */
+function sharedPrefixCeiling(): number {
+  const sp = PLAN.sharedPrefix;
+  const prompt = sp.systemTokens + sp.questionTokens;
+  const firstMisses = Math.min(sp.groups, sp.requests);
+  return ((sp.requests - firstMisses) * sp.systemTokens) / (sp.requests * prompt);
+}
+
 async function main(): Promise<void> {
   const loadBefore = machineLoad();
   const scratch = mkdtempSync(join(tmpdir(), 'tandem-fleet-kv-'));
-  const traceFile = join(scratch, 'trace.jsonl');
-  let capacity: number | undefined;
-  if (PLAN.sharedPrefix.rate === 0 || PLAN.trace.rate === 0) {
-    capacity = await calibrate();
-    process.stdout.write(`round-robin capacity ${capacity.toFixed(1)} req/s (closed loop, ${PLAN.calibration.concurrency} streams)\n`);
-  }
-  const sharedRate = PLAN.sharedPrefix.rate || PLAN.loadFactor * capacity!;
-  const traceRate = PLAN.trace.rate || PLAN.loadFactor * capacity!;
-  writeSyntheticTrace(traceFile, { ...PLAN.trace, rate: traceRate });
+  const runtimeBin = BUILT ? undefined : sourceLauncher(scratch);
   const results: RunResult[] = [];
+  let capacity = 0;
   try {
-    for (const mode of PLAN.modes) {
-      const fleet = await startFleet(fleetOptions(mode));
-      try {
-        results.push(await runOne(fleet, mode, 'shared-prefix', { ...sharedPrefixOptions(11), rate: sharedRate }));
-        process.stdout.write(`${mode} shared-prefix done\n`);
-        results.push(await runOne(fleet, mode, 'trace', { workload: 'trace', traceFile, traceBlockSize: PLAN.trace.blockSize, speedup: 1 }));
-        process.stdout.write(`${mode} trace done\n`);
-      } finally {
-        await fleet.stop();
+    capacity = flag('--capacity', 0) || (await calibrate(runtimeBin));
+    process.stdout.write(`round-robin capacity ${capacity.toFixed(1)} req/s (closed loop, ${PLAN.calibration.concurrency} streams)\n`);
+    for (const loadFactor of PLAN.loadFactors) {
+      const rate = loadFactor * capacity;
+      const traceFile = join(scratch, `trace-${loadFactor}.jsonl`);
+      writeSyntheticTrace(traceFile, { ...PLAN.trace, rate });
+      for (const mode of PLAN.modes) {
+        const fleet = await startFleet(fleetOptions(mode, runtimeBin));
+        const key = (workload: string): RunKey => ({ loadFactor, offeredReqPerS: rate, workload, mode });
+        const base = { url: fleet.url, model: fleet.model, tokenizer: fleet.modelDir, ...COMMON };
+        try {
+          results.push(await runOne(fleet, key('shared-prefix'), { ...base, ...sharedPrefixOptions(11), rate }));
+          results.push(await runOne(fleet, key('hot-prefix'), { ...base, ...hotPrefixOptions(13), rate }));
+          results.push(await runOne(fleet, key('trace'), { ...base, workload: 'trace', traceFile, traceBlockSize: PLAN.trace.blockSize, speedup: 1 }));
+          process.stdout.write(`load ${loadFactor} ${mode} done\n`);
+        } finally {
+          await fleet.stop();
+        }
       }
     }
   } finally {
     rmSync(scratch, { recursive: true, force: true });
   }
-  const byKey = (w: string, m: Mode) => results.find((r) => r.workload === w && r.mode === m)!;
-  const comparisons = ['shared-prefix', 'trace'].map((w) => {
-    const rr = byKey(w, 'round-robin');
-    const kv = byKey(w, 'kv');
-    return {
-      workload: w,
-      ttftP90Speedup: rr.ttftMs.p90 / kv.ttftMs.p90,
-      ttftP50Speedup: rr.ttftMs.p50 / kv.ttftMs.p50,
-      throughputRatio: kv.outputTokPerS / rr.outputTokPerS,
-      cachedRatioKv: kv.cachedRatio,
-      cachedRatioRoundRobin: rr.cachedRatio,
-    };
-  });
+  const comparisons = [];
+  for (const loadFactor of PLAN.loadFactors) {
+    for (const w of ['shared-prefix', 'hot-prefix', 'trace']) {
+      const rr = results.find((r) => r.loadFactor === loadFactor && r.workload === w && r.mode === 'round-robin')!;
+      const kv = results.find((r) => r.loadFactor === loadFactor && r.workload === w && r.mode === 'kv')!;
+      comparisons.push({
+        loadFactor,
+        workload: w,
+        ttftP90Speedup: rr.ttftMs.p90 / kv.ttftMs.p90,
+        ttftP50Speedup: rr.ttftMs.p50 / kv.ttftMs.p50,
+        throughputRatio: kv.outputTokPerS / rr.outputTokPerS,
+        cachedRatioKv: kv.cachedRatio,
+        cachedRatioRoundRobin: rr.cachedRatio,
+        kvSpreadRequests: kv.spread.requests,
+      });
+    }
+  }
   const out = {
     bench: 'fleet-kv',
     quick: QUICK,
+    runtime: BUILT ? 'dist (bin/runtime.js)' : 'working tree through tsx',
     plan: PLAN,
-    offered: { capacityReqPerS: capacity ?? null, sharedPrefixRate: sharedRate, traceRate },
+    sharedPrefixCachedCeiling: sharedPrefixCeiling(),
+    offered: { capacityReqPerS: capacity, rates: PLAN.loadFactors.map((f) => ({ loadFactor: f, reqPerS: f * capacity })) },
     machine: { before: loadBefore, after: machineLoad() },
     results,
     comparisons,
   };
-  const file = join(ROOT, 'bench', 'results', 'fleet-kv.json');
+  const file = join(ROOT, 'bench', 'results', QUICK ? 'fleet-kv-quick.json' : 'fleet-kv.json');
   mkdirSync(dirname(file), { recursive: true });
   writeFileSync(file, `${JSON.stringify(out, null, 2)}\n`);
   process.stdout.write(`\n${table(results)}\n\n`);
+  process.stdout.write(`shared-prefix cached-ratio ceiling (one compulsory miss per group): ${(sharedPrefixCeiling() * 100).toFixed(1)}%\n`);
   for (const c of comparisons) {
-    process.stdout.write(`${c.workload}: TTFT p90 rr/kv ${fmt(c.ttftP90Speedup, 2)}x, p50 ${fmt(c.ttftP50Speedup, 2)}x, throughput kv/rr ${fmt(c.throughputRatio, 2)}x\n`);
+    process.stdout.write(`${Math.round(c.loadFactor * 100)}% ${c.workload}: TTFT p90 rr/kv ${fmt(c.ttftP90Speedup, 2)}x, p50 ${fmt(c.ttftP50Speedup, 2)}x, throughput kv/rr ${fmt(c.throughputRatio, 2)}x\n`);
   }
-  process.stdout.write(`wrote ${file}\n`);
+  process.stdout.write(`machine load before ${loadBefore.loadavg}, after ${out.machine.after.loadavg}\nwrote ${file}\n`);
 }
 
 main().catch((err: unknown) => {

@@ -97,6 +97,29 @@ export class ActiveSequences {
     };
   }
 
+  /**
+   * In-flight overlap: how many leading blocks of `seqHashes` (a request's sequence hashes)
+   * some active sequence on `workerId` also holds. Those blocks are being computed (or kept)
+   * there now, so a request routed there finds them cached by the time it is scheduled, even
+   * before the worker's KV events say so.
+   *
+   * The booked set is prefix-closed: a sequence hash names its whole prefix, and a booked
+   * sequence books all of its leading blocks, so "seqHashes[i] is booked" holds for a leading
+   * run of i and a binary search finds its end in O(log n) lookups.
+   */
+  sharedPrefixBlocks(workerId: InstanceId, seqHashes: readonly bigint[]): number {
+    const refs = this.books.get(workerId)?.refs;
+    if (refs === undefined || seqHashes.length === 0 || !refs.has(seqHashes[0]!)) return 0;
+    let lo = 1; // seqHashes[0..lo) are booked
+    let hi = seqHashes.length; // seqHashes[hi..) are not (or out of range)
+    while (lo < hi) {
+      const mid = (lo + hi) >>> 1;
+      if (refs.has(seqHashes[mid]!)) lo = mid + 1;
+      else hi = mid;
+    }
+    return lo;
+  }
+
   has(requestId: string): boolean {
     return this.entries.has(requestId);
   }

@@ -6,7 +6,11 @@
  *
  * Our reading of the terms (all in KV blocks of `block_size` tokens):
  *   request_blocks       ceil(prompt_tokens / block_size): a partial last block still prefills
- *   cached_blocks        the worker's overlap depth: leading request blocks it already holds
+ *   cached_blocks        max(indexed overlap, in-flight overlap): the leading request blocks
+ *                        the worker holds according to its KV events (RadixIndexer), or that an
+ *                        active sequence routed there shares (ActiveSequences.sharedPrefixBlocks);
+ *                        the latter will be computed by the time this request is scheduled, but
+ *                        the worker announces them only after that prefill
  *   new_prefill_blocks   request_blocks + the worker's pending prefill blocks (sequences routed
  *                        to it whose first token has not come back): the prefill work queued
  *                        in front of, plus including, this request
@@ -34,6 +38,9 @@ export interface WorkerCostInput {
 
 /** One line of the cost table a decision carries (and logs). */
 export interface CostRow extends WorkerCostInput {
+  /** The two sources of `cachedBlocks` (set by `KvRouter.select`): KV-event index, active bookings. */
+  indexedBlocks?: number;
+  inflightBlocks?: number;
   newPrefillBlocks: number;
   /** max(0, new_prefill_blocks − overlap_credit × cached_blocks) */
   prefillBlocks: number;

@@ -142,13 +142,20 @@ export class KvRouter {
       const c = candidates[i]!;
       const booked = this.active.load(c.instanceId);
       const busy = overloadReason(c.load, booked, c.totalBlocks, this.config.overload) !== undefined;
+      const indexed = overlap.depths.get(c.instanceId) ?? 0;
+      // A prefix still being prefilled there is not in the index yet (events follow the
+      // prefill), but it will be cached by the time this request is scheduled.
+      const inflight = booked.activeSequences > 0 ? this.active.sharedPrefixBlocks(c.instanceId, seq) : 0;
       const input = {
         instanceId: c.instanceId,
-        cachedBlocks: Math.min(overlap.depths.get(c.instanceId) ?? 0, requestBlocks),
+        cachedBlocks: Math.min(Math.max(indexed, inflight), requestBlocks),
         pendingPrefillBlocks: booked.pendingPrefillBlocks,
         activeDecodeBlocks: booked.activeBlocks,
       };
-      costs[i] = workerCost(requestBlocks, input, weights, busy);
+      const row = workerCost(requestBlocks, input, weights, busy);
+      row.indexedBlocks = indexed;
+      row.inflightBlocks = inflight;
+      costs[i] = row;
       if (!busy) eligible.push(i);
     }
     if (eligible.length === 0) return { kind: 'all_busy', retryAfterMs: this.config.busyRetryAfterMs, costs };

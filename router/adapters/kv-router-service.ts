@@ -54,6 +54,11 @@ export interface KvRouterServiceOptions {
   dropEvent?: (event: KvEvent) => boolean;
   /** Milliseconds clock; defaults to Date.now. */
   clock?: () => number;
+  /**
+   * A load report older than this (by receipt) is not used: workers report per engine step,
+   * so an idle worker's last report can say "full" for ever. The router's bookings stand in.
+   */
+  loadStaleMs?: number;
 }
 
 export const KV_ROUTER_SERVICE_DEFAULTS = {
@@ -61,12 +66,15 @@ export const KV_ROUTER_SERVICE_DEFAULTS = {
   recoveryTimeoutMs: 5_000,
   /** Unanswered recovery requests are re-sent after this (the core's sequencer option). */
   retryAfterMs: 1_000,
+  loadStaleMs: 1_000,
 };
 
 export class KvRouterService {
   readonly router: KvRouter;
   private readonly members = new Set<InstanceId>();
   private readonly loads = new Map<InstanceId, LoadMetrics>();
+  /** When each worker's latest load report arrived (our clock, not the worker's). */
+  private readonly loadsAt = new Map<InstanceId, number>();
   /** KV pool size per worker, from its model card. */
   private readonly totalBlocks = new Map<InstanceId, number>();
   private cardWatch: WatchHandle | undefined;
@@ -226,11 +234,12 @@ export class KvRouterService {
 
   private candidates(ids: readonly InstanceId[]): WorkerCandidate[] {
     const out: WorkerCandidate[] = new Array(ids.length);
+    const freshAfter = this.clock() - (this.options.loadStaleMs ?? KV_ROUTER_SERVICE_DEFAULTS.loadStaleMs);
     for (let i = 0; i < ids.length; i++) {
       const id = ids[i]!;
       const c: WorkerCandidate = { instanceId: id };
       const load = this.loads.get(id);
-      if (load !== undefined) c.load = load;
+      if (load !== undefined && this.loadsAt.get(id)! >= freshAfter) c.load = load;
       const total = this.totalBlocks.get(id);
       if (total !== undefined) c.totalBlocks = total;
       out[i] = c;
@@ -256,6 +265,7 @@ export class KvRouterService {
       if (listed.has(id)) continue;
       this.members.delete(id);
       this.loads.delete(id);
+      this.loadsAt.delete(id);
       this.router.removeWorker(id);
       this.metrics.workerActiveBlocks.remove({ ...this.labels, worker: id });
       this.log.info({ worker: id }, 'worker left: its blocks leave the index');
@@ -293,6 +303,7 @@ export class KvRouterService {
     const m = payload as LoadMetrics | null;
     if (typeof m !== 'object' || m === null || typeof m.workerId !== 'string' || !this.members.has(m.workerId)) return;
     this.loads.set(m.workerId, m);
+    this.loadsAt.set(m.workerId, this.clock());
   }
 
   private execute(actions: readonly RecoveryAction[]): void {
