@@ -44,6 +44,8 @@ export interface KvSelectorOptions {
 interface Booking {
   target: RouteTarget;
   instanceId: InstanceId;
+  /** Leading blocks of the prompt the router counted as cached on the worker. */
+  overlapBlocks: number;
   confirmed: boolean;
   atMs: number;
 }
@@ -104,7 +106,8 @@ export class KvSelector implements WorkerSelector {
     const { requestId, tokenIds } = route.request;
     // A second select for the same request is a migration: the failed attempt's booking goes.
     this.release(requestId);
-    let outcome = await this.options.backend.route(target, requestId, tokenIds, candidates);
+    const routeOptions = route.noOverlapCredit ? { noOverlapCredit: true } : {};
+    let outcome = await this.options.backend.route(target, requestId, tokenIds, candidates, routeOptions);
     if (outcome.kind === 'all_busy') {
       const deadline = this.clock() + (this.options.busyWaitMs ?? DEFAULT_BUSY_WAIT_MS);
       if (this.waiters.size >= (this.options.maxQueued ?? DEFAULT_MAX_QUEUED)) throw new AllWorkersBusyError(outcome.retryAfterMs);
@@ -112,11 +115,11 @@ export class KvSelector implements WorkerSelector {
         const left = deadline - this.clock();
         if (left <= 0) throw new AllWorkersBusyError(outcome.retryAfterMs);
         await this.waitForCapacity(Math.min(left, BUSY_RECHECK_MS));
-        outcome = await this.options.backend.route(target, requestId, tokenIds, candidates);
+        outcome = await this.options.backend.route(target, requestId, tokenIds, candidates, routeOptions);
       }
     }
     if (outcome.kind === 'no_candidates') return undefined;
-    this.bookings.set(requestId, { target, instanceId: outcome.instanceId, confirmed: false, atMs: this.clock() });
+    this.bookings.set(requestId, { target, instanceId: outcome.instanceId, overlapBlocks: outcome.overlapBlocks, confirmed: false, atMs: this.clock() });
     return outcome.instanceId;
   }
 
@@ -131,7 +134,17 @@ export class KvSelector implements WorkerSelector {
     if (target === undefined) return;
     this.release(requestId);
     this.options.backend.book(target, requestId, tokenIds, instanceId);
-    this.bookings.set(requestId, { target, instanceId, confirmed: true, atMs: this.clock() });
+    this.bookings.set(requestId, { target, instanceId, overlapBlocks: 0, confirmed: true, atMs: this.clock() });
+  }
+
+  /**
+   * Prompt tokens the router counted as already cached on `instanceId` for this request (the
+   * prefill router's "uncached part"); undefined when this request was not routed there here.
+   */
+  overlapTokens(route: RouteRequest, instanceId: InstanceId): number | undefined {
+    const booking = this.bookings.get(route.request.requestId);
+    if (booking === undefined || booking.instanceId !== instanceId) return undefined;
+    return Math.min(booking.overlapBlocks * booking.target.blockSize, route.request.tokenIds.length);
   }
 
   onFirstToken(route: RouteRequest, instanceId: InstanceId): void {

@@ -19,8 +19,13 @@ export type KvRouteOutcome =
   | { kind: 'all_busy'; retryAfterMs: number }
   | { kind: 'no_candidates' };
 
+export interface KvRouteOptions {
+  /** Score without prefix-overlap credit (a decode worker that receives the KV by transfer). */
+  noOverlapCredit?: boolean;
+}
+
 export interface KvRoutingBackend {
-  route(target: RouteTarget, requestId: string, tokens: number[], candidates: readonly InstanceId[]): Promise<KvRouteOutcome>;
+  route(target: RouteTarget, requestId: string, tokens: number[], candidates: readonly InstanceId[], options?: KvRouteOptions): Promise<KvRouteOutcome>;
   book(target: RouteTarget, requestId: string, tokens: number[], instanceId: InstanceId): void;
   firstToken(target: RouteTarget, requestId: string): void;
   finished(target: RouteTarget, requestId: string): void;
@@ -31,9 +36,9 @@ export interface KvRoutingBackend {
 export class LocalKvBackend implements KvRoutingBackend {
   constructor(readonly hub: KvRouterHub) {}
 
-  async route(target: RouteTarget, requestId: string, tokens: number[], candidates: readonly InstanceId[]): Promise<KvRouteOutcome> {
+  async route(target: RouteTarget, requestId: string, tokens: number[], candidates: readonly InstanceId[], options: KvRouteOptions = {}): Promise<KvRouteOutcome> {
     const service = this.hub.started(target.component) ?? (await this.hub.service(target.component, target.blockSize));
-    const result = service.route({ requestId, tokens }, candidates);
+    const result = service.route({ requestId, tokens, ...(options.noOverlapCredit ? { noOverlapCredit: true } : {}) }, candidates);
     if (result.kind === 'routed') return { kind: 'routed', instanceId: result.decision.instanceId, overlapBlocks: result.decision.overlapBlocks };
     return result.kind === 'all_busy' ? { kind: 'all_busy', retryAfterMs: result.retryAfterMs } : { kind: 'no_candidates' };
   }
@@ -86,13 +91,14 @@ export class RemoteKvBackend implements KvRoutingBackend {
     return this.client.waitForInstances(count, timeoutMs);
   }
 
-  async route(target: RouteTarget, requestId: string, tokens: number[], candidates: readonly InstanceId[]): Promise<KvRouteOutcome> {
+  async route(target: RouteTarget, requestId: string, tokens: number[], candidates: readonly InstanceId[], options: KvRouteOptions = {}): Promise<KvRouteOutcome> {
     // A migration re-routes a request whose old booking is still being released: wait for it,
     // or the replica would see the new booking as a duplicate and then free it.
     const previous = this.sessions.get(requestId);
     if (previous !== undefined) await previous.chain;
     const replica = this.client.pick({ mode: 'round-robin' }).instanceId;
-    const answer = await this.call({ type: 'route', ...target, requestId, tokens, candidates: [...candidates] }, replica);
+    const call: RouterCall = { type: 'route', ...target, requestId, tokens, candidates: [...candidates], ...(options.noOverlapCredit ? { noOverlapCredit: true } : {}) };
+    const answer = await this.call(call, replica);
     if (answer.type === 'routed') {
       this.sessions.set(requestId, { replica, chain: Promise.resolve() });
       return { kind: 'routed', instanceId: answer.instanceId, overlapBlocks: answer.overlapBlocks };

@@ -20,7 +20,7 @@ export interface RouteTarget {
 }
 
 export type RouterCall =
-  | (RouteTarget & { type: 'route'; requestId: string; tokens: number[]; candidates?: InstanceId[] })
+  | (RouteTarget & { type: 'route'; requestId: string; tokens: number[]; candidates?: InstanceId[]; noOverlapCredit?: boolean })
   /** Book a request on a worker the frontend chose itself (pinned header, migration). */
   | (RouteTarget & { type: 'book'; requestId: string; tokens: number[]; instanceId: InstanceId })
   | (RouteTarget & { type: 'first_token'; requestId: string })

@@ -50,7 +50,7 @@ export async function startRouterServer(runtime: DistributedRuntime, options: Ro
       yield { type: 'ok' };
       return;
     }
-    const result = service.route({ requestId: call.requestId, tokens: call.tokens }, call.candidates);
+    const result = service.route({ requestId: call.requestId, tokens: call.tokens, ...(call.noOverlapCredit === true ? { noOverlapCredit: true } : {}) }, call.candidates);
     if (result.kind === 'routed') {
       const d = result.decision;
       yield { type: 'routed', instanceId: d.instanceId, overlapBlocks: d.overlapBlocks, requestBlocks: d.requestBlocks };

@@ -28,7 +28,10 @@ describe('KV-aware prefill selection (frontend --router-mode kv, 2 prefill + 1 d
     const chosen: string[] = [];
     const cached: number[] = [];
     for (let i = 0; i < 4; i++) {
-      const r = await completeTokens(cluster.url, { prompt: prefix.concat([10 + i, 20 + i, 30 + i]), max_tokens: 4, ignore_eos: true });
+      // A unique suffix past --disagg-min-prefill-tokens: even with the prefix cached on the
+      // decode worker (it received it by transfer), enough stays uncached to disaggregate.
+      const suffix = Array.from({ length: 80 }, (_, j) => 3 + ((i * 97 + j * 7) % 500));
+      const r = await completeTokens(cluster.url, { prompt: prefix.concat(suffix), max_tokens: 4, ignore_eos: true });
       expect(r.status, r.body).toBe(200);
       expect(r.nvext?.disagg_path).toBe('disagg');
       chosen.push(r.nvext!.prefill_worker_id!);
@@ -39,6 +42,12 @@ describe('KV-aware prefill selection (frontend --router-mode kv, 2 prefill + 1 d
     expect(new Set(chosen).size).toBe(1);
     expect(cached[0]).toBe(0);
     for (const c of cached.slice(1)) expect(c).toBe(256);
+    // The decode worker now holds the prefix too: a prompt whose uncached tail is below the
+    // threshold runs aggregated there, from its cache.
+    const short = await completeTokens(cluster.url, { prompt: prefix.concat([11, 22, 33]), max_tokens: 4, ignore_eos: true });
+    expect(short.status, short.body).toBe(200);
+    expect(short.nvext?.disagg_path).toBeUndefined();
+    expect(short.cachedTokens).toBe(256);
     await cluster.waitForBaseline();
   });
 });
