@@ -1,4 +1,4 @@
-/** Shared by the disaggregation benchmarks: a tiny model that admits long prompts. */
+/** Shared by the disaggregation benchmarks: a tiny model that admits long prompts, flags, metrics. */
 import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { makeTinyModel } from '../workers/models/index.js';
@@ -14,4 +14,30 @@ export async function longContextModel(dir: string, positions = 32768): Promise<
   config.max_position_embeddings = positions;
   writeFileSync(file, JSON.stringify(config, null, 2));
   return dir;
+}
+
+/** `--name value` from argv, or the fallback when the flag is absent. */
+export function flagValue(args: readonly string[], name: string, fallback: string): string {
+  const i = args.indexOf(name);
+  return i >= 0 ? args[i + 1]! : fallback;
+}
+
+/** GET `${url}/metrics` as text. */
+export async function scrapeMetrics(url: string): Promise<string> {
+  return (await fetch(`${url}/metrics`)).text();
+}
+
+/**
+ * The sum of every sample of metric `name` (histogram `_sum`/`_count` lines are other names),
+ * optionally only the series whose label text contains `label` (e.g. 'path="disagg"').
+ */
+export function metricSum(text: string, name: string, label?: string): number {
+  let total = 0;
+  for (const line of text.split('\n')) {
+    if (!line.startsWith(name)) continue;
+    const rest = line.slice(name.length);
+    if (!/^[ {]/.test(rest) || (label !== undefined && !rest.includes(label))) continue;
+    total += Number(rest.slice(rest.lastIndexOf(' ') + 1));
+  }
+  return total;
 }

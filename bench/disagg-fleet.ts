@@ -16,7 +16,7 @@ import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { cpus, tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { longContextModel } from './disagg-common.js';
+import { flagValue, longContextModel, metricSum, scrapeMetrics } from './disagg-common.js';
 import { machineLoad } from './fleet/machine.js';
 import { startFleet, type Fleet, type FleetOptions } from './fleet/index.js';
 import { runBench, type BenchOptions } from './loadgen/index.js';
@@ -24,14 +24,8 @@ import { runBench, type BenchOptions } from './loadgen/index.js';
 const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '..');
 const args = process.argv.slice(2);
 const QUICK = args.includes('--quick');
-const num = (name: string, fallback: number) => {
-  const i = args.indexOf(name);
-  return i >= 0 ? Number(args[i + 1]) : fallback;
-};
-const str = (name: string, fallback: string) => {
-  const i = args.indexOf(name);
-  return i >= 0 ? args[i + 1]! : fallback;
-};
+const num = (name: string, fallback: number) => Number(flagValue(args, name, String(fallback)));
+const str = (name: string, fallback: string) => flagValue(args, name, fallback);
 
 const PLAN = {
   isl: 4096,
@@ -62,17 +56,6 @@ interface ModeResult {
   durationS: number;
   /** Requests the frontend actually disaggregated (disagg mode). */
   disaggregated: number | null;
-}
-
-function metricSum(text: string, name: string, label?: string): number {
-  let total = 0;
-  for (const line of text.split('\n')) {
-    if (!line.startsWith(name)) continue;
-    const rest = line.slice(name.length);
-    if (!/^[ {]/.test(rest) || (label !== undefined && !rest.includes(label))) continue;
-    total += Number(rest.slice(rest.lastIndexOf(' ') + 1));
-  }
-  return total;
 }
 
 async function runMode(mode: Mode, model: string, rate: number): Promise<ModeResult> {
@@ -108,7 +91,7 @@ async function runMode(mode: Mode, model: string, rate: number): Promise<ModeRes
       timeoutS: 300,
     } as BenchOptions);
     const s = report.summary;
-    const metrics = await (await fetch(`${fleet.url}/metrics`)).text();
+    const metrics = await scrapeMetrics(fleet.url);
     return {
       mode,
       rate,

@@ -16,15 +16,12 @@ import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { longContextModel } from './disagg-common.js';
+import { flagValue, longContextModel, metricSum, scrapeMetrics as scrape } from './disagg-common.js';
 import { machineLoad, startFleet, type Fleet } from './fleet/index.js';
 
 const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '..');
 const args = process.argv.slice(2);
-const opt = (name: string, fallback: string) => {
-  const i = args.indexOf(name);
-  return i >= 0 ? args[i + 1]! : fallback;
-};
+const opt = (name: string, fallback: string) => flagValue(args, name, fallback);
 const QUICK = args.includes('--quick');
 const TLS = opt('--tls', 'sm,self');
 const REPEATS = Number(opt('--repeats', QUICK ? '1' : '3'));
@@ -39,21 +36,6 @@ interface Sample {
   prefillMs: number;
   transferMs: number;
   transferBytes: number;
-}
-
-function metricSum(text: string, name: string): number {
-  let total = 0;
-  for (const line of text.split('\n')) {
-    if (!line.startsWith(name)) continue;
-    const rest = line.slice(name.length);
-    if (!/^[ {]/.test(rest)) continue;
-    total += Number(rest.slice(rest.lastIndexOf(' ') + 1));
-  }
-  return total;
-}
-
-async function scrape(url: string): Promise<string> {
-  return (await fetch(`${url}/metrics`)).text();
 }
 
 function prompt(n: number, seed: number): number[] {

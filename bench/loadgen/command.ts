@@ -62,43 +62,47 @@ function exitTwoOnUsageError(cmd: Command): Command {
   return cmd;
 }
 
-interface BenchFlags {
+/** Flags that carry a BenchOptions field under the same name. */
+type SameAsOptions =
+  | 'workload'
+  | 'endpoint'
+  | 'promptFormat'
+  | 'tokenizer'
+  | 'isl'
+  | 'islStd'
+  | 'osl'
+  | 'oslStd'
+  | 'groups'
+  | 'promptsPerGroup'
+  | 'sessions'
+  | 'turns'
+  | 'traceFile'
+  | 'speedup'
+  | 'traceBlockSize'
+  | 'rate'
+  | 'concurrency'
+  | 'requests'
+  | 'warmup'
+  | 'seed'
+  | 'maxTokens'
+  | 'temperature'
+  | 'extraBody'
+  | 'apiKey'
+  | 'goodput'
+  | 'label';
+
+/** What commander parses; the rest differ from BenchOptions in name, unit or optionality. */
+interface BenchFlags extends Pick<BenchOptions, SameAsOptions> {
   url?: string;
   model?: string;
-  workload?: BenchOptions['workload'];
-  endpoint?: BenchOptions['endpoint'];
-  promptFormat?: BenchOptions['promptFormat'];
-  tokenizer?: string;
-  isl?: number;
-  islStd?: number;
-  osl?: number;
-  oslStd?: number;
-  groups?: number;
-  promptsPerGroup?: number;
   systemLen?: number;
   questionLen?: number;
-  sessions?: number;
-  turns?: number;
   thinkTime?: number;
-  traceFile?: string;
-  speedup?: number;
-  traceBlockSize?: number;
-  rate?: number;
-  concurrency?: number;
-  requests?: number;
   duration?: number;
-  warmup?: number;
-  seed?: number;
-  maxTokens?: number;
   ignoreEos: boolean;
-  temperature?: number;
-  extraBody?: Record<string, unknown>;
   header?: Record<string, string>;
-  apiKey?: string;
-  goodput?: GoodputSlo;
   timeout?: number;
   out?: string;
-  label?: string;
   progress: ProgressMode;
   preflight: boolean;
 }

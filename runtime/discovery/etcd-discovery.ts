@@ -13,8 +13,10 @@ import { createEtcdClient } from './etcd-client.js';
 import { EtcdLease } from './etcd-lease.js';
 import { EtcdPrefixWatch } from './etcd-watch.js';
 import { DiscoveryClosedError, LeaseLostError } from './errors.js';
+import { DiscoveryHandleState } from './handle-state.js';
 import { formatInstanceId } from './keys.js';
 import { cloneJson, compareKeys } from './prefix-watchers.js';
+import { SerialQueue } from './serial-queue.js';
 
 export interface EtcdDiscoveryOptions {
   /** Client URLs (default `$ETCD_ENDPOINTS`, comma-separated, else http://127.0.0.1:2379). */
@@ -38,10 +40,9 @@ export class EtcdDiscovery implements Discovery {
   /** Records this process put: key → JSON text, re-put after a same-id re-grant. */
   private readonly owned = new Map<string, string>();
   private readonly watches = new Set<EtcdPrefixWatch>();
-  private readonly lostCallbacks: Array<(cause: Error) => void> = [];
-  private lostCause: LeaseLostError | undefined;
-  private closed = false;
-  private chain: Promise<unknown> = Promise.resolve();
+  // The loss cause is always a LeaseLostError here, so put() rethrows it as is.
+  private readonly state = new DiscoveryHandleState(this.kind, (cause) => cause);
+  private readonly queue = new SerialQueue();
   private revokeTimer: NodeJS.Timeout | undefined;
   private lease!: EtcdLease;
 
@@ -86,18 +87,18 @@ export class EtcdDiscovery implements Discovery {
   }
 
   async put(key: string, value: unknown): Promise<void> {
-    this.assertUsable();
+    this.state.assertUsable();
     const text = JSON.stringify(cloneJson(value));
-    await this.serial(async () => {
-      this.assertUsable();
+    await this.queue.run(async () => {
+      this.state.assertUsable();
       await this.call('put', () => this.client.kv.put({ key: Buffer.from(key), value: Buffer.from(text), lease: this.lease.id }));
       this.owned.set(key, text);
     });
   }
 
   async delete(key: string): Promise<void> {
-    if (this.closed) throw new DiscoveryClosedError(this.kind);
-    await this.serial(async () => {
+    this.state.assertOpen();
+    await this.queue.run(async () => {
       if (!this.owned.has(key)) return;
       await this.call('delete', () => this.client.kv.deleteRange({ key: Buffer.from(key) }));
       this.owned.delete(key);
@@ -105,7 +106,7 @@ export class EtcdDiscovery implements Discovery {
   }
 
   async list<T = unknown>(prefix: string): Promise<Array<DiscoveryRecord<T>>> {
-    if (this.closed) throw new DiscoveryClosedError(this.kind);
+    this.state.assertOpen();
     const range = Range.prefix(prefix);
     const res = await this.call('list', () => this.client.kv.range({ key: range.start, range_end: range.end }));
     const out: Array<DiscoveryRecord<T>> = [];
@@ -120,11 +121,11 @@ export class EtcdDiscovery implements Discovery {
   }
 
   async watch<T = unknown>(prefix: string, onEvent: (event: DiscoveryEvent<T>) => void): Promise<WatchHandle> {
-    if (this.closed) throw new DiscoveryClosedError(this.kind);
+    this.state.assertOpen();
     const watch = await this.call('watch', () =>
       EtcdPrefixWatch.start(this.client, prefix, onEvent as (event: DiscoveryEvent) => void, (w) => this.watches.delete(w)),
     );
-    if (this.closed) {
+    if (this.state.closed) {
       watch.close();
       throw new DiscoveryClosedError(this.kind);
     }
@@ -133,42 +134,25 @@ export class EtcdDiscovery implements Discovery {
   }
 
   onLeaseLost(callback: (cause: Error) => void): void {
-    if (this.lostCause !== undefined) {
-      const cause = this.lostCause;
-      queueMicrotask(() => callback(cause));
-      return;
-    }
-    this.lostCallbacks.push(callback);
+    this.state.onLeaseLost(callback);
   }
 
   /** Revoke the lease (etcd deletes every record at once), stop watches, close the client. */
   async close(): Promise<void> {
-    if (this.closed) return;
-    this.closed = true;
+    if (!this.state.close()) return;
     clearTimeout(this.revokeTimer);
     this.lease.stop();
     for (const watch of [...this.watches]) watch.close();
-    await this.chain;
+    await this.queue.idle();
     this.owned.clear();
     // Best effort: if etcd is down the records expire with the TTL instead.
     await this.lease.revoke(2000).catch(() => undefined);
     this.client.close();
   }
 
-  private serial<R>(task: () => Promise<R>): Promise<R> {
-    const run = this.chain.then(task, task);
-    this.chain = run.catch(() => undefined);
-    return run;
-  }
-
-  private assertUsable(): void {
-    if (this.closed) throw new DiscoveryClosedError(this.kind);
-    if (this.lostCause !== undefined) throw this.lostCause;
-  }
-
   /** Same-id re-grant succeeded: put every record back under it. */
   private restore(): Promise<void> {
-    return this.serial(async () => {
+    return this.queue.run(async () => {
       for (const [key, text] of this.owned) {
         await this.client.kv.put({ key: Buffer.from(key), value: Buffer.from(text), lease: this.lease.id });
       }
@@ -176,19 +160,17 @@ export class EtcdDiscovery implements Discovery {
   }
 
   private leaseLost(cause: LeaseLostError): void {
-    if (this.lostCause !== undefined || this.closed) return;
-    this.lostCause = cause;
+    if (this.state.closed || !this.state.markLost(cause)) return;
     this.owned.clear();
-    for (const callback of this.lostCallbacks.splice(0)) queueMicrotask(() => callback(cause));
     this.revokeUntilDone();
   }
 
   private revokeUntilDone(): void {
-    if (this.closed) return;
+    if (this.state.closed) return;
     this.lease.revoke(REVOKE_RETRY_MS).then(
       () => undefined,
       () => {
-        if (this.closed) return;
+        if (this.state.closed) return;
         this.revokeTimer = setTimeout(() => this.revokeUntilDone(), REVOKE_RETRY_MS);
         this.revokeTimer.unref();
       },

@@ -14,7 +14,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { InstanceId } from '../../proto/wire.js';
 import type { Discovery, DiscoveryEvent, DiscoveryKind, DiscoveryRecord, WatchHandle } from './discovery.js';
-import { DiscoveryClosedError, LeaseLostError } from './errors.js';
+import { LeaseLostError } from './errors.js';
 import {
   type FileEntry,
   isExpired,
@@ -25,8 +25,10 @@ import {
   unlinkQuiet,
   writeRecord,
 } from './file-records.js';
+import { DiscoveryHandleState } from './handle-state.js';
 import { randomInstanceId } from './instance-id.js';
 import { PrefixWatchers, cloneJson, compareKeys, deliver } from './prefix-watchers.js';
+import { SerialQueue } from './serial-queue.js';
 
 export interface FileDiscoveryOptions {
   /** Directory of records; created if missing (default `$TMPDIR/tandem-discovery`). */
@@ -52,13 +54,14 @@ export class FileDiscovery implements Discovery {
   /** Records this process owns: key → value, rewritten if a file disappears. */
   private readonly owned = new Map<string, unknown>();
   private readonly watchers = new PrefixWatchers();
-  private readonly lostCallbacks: Array<(cause: Error) => void> = [];
-  private lostCause: Error | undefined;
-  private closed = false;
+  private readonly state = new DiscoveryHandleState(
+    this.kind,
+    (cause) => new LeaseLostError('file heartbeat could not be refreshed', { cause }),
+  );
   private lastRefreshMs = Date.now();
   private heartbeat: NodeJS.Timeout | undefined;
   /** Serializes mutations, heartbeats, scans and watch attach. */
-  private chain: Promise<unknown> = Promise.resolve();
+  private readonly queue = new SerialQueue();
   private view = new Map<string, FileEntry>();
   private poll: NodeJS.Timeout | undefined;
   private dirWatcher: FSWatcher | undefined;
@@ -81,10 +84,10 @@ export class FileDiscovery implements Discovery {
   }
 
   async put(key: string, value: unknown): Promise<void> {
-    this.assertUsable();
+    this.state.assertUsable();
     const stored = cloneJson(value);
-    await this.serial(async () => {
-      this.assertUsable();
+    await this.queue.run(async () => {
+      this.state.assertUsable();
       await writeRecord(this.directory, { key, instanceId: this.instanceId, ttlSeconds: this.ttlSeconds, value: stored });
       this.owned.set(key, stored);
     });
@@ -92,8 +95,8 @@ export class FileDiscovery implements Discovery {
   }
 
   async delete(key: string): Promise<void> {
-    if (this.closed) throw new DiscoveryClosedError(this.kind);
-    await this.serial(async () => {
+    this.state.assertOpen();
+    await this.queue.run(async () => {
       if (!this.owned.delete(key)) return;
       await removeRecord(this.directory, key);
     });
@@ -101,7 +104,7 @@ export class FileDiscovery implements Discovery {
   }
 
   async list<T = unknown>(prefix: string): Promise<Array<DiscoveryRecord<T>>> {
-    if (this.closed) throw new DiscoveryClosedError(this.kind);
+    this.state.assertOpen();
     const now = Date.now();
     const entries = await scanRecords(this.directory, prefix);
     return entries
@@ -111,10 +114,10 @@ export class FileDiscovery implements Discovery {
   }
 
   async watch<T = unknown>(prefix: string, onEvent: (event: DiscoveryEvent<T>) => void): Promise<WatchHandle> {
-    if (this.closed) throw new DiscoveryClosedError(this.kind);
+    this.state.assertOpen();
     const handler = onEvent as (event: DiscoveryEvent) => void;
-    return this.serial(async () => {
-      if (this.closed) throw new DiscoveryClosedError(this.kind);
+    return this.queue.run(async () => {
+      this.state.assertOpen();
       await this.scan();
       const initial = [...this.view.values()].filter((e) => e.key.startsWith(prefix)).sort(compareKeys);
       for (const e of initial) deliver(handler, { type: 'added', key: e.key, value: cloneJson(e.envelope.value) });
@@ -127,42 +130,25 @@ export class FileDiscovery implements Discovery {
   }
 
   onLeaseLost(callback: (cause: Error) => void): void {
-    if (this.lostCause !== undefined) {
-      const cause = this.lostCause;
-      queueMicrotask(() => callback(cause));
-      return;
-    }
-    this.lostCallbacks.push(callback);
+    this.state.onLeaseLost(callback);
   }
 
   async close(): Promise<void> {
-    if (this.closed) return;
-    this.closed = true;
+    if (!this.state.close()) return;
     clearInterval(this.heartbeat);
     this.watchers.closeAll();
     this.stopWatching();
-    await this.serial(async () => {
+    await this.queue.run(async () => {
       const keys = [...this.owned.keys()];
       this.owned.clear();
       await Promise.all(keys.map((key) => removeRecord(this.directory, key).catch(() => undefined)));
     });
   }
 
-  private serial<R>(task: () => Promise<R>): Promise<R> {
-    const run = this.chain.then(task, task);
-    this.chain = run.catch(() => undefined);
-    return run;
-  }
-
-  private assertUsable(): void {
-    if (this.closed) throw new DiscoveryClosedError(this.kind);
-    if (this.lostCause !== undefined) throw new LeaseLostError('file heartbeat could not be refreshed', { cause: this.lostCause });
-  }
-
   /** Heartbeat: touch every owned file; rewrite any that vanished. */
   private refresh(): Promise<void> {
-    return this.serial(async () => {
-      if (this.closed || this.lostCause !== undefined) return;
+    return this.queue.run(async () => {
+      if (this.state.closed || this.state.lost) return;
       const started = Date.now();
       // A process that registered nothing (a frontend) has no records to lose: a busy event
       // loop must not end it.
@@ -194,14 +180,12 @@ export class FileDiscovery implements Discovery {
   }
 
   private leaseLost(cause: Error): void {
-    if (this.lostCause !== undefined) return;
-    this.lostCause = cause;
+    if (!this.state.markLost(cause)) return;
     clearInterval(this.heartbeat);
     const keys = [...this.owned.keys()];
     this.owned.clear();
     // Best effort: remove what we can so readers need not wait for the mtime to age out.
     void Promise.all(keys.map((key) => removeRecord(this.directory, key).catch(() => undefined)));
-    for (const callback of this.lostCallbacks.splice(0)) queueMicrotask(() => callback(cause));
   }
 
   private startWatching(): void {
@@ -228,15 +212,15 @@ export class FileDiscovery implements Discovery {
 
   /** Coalesce bursts of fs events and poll ticks into at most one queued scan. */
   private requestScan(): void {
-    if (this.scanQueued || this.watchers.size === 0 || this.closed) return;
+    if (this.scanQueued || this.watchers.size === 0 || this.state.closed) return;
     this.scanQueued = true;
-    void this.serial(async () => {
+    void this.queue.run(async () => {
       this.scanQueued = false;
-      if (this.watchers.size > 0 && !this.closed) await this.scan();
+      if (this.watchers.size > 0 && !this.state.closed) await this.scan();
     });
   }
 
-  /** Read the directory, diff against the last view, emit the changes. Runs inside serial(). */
+  /** Read the directory, diff against the last view, emit the changes. Runs inside the queue. */
   private async scan(): Promise<void> {
     const now = Date.now();
     let entries: FileEntry[];

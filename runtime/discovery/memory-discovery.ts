@@ -8,7 +8,8 @@
  */
 import type { InstanceId } from '../../proto/wire.js';
 import type { Discovery, DiscoveryEvent, DiscoveryKind, DiscoveryRecord, WatchHandle } from './discovery.js';
-import { DiscoveryClosedError, LeaseLostError } from './errors.js';
+import { LeaseLostError } from './errors.js';
+import { DiscoveryHandleState } from './handle-state.js';
 import { randomInstanceId } from './instance-id.js';
 import { PrefixWatchers, cloneJson, compareKeys, deliver } from './prefix-watchers.js';
 
@@ -130,9 +131,10 @@ export class MemoryDiscovery implements Discovery {
   readonly store: MemoryDiscoveryStore;
   private readonly owned = new Set<string>();
   private readonly watches = new Set<WatchHandle>();
-  private readonly lostCallbacks: Array<(cause: Error) => void> = [];
-  private lostCause: Error | undefined;
-  private closed = false;
+  private readonly state = new DiscoveryHandleState(
+    this.kind,
+    (cause) => new LeaseLostError('memory lease was revoked', { cause }),
+  );
 
   constructor(options: MemoryDiscoveryOptions = {}) {
     this.store = options.store ?? new MemoryDiscoveryStore();
@@ -140,24 +142,24 @@ export class MemoryDiscovery implements Discovery {
   }
 
   async put(key: string, value: unknown): Promise<void> {
-    this.assertUsable();
+    this.state.assertUsable();
     this.store.put(this.instanceId, key, value);
     this.owned.add(key);
   }
 
   async delete(key: string): Promise<void> {
-    if (this.closed) throw new DiscoveryClosedError(this.kind);
+    this.state.assertOpen();
     if (!this.owned.delete(key)) return;
     this.store.delete(key);
   }
 
   async list<T = unknown>(prefix: string): Promise<Array<DiscoveryRecord<T>>> {
-    if (this.closed) throw new DiscoveryClosedError(this.kind);
+    this.state.assertOpen();
     return this.store.list<T>(prefix);
   }
 
   async watch<T = unknown>(prefix: string, onEvent: (event: DiscoveryEvent<T>) => void): Promise<WatchHandle> {
-    if (this.closed) throw new DiscoveryClosedError(this.kind);
+    this.state.assertOpen();
     const inner = this.store.watch<T>(prefix, onEvent);
     const handle: WatchHandle = {
       close: () => {
@@ -170,31 +172,17 @@ export class MemoryDiscovery implements Discovery {
   }
 
   onLeaseLost(callback: (cause: Error) => void): void {
-    if (this.lostCause !== undefined) {
-      const cause = this.lostCause;
-      queueMicrotask(() => callback(cause));
-      return;
-    }
-    this.lostCallbacks.push(callback);
+    this.state.onLeaseLost(callback);
   }
 
   async close(): Promise<void> {
-    if (this.closed) return;
-    this.closed = true;
+    if (!this.state.close()) return;
     for (const handle of [...this.watches]) handle.close();
     this.store.detach(this.instanceId);
     this.owned.clear();
   }
 
-  private assertUsable(): void {
-    if (this.closed) throw new DiscoveryClosedError(this.kind);
-    if (this.lostCause !== undefined) throw new LeaseLostError('memory lease was revoked', { cause: this.lostCause });
-  }
-
   private leaseLost(cause: Error): void {
-    if (this.lostCause !== undefined) return;
-    this.lostCause = cause;
-    this.owned.clear();
-    for (const callback of this.lostCallbacks.splice(0)) queueMicrotask(() => callback(cause));
+    if (this.state.markLost(cause)) this.owned.clear();
   }
 }

@@ -2,43 +2,26 @@
  * `runtime bench` against the real stack (frontend + two mocker workers as processes): the
  * requests it sends and the token lengths the server reports match the workload it was asked for.
  */
-import { mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { runBench } from '../../bench/loadgen/index.js';
-import { makeTinyModel } from '../../workers/models/index.js';
-import { freePort } from '../harness/ports.js';
-import { spawnCli, type Spawned } from '../harness/processes.js';
+import { CliStack } from '../harness/cli-stack.js';
 
 describe('runtime bench against the frontend and mocker workers', () => {
-  const dir = mkdtempSync(join(tmpdir(), 'tandem-bench-stack-'));
-  const modelDir = join(dir, 'tiny-llama');
-  const procs: Spawned[] = [];
+  let stack: CliStack | undefined;
   let url = '';
+  let modelDir = '';
 
   beforeAll(async () => {
-    await makeTinyModel({ arch: 'llama', outDir: modelDir, dtype: 'f32', seed: 0 });
-    const port = await freePort();
-    const common = ['--discovery', 'file', '--discovery-dir', join(dir, 'discovery'), '--lease-ttl', '3'];
-    for (let i = 0; i < 2; i++) {
-      procs.push(spawnCli(['worker', '--engine', 'mocker', '--model', modelDir, '--speedup-ratio', '50', ...common]));
-    }
-    procs.push(spawnCli(['frontend', '--http-port', String(port), '--host', '127.0.0.1', ...common]));
-    url = `http://127.0.0.1:${port}`;
-    const deadline = Date.now() + 45_000;
-    for (;;) {
-      const res = await fetch(`${url}/health`).catch(() => undefined);
-      if (res?.ok) break;
-      if (Date.now() > deadline) throw new Error(`stack did not come up:\n${procs.map((p) => p.output().slice(-1500)).join('\n')}`);
-      await new Promise((r) => setTimeout(r, 200));
-    }
+    stack = await CliStack.create({ tmpPrefix: 'tandem-bench-stack-', model: 'tiny-llama', tiny: { seed: 0 }, leaseTtl: 3 });
+    modelDir = stack.modelDir;
+    await stack.startFrontend();
+    for (let i = 0; i < 2; i++) await stack.startWorker('agg', ['--engine', 'mocker', '--speedup-ratio', '50']);
+    await stack.waitForRoutable(2, { timeoutMs: 45_000 });
+    url = stack.url;
   }, 60_000);
 
   afterAll(async () => {
-    for (const p of procs) p.kill('SIGTERM');
-    await Promise.all(procs.map((p) => p.exited()));
-    rmSync(dir, { recursive: true, force: true });
+    await stack?.close();
   });
 
   it('random workload: every request completes with the requested ISL and OSL', async () => {

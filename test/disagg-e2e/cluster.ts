@@ -1,25 +1,15 @@
 /**
- * A disaggregated serving stack of real processes (the BUILT CLI, bin/runtime.js → dist/): one
- * `runtime frontend` plus prefill, decode and aggregated workers sharing a temp file-discovery
- * directory (2 s lease). Each worker is its own process so a test can kill -9 one; its status
- * URL and instance id come from its JSON log. `env` goes to the workers (e.g. UCX_TLS).
+ * A disaggregated serving stack of real processes (test/harness/cli-stack.ts): one `runtime
+ * frontend` plus prefill, decode and aggregated workers, 2 s lease. Each worker is its own
+ * process so a test can kill -9 one. `env` goes to the workers (e.g. UCX_TLS).
  */
-import { mkdtemp, rm } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import type { WorkerRole } from '../../proto/wire.js';
-import { makeTinyModel } from '../../workers/models/index.js';
-import { metricValue, pollUntil, scrape } from '../e2e/cluster.js';
-import { spawnCli, type Spawned } from '../harness/processes.js';
+import { CliStack, type CliWorker } from '../harness/cli-stack.js';
+import { metricValue, pollUntil, scrape } from '../harness/http.js';
 
 export const MODEL = 'tiny';
 
-export interface DisaggWorker {
-  proc: Spawned;
-  role: WorkerRole;
-  instanceId: string;
-  statusUrl: string;
-}
+export type DisaggWorker = CliWorker;
 
 export interface DisaggClusterOptions {
   prefill?: number;
@@ -33,22 +23,27 @@ export interface DisaggClusterOptions {
   env?: NodeJS.ProcessEnv;
 }
 
-export class DisaggCluster {
-  readonly workers: DisaggWorker[] = [];
-  frontend!: Spawned;
-  url = '';
-  private readonly extraFrontends: Spawned[] = [];
+export class DisaggCluster extends CliStack {
+  private readonly engineArgs: string[];
 
-  private constructor(
-    readonly dir: string,
-    readonly modelDir: string,
-    private readonly options: DisaggClusterOptions,
-  ) {}
+  private constructor(dir: string, modelDir: string, options: DisaggClusterOptions) {
+    super(dir, modelDir, MODEL, DisaggCluster.stackOptions(options));
+    this.engineArgs = (options.engine ?? 'native') === 'native' ? ['--engine', 'native', '--device', 'cpu', '--threads', '1'] : ['--engine', 'mocker'];
+  }
+
+  private static stackOptions(options: DisaggClusterOptions) {
+    return {
+      tmpPrefix: 'tandem-disagg-e2e-',
+      model: MODEL,
+      workerStartMs: 60_000,
+      routableMs: 30_000,
+      ...(options.workerArgs !== undefined && { workerArgs: options.workerArgs }),
+      ...(options.env !== undefined && { workerEnv: options.env }),
+    };
+  }
 
   static async start(options: DisaggClusterOptions): Promise<DisaggCluster> {
-    const dir = await mkdtemp(join(tmpdir(), 'tandem-disagg-e2e-'));
-    const modelDir = join(dir, MODEL);
-    await makeTinyModel({ arch: 'llama', outDir: modelDir, dtype: 'f32' });
+    const { dir, modelDir } = await CliStack.prepare(DisaggCluster.stackOptions(options));
     const cluster = new DisaggCluster(dir, modelDir, options);
     try {
       const roles: WorkerRole[] = [
@@ -56,7 +51,7 @@ export class DisaggCluster {
         ...Array<WorkerRole>(options.decode ?? 0).fill('decode'),
         ...Array<WorkerRole>(options.agg ?? 0).fill('agg'),
       ];
-      cluster.frontend = await cluster.startFrontend(options.frontendArgs ?? []);
+      await cluster.startFrontend(options.frontendArgs ?? []);
       // Two at a time: the machine has 2 cores and native workers load weights on start.
       for (let i = 0; i < roles.length; i += 2) await Promise.all(roles.slice(i, i + 2).map((r) => cluster.addWorker(r)));
       await cluster.waitForRoutable((options.decode ?? 0) + (options.agg ?? 0));
@@ -67,64 +62,8 @@ export class DisaggCluster {
     return cluster;
   }
 
-  get common(): string[] {
-    return ['--discovery', 'file', '--discovery-dir', join(this.dir, 'discovery'), '--lease-ttl', '2', '--event-plane', 'direct', '--host', '127.0.0.1', '--log-level', 'info'];
-  }
-
-  /** Start a frontend; the first one is `this.frontend`, more (other flags) are closed with the cluster. */
-  async startFrontend(args: string[]): Promise<Spawned> {
-    const proc = spawnCli(['frontend', ...this.common, '--http-port', '0', ...args]);
-    const line = await proc.waitForLine(/^frontend listening on http:\/\//);
-    if (this.url === '') this.url = line.slice('frontend listening on '.length).trim();
-    else this.extraFrontends.push(proc);
-    return proc;
-  }
-
-  async addWorker(role: WorkerRole, extraArgs: string[] = []): Promise<DisaggWorker> {
-    const engine = this.options.engine ?? 'native';
-    const engineArgs = engine === 'native' ? ['--engine', 'native', '--device', 'cpu', '--threads', '1'] : ['--engine', 'mocker'];
-    const proc = spawnCli(
-      ['worker', ...this.common, ...engineArgs, '--model', this.modelDir, '--mode', role, '--status-port', '0', ...(this.options.workerArgs ?? []), ...extraArgs],
-      this.options.env ?? {},
-    );
-    const statusLine = await proc.waitForLine(/"msg":"status server listening"/, 60_000);
-    const ready = await proc.waitForLine(/"msg":"worker ready"/, 60_000);
-    const worker: DisaggWorker = {
-      proc,
-      role,
-      statusUrl: (JSON.parse(statusLine) as { url: string }).url,
-      instanceId: (JSON.parse(ready) as { instanceId: string }).instanceId,
-    };
-    this.workers.push(worker);
-    return worker;
-  }
-
-  byRole(role: WorkerRole): DisaggWorker[] {
-    return this.workers.filter((w) => w.role === role);
-  }
-
-  worker(instanceId: string): DisaggWorker {
-    const w = this.workers.find((x) => x.instanceId === instanceId);
-    if (!w) throw new Error(`no worker ${instanceId}`);
-    return w;
-  }
-
-  live(): DisaggWorker[] {
-    return this.workers.filter((w) => w.proc.child.exitCode === null && w.proc.child.signalCode === null);
-  }
-
-  async kill9(worker: DisaggWorker): Promise<void> {
-    worker.proc.kill('SIGKILL');
-    await worker.proc.exited();
-  }
-
-  async waitForRoutable(count: number, url = this.url, timeoutMs = 30_000): Promise<void> {
-    await pollUntil(`${count} routable workers`, async () => {
-      const res = await fetch(`${url}/health`).catch(() => undefined);
-      if (!res) return false;
-      const body = (await res.json()) as { models: Array<{ name: string; instances: number }> };
-      return body.models.find((m) => m.name === MODEL)?.instances === count;
-    }, timeoutMs);
+  addWorker(role: WorkerRole, extraArgs: string[] = []): Promise<DisaggWorker> {
+    return this.startWorker(role, this.engineArgs, extraArgs);
   }
 
   /**
@@ -144,20 +83,6 @@ export class DisaggCluster {
       }
       return metricValue(await scrape(this.url), 'tandem_frontend_inflight_requests', { model: MODEL }) === 0;
     }, timeoutMs, 100);
-  }
-
-  async close(): Promise<void> {
-    const procs = [this.frontend, ...this.extraFrontends, ...this.workers.map((w) => w.proc)].filter((p): p is Spawned => p !== undefined);
-    await Promise.all(
-      procs.map(async (p) => {
-        if (p.child.exitCode !== null || p.child.signalCode !== null) return;
-        p.kill('SIGTERM');
-        const timer = setTimeout(() => p.kill('SIGKILL'), 10_000);
-        await p.exited();
-        clearTimeout(timer);
-      }),
-    );
-    await rm(this.dir, { recursive: true, force: true });
   }
 }
 

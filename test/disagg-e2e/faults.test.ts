@@ -5,7 +5,7 @@
  * --enforce-disagg. Gauges return to baseline after every test.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { metricValue, pollUntil, readSse, scrape, tokenIdsOf } from '../e2e/cluster.js';
+import { metricValue, pollUntil, readSse, scrape, tokenIdsOf } from '../harness/http.js';
 import { DisaggCluster, MODEL, completeTokens } from './cluster.js';
 
 const PROMPT = Array.from({ length: 1024 }, (_, i) => 3 + ((i * 37) % 500));
@@ -110,7 +110,7 @@ describe('disaggregation faults (frontend + 2 prefill + 2 decode mocker workers)
 
     const enforced = await cluster.startFrontend(['--disagg-min-prefill-tokens', '256', '--enforce-disagg']);
     const url = (await enforced.waitForLine(/^frontend listening on /)).slice('frontend listening on '.length).trim();
-    await cluster.waitForRoutable(cluster.live().filter((w) => w.role === 'decode').length, url);
+    await cluster.waitForRoutable(cluster.live().filter((w) => w.role === 'decode').length, { url });
     const refused = await completeTokens(url, request);
     expect(refused.status).toBe(503);
     expect(refused.headers.get('retry-after')).not.toBeNull();

@@ -7,7 +7,7 @@
  * back to baseline.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { metricValue, scrape } from '../e2e/cluster.js';
+import { metricValue, scrape } from '../harness/http.js';
 import { DisaggCluster, MODEL, completeTokens } from './cluster.js';
 
 function prng(seed: number): () => number {

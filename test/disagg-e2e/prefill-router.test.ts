@@ -7,7 +7,7 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { startFrontend, type FrontendHandle, type FrontendOptions } from '../../frontend/frontend.js';
 import { ByteCodec } from '../frontend/fakes.js';
 import { waitFor } from '../frontend/harness.js';
-import { metricValue } from '../e2e/cluster.js';
+import { metricValue } from '../harness/http.js';
 import { FakeDisaggCluster, MODEL, expectedText } from './fakes.js';
 
 const LONG = 'The quick brown fox jumps over the lazy dog. '.repeat(4); // 180 tokens

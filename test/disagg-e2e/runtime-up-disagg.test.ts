@@ -8,7 +8,7 @@ import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
-import { pollUntil } from '../e2e/cluster.js';
+import { pollUntil } from '../harness/http.js';
 import { freePort } from '../harness/ports.js';
 import { CLI, REPO_ROOT } from '../harness/processes.js';
 

@@ -1,14 +1,18 @@
 /**
  * Builders for the disaggregated-worker tests: runtimes on shared memory discovery, worker
- * options, a greedy request, and `disagg()` — the frontend's half of the protocol
+ * options, an agg + prefill + decode trio in one process, a greedy request, and `disagg()` — the frontend's half of the protocol
  * (notes/disagg-protocol.md) in a few lines, so the workers are driven over the real request
  * plane without the frontend.
  */
+import { mkdtemp, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import type { InstanceId, PreprocessedRequest, TokenDelta } from '../../proto/wire.js';
 import { DistributedRuntime } from '../../runtime/distributed-runtime.js';
 import type { EndpointClient } from '../../runtime/endpoint-client.js';
 import { MemoryDiscoveryStore } from '../../runtime/discovery/memory-discovery.js';
-import type { WorkerOptions } from '../../workers/process/worker-process.js';
+import { makeTinyModel, type MakeTinyModelOptions } from '../../workers/models/index.js';
+import { startWorker, type RunningWorker, type WorkerOptions } from '../../workers/process/worker-process.js';
 
 export const NS = 'tandem';
 
@@ -33,6 +37,64 @@ export function workerOptions(modelDir: string, mode: WorkerOptions['mode'], ext
     loadMetricsIntervalMs: 1000,
     ...extra,
   };
+}
+
+/** An aggregated, a prefill and a decode worker on one memory store, plus clients for each. */
+export interface WorkerTrio {
+  agg: RunningWorker;
+  prefill: RunningWorker;
+  decode: RunningWorker;
+  prefillRt: DistributedRuntime;
+  decodeRt: DistributedRuntime;
+  clients: Clients;
+  /** Close the workers, shut the runtimes down, delete the model dir. */
+  close(): Promise<void>;
+}
+
+export interface TrioOptions {
+  tmpPrefix: string;
+  tiny: Omit<MakeTinyModelOptions, 'outDir'>;
+  /** Added to every worker's options; `prefill` and `decode` add to that worker's. */
+  all?: Partial<WorkerOptions>;
+  prefill?: Partial<WorkerOptions>;
+  decode?: Partial<WorkerOptions>;
+}
+
+export async function startTrio(options: TrioOptions): Promise<WorkerTrio> {
+  const store = new MemoryDiscoveryStore();
+  const runtimes: DistributedRuntime[] = [];
+  const workers: RunningWorker[] = [];
+  const dir = await mkdtemp(join(tmpdir(), options.tmpPrefix));
+  const rt = async (name: string) => {
+    const r = await memoryRuntime(store, name);
+    runtimes.push(r);
+    return r;
+  };
+  const close = async () => {
+    for (const w of workers) await w.close();
+    for (const r of runtimes) await r.shutdown();
+    await rm(dir, { recursive: true, force: true });
+  };
+  try {
+    const modelDir = join(dir, 'model');
+    await makeTinyModel({ ...options.tiny, outDir: modelDir });
+    const start = async (runtime: DistributedRuntime, mode: WorkerOptions['mode'], extra: Partial<WorkerOptions> = {}) => {
+      const worker = await startWorker(runtime, workerOptions(modelDir, mode, { ...options.all, ...extra }));
+      workers.push(worker);
+      return worker;
+    };
+    const agg = await start(await rt('agg'), 'agg');
+    const prefillRt = await rt('prefill');
+    const prefill = await start(prefillRt, 'prefill', options.prefill);
+    const decodeRt = await rt('decode');
+    const decode = await start(decodeRt, 'decode', options.decode);
+    const clients = await openClients(await rt('driver'), true);
+    await Promise.all([clients.agg!.waitForInstances(1, 5000), clients.prefill.waitForInstances(1, 5000), clients.decode.waitForInstances(1, 5000)]);
+    return { agg, prefill, decode, prefillRt, decodeRt, clients, close };
+  } catch (err) {
+    await close();
+    throw err;
+  }
 }
 
 let nextRequest = 0;

@@ -3,52 +3,31 @@
  * the mocker stamps every token it "computes", the decode worker pulls the blocks over UCX
  * and checks every stamp before it trusts them, and outputs match an aggregated mocker.
  */
-import { mkdtemp, rm } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { PreprocessedRequest, TokenDelta } from '../../proto/wire.js';
-import type { DistributedRuntime } from '../../runtime/distributed-runtime.js';
-import { MemoryDiscoveryStore } from '../../runtime/discovery/memory-discovery.js';
 import { MOCKER_EOS_SEED_BASE } from '../../workers/engines/mocker/index.js';
 import { isUcxBuilt } from '../../workers/kv-transfer/index.js';
-import { makeTinyModel } from '../../workers/models/index.js';
-import { startWorker, type RunningWorker } from '../../workers/process/worker-process.js';
-import { collect, disagg, greedy, memoryRuntime, openClients, tokens, waitFor, workerOptions, type Clients } from './helpers.js';
+import type { RunningWorker } from '../../workers/process/worker-process.js';
+import { collect, disagg, greedy, startTrio, tokens, waitFor, type Clients, type WorkerTrio } from './helpers.js';
 
 const BYTES_PER_TOKEN = 256;
 
 describe.skipIf(!isUcxBuilt())('mocker prefill + decode workers with a stamped host KV pool', () => {
-  const store = new MemoryDiscoveryStore();
-  const runtimes: DistributedRuntime[] = [];
-  let dir: string;
+  let trio: WorkerTrio | undefined;
   let agg: RunningWorker;
   let prefill: RunningWorker;
   let decode: RunningWorker;
   let clients: Clients;
 
-  const rt = async (name: string) => {
-    const r = await memoryRuntime(store, name);
-    runtimes.push(r);
-    return r;
-  };
   const mocker = { engine: 'mocker' as const, speedupRatio: 1000, kvBytesPerToken: BYTES_PER_TOKEN, ucxConfig: { TLS: 'sm,self' } };
 
   beforeAll(async () => {
-    dir = await mkdtemp(join(tmpdir(), 'tandem-disagg-mocker-'));
-    const modelDir = join(dir, 'tiny');
-    await makeTinyModel({ arch: 'llama', outDir: modelDir });
-    agg = await startWorker(await rt('agg'), workerOptions(modelDir, 'agg', mocker));
-    prefill = await startWorker(await rt('prefill'), workerOptions(modelDir, 'prefill', { ...mocker, kvReleaseTimeoutMs: 2000 }));
-    decode = await startWorker(await rt('decode'), workerOptions(modelDir, 'decode', mocker));
-    clients = await openClients(await rt('driver'), true);
-    await Promise.all([clients.agg!.waitForInstances(1, 5000), clients.prefill.waitForInstances(1, 5000), clients.decode.waitForInstances(1, 5000)]);
+    trio = await startTrio({ tmpPrefix: 'tandem-disagg-mocker-', tiny: { arch: 'llama' }, all: mocker, prefill: { kvReleaseTimeoutMs: 2000 } });
+    ({ agg, prefill, decode, clients } = trio);
   }, 30_000);
 
   afterAll(async () => {
-    for (const w of [agg, prefill, decode]) await w?.close();
-    for (const r of runtimes) await r.shutdown();
-    if (dir) await rm(dir, { recursive: true, force: true });
+    await trio?.close();
   });
 
   const aggregated = async (request: PreprocessedRequest): Promise<TokenDelta[]> =>

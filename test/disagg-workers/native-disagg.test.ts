@@ -4,18 +4,13 @@
  * workers' registered engine pools. The invariant: greedy output disaggregated equals the
  * aggregated worker's, token for token. Runs once over tcp and once over shared memory.
  */
-import { mkdtemp, rm } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { isNativeBuilt } from '../../native/index.js';
 import type { PreprocessedRequest, TokenDelta } from '../../proto/wire.js';
 import type { DistributedRuntime } from '../../runtime/distributed-runtime.js';
-import { MemoryDiscoveryStore } from '../../runtime/discovery/memory-discovery.js';
 import { isUcxBuilt } from '../../workers/kv-transfer/index.js';
-import { makeTinyModel } from '../../workers/models/index.js';
-import { startWorker, type RunningWorker } from '../../workers/process/worker-process.js';
-import { collect, disagg, gauge, greedy, memoryRuntime, openClients, tokens, waitFor, workerOptions, type Clients } from './helpers.js';
+import type { RunningWorker } from '../../workers/process/worker-process.js';
+import { collect, disagg, gauge, greedy, startTrio, tokens, waitFor, type Clients, type WorkerTrio } from './helpers.js';
 
 const TRANSPORTS = [
   { name: 'tcp', tls: 'tcp' },
@@ -23,21 +18,13 @@ const TRANSPORTS = [
 ];
 
 describe.skipIf(!isNativeBuilt() || !isUcxBuilt()).each(TRANSPORTS)('native prefill + decode workers over UCX $name', ({ tls }) => {
-  const store = new MemoryDiscoveryStore();
-  const runtimes: DistributedRuntime[] = [];
-  let dir: string;
+  let trio: WorkerTrio | undefined;
   let agg: RunningWorker;
   let prefill: RunningWorker;
   let decode: RunningWorker;
   let prefillRt: DistributedRuntime;
   let decodeRt: DistributedRuntime;
   let clients: Clients;
-
-  const rt = async (name: string) => {
-    const r = await memoryRuntime(store, name);
-    runtimes.push(r);
-    return r;
-  };
 
   const aggregated = async (request: PreprocessedRequest): Promise<number[]> =>
     (await collect(clients.agg!.generate<PreprocessedRequest, TokenDelta>(request))).tokens;
@@ -53,23 +40,13 @@ describe.skipIf(!isNativeBuilt() || !isUcxBuilt()).each(TRANSPORTS)('native pref
   };
 
   beforeAll(async () => {
-    dir = await mkdtemp(join(tmpdir(), 'tandem-disagg-native-'));
-    const modelDir = join(dir, 'qwen2');
-    await makeTinyModel({ arch: 'qwen2', outDir: modelDir, dtype: 'f32', seed: 7 });
     const ucx = { ucxConfig: { TLS: tls } };
-    agg = await startWorker(await rt('agg'), workerOptions(modelDir, 'agg'));
-    prefillRt = await rt('prefill');
-    prefill = await startWorker(prefillRt, workerOptions(modelDir, 'prefill', { ...ucx, kvReleaseTimeoutMs: 400 }));
-    decodeRt = await rt('decode');
-    decode = await startWorker(decodeRt, workerOptions(modelDir, 'decode', ucx));
-    clients = await openClients(await rt('driver'), true);
-    await Promise.all([clients.agg!.waitForInstances(1, 5000), clients.prefill.waitForInstances(1, 5000), clients.decode.waitForInstances(1, 5000)]);
+    trio = await startTrio({ tmpPrefix: 'tandem-disagg-native-', tiny: { arch: 'qwen2', dtype: 'f32', seed: 7 }, prefill: { ...ucx, kvReleaseTimeoutMs: 400 }, decode: ucx });
+    ({ agg, prefill, decode, prefillRt, decodeRt, clients } = trio);
   }, 30_000);
 
   afterAll(async () => {
-    for (const w of [agg, prefill, decode]) await w?.close();
-    for (const r of runtimes) await r.shutdown();
-    if (dir) await rm(dir, { recursive: true, force: true });
+    await trio?.close();
   });
 
   it('cards carry the UCX address and KV bytes per token; a hand-off names every prompt block', async () => {

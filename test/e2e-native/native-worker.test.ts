@@ -2,13 +2,11 @@
  * `runtime worker --engine native --device cpu` behind `runtime frontend`, as real processes:
  * greedy completions over HTTP reproduce the PyTorch goldens token for token.
  */
-import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { makeTinyModel } from '../../workers/models/index.js';
-import { freePort } from '../harness/ports.js';
-import { REPO_ROOT, spawnCli, type Spawned } from '../harness/processes.js';
+import { CliStack } from '../harness/cli-stack.js';
+import { REPO_ROOT } from '../harness/processes.js';
 
 interface Golden {
   make_tiny: string;
@@ -19,31 +17,20 @@ const golden = JSON.parse(readFileSync(join(REPO_ROOT, 'test/fixtures/goldens/qw
 const seed = Number(/--seed (\d+)/.exec(golden.make_tiny)![1]);
 
 describe('native worker end to end (CPU)', () => {
-  const dir = mkdtempSync(join(tmpdir(), 'tandem-native-e2e-'));
-  const modelDir = join(dir, 'qwen2');
-  const procs: Spawned[] = [];
+  let stack: CliStack | undefined;
   let url = '';
 
   beforeAll(async () => {
-    await makeTinyModel({ arch: 'qwen2', outDir: modelDir, dtype: 'f32', seed });
-    const port = await freePort();
-    const common = ['--discovery', 'file', '--discovery-dir', join(dir, 'discovery'), '--lease-ttl', '3'];
-    procs.push(spawnCli(['worker', '--engine', 'native', '--device', 'cpu', '--model', modelDir, '--model-name', 'qwen2-tiny', '--num-gpu-blocks', '256', ...common]));
-    procs.push(spawnCli(['frontend', '--http-port', String(port), '--host', '127.0.0.1', ...common]));
-    url = `http://127.0.0.1:${port}`;
-    const deadline = Date.now() + 45_000;
-    for (;;) {
-      const res = await fetch(`${url}/v1/models`).catch(() => undefined);
-      if (res?.ok && ((await res.json()) as { data: unknown[] }).data.length > 0) break;
-      if (Date.now() > deadline) throw new Error(`stack did not come up:\n${procs.map((p) => p.output().slice(-2000)).join('\n')}`);
-      await new Promise((r) => setTimeout(r, 200));
-    }
+    // The directory name is the served model name.
+    stack = await CliStack.create({ tmpPrefix: 'tandem-native-e2e-', model: 'qwen2-tiny', tiny: { arch: 'qwen2', seed }, leaseTtl: 3 });
+    await stack.startFrontend();
+    await stack.startWorker('agg', ['--engine', 'native', '--device', 'cpu', '--num-gpu-blocks', '256']);
+    await stack.waitForRoutable(1, { timeoutMs: 45_000 });
+    url = stack.url;
   }, 60_000);
 
   afterAll(async () => {
-    for (const p of procs) p.kill('SIGTERM');
-    await Promise.all(procs.map((p) => p.exited()));
-    rmSync(dir, { recursive: true, force: true });
+    await stack?.close();
   });
 
   it('greedy completions match the goldens, alone and concurrently', async () => {

@@ -5,7 +5,8 @@
  */
 import { Agent, request as httpRequest } from 'node:http';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { E2eCluster, MODEL, metricValue, pollUntil, scrape, tokenIdsOf } from './cluster.js';
+import { metricValue, pollUntil, scrape, tokenIdsOf } from '../harness/http.js';
+import { E2eCluster, MODEL } from './cluster.js';
 
 const STREAMS = 1000;
 const LABELS = { model_name: MODEL };

@@ -14,7 +14,7 @@ import OpenAI from 'openai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { freePort } from '../harness/ports.js';
 import { CLI, REPO_ROOT } from '../harness/processes.js';
-import { pollUntil } from './cluster.js';
+import { pollUntil } from '../harness/http.js';
 
 const MODEL = 'tiny-llama';
 

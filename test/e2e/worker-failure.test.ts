@@ -5,7 +5,8 @@
  * the requested tokens, the same ones an undisturbed run produces.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { E2eCluster, MODEL, metricValue, pollUntil, readSse, scrape, tokenIdsOf } from './cluster.js';
+import { metricValue, pollUntil, readSse, scrape, tokenIdsOf } from '../harness/http.js';
+import { E2eCluster, MODEL } from './cluster.js';
 
 const LABELS = { model_name: MODEL };
 
@@ -106,7 +107,7 @@ describe('e2e: worker failure and client disconnect (frontend + 2 mocker workers
     expect(metricValue(await scrape(survivor.statusUrl), 'tandem_worker_requests_total', LABELS)).toBeGreaterThanOrEqual(1);
 
     // Once the lease expires the dead worker leaves the frontend, and serving goes on.
-    await cluster.waitForRoutable(1, 10_000);
+    await cluster.waitForRoutable(1, { timeoutMs: 10_000 });
     const after = await post('/v1/completions', { model: MODEL, prompt: 'again', max_tokens: 8, ignore_eos: true });
     expect(after.status).toBe(200);
     expect(after.headers.get('x-worker-instance-id')).toBe(survivor.instanceId);

@@ -3,6 +3,7 @@
  * (fixtures/ucx-peer.ts) over tcp and over shared memory. Needs the addon
  * (`node native/ucx/build.js`) and Debian's libucx.
  */
+import { readFileSync, readdirSync } from 'node:fs';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { spawnTs, type Spawned } from '../harness/processes.js';
 import {
@@ -56,6 +57,23 @@ function expectBlocks(pool: KvPool, mapping: Map<number, number>, seed: number):
     const view = untouched.subarray(b * BLOCK_BYTES, (b + 1) * BLOCK_BYTES);
     expect(view.every((x) => x === 0), `block ${b} should be untouched`).toBe(true);
   }
+}
+
+/** SIGSTOP, then wait until the kernel reports every thread of `pid` stopped. */
+async function freeze(pid: number): Promise<void> {
+  process.kill(pid, 'SIGSTOP');
+  const stopped = () => {
+    try {
+      return readdirSync(`/proc/${pid}/task`).every((tid) => {
+        const stat = readFileSync(`/proc/${pid}/task/${tid}/stat`, 'utf8');
+        return /^\d+ \(.*\) [Tt] /.test(stat);
+      });
+    } catch {
+      return false;
+    }
+  };
+  await waitFor(stopped, 5_000);
+  expect(stopped(), `peer ${pid} stopped`).toBe(true);
 }
 
 async function waitFor(cond: () => boolean, timeoutMs: number): Promise<void> {
@@ -151,6 +169,26 @@ describe.each(TRANSPORTS)('UCX transfer over $name', ({ tls }) => {
     }
   });
 
+  it('a pull to a peer that stops answering fails with deadline_exceeded and drops the endpoint', async () => {
+    const stuck = await startPeer(tls, 51, 'register');
+    try {
+      await agent.pull({ ...stuck.descriptor, blockIds: [1] }, pool, [1]);
+      await freeze(stuck.pid);
+      const started = Date.now();
+      const pending = agent.pull({ ...stuck.descriptor, blockIds: [2, 3] }, pool, [2, 3], { timeoutMs: 300 });
+      // UCX may still write into the pool: releasing it now must be refused.
+      expect(() => agent.releasePool(pool)).toThrow(expect.objectContaining({ code: 'invalid_argument' }));
+      await expect(pending).rejects.toMatchObject({ name: 'KvTransferError', code: 'deadline_exceeded' });
+      expect(Date.now() - started).toBeGreaterThanOrEqual(250);
+      expect(Date.now() - started).toBeLessThan(3_000);
+      await waitFor(() => agent.stats().endpoints === 0 && agent.stats().closingEndpoints === 0, 3_000);
+      expect(agent.stats()).toMatchObject({ endpoints: 0, closingEndpoints: 0, inflightReads: 0 });
+    } finally {
+      process.kill(stuck.pid, 'SIGCONT');
+      await stopPeer(stuck);
+    }
+  });
+
   it('kill -9 of the peer mid-pull rejects with unavailable within seconds, leaks no endpoint, and a new peer works', async () => {
     // A registered (not UCX-allocated) pool is served by the peer's progress thread, so a
     // stopped peer holds the pull in flight until it is killed.
@@ -158,7 +196,7 @@ describe.each(TRANSPORTS)('UCX transfer over $name', ({ tls }) => {
     const all = Array.from({ length: NUM_BLOCKS }, (_, i) => i);
     // Warm the endpoint so the kill lands on an established connection.
     await agent.pull({ ...dying.descriptor, blockIds: [0] }, pool, [0]);
-    process.kill(dying.pid, 'SIGSTOP');
+    await freeze(dying.pid);
     let settled = false;
     const pending = agent.pull({ ...dying.descriptor, blockIds: all }, pool, all).finally(() => {
       settled = true;

@@ -10,7 +10,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { spawnTs, type Spawned } from '../harness/processes.js';
-import { metricValue, scrape } from '../e2e/cluster.js';
+import { metricValue, scrape } from '../harness/http.js';
 import { makeTinyModel } from '../../workers/models/index.js';
 import { BLOCK, MODEL, tokens, waitFor } from './stack.js';
 

@@ -8,7 +8,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { KvEvent } from '../../proto/wire.js';
 import { KvRouterService } from '../../router/adapters/kv-router-service.js';
 import type { DistributedRuntime } from '../../runtime/distributed-runtime.js';
-import { metricValue } from '../e2e/cluster.js';
+import { metricValue } from '../harness/http.js';
 import { BLOCK, Stack, tokens, waitFor } from './stack.js';
 
 describe('KV router service: recovery against real workers', () => {

@@ -15,7 +15,7 @@ import type { InstanceId, KvEvent, KvTransferParams, LoadMetrics, PreprocessedRe
 import { TandemError, UnavailableError } from '../../runtime/errors.js';
 import { KvEventLog } from '../block-manager/kv-event-log.js';
 import { Scheduler } from '../scheduler/scheduler.js';
-import type { KvImportStart, SchedulePlan, SchedulerConfig, StepOutcome } from '../scheduler/types.js';
+import type { KvImportStart, SchedulePlan, SchedulerConfig, SchedulerLoad, StepOutcome } from '../scheduler/types.js';
 import { OutputQueue } from './output-queue.js';
 
 /** Where the loop reports; the worker process publishes these on the event plane. */
@@ -60,13 +60,8 @@ export interface EngineLoopConfig {
   kvEventCapacity?: number;
 }
 
-export interface EngineLoopStats {
-  numRunning: number;
-  numWaiting: number;
-  kvUsage: number;
-  activeBlocks: number;
-  totalBlocks: number;
-  queuedPrefillTokens: number;
+/** The scheduler's load snapshot plus the loop's running totals (what `/metrics` shows). */
+export interface EngineLoopStats extends SchedulerLoad {
   /** Prefix-cache counters in tokens (vLLM's prefix_cache_queries / prefix_cache_hits). */
   prefixCacheQueries: number;
   prefixCacheHits: number;
@@ -158,8 +153,11 @@ export class EngineLoop {
     }
   }
 
-  stats(): EngineLoopStats {
-    const load = this.scheduler.load();
+  /**
+   * `load`: a snapshot this step already took (the LoadMetrics a sink just got), so a step
+   * walks the queues once; extra fields in it are carried along.
+   */
+  stats(load: SchedulerLoad = this.scheduler.load()): EngineLoopStats {
     const bm = this.scheduler.blockManager;
     return {
       ...load,

@@ -6,26 +6,56 @@ import { DEFAULT_KV_BLOCK_SIZE } from '../models/index.js';
 import { DEFAULT_KV_RELEASE_TIMEOUT_MS, DEFAULT_MOCKER_KV_BYTES_PER_TOKEN, DEFAULT_PULL_TIMEOUT_MS } from '../disagg/index.js';
 import { startWorker, type WorkerOptions } from './worker-process.js';
 
-interface WorkerFlags extends RuntimeFlags {
-  engine: 'mocker' | 'native';
+/** Flags that carry a WorkerOptions field under the same name and unit. */
+type SameAsOptions =
+  | 'engine'
+  | 'modelName'
+  | 'mode'
+  | 'component'
+  | 'blockSize'
+  | 'numGpuBlocks'
+  | 'maxNumBatchedTokens'
+  | 'maxNumSeqs'
+  | 'contextLength'
+  | 'speedupRatio'
+  | 'perfProfile'
+  | 'device'
+  | 'threads'
+  | 'namespace';
+
+/** What commander parses; the rest differ from WorkerOptions in name or unit (seconds). */
+interface WorkerFlags extends RuntimeFlags, Pick<WorkerOptions, SameAsOptions> {
   model: string;
-  modelName?: string;
-  mode: 'agg' | 'prefill' | 'decode';
-  component?: string;
-  blockSize: number;
-  numGpuBlocks?: number;
-  maxNumBatchedTokens: number;
-  maxNumSeqs: number;
-  contextLength?: number;
-  speedupRatio: number;
-  perfProfile?: string;
-  device: string;
-  threads?: number;
   kvCacheMemory?: number;
   loadMetricsInterval: number;
   kvBytesPerToken: number;
   kvReleaseTimeout: number;
   kvPullTimeout: number;
+}
+
+function workerOptionsFromFlags(flags: WorkerFlags): WorkerOptions {
+  return {
+    engine: flags.engine,
+    modelDir: flags.model,
+    modelName: flags.modelName,
+    mode: flags.mode,
+    namespace: flags.namespace,
+    component: flags.component,
+    blockSize: flags.blockSize,
+    numGpuBlocks: flags.numGpuBlocks,
+    maxNumBatchedTokens: flags.maxNumBatchedTokens,
+    maxNumSeqs: flags.maxNumSeqs,
+    contextLength: flags.contextLength,
+    speedupRatio: flags.speedupRatio,
+    perfProfile: flags.perfProfile,
+    device: flags.device,
+    threads: flags.threads,
+    kvCacheMemoryBytes: flags.kvCacheMemory,
+    loadMetricsIntervalMs: flags.loadMetricsInterval,
+    kvBytesPerToken: flags.kvBytesPerToken,
+    kvReleaseTimeoutMs: Math.round(flags.kvReleaseTimeout * 1000),
+    kvPullTimeoutMs: Math.round(flags.kvPullTimeout * 1000),
+  };
 }
 
 export function registerWorkerCommand(program: Command): void {
@@ -53,28 +83,7 @@ export function registerWorkerCommand(program: Command): void {
     .addOption(new Option('--kv-pull-timeout <seconds>', 'decode: give up a KV pull and compute the prompt after this long (keep below --kv-release-timeout)').argParser(numberInRange(0.001)).default(DEFAULT_PULL_TIMEOUT_MS / 1000));
   addRuntimeOptions(cmd).action(async (flags: WorkerFlags) => {
     const runtime = await createRuntimeFromOptions(flags, `worker-${flags.mode}`);
-    const options: WorkerOptions = {
-      engine: flags.engine,
-      modelDir: flags.model,
-      mode: flags.mode,
-      namespace: flags.namespace,
-      blockSize: flags.blockSize,
-      maxNumBatchedTokens: flags.maxNumBatchedTokens,
-      maxNumSeqs: flags.maxNumSeqs,
-      speedupRatio: flags.speedupRatio,
-      device: flags.device,
-      loadMetricsIntervalMs: flags.loadMetricsInterval,
-      kvBytesPerToken: flags.kvBytesPerToken,
-      kvReleaseTimeoutMs: Math.round(flags.kvReleaseTimeout * 1000),
-      kvPullTimeoutMs: Math.round(flags.kvPullTimeout * 1000),
-      ...(flags.modelName !== undefined && { modelName: flags.modelName }),
-      ...(flags.component !== undefined && { component: flags.component }),
-      ...(flags.numGpuBlocks !== undefined && { numGpuBlocks: flags.numGpuBlocks }),
-      ...(flags.contextLength !== undefined && { contextLength: flags.contextLength }),
-      ...(flags.perfProfile !== undefined && { perfProfile: flags.perfProfile }),
-      ...(flags.threads !== undefined && { threads: flags.threads }),
-      ...(flags.kvCacheMemory !== undefined && { kvCacheMemoryBytes: flags.kvCacheMemory }),
-    };
+    const options = workerOptionsFromFlags(flags);
     try {
       await startWorker(runtime, options);
     } catch (err) {

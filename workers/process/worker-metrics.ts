@@ -3,17 +3,7 @@
  * (llm-d's inference scheduler, the Gateway API inference extension) read to score workers.
  */
 import { Counter, Gauge, Histogram, type Registry } from 'prom-client';
-
-export interface WorkerLoadSnapshot {
-  numRunning: number;
-  numWaiting: number;
-  kvUsage: number;
-  activeBlocks: number;
-  totalBlocks: number;
-  queuedPrefillTokens: number;
-  prefixCacheQueries: number;
-  prefixCacheHits: number;
-}
+import type { EngineLoopStats } from '../engine-loop/index.js';
 
 export class WorkerMetrics {
   private readonly running: Gauge;
@@ -30,15 +20,13 @@ export class WorkerMetrics {
   readonly requests: Counter;
   readonly generatedTokens: Counter;
   readonly steps: Counter;
+  private readonly labels: { model_name: string };
   private lastQueries = 0;
   private lastHits = 0;
 
   constructor(registry: Registry, model: string) {
     const labels = { model_name: model };
-    const gauge = (name: string, help: string) => {
-      const g = new Gauge({ name, help, labelNames: ['model_name'], registers: [registry] });
-      return g;
-    };
+    const gauge = (name: string, help: string) => new Gauge({ name, help, labelNames: ['model_name'], registers: [registry] });
     const counter = (name: string, help: string) => new Counter({ name, help, labelNames: ['model_name'], registers: [registry] });
     this.running = gauge('tandem_worker_requests_running', 'Sequences in the running queue');
     this.waiting = gauge('tandem_worker_requests_waiting', 'Sequences in the waiting queue');
@@ -61,9 +49,7 @@ export class WorkerMetrics {
     this.labels = labels;
   }
 
-  private readonly labels: { model_name: string };
-
-  update(s: WorkerLoadSnapshot): void {
+  update(s: EngineLoopStats): void {
     const l = this.labels;
     this.running.set(l, s.numRunning);
     this.waiting.set(l, s.numWaiting);

@@ -156,7 +156,7 @@ export async function startWorker(runtime: DistributedRuntime, options: WorkerOp
       },
       onLoadMetrics: (m: LoadMetrics) => {
         metrics.steps.inc({ model_name: modelName });
-        metrics.update(loop.stats());
+        metrics.update(loop.stats(m));
         const now = Date.now();
         if (now - lastLoadPublish < options.loadMetricsIntervalMs) return;
         lastLoadPublish = now;
