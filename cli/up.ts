@@ -65,7 +65,7 @@ function pipeWithPrefix(child: ChildProcess, label: string, onLine?: (line: stri
   }
 }
 
-async function waitForModel(url: string, timeoutMs: number, children: ChildProcess[], isListening: () => boolean, routable: number): Promise<string> {
+async function waitForModel(urlOf: () => string, timeoutMs: number, children: ChildProcess[], isListening: () => boolean, routable: number): Promise<string> {
   const deadline = Date.now() + timeoutMs;
   while (Date.now() < deadline) {
     if (children.some((c) => c.exitCode !== null)) throw new Error('a child process exited during start-up (see its log above)');
@@ -76,7 +76,7 @@ async function waitForModel(url: string, timeoutMs: number, children: ChildProce
     }
     try {
       // /health lists routable (agg + decode) instances per model; prefill workers never are.
-      const res = await fetch(`${url}/health`);
+      const res = await fetch(`${urlOf()}/health`);
       const body = (await res.json()) as { models?: Array<{ name: string; instances: number }> };
       const model = body.models?.find((m) => m.instances >= routable);
       if (model) return model.name;
@@ -147,6 +147,13 @@ async function runUp(flags: UpFlags, frontendExtra: string[]): Promise<void> {
 
   const children: ChildProcess[] = [];
   let frontendListening = false;
+  // The frontend says where it listens; with --http-port 0 that is the only way to know the port.
+  let listeningUrl: string | undefined;
+  const onFrontendLine = (line: string) => {
+    if (frontendListening || !line.includes('frontend listening')) return;
+    frontendListening = true;
+    listeningUrl = /"url":"(http:[^"]+)"/.exec(line)?.[1] ?? /listening on (http:\/\/\S+)/.exec(line)?.[1];
+  };
   // Every worker must be up before "ready": a model listed from a prefill card alone cannot serve.
   let workersReady = 0;
   const start = (label: string, args: string[]) => {
@@ -156,7 +163,7 @@ async function runUp(flags: UpFlags, frontendExtra: string[]): Promise<void> {
     pipeWithPrefix(
       child,
       label,
-      label === 'frontend' ? (line) => (frontendListening ||= line.includes('frontend listening')) : (line) => (workersReady += line.includes('"msg":"worker ready"') ? 1 : 0),
+      label === 'frontend' ? (line) => onFrontendLine(line) : (line) => (workersReady += line.includes('"msg":"worker ready"') ? 1 : 0),
     );
     children.push(child);
     return child;
@@ -198,10 +205,12 @@ async function runUp(flags: UpFlags, frontendExtra: string[]): Promise<void> {
     });
   }
 
-  const url = `http://${flags.host === '0.0.0.0' ? '127.0.0.1' : flags.host}:${flags.httpPort}`;
+  const configuredUrl = `http://${flags.host === '0.0.0.0' ? '127.0.0.1' : flags.host}:${flags.httpPort}`;
+  const urlOf = () => (listeningUrl ?? configuredUrl).replace('://0.0.0.0:', '://127.0.0.1:');
   try {
     const total = (flags.workers ?? 0) + flags.prefill + flags.decode;
-    const model = await waitForModel(url, 120_000, children, () => frontendListening && workersReady >= total, Math.max(1, (flags.workers ?? 0) + flags.decode));
+    const model = await waitForModel(urlOf, 120_000, children, () => frontendListening && workersReady >= total, Math.max(1, (flags.workers ?? 0) + flags.decode));
+    const url = urlOf();
     process.stdout.write(
       [
         '',

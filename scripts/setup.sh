@@ -35,7 +35,14 @@ if [ ! -d node_modules ] || [ package-lock.json -nt node_modules/.package-lock.j
   echo "setup: installing npm dependencies"
   npm install --no-audit --no-fund --loglevel=error
 else
-  npm run --silent build
-  npm run --silent build:native
+  # Already installed: rebuild, and show the compilers' output only if something fails.
+  log=$(mktemp)
+  if ! { npm run --silent build && npm run --silent build:native; } >"$log" 2>&1; then
+    cat "$log" >&2
+    rm -f "$log"
+    echo "setup: the build failed (output above)" >&2
+    exit 1
+  fi
+  rm -f "$log"
 fi
 echo "setup: ready"

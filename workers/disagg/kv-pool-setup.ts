@@ -4,6 +4,8 @@
  *   - mocker: a real host pool of numBlocks × blockSize × kvBytesPerToken bytes allocated by
  *     the agent, with the mocker wrapped so computed tokens leave verifiable stamps in it.
  */
+import { totalmem } from 'node:os';
+import { ConfigError } from '../../runtime/errors.js';
 import type { Engine } from '../engines/engine.js';
 import type { NativeEngine } from '../engines/native/index.js';
 import { UcxTransferAgent, type KvPool, type KvTransferAgent, type KvTransferCounters } from '../kv-transfer/index.js';
@@ -29,6 +31,22 @@ export interface KvTransferSetup {
 
 export const DEFAULT_MOCKER_KV_BYTES_PER_TOKEN = 1024;
 
+/**
+ * The mocker's pool is real memory (shared memory where UCX can): refuse a size this machine
+ * cannot hold up front, instead of being OOM-killed mid-start and leaving /dev/shm files behind.
+ */
+function assertPoolFits(numBlocks: number, blockBytes: number): void {
+  const bytes = numBlocks * blockBytes;
+  const limit = Math.floor(totalmem() * 0.5);
+  if (bytes > limit) {
+    const fits = Math.max(1, Math.floor(limit / blockBytes));
+    throw new ConfigError(
+      `the KV pool needs ${(bytes / 2 ** 30).toFixed(1)} GiB (${numBlocks} blocks × ${blockBytes} bytes), more than half of this machine's ` +
+        `${(totalmem() / 2 ** 30).toFixed(1)} GiB; lower --num-gpu-blocks (at most ${fits} here) or --kv-bytes-per-token`,
+    );
+  }
+}
+
 export function setupKvTransfer(engine: Engine, options: KvTransferSetupOptions): KvTransferSetup {
   const agent = UcxTransferAgent.create({
     ...(options.ucxConfig !== undefined ? { config: options.ucxConfig } : {}),
@@ -42,6 +60,7 @@ export function setupKvTransfer(engine: Engine, options: KvTransferSetupOptions)
     }
     const { blockSize, numBlocks } = engine.info;
     const bytesPerToken = options.kvBytesPerToken;
+    assertPoolFits(numBlocks, blockSize * bytesPerToken);
     const pool = agent.allocatePool({ numBlocks, blockBytes: blockSize * bytesPerToken, layout: stampedLayoutName(blockSize, bytesPerToken) });
     const buffer = pool.buffer instanceof ArrayBuffer ? pool.buffer : (pool.buffer.buffer as ArrayBuffer);
     const stamps = new StampedKvPool(buffer, blockSize, bytesPerToken);
