@@ -2,17 +2,24 @@
  * `RadixIndexer`: the exact prefix index, fed by worker KV events (DESIGN.md "KV events").
  *
  * Two views of the same nodes:
- *   - the radix tree, edges labelled by local hash under the parent, for matching requests;
- *   - `bySeq`, sequence hash (wire decimal string) → node, for applying events: a Stored event
- *     names its parent by sequence hash and Removed names blocks by sequence hash.
+ *   - the prefix tree (`PrefixArena`), edges labelled by local hash under the parent, for
+ *     matching requests;
+ *   - `bySeq`, sequence hash → node id, for applying events: a Stored event names its parent by
+ *     sequence hash and Removed names blocks by sequence hash.
  * A node is shared by every worker that holds that block; which workers is a bitset row.
+ * Hashes arrive as u64 decimal strings (the wire form); they are parsed once into u32 halves
+ * (`U64Parser`) and formatted back only for dumps and `blocksOf`. Nothing on the apply path
+ * allocates per block: see router/README.md "Key representation".
  *
  * Events are applied in the order given; ordering and gaps are the `EventSequencer`'s job.
  */
 import type { InstanceId, KvEventData, KvStoredBlock } from '../proto/wire.js';
 import type { BlockHashInput, IndexDump, IndexStats, KvIndexer, OverlapScores, WorkerBlocksDump } from './indexer.js';
 import { toBigints } from './indexer.js';
-import { MatchBuffer, RadixTree, type RadixNode } from './radix-tree.js';
+import { PrefixArena, ROOT } from './prefix-arena.js';
+import { MatchBuffer } from './radix-tree.js';
+import { formatU64, U64Parser } from './u64-decimal.js';
+import { KeyTable } from './u64-table.js';
 import { WorkerSlots } from './worker-slots.js';
 
 /** Things in the event stream that could not be applied as written; counted, never thrown. */
@@ -23,17 +30,28 @@ export interface IndexAnomalies {
   labelConflicts: number;
   /** Removed named a block this worker did not hold. */
   unknownRemovals: number;
-  /** Hash strings that were not u64 decimals. */
+  /** Stored hashes (block or tokens) that were not u64 decimals; the rest of that chain is skipped. */
   malformedHashes: number;
 }
 
 export class RadixIndexer implements KvIndexer {
-  private readonly bySeq = new Map<string, RadixNode>();
-  private readonly tree = new RadixTree((node) => {
-    if (node.seqKey !== undefined) this.bySeq.delete(node.seqKey);
+  /** (0, sequence hash) → node id. */
+  private readonly bySeq = new KeyTable(4096);
+  private readonly tree = new PrefixArena((id) => {
+    this.bySeq.delete(0, this.tree.seq, 2 * id);
   });
+  private readonly parser = new U64Parser();
+  /** Parsed hashes: [0, 1] parent or block sequence hash, [2, 3] local hash. */
+  private readonly key = new Int32Array(4);
   private readonly slots = new WorkerSlots();
   private perWorker = new Int32Array(32);
+  // Per worker slot, the last block it stored: a Stored event's parent is usually the last
+  // block of that worker's previous event (prefill chunks, decode blocks), so the parent is
+  // found by a string compare instead of a parse and a table probe. (id, generation) guards
+  // against the node having been freed since.
+  private lastHash: Array<string | undefined> = [];
+  private lastNode = new Int32Array(32);
+  private lastGen = new Int32Array(32);
   private entries = 0;
   private readonly matchBuf = new MatchBuffer();
   readonly anomalies: IndexAnomalies = { orphanBlocks: 0, labelConflicts: 0, unknownRemovals: 0, malformedHashes: 0 };
@@ -95,16 +113,21 @@ export class RadixIndexer implements KvIndexer {
     const slot = this.slots.slotOf(workerId);
     if (slot === undefined) return [];
     const out: string[] = [];
-    for (const [key, node] of this.bySeq) if (this.tree.hasWorker(node, slot)) out.push(key);
+    const t = this.tree;
+    for (let id = ROOT + 1; id < t.highWater; id++) {
+      if (t.isLive(id) && t.hasWorker(id, slot)) out.push(formatU64(t.seq[2 * id]!, t.seq[2 * id + 1]!));
+    }
     return out;
   }
 
   dump(): IndexDump {
+    const t = this.tree;
     const byWorker = new Map<number, KvEventData[]>();
-    const visit = (node: RadixNode): void => {
-      const parentKey = node.parent === this.tree.root ? undefined : node.parent?.seqKey;
-      const block: KvStoredBlock = { blockHash: node.seqKey!, tokensHash: node.localHash.toString() };
-      this.tree.forEachWorker(node, (slot) => {
+    const visit = (id: number): void => {
+      const p = t.parent[id]!;
+      const parentKey = p < 0 || p === ROOT ? undefined : formatU64(t.seq[2 * p]!, t.seq[2 * p + 1]!);
+      const block: KvStoredBlock = { blockHash: formatU64(t.seq[2 * id]!, t.seq[2 * id + 1]!), tokensHash: formatU64(t.loc[2 * id]!, t.loc[2 * id + 1]!) };
+      t.forEachWorker(id, (slot) => {
         let events = byWorker.get(slot);
         if (events === undefined) byWorker.set(slot, (events = []));
         const last = events[events.length - 1];
@@ -118,11 +141,12 @@ export class RadixIndexer implements KvIndexer {
         events.push(parentKey === undefined ? { type: 'stored', blocks: [block] } : { type: 'stored', parentHash: parentKey, blocks: [block] });
       });
     };
-    this.tree.forEachDescendant(this.tree.root, visit);
-    for (const node of this.bySeq.values()) {
-      if (node.parent !== undefined) continue;
-      visit(node);
-      this.tree.forEachDescendant(node, visit);
+    t.forEachDescendant(ROOT, visit);
+    // Orphan subtrees (parent never seen) are dumped as roots, as before.
+    for (let id = ROOT + 1; id < t.highWater; id++) {
+      if (!t.isLive(id) || t.parent[id] !== -1) continue;
+      visit(id);
+      t.forEachDescendant(id, visit);
     }
     const workers: WorkerBlocksDump[] = [];
     for (const id of this.slots.ids()) {
@@ -152,9 +176,15 @@ export class RadixIndexer implements KvIndexer {
   private slotFor(workerId: InstanceId): number {
     const slot = this.slots.acquire(workerId);
     if (slot >= this.perWorker.length) {
-      const next = new Int32Array(Math.max(this.perWorker.length * 2, slot + 1));
-      next.set(this.perWorker);
-      this.perWorker = next;
+      const size = Math.max(this.perWorker.length * 2, slot + 1);
+      const grow = (a: Int32Array) => {
+        const b = new Int32Array(size);
+        b.set(a);
+        return b;
+      };
+      this.perWorker = grow(this.perWorker);
+      this.lastNode = grow(this.lastNode);
+      this.lastGen = grow(this.lastGen);
     }
     this.tree.ensureWorkerCapacity(this.slots.highWater);
     return slot;
@@ -162,22 +192,32 @@ export class RadixIndexer implements KvIndexer {
 
   private applyStored(slot: number, parentHash: string | undefined, blocks: readonly KvStoredBlock[]): void {
     const tree = this.tree;
-    let parent: RadixNode | undefined = parentHash === undefined ? tree.root : this.bySeq.get(parentHash);
+    const seq = this.bySeq;
+    const p = this.parser;
+    const key = this.key;
+    // An unknown (or unparsable) parent leaves the chain orphaned, as a never-seen parent does.
+    let parent: number;
+    if (parentHash === undefined) parent = ROOT;
+    else if (parentHash === this.lastHash[slot] && tree.generation(this.lastNode[slot]!) === this.lastGen[slot] && tree.isLive(this.lastNode[slot]!)) parent = this.lastNode[slot]!;
+    else parent = p.parse(parentHash, key, 0) ? seq.get(0, key, 0) : -1;
     for (let i = 0; i < blocks.length; i++) {
       const b = blocks[i]!;
-      let node = this.bySeq.get(b.blockHash);
-      if (node === undefined) {
-        const local = parseU64(b.tokensHash);
-        if (local === undefined) {
-          // The rest of the chain hangs off this block, so none of it can be placed.
+      // The rest of the chain hangs off this block, so none of it can be placed.
+      if (!p.parse(b.blockHash, key, 0)) {
+        this.anomalies.malformedHashes++;
+        return;
+      }
+      let node = seq.get(0, key, 0);
+      if (node < 0) {
+        if (!p.parse(b.tokensHash, key, 2)) {
           this.anomalies.malformedHashes++;
           return;
         }
-        node = tree.createNode(local, b.blockHash);
-        this.bySeq.set(b.blockHash, node);
-        if (parent === undefined) this.anomalies.orphanBlocks++;
+        node = tree.create(key, 0, key, 2);
+        seq.set(0, key, 0, node);
+        if (parent < 0) this.anomalies.orphanBlocks++;
         else if (!tree.link(parent, node)) this.anomalies.labelConflicts++;
-      } else if (node.parent === undefined && parent !== undefined) {
+      } else if (parent >= 0 && tree.parent[node]! < 0) {
         // An orphan whose parent is now known: hang it (and its subtree) in place.
         if (!tree.link(parent, node)) this.anomalies.labelConflicts++;
       }
@@ -187,12 +227,19 @@ export class RadixIndexer implements KvIndexer {
       }
       parent = node;
     }
+    if (parent > ROOT && blocks.length > 0) {
+      this.lastHash[slot] = blocks[blocks.length - 1]!.blockHash;
+      this.lastNode[slot] = parent;
+      this.lastGen[slot] = tree.generation(parent);
+    }
   }
 
   private applyRemoved(slot: number, hashes: readonly string[]): void {
+    const p = this.parser;
+    const key = this.key;
     for (let i = 0; i < hashes.length; i++) {
-      const node = this.bySeq.get(hashes[i]!);
-      if (node !== undefined && this.tree.removeWorker(node, slot)) {
+      const node = p.parse(hashes[i]!, key, 0) ? this.bySeq.get(0, key, 0) : -1;
+      if (node >= 0 && this.tree.removeWorker(node, slot)) {
         this.perWorker[slot]!--;
         this.entries--;
       } else {
@@ -203,22 +250,11 @@ export class RadixIndexer implements KvIndexer {
 
   private clearSlot(slot: number): void {
     if (this.perWorker[slot] === 0) return;
-    // Deleting from a Map while iterating it is safe: pruned nodes are simply not visited.
-    for (const node of this.bySeq.values()) {
-      if (this.tree.removeWorker(node, slot)) this.entries--;
+    // Pruning frees ids while we walk; freed ones read as not live and are skipped.
+    const t = this.tree;
+    for (let id = ROOT + 1; id < t.highWater; id++) {
+      if (t.isLive(id) && t.removeWorker(id, slot)) this.entries--;
     }
     this.perWorker[slot] = 0;
-  }
-}
-
-const U64_MAX = (1n << 64n) - 1n;
-
-function parseU64(text: string): bigint | undefined {
-  if (typeof text !== 'string' || text.length === 0 || text.length > 20) return undefined;
-  try {
-    const v = BigInt(text);
-    return v >= 0n && v <= U64_MAX ? v : undefined;
-  } catch {
-    return undefined;
   }
 }

@@ -2,6 +2,8 @@ import { xxh3 } from '@node-rs/xxhash';
 import { describe, expect, it } from 'vitest';
 import { BlockHasher } from '../../router/block-hasher.js';
 import { blockHashes, chainHash, KV_HASH_SEED, localBlockHashes, sequenceHashes, xxh3Seeded } from '../../router/hashing.js';
+import { Xxh3Wasm } from '../../router/xxh3-wasm.js';
+import { SeededRng } from '../../router/random.js';
 
 const PRIME32 = 2654435761n;
 const PRIME64 = 11400714785074694797n;
@@ -113,12 +115,69 @@ describe('block hashing chain (DESIGN.md "KV events and block hashing")', () => 
   });
 });
 
-describe('BlockHasher (allocation-light hot path)', () => {
+describe('Xxh3Wasm (batched XXH3-64 for 9–128-byte inputs)', () => {
+  const buffer = sanityBuffer(2367);
+  const inRange = XXH3_VECTORS.filter(([len]) => len >= 9 && len <= 128);
+
+  it('covers the published vectors of its length range', () => {
+    expect(inRange.map(([len]) => len)).toEqual([12, 12, 24, 24, 48, 48, 80, 80]);
+  });
+
+  it.each(inRange)('len %i seed %s matches the published XXH3-64', (len, seed, hash) => {
+    const w = Xxh3Wasm.create(seed)!;
+    expect(w).toBeDefined();
+    w.ensure(len);
+    new Uint8Array(w.u32.buffer).set(buffer.subarray(0, len));
+    expect(w.hash(0, len)).toBe(hash);
+  });
+
+  it('equals @node-rs/xxhash (seed 1337) for every length 9–128 at unaligned offsets', () => {
+    const w = Xxh3Wasm.create(KV_HASH_SEED)!;
+    const rng = new SeededRng(5);
+    const bytes = new Uint8Array(w.u32.buffer);
+    for (let len = 9; len <= 128; len++) {
+      for (let k = 0; k < 4; k++) {
+        const at = 1 + k * 3;
+        for (let i = 0; i < len; i++) bytes[at + i] = Math.floor(rng.next() * 256);
+        expect(w.hash(at, len)).toBe(xxh3.xxh64(bytes.slice(at, at + len), KV_HASH_SEED));
+      }
+    }
+  });
+});
+
+describe('BlockHasher (the router hot path)', () => {
   it('computes exactly what hashing.ts computes', () => {
     const toks = Array.from({ length: 16 * 20 + 5 }, (_, i) => (i * 7919 + 3) % 50000);
     const hasher = new BlockHasher(16);
+    expect(hasher.backend).toBe('wasm');
     const ref = blockHashes(toks, 16);
     expect(hasher.both(toks)).toEqual(ref);
     expect(hasher.sequence(ref.local.slice(3), ref.seq[2])).toEqual(ref.seq.slice(3));
+  });
+
+  it.each([3, 4, 8, 16, 32, 33, 64])('block size %i: WASM (3–32 tokens) and per-block native paths agree with the reference', (bs) => {
+    const rng = new SeededRng(bs);
+    // Token values that u32 encoding must handle: 0, 2^32 − 1, negatives and > 2^32 wrap like `>>> 0`.
+    const toks = Array.from({ length: bs * 40 + bs - 1 }, (_, i) => (i % 97 === 0 ? -1 : i % 89 === 0 ? 2 ** 32 + 5 : i % 83 === 0 ? 0xffffffff : Math.floor(rng.next() * 200000)));
+    const ref = blockHashes(toks, bs);
+    const fast = new BlockHasher(bs);
+    const native = new BlockHasher(bs, { native: true });
+    expect(fast.backend).toBe(bs * 4 >= 9 && bs * 4 <= 128 ? 'wasm' : 'native');
+    expect(native.backend).toBe('native');
+    for (const h of [fast, native]) {
+      expect(h.both(toks)).toEqual(ref);
+      expect(h.local(Uint32Array.from(toks.map((t) => t >>> 0)))).toEqual(ref.local);
+      expect(h.sequence(ref.local.slice(7), ref.seq[6])).toEqual(ref.seq.slice(7));
+      expect(h.both(toks.slice(0, bs - 1))).toEqual({ local: [], seq: [] });
+    }
+  });
+
+  it('grows its memory for long prompts (128k tokens) and stays correct afterwards', () => {
+    const rng = new SeededRng(11);
+    const long = Array.from({ length: 131072 }, () => Math.floor(rng.next() * 150000));
+    const hasher = new BlockHasher(16);
+    const ref = blockHashes(long, 16);
+    expect(hasher.both(long)).toEqual(ref);
+    expect(hasher.both(long.slice(0, 64))).toEqual(blockHashes(long.slice(0, 64), 16));
   });
 });
