@@ -10,6 +10,7 @@ export {
   type NativeAddon,
   type RawEngineHandle,
   type RawEngineInfo,
+  type RawKvLayout,
   type RawStepResult,
   type LoadEngineOptions,
 } from './lib/binding.js';

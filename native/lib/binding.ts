@@ -44,6 +44,25 @@ export interface LoadEngineOptions {
   memoryBudgetBytes?: number;
   blockSize?: number;
   threads?: number;
+  /**
+   * Caller-owned KV pool (e.g. a UCX `allocatePool` buffer, which a peer reads over shared
+   * memory without this process's CPU): exactly numBlocks × kvBytesPerBlock bytes (see
+   * `describeKvLayout`); with numBlocks unset the block count is taken from its size. The
+   * handle keeps it referenced; its owner must keep it mapped until the engine is closed.
+   */
+  kvPool?: ArrayBuffer;
+}
+
+/** Pool sizing for a set of load options, from config.json alone (no weights). */
+export interface RawKvLayout {
+  numBlocks: number;
+  blockSize: number;
+  numLayers: number;
+  numKvHeads: number;
+  headDim: number;
+  kvBytesPerToken: number;
+  kvBytesPerBlock: number;
+  kvLayout: string;
 }
 
 export interface RawEngineInfo {
@@ -61,6 +80,8 @@ export interface RawEngineInfo {
   numBlocks: number;
   blockSize: number;
   kvLayout: string;
+  /** The pool is caller-owned memory (loadEngine's kvPool or adoptKvPool). */
+  kvPoolExternal: boolean;
   backend: string;
   threads: number;
 }
@@ -91,9 +112,16 @@ export interface RawEngineHandle {
   /**
    * The paged KV pool as an ArrayBuffer over the engine's memory (no copy), block-major
    * (`kvLayout`), `kvBytesPerBlock * numBlocks` bytes; for registering with a transfer agent.
-   * The buffer keeps the pool alive after close() until it is collected.
+   * The buffer keeps the pool alive after close() until it is collected. A caller-owned pool
+   * comes back as the very ArrayBuffer that was given.
    */
   kvPool(): ArrayBuffer;
+  /**
+   * Moves the pool into caller-owned memory of exactly `kvBytesPerBlock * numBlocks` bytes,
+   * freeing the engine's own; contents are not copied, so call it before the first step.
+   * Throws `invalid_argument` on a size mismatch.
+   */
+  adoptKvPool(buffer: ArrayBuffer): void;
   /** Frees the engine (after any step in flight finishes). */
   close(): void;
 }
@@ -101,6 +129,8 @@ export interface RawEngineHandle {
 export interface NativeAddon {
   loadEngine(options: LoadEngineOptions): Promise<RawEngineHandle>;
   backends(): string[];
+  /** Throws `invalid_argument` / `not_found` / `config_invalid` like loadEngine would. */
+  describeKvLayout(options: Omit<LoadEngineOptions, 'kvPool'>): RawKvLayout;
   kvLayout: string;
 }
 

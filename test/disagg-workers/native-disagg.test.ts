@@ -8,6 +8,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { isNativeBuilt } from '../../native/index.js';
 import type { PreprocessedRequest, TokenDelta } from '../../proto/wire.js';
 import type { DistributedRuntime } from '../../runtime/distributed-runtime.js';
+import type { NativeEngine } from '../../workers/engines/native/index.js';
 import { isUcxBuilt } from '../../workers/kv-transfer/index.js';
 import type { RunningWorker } from '../../workers/process/worker-process.js';
 import { collect, disagg, gauge, greedy, startTrio, tokens, waitFor, type Clients, type WorkerTrio } from './helpers.js';
@@ -55,6 +56,15 @@ describe.skipIf(!isNativeBuilt() || !isUcxBuilt()).each(TRANSPORTS)('native pref
     expect(decode.card.ucxWorkerAddress).toMatch(/^[0-9a-f]+$/);
     expect(prefill.card.kvBytesPerToken).toBeGreaterThan(0);
     expect(agg.card.ucxWorkerAddress).toBeUndefined();
+    // Both engines compute in their agent's allocation (mapped by the peer over shm), not in
+    // memory of their own that the agent would have to serve with its progress thread.
+    for (const w of [prefill, decode]) {
+      const kv = w.disagg!.kv;
+      const engine = kv.engine as NativeEngine;
+      expect(engine.kvPoolExternal).toBe(true);
+      expect(engine.kvPool()).toBe(kv.pool.buffer);
+      expect(kv.pool.numBlocks).toBe(engine.info.numBlocks);
+    }
 
     const request = greedy(tokens(37, 1), 12);
     const bytesBefore = decode.disagg!.kv.agent.counters.bytesTotal;

@@ -1,13 +1,16 @@
 /**
- * Gives a prefill or decode worker its transfer agent and a registered KV pool:
- *   - native engine: the engine's own pool (an ArrayBuffer over its memory), read in place;
+ * Gives a prefill or decode worker its transfer agent and a KV pool the agent allocated:
+ *   - native engine: the engine's pool lives in the agent's allocation (UCX memory, shared
+ *     memory where UCX can), so a peer over `sm` reads blocks with one memcpy and without this
+ *     process's CPU. `setupNativeKvTransfer` allocates before loading the weights;
+ *     `setupKvTransfer` moves an already loaded engine's pool there (`adoptKvPool`);
  *   - mocker: a real host pool of numBlocks × blockSize × kvBytesPerToken bytes allocated by
  *     the agent, with the mocker wrapped so computed tokens leave verifiable stamps in it.
  */
 import { totalmem } from 'node:os';
 import { ConfigError } from '../../runtime/errors.js';
 import type { Engine } from '../engines/engine.js';
-import type { NativeEngine } from '../engines/native/index.js';
+import type { NativeEngine, NativeEngineOptions } from '../engines/native/index.js';
 import { UcxTransferAgent, type KvPool, type KvTransferAgent, type KvTransferCounters } from '../kv-transfer/index.js';
 import { StampedKvPool, StampingEngine, stampedLayoutName } from './stamped-kv.js';
 
@@ -47,15 +50,51 @@ function assertPoolFits(numBlocks: number, blockBytes: number): void {
   }
 }
 
-export function setupKvTransfer(engine: Engine, options: KvTransferSetupOptions): KvTransferSetup {
-  const agent = UcxTransferAgent.create({
+function createAgent(options: Omit<KvTransferSetupOptions, 'kvBytesPerToken'>): KvTransferAgent {
+  return UcxTransferAgent.create({
     ...(options.ucxConfig !== undefined ? { config: options.ucxConfig } : {}),
     ...(options.counters !== undefined ? { counters: options.counters } : {}),
   });
+}
+
+function poolArrayBuffer(pool: KvPool): ArrayBuffer {
+  const b = pool.buffer;
+  if (b instanceof ArrayBuffer && b.byteLength === pool.numBlocks * pool.blockBytes) return b;
+  throw new ConfigError(`the transfer agent's pool is not one ArrayBuffer of ${pool.numBlocks} × ${pool.blockBytes} bytes`);
+}
+
+/**
+ * Native engine for a prefill/decode worker, in the order that never holds two pools: agent,
+ * pool size from config.json, the agent's allocation, then the weights load into it. The
+ * engine must be closed before `close()` (which frees the pool); EngineLoop.close() does.
+ */
+export async function setupNativeKvTransfer(
+  engineOptions: Omit<NativeEngineOptions, 'kvPool'>,
+  options: Omit<KvTransferSetupOptions, 'kvBytesPerToken'> = {},
+): Promise<KvTransferSetup & { engine: NativeEngine }> {
+  const { createNativeEngine, describeNativeKvLayout, nativeKvLayoutName } = await import('../engines/native/index.js');
+  const layout = describeNativeKvLayout(engineOptions);
+  const agent = createAgent(options);
+  try {
+    assertPoolFits(layout.numBlocks, layout.kvBytesPerBlock);
+    const pool = agent.allocatePool({ numBlocks: layout.numBlocks, blockBytes: layout.kvBytesPerBlock, layout: nativeKvLayoutName(layout) });
+    const engine = await createNativeEngine({ ...engineOptions, numBlocks: layout.numBlocks, kvPool: poolArrayBuffer(pool) });
+    return { engine, agent, pool, close: () => agent.close() };
+  } catch (err) {
+    agent.close();
+    throw err;
+  }
+}
+
+export function setupKvTransfer(engine: Engine, options: KvTransferSetupOptions): KvTransferSetup {
+  const agent = createAgent(options);
   try {
     if (engine.info.kind === 'native') {
       const native = engine as NativeEngine;
-      const pool = agent.registerPool(native.kvPool(), { blockBytes: native.model.kvBytesPerBlock, layout: native.kvLayoutName });
+      // Memory given to registerPool is served by this process's progress thread (slow under
+      // load over sm); an allocated pool is mapped and read by the peer directly.
+      const pool = agent.allocatePool({ numBlocks: native.info.numBlocks, blockBytes: native.model.kvBytesPerBlock, layout: native.kvLayoutName });
+      native.adoptKvPool(poolArrayBuffer(pool));
       return { engine, agent, pool, close: () => agent.close() };
     }
     const { blockSize, numBlocks } = engine.info;

@@ -31,6 +31,7 @@ import {
   PinnedBlocks,
   PrefillHandler,
   setupKvTransfer,
+  setupNativeKvTransfer,
   type KvReleaseRequest,
   type KvReleaseResponse,
   type KvTransferSetup,
@@ -108,14 +109,40 @@ async function createEngine(options: WorkerOptions, config: ModelConfig): Promis
   }
   // Loaded lazily so a machine without the native addon can still run the mocker.
   const { createNativeEngine } = await import('../engines/native/index.js');
-  return createNativeEngine({
+  return createNativeEngine(nativeEngineOptions(options));
+}
+
+function nativeEngineOptions(options: WorkerOptions) {
+  return {
     modelDir: options.modelDir,
     device: options.device,
     blockSize: options.blockSize,
     ...(options.numGpuBlocks !== undefined ? { numBlocks: options.numGpuBlocks } : {}),
     ...(options.kvCacheMemoryBytes !== undefined ? { memoryBudgetBytes: options.kvCacheMemoryBytes } : {}),
     ...(options.threads !== undefined ? { threads: options.threads } : {}),
-  });
+  };
+}
+
+/**
+ * The engine, plus for prefill/decode workers the transfer agent with the KV pool registered.
+ * A native engine is loaded straight into the agent's allocated pool (peers then read it with
+ * one memcpy over shared memory, and the pool never exists twice).
+ */
+async function createEngineWithTransfer(options: WorkerOptions, config: ModelConfig): Promise<{ engine: Engine; kv?: KvTransferSetup }> {
+  const ucx = options.ucxConfig !== undefined ? { ucxConfig: options.ucxConfig } : {};
+  if (options.mode === 'agg') return { engine: await createEngine(options, config) };
+  if (options.engine === 'native') {
+    const kv = await setupNativeKvTransfer(nativeEngineOptions(options), ucx);
+    return { engine: kv.engine, kv };
+  }
+  const engine = await createEngine(options, config);
+  try {
+    const kv = setupKvTransfer(engine, { kvBytesPerToken: options.kvBytesPerToken ?? DEFAULT_MOCKER_KV_BYTES_PER_TOKEN, ...ucx });
+    return { engine: kv.engine, kv };
+  } catch (err) {
+    await engine.close();
+    throw err;
+  }
 }
 
 export async function startWorker(runtime: DistributedRuntime, options: WorkerOptions): Promise<RunningWorker> {
@@ -124,24 +151,11 @@ export async function startWorker(runtime: DistributedRuntime, options: WorkerOp
   const modelName = options.modelName ?? basename(modelDir);
   const componentName = options.component ?? COMPONENT_FOR_ROLE[options.mode];
   const contextLength = Math.min(options.contextLength ?? config.contextLength, config.contextLength);
-  let engine = await createEngine(options, config);
+  const { engine, kv } = await createEngineWithTransfer(options, config);
   const component = runtime.namespace(options.namespace).component(componentName);
   const metrics = new WorkerMetrics(runtime.metrics, modelName);
   const log = runtime.logger.child({ component: componentName, model: modelName });
 
-  let kv: KvTransferSetup | undefined;
-  if (options.mode !== 'agg') {
-    try {
-      kv = setupKvTransfer(engine, {
-        kvBytesPerToken: options.kvBytesPerToken ?? DEFAULT_MOCKER_KV_BYTES_PER_TOKEN,
-        ...(options.ucxConfig !== undefined ? { ucxConfig: options.ucxConfig } : {}),
-      });
-    } catch (err) {
-      await engine.close();
-      throw err;
-    }
-    engine = kv.engine;
-  }
   const disagg = kv === undefined ? undefined : await startDisagg(runtime, options, kv, modelName, log, () => loop);
 
   let lastLoadPublish = 0;

@@ -92,15 +92,18 @@ class EngineHandle : public Napi::ObjectWrap<EngineHandle> {
   static Napi::Function define(Napi::Env env) {
     return DefineClass(env, "NativeEngineHandle",
                        {InstanceMethod<&EngineHandle::info>("info"), InstanceMethod<&EngineHandle::step>("step"),
-                        InstanceMethod<&EngineHandle::kvPool>("kvPool"), InstanceMethod<&EngineHandle::close>("close")});
+                        InstanceMethod<&EngineHandle::kvPool>("kvPool"),
+                        InstanceMethod<&EngineHandle::adoptKvPool>("adoptKvPool"),
+                        InstanceMethod<&EngineHandle::close>("close")});
   }
 
   explicit EngineHandle(const Napi::CallbackInfo& info) : Napi::ObjectWrap<EngineHandle>(info) {
-    if (info.Length() != 1 || !info[0].IsExternal()) {
+    if (info.Length() < 1 || !info[0].IsExternal()) {
       throw make_error(info.Env(), "invalid_argument", "use loadEngine() to create an engine");
     }
     auto* holder = info[0].As<Napi::External<std::shared_ptr<Engine>>>().Data();
     engine_ = *holder;
+    if (info.Length() > 1 && info[1].IsArrayBuffer()) pool_ = Napi::Persistent(info[1].As<Napi::ArrayBuffer>());
   }
 
  private:
@@ -131,6 +134,7 @@ class EngineHandle : public Napi::ObjectWrap<EngineHandle> {
     o.Set("numBlocks", Napi::Number::New(env, static_cast<double>(kv.num_blocks)));
     o.Set("blockSize", Napi::Number::New(env, static_cast<double>(kv.block_size)));
     o.Set("kvLayout", kKvLayoutName);
+    o.Set("kvPoolExternal", Napi::Boolean::New(env, engine->kv_pool_external()));
     o.Set("backend", engine->backend_name());
     o.Set("threads", Napi::Number::New(env, engine->num_threads()));
     return o;
@@ -226,30 +230,48 @@ class EngineHandle : public Napi::ObjectWrap<EngineHandle> {
   // agent can register it and peers can read blocks in place. The buffer holds a reference
   // to the engine: the pool outlives close() until the buffer is collected, so a registered
   // region never points at freed memory.
+  // A caller-owned pool (loadEngine's kvPool, adoptKvPool) comes back as that same
+  // ArrayBuffer: its owner (the UCX agent) decides its lifetime, not the engine.
   Napi::Value kvPool(const Napi::CallbackInfo& info) {
     Napi::Env env = info.Env();
     auto engine = require_open(env);
+    if (!pool_.IsEmpty()) return pool_.Value();
     auto* keep = new std::shared_ptr<Engine>(engine);
     return Napi::ArrayBuffer::New(
         env, engine->kv_pool_base(), engine->kv_pool_bytes(),
         [](Napi::Env, void*, std::shared_ptr<Engine>* hint) { delete hint; }, keep);
   }
 
+  // Synchronous: a worker that loaded its engine first can still move the pool into a
+  // transfer agent's allocation before the first step. Waits for a running step (C++ mutex).
+  Napi::Value adoptKvPool(const Napi::CallbackInfo& info) {
+    Napi::Env env = info.Env();
+    auto engine = require_open(env);
+    if (info.Length() < 1 || !info[0].IsArrayBuffer()) {
+      throw make_error(env, "invalid_argument", "adoptKvPool(buffer: ArrayBuffer)");
+    }
+    Napi::ArrayBuffer buf = info[0].As<Napi::ArrayBuffer>();
+    try {
+      engine->adopt_kv_pool(buf.Data(), buf.ByteLength());
+    } catch (const NativeError& e) {
+      throw make_error(env, e.code_name(), e.what());
+    }
+    pool_ = Napi::Persistent(buf);
+    return env.Undefined();
+  }
+
   Napi::Value close(const Napi::CallbackInfo& info) {
     engine_.reset();
+    pool_.Reset();
     return info.Env().Undefined();
   }
 
   std::shared_ptr<Engine> engine_;
+  // Keeps a caller-owned pool's ArrayBuffer referenced while the handle lives.
+  Napi::Reference<Napi::ArrayBuffer> pool_;
 };
 
-Napi::Value load_engine(const Napi::CallbackInfo& info) {
-  Napi::Env env = info.Env();
-  if (info.Length() < 1 || !info[0].IsObject()) {
-    throw make_error(env, "invalid_argument", "loadEngine(options) needs an options object");
-  }
-  Napi::Object o = info[0].As<Napi::Object>();
-  EngineOptions opts;
+void read_engine_options(Napi::Env env, Napi::Object o, EngineOptions& opts) {
   if (!o.Get("modelDir").IsString()) throw make_error(env, "invalid_argument", "loadEngine: modelDir must be a string");
   opts.model_dir = o.Get("modelDir").As<Napi::String>().Utf8Value();
   auto num = [&](const char* key, double fallback) {
@@ -261,29 +283,79 @@ Napi::Value load_engine(const Napi::CallbackInfo& info) {
   opts.backend.memory_budget_bytes = static_cast<int64_t>(num("memoryBudgetBytes", 0));
   opts.backend.block_size = static_cast<int64_t>(num("blockSize", 16));
   opts.threads = static_cast<int>(num("threads", 0));
+}
+
+Napi::Value load_engine(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  if (info.Length() < 1 || !info[0].IsObject()) {
+    throw make_error(env, "invalid_argument", "loadEngine(options) needs an options object");
+  }
+  Napi::Object o = info[0].As<Napi::Object>();
+  EngineOptions opts;
+  read_engine_options(env, o, opts);
+  Napi::Value pool = o.Get("kvPool");
+  if (!pool.IsUndefined() && !pool.IsArrayBuffer()) {
+    throw make_error(env, "invalid_argument", "loadEngine: kvPool must be an ArrayBuffer");
+  }
+  if (pool.IsArrayBuffer()) {
+    opts.backend.kv_pool = pool.As<Napi::ArrayBuffer>().Data();
+    opts.backend.kv_pool_bytes = pool.As<Napi::ArrayBuffer>().ByteLength();
+  }
 
   class LoadWorker : public PromiseWorker {
    public:
-    LoadWorker(Napi::Env env, EngineOptions opts) : PromiseWorker(env), opts_(std::move(opts)) {}
+    // The pool's ArrayBuffer is referenced from here to the handle, so it cannot be
+    // collected while the load runs on a worker thread.
+    LoadWorker(Napi::Env env, EngineOptions opts, Napi::Value pool) : PromiseWorker(env), opts_(std::move(opts)) {
+      if (pool.IsArrayBuffer()) pool_ = Napi::Persistent(pool.As<Napi::ArrayBuffer>());
+    }
 
    protected:
     void run() override { engine_ = std::shared_ptr<Engine>(Engine::load(opts_).release()); }
     Napi::Value result(Napi::Env env) override {
       AddonData* data = env.GetInstanceData<AddonData>();
       auto ext = Napi::External<std::shared_ptr<Engine>>::New(env, &engine_);
-      Napi::Object handle = data->engine_ctor.New({ext});
-      return handle;
+      if (pool_.IsEmpty()) return data->engine_ctor.New({ext});
+      return data->engine_ctor.New({ext, pool_.Value()});
     }
 
    private:
     EngineOptions opts_;
     std::shared_ptr<Engine> engine_;
+    Napi::Reference<Napi::ArrayBuffer> pool_;
   };
 
-  auto* worker = new LoadWorker(env, std::move(opts));
+  auto* worker = new LoadWorker(env, std::move(opts), pool);
   Napi::Promise p = worker->promise();
   worker->Queue();
   return p;
+}
+
+// Synchronous and cheap (reads config.json only): the pool size a load with these options
+// would use, so a transfer agent can allocate the pool before the weights load.
+Napi::Value describe_kv_layout(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  if (info.Length() < 1 || !info[0].IsObject()) {
+    throw make_error(env, "invalid_argument", "describeKvLayout(options) needs an options object");
+  }
+  EngineOptions opts;
+  read_engine_options(env, info[0].As<Napi::Object>(), opts);
+  KvLayout kv;
+  try {
+    kv = Engine::describe_kv_layout(opts);
+  } catch (const NativeError& e) {
+    throw make_error(env, e.code_name(), e.what());
+  }
+  Napi::Object o = Napi::Object::New(env);
+  o.Set("numBlocks", Napi::Number::New(env, static_cast<double>(kv.num_blocks)));
+  o.Set("blockSize", Napi::Number::New(env, static_cast<double>(kv.block_size)));
+  o.Set("numLayers", Napi::Number::New(env, static_cast<double>(kv.num_layers)));
+  o.Set("numKvHeads", Napi::Number::New(env, static_cast<double>(kv.num_kv_heads)));
+  o.Set("headDim", Napi::Number::New(env, static_cast<double>(kv.head_dim)));
+  o.Set("kvBytesPerToken", Napi::Number::New(env, static_cast<double>(kv.bytes_per_token())));
+  o.Set("kvBytesPerBlock", Napi::Number::New(env, static_cast<double>(kv.bytes_per_block())));
+  o.Set("kvLayout", kKvLayoutName);
+  return o;
 }
 
 Napi::Value backends(const Napi::CallbackInfo& info) {
@@ -300,6 +372,7 @@ Napi::Object init(Napi::Env env, Napi::Object exports) {
   env.SetInstanceData<AddonData>(data);
   exports.Set("loadEngine", Napi::Function::New(env, load_engine, "loadEngine"));
   exports.Set("backends", Napi::Function::New(env, backends, "backends"));
+  exports.Set("describeKvLayout", Napi::Function::New(env, describe_kv_layout, "describeKvLayout"));
   exports.Set("kvLayout", Napi::String::New(env, kKvLayoutName));
   return exports;
 }

@@ -38,6 +38,11 @@ struct BackendOptions {
   int64_t num_blocks = 0;           // > 0 wins over memory_budget_bytes
   int64_t memory_budget_bytes = 0;  // KV pool budget when num_blocks is 0
   int64_t block_size = 16;
+  // Caller-owned KV pool (e.g. a UCX-allocated shared-memory region a peer maps and reads
+  // without this process's CPU). nullptr: the backend allocates its own. The Engine checks
+  // its size against the layout before the backend sees it; the caller keeps it mapped.
+  void* kv_pool = nullptr;
+  size_t kv_pool_bytes = 0;
 };
 
 class Backend {
@@ -53,6 +58,11 @@ class Backend {
   virtual void forward(const ForwardBatch& batch, float* logits) = 0;
   /** Base address of the KV pool, for registering it with a transfer agent. */
   virtual void* kv_pool_base() = 0;
+  /**
+   * Moves the pool to caller-owned memory of exactly the layout's size (checked by Engine),
+   * dropping the backend's own allocation. Only between steps; the contents are not copied.
+   */
+  virtual void adopt_kv_pool(void* base) = 0;
 };
 
 /** Backends compiled into this build, e.g. {"cpu"} or {"cpu", "cuda"}. */

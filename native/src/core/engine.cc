@@ -1,6 +1,7 @@
 #include "engine.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <cmath>
 #include <thread>
 
@@ -10,15 +11,75 @@
 
 namespace tandem {
 
+namespace {
+
+// Mirrors the CPU backend's sizing (f32 pool); the Engine checks the backend agrees after load.
+KvLayout layout_for(const ModelConfig& c, const BackendOptions& o) {
+  KvLayout kv;
+  kv.block_size = o.block_size;
+  kv.num_layers = c.num_layers;
+  kv.num_kv_heads = c.num_kv_heads;
+  kv.head_dim = c.head_dim;
+  kv.elem_bytes = sizeof(float);
+  if (kv.block_size <= 0 || kv.block_size > 1024) {
+    throw NativeError(ErrorCode::kInvalidArgument, "blockSize must be in [1, 1024]");
+  }
+  const int64_t block_bytes = static_cast<int64_t>(kv.bytes_per_block());
+  if (o.num_blocks > 0) {
+    kv.num_blocks = o.num_blocks;
+  } else if (o.kv_pool != nullptr) {
+    kv.num_blocks = static_cast<int64_t>(o.kv_pool_bytes) / block_bytes;
+  } else if (o.memory_budget_bytes > 0) {
+    kv.num_blocks = o.memory_budget_bytes / block_bytes;
+  }
+  if (kv.num_blocks < 1) {
+    throw NativeError(ErrorCode::kInvalidArgument, "the KV pool holds no block (one block is " +
+                                                       std::to_string(block_bytes) + " bytes)");
+  }
+  return kv;
+}
+
+void check_external_pool(const void* base, size_t bytes, const KvLayout& kv) {
+  const size_t want = kv.bytes_per_block() * static_cast<size_t>(kv.num_blocks);
+  if (bytes != want) {
+    throw NativeError(ErrorCode::kInvalidArgument,
+                      "kvPool is " + std::to_string(bytes) + " bytes, but " + std::to_string(kv.num_blocks) +
+                          " blocks x " + std::to_string(kv.bytes_per_block()) + " bytes per block = " +
+                          std::to_string(want) + " bytes");
+  }
+  // The own pool is malloc-aligned (16); UCX allocations are page-aligned.
+  if (reinterpret_cast<uintptr_t>(base) % 16 != 0) {
+    throw NativeError(ErrorCode::kInvalidArgument, "kvPool must be 16-byte aligned");
+  }
+}
+
+}  // namespace
+
+KvLayout Engine::describe_kv_layout(const EngineOptions& options) {
+  return layout_for(ModelConfig::load(options.model_dir), options.backend);
+}
+
 std::unique_ptr<Engine> Engine::load(const EngineOptions& options) {
   std::unique_ptr<Engine> e(new Engine());
   e->config_ = ModelConfig::load(options.model_dir);
+  BackendOptions backend = options.backend;
+  if (backend.kv_pool != nullptr) {
+    // Fix the block count before the (slow) weight load so a wrong size fails fast.
+    const KvLayout want = layout_for(e->config_, backend);
+    check_external_pool(backend.kv_pool, backend.kv_pool_bytes, want);
+    backend.num_blocks = want.num_blocks;
+    e->kv_pool_external_ = true;
+  }
   auto store = SafetensorsStore::open_dir(options.model_dir);
   int threads = options.threads > 0 ? options.threads
                                     : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   e->pool_ = std::make_unique<ThreadPool>(threads);
   // The store (and its mappings) is dropped after this: backends copy what they keep.
-  e->backend_ = create_backend(e->config_, *store, options.backend, *e->pool_);
+  e->backend_ = create_backend(e->config_, *store, backend, *e->pool_);
+  if (backend.kv_pool != nullptr && (e->kv_pool_base() != backend.kv_pool || e->kv_pool_bytes() != backend.kv_pool_bytes)) {
+    throw NativeError(ErrorCode::kInternal, std::string("backend '") + e->backend_name() +
+                                                "' did not place its KV pool in the given memory");
+  }
   for (int i = 0; i < e->pool_->size(); ++i) e->samplers_.push_back(std::make_unique<Sampler>(e->config_.vocab_size));
   return e;
 }
@@ -26,6 +87,13 @@ std::unique_ptr<Engine> Engine::load(const EngineOptions& options) {
 Engine::~Engine() = default;
 
 int Engine::num_threads() const { return pool_->size(); }
+
+void Engine::adopt_kv_pool(void* base, size_t bytes) {
+  std::lock_guard<std::mutex> lock(step_mu_);
+  check_external_pool(base, bytes, kv_layout());
+  backend_->adopt_kv_pool(base);
+  kv_pool_external_ = true;
+}
 
 void Engine::validate(const StepInput& in) const {
   auto bad = [](const std::string& what) { throw NativeError(ErrorCode::kInvalidArgument, "step: " + what); };

@@ -59,7 +59,18 @@ struct StepOutput {
 
 class Engine {
  public:
+  /**
+   * options.backend.kv_pool set: the pool lives in that caller-owned memory (e.g. a UCX
+   * allocation a peer reads over shared memory), which must be exactly
+   * num_blocks x bytes_per_block; with num_blocks 0 the block count is taken from its size.
+   * A mismatch is NativeError(invalid_argument) naming both sizes.
+   */
   static std::unique_ptr<Engine> load(const EngineOptions& options);
+  /**
+   * The KV layout load() would use (block count from num_blocks or the budget), from
+   * config.json alone: lets a caller allocate the pool before loading the weights.
+   */
+  static KvLayout describe_kv_layout(const EngineOptions& options);
   ~Engine();
 
   const ModelConfig& config() const { return config_; }
@@ -69,6 +80,13 @@ class Engine {
   /** The paged KV pool (kv_layout().bytes_per_block() * num_blocks bytes), for a transfer agent. */
   void* kv_pool_base() { return backend_->kv_pool_base(); }
   size_t kv_pool_bytes() const { return kv_layout().bytes_per_block() * static_cast<size_t>(kv_layout().num_blocks); }
+  /** True when the pool is caller-owned memory (load with kv_pool, or adopt_kv_pool). */
+  bool kv_pool_external() const { return kv_pool_external_; }
+  /**
+   * Moves the pool into caller-owned memory of exactly kv_pool_bytes(), freeing the engine's
+   * own; waits for a running step. Contents are not copied: call before the first step.
+   */
+  void adopt_kv_pool(void* base, size_t bytes);
 
   /** Runs one batched step. Bad inputs -> NativeError(invalid_argument); the pool is untouched. */
   StepOutput step(const StepInput& input);
@@ -82,6 +100,7 @@ class Engine {
   std::unique_ptr<Backend> backend_;
   std::vector<std::unique_ptr<Sampler>> samplers_;  // one per pool worker
   std::vector<float> logits_;
+  bool kv_pool_external_ = false;
   std::mutex step_mu_;  // steps are serialized; the TS side sends one at a time anyway
 };
 

@@ -53,12 +53,22 @@ CpuBackend::CpuBackend(const ModelConfig& config, const SafetensorsStore& weight
   layout_.elem_bytes = sizeof(float);
   layout_.num_blocks = pick_num_blocks(options, layout_);
   load_weights(weights);
+  if (options.kv_pool != nullptr) {
+    kv_base_ = static_cast<float*>(options.kv_pool);
+    return;
+  }
   try {
     kv_.assign(static_cast<size_t>(layout_.num_blocks * layout_.block_stride()), 0.0f);
   } catch (const std::bad_alloc&) {
     throw NativeError(ErrorCode::kResourceExhausted,
                       "cannot allocate a KV pool of " + std::to_string(layout_.num_blocks) + " blocks");
   }
+  kv_base_ = kv_.data();
+}
+
+void CpuBackend::adopt_kv_pool(void* base) {
+  kv_base_ = static_cast<float*>(base);
+  std::vector<float>().swap(kv_);
 }
 
 void CpuBackend::load_weights(const SafetensorsStore& w) {
@@ -123,8 +133,8 @@ void CpuBackend::write_kv(const ForwardBatch& batch, int64_t layer) {
       const int64_t block = s.block_table[pos / layout_.block_size];
       const int64_t slot = pos % layout_.block_size;
       const float* row = qkv_.data() + tok * qkv_w;
-      std::memcpy(kv_.data() + layout_.offset(block, layer, 0, slot), row + c.q_dim(), kv_bytes);
-      std::memcpy(kv_.data() + layout_.offset(block, layer, 1, slot), row + c.q_dim() + c.kv_dim(),
+      std::memcpy(kv_base_ + layout_.offset(block, layer, 0, slot), row + c.q_dim(), kv_bytes);
+      std::memcpy(kv_base_ + layout_.offset(block, layer, 1, slot), row + c.q_dim() + c.kv_dim(),
                   kv_bytes);
     }
   }
@@ -137,7 +147,7 @@ void CpuBackend::attention(const ForwardBatch& batch, int64_t layer) {
   a.q_stride = c.q_dim() + 2 * c.kv_dim();
   a.out = attn_.data();
   a.out_stride = c.q_dim();
-  a.kv_pool = kv_.data();
+  a.kv_pool = kv_base_;
   a.layer = layer;
   a.num_heads = c.num_heads;
   a.scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));

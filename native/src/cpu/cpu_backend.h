@@ -19,7 +19,8 @@ class CpuBackend final : public Backend {
   const char* name() const override { return "cpu"; }
   const KvLayout& kv_layout() const override { return layout_; }
   void forward(const ForwardBatch& batch, float* logits) override;
-  void* kv_pool_base() override { return kv_.data(); }
+  void* kv_pool_base() override { return kv_base_; }
+  void adopt_kv_pool(void* base) override;
 
  private:
   struct Layer {
@@ -47,7 +48,8 @@ class CpuBackend final : public Backend {
   cpu::WeightMatrix lm_head_;  // empty when tied to embed_
   std::vector<float> final_norm_;
   std::vector<Layer> layers_;
-  std::vector<float> kv_;
+  std::vector<float> kv_;      // own pool; empty when the caller supplied one
+  float* kv_base_ = nullptr;  // the pool in use: kv_.data() or BackendOptions::kv_pool
 
   // Per-step scratch, grown on demand and reused so steady-state steps do not allocate.
   std::vector<float> x_, xn_, qkv_, attn_, proj_, gate_up_, act_, rope_cos_, rope_sin_, rows_;

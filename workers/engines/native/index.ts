@@ -2,9 +2,12 @@
 export {
   NativeEngine,
   createNativeEngine,
+  describeNativeKvLayout,
+  nativeKvLayoutName,
   DEFAULT_KV_MEMORY_BYTES,
   type NativeEngineOptions,
   type NativeModelInfo,
+  type NativeKvLayout,
   type StepTiming,
 } from './native-engine.js';
 export { BatchMarshal, type MarshalledBatch } from './batch-marshal.js';

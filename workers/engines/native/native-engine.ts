@@ -5,6 +5,7 @@
  */
 import { performance } from 'node:perf_hooks';
 import { fromNativeError, loadAddon, NativeEngineError, type RawEngineHandle, type RawEngineInfo, type RawStepResult } from '../../../native/index.js';
+import type { RawKvLayout } from '../../../native/lib/binding.js';
 import type { Engine, EngineInfo, SampledToken, StepBatch, StepResult } from '../engine.js';
 import { BatchMarshal } from './batch-marshal.js';
 
@@ -21,7 +22,16 @@ export interface NativeEngineOptions {
   blockSize?: number;
   /** Host compute threads (default: all cores). */
   threads?: number;
+  /**
+   * Caller-owned KV pool, exactly numBlocks × kvBytesPerBlock bytes (`describeNativeKvLayout`):
+   * prefill/decode workers pass a UCX `allocatePool` buffer so peers read blocks over shared
+   * memory without this process's CPU. Its owner must keep it mapped until close().
+   */
+  kvPool?: ArrayBuffer;
 }
+
+/** The pool a load with these options would have, from config.json alone (no weights). */
+export type NativeKvLayout = RawKvLayout;
 
 /** Model facts the worker needs beyond EngineInfo (model card, stop tokens). */
 export type NativeModelInfo = RawEngineInfo;
@@ -35,23 +45,35 @@ export interface StepTiming {
 
 export const DEFAULT_KV_MEMORY_BYTES = 512 * 1024 * 1024;
 
-export async function createNativeEngine(options: NativeEngineOptions): Promise<NativeEngine> {
-  const addon = loadAddon();
+function sizing(options: NativeEngineOptions): { modelDir: string; device: string; numBlocks: number; memoryBudgetBytes: number; blockSize: number; threads: number } {
   const numBlocks = options.numBlocks ?? 0;
   const memoryBudgetBytes = numBlocks > 0 ? 0 : (options.memoryBudgetBytes ?? DEFAULT_KV_MEMORY_BYTES);
+  return { modelDir: options.modelDir, device: options.device ?? 'cpu', numBlocks, memoryBudgetBytes, blockSize: options.blockSize ?? 16, threads: options.threads ?? 0 };
+}
+
+export async function createNativeEngine(options: NativeEngineOptions): Promise<NativeEngine> {
+  const addon = loadAddon();
   try {
-    const handle = await addon.loadEngine({
-      modelDir: options.modelDir,
-      device: options.device ?? 'cpu',
-      numBlocks,
-      memoryBudgetBytes,
-      blockSize: options.blockSize ?? 16,
-      threads: options.threads ?? 0,
-    });
+    const handle = await addon.loadEngine({ ...sizing(options), ...(options.kvPool !== undefined ? { kvPool: options.kvPool } : {}) });
     return new NativeEngine(handle);
   } catch (err) {
     throw fromNativeError(err);
   }
+}
+
+/** Synchronous and cheap (config.json only): size a transfer agent's pool before loading. */
+export function describeNativeKvLayout(options: Omit<NativeEngineOptions, 'kvPool'>): NativeKvLayout {
+  const addon = loadAddon();
+  try {
+    return addon.describeKvLayout(sizing(options));
+  } catch (err) {
+    throw fromNativeError(err);
+  }
+}
+
+/** Layout name for transfers: the pool layout plus the shape that fixes a block's bytes. */
+export function nativeKvLayoutName(m: Pick<RawKvLayout, 'kvLayout' | 'numLayers' | 'numKvHeads' | 'headDim' | 'blockSize'>): string {
+  return `${m.kvLayout};layers=${m.numLayers};kv_heads=${m.numKvHeads};head_dim=${m.headDim};block=${m.blockSize};f32`;
 }
 
 export class NativeEngine implements Engine {
@@ -63,10 +85,13 @@ export class NativeEngine implements Engine {
   private handle: RawEngineHandle | undefined;
   private readonly marshaller = new BatchMarshal();
   private tail: Promise<unknown> = Promise.resolve();
+  /** A caller-owned pool: its owner detaches it when it frees the memory. */
+  private externalPool: ArrayBuffer | undefined;
 
   constructor(handle: RawEngineHandle) {
     this.handle = handle;
     this.model = handle.info();
+    if (this.model.kvPoolExternal) this.externalPool = handle.kvPool();
     this.info = {
       kind: 'native',
       vocabSize: this.model.vocabSize,
@@ -88,8 +113,28 @@ export class NativeEngine implements Engine {
 
   /** Layout name for transfers: the pool layout plus the shape that fixes a block's bytes. */
   get kvLayoutName(): string {
-    const m = this.model;
-    return `${m.kvLayout};layers=${m.numLayers};kv_heads=${m.numKvHeads};head_dim=${m.headDim};block=${m.blockSize};f32`;
+    return nativeKvLayoutName(this.model);
+  }
+
+  /** True when the pool is caller-owned memory (loaded with `kvPool`, or `adoptKvPool`). */
+  get kvPoolExternal(): boolean {
+    return this.handle?.info().kvPoolExternal ?? false;
+  }
+
+  /**
+   * Moves the pool into `buffer` (exactly numBlocks × kvBytesPerBlock bytes, e.g. a UCX
+   * allocation), freeing the engine's own. Contents are not copied: only before the first
+   * step. For workers that load the engine before creating their transfer agent.
+   */
+  adoptKvPool(buffer: ArrayBuffer): void {
+    const handle = this.handle;
+    if (handle === undefined) throw new NativeEngineError('unavailable', 'native engine is closed');
+    try {
+      handle.adoptKvPool(buffer);
+    } catch (err) {
+      throw fromNativeError(err);
+    }
+    this.externalPool = buffer;
   }
 
   step(batch: StepBatch): Promise<StepResult> {
@@ -119,6 +164,10 @@ export class NativeEngine implements Engine {
   private async run(batch: StepBatch, returnLogits: boolean): Promise<{ result: StepResult; raw: RawStepResult }> {
     const handle = this.handle;
     if (handle === undefined) throw new NativeEngineError('unavailable', 'native engine is closed');
+    // A detached pool means its owner (the transfer agent) already unmapped the memory.
+    if (this.externalPool !== undefined && this.externalPool.byteLength === 0) {
+      throw new NativeEngineError('unavailable', 'the KV pool was released by its owner (transfer agent closed before the engine)');
+    }
     const t0 = performance.now();
     const m = this.marshaller.marshal(batch);
     const t1 = performance.now();
