@@ -66,6 +66,8 @@ export class Sequence {
   hasBeenAdmitted = false;
   /** Leading blocks already offered to the prefix cache (hit, or hashed once computed). */
   numCommittedBlocks = 0;
+  /** Steps this sequence waited for a running one to compute its shared prefix (bounded). */
+  numDeferredSteps = 0;
 
   /** Prompt + outputs, grown by doubling so a decode step appends without allocating. */
   private tokenBuf: Int32Array;

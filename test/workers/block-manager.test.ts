@@ -209,4 +209,13 @@ describe('BlockManager', () => {
     expect(prefill(bm, seq(range(1, 9)))).toBe(0);
     expect(bm.drainEvents()).toEqual([]);
   });
+  it('seqHashAt: the chained hash of a full block, hashed lazily without touching the pool', () => {
+    const bm = new BlockManager({ numBlocks: 8, blockSize: BS });
+    const s = seq(range(1, 10));
+    expect(bm.seqHashAt(s, 1).toString()).toBe(hashStr(range(1, 10))[1]);
+    expect(s.seqHashes.length).toBe(2);
+    expect(() => bm.seqHashAt(s, 2)).toThrow(RangeError); // tokens 8..9 are not a full block
+    expect(bm.numFreeBlocks).toBe(8);
+    expect(bm.drainEvents()).toEqual([]);
+  });
 });

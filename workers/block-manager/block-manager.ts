@@ -100,6 +100,19 @@ export class BlockManager {
     return blockIds.length === 0 ? NO_HIT : { blockIds, numTokens: blockIds.length * this.blockSize };
   }
 
+  /**
+   * Chained hash of `seq`'s full block `blockIndex` (hashed lazily, kept on the sequence). The
+   * scheduler uses it to see that a waiting sequence's next block is one a running sequence is
+   * computing right now.
+   */
+  seqHashAt(seq: Sequence, blockIndex: number): bigint {
+    if (!(blockIndex >= 0 && (blockIndex + 1) * this.blockSize <= seq.numTokens)) {
+      throw new RangeError(`block ${blockIndex} of sequence ${seq.seqId} is not full`);
+    }
+    this.ensureHashes(seq, blockIndex + 1);
+    return seq.seqHashes[blockIndex]!;
+  }
+
   /** Whether a waiting sequence can take `hit` plus blocks for `numNewTokens` more tokens. */
   canAllocate(seq: Sequence, hit: PrefixHit, numNewTokens: number): boolean {
     return seq.numBlocks === 0 && this.newBlocksForAdmission(hit, numNewTokens) <= this.availableAfterHit(hit);

@@ -1,5 +1,6 @@
 export { Scheduler } from './scheduler.js';
 export { SCHEDULER_DEFAULTS } from './types.js';
+export { MAX_DEFERRED_PER_STEP, SharedPrefillGate } from './shared-prefill.js';
 export type {
   AddSequenceResult,
   CompleteTransferResult,

@@ -10,10 +10,14 @@
  * sequences FCFS. When a running sequence cannot get a block, the newest running sequence is
  * preempted by recompute: its blocks are freed and it goes back to the front of the waiting
  * queue with 0 computed tokens; on resume its prefix is usually still cached.
+ *
+ * A waiting sequence whose next uncached prefix blocks a running sequence is computing right
+ * now is skipped (deferred) and admitted once they are cached (shared-prefill.ts).
  */
 import type { StepResult, StepSequence } from '../engines/engine.js';
 import { BlockManager } from '../block-manager/block-manager.js';
 import { SEQUENCE_STATUS, Sequence, type SequenceInit } from '../sequence.js';
+import { MAX_DEFERRED_PER_STEP, SharedPrefillGate } from './shared-prefill.js';
 import {
   SCHEDULER_DEFAULTS,
   type AddSequenceResult,
@@ -44,6 +48,8 @@ export class Scheduler {
   readonly maxModelLen: number;
   numPreemptions = 0;
   numSteps = 0;
+  /** Sequence-steps spent deferred behind a running sequence computing the same prefix. */
+  numDeferrals = 0;
 
   private readonly waiting: Sequence[] = [];
   private readonly running: Sequence[] = [];
@@ -53,6 +59,8 @@ export class Scheduler {
   private readonly bySeqId = new Map<number, Sequence>();
   private inFlight: PlannedSeq[] | undefined;
   private nextSeqId = 1;
+  /** Undefined when deferral is off (by config, or without prefix caching). */
+  private readonly sharedPrefill: SharedPrefillGate | undefined;
 
   constructor(config: SchedulerConfig) {
     this.blockSize = config.blockSize ?? SCHEDULER_DEFAULTS.blockSize;
@@ -64,6 +72,10 @@ export class Scheduler {
       blockSize: this.blockSize,
       enablePrefixCaching: config.enablePrefixCaching ?? true,
     });
+    const maxDeferSteps = config.maxDeferSteps ?? SCHEDULER_DEFAULTS.maxDeferSteps;
+    if (!Number.isInteger(maxDeferSteps) || maxDeferSteps < 0) throw new RangeError('maxDeferSteps must be a non-negative integer');
+    const defer = (config.deferSharedPrefill ?? SCHEDULER_DEFAULTS.deferSharedPrefill) && this.blockManager.enablePrefixCaching;
+    this.sharedPrefill = defer && maxDeferSteps > 0 ? new SharedPrefillGate(this.blockManager, maxDeferSteps) : undefined;
   }
 
   get numRunning(): number {
@@ -170,20 +182,34 @@ export class Scheduler {
       }
     }
 
-    // Waiting sequences, FCFS; none if this step had to preempt (the pool is full).
+    // Waiting sequences, FCFS; none if this step had to preempt (the pool is full). A deferred
+    // sequence keeps its place: `next` walks past it and admissions behind it are compacted out.
+    const deferredSeqIds: number[] = [];
+    const gate = this.waiting.length > 0 && preemptedSeqIds.length === 0 ? this.sharedPrefill : undefined;
+    gate?.reset(this.running);
+    let next = 0;
+    let admittedPastDeferred = false;
+    const takeWaiting = (): void => {
+      if (next === 0) {
+        this.waiting.shift();
+      } else {
+        admittedPastDeferred = true;
+        next++;
+      }
+    };
     while (
       preemptedSeqIds.length === 0 &&
       budget > 0 &&
-      this.waiting.length > 0 &&
+      next < this.waiting.length &&
       this.running.length + this.transferring.size < this.maxNumSeqs
     ) {
-      const seq = this.waiting[0]!;
+      const seq = this.waiting[next]!;
       const hit = bm.findPrefixHit(seq);
       if (seq.numRemoteTokens > 0) {
         // Blocks for the imported tokens only; the import costs no compute budget.
         const numImport = Math.max(0, seq.numRemoteTokens - hit.numTokens);
         if (!bm.allocate(seq, hit, numImport)) break;
-        this.waiting.shift();
+        takeWaiting();
         this.admit(seq, hit.numTokens);
         seq.status = SEQUENCE_STATUS.transferring;
         this.transferring.set(seq.seqId, seq);
@@ -197,19 +223,29 @@ export class Scheduler {
         });
         continue;
       }
+      if (gate?.leaderFor(seq, hit) !== undefined) {
+        seq.numDeferredSteps++;
+        this.numDeferrals++;
+        deferredSeqIds.push(seq.seqId);
+        if (deferredSeqIds.length >= MAX_DEFERRED_PER_STEP) break;
+        next++;
+        continue;
+      }
       const numNew = Math.min(seq.numTokens - hit.numTokens, budget);
       if (!bm.allocate(seq, hit, numNew)) break;
-      this.waiting.shift();
+      takeWaiting();
       this.admit(seq, hit.numTokens);
       seq.status = SEQUENCE_STATUS.running;
       this.running.push(seq);
+      gate?.track(seq);
       plan(seq, numNew);
     }
+    if (admittedPastDeferred) this.removeAdmittedFromWaiting();
 
     const live = planned.filter((p) => !p.dropped);
     this.inFlight = live;
     this.numSteps++;
-    return this.toPlan(live, preemptedSeqIds, transfers);
+    return this.toPlan(live, preemptedSeqIds, deferredSeqIds, transfers);
   }
 
   /**
@@ -372,13 +408,19 @@ export class Scheduler {
     };
   }
 
+  private removeAdmittedFromWaiting(): void {
+    let w = 0;
+    for (const s of this.waiting) if (s.status === SEQUENCE_STATUS.waiting) this.waiting[w++] = s;
+    this.waiting.length = w;
+  }
+
   private removeFinishedFromRunning(): void {
     let w = 0;
     for (const s of this.running) if (s.status === SEQUENCE_STATUS.running) this.running[w++] = s;
     this.running.length = w;
   }
 
-  private toPlan(live: PlannedSeq[], preemptedSeqIds: number[], transfers: KvImportStart[]): SchedulePlan {
+  private toPlan(live: PlannedSeq[], preemptedSeqIds: number[], deferredSeqIds: number[], transfers: KvImportStart[]): SchedulePlan {
     const sequences: StepSequence[] = new Array(live.length);
     let numScheduledTokens = 0;
     let numPrefillTokens = 0;
@@ -409,6 +451,7 @@ export class Scheduler {
       numPrefillTokens,
       numDecodeSeqs,
       preemptedSeqIds,
+      deferredSeqIds,
       transfers,
     };
   }

@@ -17,12 +17,22 @@ export interface SchedulerConfig {
   maxModelLen?: number;
   /** Default true. */
   enablePrefixCaching?: boolean;
+  /**
+   * Leave a waiting sequence waiting while a running one computes its next uncached prefix
+   * blocks, then admit it with those blocks as a prefix hit (see shared-prefill.ts). Default
+   * true; needs prefix caching.
+   */
+  deferSharedPrefill?: boolean;
+  /** Most steps one sequence may be deferred that way in its life; default 64. */
+  maxDeferSteps?: number;
 }
 
 export const SCHEDULER_DEFAULTS = {
   blockSize: 16,
   maxNumBatchedTokens: 8192,
   maxNumSeqs: 256,
+  deferSharedPrefill: true,
+  maxDeferSteps: 64,
 } as const;
 
 export type AddSequenceResult =
@@ -38,6 +48,8 @@ export interface SchedulePlan {
   numDecodeSeqs: number;
   /** Sequences preempted (blocks freed, back to waiting) while building this plan. */
   preemptedSeqIds: number[];
+  /** Waiting sequences left waiting because a running one is computing their prefix. */
+  deferredSeqIds: number[];
   /**
    * Sequences admitted this step whose leading KV must now be imported (remote prefill).
    * They are not in the batch; the caller pulls, then calls completeTransfer().
