@@ -13,12 +13,16 @@
  * Aim: >= 50k streamed tokens/s per frontend process and <= 1 ms added TTFT at p50.
  * Run:  npm run build && node --import tsx bench/frontend-overhead.ts [--quick] [--workers N]
  *       [--runtime-bin DIR/bin/runtime.js] (run the fleet from another build, e.g. to try a fix)
+ *       [--profile DIR] (write a V8 CPU profile of the frontend process to DIR, for
+ *       chrome://inspect or `node --cpu-prof`-style tools; sampling slows the frontend)
  * Writes bench/results/frontend-overhead.json (or --out FILE) and prints a table.
  * bench/frontend-bench.ts measures the frontend alone in-process with a fake worker; this one
  * is the whole path between processes.
  */
-import { mkdirSync, writeFileSync } from 'node:fs';
-import { dirname } from 'node:path';
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { dirname, join, resolve } from 'node:path';
+import { pathToFileURL } from 'node:url';
 import { parseArgs } from 'node:util';
 import { machineLoad, startFleet, type Fleet } from './fleet/index.js';
 import { DirectStreamClient, FrontendStreamClient, type StreamClient, type StreamJob, type StreamSample } from './fleet/stream-clients.js';
@@ -32,6 +36,7 @@ const { values: args } = (() => {
         'prompt-len': { type: 'string', default: '128' },
         out: { type: 'string', default: 'bench/results/frontend-overhead.json' },
         'runtime-bin': { type: 'string' },
+        profile: { type: 'string' },
         quick: { type: 'boolean', default: false },
       },
     });
@@ -51,7 +56,36 @@ const config = {
   short: { concurrency: 64, requests: QUICK ? 1000 : 5000, max_tokens: 4 },
   quick: QUICK,
   runtime_bin: args['runtime-bin'] ?? 'bin/runtime.js',
+  /** CPU sampling slows the frontend: profiled numbers are not results. */
+  profiled: args.profile !== undefined,
 };
+
+/**
+ * A launcher for the fleet that profiles the frontend process with node:inspector and writes
+ * the profile when it exits (the fleet's children are spawned as `node BIN ...`, and
+ * --cpu-prof is not allowed in NODE_OPTIONS). Workers run unprofiled.
+ */
+function profilingLauncher(runtimeBin: string, outDir: string): string {
+  mkdirSync(outDir, { recursive: true });
+  const launcher = join(mkdtempSync(join(tmpdir(), 'tandem-frontend-prof-')), 'runtime.mjs');
+  writeFileSync(
+    launcher,
+    `import { Session } from 'node:inspector';
+import { writeFileSync } from 'node:fs';
+if (process.argv[2] === 'frontend') {
+  const session = new Session();
+  session.connect();
+  session.post('Profiler.enable');
+  session.post('Profiler.start');
+  process.on('exit', () => session.post('Profiler.stop', (err, res) => {
+    if (!err) writeFileSync(${JSON.stringify(resolve(outDir))} + '/frontend-' + process.pid + '.cpuprofile', JSON.stringify(res.profile));
+  }));
+}
+await import(${JSON.stringify(pathToFileURL(resolve(runtimeBin)).href)});
+`,
+  );
+  return launcher;
+}
 
 /** numpy-style linear interpolation, as runtime bench reports percentiles. */
 function percentile(sorted: readonly number[], p: number): number {
@@ -138,7 +172,8 @@ async function printableSeed(fleet: Fleet, tokenIds: number[]): Promise<number> 
 
 const loadStart = machineLoad();
 process.stdout.write(`frontend-overhead: ${config.workers} mocker worker(s) at speedup ${config.speedup_ratio}; load ${loadStart.loadavg}\n`);
-const fleet = await startFleet({ workers: config.workers, speedupRatio: config.speedup_ratio, extraFrontendArgs: ['--max-inflight-requests', '100000'], ...(args['runtime-bin'] ? { runtimeBin: args['runtime-bin'] } : {}) });
+const runtimeBin = args.profile !== undefined ? profilingLauncher(config.runtime_bin, args.profile) : args['runtime-bin'];
+const fleet = await startFleet({ workers: config.workers, speedupRatio: config.speedup_ratio, extraFrontendArgs: ['--max-inflight-requests', '100000'], ...(runtimeBin !== undefined ? { runtimeBin } : {}) });
 const frontend = new FrontendStreamClient(fleet.url, fleet.model);
 const direct = await DirectStreamClient.open(fleet);
 const results: Record<string, PhaseResult[]> = {};
@@ -164,6 +199,7 @@ try {
   await frontend.close();
   await direct.close();
   await fleet.stop();
+  if (args.profile !== undefined && runtimeBin !== undefined) rmSync(dirname(runtimeBin), { recursive: true, force: true });
 }
 
 const by = (phase: string, path: string) => results[phase]!.find((r) => r.path === path)!;

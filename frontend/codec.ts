@@ -30,6 +30,7 @@ export interface DetokenizerStep {
 
 /** Per-request incremental detokenizer. */
 export interface TextDetokenizer {
+  /** The step may be reused by the next push: read it before pushing again. */
   push(tokenIds: readonly number[]): DetokenizerStep;
   /** End of stream: release held-back text (nothing is held after a stop). */
   flush(): string;

@@ -5,7 +5,7 @@
  */
 import type { ModelCard } from '../proto/wire.js';
 import { ChatTemplate, IncrementalDetokenizer, loadTokenizer, type HfTokenizer } from './preprocess/index.js';
-import type { ChatMessage, ChatRenderOptions, ModelCodec, TextDetokenizer } from './codec.js';
+import type { ChatMessage, ChatRenderOptions, DetokenizerStep, ModelCodec, TextDetokenizer } from './codec.js';
 
 export async function hfCodecLoader(card: ModelCard): Promise<ModelCodec> {
   const tokenizer = await loadTokenizer(card.tokenizerSource || card.modelPath);
@@ -53,10 +53,13 @@ export class HfCodec implements ModelCodec {
       stop: options.stop,
       ...(options.promptTokenIds ? { promptTokenIds: options.promptTokenIds } : {}),
     });
+    // One step object per request, refilled on every push: the pipeline reads it at once.
+    const step: DetokenizerStep = { text: '', stopped: false };
     return {
       push(tokenIds) {
-        const text = inner.pushMany(tokenIds);
-        return { text, stopped: inner.isFinished };
+        step.text = inner.pushMany(tokenIds);
+        step.stopped = inner.isFinished;
+        return step;
       },
       flush: () => inner.flush(),
     };

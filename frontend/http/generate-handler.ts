@@ -29,6 +29,12 @@ export interface GenerateContext {
 export type GenerateKind = 'chat' | 'completion';
 
 const UNKNOWN_MODEL_LABEL = '_unknown';
+/**
+ * The abort reason when a request ends normally. abort() without a reason builds a
+ * DOMException (with a stack trace) on every request; this one is made once. It only
+ * becomes the cause of the cancel of a worker call that was still closing.
+ */
+const EXCHANGE_OVER = Object.freeze(new Error('the HTTP exchange is over'));
 
 export async function handleGenerate(ctx: GenerateContext, kind: GenerateKind, req: IncomingMessage, res: ServerResponse): Promise<void> {
   const startedAt = performance.now();
@@ -69,7 +75,7 @@ export async function handleGenerate(ctx: GenerateContext, kind: GenerateKind, r
   } finally {
     res.off('close', onClose);
     // Whatever happened, the worker stream must not outlive the HTTP exchange.
-    if (!controller.signal.aborted) controller.abort();
+    if (!controller.signal.aborted) controller.abort(EXCHANGE_OVER);
     if (admitted) ctx.gate.release();
     if (modelMetrics) {
       modelMetrics.inflight.dec();
@@ -84,15 +90,24 @@ async function streamResponse(ctx: GenerateContext, prepared: PreparedGeneration
   const chunks = new ChunkWriter(prepared);
   sse.open({ 'x-request-id': prepared.id, [DIRECT_ROUTE_HEADER]: prepared.firstInstance, ...disaggHeaders(prepared) });
   const role = chunks.roleChunk();
-  if (role) await sse.send(role);
-  for await (const event of ctx.pipeline.run(prepared, signal, metrics)) {
-    if (sse.closed) return;
-    if (event.type === 'delta') {
-      await sse.send(chunks.delta(event.text, event.logprobs));
-    } else {
-      await sse.send(chunks.finish(event.finishReason));
-      if (prepared.input.includeUsage) await sse.send(chunks.usage(event.usage));
+  if (role) sse.send(role);
+  try {
+    for await (const event of ctx.pipeline.run(prepared, signal, metrics)) {
+      if (sse.closed) return;
+      // send() queues; it returns a promise only while the client is not keeping up.
+      let backpressure: Promise<void> | undefined;
+      if (event.type === 'delta') {
+        backpressure = sse.send(chunks.delta(event.text, event.logprobs));
+      } else {
+        backpressure = sse.send(chunks.finish(event.finishReason));
+        if (prepared.input.includeUsage) backpressure = sse.send(chunks.usage(event.usage));
+      }
+      if (backpressure) await backpressure;
     }
+  } catch (err) {
+    // Frames already produced go out before the error frame handleGenerate writes.
+    sse.flush();
+    throw err;
   }
   sse.done();
 }

@@ -192,7 +192,7 @@ export class GenerationPipeline {
       if (used > 0 && metrics) {
         const now = performance.now();
         if (lastTokenAt === 0) metrics.ttft.observe((now - prepared.startedAt) / 1000);
-        else for (let i = 0; i < used; i++) metrics.itl.observe((now - lastTokenAt) / 1000 / used);
+        else metrics.itl.observeMany((now - lastTokenAt) / 1000 / used, used);
         lastTokenAt = now;
       }
       const step = detokenizer.push(textEnd === ids.length ? ids : ids.slice(0, textEnd));

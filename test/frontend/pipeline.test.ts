@@ -222,6 +222,8 @@ describe('frontend pipeline: cancellation, migration, admission', () => {
     const error = JSON.parse(frames.at(-2)!);
     expect(error.error.code).toBe('unavailable');
     expect(t.cluster.allCalls()).toHaveLength(2);
+    // Every token streamed before the failure (2 per worker) reached the client, before the error.
+    expect(frames.slice(1, -2).map((f) => JSON.parse(f).choices[0].delta.content).join('')).toBe('abcd');
   });
 
   it('a request whose only worker is dead fails with 503 and Retry-After', async () => {
