@@ -4,14 +4,7 @@
 #include <cmath>
 #include <cstring>
 
-#if defined(__AVX512F__) || defined(__AVX__)
-// GCC 12's AVX-512 headers trip its own -Wmaybe-uninitialized (_mm512_undefined_*, GCC bug 105593).
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#include <immintrin.h>
-#pragma GCC diagnostic pop
-#endif
+#include "simd.h"
 
 #include "../core/thread_pool.h"
 
