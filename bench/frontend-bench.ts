@@ -19,7 +19,7 @@ import { fileURLToPath } from 'node:url';
 import { setImmediate as turn } from 'node:timers/promises';
 import { Registry } from 'prom-client';
 import { startFrontend } from '../frontend/frontend.js';
-import type { ModelCodec, TextDetokenizer } from '../frontend/codec.js';
+import { tokenizeSync, type ModelCodec, type SyncPromptCodec, type TextDetokenizer } from '../frontend/codec.js';
 import type { WorkerClient } from '../frontend/worker-client.js';
 import type { PreprocessedRequest, TokenDelta } from '../proto/wire.js';
 import { MemoryDiscovery } from '../runtime/discovery/memory-discovery.js';
@@ -108,9 +108,12 @@ class NoCostWorker implements WorkerClient {
   close() {}
 }
 
-const asciiCodec: ModelCodec = {
+const asciiPrompt: SyncPromptCodec = {
   renderChat: (messages) => messages.map((m) => m.content).join('\n'),
   encode: (text) => Array.from(Buffer.from(text)),
+};
+const asciiCodec: ModelCodec = {
+  tokenize: (prompt) => tokenizeSync(asciiPrompt, prompt),
   tokenText: (id) => String.fromCharCode(id),
   createDetokenizer(): TextDetokenizer {
     return { push: (ids) => ({ text: String.fromCharCode(...ids), stopped: false }), flush: () => '' };

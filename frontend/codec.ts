@@ -36,14 +36,50 @@ export interface TextDetokenizer {
   flush(): string;
 }
 
+/** A prompt to tokenize: a plain string (/v1/completions) or a conversation (chat). */
+export type PromptInput =
+  | { kind: 'text'; text: string; addSpecialTokens: boolean }
+  | { kind: 'chat'; messages: ChatMessage[]; options: ChatRenderOptions };
+
+export interface TokenizeOptions {
+  /** The most tokens the prompt may have (context length minus the completion's share). */
+  maxPromptTokens: number;
+  /** The request's signal: a prompt still waiting for a preprocessing thread is dropped. */
+  signal?: AbortSignal;
+}
+
+/**
+ * Token ids, or `too_long` when a cheap bound already proves the prompt has at least
+ * `minTokens` > maxPromptTokens tokens (it was never encoded). A codec may always answer
+ * 'tokens' and leave the exact check to the caller.
+ */
+export type TokenizedPrompt = { type: 'tokens'; ids: ArrayLike<number> } | { type: 'too_long'; minTokens: number };
+
 export interface ModelCodec {
   /** One past the largest valid token id, when known: token-id prompts are checked against it. */
   readonly vocabSize?: number;
-  renderChat(messages: ChatMessage[], options: ChatRenderOptions): string;
-  encode(text: string, options: { addSpecialTokens: boolean }): number[];
+  /**
+   * Render (chat) and encode a prompt. The one preprocessing path: large prompts must not be
+   * tokenized on the event loop (the default codec uses a thread pool). Chat template problems
+   * reject with an error whose code is invalid_argument (or a plain Error).
+   */
+  tokenize(prompt: PromptInput, options: TokenizeOptions): Promise<TokenizedPrompt>;
   /** The text of one token, for logprob entries. */
   tokenText(tokenId: number): string;
   createDetokenizer(options: { stop: readonly string[]; promptTokenIds?: readonly number[] }): TextDetokenizer;
+}
+
+/** Render and encode that are cheap and synchronous: test doubles and benches. */
+export interface SyncPromptCodec {
+  renderChat(messages: ChatMessage[], options: ChatRenderOptions): string;
+  encode(text: string, options: { addSpecialTokens: boolean }): number[];
+}
+
+/** ModelCodec.tokenize for a SyncPromptCodec: inline, no bound (the caller checks exactly). */
+export async function tokenizeSync(codec: SyncPromptCodec, prompt: PromptInput): Promise<TokenizedPrompt> {
+  if (prompt.kind === 'text') return { type: 'tokens', ids: codec.encode(prompt.text, { addSpecialTokens: prompt.addSpecialTokens }) };
+  // The template already holds BOS and role markers; adding special tokens again doubles BOS.
+  return { type: 'tokens', ids: codec.encode(codec.renderChat(prompt.messages, prompt.options), { addSpecialTokens: false }) };
 }
 
 export type CodecLoader = (card: ModelCard) => Promise<ModelCodec>;

@@ -19,6 +19,7 @@ export interface FrontendFlags extends RuntimeFlags, KvRouterFlags {
   maxInflightRequests: number;
   maxBodyBytes: number;
   retryAfter: number;
+  preprocessThreads?: number;
   disaggMinPrefillTokens: number;
   enforceDisagg: boolean;
 }
@@ -36,7 +37,8 @@ export function registerFrontendCommand(program: Command): Command {
     .addOption(new Option('--migration-limit <n>', 'times a stream may move to another worker after a worker failure').argParser(nonNegativeInt).default(FRONTEND_DEFAULTS.migrationLimit))
     .addOption(new Option('--max-inflight-requests <n>', 'generation requests in flight before answering 503').argParser(positiveInt).default(FRONTEND_DEFAULTS.maxInflightRequests))
     .addOption(new Option('--max-body-bytes <n>', 'largest accepted request body').argParser(intInRange(1024)).default(FRONTEND_DEFAULTS.maxBodyBytes))
-    .addOption(new Option('--retry-after <seconds>', 'Retry-After sent with overload answers').argParser(intInRange(0, 3600)).default(FRONTEND_DEFAULTS.retryAfterSeconds));
+    .addOption(new Option('--retry-after <seconds>', 'Retry-After sent with overload answers').argParser(intInRange(0, 3600)).default(FRONTEND_DEFAULTS.retryAfterSeconds))
+    .addOption(new Option('--preprocess-threads <n>', 'threads that render chat templates and tokenize large prompts (default: the number of cores)').argParser(positiveInt));
   cmd.option('--router-endpoint <component[/endpoint]>', "kv: delegate routing to standalone `runtime router` replicas (e.g. 'router')");
   addKvRouterOptions(cmd);
   cmd
@@ -69,6 +71,7 @@ export function registerFrontendCommand(program: Command): Command {
       maxInflightRequests: flags.maxInflightRequests,
       maxBodyBytes: flags.maxBodyBytes,
       retryAfterSeconds: flags.retryAfter,
+      ...(flags.preprocessThreads !== undefined ? { preprocessThreads: flags.preprocessThreads } : {}),
     });
     runtime.onShutdown(() => frontend.close());
     runtime.markReady();

@@ -52,6 +52,8 @@ export interface FrontendOptions {
   unavailableCooldownMs?: number;
   /** How tokenizers and chat templates are loaded; default: frontend/preprocess (Hugging Face). */
   codecLoader?: CodecLoader;
+  /** Threads that render and tokenize large prompts (default codec only); default: the cores. */
+  preprocessThreads?: number;
   registry?: Registry;
   logger?: Logger;
 }
@@ -91,7 +93,8 @@ export async function startFrontend(options: FrontendOptions): Promise<FrontendH
     ownedSelector = await createKvSelector(options.runtime, namespace, options.kvRouter);
   }
   const selector = options.selector ?? ownedSelector ?? createSelector(routerMode);
-  const codecLoader = options.codecLoader ?? (await defaultCodecLoader());
+  const preprocess = options.codecLoader ? undefined : await defaultCodecLoader(options.preprocessThreads);
+  const codecLoader = options.codecLoader ?? preprocess!.loader;
 
   const models = await ModelWatcher.start(discovery, namespace, connector, log);
   const created = new Map<string, number>();
@@ -170,14 +173,19 @@ export async function startFrontend(options: FrontendOptions): Promise<FrontendH
         models.close();
         disagg?.close();
         await ownedSelector?.close();
+        await preprocess?.pool.close();
       })();
       return closing;
     },
   };
 }
 
-/** frontend/preprocess is loaded lazily so the frontend core does not depend on it at import time. */
-async function defaultCodecLoader(): Promise<CodecLoader> {
-  const { hfCodecLoader } = await import('./hf-codec.js');
-  return hfCodecLoader;
+/**
+ * frontend/preprocess is loaded lazily so the frontend core does not depend on it at import time.
+ * Its thread pool starts threads on first use and is closed with the frontend.
+ */
+async function defaultCodecLoader(threads: number | undefined): Promise<{ loader: CodecLoader; pool: { close(): Promise<void> } }> {
+  const [{ createHfCodecLoader }, { PreprocessPool }] = await Promise.all([import('./hf-codec.js'), import('./preprocess/pool.js')]);
+  const pool = new PreprocessPool(threads !== undefined ? { threads } : {});
+  return { loader: createHfCodecLoader({ pool }), pool };
 }

@@ -61,7 +61,7 @@ export async function handleGenerate(ctx: GenerateContext, kind: GenerateKind, r
     modelMetrics = ctx.metrics.forModel(model.name);
     modelMetrics.inflight.inc();
     const header = req.headers[DIRECT_ROUTE_HEADER];
-    const prepared = await ctx.pipeline.prepare(input, Array.isArray(header) ? header[0] : header, startedAt);
+    const prepared = await ctx.pipeline.prepare(input, Array.isArray(header) ? header[0] : header, startedAt, controller.signal);
     if (input.stream) await streamResponse(ctx, prepared, res, controller.signal, modelMetrics);
     else await unaryResponse(ctx, prepared, res, controller.signal, modelMetrics);
     if (controller.signal.aborted) status = 499;

@@ -8,7 +8,8 @@
 import { randomUUID } from 'node:crypto';
 import type { InstanceId, PreprocessedRequest, TokenLogprob } from '../../proto/wire.js';
 import { parseInstanceId } from '../../runtime/discovery/keys.js';
-import type { CodecCache, ModelCodec } from '../codec.js';
+import type { CodecCache, ModelCodec, PromptInput, TokenizedPrompt } from '../codec.js';
+import { TandemError } from '../../runtime/index.js';
 import type { DisaggPrepared, Disaggregator } from '../disagg/disaggregator.js';
 import { ApiError, badRequest } from '../errors.js';
 import type { ModelMetrics } from '../metrics.js';
@@ -59,6 +60,29 @@ export interface PipelineConfig {
 
 export const DIRECT_ROUTE_HEADER = 'x-worker-instance-id';
 
+/**
+ * OpenAI's context-length error. `atLeast`: the prompt was refused by the byte bound before it
+ * was encoded, so its token count is a lower bound.
+ */
+function contextLengthExceeded(input: GenerationRequest, contextLength: number, promptTokens: number, atLeast: boolean): ApiError {
+  const completion = Math.max(1, input.maxTokens ?? contextLength - promptTokens);
+  const least = atLeast ? 'at least ' : '';
+  return new ApiError(
+    'context_length_exceeded',
+    `This model's maximum context length is ${contextLength} tokens. However, you requested ` +
+      `${least}${promptTokens + completion} tokens (${least}${promptTokens} in the ` +
+      `${input.kind === 'chat' ? 'messages' : 'prompt'}, ${completion} in the completion). ` +
+      'Please reduce the length of the prompt or the completion.',
+    input.maxTokens !== undefined ? 'max_tokens' : input.kind === 'chat' ? 'messages' : 'prompt',
+  );
+}
+
+/** Template failures are the caller's bad request; pool overload or a crashed thread are not. */
+function isTemplateError(err: unknown): boolean {
+  if (err instanceof ApiError) return false;
+  return !(err instanceof TandemError) || err.code === 'invalid_argument';
+}
+
 export class GenerationPipeline {
   constructor(private readonly config: PipelineConfig) {}
 
@@ -69,25 +93,18 @@ export class GenerationPipeline {
     return model;
   }
 
-  async prepare(input: GenerationRequest, directHeader: string | undefined, startedAt: number): Promise<PreparedGeneration> {
+  async prepare(input: GenerationRequest, directHeader: string | undefined, startedAt: number, signal?: AbortSignal): Promise<PreparedGeneration> {
     const model = this.model(input.model);
     const card = model.primaryCard();
     if (!card) throw new ApiError('model_not_found', `The model '${input.model}' does not exist`, 'model');
     const codec = await this.config.codecs.get(card);
-    const tokenIds = this.tokenize(input, codec);
-    if (tokenIds.length === 0) throw badRequest('the prompt is empty after tokenization', input.kind === 'chat' ? 'messages' : 'prompt');
     const contextLength = model.contextLength();
+    // Without max_tokens the completion may use the rest of the context, but at least 1 token.
+    const completionShare = Math.max(1, input.maxTokens ?? 1);
+    const tokenIds = await this.tokenize(input, codec, contextLength - completionShare, signal);
+    if (tokenIds.length === 0) throw badRequest('the prompt is empty after tokenization', input.kind === 'chat' ? 'messages' : 'prompt');
     const maxTokens = input.maxTokens ?? contextLength - tokenIds.length;
-    if (tokenIds.length + Math.max(1, maxTokens) > contextLength) {
-      throw new ApiError(
-        'context_length_exceeded',
-        `This model's maximum context length is ${contextLength} tokens. However, you requested ` +
-          `${tokenIds.length + Math.max(1, maxTokens)} tokens (${tokenIds.length} in the ` +
-          `${input.kind === 'chat' ? 'messages' : 'prompt'}, ${Math.max(1, maxTokens)} in the completion). ` +
-          'Please reduce the length of the prompt or the completion.',
-        input.maxTokens !== undefined ? 'max_tokens' : input.kind === 'chat' ? 'messages' : 'prompt',
-      );
-    }
+    if (tokenIds.length + Math.max(1, maxTokens) > contextLength) throw contextLengthExceeded(input, contextLength, tokenIds.length, false);
     const stopTokenIds = input.ignoreEos ? input.stopTokenIds : [...new Set([...card.eosTokenIds, ...input.stopTokenIds])];
     const id = `${input.kind === 'chat' ? 'chatcmpl' : 'cmpl'}-${randomUUID().replace(/-/g, '')}`;
     const request: PreprocessedRequest = {
@@ -120,9 +137,12 @@ export class GenerationPipeline {
     return { id, created: Math.floor(Date.now() / 1000), input, model, codec, request, firstInstance, pinned, startedAt, ...(disagg ? { disagg } : {}) };
   }
 
-  private tokenize(input: GenerationRequest, codec: ModelCodec): number[] {
-    if (input.kind === 'completion') {
-      if (typeof input.prompt === 'string') return codec.encode(input.prompt, { addSpecialTokens: true });
+  /**
+   * The one preprocessing call: the codec renders and encodes (large prompts off the event
+   * loop) and may refuse early, by a byte bound, a prompt that cannot fit `maxPromptTokens`.
+   */
+  private async tokenize(input: GenerationRequest, codec: ModelCodec, maxPromptTokens: number, signal: AbortSignal | undefined): Promise<number[]> {
+    if (input.kind === 'completion' && typeof input.prompt !== 'string') {
       const vocab = codec.vocabSize;
       if (vocab !== undefined) {
         for (const id of input.prompt) {
@@ -131,19 +151,28 @@ export class GenerationPipeline {
       }
       return input.prompt;
     }
-    let text: string;
+    const prompt: PromptInput =
+      input.kind === 'completion'
+        ? { kind: 'text', text: input.prompt as string, addSpecialTokens: true }
+        : {
+            kind: 'chat',
+            messages: input.messages,
+            options: {
+              addGenerationPrompt: input.addGenerationPrompt,
+              ...(input.tools ? { tools: input.tools } : {}),
+              ...(input.templateKwargs ? { extra: input.templateKwargs } : {}),
+            },
+          };
+    let result: TokenizedPrompt;
     try {
-      text = codec.renderChat(input.messages, {
-        addGenerationPrompt: input.addGenerationPrompt,
-        ...(input.tools ? { tools: input.tools } : {}),
-        ...(input.templateKwargs ? { extra: input.templateKwargs } : {}),
-      });
+      result = await codec.tokenize(prompt, { maxPromptTokens, ...(signal ? { signal } : {}) });
     } catch (err) {
-      if (err instanceof ApiError) throw err;
-      throw badRequest(`could not apply the chat template: ${(err as Error).message}`, 'messages');
+      if (input.kind === 'chat' && isTemplateError(err)) throw badRequest(`could not apply the chat template: ${(err as Error).message}`, 'messages');
+      throw err;
     }
-    // The template already holds BOS and role markers; adding special tokens again doubles BOS.
-    return codec.encode(text, { addSpecialTokens: false });
+    if (result.type === 'too_long') throw contextLengthExceeded(input, maxPromptTokens + Math.max(1, input.maxTokens ?? 1), result.minTokens, true);
+    // Past the budget check the prompt fits the context, so this copy is bounded by it.
+    return Array.isArray(result.ids) ? (result.ids as number[]) : Array.from(result.ids);
   }
 
   /** Stream text events. Aborting `signal` cancels the worker stream. */

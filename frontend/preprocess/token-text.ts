@@ -69,8 +69,10 @@ export class WindowedTextStream implements TokenTextStream {
     options: TextStreamOptions,
   ) {
     this.skipSpecialTokens = options.skipSpecialTokens;
+    // Only the prompt's tail: never copy (or decode) a whole long prompt.
     const ctx = options.contextTokenIds ?? [];
-    this.tokens = Array.from(ctx).slice(Math.max(0, ctx.length - CONTEXT_TOKENS));
+    this.tokens = [];
+    for (let i = Math.max(0, ctx.length - CONTEXT_TOKENS); i < ctx.length; i++) this.tokens.push(ctx[i]!);
     this.prefixOffset = 0;
     this.readOffset = this.tokens.length;
   }

@@ -9,6 +9,7 @@ import { join } from 'node:path';
 import { Tokenizer } from '@huggingface/tokenizers';
 import { byteLevelToBytes } from './byte-level.js';
 import { TokenizerLoadError } from './errors.js';
+import { bytesPerTokenBound } from './token-bound.js';
 
 export interface EncodeOptions {
   /** Add the post-processor's special tokens (e.g. Llama 3's BOS). Default true. */
@@ -37,6 +38,11 @@ export class HfTokenizer {
   readonly specialMask: Uint8Array;
   /** Present when the tokenizer is byte-level BPE (GPT-2, Llama 3, Qwen, ...). */
   readonly tokenBytes: TokenBytesTable | undefined;
+  /**
+   * Most UTF-8 input bytes one token can stand for, when that is provably bounded (byte-level
+   * BPE, see token-bound.ts): a text of B bytes has at least ceil(B / bytesPerToken) tokens.
+   */
+  readonly bytesPerToken: number | undefined;
   /** The raw tokenizer_config.json, for chat-template variables. */
   readonly config: Readonly<Record<string, unknown>>;
   private readonly hf: Tokenizer;
@@ -67,6 +73,7 @@ export class HfTokenizer {
     this.bosTokenId = this.bosToken === undefined ? undefined : this.hf.token_to_id(this.bosToken);
     this.eosTokenId = this.eosToken === undefined ? undefined : this.hf.token_to_id(this.eosToken);
     this.tokenBytes = buildByteTable(tokenizerJson, vocab, this.addedContent, this.vocabSize);
+    this.bytesPerToken = bytesPerTokenBound(tokenizerJson, this.tokenBytes, new Set(this.addedContent.keys()));
   }
 
   static fromJson(tokenizerJson: unknown, tokenizerConfig: unknown = {}): HfTokenizer {

@@ -7,7 +7,7 @@ import type { InstanceId, ModelCard, PreprocessedRequest, TokenDelta, TokenLogpr
 import { MemoryDiscovery, MemoryDiscoveryStore } from '../../runtime/discovery/memory-discovery.js';
 import { modelKey } from '../../runtime/discovery/keys.js';
 import { CancelledError, UnavailableError } from '../../runtime/errors.js';
-import type { ChatMessage, ModelCodec, TextDetokenizer } from '../../frontend/codec.js';
+import { tokenizeSync, type ChatMessage, type ModelCodec, type PromptInput, type TextDetokenizer, type TokenizedPrompt } from '../../frontend/codec.js';
 import type { WorkerClient, WorkerConnector } from '../../frontend/worker-client.js';
 
 export const EOS = 256;
@@ -23,6 +23,10 @@ export class ByteCodec implements ModelCodec {
 
   encode(text: string): number[] {
     return Array.from(encoder.encode(text));
+  }
+
+  tokenize(prompt: PromptInput): Promise<TokenizedPrompt> {
+    return tokenizeSync(this, prompt);
   }
 
   tokenText(tokenId: number): string {
