@@ -1,17 +1,6 @@
-import { mkdtemp, rm, writeFile } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import { describe, expect, it, vi } from 'vitest';
 import type { StepBatch, StepSequence } from '../../workers/engines/engine.js';
-import {
-  InterpolatedPerfModel,
-  MOCKER_EOS_SEED_BASE,
-  MockerEngine,
-  PolynomialPerfModel,
-  loadPerfProfile,
-  mockTokenAt,
-  stepTimeMs,
-} from '../../workers/engines/mocker/index.js';
+import { MOCKER_EOS_SEED_BASE, MockerEngine, mockTokenAt } from '../../workers/engines/mocker/index.js';
 
 function stepSeq(over: Partial<StepSequence> & { seqId: number }): StepSequence {
   const history = over.history ?? [1, 2, 3, 4];
@@ -27,71 +16,6 @@ function stepSeq(over: Partial<StepSequence> & { seqId: number }): StepSequence 
     ...over,
   };
 }
-
-describe('mocker perf model', () => {
-  const m = new PolynomialPerfModel();
-
-  it('prefill worked numbers: t=1000 → 32.106 ms, t=0 → 16.5 ms intercept', () => {
-    // 4.209989e-7·1e6 = 0.421; 1.518344e-2·1000 = 15.183; + 16.501 = 32.106
-    expect(m.prefillMs(1000)).toBeCloseTo(32.106, 3);
-    expect(m.prefillMs(0)).toBeCloseTo(16.50142, 5);
-    // 4.209989e-7·4096² = 7.063; 1.518344e-2·4096 = 62.191; total 85.756
-    expect(m.prefillMs(4096)).toBeCloseTo(85.756, 2);
-  });
-
-  it('decode worked numbers: p=0 → 5.74 ms, p=0.5 → 26.31 ms, p=1 → 34.01 ms', () => {
-    expect(m.decodeMs(0, 1)).toBeCloseTo(5.74, 6);
-    // −25.74·0.25 + 54.01·0.5 + 5.74 = −6.435 + 27.005 + 5.74
-    expect(m.decodeMs(0.5, 8)).toBeCloseTo(26.31, 6);
-    expect(m.decodeMs(1, 8)).toBeCloseTo(34.01, 6);
-  });
-
-  it('decode is floored at 1 ms', () => {
-    const steep = new PolynomialPerfModel(undefined, [0, -100, 2]);
-    expect(steep.decodeMs(0.5, 1)).toBe(1);
-  });
-
-  it('a mixed step pays prefill plus decode; an empty step costs nothing', () => {
-    expect(stepTimeMs(m, { prefillTokens: 1000, numDecodeSeqs: 4, kvUsage: 0.5 })).toBeCloseTo(32.106 + 26.31, 2);
-    expect(stepTimeMs(m, { prefillTokens: 0, numDecodeSeqs: 0, kvUsage: 0.5 })).toBe(0);
-  });
-
-  it('profile mode interpolates measured points linearly', () => {
-    const p = new InterpolatedPerfModel({
-      prefill: { tokens: [1000, 100], ms: [50, 14] },
-      decode: { kvUsage: [0, 1], ms: [4, 24] },
-    });
-    expect(p.prefillMs(550)).toBeCloseTo(32, 6); // halfway between 14 and 50
-    expect(p.prefillMs(1900)).toBeCloseTo(86, 6); // last segment extended: +36 ms per 900 tokens
-    expect(p.prefillMs(10)).toBe(14); // clamped below
-    expect(p.decodeMs(0.25, 1)).toBeCloseTo(9, 6);
-    expect(p.decodeMs(3, 1)).toBe(24); // clamped
-  });
-
-  it('profile mode with a kvUsage × batchSize grid interpolates bilinearly', () => {
-    const p = new InterpolatedPerfModel({
-      prefill: { tokens: [1], ms: [1] },
-      decode: { kvUsage: [0, 1], batchSize: [1, 101], ms: [[2, 12], [22, 42]] },
-    });
-    // at kv 0.5: batch 1 → 12, batch 101 → 27; batch 51 → 19.5
-    expect(p.decodeMs(0.5, 51)).toBeCloseTo(19.5, 6);
-  });
-
-  it('loads a profile file and rejects a malformed one with a config error', async () => {
-    const dir = await mkdtemp(join(tmpdir(), 'tandem-profile-'));
-    try {
-      const good = join(dir, 'good.json');
-      await writeFile(good, JSON.stringify({ prefill: { tokens: [0, 100], ms: [10, 20] }, decode: { kvUsage: [0, 1], ms: [5, 6] } }));
-      expect((await loadPerfProfile(good)).prefillMs(50)).toBeCloseTo(15, 6);
-      const bad = join(dir, 'bad.json');
-      await writeFile(bad, JSON.stringify({ prefill: { tokens: [1, 2], ms: [1] }, decode: { kvUsage: [0], ms: [1] } }));
-      await expect(loadPerfProfile(bad)).rejects.toMatchObject({ code: 'config_invalid' });
-      await expect(loadPerfProfile(join(dir, 'missing.json'))).rejects.toMatchObject({ code: 'config_invalid' });
-    } finally {
-      await rm(dir, { recursive: true, force: true });
-    }
-  });
-});
 
 describe('MockerEngine', () => {
   it('tokens are a deterministic function of (seed, request seed, position), in the vocab', async () => {

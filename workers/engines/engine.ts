@@ -62,7 +62,8 @@ export interface EngineInfo {
 
 export interface Engine {
   readonly info: EngineInfo;
+  /** One forward pass; what every engine promises is listed in this folder's README (contract suite). */
   step(batch: StepBatch): Promise<StepResult>;
-  /** Release native resources. */
+  /** Release native resources; a later step() rejects with code `unavailable`. */
   close(): Promise<void>;
 }

@@ -16,7 +16,7 @@ import type { KvEvent, KvTransferParams, LoadMetrics, ModelCard, PreprocessedReq
 import { TOPICS } from '../../proto/wire.js';
 import { modelKey } from '../../runtime/discovery/keys.js';
 import type { DistributedRuntime } from '../../runtime/distributed-runtime.js';
-import { TandemError } from '../../runtime/errors.js';
+import { ConfigError, TandemError } from '../../runtime/errors.js';
 import type { RequestContext } from '../../runtime/request-plane/types.js';
 import type { KvDumpResponse, KvReplayResponse } from '../../router/recovery-protocol.js';
 import type { EndpointClient } from '../../runtime/endpoint-client.js';
@@ -38,7 +38,8 @@ import {
 } from '../disagg/index.js';
 import { TRANSFER_SECONDS_BUCKETS } from '../kv-transfer/index.js';
 import type { Engine } from '../engines/engine.js';
-import { MockerEngine, loadPerfProfile } from '../engines/mocker/index.js';
+import { MockerEngine } from '../engines/mocker/index.js';
+import { loadPerfProfile, PerfProfileError, type PerfModel } from '../../perf-model/index.js';
 import { readModelConfig, type ModelConfig } from '../models/index.js';
 import { DisaggMetrics, WorkerMetrics } from './worker-metrics.js';
 
@@ -104,12 +105,22 @@ async function createEngine(options: WorkerOptions, config: ModelConfig): Promis
       vocabSize: config.vocabSize,
       speedupRatio: options.speedupRatio,
       eosTokenIds: config.eosTokenIds,
-      ...(options.perfProfile ? { perfModel: await loadPerfProfile(options.perfProfile) } : {}),
+      ...(options.perfProfile ? { perfModel: await loadMockerProfile(options.perfProfile) } : {}),
     });
   }
   // Loaded lazily so a machine without the native addon can still run the mocker.
   const { createNativeEngine } = await import('../engines/native/index.js');
   return createNativeEngine(nativeEngineOptions(options));
+}
+
+/** perf-model imports no runtime: its error becomes the ConfigError that exits the CLI with 2. */
+async function loadMockerProfile(path: string): Promise<PerfModel> {
+  try {
+    return await loadPerfProfile(path);
+  } catch (err) {
+    if (err instanceof PerfProfileError) throw new ConfigError(err.message);
+    throw err;
+  }
 }
 
 function nativeEngineOptions(options: WorkerOptions) {

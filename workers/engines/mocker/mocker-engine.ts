@@ -15,7 +15,8 @@
  * migrated request (prior outputs folded into its prompt) counts from its new prompt.
  */
 import type { Engine, EngineInfo, SampledToken, StepBatch, StepResult, StepSequence } from '../engine.js';
-import { DECODE_FLOOR_MS, PolynomialPerfModel, stepTimeMs, type PerfModel, type StepShape } from './perf-model.js';
+import { DECODE_FLOOR_MS, PolynomialPerfModel, stepTimeMs, type PerfModel, type StepShape } from '../../../perf-model/index.js';
+import { UnavailableError } from '../../../runtime/index.js';
 import { mockLogprob, mockTokenAt } from './tokens.js';
 
 /** A request seed at or above this asks for EOS after (seed − base) output tokens. */
@@ -69,7 +70,7 @@ export class MockerEngine implements Engine {
   }
 
   async step(batch: StepBatch): Promise<StepResult> {
-    if (this.closed) throw new Error('mocker engine is closed');
+    if (this.closed) throw new UnavailableError('mocker engine is closed');
     const ms = stepTimeMs(this.perfModel, this.shapeOf(batch));
     this.simulatedMs += ms;
     this.numSteps++;

@@ -1,0 +1,7 @@
+/** Public surface of perf-model/: the step-time model the mocker and the planner share. */
+export { DECODE_FLOOR_MS, clamp01, stepTimeMs, type PerfModel, type StepShape } from './perf-model.js';
+export { PolynomialPerfModel } from './polynomial.js';
+export { InterpolatedPerfModel, interp } from './interpolated.js';
+export { PERF_PROFILE_VERSION, parsePerfProfile, perfModelFromProfile, type DecodeProfile, type PerfProfile } from './profile.js';
+export { loadPerfProfile } from './profile-file.js';
+export { PerfProfileError } from './errors.js';
