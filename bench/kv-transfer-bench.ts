@@ -11,13 +11,14 @@
  * Writes a table to stdout and JSON to bench/results/kv-transfer.json. The peer (prefill
  * side) is this script again with --peer, in its own process; one pool copy per side.
  */
-import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
+import { spawnSync } from 'node:child_process';
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { availableParallelism, cpus, loadavg, totalmem } from 'node:os';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { performance } from 'node:perf_hooks';
+import { SupervisedProcess, jsonRecord } from '../runtime/supervisor/index.js';
 import { UcxTransferAgent, type KvPool, type KvTransferDescriptor } from '../workers/kv-transfer/index.js';
 
 const HERE = dirname(fileURLToPath(import.meta.url));
@@ -70,36 +71,21 @@ function poolBytes(pool: KvPool): Uint8Array {
   return b instanceof ArrayBuffer ? new Uint8Array(b) : new Uint8Array(b.buffer, b.byteOffset, b.byteLength);
 }
 
-// Peers die with this process, even when a measurement throws.
-const livePeers = new Set<ChildProcess>();
-process.once('exit', () => {
-  for (const child of livePeers) child.kill('SIGKILL');
-});
-
-async function startPeer(tls: string, poolMode: string): Promise<{ child: ChildProcess; descriptor: KvTransferDescriptor }> {
-  const child = spawn(
-    process.execPath,
-    ['--import', 'tsx', fileURLToPath(import.meta.url), '--peer', '--pool', poolMode, '--busy-poll-us', String(agentOptions.busyPollUs), '--max-get-bytes', String(agentOptions.maxGetBytes), '--blocks', String(maxBlocks), '--kv-bytes-per-token', String(kvBytesPerToken), '--block-size', String(blockSize)],
-    { stdio: ['ignore', 'pipe', 'inherit'], env: { ...process.env, UCX_TLS: tls } },
-  );
-  livePeers.add(child);
-  child.once('exit', () => livePeers.delete(child));
-  const line = await new Promise<string>((resolve, reject) => {
-    let text = '';
-    child.stdout!.on('data', (chunk: Buffer) => {
-      text += chunk.toString();
-      const nl = text.indexOf('\n');
-      if (nl >= 0) resolve(text.slice(0, nl));
-    });
-    child.once('exit', (code) => reject(new Error(`peer exited with ${code}`)));
+// Peers die with this process, even when a measurement throws: the supervisor kills them on exit.
+async function startPeer(tls: string, poolMode: string): Promise<{ child: SupervisedProcess; descriptor: KvTransferDescriptor }> {
+  const child = new SupervisedProcess({
+    name: `ucx-peer-${tls}-${poolMode}`,
+    args: ['--import', 'tsx', fileURLToPath(import.meta.url), '--peer', '--pool', poolMode, '--busy-poll-us', String(agentOptions.busyPollUs), '--max-get-bytes', String(agentOptions.maxGetBytes), '--blocks', String(maxBlocks), '--kv-bytes-per-token', String(kvBytesPerToken), '--block-size', String(blockSize)],
+    env: { UCX_TLS: tls },
+    log: { stderrPrefix: true },
   });
-  return { child, descriptor: JSON.parse(line) as KvTransferDescriptor };
+  // The peer's first JSON line on stdout is its descriptor.
+  const descriptor = await child.waitFor((line) => (jsonRecord(line) as KvTransferDescriptor | undefined), { timeoutMs: 60_000, what: 'transfer descriptor' });
+  return { child, descriptor };
 }
 
-async function stopPeer(child: ChildProcess): Promise<void> {
-  const exited = new Promise((r) => child.once('exit', r));
-  child.kill('SIGTERM');
-  await exited;
+async function stopPeer(child: SupervisedProcess): Promise<void> {
+  await child.stop();
 }
 
 // ---- measurements ----
@@ -180,7 +166,7 @@ async function measurePerftest(tls: string, bytes: number, iterations: number): 
   const port = await freePort();
   const env: NodeJS.ProcessEnv = { ...process.env, UCX_TLS: tls };
   if (tls.startsWith('sm')) env.UCX_MM_ERROR_HANDLING = 'y';
-  const server = spawn('ucx_perftest', ['-p', String(port)], { stdio: 'ignore', env });
+  const server = new SupervisedProcess({ name: 'ucx_perftest-server', command: 'ucx_perftest', args: ['-p', String(port)], env });
   try {
     await new Promise((r) => setTimeout(r, 300));
     const warmup = String(Math.max(1, Math.floor(iterations / 10)));
@@ -202,7 +188,7 @@ async function measurePerftest(tls: string, bytes: number, iterations: number): 
     const mbps = Number(line[5]);
     return { gbps: (mbps * 2 ** 20) / 1e9, msPerRequest: Number(line[3]) / 1000, iterations: Number(line[0]) };
   } finally {
-    server.kill('SIGKILL');
+    server.killNow();
   }
 }
 

@@ -1,20 +1,17 @@
 /**
  * `runtime up`: everything on this machine. It starts the frontend and the workers as child
  * processes that find each other through file discovery and direct events (or etcd + NATS when
- * asked), prints the URL and a curl line, and stops everything on Ctrl-C.
+ * asked), prints the URL and a curl line, restarts a child that crashes (with backoff), and stops
+ * everything on Ctrl-C, SIGTERM or SIGHUP: the frontend first (it drains), then the workers.
  */
-import { spawn, type ChildProcess } from 'node:child_process';
-import { existsSync, mkdtempSync, rmSync } from 'node:fs';
-import { homedir, tmpdir } from 'node:os';
-import { dirname, join, resolve } from 'node:path';
-import { createInterface } from 'node:readline';
-import { fileURLToPath } from 'node:url';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { Option, type Command } from 'commander';
 import { nonNegativeInt, oneOf, parsePort } from '../runtime/config.js';
 import { ConfigError } from '../runtime/errors.js';
-import { makeTinyModel } from '../workers/models/index.js';
-
-const BIN = resolve(dirname(fileURLToPath(import.meta.url)), '..', '..', 'bin', 'runtime.js');
+import { DEFAULT_RESTART_POLICY, Supervisor, recordWithMsg, runtimeCommand, type RestartPolicy } from '../runtime/supervisor/index.js';
+import { resolveModel } from '../workers/models/index.js';
 
 interface UpFlags {
   engine: 'mocker' | 'native';
@@ -39,41 +36,24 @@ interface UpFlags {
   logLevel: string;
 }
 
-/** The tiny model `--model tiny` serves, generated once per machine. */
-async function resolveModel(model: string): Promise<string> {
-  if (model !== 'tiny') {
-    const dir = resolve(model);
-    if (!existsSync(join(dir, 'config.json'))) throw new ConfigError(`--model ${model}: no config.json in ${dir}`);
-    return dir;
-  }
-  const dir = join(process.env.TANDEM_CACHE_DIR ?? join(homedir(), '.cache', 'tandem'), 'tiny-llama');
-  if (!existsSync(join(dir, 'config.json'))) {
-    process.stderr.write(`runtime up: generating the tiny model in ${dir}\n`);
-    await makeTinyModel({ arch: 'llama', outDir: dir, dtype: 'f32', seed: 0 });
-  }
-  return dir;
+/** Restart a crashed child after 0.5 s, 1 s, 2 s, … at most 30 s; a 30 s run resets the backoff. */
+const UP_RESTART_POLICY: RestartPolicy = DEFAULT_RESTART_POLICY;
+/** Beyond the children's own drain timeout, before SIGKILL. */
+const STOP_SLACK_MS = 5_000;
+
+/** The `--drain-timeout` passed through to the frontend (seconds), else the runtime default. */
+function drainTimeoutMs(frontendExtra: string[]): number {
+  const at = frontendExtra.findIndex((a) => a === '--drain-timeout' || a.startsWith('--drain-timeout='));
+  const raw = at < 0 ? undefined : frontendExtra[at]!.includes('=') ? frontendExtra[at]!.split('=')[1] : frontendExtra[at + 1];
+  const seconds = Number(raw ?? process.env.TANDEM_DRAIN_TIMEOUT ?? 30);
+  return (Number.isFinite(seconds) && seconds >= 0 ? seconds : 30) * 1000;
 }
 
-/** Prefix each line of a child's output so the interleaved logs stay readable. */
-function pipeWithPrefix(child: ChildProcess, label: string, onLine?: (line: string) => void): void {
-  for (const stream of [child.stdout, child.stderr]) {
-    if (!stream) continue;
-    createInterface({ input: stream }).on('line', (line) => {
-      process.stderr.write(`[${label}] ${line}\n`);
-      onLine?.(line);
-    });
-  }
-}
-
-async function waitForModel(urlOf: () => string, timeoutMs: number, children: ChildProcess[], isListening: () => boolean, routable: number): Promise<string> {
+async function waitForModel(urlOf: () => string, timeoutMs: number, failed: () => Error | undefined, routable: number): Promise<string> {
   const deadline = Date.now() + timeoutMs;
   while (Date.now() < deadline) {
-    if (children.some((c) => c.exitCode !== null)) throw new Error('a child process exited during start-up (see its log above)');
-    // Another server on the port would answer too: only ask once our own frontend is listening.
-    if (!isListening()) {
-      await new Promise((r) => setTimeout(r, 100));
-      continue;
-    }
+    const err = failed();
+    if (err) throw err;
     try {
       // /health lists routable (agg + decode) instances per model; prefill workers never are.
       const res = await fetch(`${urlOf()}/health`);
@@ -127,7 +107,7 @@ export function registerUpCommand(program: Command): void {
 }
 
 async function runUp(flags: UpFlags, frontendExtra: string[]): Promise<void> {
-  const modelDir = await resolveModel(flags.model);
+  const modelDir = await resolveModel(flags.model, (dir) => process.stderr.write(`runtime up: generating the tiny model in ${dir}\n`));
   const discoveryDir = mkdtempSync(join(tmpdir(), 'tandem-up-'));
   const common = ['--discovery', flags.discovery, '--event-plane', flags.eventPlane, '--log-level', flags.logLevel];
   if (flags.discovery === 'file') common.push('--discovery-dir', discoveryDir);
@@ -144,72 +124,97 @@ async function runUp(flags: UpFlags, frontendExtra: string[]): Promise<void> {
     ['kvReleaseTimeout', '--kv-release-timeout'],
   ];
   for (const [key, flag] of passthrough) if (flags[key] !== undefined) workerFlags.push(flag, String(flags[key]));
+  const graceMs = drainTimeoutMs(frontendExtra) + STOP_SLACK_MS;
 
-  const children: ChildProcess[] = [];
-  let frontendListening = false;
-  // The frontend says where it listens; with --http-port 0 that is the only way to know the port.
-  let listeningUrl: string | undefined;
-  const onFrontendLine = (line: string) => {
-    if (frontendListening || !line.includes('frontend listening')) return;
-    frontendListening = true;
-    listeningUrl = /"url":"(http:[^"]+)"/.exec(line)?.[1] ?? /listening on (http:\/\/\S+)/.exec(line)?.[1];
-  };
-  // Every worker must be up before "ready": a model listed from a prefill card alone cannot serve.
-  let workersReady = 0;
-  const start = (label: string, args: string[]) => {
-    // Own process group: a terminal's Ctrl-C reaches only `up`, which stops each child once (in the
-    // terminal's group a child would get SIGINT and then our SIGTERM: a second signal, no drain).
-    const child = spawn(process.execPath, [BIN, ...args], { detached: true, stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, TANDEM_LOG_FORMAT: 'json' } });
-    pipeWithPrefix(
-      child,
-      label,
-      label === 'frontend' ? (line) => onFrontendLine(line) : (line) => (workersReady += line.includes('"msg":"worker ready"') ? 1 : 0),
-    );
-    children.push(child);
-    return child;
-  };
+  let phase: 'starting' | 'serving' | 'stopping' = 'starting';
+  let startupFailure: Error | undefined;
+  const say = (line: string) => process.stderr.write(`runtime up: ${line}\n`);
+  const supervisor = new Supervisor({
+    onEvent: (e) => {
+      if (e.type === 'started') say(`${e.name} started (pid ${e.pid})${e.restarts > 0 ? `, restart ${e.restarts}` : ''}`);
+      else if (e.type === 'exited') {
+        if (e.expected) say(`${e.name} stopped (code ${e.code}, signal ${e.signal})`);
+        else {
+          say(`${e.name} exited unexpectedly (code ${e.code}, signal ${e.signal}) after ${(e.ranMs / 1000).toFixed(1)} s`);
+          if (phase === 'starting') startupFailure ??= new Error(`${e.name} exited during start-up (see its log above)`);
+        }
+      } else if (e.type === 'restarting') {
+        if (phase === 'serving') say(`restarting ${e.name} in ${e.delayMs} ms (attempt ${e.attempt})`);
+      } else say(`${e.name} crashed ${e.crashes} times in a row; not restarting it`);
+    },
+  });
+  // Own process group (detached): a terminal's Ctrl-C reaches only `up`, which stops each child
+  // once (in the terminal's group a child would get SIGINT and then our SIGTERM: a second signal, no drain).
+  const start = (name: string, args: string[]) =>
+    supervisor.start({ name, ...runtimeCommand(args), detached: true, log: { stderrPrefix: true }, stopGraceMs: graceMs, restart: UP_RESTART_POLICY });
 
-  let stopping = false;
-  const stopAll = async (code: number) => {
-    if (stopping) return;
-    stopping = true;
-    process.stderr.write('runtime up: stopping\n');
-    for (const child of children) if (child.exitCode === null) child.kill('SIGTERM');
-    const deadline = Date.now() + 15_000;
-    while (children.some((c) => c.exitCode === null && c.signalCode === null) && Date.now() < deadline) {
-      await new Promise((r) => setTimeout(r, 100));
+  const workerNames: string[] = [];
+  let stopping: Promise<void> | undefined;
+  const stopAll = (code: number): Promise<void> =>
+    (stopping ??= (async () => {
+      phase = 'stopping';
+      say('stopping');
+      // The frontend first: it stops taking requests and lets in-flight streams finish on the
+      // workers, which must still be there. Then the workers, which by now have nothing in flight.
+      await supervisor.stop(['frontend']);
+      await supervisor.stop(workerNames);
+      rmSync(discoveryDir, { recursive: true, force: true });
+      process.exit(code);
+    })());
+  let signals = 0;
+  const onSignal = () => {
+    // A second Ctrl-C means "now": no more waiting for drains.
+    if (++signals > 1) {
+      supervisor.killNow();
+      rmSync(discoveryDir, { recursive: true, force: true });
+      process.exit(130);
     }
-    for (const child of children) if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
-    rmSync(discoveryDir, { recursive: true, force: true });
-    process.exit(code);
+    void stopAll(0);
   };
-  process.on('SIGINT', () => void stopAll(0));
-  process.on('SIGTERM', () => void stopAll(0));
-  process.on('SIGHUP', () => void stopAll(0)); // terminal closed: children no longer share its group
+  process.on('SIGINT', onSignal);
+  process.on('SIGTERM', onSignal);
+  process.on('SIGHUP', onSignal); // terminal closed: children no longer share its group
 
-  start('frontend', ['frontend', ...common, '--http-port', String(flags.httpPort), '--host', flags.host, ...frontendExtra]);
+  const frontend = start('frontend', ['frontend', ...common, '--http-port', String(flags.httpPort), '--host', flags.host, ...frontendExtra]);
   const roles: Array<[string, number]> = [
     ['agg', flags.workers ?? 0],
     ['prefill', flags.prefill],
     ['decode', flags.decode],
   ];
+  const workers = [];
   for (const [mode, count] of roles) {
-    for (let i = 0; i < count; i++) start(`${mode}-${i}`, ['worker', ...common, ...workerFlags, '--mode', mode]);
-  }
-  for (const child of children) {
-    child.on('exit', (code, signal) => {
-      if (!stopping) {
-        process.stderr.write(`runtime up: a child exited (code ${code}, signal ${signal}); stopping everything\n`);
-        void stopAll(1);
-      }
-    });
+    for (let i = 0; i < count; i++) {
+      const name = `${mode}-${i}`;
+      workerNames.push(name);
+      workers.push(start(name, ['worker', ...common, ...workerFlags, '--mode', mode]));
+    }
   }
 
   const configuredUrl = `http://${flags.host === '0.0.0.0' ? '127.0.0.1' : flags.host}:${flags.httpPort}`;
+  // The frontend says where it listens; with --http-port 0 that is the only way to know the port.
+  let listeningUrl: string | undefined;
   const urlOf = () => (listeningUrl ?? configuredUrl).replace('://0.0.0.0:', '://127.0.0.1:');
   try {
-    const total = (flags.workers ?? 0) + flags.prefill + flags.decode;
-    const model = await waitForModel(urlOf, 120_000, children, () => frontendListening && workersReady >= total, Math.max(1, (flags.workers ?? 0) + flags.decode));
+    const startTimeout = { timeoutMs: 120_000 };
+    // Every worker must be up before "ready": a model listed from a prefill card alone cannot serve.
+    // Another server on the port would answer /health too: ask only once our own frontend listens.
+    const [listening] = await Promise.all([
+      frontend.current.waitFor(recordWithMsg('frontend listening'), { ...startTimeout, what: 'frontend listening' }),
+      ...workers.map((w) => w.current.waitFor(recordWithMsg('worker ready'), { ...startTimeout, what: 'worker ready' })),
+    ]);
+    if (typeof listening.url === 'string') listeningUrl = listening.url;
+    // A restarted frontend listens again (on another port with --http-port 0): say where.
+    frontend.onRestart((run) => {
+      run
+        .waitFor(recordWithMsg('frontend listening'), { ...startTimeout, what: 'frontend listening' })
+        .then((record) => {
+          if (typeof record.url === 'string') say(`frontend listening again at ${record.url.replace('://0.0.0.0:', '://127.0.0.1:')}`);
+        })
+        .catch(() => undefined); // it crashed again: the supervisor says so
+    });
+    const model = await waitForModel(urlOf, 120_000, () => startupFailure, Math.max(1, (flags.workers ?? 0) + flags.decode));
+    if (startupFailure) throw startupFailure;
+    phase = 'serving';
     const url = urlOf();
     process.stdout.write(
       [
@@ -226,7 +231,7 @@ async function runUp(flags: UpFlags, frontendExtra: string[]): Promise<void> {
       ].join('\n'),
     );
   } catch (err) {
-    process.stderr.write(`runtime up: ${(err as Error).message}\n`);
+    say((err as Error).message);
     await stopAll(1);
   }
 }

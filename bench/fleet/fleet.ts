@@ -6,17 +6,15 @@
  * all start their servers through here, so their numbers come from the same set-up.
  */
 import { existsSync, mkdirSync, mkdtempSync, rmSync } from 'node:fs';
-import { homedir, tmpdir } from 'node:os';
-import { dirname, join, resolve } from 'node:path';
-import { fileURLToPath } from 'node:url';
-import { makeTinyModel } from '../../workers/models/index.js';
-import { FleetChild, jsonLine } from './child.js';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { REPO_ROOT, RUNTIME_BIN, Supervisor, killAllNow, recordWithMsg, runtimeCommand, type SupervisedProcess } from '../../runtime/supervisor/index.js';
+import { resolveModel } from '../../workers/models/index.js';
 
 /** Longer than file discovery's watcher poll (300 ms), so the frontend has every card. */
 const CARD_SETTLE_MS = 1000;
-const REPO = resolve(dirname(fileURLToPath(import.meta.url)), '..', '..');
 /** The compiled CLI; `npm run build` makes it. */
-export const RUNTIME_BIN = join(REPO, 'bin', 'runtime.js');
+export { RUNTIME_BIN };
 
 export type FleetMode = 'agg' | 'disagg';
 export type WorkerRoleName = 'agg' | 'prefill' | 'decode';
@@ -90,18 +88,6 @@ export interface Fleet {
   stop(): Promise<void>;
 }
 
-/** The tiny model `--model tiny` serves, generated once per machine (the same one `runtime up` uses). */
-export async function resolveFleetModel(model: string): Promise<string> {
-  if (model !== 'tiny') {
-    const dir = resolve(model);
-    if (!existsSync(join(dir, 'config.json'))) throw new Error(`model ${model}: no config.json in ${dir}`);
-    return dir;
-  }
-  const dir = join(process.env.TANDEM_CACHE_DIR ?? join(homedir(), '.cache', 'tandem'), 'tiny-llama');
-  if (!existsSync(join(dir, 'config.json'))) await makeTinyModel({ arch: 'llama', outDir: dir, dtype: 'f32', seed: 0 });
-  return dir;
-}
-
 function workerPlan(o: FleetOptions): Array<{ role: WorkerRoleName; index: number }> {
   const plan: Array<{ role: WorkerRoleName; index: number }> = [];
   const add = (role: WorkerRoleName, n: number) => {
@@ -116,18 +102,15 @@ function workerPlan(o: FleetOptions): Array<{ role: WorkerRoleName; index: numbe
   return plan;
 }
 
-const live = new Set<FleetChild>();
-let exitHookInstalled = false;
-function installExitHook(): void {
-  if (exitHookInstalled) return;
-  exitHookInstalled = true;
-  // A crashed or interrupted bench must not leave a fleet running on a shared machine.
-  process.once('exit', () => {
-    for (const child of live) child.killNow();
-  });
+let signalHookInstalled = false;
+function installSignalHook(): void {
+  if (signalHookInstalled) return;
+  signalHookInstalled = true;
+  // An interrupted bench must not leave a fleet running on a shared machine (the supervisor
+  // already kills its children when this process exits normally or crashes).
   for (const signal of ['SIGINT', 'SIGTERM'] as const) {
     process.once(signal, () => {
-      for (const child of live) child.killNow();
+      killAllNow();
       process.exit(130);
     });
   }
@@ -135,9 +118,9 @@ function installExitHook(): void {
 
 export async function startFleet(options: FleetOptions = {}): Promise<Fleet> {
   const bin = options.runtimeBin ?? RUNTIME_BIN;
-  if (options.runtimeBin === undefined && !existsSync(join(REPO, 'dist', 'cli', 'main.js'))) throw new Error(`startFleet: ${RUNTIME_BIN} needs a build; run \`npm run build\` first`);
-  installExitHook();
-  const modelDir = await resolveFleetModel(options.model ?? 'tiny');
+  if (options.runtimeBin === undefined && !existsSync(join(REPO_ROOT, 'dist', 'cli', 'main.js'))) throw new Error(`startFleet: ${RUNTIME_BIN} needs a build; run \`npm run build\` first`);
+  installSignalHook();
+  const modelDir = await resolveModel(options.model ?? 'tiny');
   const namespace = `bench-${process.pid}-${Date.now().toString(36)}`;
   const discovery = options.discovery ?? 'file';
   const eventPlane = options.eventPlane ?? 'direct';
@@ -167,28 +150,23 @@ export async function startFleet(options: FleetOptions = {}): Promise<Fleet> {
   ];
   for (const [value, flag] of optional) if (value !== undefined) workerFlags.push(flag, String(value));
 
-  const children: FleetChild[] = [];
-  const spawnChild = (label: string, args: string[]) => {
-    const child = new FleetChild({ label, args: [bin, ...args], logFile: join(logDir, `${label}.log`) });
-    children.push(child);
-    live.add(child);
-    return child;
-  };
+  const supervisor = new Supervisor();
+  const spawnChild = (name: string, args: string[]): SupervisedProcess =>
+    supervisor.start({ name, ...runtimeCommand(args, bin), log: { file: join(logDir, `${name}.log`) } }).current;
   let stopping: Promise<void> | undefined;
   const stopAll = () => (stopping ??= stopChildren());
   const stopChildren = async () => {
-    await Promise.all(children.map((c) => c.stop()));
-    for (const c of children) live.delete(c);
+    await supervisor.stop();
     if (!options.keepLogs && options.logDir === undefined) rmSync(root, { recursive: true, force: true });
     else if (discoveryDir) rmSync(discoveryDir, { recursive: true, force: true });
   };
 
   try {
-    const statusUrlOf = (child: FleetChild) =>
-      child.waitForLine((line) => {
-        const j = jsonLine(line);
-        return j?.msg === 'status server listening' && typeof j.url === 'string' ? j.url : undefined;
-      }, timeoutMs, 'status server listening');
+    const statusUrlOf = (child: SupervisedProcess) =>
+      child.waitFor((line) => {
+        const url = recordWithMsg('status server listening')(line)?.url;
+        return typeof url === 'string' ? url : undefined;
+      }, { timeoutMs, what: 'status server listening' });
 
     const plan = workerPlan(options);
     const workerStarts = plan.map(async ({ role, index }): Promise<FleetWorker> => {
@@ -196,18 +174,18 @@ export async function startFleet(options: FleetOptions = {}): Promise<Fleet> {
       const extra = typeof options.extraWorkerArgs === 'function' ? options.extraWorkerArgs(role, index) : (options.extraWorkerArgs ?? []);
       const child = spawnChild(label, ['worker', ...common, ...workerFlags, '--mode', role, ...extra]);
       const status = statusUrlOf(child);
-      const ready = child.waitForLine((line) => {
-        const j = jsonLine(line);
-        return j?.msg === 'worker ready' ? { instanceId: String(j.instanceId), address: String(j.address) } : undefined;
-      }, timeoutMs, 'worker ready');
+      const ready = child.waitFor((line) => {
+        const j = recordWithMsg('worker ready')(line);
+        return j ? { instanceId: String(j.instanceId), address: String(j.address) } : undefined;
+      }, { timeoutMs, what: 'worker ready' });
       const [statusUrl, info] = await Promise.all([status, ready]);
-      return { label, role, ...info, statusUrl, logFile: child.logFile, pid: child.pid };
+      return { label, role, ...info, statusUrl, logFile: child.logFile!, pid: child.pid };
     });
 
     const frontendArgs = ['frontend', ...common, '--http-port', '0', ...(options.routerMode ? ['--router-mode', options.routerMode] : []), ...(options.extraFrontendArgs ?? [])];
     const frontend = spawnChild('frontend', frontendArgs);
     const frontendStatus = statusUrlOf(frontend);
-    const frontendUrl = frontend.waitForLine((line) => /^frontend listening on (\S+)/.exec(line)?.[1], timeoutMs, 'frontend listening');
+    const frontendUrl = frontend.waitFor((line) => /^frontend listening on (\S+)/.exec(line)?.[1], { timeoutMs, what: 'frontend listening' });
     const [workers, url, frontendStatusUrl] = await Promise.all([Promise.all(workerStarts), frontendUrl, frontendStatus]);
     const model = await waitForRoutable(url, timeoutMs, frontend);
     return {
@@ -220,7 +198,7 @@ export async function startFleet(options: FleetOptions = {}): Promise<Fleet> {
       frontendStatusUrl,
       workerStatusUrls: workers.map((w) => w.statusUrl),
       workers,
-      frontendLogFile: frontend.logFile,
+      frontendLogFile: frontend.logFile!,
       stop: stopAll,
     };
   } catch (err) {
@@ -235,7 +213,7 @@ export async function startFleet(options: FleetOptions = {}): Promise<Fleet> {
  * record within one poll (300 ms). A request sent before the last card arrives would land on
  * fewer workers and skew the first seconds of a run.
  */
-async function waitForRoutable(url: string, timeoutMs: number, frontend: FleetChild): Promise<string> {
+async function waitForRoutable(url: string, timeoutMs: number, frontend: SupervisedProcess): Promise<string> {
   const deadline = Date.now() + timeoutMs;
   while (Date.now() < deadline) {
     if (!frontend.running) throw new Error(`frontend exited during start-up; see ${frontend.logFile}`);

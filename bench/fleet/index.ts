@@ -1,3 +1,3 @@
 /** Public surface of the bench fleet helpers: start and stop a local fleet for a benchmark. */
-export { startFleet, resolveFleetModel, RUNTIME_BIN, type Fleet, type FleetOptions, type FleetWorker, type FleetMode, type WorkerRoleName } from './fleet.js';
+export { startFleet, RUNTIME_BIN, type Fleet, type FleetOptions, type FleetWorker, type FleetMode, type WorkerRoleName } from './fleet.js';
 export { machineLoad, type MachineLoad } from './machine.js';

@@ -3,7 +3,9 @@
  * workers" is an HTTP 503, not a broken stream); if that worker dies mid-stream ('unavailable',
  * a stream that ends without a finish reason, or a cancel we did not ask for), the request is
  * re-sent to another instance with the tokens generated so far appended to the prompt and
- * max_tokens reduced. The consumer sees one uninterrupted stream of deltas. The request id is
+ * max_tokens reduced. A retry never goes to an instance that already failed this request or
+ * is in cooldown (dead, or draining); one that fails before its first token is tried elsewhere
+ * without spending the migration limit. The consumer sees one uninterrupted stream of deltas. The request id is
  * kept, so a worker that derives its sampling seed from it continues the same sequence.
  */
 import type { InstanceId, PreprocessedRequest, TokenDelta } from '../../proto/wire.js';
@@ -26,17 +28,22 @@ export interface MigrationPlan {
   onAttemptFailed?: (instanceId: InstanceId, sawToken: boolean, cause: unknown) => void;
 }
 
-/** Choose an instance among the model's candidates, skipping `excluded`. */
+/**
+ * Choose an instance among the model's candidates, skipping `excluded`. A first pick may fall
+ * back to workers in cooldown when every one is (a guess beats a refusal); a retry (`strict`)
+ * never picks one: it just failed somewhere, and a worker in cooldown is dead or draining.
+ */
 export async function selectInstance(
   model: ServedModel,
   selector: WorkerSelector,
   route: RouteRequest,
   excluded?: ReadonlySet<InstanceId>,
   health?: WorkerHealth,
+  strict = false,
 ): Promise<InstanceId> {
   let candidates = model.candidates();
   if (excluded && excluded.size > 0) candidates = candidates.filter((id) => !excluded.has(id));
-  if (health) candidates = health.filter(candidates, Date.now());
+  if (health) candidates = strict ? health.up(candidates, Date.now()) : health.filter(candidates, Date.now());
   if (candidates.length === 0) throw new NoInstancesError(`no workers available for model '${model.name}'`);
   const picked = await selector.select(route, candidates);
   if (picked === undefined) throw new NoInstancesError(`no worker can take a request for model '${model.name}' now`);
@@ -52,7 +59,10 @@ export async function* streamWithMigration(plan: MigrationPlan, signal: AbortSig
   const generated: number[] = [];
   const failed = new Set<InstanceId>();
   let instanceId = plan.firstInstance;
+  /** Attempts so far after the first (the resend arithmetic keys off it). */
   let migrations = 0;
+  /** Moves of a stream that had produced tokens on the failed attempt: what `migrationLimit` bounds. */
+  let spent = 0;
   for (;;) {
     // A KV hand-off belongs to the first attempt only: the prefill worker frees the blocks once
     // that decode worker has pulled them, so a resend must compute the prompt itself.
@@ -93,9 +103,13 @@ export async function* streamWithMigration(plan: MigrationPlan, signal: AbortSig
       if (!signal.aborted) plan.onAttemptFailed?.(attempt, sawToken, err);
       if (signal.aborted || !isMigratable(err)) throw err;
       plan.health?.markDown(attempt, Date.now());
-      if (plan.pinned || migrations >= plan.migrationLimit) throw err;
+      // A worker that failed before its first token (dead, or draining) cost the client nothing:
+      // that retry is routing, not migration, and is bounded by the candidates left. Only moving
+      // a stream that already produced tokens spends the migration budget.
+      if (plan.pinned || (sawToken && spent >= plan.migrationLimit)) throw err;
       failed.add(attempt);
       migrations += 1;
+      if (sawToken) spent += 1;
       plan.onMigrate?.(attempt, generated.length, err);
       if (generated.length >= base.stop.maxTokens) {
         yield { tokenIds: [], finishReason: 'length' };
@@ -103,7 +117,7 @@ export async function* streamWithMigration(plan: MigrationPlan, signal: AbortSig
       }
       // The cause matters more than "no other worker": keep it when there is nowhere to go.
       try {
-        instanceId = await selectInstance(plan.model, plan.selector, { model: plan.model.name, request: base }, failed, plan.health);
+        instanceId = await selectInstance(plan.model, plan.selector, { model: plan.model.name, request: base }, failed, plan.health, true);
       } catch {
         throw err;
       }

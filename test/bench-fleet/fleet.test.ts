@@ -7,16 +7,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { renderHeadlines, type Headline } from '../../bench/fleet/headline.js';
 import { startFleet, type Fleet } from '../../bench/fleet/index.js';
 import { DirectStreamClient, FrontendStreamClient } from '../../bench/fleet/stream-clients.js';
-
-function alive(pid: number | undefined): boolean {
-  if (pid === undefined) return false;
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch {
-    return false;
-  }
-}
+import { isAlive } from '../harness/processes.js';
 
 describe('startFleet', () => {
   let fleet: Fleet;
@@ -58,9 +49,9 @@ describe('startFleet', () => {
   it('stop() ends every process and removes the discovery directory', async () => {
     const pids = fleet.workers.map((w) => w.pid);
     const dir = fleet.discoveryDir!;
-    expect(pids.every(alive)).toBe(true);
+    expect(pids.every(isAlive)).toBe(true);
     await fleet.stop();
-    expect(pids.some(alive)).toBe(false);
+    expect(pids.some(isAlive)).toBe(false);
     expect(existsSync(dir)).toBe(false);
     await expect(fetch(`${fleet.url}/v1/models`)).rejects.toThrow();
   });

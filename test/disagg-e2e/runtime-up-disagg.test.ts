@@ -3,14 +3,13 @@
  * aggregated workers, a long prompt runs disaggregated (both worker ids in the headers), frontend
  * flags pass through (--disagg-min-prefill-tokens), and Ctrl-C stops everything.
  */
-import { spawn } from 'node:child_process';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { pollUntil } from '../harness/http.js';
 import { freePort } from '../harness/ports.js';
-import { CLI, REPO_ROOT } from '../harness/processes.js';
+import { startUp } from '../e2e/up.js';
 
 describe('runtime up --prefill 1 --decode 1', () => {
   let cacheDir = '';
@@ -21,19 +20,15 @@ describe('runtime up --prefill 1 --decode 1', () => {
   it('serves long prompts disaggregated, short ones aggregated on the decode pool, and stops on SIGINT', async () => {
     cacheDir = await mkdtemp(join(tmpdir(), 'tandem-up-disagg-'));
     const port = await freePort();
-    const child = spawn(
-      process.execPath,
-      [CLI, 'up', '--engine', 'mocker', '--model', 'tiny', '--prefill', '1', '--decode', '1', '--http-port', String(port), '--kv-bytes-per-token', '4096', '--num-gpu-blocks', '1024', '--disagg-min-prefill-tokens', '64'],
-      { cwd: REPO_ROOT, detached: true, stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, TANDEM_CACHE_DIR: cacheDir, UCX_TLS: 'tcp' } },
+    const up = await startUp(
+      cacheDir,
+      ['--engine', 'mocker', '--model', 'tiny', '--prefill', '1', '--decode', '1', '--http-port', String(port), '--kv-bytes-per-token', '4096', '--num-gpu-blocks', '1024', '--disagg-min-prefill-tokens', '64'],
+      { UCX_TLS: 'tcp' },
     );
-    let out = '';
-    child.stdout!.on('data', (b: Buffer) => (out += b.toString()));
-    child.stderr!.on('data', (b: Buffer) => (out += b.toString()));
-    const exited = new Promise<number | null>((resolve) => child.once('exit', (code) => resolve(code)));
     try {
-      await pollUntil('runtime up ready', () => out.includes('Press Ctrl-C to stop.'), 60_000, 100);
-      expect(out).toContain('workers: 1 prefill + 1 decode');
-      const url = `http://127.0.0.1:${port}`;
+      expect(up.proc.output()).toContain('workers: 1 prefill + 1 decode');
+      const url = up.url;
+      expect(url).toBe(`http://127.0.0.1:${port}`);
       const post = (prompt: number[]) =>
         fetch(`${url}/v1/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ model: 'tiny-llama', prompt, max_tokens: 8, ignore_eos: true }) });
       const prompt = Array.from({ length: 200 }, (_, i) => 3 + (i % 400));
@@ -56,8 +51,9 @@ describe('runtime up --prefill 1 --decode 1', () => {
       expect(short.status).toBe(200);
       expect(short.headers.get('x-prefill-worker-id')).toBeNull();
     } finally {
-      if (child.exitCode === null) process.kill(-child.pid!, 'SIGINT');
+      // Ctrl-C: SIGINT to the whole process group.
+      if (up.proc.running) process.kill(-up.proc.pid!, 'SIGINT');
     }
-    expect(await exited).toBe(0);
+    expect((await up.proc.exited()).code).toBe(0);
   }, 120_000);
 });

@@ -6,15 +6,16 @@
  * `up` runs as the leader of its own process group, as in a terminal, so a test can send
  * SIGINT to the whole group the way a terminal's Ctrl-C does.
  */
-import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
+import { execFileSync } from 'node:child_process';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import OpenAI from 'openai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { freePort } from '../harness/ports.js';
-import { CLI, REPO_ROOT } from '../harness/processes.js';
+import { isAlive } from '../harness/processes.js';
 import { pollUntil } from '../harness/http.js';
+import { UP_MOCKER_2, startUp as startUpProcess, stopAll, type Up } from './up.js';
 
 const MODEL = 'tiny-llama';
 
@@ -30,55 +31,26 @@ function childPids(pid: number): number[] {
   }
 }
 
-function isAlive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch {
-    return false;
-  }
-}
-
-interface Up {
-  child: ChildProcess;
-  url: string;
-  output(): string;
-  exited: Promise<{ code: number | null; signal: NodeJS.Signals | null }>;
-}
-
-async function startUp(cacheDir: string, extra: string[] = []): Promise<Up> {
+/** On a fixed free port, so the test can check that the printed URL is the configured one. */
+async function startUp(cacheDir: string, extra: string[] = []): Promise<Up & { expectedUrl: string }> {
   const port = await freePort();
-  const child = spawn(process.execPath, [CLI, 'up', '--engine', 'mocker', '--model', 'tiny', '--workers', '2', '--http-port', String(port), ...extra], {
-    cwd: REPO_ROOT,
-    detached: true,
-    stdio: ['ignore', 'pipe', 'pipe'],
-    env: { ...process.env, TANDEM_CACHE_DIR: cacheDir },
-  });
-  let out = '';
-  child.stdout!.on('data', (b: Buffer) => (out += b.toString()));
-  child.stderr!.on('data', (b: Buffer) => (out += b.toString()));
-  const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) => child.once('exit', (code, signal) => resolve({ code, signal })));
-  const up: Up = { child, url: `http://127.0.0.1:${port}`, output: () => out, exited };
-  await pollUntil('runtime up to print "Press Ctrl-C to stop"', () => {
-    if (child.exitCode !== null) throw new Error(`runtime up exited early:\n${out.slice(-3000)}`);
-    return out.includes('Press Ctrl-C to stop');
-  }, 45_000);
-  return up;
+  const up = await startUpProcess(cacheDir, [...UP_MOCKER_2, '--http-port', String(port), ...extra]);
+  return { ...up, expectedUrl: `http://127.0.0.1:${port}` };
 }
 
 /** Stop with `signal` sent to `target`, then check the exit and that every child drained and is gone. */
 async function stopAndCheck(up: Up, signal: NodeJS.Signals, target: 'process' | 'group'): Promise<void> {
-  const children = childPids(up.child.pid!);
+  const children = childPids(up.proc.pid!);
   expect(children).toHaveLength(3); // frontend + 2 workers
   for (const pid of children) expect(isAlive(pid)).toBe(true);
   const stoppedAt = Date.now();
-  process.kill(target === 'group' ? -up.child.pid! : up.child.pid!, signal);
-  expect(await up.exited, up.output().slice(-3000)).toEqual({ code: 0, signal: null });
+  process.kill(target === 'group' ? -up.proc.pid! : up.proc.pid!, signal);
+  expect(await up.proc.exited(), up.proc.output().slice(-3000)).toEqual({ code: 0, signal: null });
   await pollUntil('children gone', () => children.every((pid) => !isAlive(pid)), 2000);
   expect(Date.now() - stoppedAt).toBeLessThan(15_000);
-  const out = up.output();
+  const out = up.proc.output();
   expect(out).toContain('runtime up: stopping');
-  expect(out).not.toMatch(/a child exited \(code/);
+  expect(out).not.toMatch(/exited unexpectedly/);
   // Each child got exactly one signal and finished its own graceful shutdown.
   expect(out).not.toMatch(/second signal: exiting now/);
   expect(out.match(/"msg":"shutdown complete"/g) ?? []).toHaveLength(3);
@@ -91,14 +63,15 @@ describe('runtime up (all-in-one)', () => {
     cacheDir = await mkdtemp(join(tmpdir(), 'tandem-up-cache-'));
   });
   afterAll(async () => {
-    for (const up of started) if (up.child.exitCode === null) process.kill(-up.child.pid!, 'SIGKILL');
+    await stopAll(started);
     await rm(cacheDir, { recursive: true, force: true });
   });
 
   it('starts, prints the URL and a working curl line, serves chat, and Ctrl-C stops all children', async () => {
     const up = await startUp(cacheDir, ['--speedup-ratio', '100']);
     started.push(up);
-    const out = up.output();
+    const out = up.proc.output();
+    expect(up.url).toBe(up.expectedUrl);
     expect(out).toContain(`runtime up: generating the tiny model in ${join(cacheDir, 'tiny-llama')}`);
     expect(out).toContain(`Tandem is serving ${MODEL} at ${up.url}`);
     expect(out).toContain(`curl -N ${up.url}/v1/chat/completions`);
@@ -132,7 +105,7 @@ describe('runtime up (all-in-one)', () => {
   it('SIGINT to the up process alone (kill -INT) also stops every child; the cached tiny model is reused', async () => {
     const up = await startUp(cacheDir);
     started.push(up);
-    expect(up.output()).not.toContain('generating the tiny model');
+    expect(up.proc.output()).not.toContain('generating the tiny model');
     await stopAndCheck(up, 'SIGINT', 'process');
   });
 

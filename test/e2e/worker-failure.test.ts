@@ -73,7 +73,7 @@ describe('e2e: worker failure and client disconnect (frontend + 2 mocker workers
     const res = await post('/v1/completions', { ...request, stream: true, stream_options: { include_usage: true } });
     expect(res.status).toBe(200);
     const victim = cluster.worker(res.headers.get('x-worker-instance-id')!);
-    const survivor = cluster.workers.find((w) => w !== victim && w.proc.child.exitCode === null)!;
+    const survivor = cluster.workers.find((w) => w !== victim && w.proc.running)!;
     let tokensAtKill = -1;
     let seen = 0;
     let victimRunning: number | undefined;

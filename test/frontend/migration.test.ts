@@ -6,6 +6,8 @@ import { describe, expect, it } from 'vitest';
 import type { ServedModel } from '../../frontend/model-watcher.js';
 import { streamWithMigration } from '../../frontend/pipeline/migration.js';
 import { RoundRobinSelector, type RouteRequest, type WorkerSelector } from '../../frontend/routing.js';
+import { WorkerHealth } from '../../frontend/worker-health.js';
+import { UnavailableError } from '../../runtime/errors.js';
 import type { InstanceId, PreprocessedRequest, TokenDelta } from '../../proto/wire.js';
 import { makeCard } from './fakes.js';
 
@@ -85,5 +87,32 @@ describe('streamWithMigration', () => {
     const dead = model({ a: () => [{ tokenIds: [], finishReason: 'cancelled' }], b: () => [{ tokenIds: [1], finishReason: 'stop' }] }, sent);
     await expect(collect(streamWithMigration({ ...plan, model: dead, pinned: true }, new AbortController().signal))).rejects.toMatchObject({ code: 'unavailable' });
     expect(sent.map(([id]) => id)).toEqual(['a', 'a']);
+  });
+
+  it('a worker that answers "server is draining" before its first token is skipped, without spending the migration limit', async () => {
+    const sent: Array<[InstanceId, PreprocessedRequest]> = [];
+    const draining = () => {
+      throw new UnavailableError('server is draining');
+    };
+    const served = model({ a: draining, b: draining, c: (req) => [{ tokenIds: [7, 8], finishReason: 'length' }].map((d) => ({ ...d, tokenIds: d.tokenIds.slice(0, req.stop.maxTokens) })) }, sent);
+    const health = new WorkerHealth(60_000);
+    const deltas = await collect(
+      streamWithMigration({ model: served, selector: new RoundRobinSelector(), request: base, firstInstance: 'a', pinned: false, migrationLimit: 0, health }, new AbortController().signal),
+    );
+    expect(deltas.flatMap((d) => d.tokenIds)).toEqual([7, 8]);
+    // a failed, then b (draining too), then c; the request was never re-sent with output tokens.
+    expect(sent.map(([id]) => id)).toEqual(['a', 'b', 'c']);
+    expect(sent.every(([, r]) => r.tokenIds.length === 3)).toBe(true);
+    expect(health.isDown('a', Date.now()) && health.isDown('b', Date.now())).toBe(true);
+  });
+
+  it('a retry never picks an instance in cooldown, even when it is the only other one left', async () => {
+    const sent: Array<[InstanceId, PreprocessedRequest]> = [];
+    const served = model({ a: () => [{ tokenIds: [1] }, { tokenIds: [], finishReason: 'cancelled' }], b: () => [{ tokenIds: [2], finishReason: 'stop' }] }, sent);
+    const health = new WorkerHealth(60_000);
+    health.markDown('b', Date.now()); // another request just found b dead or draining
+    const plan = { model: served, selector: new RoundRobinSelector(), request: base, firstInstance: 'a', pinned: false, migrationLimit: 3, health };
+    await expect(collect(streamWithMigration(plan, new AbortController().signal))).rejects.toMatchObject({ code: 'unavailable' });
+    expect(sent.map(([id]) => id)).toEqual(['a']);
   });
 });

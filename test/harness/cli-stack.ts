@@ -3,7 +3,8 @@
  * BUILT CLI (bin/runtime.js → dist/), sharing a temp file-discovery directory and the direct
  * event plane, over a tiny model generated into the same temp dir. Each process is started on
  * its own, so a test can kill -9 one. Workers run a status server on a free port; its URL and
- * the worker's instance id are read from the worker's JSON log lines.
+ * the worker's instance id are read from the worker's JSON log lines. Processes are started
+ * through `spawnCli` (processes.ts), a thin wrapper over the shipped supervisor.
  *
  * The suites build on it: test/e2e/cluster.ts (mocker workers), test/disagg-e2e/cluster.ts
  * (prefill/decode pools), and single-stack tests such as test/bench/against-stack.test.ts.
@@ -124,7 +125,7 @@ export class CliStack {
 
   /** Workers whose process has not exited. */
   live(): CliWorker[] {
-    return this.workers.filter((w) => w.proc.child.exitCode === null && w.proc.child.signalCode === null);
+    return this.workers.filter((w) => w.proc.running);
   }
 
   async kill9(worker: CliWorker): Promise<void> {
@@ -148,15 +149,7 @@ export class CliStack {
   /** SIGTERM every process still running (SIGKILL after 10 s), then delete the temp dir. */
   async close(): Promise<void> {
     const procs = [this.frontend, ...this.extraFrontends, ...this.workers.map((w) => w.proc)].filter((p): p is Spawned => p !== undefined);
-    await Promise.all(
-      procs.map(async (p) => {
-        if (p.child.exitCode !== null || p.child.signalCode !== null) return;
-        p.kill('SIGTERM');
-        const timer = setTimeout(() => p.kill('SIGKILL'), 10_000);
-        await p.exited();
-        clearTimeout(timer);
-      }),
-    );
+    await Promise.all(procs.map((p) => p.stop(10_000)));
     await rm(this.dir, { recursive: true, force: true });
   }
 }

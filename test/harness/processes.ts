@@ -1,78 +1,34 @@
 /**
  * Child processes for end-to-end tests: run a TypeScript entry (through tsx) or the built CLI,
- * collect output, wait for a line, and make sure nothing outlives the test run.
+ * keep its output in memory, wait for a line. Thin wrappers over the shipped supervisor
+ * (runtime/supervisor), which also SIGKILLs every child still running when the test process
+ * exits, even after a crash.
  */
-import { spawn, type ChildProcess } from 'node:child_process';
-import { dirname, join } from 'node:path';
-import { fileURLToPath } from 'node:url';
+import { join } from 'node:path';
+import { REPO_ROOT, RUNTIME_BIN, SupervisedProcess, runtimeCommand } from '../../runtime/supervisor/index.js';
 
-export const REPO_ROOT = join(dirname(fileURLToPath(import.meta.url)), '..', '..');
-export const CLI = join(REPO_ROOT, 'bin', 'runtime.js');
+export { REPO_ROOT };
+export const CLI = RUNTIME_BIN;
 
-const live = new Set<ChildProcess>();
-process.once('exit', () => {
-  for (const child of live) child.kill('SIGKILL');
-});
+/**
+ * A child of a test: `output()`, `waitForLine(pattern, timeoutMs)` (lines already printed
+ * count), `exited()`, `kill(signal)`, `stop(graceMs)`, `running`, `pid`.
+ */
+export type Spawned = SupervisedProcess;
 
-export interface Spawned {
-  child: ChildProcess;
-  output(): string;
-  waitForLine(pattern: RegExp, timeoutMs?: number): Promise<string>;
-  exited(): Promise<{ code: number | null; signal: NodeJS.Signals | null }>;
-  kill(signal?: NodeJS.Signals): void;
+/** Tests read whole outputs back: keep far more than a service would. */
+const TEST_MEMORY_LINES = 100_000;
+let counter = 0;
+
+function nameOf(args: string[]): string {
+  const script = args.find((a) => a.endsWith('.ts') || a.endsWith('.js'));
+  const base = script ? script.split('/').pop()! : 'node';
+  const sub = script ? args[args.indexOf(script) + 1] : undefined;
+  return `${base}${sub && !sub.startsWith('-') ? ` ${sub}` : ''}#${++counter}`;
 }
 
 export function spawnNode(args: string[], env: NodeJS.ProcessEnv = {}): Spawned {
-  const child = spawn(process.execPath, args, {
-    cwd: REPO_ROOT,
-    stdio: ['ignore', 'pipe', 'pipe'],
-    env: { ...process.env, TANDEM_LOG_FORMAT: 'json', ...env },
-  });
-  live.add(child);
-  let text = '';
-  const watchers = new Set<() => void>();
-  const onData = (chunk: Buffer) => {
-    text += chunk.toString();
-    for (const w of [...watchers]) w();
-  };
-  child.stdout!.on('data', onData);
-  child.stderr!.on('data', onData);
-  const exit = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) => {
-    child.once('exit', (code, signal) => {
-      live.delete(child);
-      for (const w of [...watchers]) w();
-      resolve({ code, signal });
-    });
-  });
-  return {
-    child,
-    output: () => text,
-    exited: () => exit,
-    kill: (signal = 'SIGTERM') => {
-      child.kill(signal);
-    },
-    waitForLine: (pattern, timeoutMs = 30_000) =>
-      new Promise<string>((resolve, reject) => {
-        const check = () => {
-          const line = text.split('\n').find((l) => pattern.test(l));
-          if (line !== undefined) {
-            watchers.delete(check);
-            clearTimeout(timer);
-            resolve(line);
-          } else if (child.exitCode !== null || child.signalCode !== null) {
-            watchers.delete(check);
-            clearTimeout(timer);
-            reject(new Error(`process exited before printing ${pattern}; output:\n${text.slice(-4000)}`));
-          }
-        };
-        const timer = setTimeout(() => {
-          watchers.delete(check);
-          reject(new Error(`timed out waiting for ${pattern}; output:\n${text.slice(-4000)}`));
-        }, timeoutMs);
-        watchers.add(check);
-        check();
-      }),
-  };
+  return new SupervisedProcess({ name: nameOf(args), args, cwd: REPO_ROOT, env: { TANDEM_LOG_FORMAT: 'json', ...env }, log: { memoryLines: TEST_MEMORY_LINES } });
 }
 
 /** Run a TypeScript file with tsx. */
@@ -82,5 +38,17 @@ export function spawnTs(file: string, args: string[] = [], env: NodeJS.ProcessEn
 
 /** Run the built `runtime` CLI (requires `npm run build`). */
 export function spawnCli(args: string[], env: NodeJS.ProcessEnv = {}): Spawned {
-  return spawnNode([CLI, ...args], env);
+  const command = runtimeCommand(args);
+  return spawnNode(command.args, { ...command.env, ...env });
+}
+
+/** Whether a process with this pid exists (signal 0 probes without sending anything). */
+export function isAlive(pid: number | undefined): boolean {
+  if (pid === undefined) return false;
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch {
+    return false;
+  }
 }

@@ -46,7 +46,7 @@ describe('runtime router + runtime frontend --router-mode kv --router-endpoint r
 
   afterAll(async () => {
     for (const p of procs) {
-      if (p.child.exitCode === null && p.child.signalCode === null) p.kill('SIGTERM');
+      if (p.running) p.kill('SIGTERM');
     }
     await Promise.all(
       procs.map(async (p) => {

@@ -80,7 +80,7 @@ describe('graceful shutdown (hello server process, file discovery)', () => {
       expect(server.output()).toMatch(/draining in-flight streams/);
     } finally {
       client.close();
-      if (server.child.exitCode === null) server.kill('SIGKILL');
+      if (server.running) server.kill('SIGKILL');
     }
   });
 
@@ -118,7 +118,7 @@ describe('graceful shutdown (hello server process, file discovery)', () => {
       expect(failure).toMatchObject({ code: 'unavailable' });
     } finally {
       client.close();
-      if (server.child.exitCode === null) server.kill('SIGKILL');
+      if (server.running) server.kill('SIGKILL');
     }
   });
 });

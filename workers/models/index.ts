@@ -1,5 +1,6 @@
 /** Public surface of workers/models: tiny model generation and model-directory reading. */
 export { makeTinyModel, type MakeTinyModelOptions, type TinyModelInfo } from './make-tiny.js';
+export { resolveModel, tinyModelDir } from './resolve-model.js';
 export { registerModelCommand } from './command.js';
 export { TINY_ARCHS, TINY_VOCAB_SIZE, type TinyArch } from './tiny-tokenizer.js';
 export { TINY_DIMS, type TinyDims } from './tiny-arch.js';
