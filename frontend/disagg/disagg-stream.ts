@@ -1,6 +1,6 @@
 /**
- * One disaggregated request as a single delta stream (protocol: /work/notes/disagg-protocol.md,
- * mirrored in docs/disaggregation.md):
+ * One disaggregated request as a single delta stream (protocol: docs/disaggregation.md
+ * "What happens to a request"):
  *
  *   prefill worker  ── PreprocessedRequest{prefillOnly} ──▶ one delta {first token, kvTransfer}
  *        │ yields the first token at once (TTFT = the prefill's first token)

@@ -1,7 +1,7 @@
 /**
  * Builders for the disaggregated-worker tests: runtimes on shared memory discovery, worker
  * options, an agg + prefill + decode trio in one process, a greedy request, and `disagg()` — the frontend's half of the protocol
- * (notes/disagg-protocol.md) in a few lines, so the workers are driven over the real request
+ * (docs/disaggregation.md "What happens to a request") in a few lines, so the workers are driven over the real request
  * plane without the frontend.
  */
 import { mkdtemp, rm } from 'node:fs/promises';

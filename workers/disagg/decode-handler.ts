@@ -1,5 +1,5 @@
 /**
- * The decode worker's `generate` (notes/disagg-protocol.md step 2). A request with kvTransfer
+ * The decode worker's `generate` (docs/disaggregation.md step 2). A request with kvTransfer
  * has tokenIds = prompt + [first] and numPriorOutputTokens 1: the engine loop admits it with
  * blocks for the prompt, the KvImportService pulls the prompt's KV into them (or gives up and
  * the prompt is computed here), and the stream continues after `first`. A request without

@@ -1,5 +1,5 @@
 /**
- * The decode side of a hand-off (notes/disagg-protocol.md step 2): pull the prompt's blocks
+ * The decode side of a hand-off (docs/disaggregation.md step 2): pull the prompt's blocks
  * from the prefill worker's pool into the blocks the scheduler allocated, then ALWAYS tell the
  * prefill worker to release them, whether the pull worked or not.
  *

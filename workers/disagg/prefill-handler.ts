@@ -1,5 +1,5 @@
 /**
- * The prefill worker's `generate` and `kv_release` (notes/disagg-protocol.md steps 1 and 3).
+ * The prefill worker's `generate` and `kv_release` (docs/disaggregation.md "What happens to a request", steps 1 and 3).
  *
  *   generate(prefillOnly req) ─▶ EngineLoop (max_tokens 1, pinOnFinish) ─▶ first token
  *      ├─ the first token ends the request (stop id, or max_tokens 1) → free blocks, final delta
