@@ -105,6 +105,9 @@ class NoCostWorker implements WorkerClient {
       yield n === max ? { tokenIds: [97 + (n % 26)], finishReason: 'length', usage: { promptTokens: request.tokenIds.length, completionTokens: n, cachedTokens: 0 } } : { tokenIds: [97 + (n % 26)] };
     }
   }
+  call<Req, Resp>(_request: Req): AsyncIterable<Resp> {
+    throw new Error('the bench worker serves only generate');
+  }
   close() {}
 }
 

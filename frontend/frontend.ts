@@ -7,6 +7,7 @@ import pino, { type Logger } from 'pino';
 import { Registry } from 'prom-client';
 import type { Discovery } from '../runtime/discovery/discovery.js';
 import { DEFAULT_NAMESPACE } from '../runtime/discovery/keys.js';
+import { ModelCardFeed } from '../runtime/discovery/model-card-feed.js';
 import { DistributedRuntime } from '../runtime/distributed-runtime.js';
 import { ConfigError } from '../runtime/errors.js';
 import { AdmissionGate } from './admission.js';
@@ -20,6 +21,7 @@ import { createKvSelector, type KvSelector, type KvSelectorConfig } from './kv-s
 import { createSelector, type RouterMode, type WorkerSelector } from './routing.js';
 import { WorkerHealth } from './worker-health.js';
 import { runtimeConnector, type RuntimeLike, type WorkerConnector } from './worker-client.js';
+import { WorkerClients } from './worker-clients.js';
 
 export interface FrontendRuntime extends RuntimeLike {
   readonly discovery: Discovery;
@@ -87,16 +89,19 @@ export async function startFrontend(options: FrontendOptions): Promise<FrontendH
   const log = options.logger ?? options.runtime?.logger ?? pino({ level: 'silent' });
   const registry = options.registry ?? options.runtime?.metrics ?? new Registry();
   const routerMode = options.routerMode ?? FRONTEND_DEFAULTS.routerMode;
+  // The one watch of model cards and the one client cache; every card reader below shares them.
+  const cards = await ModelCardFeed.start(discovery, namespace, log);
+  const clients = new WorkerClients(cards, connector, log);
   let ownedSelector: KvSelector | undefined;
   if (options.selector === undefined && routerMode === 'kv') {
     if (!(options.runtime instanceof DistributedRuntime)) throw new ConfigError("router mode 'kv' needs the distributed runtime (or pass `selector`)");
-    ownedSelector = await createKvSelector(options.runtime, namespace, options.kvRouter);
+    ownedSelector = await createKvSelector(options.runtime, namespace, options.kvRouter, { cards });
   }
   const selector = options.selector ?? ownedSelector ?? createSelector(routerMode);
   const preprocess = options.codecLoader ? undefined : await defaultCodecLoader(options.preprocessThreads);
   const codecLoader = options.codecLoader ?? preprocess!.loader;
 
-  const models = await ModelWatcher.start(discovery, namespace, connector, log);
+  const models = new ModelWatcher(cards, clients, log);
   const created = new Map<string, number>();
   const codecs = new CodecCache(codecLoader);
   models.onChange((change) => {
@@ -118,7 +123,7 @@ export async function startFrontend(options: FrontendOptions): Promise<FrontendH
   const disagg =
     options.disagg === false
       ? undefined
-      : await startDisaggregation({ discovery, namespace, connector, registry, log, health }, { ...(ownedSelector ? { kvBackend: ownedSelector.backend } : {}), ...options.disagg });
+      : await startDisaggregation({ cards, clients, connector, registry, log, health }, { ...(ownedSelector ? { kvBackend: ownedSelector.backend } : {}), ...options.disagg });
   const pipeline = new GenerationPipeline({
     models,
     codecs,
@@ -173,6 +178,8 @@ export async function startFrontend(options: FrontendOptions): Promise<FrontendH
         models.close();
         disagg?.close();
         await ownedSelector?.close();
+        clients.close();
+        cards.close();
         await preprocess?.pool.close();
       })();
       return closing;

@@ -20,6 +20,7 @@ export {
   type WorkerSelector,
 } from './routing.js';
 export { EndpointWorkerClient, runtimeConnector, type WorkerClient, type WorkerConnector } from './worker-client.js';
+export { WorkerClients, endpointKey } from './worker-clients.js';
 export { WorkerHealth } from './worker-health.js';
 export { HfCodec, hfCodecLoader } from './hf-codec.js';
 export { parseChatRequest, parseCompletionRequest, type GenerationRequest } from './openai/validate.js';

@@ -15,24 +15,25 @@
  * Backpressure (DESIGN.md "Router"): when every worker is over its load threshold a request
  * waits, at most `busyWaitMs` and with at most `maxQueued` waiting, for a booking to end (or
  * for load reports to drop); then it fails with `AllWorkersBusyError` (429 + Retry-After). Each model is routed by the component and block size of
- * its model card, read from discovery here.
+ * its model card, read from the process's card feed (runtime/discovery/model-card-feed.ts).
  */
-import type { InstanceId, ModelCard } from '../proto/wire.js';
+import { ROUTE_ENDPOINT, type InstanceId, type RouteTarget } from '../proto/wire.js';
 import { KvRouterHub } from '../router/adapters/kv-router-hub.js';
 import { kvRouterConfigFromFlags, type KvRouterFlags } from '../router/adapters/kv-router-options.js';
 import { LocalKvBackend, RemoteKvBackend, type KvRoutingBackend } from '../router/adapters/kv-routing-backend.js';
-import { ROUTE_ENDPOINT } from '../router/adapters/route-protocol.js';
-import type { RouteTarget } from '../router/adapters/route-protocol.js';
 import { AllWorkersBusyError } from '../router/errors.js';
-import type { Discovery, WatchHandle } from '../runtime/discovery/discovery.js';
-import { modelPrefix } from '../runtime/discovery/keys.js';
+import type { Discovery } from '../runtime/discovery/discovery.js';
+import { ModelCardFeed } from '../runtime/discovery/model-card-feed.js';
 import type { DistributedRuntime } from '../runtime/distributed-runtime.js';
+import { ConfigError } from '../runtime/errors.js';
 import { RoundRobinSelector, type RouteRequest, type WorkerSelector } from './routing.js';
 
 export interface KvSelectorOptions {
   backend: KvRoutingBackend;
-  discovery: Discovery;
-  namespace: string;
+  /** The process's card feed. Without it, `discovery` and `namespace` start one owned here. */
+  cards?: ModelCardFeed;
+  discovery?: Discovery;
+  namespace?: string;
   unconfirmedTimeoutMs?: number;
   /** How long a request may wait for a worker below its load threshold. */
   busyWaitMs?: number;
@@ -66,7 +67,9 @@ export class KvSelector implements WorkerSelector {
   private readonly clock: () => number;
   /** Requests waiting for a worker below threshold; woken when a booking ends. */
   private readonly waiters = new Set<() => void>();
-  private watch: WatchHandle | undefined;
+  private unsubscribe: (() => void) | undefined;
+  /** A feed this selector started itself (no shared one given), closed with it. */
+  private ownedFeed: ModelCardFeed | undefined;
   private sweeper: NodeJS.Timeout | undefined;
 
   private constructor(private readonly options: KvSelectorOptions) {
@@ -75,21 +78,29 @@ export class KvSelector implements WorkerSelector {
 
   static async start(options: KvSelectorOptions): Promise<KvSelector> {
     const selector = new KvSelector(options);
-    const prefix = modelPrefix(options.namespace);
-    selector.watch = await options.discovery.watch<ModelCard>(prefix, (e) => {
-      const rest = e.key.slice(prefix.length);
-      const model = rest.slice(0, rest.lastIndexOf('/'));
-      let cards = selector.targets.get(model);
-      if (e.type === 'added') {
-        const card = e.value;
-        if (card?.role === 'prefill' || typeof card?.component !== 'string' || !Number.isInteger(card.kvBlockSize)) return;
-        if (cards === undefined) selector.targets.set(model, (cards = new Map()));
-        cards.set(e.key, { component: card.component, blockSize: card.kvBlockSize });
-      } else if (cards !== undefined) {
-        cards.delete(e.key);
-        if (cards.size === 0) selector.targets.delete(model);
-      }
-    });
+    let cards = options.cards;
+    if (cards === undefined) {
+      if (options.discovery === undefined || options.namespace === undefined) throw new ConfigError('KvSelector needs a card feed, or a discovery and a namespace');
+      cards = selector.ownedFeed = await ModelCardFeed.start(options.discovery, options.namespace);
+    }
+    // Prefill cards are routed by the prefill router, not here.
+    selector.unsubscribe = cards.subscribe(
+      (e) => {
+        const { key, model } = e.entry;
+        let targets = selector.targets.get(model);
+        if (e.type === 'removed' || e.type === 'changed') {
+          const previous = e.type === 'removed' ? e.entry : e.previous;
+          const old = selector.targets.get(previous.model);
+          old?.delete(key);
+          if (old?.size === 0) selector.targets.delete(previous.model);
+          if (e.type === 'removed') return;
+          targets = selector.targets.get(model);
+        }
+        if (targets === undefined) selector.targets.set(model, (targets = new Map()));
+        targets.set(key, { component: e.entry.card.component, blockSize: e.entry.card.kvBlockSize });
+      },
+      { roles: ['agg', 'decode'] },
+    );
     const timeout = options.unconfirmedTimeoutMs ?? DEFAULT_UNCONFIRMED_TIMEOUT_MS;
     selector.sweeper = setInterval(() => selector.releaseUnconfirmed(timeout), Math.max(100, Math.floor(timeout / 4)));
     selector.sweeper.unref();
@@ -171,7 +182,8 @@ export class KvSelector implements WorkerSelector {
   async close(): Promise<void> {
     for (const wake of [...this.waiters]) wake();
     if (this.sweeper) clearInterval(this.sweeper);
-    this.watch?.close();
+    this.unsubscribe?.();
+    this.ownedFeed?.close();
     await this.options.backend.close();
   }
 
@@ -213,8 +225,14 @@ export interface KvSelectorConfig extends Partial<KvRouterFlags> {
   routerEndpoint?: string;
 }
 
+/** Shared parts of the process the selector (and its embedded router) should reuse. */
+export interface KvSelectorDeps {
+  /** The process's one card feed; started (and closed) here when absent. */
+  cards?: ModelCardFeed;
+}
+
 /** The selector `--router-mode kv` runs: embedded router, or a client of router replicas. */
-export async function createKvSelector(runtime: DistributedRuntime, namespace: string, config: KvSelectorConfig = {}): Promise<KvSelector> {
+export async function createKvSelector(runtime: DistributedRuntime, namespace: string, config: KvSelectorConfig = {}, deps: KvSelectorDeps = {}): Promise<KvSelector> {
   let backend: KvRoutingBackend;
   if (config.routerEndpoint !== undefined && config.routerEndpoint !== '') {
     const [component, endpoint] = config.routerEndpoint.split('/', 2) as [string, string | undefined];
@@ -224,8 +242,9 @@ export async function createKvSelector(runtime: DistributedRuntime, namespace: s
       namespace,
       router: kvRouterConfigFromFlags(config, runtime.instanceId),
       ...(config.routerReplicaSync ? { replicaSync: true, announceSync: true } : {}),
+      ...(deps.cards ? { cards: deps.cards } : {}),
     });
     backend = new LocalKvBackend(hub);
   }
-  return KvSelector.start({ backend, discovery: runtime.discovery, namespace });
+  return KvSelector.start({ backend, discovery: runtime.discovery, namespace, ...(deps.cards ? { cards: deps.cards } : {}) });
 }

@@ -1,7 +1,8 @@
 /**
- * Pure bookkeeping of model cards seen in discovery. A model exists while at least one card
- * for it exists: it appears with its first card and disappears with its last. No I/O here; the
- * watcher feeds discovery events in and acts on the returned changes.
+ * Pure bookkeeping of the model watcher: which models exist and which instances serve each.
+ * A model exists while at least one card for it exists: it appears with its first card and
+ * disappears with its last. No I/O here; the watcher feeds validated cards from the card feed
+ * (runtime/discovery/model-card-feed.ts) in and acts on the returned changes.
  */
 import type { InstanceId, ModelCard } from '../proto/wire.js';
 
@@ -26,7 +27,7 @@ export class ModelCatalog {
     const previous = this.byKey.get(key);
     // A key whose card switched model names is a removal from the old model first.
     if (previous && previous.name !== card.name) changes.push(...this.remove(key));
-    const instanceId = card.instanceId || key.slice(key.lastIndexOf('/') + 1);
+    const instanceId = card.instanceId;
     let cards = this.models.get(card.name);
     if (!cards) {
       cards = new Map();
@@ -68,15 +69,4 @@ export class ModelCatalog {
   card(name: string, instanceId: InstanceId): ModelCard | undefined {
     return this.models.get(name)?.get(instanceId);
   }
-
-  /** Distinct `component/endpoint` pairs referenced by any card. */
-  endpoints(): Set<string> {
-    const out = new Set<string>();
-    for (const cards of this.models.values()) for (const card of cards.values()) out.add(endpointKey(card));
-    return out;
-  }
-}
-
-export function endpointKey(card: Pick<ModelCard, 'component' | 'endpoint'>): string {
-  return `${card.component}/${card.endpoint}`;
 }

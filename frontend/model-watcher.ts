@@ -1,14 +1,16 @@
 /**
- * Follows model cards under `v1/models/{ns}/` in discovery and keeps one WorkerClient per
- * `component/endpoint` the cards name. A worker is routable only while both its card and its
- * instance record exist, and only when its role can run a whole request (agg or decode).
+ * The request pipeline's view of served models, built from the process's model-card feed
+ * (runtime/discovery/model-card-feed.ts) and its worker-client cache (worker-clients.ts).
+ * A worker is routable only while both its card and its instance record exist, and only when
+ * its role can run a whole request (agg or decode). Clients are opened and closed by the
+ * cache as cards come and go; the watcher only reads them.
  */
 import type { InstanceId, ModelCard, PreprocessedRequest, TokenDelta } from '../proto/wire.js';
-import type { Discovery, WatchHandle } from '../runtime/discovery/discovery.js';
-import { modelPrefix } from '../runtime/discovery/keys.js';
+import type { CardEvent, ModelCardFeed } from '../runtime/discovery/model-card-feed.js';
 import { TandemError, UnavailableError } from '../runtime/errors.js';
-import { ModelCatalog, endpointKey, type CatalogChange } from './model-catalog.js';
-import type { WorkerClient, WorkerConnector } from './worker-client.js';
+import { ModelCatalog, type CatalogChange } from './model-catalog.js';
+import type { WorkerClient } from './worker-client.js';
+import { endpointKey, type WorkerClients } from './worker-clients.js';
 
 /** One served model as the request pipeline sees it. */
 export interface ServedModel {
@@ -28,31 +30,19 @@ interface LogSink {
   info(obj: object, msg: string): void;
 }
 
-interface ClientSlot {
-  client?: WorkerClient;
-  pending: Promise<WorkerClient | undefined>;
-}
-
 export class ModelWatcher {
   private readonly catalog = new ModelCatalog();
-  private readonly clients = new Map<string, ClientSlot>();
   private readonly views = new Map<string, ServedModel>();
   private readonly listeners = new Set<(change: CatalogChange) => void>();
-  private watch: WatchHandle | undefined;
-  private closed = false;
+  private readonly unsubscribe: () => void;
 
-  private constructor(
-    private readonly connector: WorkerConnector,
-    private readonly log: LogSink | undefined,
-  ) {}
-
-  static async start(discovery: Discovery, namespace: string, connector: WorkerConnector, log?: LogSink): Promise<ModelWatcher> {
-    const watcher = new ModelWatcher(connector, log);
-    watcher.watch = await discovery.watch<ModelCard>(modelPrefix(namespace), (event) => {
-      if (event.type === 'added') watcher.onPut(event.key, event.value);
-      else watcher.onRemove(event.key);
-    });
-    return watcher;
+  /** Follows every card in `feed` (all roles: a prefill-only model is still listed). */
+  constructor(
+    feed: ModelCardFeed,
+    private readonly clients: WorkerClients,
+    private readonly log?: LogSink,
+  ) {
+    this.unsubscribe = feed.subscribe((event) => this.onCard(event));
   }
 
   names(): string[] {
@@ -71,35 +61,18 @@ export class ModelWatcher {
 
   /** Resolves once every client opened so far is connected (tests, startup readiness). */
   async settled(): Promise<void> {
-    await Promise.all([...this.clients.values()].map((slot) => slot.pending));
+    await this.clients.settled();
   }
 
+  /** Stop following the feed. The feed and the client cache belong to whoever made them. */
   close(): void {
-    this.closed = true;
-    this.watch?.close();
-    this.watch = undefined;
-    for (const slot of this.clients.values()) slot.client?.close();
-    this.clients.clear();
+    this.unsubscribe();
     this.listeners.clear();
   }
 
-  private onPut(key: string, card: ModelCard): void {
-    if (!isModelCard(card)) {
-      this.log?.warn({ key }, 'ignoring malformed model card');
-      return;
-    }
-    this.ensureClient(endpointKey(card));
-    this.emit(this.catalog.put(key, card));
-  }
-
-  private onRemove(key: string): void {
-    this.emit(this.catalog.remove(key));
-    const used = this.catalog.endpoints();
-    for (const [ep, slot] of this.clients) {
-      if (used.has(ep)) continue;
-      slot.client?.close();
-      this.clients.delete(ep);
-    }
+  private onCard(event: CardEvent): void {
+    if (event.type === 'removed') this.emit(this.catalog.remove(event.entry.key));
+    else this.emit(this.catalog.put(event.entry.key, event.entry.card));
   }
 
   private emit(changes: CatalogChange[]): void {
@@ -115,30 +88,8 @@ export class ModelWatcher {
     }
   }
 
-  private ensureClient(ep: string): void {
-    if (this.clients.has(ep)) return;
-    const slash = ep.indexOf('/');
-    const slot: ClientSlot = { pending: Promise.resolve(undefined) };
-    slot.pending = this.connector.connect(ep.slice(0, slash), ep.slice(slash + 1)).then(
-      (client) => {
-        if (this.closed || this.clients.get(ep) !== slot) {
-          client.close();
-          return undefined;
-        }
-        slot.client = client;
-        return client;
-      },
-      (err: unknown) => {
-        this.log?.warn({ err, endpoint: ep }, 'could not open worker client');
-        if (this.clients.get(ep) === slot) this.clients.delete(ep);
-        return undefined;
-      },
-    );
-    this.clients.set(ep, slot);
-  }
-
   private clientFor(card: ModelCard): WorkerClient | undefined {
-    return this.clients.get(endpointKey(card))?.client;
+    return this.clients.get(card.component, card.endpoint);
   }
 
   private createView(name: string): ServedModel {
@@ -185,17 +136,4 @@ export class ModelWatcher {
       },
     };
   }
-}
-
-function isModelCard(value: unknown): value is ModelCard {
-  const card = value as Partial<ModelCard> | null;
-  return (
-    typeof card === 'object' &&
-    card !== null &&
-    typeof card.name === 'string' &&
-    card.name.length > 0 &&
-    typeof card.component === 'string' &&
-    typeof card.endpoint === 'string' &&
-    typeof card.contextLength === 'number'
-  );
 }

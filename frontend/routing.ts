@@ -71,6 +71,8 @@ export function createSelector(mode: RouterMode): WorkerSelector {
     case 'direct':
       return new DirectSelector();
     case 'kv':
-      throw new ConfigError("router mode 'kv' is not built yet: pass a selector from the KV router (startFrontend option `selector`)");
+      // KV mode routes through a KV router (embedded or remote) that needs the runtime's event
+      // plane and card feed, which a bare factory does not have.
+      throw new ConfigError("router mode 'kv' needs the KV router: start the frontend with startFrontend({ routerMode: 'kv', runtime }) (which builds it), or pass a selector from createKvSelector(); createSelector cannot build it");
   }
 }

@@ -15,6 +15,11 @@ export interface WorkerClient {
    * with code 'unavailable'; `signal` cancels the worker stream.
    */
   generate(request: PreprocessedRequest, instanceId: InstanceId, signal: AbortSignal): AsyncIterable<TokenDelta>;
+  /**
+   * The same call for an endpoint that is not `generate` (`kv_release`): the caller names the
+   * request and answer types of that endpoint's protocol (proto/).
+   */
+  call<Req, Resp>(request: Req, instanceId: InstanceId, signal: AbortSignal): AsyncIterable<Resp>;
   close(): void;
 }
 
@@ -48,6 +53,10 @@ export class EndpointWorkerClient implements WorkerClient {
       requestId: request.requestId,
       routing: { mode: 'direct', instanceId },
     });
+  }
+
+  call<Req, Resp>(request: Req, instanceId: InstanceId, signal: AbortSignal): AsyncIterable<Resp> {
+    return this.client.generate<Req, Resp>(request, { signal, routing: { mode: 'direct', instanceId } });
   }
 
   close(): void {

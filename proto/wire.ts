@@ -1,7 +1,9 @@
 /**
  * Wire types shared by every process: the one TypeScript mirror of what crosses a process
  * boundary (request-plane payloads, event-plane payloads, discovery records). Payloads are
- * msgpack (msgpackr) on the request and event planes and JSON in discovery.
+ * msgpack (msgpackr) on the request and event planes and JSON in discovery. Each protocol
+ * with its own endpoint has its own file here (model-card, kv-recovery, kv-release, router);
+ * this module re-exports them all, so importers need only this one.
  *
  * Instance ids are u64 values written as 16-digit lowercase hex strings everywhere in
  * TypeScript and on the wire, so they survive JSON without precision loss.
@@ -22,31 +24,6 @@ export interface InstanceRecord {
   /** host:port of the process's gRPC server. */
   address: string;
   metadata: Record<string, unknown>;
-}
-
-/** Discovery value under `v1/models/{ns}/{model_name}/{instance_id_hex}`. */
-export interface ModelCard {
-  name: string;
-  /** Absolute path of the model directory (tokenizer.json, tokenizer_config.json live there). */
-  modelPath: string;
-  /** Where the tokenizer and chat template are read from; normally equal to modelPath. */
-  tokenizerSource: string;
-  chatTemplateSource: string;
-  contextLength: number;
-  kvBlockSize: number;
-  totalKvBlocks: number;
-  maxNumBatchedTokens: number;
-  role: WorkerRole;
-  engine: EngineKind;
-  /** Component and endpoint that serve `generate` for this card. */
-  component: string;
-  endpoint: string;
-  instanceId: InstanceId;
-  /** Hex-encoded UCX worker address for KV transfer; absent when the worker has no agent. */
-  ucxWorkerAddress?: string;
-  /** Bytes of KV per token (all layers), used to size transfers. */
-  kvBytesPerToken?: number;
-  eosTokenIds: number[];
 }
 
 export interface SamplingOptions {
@@ -85,6 +62,9 @@ export interface KvTransferParams {
   /** Opaque id the prefill side uses to release the pinned blocks. */
   transferId: string;
 }
+
+/** Endpoint name of a worker's generate call (the model card names its component and endpoint). */
+export const GENERATE_ENDPOINT = 'generate';
 
 /** One preprocessed request into a worker's generate endpoint. */
 export interface PreprocessedRequest {
@@ -163,3 +143,10 @@ export const TOPICS = {
   routerSync: 'router_sync',
 } as const;
 export type Topic = (typeof TOPICS)[keyof typeof TOPICS];
+
+// ---- one module for every wire type: the per-protocol files, re-exported ----
+
+export * from './model-card.js';
+export * from './kv-recovery.js';
+export * from './kv-release.js';
+export * from './router.js';

@@ -18,8 +18,9 @@ import type { IndexStats, KvIndexer } from './indexer.js';
 import { DEFAULT_OVERLOAD_POLICY, overloadReason, type OverloadPolicy } from './overload.js';
 import { RadixIndexer } from './radix-indexer.js';
 import { SeededRng, type Rng } from './random.js';
-import type { KvDumpResponse, KvReplayResponse, RecoveryAction } from './recovery-protocol.js';
-import { updateFromWire, updateToWire, type RouterSyncMessage } from './router-sync.js';
+import type { KvDumpResponse, KvReplayResponse, RouterSyncMessage } from '../proto/wire.js';
+import type { RecoveryAction } from './recovery-protocol.js';
+import { updateFromWire, updateToWire } from './router-sync.js';
 import { selectIndex } from './selector.js';
 
 export interface KvRouterConfig {

@@ -1,38 +1,12 @@
 /**
- * Messages between a router and a worker for KV-event recovery (DESIGN.md "KV events"):
- * the router asks for a replay of a missing event range, or for a full dump of the worker's
- * blocks. The router core emits these requests as data (`RecoveryAction`); an adapter sends
- * them over the request plane and feeds the answers back. The worker keeps its last 1024
- * events; older ranges are answered `too_old` and the router falls back to a dump.
+ * What the router core asks its adapter to do when its view of a worker's blocks has a hole
+ * (docs/design.md "KV events and block hashing"): replay a missing event range, or dump the
+ * worker's whole block set. The core emits these as data; the adapter
+ * (adapters/kv-router-service.ts) sends them to the worker's `kv_events` endpoint and feeds
+ * the answers back. The messages on that endpoint (`KvRecoveryRequest`, `KvReplayResponse`,
+ * `KvDumpResponse`) are wire types and live in proto/kv-recovery.ts.
  */
-import type { InstanceId, KvEvent, KvEventData } from '../proto/wire.js';
-
-/** Router → worker: resend events with ids in [fromEventId, toEventId] (inclusive). */
-export interface KvReplayRequest {
-  workerId: InstanceId;
-  fromEventId: number;
-  toEventId: number;
-}
-
-/** Worker → router. */
-export type KvReplayResponse =
-  | { type: 'events'; workerId: InstanceId; events: KvEvent[] }
-  | { type: 'too_old'; workerId: InstanceId; oldestEventId: number };
-
-/** Router → worker: send every block you hold. */
-export interface KvDumpRequest {
-  workerId: InstanceId;
-}
-
-/**
- * Worker → router: the worker's whole block set as Stored events (parents first), taken when
- * its next event id was `nextEventId`: the dump reflects exactly events [0, nextEventId).
- */
-export interface KvDumpResponse {
-  workerId: InstanceId;
-  nextEventId: number;
-  events: KvEventData[];
-}
+import type { InstanceId } from '../proto/wire.js';
 
 /** What the router core asks its adapter to do next. */
 export type RecoveryAction =

@@ -1,33 +1,11 @@
 /**
- * `router_sync` payloads: router replicas publish their active-sequence updates so that every
- * replica's load estimate covers requests routed by the others (DESIGN.md "Router").
- *
- * Block hashes travel as u64 decimal strings, like every hash on the wire (proto/wire.ts), so a
- * payload survives JSON and msgpack without BigInt support on either side.
+ * Conversion of active-sequence updates to and from their `router_sync` wire form
+ * (`WireActiveSequenceUpdate`, `RouterSyncMessage` in proto/router.ts): router replicas publish
+ * their updates so that every replica's load estimate covers requests routed by the others
+ * (docs/design.md "Router"). Block hashes travel as u64 decimal strings.
  */
-import type { InstanceId } from '../proto/wire.js';
+import type { WireActiveSequenceUpdate } from '../proto/wire.js';
 import type { ActiveSequenceUpdate } from './active-sequences.js';
-
-export type WireActiveSequenceUpdate =
-  | {
-      type: 'add';
-      requestId: string;
-      workerId: InstanceId;
-      blockHashes: string[];
-      promptTokens: number;
-      overlapBlocks: number;
-    }
-  | { type: 'prefill_done'; requestId: string }
-  | { type: 'free'; requestId: string };
-
-/** Published on topic `router_sync`. */
-export interface RouterSyncMessage {
-  /** Publishing replica; a replica ignores its own messages. */
-  replicaId: string;
-  /** Per-replica counter, for diagnosing loss; updates are idempotent by request id. */
-  seq: number;
-  updates: WireActiveSequenceUpdate[];
-}
 
 export function updateToWire(u: ActiveSequenceUpdate): WireActiveSequenceUpdate {
   if (u.type !== 'add') return u;

@@ -2,9 +2,10 @@
 import type { Logger } from 'pino';
 import type { Registry } from 'prom-client';
 import type { KvRoutingBackend } from '../../router/adapters/kv-routing-backend.js';
-import type { Discovery } from '../../runtime/discovery/discovery.js';
+import type { ModelCardFeed } from '../../runtime/discovery/model-card-feed.js';
 import type { WorkerSelector } from '../routing.js';
 import type { WorkerConnector } from '../worker-client.js';
+import type { WorkerClients } from '../worker-clients.js';
 import type { WorkerHealth } from '../worker-health.js';
 import { Disaggregator } from './disaggregator.js';
 import { KvPrefillSelector } from './kv-prefill-selector.js';
@@ -14,7 +15,7 @@ import { PrefillPool } from './prefill-pool.js';
 import { PrefillRouter, type PrefixOverlapSource } from './prefill-router.js';
 
 export { decideDisagg, uncachedTokens, DEFAULT_DISAGG_POLICY, type DisaggDecision, type DisaggInputs, type DisaggPolicyConfig, type DisaggReason } from './policy.js';
-export { PrefillPool, KV_RELEASE_ENDPOINT, type PrefillWorkers } from './prefill-pool.js';
+export { PrefillPool, type PrefillWorkers } from './prefill-pool.js';
 export { PrefillRouter, hasOverlapSource, type DisaggRoute, type PrefillRouterOptions, type PrefixOverlapSource, type RouteOutcome } from './prefill-router.js';
 export { streamDisaggregated, type DisaggStreamPlan, type DisaggTrace } from './disagg-stream.js';
 export { Disaggregator, type DisaggPrepared, type DisaggStreamArgs } from './disaggregator.js';
@@ -33,8 +34,9 @@ export interface DisaggOptions extends Partial<DisaggPolicyConfig> {
 }
 
 export interface DisaggDeps {
-  discovery: Discovery;
-  namespace: string;
+  /** The process's one card feed and client cache (the pool is a view over them). */
+  cards: ModelCardFeed;
+  clients: WorkerClients;
   connector: WorkerConnector;
   registry: Registry;
   log: Logger;
@@ -47,10 +49,10 @@ export interface DisaggHandle {
   close(): void;
 }
 
-/** Start the prefill pool watch and build the pipeline's Disaggregator. */
+/** Build the prefill pool view and the pipeline's Disaggregator. */
 export async function startDisaggregation(deps: DisaggDeps, options: DisaggOptions = {}): Promise<DisaggHandle> {
   const log = deps.log.child({ part: 'prefill-router' });
-  const pool = await PrefillPool.start(deps.discovery, deps.namespace, deps.connector, log);
+  const pool = new PrefillPool(deps.cards, deps.clients, deps.connector, log);
   const router = new PrefillRouter({
     pool,
     ...(options.minPrefillTokens !== undefined ? { minPrefillTokens: options.minPrefillTokens } : {}),

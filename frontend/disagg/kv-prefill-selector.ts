@@ -7,7 +7,7 @@
  */
 import type { InstanceId } from '../../proto/wire.js';
 import type { KvRoutingBackend } from '../../router/adapters/kv-routing-backend.js';
-import type { RouteTarget } from '../../router/adapters/route-protocol.js';
+import type { RouteTarget } from '../../proto/wire.js';
 import { RoundRobinSelector, type RouteRequest, type WorkerSelector } from '../routing.js';
 import type { PrefillWorkers } from './prefill-pool.js';
 

@@ -1,19 +1,28 @@
 /**
- * The frontend's view of the prefill pool: model cards with role 'prefill' under
- * `v1/models/{ns}/`, each routable while its instance record for `prefill/generate` exists.
- * The model watcher deliberately hides prefill cards from whole-request routing, so the pool
- * keeps its own watch and its own clients (generate, and kv_release to free pinned blocks).
+ * The frontend's view of the prefill pool: the model cards with role 'prefill' in the
+ * process's card feed, each routable while its instance record for `prefill/generate`
+ * exists. The model watcher hides prefill cards from whole-request routing; the pool is the
+ * view that shows them. Clients (generate, and kv_release to free pinned blocks) come from
+ * the shared cache (frontend/worker-clients.ts), which closes them when their cards go.
  */
-import type { InstanceId, KvTransferParams, ModelCard, PreprocessedRequest, TokenDelta } from '../../proto/wire.js';
-import type { Discovery, WatchHandle } from '../../runtime/discovery/discovery.js';
-import { modelPrefix } from '../../runtime/discovery/keys.js';
+import {
+  KV_RELEASE_ENDPOINT,
+  type InstanceId,
+  type KvReleaseRequest,
+  type KvReleaseResponse,
+  type KvTransferParams,
+  type ModelCard,
+  type PreprocessedRequest,
+  type TokenDelta,
+} from '../../proto/wire.js';
+import type { ModelCardFeed } from '../../runtime/discovery/model-card-feed.js';
 import { UnavailableError } from '../../runtime/errors.js';
-import { ModelCatalog, endpointKey } from '../model-catalog.js';
-import type { WorkerClient, WorkerConnector } from '../worker-client.js';
+import { ModelCatalog } from '../model-catalog.js';
+import type { WorkerConnector } from '../worker-client.js';
+import { endpointKey, type WorkerClients } from '../worker-clients.js';
 
-/** Endpoint a prefill worker serves to free a transfer's pinned blocks (protocol step 2). */
-export const KV_RELEASE_ENDPOINT = 'kv_release';
 const DEFAULT_PREFILL_COMPONENT = 'prefill';
+const RELEASE_TIMEOUT_MS = 5000;
 
 interface LogSink {
   warn(obj: object, msg: string): void;
@@ -31,39 +40,30 @@ export interface PrefillWorkers {
 
 export class PrefillPool implements PrefillWorkers {
   private readonly catalog = new ModelCatalog();
-  private readonly clients = new Map<string, Promise<WorkerClient | undefined>>();
-  private readonly ready = new Map<string, WorkerClient>();
-  private watch: WatchHandle | undefined;
-  private closed = false;
+  private readonly unsubscribe: () => void;
 
-  private constructor(
+  /**
+   * `connector` is only for a release whose prefill card is already gone (the process may
+   * still hold the blocks): a one-shot client, closed after the call.
+   */
+  constructor(
+    feed: ModelCardFeed,
+    private readonly clients: WorkerClients,
     private readonly connector: WorkerConnector,
-    private readonly log: LogSink | undefined,
-  ) {}
-
-  static async start(discovery: Discovery, namespace: string, connector: WorkerConnector, log?: LogSink): Promise<PrefillPool> {
-    const pool = new PrefillPool(connector, log);
-    pool.watch = await discovery.watch<ModelCard>(modelPrefix(namespace), (event) => {
-      if (event.type === 'removed') {
-        pool.catalog.remove(event.key);
-        return;
-      }
-      const card = event.value;
-      if (card?.role !== 'prefill' || typeof card.name !== 'string' || typeof card.component !== 'string') {
-        // A key whose card changed role leaves the pool.
-        pool.catalog.remove(event.key);
-        return;
-      }
-      pool.catalog.put(event.key, card);
-      pool.client(card.component, card.endpoint);
-      pool.client(card.component, KV_RELEASE_ENDPOINT);
-    });
-    return pool;
+    private readonly log?: LogSink,
+  ) {
+    this.unsubscribe = feed.subscribe(
+      (event) => {
+        if (event.type === 'removed') this.catalog.remove(event.entry.key);
+        else this.catalog.put(event.entry.key, event.entry.card);
+      },
+      { roles: ['prefill'] },
+    );
   }
 
   /** Resolves once every client opened so far is connected (tests). */
   async settled(): Promise<void> {
-    await Promise.all(this.clients.values());
+    await this.clients.settled();
   }
 
   candidates(model: string): InstanceId[] {
@@ -71,7 +71,7 @@ export class PrefillPool implements PrefillWorkers {
     if (!cards) return [];
     const out: InstanceId[] = [];
     for (const [id, card] of cards) {
-      const client = this.ready.get(endpointKey(card));
+      const client = this.clients.get(card.component, card.endpoint);
       if (client && client.instanceIds().includes(id)) out.push(id);
     }
     return out.sort();
@@ -84,21 +84,28 @@ export class PrefillPool implements PrefillWorkers {
   generate(model: string, request: PreprocessedRequest, instanceId: InstanceId, signal: AbortSignal): AsyncIterable<TokenDelta> {
     const card = this.catalog.card(model, instanceId);
     if (!card) throw new UnavailableError(`prefill instance ${instanceId} no longer serves ${model}`);
-    const client = this.ready.get(endpointKey(card));
+    const client = this.clients.get(card.component, card.endpoint);
     if (!client) throw new UnavailableError(`no connection to ${endpointKey(card)}`);
     return client.generate(request, instanceId, signal);
   }
 
   async release(model: string, params: KvTransferParams): Promise<void> {
     const component = this.catalog.card(model, params.prefillInstanceId)?.component ?? DEFAULT_PREFILL_COMPONENT;
+    let oneShot = false;
     try {
-      const client = await this.client(component, KV_RELEASE_ENDPOINT);
-      if (!client) return;
-      // kv_release is not a generation call; the client is typed for the common case only.
-      const request = { transferId: params.transferId } as unknown as PreprocessedRequest;
-      const signal = AbortSignal.timeout(5000);
-      for await (const _ of client.generate(request, params.prefillInstanceId, signal)) {
-        // drain: the answer carries nothing we need
+      let client = await this.clients.ready(component, KV_RELEASE_ENDPOINT);
+      if (client === undefined) {
+        client = await this.connector.connect(component, KV_RELEASE_ENDPOINT);
+        oneShot = true;
+      }
+      try {
+        const request: KvReleaseRequest = { transferId: params.transferId };
+        const answers = client.call<KvReleaseRequest, KvReleaseResponse>(request, params.prefillInstanceId, AbortSignal.timeout(RELEASE_TIMEOUT_MS));
+        for await (const _ of answers) {
+          // drain: `released: false` (already freed) is as good as true here
+        }
+      } finally {
+        if (oneShot) client.close();
       }
     } catch (err) {
       // The worker frees unclaimed blocks after --kv-release-timeout anyway.
@@ -106,35 +113,8 @@ export class PrefillPool implements PrefillWorkers {
     }
   }
 
+  /** Stop following the feed. The feed and the client cache belong to whoever made them. */
   close(): void {
-    this.closed = true;
-    this.watch?.close();
-    this.watch = undefined;
-    for (const client of this.ready.values()) client.close();
-    this.ready.clear();
-    this.clients.clear();
-  }
-
-  private client(component: string, endpoint: string): Promise<WorkerClient | undefined> {
-    const key = `${component}/${endpoint}`;
-    let pending = this.clients.get(key);
-    if (pending) return pending;
-    pending = this.connector.connect(component, endpoint).then(
-      (client) => {
-        if (this.closed) {
-          client.close();
-          return undefined;
-        }
-        this.ready.set(key, client);
-        return client;
-      },
-      (err: unknown) => {
-        this.log?.warn({ err, endpoint: key }, 'could not open prefill client');
-        this.clients.delete(key);
-        return undefined;
-      },
-    );
-    this.clients.set(key, pending);
-    return pending;
+    this.unsubscribe();
   }
 }

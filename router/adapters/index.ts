@@ -1,8 +1,8 @@
 /** Public surface of the router adapters (everything of the KV router that does I/O). */
-export { KvRouterService, KV_EVENTS_ENDPOINT, KV_ROUTER_SERVICE_DEFAULTS, type KvRouterServiceOptions, type KvRecoveryRequest } from './kv-router-service.js';
-export { KvRouterHub, DEFAULT_SYNC_COMPONENT, SYNC_PRESENCE_ENDPOINT, type KvRouterHubOptions, type RouterSyncEnvelope } from './kv-router-hub.js';
+export { KvRouterService, KV_ROUTER_SERVICE_DEFAULTS, type KvRouterServiceOptions } from './kv-router-service.js';
+export { KvRouterHub, DEFAULT_SYNC_COMPONENT, type KvRouterHubOptions } from './kv-router-hub.js';
 export { LocalKvBackend, RemoteKvBackend, type KvRoutingBackend, type KvRouteOutcome } from './kv-routing-backend.js';
-export { ROUTER_COMPONENT, ROUTE_ENDPOINT, parseRouterCall, type RouteTarget, type RouterCall, type RouterAnswer } from './route-protocol.js';
+export { parseRouterCall } from './route-protocol.js';
 export { startRouterServer, type RouterServerOptions, type RunningRouter } from './router-server.js';
 export { registerRouterCommand } from './router-command.js';
 export { addKvRouterOptions, kvRouterConfigFromFlags, KV_ROUTER_FLAG_DEFAULTS, type KvRouterFlags } from './kv-router-options.js';

@@ -13,23 +13,15 @@
  * component; `announceSync` registers a no-op endpoint there for processes (frontends with an
  * embedded router) that serve nothing else under it.
  */
+import { SYNC_PRESENCE_ENDPOINT, TOPICS, type RouterSyncEnvelope } from '../../proto/wire.js';
+import { ModelCardFeed } from '../../runtime/discovery/model-card-feed.js';
 import type { DistributedRuntime, ServedEndpoint } from '../../runtime/distributed-runtime.js';
 import type { Subscription } from '../../runtime/event-plane/event-plane.js';
-import { TOPICS } from '../../proto/wire.js';
 import type { ActiveSequenceUpdate } from '../active-sequences.js';
 import type { KvRouterConfig } from '../kv-router.js';
-import type { RouterSyncMessage } from '../router-sync.js';
 import { KvRouterService, type KvRouterServiceOptions } from './kv-router-service.js';
 
 export const DEFAULT_SYNC_COMPONENT = 'router';
-export const SYNC_PRESENCE_ENDPOINT = 'sync_peer';
-
-/** Payload of `router_sync` as the adapters publish it. */
-export interface RouterSyncEnvelope {
-  component: string;
-  blockSize: number;
-  message: RouterSyncMessage;
-}
 
 export interface KvRouterHubOptions {
   namespace: string;
@@ -37,6 +29,11 @@ export interface KvRouterHubOptions {
   replicaSync?: boolean;
   syncComponent?: string;
   announceSync?: boolean;
+  /**
+   * The process's card feed, shared by every service (a frontend passes its own). Without
+   * it the hub starts one on first use and closes it with the hub (the standalone router).
+   */
+  cards?: ModelCardFeed;
   /** Passed to every service (tick period, test hooks). */
   service?: Pick<KvRouterServiceOptions, 'tickIntervalMs' | 'recoveryTimeoutMs' | 'dropEvent' | 'clock'>;
 }
@@ -48,6 +45,7 @@ export class KvRouterHub {
   private flushScheduled = false;
   private subscription: Subscription | undefined;
   private presence: ServedEndpoint | undefined;
+  private ownedFeed: Promise<ModelCardFeed> | undefined;
   private closed = false;
 
   private constructor(
@@ -82,14 +80,15 @@ export class KvRouterHub {
   service(component: string, blockSize: number): Promise<KvRouterService> {
     let pending = this.services.get(component);
     if (pending === undefined) {
-      pending = KvRouterService.start(this.runtime, {
+      pending = this.cards().then((cards) => KvRouterService.start(this.runtime, {
         namespace: this.options.namespace,
         component,
         blockSize,
+        cards,
         router: { ...this.options.router, replicaId: this.replicaId },
         ...this.options.service,
         ...(this.options.replicaSync ? { publishSync: (u: ActiveSequenceUpdate[]) => this.enqueue(component, u) } : {}),
-      }).then((s) => {
+      })).then((s) => {
         this.ready.set(component, s);
         return s;
       });
@@ -113,6 +112,21 @@ export class KvRouterHub {
     await this.subscription?.close().catch(() => undefined);
     const all = await Promise.allSettled([...this.services.values()]);
     await Promise.all(all.map((r) => (r.status === 'fulfilled' ? r.value.close() : undefined)));
+    (await this.ownedFeed?.catch(() => undefined))?.close();
+  }
+
+  /** The shared card feed: the given one, or one started here on first use. */
+  private cards(): Promise<ModelCardFeed> {
+    if (this.options.cards !== undefined) return Promise.resolve(this.options.cards);
+    if (this.ownedFeed === undefined) {
+      const started = ModelCardFeed.start(this.runtime.discovery, this.options.namespace, this.runtime.logger);
+      // A failed start is retried by the next service.
+      started.catch(() => {
+        if (this.ownedFeed === started) this.ownedFeed = undefined;
+      });
+      this.ownedFeed = started;
+    }
+    return this.ownedFeed;
   }
 
   private enqueue(component: string, updates: ActiveSequenceUpdate[]): void {

@@ -5,7 +5,7 @@
  *   discovery {ns}/{component}/kv_events instances ─▶ addWorker / removeWorker
  *   event plane kv_events (KvEvent[] batches)      ─▶ applyEvent ─┐
  *   event plane load_metrics                       ─▶ latest LoadMetrics per worker
- *   discovery model cards of the component         ─▶ KV pool size per worker (overload check
+ *   model cards of the component (card feed)       ─▶ KV pool size per worker (overload check
  *                                                     before a worker has reported any load)
  *   RecoveryAction (replay / dump) ─▶ request plane {component}/kv_events, direct to the worker
  *                                   ─▶ applyReplay / applyDump ─▶ more actions, if any
@@ -17,25 +17,26 @@
  * are dropped: the dump asked for on discovery covers them, and a dead worker must not come
  * back through a late event.
  */
-import type { InstanceId, KvEvent, LoadMetrics, ModelCard } from '../../proto/wire.js';
-import type { WatchHandle } from '../../runtime/discovery/discovery.js';
-import { modelPrefix } from '../../runtime/discovery/keys.js';
-import { TOPICS } from '../../proto/wire.js';
+import {
+  KV_EVENTS_ENDPOINT,
+  TOPICS,
+  type InstanceId,
+  type KvDumpResponse,
+  type KvEvent,
+  type KvRecoveryRequest,
+  type KvReplayResponse,
+  type LoadMetrics,
+  type RouterSyncMessage,
+} from '../../proto/wire.js';
+import { ModelCardFeed } from '../../runtime/discovery/model-card-feed.js';
 import type { Component, DistributedRuntime } from '../../runtime/distributed-runtime.js';
 import type { EndpointClient } from '../../runtime/endpoint-client.js';
 import type { Subscription } from '../../runtime/event-plane/event-plane.js';
 import type { Logger } from '../../runtime/logging.js';
 import type { ActiveSequenceUpdate, WorkerActiveLoad } from '../active-sequences.js';
 import { KvRouter, type KvRouterConfig, type RouteDecision, type RouteRequest, type RouteResult, type WorkerCandidate } from '../kv-router.js';
-import type { KvDumpResponse, KvReplayResponse, RecoveryAction } from '../recovery-protocol.js';
-import type { RouterSyncMessage } from '../router-sync.js';
+import type { RecoveryAction } from '../recovery-protocol.js';
 import { RouterMetrics } from './router-metrics.js';
-
-/** The worker endpoint that answers replay and dump requests (workers/process). */
-export const KV_EVENTS_ENDPOINT = 'kv_events';
-
-/** Request body of a worker's `kv_events` endpoint. */
-export type KvRecoveryRequest = { type: 'replay'; fromEventId: number; toEventId: number } | { type: 'dump' };
 
 export interface KvRouterServiceOptions {
   namespace: string;
@@ -43,6 +44,8 @@ export interface KvRouterServiceOptions {
   component: string;
   /** KV block size of the workers (model card `kvBlockSize`). */
   blockSize: number;
+  /** The process's card feed (KV pool sizes); the service starts and closes its own without it. */
+  cards?: ModelCardFeed;
   router?: Partial<KvRouterConfig>;
   /** Housekeeping period (expiry, recovery retries, gauges). */
   tickIntervalMs?: number;
@@ -77,7 +80,8 @@ export class KvRouterService {
   private readonly loadsAt = new Map<InstanceId, number>();
   /** KV pool size per worker, from its model card. */
   private readonly totalBlocks = new Map<InstanceId, number>();
-  private cardWatch: WatchHandle | undefined;
+  private unsubscribeCards: (() => void) | undefined;
+  private ownedFeed: ModelCardFeed | undefined;
   private readonly inflight = new Map<string, Promise<void>>();
   private readonly subscriptions: Subscription[] = [];
   private readonly metrics: RouterMetrics;
@@ -205,7 +209,8 @@ export class KvRouterService {
     this.closed = true;
     if (this.timer) clearInterval(this.timer);
     this.unwatch?.();
-    this.cardWatch?.close();
+    this.unsubscribeCards?.();
+    this.ownedFeed?.close();
     this.kvClient?.close();
     await Promise.all(this.subscriptions.map((s) => s.close().catch(() => undefined)));
   }
@@ -218,11 +223,14 @@ export class KvRouterService {
       this.subscriptions.push(await component.subscribe<unknown>(TOPICS.kvEvents, (e) => this.onKvEvents(e.payload)));
     }
     this.subscriptions.push(await component.subscribe<unknown>(TOPICS.loadMetrics, (e) => this.onLoad(e.payload)));
-    this.cardWatch = await this.runtime.discovery.watch<ModelCard>(modelPrefix(namespace), (e) => {
-      const id = e.key.slice(e.key.lastIndexOf('/') + 1);
-      if (e.type === 'removed') this.totalBlocks.delete(id);
-      else if (e.value?.component === name && Number.isInteger(e.value.totalKvBlocks)) this.totalBlocks.set(id, e.value.totalKvBlocks);
-    });
+    const cards = this.options.cards ?? (this.ownedFeed = await ModelCardFeed.start(this.runtime.discovery, namespace, this.log));
+    this.unsubscribeCards = cards.subscribe(
+      (e) => {
+        if (e.type === 'removed') this.totalBlocks.delete(e.entry.instanceId);
+        else this.totalBlocks.set(e.entry.instanceId, e.entry.card.totalKvBlocks);
+      },
+      { component: name },
+    );
     // Workers serve `generate` and `kv_events` under one lease: the kv_events instance set is
     // the set of workers, and the same client carries replay and dump calls.
     this.kvClient = await component.endpoint(KV_EVENTS_ENDPOINT).client();

@@ -7,7 +7,7 @@ import { Option, type Command } from 'commander';
 import { intInRange } from '../../runtime/config.js';
 import { addRuntimeOptions, createRuntimeFromOptions, type RuntimeFlags } from '../../runtime/runtime-options.js';
 import { addKvRouterOptions, kvRouterConfigFromFlags, type KvRouterFlags } from './kv-router-options.js';
-import { ROUTE_ENDPOINT, ROUTER_COMPONENT } from './route-protocol.js';
+import { ROUTE_ENDPOINT, ROUTER_COMPONENT } from '../../proto/wire.js';
 import { startRouterServer } from './router-server.js';
 
 interface RouterFlags extends RuntimeFlags, KvRouterFlags {

@@ -1,5 +1,5 @@
 /**
- * A standalone KV router replica: serves `{ns}/router/route` (route-protocol.ts) over a
+ * A standalone KV router replica: serves `{ns}/router/route` (proto/router.ts) over a
  * `KvRouterHub`, so any number of frontends share one view of worker caches and load.
  * Replicas started with replica sync share their bookings over router_sync.
  */
@@ -7,7 +7,8 @@ import type { DistributedRuntime, ServedEndpoint } from '../../runtime/distribut
 import type { RequestContext } from '../../runtime/request-plane/types.js';
 import type { KvRouterConfig } from '../kv-router.js';
 import { KvRouterHub, type KvRouterHubOptions } from './kv-router-hub.js';
-import { ROUTE_ENDPOINT, ROUTER_COMPONENT, parseRouterCall, type RouterAnswer } from './route-protocol.js';
+import { ROUTE_ENDPOINT, ROUTER_COMPONENT, type RouterAnswer } from '../../proto/wire.js';
+import { parseRouterCall } from './route-protocol.js';
 
 export interface RouterServerOptions {
   namespace: string;

@@ -8,7 +8,10 @@ export {
   modelKey,
   modelPrefix,
   parseInstanceId,
+  parseModelKey,
+  type ModelKeyParts,
 } from './keys.js';
+export { ModelCardFeed, type CardEvent, type CardFilter, type CardListener, type CardView, type LiveCard } from './model-card-feed.js';
 export { createDiscovery, type CreateDiscoveryOptions } from './create-discovery.js';
 export { MemoryDiscovery, MemoryDiscoveryStore, type MemoryDiscoveryOptions } from './memory-discovery.js';
 export { FileDiscovery, DEFAULT_FILE_DIRECTORY, type FileDiscoveryOptions } from './file-discovery.js';

@@ -29,3 +29,30 @@ export function parseInstanceId(text: string): InstanceId | undefined {
   if (/^[0-9a-f]{1,16}$/.test(t)) return t.padStart(16, '0');
   return undefined;
 }
+
+/** The parts of a model-card key `v1/models/{ns}/{model_name}/{instance_id_hex}`. */
+export interface ModelKeyParts {
+  namespace: string;
+  /** May contain `/` (`Qwen/Qwen3-0.6B`): everything between the namespace and the last segment. */
+  model: string;
+  instanceId: InstanceId;
+}
+
+/**
+ * Split a model-card key; undefined when it does not have that layout, when its last segment
+ * is not a 16-digit lowercase hex instance id, or when `namespace` is given and differs.
+ */
+export function parseModelKey(key: string, namespace?: string): ModelKeyParts | undefined {
+  const root = 'v1/models/';
+  if (!key.startsWith(root)) return undefined;
+  const rest = key.slice(root.length);
+  const nsEnd = rest.indexOf('/');
+  const idStart = rest.lastIndexOf('/') + 1;
+  if (nsEnd <= 0 || idStart - 1 <= nsEnd + 1) return undefined;
+  const ns = rest.slice(0, nsEnd);
+  const model = rest.slice(nsEnd + 1, idStart - 1);
+  const instanceId = rest.slice(idStart);
+  if (namespace !== undefined && ns !== namespace) return undefined;
+  if (!/^[0-9a-f]{16}$/.test(instanceId)) return undefined;
+  return { namespace: ns, model, instanceId };
+}

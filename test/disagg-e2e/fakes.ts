@@ -6,7 +6,7 @@
  * deterministic tokens from the ORIGINAL prompt and the output position, so disaggregated output
  * must equal aggregated output exactly when the frontend does its arithmetic right.
  */
-import type { InstanceId, ModelCard, PreprocessedRequest, TokenDelta, WorkerRole } from '../../proto/wire.js';
+import { KV_RELEASE_ENDPOINT, type InstanceId, type KvReleaseRequest, type KvReleaseResponse, type ModelCard, type PreprocessedRequest, type TokenDelta, type WorkerRole } from '../../proto/wire.js';
 import { modelKey } from '../../runtime/discovery/keys.js';
 import { MemoryDiscovery, MemoryDiscoveryStore } from '../../runtime/discovery/memory-discovery.js';
 import { CancelledError, UnavailableError } from '../../runtime/errors.js';
@@ -174,15 +174,19 @@ export class FakeDisaggCluster implements WorkerConnector {
       instanceIds: ids,
       generate(request, instanceId, signal) {
         const worker = cluster.worker(instanceId);
-        if (!worker || COMPONENT[worker.role] !== component) throw new UnavailableError(`no ${component} worker ${instanceId}`);
-        if (endpoint === 'kv_release') {
-          return (async function* () {
-            if (worker.dead) throw new UnavailableError('dead');
-            worker.release((request as unknown as { transferId: string }).transferId);
-            yield { tokenIds: [] };
-          })();
-        }
+        if (!worker || COMPONENT[worker.role] !== component || endpoint !== 'generate') throw new UnavailableError(`no ${component}/${endpoint} worker ${instanceId}`);
         return worker.generate(request, signal);
+      },
+      call<Req, Resp>(request: Req, instanceId: InstanceId): AsyncIterable<Resp> {
+        const worker = cluster.worker(instanceId);
+        if (!worker || COMPONENT[worker.role] !== component || endpoint !== KV_RELEASE_ENDPOINT) throw new UnavailableError(`no ${component}/${endpoint} worker ${instanceId}`);
+        const { transferId } = request as KvReleaseRequest;
+        return (async function* () {
+          if (worker.dead) throw new UnavailableError('dead');
+          const answer: KvReleaseResponse = { released: worker.pinned.has(transferId) };
+          worker.release(transferId);
+          yield answer as Resp;
+        })();
       },
       close() {},
     };

@@ -213,6 +213,10 @@ class FakeClient implements WorkerClient {
     return entry.worker.generate(request, signal);
   }
 
+  call<Req, Resp>(): AsyncIterable<Resp> {
+    throw new UnavailableError('fake workers serve only generate');
+  }
+
   close(): void {}
 }
 

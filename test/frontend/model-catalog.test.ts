@@ -8,6 +8,7 @@ import { registerFrontendCommand, type FrontendFlags } from '../../frontend/comm
 import { ModelCatalog } from '../../frontend/model-catalog.js';
 import { RandomSelector, RoundRobinSelector, createSelector } from '../../frontend/routing.js';
 import type { PreprocessedRequest } from '../../proto/wire.js';
+import { ConfigError } from '../../runtime/errors.js';
 import { makeCard } from './fakes.js';
 
 const key = (name: string, id: string) => `v1/models/tandem/${name}/${id}`;
@@ -40,7 +41,6 @@ describe('ModelCatalog', () => {
     const changes = catalog.put(key('Qwen/Qwen3-0.6B', 'a'), makeCard({ name: 'other', instanceId: 'a' }));
     expect(changes.map((c) => c.type)).toEqual(['instance_removed', 'model_removed', 'model_added', 'instance_added']);
     expect(catalog.names()).toEqual(['other']);
-    expect([...catalog.endpoints()]).toEqual(['backend/generate']);
   });
 });
 
@@ -59,8 +59,9 @@ describe('selectors', () => {
     expect([random.select(route, ['a', 'b']), random.select(route, ['a', 'b']), random.select(route, ['a', 'b'])]).toEqual(['a', 'b', 'b']);
   });
 
-  it("'kv' says it is not built yet with a config error", () => {
-    expect(() => createSelector('kv')).toThrow(/not built yet/);
+  it("'kv' is refused with a config error that says how to get a KV selector", () => {
+    expect(() => createSelector('kv')).toThrow(ConfigError);
+    expect(() => createSelector('kv')).toThrow(/needs the KV router: start the frontend with startFrontend\(\{ routerMode: 'kv', runtime \}\)/);
   });
 });
 

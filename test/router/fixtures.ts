@@ -5,7 +5,7 @@
  */
 import type { KvEvent, KvEventData, KvStoredBlock } from '../../proto/wire.js';
 import { blockHashes } from '../../router/hashing.js';
-import type { KvDumpResponse, KvReplayResponse } from '../../router/recovery-protocol.js';
+import type { KvDumpResponse, KvReplayResponse } from '../../proto/wire.js';
 
 /** `n` tokens derived from `seed`; prompts with the same seed share their tokens. */
 export function tokens(seed: number, n: number): number[] {

@@ -1,10 +1,7 @@
 /** Public surface of workers/disagg: prefill and decode worker modes with real KV transfer. */
-export { PrefillHandler, type PrefillHandlerDeps, type KvReleaseRequest, type KvReleaseResponse } from './prefill-handler.js';
+export { PrefillHandler, type PrefillHandlerDeps } from './prefill-handler.js';
 export { DecodeHandler, type DecodeHandlerDeps } from './decode-handler.js';
 export { KvImportService, DEFAULT_PULL_TIMEOUT_MS, type KvImportServiceOptions, type KvImportOutcome } from './kv-importer.js';
 export { PinnedBlocks, DEFAULT_KV_RELEASE_TIMEOUT_MS, type PinnedBlocksOptions, type PinEndReason } from './pinned-blocks.js';
 export { StampedKvPool, StampingEngine, stampedLayoutName, STAMP_MAGIC } from './stamped-kv.js';
 export { setupKvTransfer, setupNativeKvTransfer, DEFAULT_MOCKER_KV_BYTES_PER_TOKEN, type KvTransferSetup, type KvTransferSetupOptions } from './kv-pool-setup.js';
-
-/** `{ns}/prefill/kv_release`: the decode worker's "done with these blocks" call. */
-export const KV_RELEASE_ENDPOINT = 'kv_release';

@@ -9,20 +9,12 @@
  * A cancelled prefill (the caller left before the answer) frees its blocks through the engine
  * loop; once the answer with kvTransfer is out, only kv_release or the timeout free them.
  */
-import type { InstanceId, KvTransferParams, PreprocessedRequest, TokenDelta, TokenLogprob } from '../../proto/wire.js';
+import type { InstanceId, KvReleaseRequest, KvReleaseResponse, KvTransferParams, PreprocessedRequest, TokenDelta, TokenLogprob } from '../../proto/wire.js';
 import type { RequestContext } from '../../runtime/request-plane/types.js';
 import type { EngineLoop } from '../engine-loop/index.js';
 import type { KvPool, KvTransferAgent } from '../kv-transfer/index.js';
 import type { PinnedBlocks } from './pinned-blocks.js';
 
-/** Body of a `kv_release` call, and its one answer. */
-export interface KvReleaseRequest {
-  transferId: string;
-}
-export interface KvReleaseResponse {
-  /** False when the id was unknown: already released, timed out, or never pinned here. */
-  released: boolean;
-}
 
 export interface PrefillHandlerDeps {
   loop: EngineLoop;

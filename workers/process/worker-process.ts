@@ -12,13 +12,25 @@
  *   decode:  generate = DecodeHandler (pull via KvImportService, release, continue)
  */
 import { basename, resolve } from 'node:path';
-import type { KvEvent, KvTransferParams, LoadMetrics, ModelCard, PreprocessedRequest, TokenDelta, WorkerRole } from '../../proto/wire.js';
-import { TOPICS } from '../../proto/wire.js';
+import type {
+  KvDumpResponse,
+  KvEvent,
+  KvRecoveryRequest,
+  KvReleaseRequest,
+  KvReleaseResponse,
+  KvReplayResponse,
+  KvTransferParams,
+  LoadMetrics,
+  ModelCard,
+  PreprocessedRequest,
+  TokenDelta,
+  WorkerRole,
+} from '../../proto/wire.js';
+import { GENERATE_ENDPOINT, KV_EVENTS_ENDPOINT, KV_RELEASE_ENDPOINT, TOPICS } from '../../proto/wire.js';
 import { modelKey } from '../../runtime/discovery/keys.js';
 import type { DistributedRuntime } from '../../runtime/distributed-runtime.js';
 import { ConfigError, TandemError } from '../../runtime/errors.js';
 import type { RequestContext } from '../../runtime/request-plane/types.js';
-import type { KvDumpResponse, KvReplayResponse } from '../../router/recovery-protocol.js';
 import type { EndpointClient } from '../../runtime/endpoint-client.js';
 import { EngineLoop, type KvImportJob } from '../engine-loop/index.js';
 import {
@@ -26,14 +38,11 @@ import {
   DEFAULT_KV_RELEASE_TIMEOUT_MS,
   DEFAULT_MOCKER_KV_BYTES_PER_TOKEN,
   DEFAULT_PULL_TIMEOUT_MS,
-  KV_RELEASE_ENDPOINT,
   KvImportService,
   PinnedBlocks,
   PrefillHandler,
   setupKvTransfer,
   setupNativeKvTransfer,
-  type KvReleaseRequest,
-  type KvReleaseResponse,
   type KvTransferSetup,
 } from '../disagg/index.js';
 import { TRANSFER_SECONDS_BUCKETS } from '../kv-transfer/index.js';
@@ -44,8 +53,8 @@ import { readModelConfig, type ModelConfig } from '../models/index.js';
 import { DisaggMetrics, WorkerMetrics } from './worker-metrics.js';
 
 export const COMPONENT_FOR_ROLE: Record<WorkerRole, string> = { agg: 'backend', prefill: 'prefill', decode: 'decode' };
-export const GENERATE_ENDPOINT = 'generate';
-export const KV_EVENTS_ENDPOINT = 'kv_events';
+/** Wire names, defined in proto/ and re-exported for the worker's callers. */
+export { GENERATE_ENDPOINT, KV_EVENTS_ENDPOINT };
 
 export interface WorkerOptions {
   engine: 'mocker' | 'native';
@@ -84,9 +93,6 @@ export interface DisaggParts {
   pinned?: PinnedBlocks;
   importer?: KvImportService;
 }
-
-/** A request for the `kv_events` endpoint: replay a range, or dump the full block set. */
-export type KvEventsRequest = { type: 'replay'; fromEventId: number; toEventId: number } | { type: 'dump' };
 
 export interface RunningWorker {
   card: ModelCard;
@@ -209,8 +215,8 @@ export async function startWorker(runtime: DistributedRuntime, options: WorkerOp
     prefillHandler?.generate(request, ctx) ?? decodeHandler?.generate(request, ctx) ?? loop.generate(request, ctx.signal);
 
   // Router recovery: answers a replay of an event range or a dump of the whole block set, in
-  // the shapes of router/recovery-protocol.ts.
-  async function* kvEvents(request: KvEventsRequest): AsyncGenerator<KvReplayResponse | KvDumpResponse> {
+  // the shapes of proto/kv-recovery.ts.
+  async function* kvEvents(request: KvRecoveryRequest): AsyncGenerator<KvReplayResponse | KvDumpResponse> {
     const workerId = runtime.instanceId;
     if (request.type === 'dump') {
       yield { workerId, ...loop.kvEventLog.dump() };
