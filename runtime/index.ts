@@ -8,5 +8,6 @@ export * from './runtime-options.js';
 export * from './status-server.js';
 export * from './discovery/discovery.js';
 export * from './discovery/keys.js';
+export * from './discovery/model-card-feed.js';
 export * from './event-plane/event-plane.js';
 export * from './request-plane/types.js';
