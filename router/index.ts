@@ -2,7 +2,6 @@
 export * from './hashing.js';
 export { BlockHasher } from './block-hasher.js';
 export * from './indexer.js';
-export { RadixTree, RadixNode, MatchBuffer } from './radix-tree.js';
 export { WorkerSlots } from './worker-slots.js';
 export { RadixIndexer, type IndexAnomalies } from './radix-indexer.js';
 export { ApproxIndexer, type ApproxIndexerOptions } from './approx-indexer.js';

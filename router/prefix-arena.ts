@@ -1,21 +1,57 @@
 /**
- * `PrefixArena`: the event-fed index's prefix tree as struct-of-arrays. Same shape and rules as
- * `RadixTree` (radix-tree.ts, still used by the approximate indexer): edges labelled by LOCAL
- * hash under the parent, one worker bitset row per node, matching by running AND. The
- * difference is representation: a node is an integer id into typed arrays (hashes as u32
- * halves, links as ids) instead of a JS object holding bigints and a Map, so storing a block
- * allocates nothing and the GC has nothing to trace however large the index grows.
+ * `PrefixArena`: the prefix tree both indexers share (`RadixIndexer`, fed by KV events, and
+ * `ApproxIndexer`, learned from routing decisions), as struct-of-arrays.
+ *
+ * Edges are labelled by LOCAL block hash under a parent node, as in Dynamo's radix tree: a local
+ * hash alone is ambiguous (the same 16 tokens occur after many prefixes), but the path from the
+ * root fixes the whole prefix, so "local hash under this parent" names exactly one sequence
+ * hash, and a request is matched with the local hashes it already has. Which workers hold a
+ * node is one bit per worker slot (a row of u32 words), so matching is a running AND of the
+ * active set with each node's row: O(depth × words), however many workers share the prefix.
+ *
+ * A node is an integer id into typed arrays (hashes as u32 halves, links as ids), not a JS
+ * object holding bigints and a Map: storing a block allocates nothing and the GC has nothing
+ * to trace however large the index grows. Typed arrays cannot hold `undefined`, so inside this
+ * file and its two callers "no node" is `NONE` (-1); it never crosses the `KvIndexer` interface
+ * (router/README.md, guardrail 3).
  *
  * Children: a node's children form a doubly linked sibling list (for pruning and walks). A
  * parent with a single child (most nodes: prefixes are chains) is looked up by comparing that
  * child's label; once a parent has two or more children, all of its edges are also in `edges`
  * (a `KeyTable` keyed by (parent, local hash)), so lookup stays O(1) at the root's fan-out.
  */
-import type { MatchBuffer } from './radix-tree.js';
+import type { OverlapScores } from './indexer.js';
 import { KeyTable } from './u64-table.js';
+import type { WorkerSlots } from './worker-slots.js';
 
 export const ROOT = 0;
-const NONE = -1;
+/** "No node" in an id slot (parent of the root or of an orphan, a missing child). */
+export const NONE = -1;
+
+/** Reusable output of `PrefixArena.match`: `count` (slot, depth) pairs, depth ≥ 1. */
+export class MatchBuffer {
+  slots = new Int32Array(64);
+  depths = new Int32Array(64);
+  count = 0;
+
+  ensure(capacity: number): void {
+    if (this.slots.length >= capacity) return;
+    let n = this.slots.length;
+    while (n < capacity) n *= 2;
+    this.slots = new Int32Array(n);
+    this.depths = new Int32Array(n);
+  }
+
+  /** The matches as the `KvIndexer` answer: worker id → depth (slots no longer held are left out). */
+  scores(maxDepth: number, workers: WorkerSlots): OverlapScores {
+    const depths = new Map<string, number>();
+    for (let i = 0; i < this.count; i++) {
+      const id = workers.idOf(this.slots[i]!);
+      if (id !== undefined) depths.set(id, this.depths[i]!);
+    }
+    return { depths, maxDepth };
+  }
+}
 
 export class PrefixArena {
   private cap = 1024;
@@ -23,7 +59,7 @@ export class PrefixArena {
   seq = new Int32Array(this.cap * 2);
   /** Local hash (the edge label), same layout. */
   loc = new Int32Array(this.cap * 2);
-  /** Parent id; -1 for the root and for orphans (stored before their parent was seen). */
+  /** Parent id; `NONE` for the root and for orphans (stored before their parent was seen). */
   parent = new Int32Array(this.cap).fill(NONE);
   private firstChild = new Int32Array(this.cap).fill(NONE);
   private nextSib = new Int32Array(this.cap).fill(NONE);
@@ -109,7 +145,7 @@ export class PrefixArena {
     return id;
   }
 
-  /** The child of `p` labelled by the [hi, lo] pair at `key[at]`, or -1. */
+  /** The child of `p` labelled by the [hi, lo] pair at `key[at]`, or `NONE`. */
   child(p: number, key: Int32Array, at: number): number {
     const c = this.firstChild[p]!;
     if (c === NONE) return NONE;
@@ -119,9 +155,15 @@ export class PrefixArena {
 
   /** Attach `c` under `p`; false (and nothing changes) when `p` has another child with c's label. */
   link(p: number, c: number): boolean {
-    const loc = this.loc;
-    const existing = this.child(p, loc, 2 * c);
+    const existing = this.child(p, this.loc, 2 * c);
     if (existing !== NONE) return existing === c;
+    this.attach(p, c);
+    return true;
+  }
+
+  /** `link` for a caller that has just seen `child(p, c's label)` return `NONE`. */
+  attach(p: number, c: number): void {
+    const loc = this.loc;
     const first = this.firstChild[p]!;
     if (first !== NONE) {
       // Going from one child to two: the first one joins the edge table too.
@@ -133,7 +175,6 @@ export class PrefixArena {
     this.prevSib[c] = NONE;
     this.firstChild[p] = c;
     this.parent[c] = p;
-    return true;
   }
 
   hasChildren(id: number): boolean {
@@ -196,7 +237,7 @@ export class PrefixArena {
 
   /**
    * For each worker, how many LEADING blocks of `localHashes` it holds, into `out` (depth ≥ 1
-   * only). Returns the deepest depth reached by anyone. Same algorithm as `RadixTree.match`.
+   * only). Returns the deepest depth reached by anyone.
    */
   match(localHashes: readonly bigint[], out: MatchBuffer, slotCount: number): number {
     out.count = 0;

@@ -16,8 +16,7 @@
 import type { InstanceId, KvEventData, KvStoredBlock } from '../proto/wire.js';
 import type { BlockHashInput, IndexDump, IndexStats, KvIndexer, OverlapScores, WorkerBlocksDump } from './indexer.js';
 import { toBigints } from './indexer.js';
-import { PrefixArena, ROOT } from './prefix-arena.js';
-import { MatchBuffer } from './radix-tree.js';
+import { MatchBuffer, NONE, PrefixArena, ROOT } from './prefix-arena.js';
 import { formatU64, U64Parser } from './u64-decimal.js';
 import { KeyTable } from './u64-table.js';
 import { WorkerSlots } from './worker-slots.js';
@@ -97,15 +96,7 @@ export class RadixIndexer implements KvIndexer {
   }
 
   findMatches(localHashes: BlockHashInput): OverlapScores {
-    const hashes = toBigints(localHashes);
-    const buf = this.matchBuf;
-    const maxDepth = this.tree.match(hashes, buf, this.slots.highWater);
-    const depths = new Map<InstanceId, number>();
-    for (let i = 0; i < buf.count; i++) {
-      const id = this.slots.idOf(buf.slots[i]!);
-      if (id !== undefined) depths.set(id, buf.depths[i]!);
-    }
-    return { depths, maxDepth };
+    return this.matchBuf.scores(this.tree.match(toBigints(localHashes), this.matchBuf, this.slots.highWater), this.slots);
   }
 
   /** Sequence hashes (wire strings) the index believes `workerId` holds. */
@@ -144,7 +135,7 @@ export class RadixIndexer implements KvIndexer {
     t.forEachDescendant(ROOT, visit);
     // Orphan subtrees (parent never seen) are dumped as roots, as before.
     for (let id = ROOT + 1; id < t.highWater; id++) {
-      if (!t.isLive(id) || t.parent[id] !== -1) continue;
+      if (!t.isLive(id) || t.parent[id] !== NONE) continue;
       visit(id);
       t.forEachDescendant(id, visit);
     }
@@ -199,7 +190,7 @@ export class RadixIndexer implements KvIndexer {
     let parent: number;
     if (parentHash === undefined) parent = ROOT;
     else if (parentHash === this.lastHash[slot] && tree.generation(this.lastNode[slot]!) === this.lastGen[slot] && tree.isLive(this.lastNode[slot]!)) parent = this.lastNode[slot]!;
-    else parent = p.parse(parentHash, key, 0) ? seq.get(0, key, 0) : -1;
+    else parent = p.parse(parentHash, key, 0) ? seq.get(0, key, 0) : NONE;
     for (let i = 0; i < blocks.length; i++) {
       const b = blocks[i]!;
       // The rest of the chain hangs off this block, so none of it can be placed.
@@ -238,7 +229,7 @@ export class RadixIndexer implements KvIndexer {
     const p = this.parser;
     const key = this.key;
     for (let i = 0; i < hashes.length; i++) {
-      const node = p.parse(hashes[i]!, key, 0) ? this.bySeq.get(0, key, 0) : -1;
+      const node = p.parse(hashes[i]!, key, 0) ? this.bySeq.get(0, key, 0) : NONE;
       if (node >= 0 && this.tree.removeWorker(node, slot)) {
         this.perWorker[slot]!--;
         this.entries--;

@@ -12,7 +12,7 @@ import type { DistributedRuntime } from '../../runtime/distributed-runtime.js';
 import type { EndpointClient } from '../../runtime/endpoint-client.js';
 import type { RoutingChoice } from '../../runtime/request-plane/types.js';
 import { KvRouterHub } from './kv-router-hub.js';
-import { ROUTE_ENDPOINT, ROUTER_COMPONENT, type RouteTarget, type RouterAnswer, type RouterCall } from './route-protocol.js';
+import { ROUTE_ENDPOINT, ROUTER_COMPONENT, type RouteTarget, type RouterAnswer, type RouterCall } from '../../proto/wire.js';
 
 export type KvRouteOutcome =
   | { kind: 'routed'; instanceId: InstanceId; overlapBlocks: number }

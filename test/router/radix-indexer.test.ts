@@ -1,7 +1,14 @@
+/**
+ * `RadixIndexer`, the event-fed index: the `KvIndexer` contract (kv-indexer.contract.ts) fed
+ * through a `FakeKvWorker`'s Stored/Removed/Cleared events, then what only an event-fed index
+ * has: parents named by sequence hash, orphans, dumps, anomaly counters, the parent cache.
+ */
 import { describe, expect, it } from 'vitest';
+import type { KvEvent } from '../../proto/wire.js';
 import { blockHashes } from '../../router/hashing.js';
 import { RadixIndexer } from '../../router/radix-indexer.js';
 import { FakeKvWorker, prompt, tokens } from './fixtures.js';
+import { kvIndexerContract } from './kv-indexer.contract.js';
 
 const BS = 4;
 const localOf = (p: readonly number[]) => blockHashes(p, BS).local;
@@ -15,23 +22,44 @@ function feed(index: RadixIndexer, worker: FakeKvWorker, ...prompts: number[][])
   }
 }
 
+kvIndexerContract('RadixIndexer (KV events)', () => ({
+  blockSize: BS,
+  ttlMs: undefined,
+  create: () => {
+    const index = new RadixIndexer();
+    const workers = new Map<string, FakeKvWorker>();
+    const worker = (id: string): FakeKvWorker => {
+      let w = workers.get(id);
+      if (w === undefined) workers.set(id, (w = new FakeKvWorker(id, BS)));
+      return w;
+    };
+    const apply = (e: KvEvent | undefined): void => {
+      if (e !== undefined) index.applyEvent(e.workerId, e.data);
+    };
+    return {
+      index,
+      store: (id, p) => apply(worker(id).store(p)),
+      advance: () => {},
+      removeWorker: (id) => {
+        index.removeWorker(id);
+        workers.delete(id); // a restarted worker starts from an empty cache and event id 0
+      },
+      evict: (id, hashes) => apply(worker(id).remove(hashes)),
+      clear: (id) => apply(worker(id).clear()),
+      blocksOf: (id) => index.blocksOf(id),
+      roundTrip: () => {
+        const copy = new RadixIndexer();
+        copy.load(JSON.parse(JSON.stringify(index.dump())));
+        return copy;
+      },
+    };
+  },
+}));
+
 describe('RadixIndexer', () => {
   const sys = tokens(1, 16); // 4 shared blocks
   const p1 = [...sys, ...tokens(2, 8)]; // 6 blocks
   const p2 = [...sys, ...tokens(3, 8)]; // diverges after block 4
-
-  it('reports each worker\'s number of leading cached blocks', () => {
-    const index = new RadixIndexer();
-    const a = new FakeKvWorker('a', BS);
-    const b = new FakeKvWorker('b', BS);
-    feed(index, a, p1);
-    feed(index, b, sys.slice(0, 8));
-    const m = index.findMatches(localOf(p1));
-    expect(Object.fromEntries(m.depths)).toEqual({ a: 6, b: 2 });
-    expect(m.maxDepth).toBe(6);
-    // A request that diverges after the shared system prompt.
-    expect(Object.fromEntries(index.findMatches(localOf(p2)).depths)).toEqual({ a: 4, b: 2 });
-  });
 
   it('counts only LEADING blocks: a worker missing block 0 has overlap 0', () => {
     const index = new RadixIndexer();
@@ -47,47 +75,6 @@ describe('RadixIndexer', () => {
     const m = index.findMatches(local);
     expect(m.depths.get('a')).toBe(6);
     expect(m.depths.has('c')).toBe(false);
-  });
-
-  it('accepts local hashes as bigints or decimal strings alike', () => {
-    const index = new RadixIndexer();
-    feed(index, new FakeKvWorker('a', BS), p1);
-    const big = index.findMatches(localOf(p1));
-    const str = index.findMatches(localOf(p1).map(String));
-    expect(str.depths).toEqual(big.depths);
-  });
-
-  it('Removed shortens the overlap at the first missing block; Cleared empties the worker', () => {
-    const index = new RadixIndexer();
-    const a = new FakeKvWorker('a', BS);
-    feed(index, a, p1);
-    const e = a.remove([seqStrings(p1)[3]!]);
-    index.applyEvent('a', e.data);
-    expect(index.findMatches(localOf(p1)).depths.get('a')).toBe(3);
-    index.applyEvent('a', a.clear().data);
-    expect(index.findMatches(localOf(p1)).depths.size).toBe(0);
-    expect(index.stats().entries).toBe(0);
-    expect(index.stats().nodes).toBe(0); // fully pruned
-  });
-
-  it('shared blocks are one node held by several workers', () => {
-    const index = new RadixIndexer();
-    feed(index, new FakeKvWorker('a', BS), p1);
-    feed(index, new FakeKvWorker('b', BS), p2);
-    const s = index.stats();
-    expect(s.nodes).toBe(4 + 2 + 2);
-    expect(s.entries).toBe(12);
-    expect(s.perWorker).toEqual({ a: 6, b: 6 });
-  });
-
-  it('removeWorker drops exactly that worker\'s blocks', () => {
-    const index = new RadixIndexer();
-    feed(index, new FakeKvWorker('a', BS), p1);
-    feed(index, new FakeKvWorker('b', BS), p2);
-    index.removeWorker('a');
-    expect(index.blocksOf('a')).toEqual([]);
-    expect(index.findMatches(localOf(p1)).depths).toEqual(new Map([['b', 4]]));
-    expect(index.stats()).toMatchObject({ nodes: 6, entries: 6, workers: 1, perWorker: { b: 6 } });
   });
 
   it('dump() then load() into a fresh index gives the same view', () => {
@@ -127,16 +114,34 @@ describe('RadixIndexer', () => {
     expect(index.stats().entries).toBe(0);
   });
 
-  it('handles more workers than one bitset word (70 workers)', () => {
+  it('a parent cached from a worker\'s last event is not trusted after that node was freed and its id reused', () => {
     const index = new RadixIndexer();
-    for (let w = 0; w < 70; w++) feed(index, new FakeKvWorker(`w${w}`, BS), [...sys, ...tokens(100 + w, 4 * (w % 5))]);
-    const m = index.findMatches(localOf(p1));
-    expect(m.depths.size).toBe(70);
-    expect([...m.depths.values()].every((d) => d === 4)).toBe(true);
-    const deep = index.findMatches(localOf([...sys, ...tokens(100 + 69, 16)]));
-    expect(deep.depths.get('w69')).toBe(8);
-    index.removeWorker('w3');
-    index.removeWorker('w40');
-    expect(index.findMatches(localOf(p1)).depths.size).toBe(68);
+    const a = new FakeKvWorker('a', BS);
+    const p1 = prompt(1, 8, 1, 0); // 2 blocks
+    const { local, seq } = blockHashes(p1, BS);
+    index.applyEvent('a', a.store(p1)!.data);
+    // Evict both blocks: their nodes are freed; new unrelated blocks take the freed ids.
+    index.applyEvent('a', a.remove(seq.map(String)).data);
+    expect(index.stats().nodes).toBe(0);
+    const other = blockHashes(prompt(9, 8, 9, 0), BS);
+    index.applyEvent('b', new FakeKvWorker('b', BS).store(prompt(9, 8, 9, 0))!.data);
+    expect(index.stats().nodes).toBe(2); // both freed ids are taken again
+    // 'a' now announces a block under its old last block (gone): it must be an orphan, not a
+    // child of whatever node reuses that id.
+    index.applyEvent('a', { type: 'stored', parentHash: seq[1]!.toString(), blocks: [{ blockHash: '12345', tokensHash: local[0]!.toString() }] });
+    expect(index.anomalies.orphanBlocks).toBe(1);
+    expect(index.findMatches([...other.local, local[0]!]).depths).toEqual(new Map([['b', 2]]));
+  });
+
+  it('an unparsable Removed hash counts as an unknown removal; a malformed block hash stops its chain', () => {
+    const index = new RadixIndexer();
+    index.applyEvent('a', { type: 'removed', blockHashes: ['not-a-hash', '-1'] });
+    expect(index.anomalies.unknownRemovals).toBe(2);
+    index.applyEvent('a', { type: 'stored', blocks: [{ blockHash: '5', tokensHash: '6' }, { blockHash: 'x', tokensHash: '7' }, { blockHash: '8', tokensHash: '9' }] });
+    expect(index.anomalies.malformedHashes).toBe(1);
+    expect(index.blocksOf('a')).toEqual(['5']);
+    // A Stored event with no blocks changes nothing (and must not throw).
+    index.applyEvent('a', { type: 'stored', parentHash: '5', blocks: [] });
+    expect(index.stats().entries).toBe(1);
   });
 });
