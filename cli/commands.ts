@@ -1,11 +1,11 @@
 /** Which module provides each subcommand of DESIGN.md's command line. */
 import type { Command } from 'commander';
 import { registerBenchCommand } from '../bench/loadgen/command.js';
+import { registerPlannerCommand } from '../planner/index.js';
 import { registerFrontendCommand } from '../frontend/command.js';
 import { registerRouterCommand } from '../router/adapters/router-command.js';
 import { registerModelCommand } from '../workers/models/index.js';
 import { registerWorkerCommand } from '../workers/process/worker-command.js';
-import { addNotBuiltCommand } from './not-built.js';
 import { registerUpCommand } from './up.js';
 
 export function registerCommands(program: Command): void {
@@ -13,7 +13,7 @@ export function registerCommands(program: Command): void {
   registerFrontendCommand(program);
   registerWorkerCommand(program);
   registerRouterCommand(program);
-  addNotBuiltCommand(program, 'planner', 'SLA planner that scales prefill and decode pools', 'the planner issue');
+  registerPlannerCommand(program);
   registerBenchCommand(program);
   registerModelCommand(program);
 }

@@ -17,10 +17,11 @@ describe('runtime CLI configuration', () => {
     }
   });
 
-  it('a subcommand that is not built yet says so and exits 2', async () => {
+  it('planner live mode (its connectors are not built yet) says so and exits 2', async () => {
     const { code, output } = await run(['planner', '--config', 'x.yaml']);
     expect(code).toBe(2);
     expect(output).toContain('not built yet');
+    expect(output).toContain('connectors');
   });
 
   it('an invalid flag value names the flag and the expected value, exit 2', async () => {
