@@ -1,11 +1,14 @@
 /**
  * The `runtime` command line. Each subcommand is registered by the part that owns it; this file
- * only assembles them, binds TANDEM_* environment variables to every flag, and maps usage
- * errors to exit code 2.
+ * only assembles them, binds TANDEM_* environment variables to every flag, and turns a failed
+ * start into one line on stderr and an exit code (runtime/exit-codes.ts): usage and
+ * configuration errors exit 2, an unreachable dependency or a taken port exits 4, and only an
+ * unexpected error (a bug) prints its stack trace and exits 1.
  */
 import { Command, CommanderError } from 'commander';
 import { bindEnvironment } from '../runtime/config.js';
 import { TandemError } from '../runtime/errors.js';
+import { EXIT_CODES, type ExitCode } from '../runtime/exit-codes.js';
 import { registerCommands } from './commands.js';
 
 export function buildProgram(): Command {
@@ -31,13 +34,38 @@ export async function main(argv: string[]): Promise<void> {
   } catch (err) {
     if (err instanceof CommanderError) {
       // help and version exit 0; every usage error exits 2 (commander's message is already printed)
-      process.exit(err.exitCode === 0 ? 0 : 2);
+      process.exit(err.exitCode === 0 ? EXIT_CODES.ok : EXIT_CODES.config);
     }
-    if (err instanceof TandemError && (err.code === 'config_invalid' || err.code === 'invalid_argument')) {
-      process.stderr.write(`runtime: ${err.message}\n`);
-      process.exit(2);
-    }
-    process.stderr.write(`runtime: ${err instanceof Error ? (err.stack ?? err.message) : String(err)}\n`);
-    process.exit(1);
+    const failure = describeFailure(err);
+    process.stderr.write(`runtime: ${failure.line}\n`);
+    process.exit(failure.exitCode);
   }
+}
+
+/** Codes of typed errors that mean "something outside this process is not there". */
+const UNAVAILABLE_CODES: ReadonlySet<string> = new Set(['unavailable', 'no_instances', 'deadline_exceeded', 'lease_lost']);
+/** Node's errno codes with the same meaning, from a bind or connect we did not wrap. */
+const UNAVAILABLE_ERRNOS: ReadonlySet<string> = new Set(['EADDRINUSE', 'EADDRNOTAVAIL', 'EACCES', 'ECONNREFUSED', 'ENOTFOUND', 'ETIMEDOUT', 'EHOSTUNREACH']);
+
+/**
+ * What to print and which exit code, for an error that ended a command. Expected failures are
+ * one line (a stack trace would bury the message); an unexpected one keeps its stack.
+ */
+export function describeFailure(err: unknown): { line: string; exitCode: ExitCode } {
+  if (err instanceof TandemError) {
+    const exitCode =
+      err.code === 'config_invalid' || err.code === 'invalid_argument' ? EXIT_CODES.config : UNAVAILABLE_CODES.has(err.code) ? EXIT_CODES.unavailable : EXIT_CODES.internal;
+    return { line: oneLine(err.message), exitCode };
+  }
+  const errno = (err as NodeJS.ErrnoException | null)?.code;
+  if (err instanceof Error && typeof errno === 'string' && UNAVAILABLE_ERRNOS.has(errno)) return { line: oneLine(err.message), exitCode: EXIT_CODES.unavailable };
+  return { line: err instanceof Error ? (err.stack ?? err.message) : String(err), exitCode: EXIT_CODES.internal };
+}
+
+/** Messages relayed from gRPC or etcd can span lines or end in an empty note: one clean line. */
+function oneLine(message: string): string {
+  return message
+    .replace(/\s+/g, ' ')
+    .replace(/\s*Resolution note:\s*$/, '')
+    .trim();
 }

@@ -4,11 +4,13 @@
  * interface the HTTP server binds.
  */
 import { Option, type Command } from 'commander';
-import { intInRange, nonNegativeInt, oneOf, parsePort, positiveInt } from '../runtime/config.js';
+import { intInRange, nonNegativeInt, numberInRange, oneOf, parsePort, positiveInt } from '../runtime/config.js';
 import { addKvRouterOptions, type KvRouterFlags } from '../router/adapters/kv-router-options.js';
 import { addRuntimeOptions, createRuntimeFromOptions, type RuntimeFlags } from '../runtime/runtime-options.js';
 import { DEFAULT_DISAGG_POLICY } from './disagg/policy.js';
+import { METRICS_AUTH_MODES, parseKeyList, type MetricsAuth } from './http/auth.js';
 import { FRONTEND_DEFAULTS, startFrontend } from './frontend.js';
+import { DEFAULT_CONNECTION_LIMITS } from './http/connection-limits.js';
 import { ROUTER_MODES, type RouterMode } from './routing.js';
 
 export interface FrontendFlags extends RuntimeFlags, KvRouterFlags {
@@ -22,7 +24,19 @@ export interface FrontendFlags extends RuntimeFlags, KvRouterFlags {
   preprocessThreads?: number;
   disaggMinPrefillTokens: number;
   enforceDisagg: boolean;
+  apiKey?: string[];
+  apiKeyFile?: string;
+  metricsAuth?: MetricsAuth;
+  corsOrigins?: string[];
+  httpHeaderTimeout: number;
+  httpRequestTimeout: number;
+  httpIdleTimeout: number;
+  maxConnections: number;
+  maxHeaderBytes: number;
 }
+
+const DAY_SECONDS = 86_400;
+const toMs = (seconds: number) => Math.round(seconds * 1000);
 
 export function registerFrontendCommand(program: Command): Command {
   const cmd = program
@@ -48,6 +62,22 @@ export function registerFrontendCommand(program: Command): Command {
         .default(DEFAULT_DISAGG_POLICY.minPrefillTokens),
     )
     .option('--enforce-disagg', 'with no prefill workers answer 503 (Retry-After) instead of running aggregated', false);
+  cmd
+    .addOption(new Option('--api-key <key>', 'accept this API key (repeatable; a comma-separated list also works, as in TANDEM_API_KEY); every route but /health and /live then needs it').argParser(parseKeyList))
+    .addOption(new Option('--api-key-file <path>', 'accept the keys in this file, one per line (# comments); re-read when it changes'))
+    .addOption(new Option('--metrics-auth <mode>', `with API keys set, whether /metrics needs one: ${METRICS_AUTH_MODES.join(' | ')} (default: required)`).argParser(oneOf(METRICS_AUTH_MODES)))
+    .addOption(new Option('--cors-origins <origins>', "comma-separated origins allowed by CORS ('*' = any); default: CORS off").argParser((v: string) => v.split(',').map((o) => o.trim()).filter((o) => o.length > 0)));
+  const limits = DEFAULT_CONNECTION_LIMITS;
+  cmd
+    .addOption(new Option('--http-header-timeout <seconds>', 'time a client has to send its request headers').argParser(numberInRange(0.001, DAY_SECONDS)).default(limits.headerTimeoutMs / 1000))
+    .addOption(
+      new Option('--http-request-timeout <seconds>', 'time a client has to send its whole request (headers and body; 0 = no limit); never limits the response, so long streams are unaffected')
+        .argParser(numberInRange(0, DAY_SECONDS))
+        .default(limits.requestTimeoutMs / 1000),
+    )
+    .addOption(new Option('--http-idle-timeout <seconds>', 'how long an idle keep-alive connection stays open between requests').argParser(numberInRange(0.001, DAY_SECONDS)).default(limits.idleTimeoutMs / 1000))
+    .addOption(new Option('--max-connections <n>', 'HTTP connections held at once; more are closed as they arrive (0 = no cap)').argParser(nonNegativeInt).default(limits.maxConnections))
+    .addOption(new Option('--max-header-bytes <n>', 'largest request head (request line and headers); more gets 431').argParser(intInRange(1024, 1024 * 1024)).default(limits.maxHeaderBytes));
   addRuntimeOptions(cmd);
   cmd.action(async (flags: FrontendFlags) => {
     const runtime = await createRuntimeFromOptions(flags, 'frontend');
@@ -72,7 +102,24 @@ export function registerFrontendCommand(program: Command): Command {
       maxBodyBytes: flags.maxBodyBytes,
       retryAfterSeconds: flags.retryAfter,
       ...(flags.preprocessThreads !== undefined ? { preprocessThreads: flags.preprocessThreads } : {}),
+      ...(flags.apiKey !== undefined ? { apiKeys: flags.apiKey } : {}),
+      ...(flags.apiKeyFile !== undefined ? { apiKeyFile: flags.apiKeyFile } : {}),
+      ...(flags.metricsAuth !== undefined ? { metricsAuth: flags.metricsAuth } : {}),
+      ...(flags.corsOrigins !== undefined ? { corsOrigins: flags.corsOrigins } : {}),
+      limits: {
+        headerTimeoutMs: toMs(flags.httpHeaderTimeout),
+        requestTimeoutMs: toMs(flags.httpRequestTimeout),
+        idleTimeoutMs: toMs(flags.httpIdleTimeout),
+        maxConnections: flags.maxConnections,
+        maxHeaderBytes: flags.maxHeaderBytes,
+      },
+    }).catch(async (err: unknown) => {
+      // Leave no lease or connection behind; the CLI prints the error (cli/main.ts).
+      await runtime.shutdown('start-up failed');
+      throw err;
     });
+    // SIGTERM: stop admitting and let streams finish (--drain-timeout), then close.
+    runtime.onDrain((timeoutMs) => frontend.drain(timeoutMs));
     runtime.onShutdown(() => frontend.close());
     runtime.markReady();
     process.stdout.write(`frontend listening on ${frontend.url}\n`);

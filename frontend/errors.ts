@@ -13,6 +13,8 @@ export const FRONTEND_ERROR_CODES = [
   'overloaded',
   'route_not_found',
   'method_not_allowed',
+  'invalid_api_key',
+  'unsupported_media_type',
 ] as const;
 export type FrontendErrorCode = (typeof FRONTEND_ERROR_CODES)[number];
 export type ApiErrorCode = ErrorCode | FrontendErrorCode;
@@ -33,7 +35,10 @@ export const STATUS_TABLE: Readonly<Record<ApiErrorCode, StatusEntry>> = {
   not_found: { status: 404, type: 'invalid_request_error', retryable: false },
   instance_not_found: { status: 404, type: 'invalid_request_error', retryable: false },
   route_not_found: { status: 404, type: 'invalid_request_error', retryable: false },
+  // OpenAI answers a missing or wrong key with 401, type invalid_request_error, code invalid_api_key.
+  invalid_api_key: { status: 401, type: 'invalid_request_error', retryable: false },
   method_not_allowed: { status: 405, type: 'invalid_request_error', retryable: false },
+  unsupported_media_type: { status: 415, type: 'invalid_request_error', retryable: false },
   body_too_large: { status: 413, type: 'invalid_request_error', retryable: false },
   resource_exhausted: { status: 429, type: 'rate_limit_error', retryable: true },
   overloaded: { status: 503, type: 'service_unavailable_error', retryable: true },
@@ -64,6 +69,11 @@ export class ApiError extends Error {
   }
 }
 
+/** The 404 for an unknown model; the name is quoted capped (it is client input). */
+export function modelNotFound(name: string): ApiError {
+  return new ApiError('model_not_found', `The model '${quoteInput(name)}' does not exist`, 'model');
+}
+
 export function badRequest(message: string, param: string | null = null): ApiError {
   return new ApiError('invalid_argument', message, param);
 }
@@ -81,8 +91,32 @@ export interface OpenAiErrorBody {
   error: { message: string; type: string; param: string | null; code: string };
 }
 
+/**
+ * Longest error message sent to a client. Messages quote client input (a model name, a route);
+ * capping here, the one place every error body is built, means no input of any size is
+ * echoed back whole.
+ */
+export const MAX_ERROR_MESSAGE_CHARS = 512;
+/** Longest quoted input inside a message (see `quoteInput`). */
+export const MAX_QUOTED_INPUT_CHARS = 256;
+
+/** Client input for an error message: at most MAX_QUOTED_INPUT_CHARS, then an ellipsis. */
+export function quoteInput(value: string): string {
+  return truncate(value, MAX_QUOTED_INPUT_CHARS);
+}
+
+function truncate(text: string, max: number): string {
+  if (text.length <= max) return text;
+  // Do not split a surrogate pair: a lone half would be replaced by U+FFFD on the wire.
+  let end = max;
+  const last = text.charCodeAt(end - 1);
+  if (last >= 0xd800 && last <= 0xdbff) end--;
+  return `${text.slice(0, end)}…`;
+}
+
 export function errorBody(err: ApiError): OpenAiErrorBody {
-  return { error: { message: err.message, type: STATUS_TABLE[err.code].type, param: err.param, code: err.code } };
+  const param = err.param === null ? null : truncate(err.param, MAX_QUOTED_INPUT_CHARS);
+  return { error: { message: truncate(err.message, MAX_ERROR_MESSAGE_CHARS), type: STATUS_TABLE[err.code].type, param, code: err.code } };
 }
 
 export function isRetryable(err: ApiError): boolean {

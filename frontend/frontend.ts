@@ -1,6 +1,6 @@
 /**
  * startFrontend: wires discovery (model watcher), worker clients, codecs, the routing selector,
- * admission and metrics into the HTTP server, and returns {url, port, close()}.
+ * admission and metrics into the HTTP server, and returns {url, port, drain(), close()}.
  */
 import type { AddressInfo } from 'node:net';
 import pino, { type Logger } from 'pino';
@@ -10,9 +10,12 @@ import { DEFAULT_NAMESPACE } from '../runtime/discovery/keys.js';
 import { ModelCardFeed } from '../runtime/discovery/model-card-feed.js';
 import { DistributedRuntime } from '../runtime/distributed-runtime.js';
 import { ConfigError } from '../runtime/errors.js';
+import { listenOn } from '../runtime/listen.js';
 import { AdmissionGate } from './admission.js';
 import { CodecCache, type CodecLoader } from './codec.js';
 import { startDisaggregation, type DisaggOptions } from './disagg/index.js';
+import { ApiKeyFile, keySource, type MetricsAuth } from './http/auth.js';
+import { DEFAULT_CONNECTION_LIMITS, type ConnectionLimits } from './http/connection-limits.js';
 import { createHttpServer } from './http/server.js';
 import { FrontendMetrics } from './metrics.js';
 import { ModelWatcher } from './model-watcher.js';
@@ -56,8 +59,18 @@ export interface FrontendOptions {
   codecLoader?: CodecLoader;
   /** Threads that render and tokenize large prompts (default codec only); default: the cores. */
   preprocessThreads?: number;
+  /** HTTP timeouts, connection cap and header size; unset fields keep DEFAULT_CONNECTION_LIMITS. */
+  limits?: Partial<ConnectionLimits>;
   registry?: Registry;
   logger?: Logger;
+  /** Accepted API keys; with none (and no apiKeyFile) every route is open. */
+  apiKeys?: string[];
+  /** A file of API keys, one per line, re-read on change; missing or empty at start: ConfigError. */
+  apiKeyFile?: string;
+  /** Whether /metrics needs a key when keys are set; default 'required'. */
+  metricsAuth?: MetricsAuth;
+  /** Origins allowed by CORS ('*' = any); default none: CORS off. */
+  corsOrigins?: string[];
 }
 
 export interface FrontendHandle {
@@ -66,8 +79,20 @@ export interface FrontendHandle {
   models: ModelWatcher;
   metrics: FrontendMetrics;
   admission: AdmissionGate;
+  /**
+   * Graceful stop (SIGTERM): refuse new generation requests (503 + Retry-After, /health 503),
+   * let admitted ones finish for up to `timeoutMs`, then end the rest with an error (an SSE
+   * error frame, or an error response). Resolves when nothing is in flight. Idempotent.
+   */
+  drain(timeoutMs: number): Promise<void>;
+  /** Stop listening and release everything; whatever is still in flight is cut as by `drain(0)`. */
   close(): Promise<void>;
 }
+
+/** After a drain cut, how long handlers get to write their error frames. */
+const CUT_GRACE_MS = 2_000;
+/** After the last request, how long finished responses get to flush before sockets are closed. */
+const CLOSE_GRACE_MS = 1_000;
 
 export const FRONTEND_DEFAULTS = {
   httpPort: 8000,
@@ -88,6 +113,9 @@ export async function startFrontend(options: FrontendOptions): Promise<FrontendH
   if (!connector) throw new Error('startFrontend needs a runtime or a worker connector');
   const log = options.logger ?? options.runtime?.logger ?? pino({ level: 'silent' });
   const registry = options.registry ?? options.runtime?.metrics ?? new Registry();
+  // First, so a bad key file fails start-up before anything is opened.
+  const keyFile = options.apiKeyFile !== undefined ? ApiKeyFile.open(options.apiKeyFile, { extraKeys: options.apiKeys ?? [], log }) : undefined;
+  const keys = keySource(options.apiKeys ?? [], keyFile);
   const routerMode = options.routerMode ?? FRONTEND_DEFAULTS.routerMode;
   // The one watch of model cards and the one client cache; every card reader below shares them.
   const cards = await ModelCardFeed.start(discovery, namespace, log);
@@ -146,20 +174,43 @@ export async function startFrontend(options: FrontendOptions): Promise<FrontendH
     maxBodyBytes: options.maxBodyBytes ?? FRONTEND_DEFAULTS.maxBodyBytes,
     retryAfterSeconds: options.retryAfterSeconds ?? FRONTEND_DEFAULTS.retryAfterSeconds,
     modelCreated: (name) => created.get(name) ?? Math.floor(Date.now() / 1000),
+    ...(keys() !== undefined ? { access: { keys, metricsAuth: options.metricsAuth ?? 'required' } } : {}),
+    corsOrigins: new Set(options.corsOrigins ?? []),
+    limits: { ...DEFAULT_CONNECTION_LIMITS, ...options.limits },
   });
+  const closeParts = async () => {
+    keyFile?.close();
+    models.close();
+    disagg?.close();
+    await ownedSelector?.close();
+    clients.close();
+    cards.close();
+    await preprocess?.pool.close();
+  };
   const host = options.host ?? FRONTEND_DEFAULTS.host;
-  await new Promise<void>((resolve, reject) => {
-    server.once('error', reject);
-    server.listen(options.httpPort ?? FRONTEND_DEFAULTS.httpPort, host, () => {
-      server.off('error', reject);
-      resolve();
-    });
-  });
+  try {
+    await listenOn(server, options.httpPort ?? FRONTEND_DEFAULTS.httpPort, host, '--http-port');
+  } catch (err) {
+    await closeParts();
+    throw err;
+  }
   const port = (server.address() as AddressInfo).port;
   const urlHost = host === '0.0.0.0' || host === '::' ? '127.0.0.1' : host.includes(':') ? `[${host}]` : host;
   const url = `http://${urlHost}:${port}`;
   log.info({ url, routerMode: selector.mode, namespace }, 'frontend listening');
 
+  let draining: Promise<void> | undefined;
+  const drain = (timeoutMs: number): Promise<void> =>
+    (draining ??= (async () => {
+      // The listener stays open while draining: a request that still arrives gets a 503 it can
+      // retry elsewhere, not a refused connection.
+      admission.beginDrain();
+      if (admission.inflight > 0) log.info({ inflight: admission.inflight, timeoutMs }, 'draining: refusing new requests, waiting for in-flight ones');
+      if (await admission.whenIdle(timeoutMs)) return;
+      log.warn({ inflight: admission.inflight }, 'drain timeout: ending in-flight requests with an error');
+      admission.cutInflight();
+      await admission.whenIdle(CUT_GRACE_MS);
+    })());
   let closing: Promise<void> | undefined;
   return {
     url,
@@ -167,20 +218,17 @@ export async function startFrontend(options: FrontendOptions): Promise<FrontendH
     models,
     metrics,
     admission,
+    drain,
     close() {
       closing ??= (async () => {
+        await drain(0);
         await new Promise<void>((resolve) => {
           server.close(() => resolve());
           server.closeIdleConnections();
-          // In-flight streams are cut: their worker streams are aborted by the close handlers.
-          setTimeout(() => server.closeAllConnections(), 1000).unref();
+          // Every response has ended; give the last bytes a moment to leave, then close.
+          setTimeout(() => server.closeAllConnections(), CLOSE_GRACE_MS).unref();
         });
-        models.close();
-        disagg?.close();
-        await ownedSelector?.close();
-        clients.close();
-        cards.close();
-        await preprocess?.pool.close();
+        await closeParts();
       })();
       return closing;
     },

@@ -35,6 +35,12 @@ export interface SamplingOptions {
   presencePenalty?: number;
   frequencyPenalty?: number;
   repetitionPenalty?: number;
+  /**
+   * OpenAI `logit_bias`: [token id, bias in [-100, 100]] pairs, unique ids, added to the logits
+   * before sampling (+100 all but forces a token, -100 bans it). Ids outside the engine's
+   * vocabulary are ignored by engines; the frontend refuses them when it knows the vocabulary.
+   */
+  logitBias?: Array<[number, number]>;
 }
 
 export interface StopOptions {

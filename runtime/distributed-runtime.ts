@@ -9,6 +9,7 @@ import { createDiscovery, type MemoryDiscoveryStore } from './discovery/index.js
 import type { Discovery, DiscoveryKind } from './discovery/discovery.js';
 import { DEFAULT_NAMESPACE, instanceKey } from './discovery/keys.js';
 import { EndpointClient } from './endpoint-client.js';
+import { EXIT_CODES } from './exit-codes.js';
 import { createEventPlane } from './event-plane/index.js';
 import type { EventPlane, EventPlaneKind, ReceivedEvent, Subscription } from './event-plane/event-plane.js';
 import { createLogger, type Logger } from './logging.js';
@@ -50,6 +51,7 @@ export class DistributedRuntime {
   private readonly clients: RequestPlaneClient;
   private readonly served = new Set<string>();
   private readonly shutdownHooks: Array<() => Promise<void> | void> = [];
+  private readonly drainHooks: Array<(timeoutMs: number) => Promise<void> | void> = [];
   private shuttingDown: Promise<void> | undefined;
   statusUrl: string | undefined;
 
@@ -99,7 +101,7 @@ export class DistributedRuntime {
     discovery.onLeaseLost((cause) => {
       logger.error({ err: cause }, 'discovery lease lost: draining and exiting');
       void runtime.shutdown('lease lost').then(() => {
-        if (config.manageProcess) process.exit(3);
+        if (config.manageProcess) process.exit(EXIT_CODES.leaseLost);
       });
     });
     if (config.manageProcess) runtime.installSignalHandlers();
@@ -131,6 +133,15 @@ export class DistributedRuntime {
     this.status.setState('ready');
   }
 
+  /**
+   * Work that drains with the request plane: called as shutdown starts (the same moment /health
+   * turns 503) with the drain timeout, and awaited before anything closes. The frontend's HTTP
+   * drain plugs in here.
+   */
+  onDrain(hook: (timeoutMs: number) => Promise<void> | void): void {
+    this.drainHooks.push(hook);
+  }
+
   /** Work to run during shutdown, after deregistration and draining, before connections close. */
   onShutdown(hook: () => Promise<void> | void): void {
     this.shutdownHooks.push(hook);
@@ -149,13 +160,24 @@ export class DistributedRuntime {
   private async runShutdown(reason: string): Promise<void> {
     this.logger.info({ reason }, 'shutting down: deregistering');
     this.status.setState('draining');
+    const timeout = this.config.drainTimeoutMs ?? 30_000;
+    // Drain hooks start now, so they stop taking work while deregistration is still under way.
+    const drained = Promise.all(
+      this.drainHooks.map(async (hook) => {
+        try {
+          await hook(timeout);
+        } catch (err) {
+          this.logger.warn({ err }, 'drain hook failed');
+        }
+      }),
+    );
     await Promise.all([...this.served].map((key) => this.discovery.delete(key).catch(() => undefined)));
     if (this.server) {
-      const timeout = this.config.drainTimeoutMs ?? 30_000;
       this.logger.info({ inflight: this.server.inflight, timeoutMs: timeout }, 'draining in-flight streams');
       await this.server.drain(timeout);
-      await this.server.close();
     }
+    await drained;
+    await this.server?.close();
     for (const hook of this.shutdownHooks) {
       try {
         await hook();
@@ -176,13 +198,13 @@ export class DistributedRuntime {
       signals += 1;
       if (signals > 1) {
         this.logger.warn({ signal }, 'second signal: exiting now');
-        process.exit(130);
+        process.exit(EXIT_CODES.interrupted);
       }
       void this.shutdown(signal).then(
-        () => process.exit(0),
+        () => process.exit(EXIT_CODES.ok),
         (err: unknown) => {
           this.logger.error({ err }, 'shutdown failed');
-          process.exit(1);
+          process.exit(EXIT_CODES.internal);
         },
       );
     };

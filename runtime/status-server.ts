@@ -5,6 +5,7 @@
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import type { Registry } from 'prom-client';
+import { listenOn } from './listen.js';
 
 export type HealthState = 'starting' | 'ready' | 'draining';
 
@@ -40,10 +41,7 @@ export class StatusServer {
       }
     });
     this.server = server;
-    await new Promise<void>((resolve, reject) => {
-      server.once('error', reject);
-      server.listen(port, host, () => resolve());
-    });
+    await listenOn(server, port, host, '--status-port');
     const addr = server.address() as AddressInfo;
     return `http://${host === '0.0.0.0' ? '127.0.0.1' : host}:${addr.port}`;
   }

@@ -6,7 +6,7 @@
  */
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Logger } from 'pino';
-import type { AdmissionGate } from '../admission.js';
+import { DRAIN_CUT, type AdmissionGate } from '../admission.js';
 import { ApiError, errorBody, toApiError } from '../errors.js';
 import type { FrontendMetrics, ModelMetrics } from '../metrics.js';
 import { ChunkWriter, UnaryCollector } from '../openai/format.js';
@@ -36,6 +36,11 @@ const UNKNOWN_MODEL_LABEL = '_unknown';
  */
 const EXCHANGE_OVER = Object.freeze(new Error('the HTTP exchange is over'));
 
+/** What a request still running when the drain timeout expires is told (SSE error frame or 503). */
+function drainCutError(): ApiError {
+  return new ApiError('unavailable', 'the frontend shut down before this request finished (drain timeout expired); retry it');
+}
+
 export async function handleGenerate(ctx: GenerateContext, kind: GenerateKind, req: IncomingMessage, res: ServerResponse): Promise<void> {
   const startedAt = performance.now();
   const endpoint = kind === 'chat' ? 'chat_completions' : 'completions';
@@ -50,11 +55,19 @@ export async function handleGenerate(ctx: GenerateContext, kind: GenerateKind, r
   let modelMetrics: ModelMetrics | undefined;
   try {
     const body = await readJsonBody(req, ctx.maxBodyBytes);
-    if (!ctx.gate.tryAdmit()) {
+    const verdict = ctx.gate.tryAdmit();
+    if (verdict === 'full') {
       ctx.metrics.rejected.inc({ reason: 'max_inflight' });
       throw new ApiError('overloaded', `the frontend is at its limit of ${ctx.gate.maxInflight} requests in flight; retry later`);
     }
+    if (verdict === 'draining') {
+      ctx.metrics.rejected.inc({ reason: 'draining' });
+      // This process is going away: the client should open its next connection elsewhere.
+      res.setHeader('connection', 'close');
+      throw new ApiError('unavailable', 'the frontend is shutting down; retry the request');
+    }
     admitted = true;
+    ctx.gate.onCut(controller);
     const input = kind === 'chat' ? parseChatRequest(body) : parseCompletionRequest(body);
     const model = ctx.pipeline.model(input.model);
     modelLabel = model.name;
@@ -64,16 +77,20 @@ export async function handleGenerate(ctx: GenerateContext, kind: GenerateKind, r
     const prepared = await ctx.pipeline.prepare(input, Array.isArray(header) ? header[0] : header, startedAt, controller.signal);
     if (input.stream) await streamResponse(ctx, prepared, res, controller.signal, modelMetrics);
     else await unaryResponse(ctx, prepared, res, controller.signal, modelMetrics);
+    // Cut by the drain timeout: the client gets an error, never a response that just stops.
+    if (controller.signal.reason === DRAIN_CUT) throw DRAIN_CUT;
     if (controller.signal.aborted) status = 499;
   } catch (err) {
-    const apiError = toApiError(err);
-    status = controller.signal.aborted ? 499 : apiError.status;
+    const drainCut = controller.signal.reason === DRAIN_CUT;
+    const apiError = drainCut ? drainCutError() : toApiError(err);
+    status = controller.signal.aborted && !drainCut ? 499 : apiError.status;
     if (status >= 500 && status !== 503) ctx.log.error({ err, cause: apiError.cause }, 'request failed');
     else ctx.log.debug({ code: apiError.code, message: apiError.message }, 'request rejected');
     if (!res.headersSent) sendError(res, apiError, ctx.retryAfterSeconds);
     else if (!res.writableEnded && !res.destroyed) res.end(`data: ${JSON.stringify(errorBody(apiError))}\n\ndata: [DONE]\n\n`);
   } finally {
     res.off('close', onClose);
+    ctx.gate.offCut(controller);
     // Whatever happened, the worker stream must not outlive the HTTP exchange.
     if (!controller.signal.aborted) controller.abort(EXCHANGE_OVER);
     if (admitted) ctx.gate.release();
@@ -108,6 +125,11 @@ async function streamResponse(ctx: GenerateContext, prepared: PreparedGeneration
     // Frames already produced go out before the error frame handleGenerate writes.
     sse.flush();
     throw err;
+  }
+  // The pipeline stops quietly on abort; a drain cut must still end in an error frame (handleGenerate).
+  if (signal.reason === DRAIN_CUT) {
+    sse.flush();
+    return;
   }
   sse.done();
 }

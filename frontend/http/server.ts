@@ -2,15 +2,18 @@
  * The OpenAI-compatible HTTP server on plain node:http. Routes:
  *   POST /v1/chat/completions, POST /v1/completions   generation (generate-handler.ts)
  *   GET  /v1/models, GET /v1/models/{id}             models from discovery
- *   GET  /health                                      200 when some model has a routable worker
+ *   GET  /health                                      200 when some model has a routable worker (503 while draining)
  *   GET  /live                                        200 while the process runs
  *   GET  /metrics                                     prom-client text
- * Every handler failure is caught here, so no request can take the process down.
+ * Before routing: API keys and CORS (auth.ts). Every handler failure is caught here, so no
+ * request can take the process down.
  */
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { Registry } from 'prom-client';
-import { ApiError, toApiError } from '../errors.js';
+import { ApiError, modelNotFound, quoteInput, toApiError } from '../errors.js';
+import { checkAccess, corsHeaders, PREFLIGHT_HEADERS, UNAUTHORIZED_HEADERS, type AccessPolicy } from './auth.js';
 import type { ModelWatcher } from '../model-watcher.js';
+import { applyConnectionLimits, DEFAULT_CONNECTION_LIMITS, serverOptions, type ConnectionLimits } from './connection-limits.js';
 import { handleGenerate, type GenerateContext } from './generate-handler.js';
 import { sendError, sendJson } from './respond.js';
 
@@ -19,24 +22,24 @@ export interface HttpServerContext extends GenerateContext {
   registry: Registry;
   /** Seconds since epoch when each model was first seen. */
   modelCreated(name: string): number;
+  /** Header/request/idle timeouts, connection cap, header size (connection-limits.ts). */
+  limits?: ConnectionLimits;
+  /** API keys; absent = every route open. */
+  access?: AccessPolicy;
+  /** Origins allowed by CORS; empty or absent = CORS off. */
+  corsOrigins?: ReadonlySet<string>;
 }
 
 export function createHttpServer(ctx: HttpServerContext): Server {
-  const server = createServer((req, res) => {
+  const limits = ctx.limits ?? DEFAULT_CONNECTION_LIMITS;
+  const server = createServer(serverOptions(limits), (req, res) => {
     route(ctx, req, res).catch((err: unknown) => {
       ctx.log.error({ err }, 'unhandled error in HTTP handler');
       if (!res.headersSent) sendError(res, toApiError(err), ctx.retryAfterSeconds);
       else res.destroy();
     });
   });
-  // Long generations stream for minutes; only idle keep-alive sockets should time out.
-  server.requestTimeout = 0;
-  server.keepAliveTimeout = 65_000;
-  server.headersTimeout = 66_000;
-  server.on('clientError', (_err, socket) => {
-    if (socket.writable) socket.end('HTTP/1.1 400 Bad Request\r\nconnection: close\r\n\r\n');
-    else socket.destroy();
-  });
+  applyConnectionLimits(server, limits, ctx.log);
   return server;
 }
 
@@ -50,6 +53,26 @@ function pathOf(req: IncomingMessage): string {
 async function route(ctx: HttpServerContext, req: IncomingMessage, res: ServerResponse): Promise<void> {
   const path = pathOf(req);
   const method = req.method ?? 'GET';
+  if (ctx.corsOrigins && ctx.corsOrigins.size > 0) {
+    const origin = req.headers.origin;
+    const cors = corsHeaders(ctx.corsOrigins, origin);
+    if (cors) for (const [name, value] of Object.entries(cors)) res.setHeader(name, value);
+    // A preflight carries no credentials: answer it before the key check.
+    if (method === 'OPTIONS' && req.headers['access-control-request-method'] !== undefined) {
+      req.resume();
+      res.writeHead(cors ? 204 : 403, cors ? PREFLIGHT_HEADERS : {});
+      res.end();
+      return;
+    }
+  }
+  if (ctx.access) {
+    const denied = checkAccess(ctx.access, path, req.headers);
+    if (denied) {
+      req.resume();
+      for (const [name, value] of Object.entries(UNAUTHORIZED_HEADERS)) res.setHeader(name, value);
+      return sendError(res, denied, ctx.retryAfterSeconds);
+    }
+  }
   switch (path) {
     case '/v1/chat/completions':
     case '/v1/completions':
@@ -70,12 +93,22 @@ async function route(ctx: HttpServerContext, req: IncomingMessage, res: ServerRe
     }
   }
   if (path.startsWith('/v1/models/') && method === 'GET') {
-    const name = decodeURIComponent(path.slice('/v1/models/'.length));
+    const name = decodePathSegment(path.slice('/v1/models/'.length));
+    if (name === undefined) return sendError(res, new ApiError('invalid_argument', 'the model id in the path is not valid percent-encoding', 'model'), ctx.retryAfterSeconds);
     if (ctx.models.model(name)) return sendJson(res, 200, modelEntry(ctx, name));
-    return sendError(res, new ApiError('model_not_found', `The model '${name}' does not exist`, 'model'), ctx.retryAfterSeconds);
+    return sendError(res, modelNotFound(name), ctx.retryAfterSeconds);
   }
   req.resume();
-  sendError(res, new ApiError('route_not_found', `no route for ${method} ${path}`), ctx.retryAfterSeconds);
+  sendError(res, new ApiError('route_not_found', `no route for ${quoteInput(method)} ${quoteInput(path)}`), ctx.retryAfterSeconds);
+}
+
+/** `%ZZ` and friends are a client error, not a URIError 500. */
+function decodePathSegment(segment: string): string | undefined {
+  try {
+    return decodeURIComponent(segment);
+  } catch {
+    return undefined;
+  }
 }
 
 function methodNotAllowed(ctx: HttpServerContext, res: ServerResponse, allowed: string): void {
@@ -95,8 +128,9 @@ function modelEntry(ctx: HttpServerContext, name: string): object {
   };
 }
 
-/** Ready = at least one model has at least one routable worker; the body says which. */
+/** Ready = at least one model has at least one routable worker, and not draining; the body says which. */
 function health(ctx: HttpServerContext, res: ServerResponse): void {
+  if (ctx.gate.draining) return sendJson(res, 503, { status: 'draining', inflight: ctx.gate.inflight });
   const models = ctx.models.names().map((name) => ({ name, instances: ctx.models.model(name)?.candidates().length ?? 0 }));
   const ready = models.some((m) => m.instances > 0);
   sendJson(res, ready ? 200 : 503, { status: ready ? 'ready' : 'not_ready', models, inflight: ctx.gate.inflight });

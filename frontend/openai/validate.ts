@@ -5,10 +5,17 @@
  */
 import type { SamplingOptions } from '../../proto/wire.js';
 import type { ChatMessage } from '../codec.js';
-import { ApiError, badRequest } from '../errors.js';
+import { ApiError, badRequest, quoteInput } from '../errors.js';
 
 export const MAX_TOP_LOGPROBS = 20;
 const MAX_STOP_STRINGS = 64;
+/** Most `logit_bias` entries per request (each is work in every sampling step). */
+export const MAX_LOGIT_BIAS_ENTRIES = 1024;
+/** Longest accepted `user` (an end-user id for abuse tracking, not content). */
+export const MAX_USER_CHARS = 256;
+/** Roles a chat message may have (OpenAI's, with `developer` as a system alias). */
+export const CHAT_ROLES = ['system', 'developer', 'user', 'assistant', 'tool'] as const;
+const TOKEN_ID_LIMIT = 0x7fffffff;
 
 interface GenerationBase {
   model: string;
@@ -87,7 +94,7 @@ function parseStop(body: Body): string[] {
 function tokenIdList(value: unknown, param: string): number[] | undefined {
   if (!Array.isArray(value)) return undefined;
   for (const id of value) {
-    if (typeof id !== 'number' || !Number.isInteger(id) || id < 0 || id > 0x7fffffff) {
+    if (typeof id !== 'number' || !Number.isInteger(id) || id < 0 || id > TOKEN_ID_LIMIT) {
       throw badRequest(`'${param}' token ids must be non-negative integers`, param);
     }
   }
@@ -149,8 +156,52 @@ function parseBase(body: Body): Omit<GenerationBase, 'logprobs'> {
     if (maxTokens !== undefined && minTokens > maxTokens) throw badRequest("'min_tokens' must not exceed 'max_tokens'", 'min_tokens');
     base.minTokens = minTokens;
   }
-  if (typeof body.user === 'string') base.user = body.user;
+  const logitBias = parseLogitBias(body);
+  if (logitBias) sampling.logitBias = logitBias;
+  if (present(body, 'user')) {
+    if (typeof body.user !== 'string') throw badRequest("'user' must be a string", 'user');
+    if (body.user.length > MAX_USER_CHARS) throw badRequest(`'user' must be at most ${MAX_USER_CHARS} characters`, 'user');
+    base.user = body.user;
+  }
+  if (present(body, 'suffix')) throw badRequest("'suffix' is not supported", 'suffix');
+  parseResponseFormat(body);
   return base;
+}
+
+/**
+ * OpenAI `logit_bias`: {"<token id>": bias in [-100, 100]}. Returned as [id, bias] pairs in
+ * ascending id order (object keys that are integers already iterate in that order).
+ */
+function parseLogitBias(body: Body): Array<[number, number]> | undefined {
+  if (!present(body, 'logit_bias')) return undefined;
+  const value = body.logit_bias;
+  if (!isObject(value)) throw badRequest("'logit_bias' must be an object mapping token ids to biases", 'logit_bias');
+  const pairs: Array<[number, number]> = [];
+  for (const key in value) {
+    if (pairs.length === MAX_LOGIT_BIAS_ENTRIES) throw badRequest(`'logit_bias' may hold at most ${MAX_LOGIT_BIAS_ENTRIES} entries`, 'logit_bias');
+    const id = /^(0|[1-9][0-9]{0,9})$/.test(key) ? Number(key) : NaN;
+    if (!(id <= TOKEN_ID_LIMIT)) throw badRequest(`'logit_bias' keys must be token ids (non-negative integers), got '${quoteInput(key)}'`, 'logit_bias');
+    const bias = value[key];
+    if (typeof bias !== 'number' || !Number.isFinite(bias) || bias < -100 || bias > 100) {
+      throw badRequest(`'logit_bias' values must be numbers in [-100, 100]`, 'logit_bias');
+    }
+    if (bias !== 0) pairs.push([id, bias]);
+  }
+  return pairs.length > 0 ? pairs : undefined;
+}
+
+/** `{type: 'text'}` is the default and harmless; JSON output waits for structured output. */
+function parseResponseFormat(body: Body): void {
+  if (!present(body, 'response_format')) return;
+  const value = body.response_format;
+  if (!isObject(value) || typeof value.type !== 'string') {
+    throw badRequest("'response_format' must be an object with a string 'type'", 'response_format');
+  }
+  if (value.type === 'text') return;
+  if (value.type === 'json_object' || value.type === 'json_schema') {
+    throw badRequest(`'response_format' type '${value.type}' is not supported yet (structured output is not implemented); omit it or use 'text'`, 'response_format');
+  }
+  throw badRequest(`'response_format.type' must be 'text', 'json_object' or 'json_schema'`, 'response_format');
 }
 
 function messageContent(value: unknown, index: number): string {
@@ -168,20 +219,79 @@ function messageContent(value: unknown, index: number): string {
   return text;
 }
 
+function isRole(value: unknown): value is (typeof CHAT_ROLES)[number] {
+  return typeof value === 'string' && (CHAT_ROLES as readonly string[]).includes(value);
+}
+
+/**
+ * One chat message. `content` is required except on an assistant message that carries
+ * `tool_calls`; a `tool` message must name the call it answers (`tool_call_id`).
+ */
+function parseMessage(raw: unknown, i: number): ChatMessage {
+  const at = `messages[${i}]`;
+  if (!isObject(raw)) throw badRequest(`'${at}' must be an object`, at);
+  if (!isRole(raw.role)) throw badRequest(`'${at}.role' must be one of ${CHAT_ROLES.join(', ')}`, `${at}.role`);
+  const hasToolCalls = present(raw, 'tool_calls');
+  if (hasToolCalls) {
+    if (raw.role !== 'assistant') throw badRequest(`'${at}.tool_calls' is only allowed on assistant messages`, `${at}.tool_calls`);
+    if (!Array.isArray(raw.tool_calls) || !raw.tool_calls.every(isObject)) throw badRequest(`'${at}.tool_calls' must be an array of objects`, `${at}.tool_calls`);
+  }
+  if (!present(raw, 'content') && !(raw.role === 'assistant' && hasToolCalls)) {
+    throw badRequest(`'${at}.content' is required`, `${at}.content`);
+  }
+  const message: ChatMessage = { role: raw.role, content: messageContent(raw.content, i) };
+  if (present(raw, 'name')) {
+    if (typeof raw.name !== 'string') throw badRequest(`'${at}.name' must be a string`, `${at}.name`);
+    message.name = raw.name;
+  }
+  if (hasToolCalls) message.tool_calls = raw.tool_calls as unknown[];
+  if (raw.role === 'tool') {
+    if (typeof raw.tool_call_id !== 'string' || raw.tool_call_id.length === 0) {
+      throw badRequest(`'${at}.tool_call_id' is required on tool messages and must be a string`, `${at}.tool_call_id`);
+    }
+    message.tool_call_id = raw.tool_call_id;
+  }
+  return message;
+}
+
+/** A tool is `{type: 'function', function: {name: string, ...}}`. */
+function checkTool(tool: unknown, i: number): void {
+  const at = `tools[${i}]`;
+  if (!isObject(tool) || tool.type !== 'function' || !isObject(tool.function) || typeof tool.function.name !== 'string') {
+    throw badRequest(`'${at}' must be {type: 'function', function: {name: string, ...}}`, at);
+  }
+}
+
+/**
+ * `tool_choice`: 'none' | 'auto' | 'required' | {type: 'function', function: {name}}. Checked
+ * for shape and against `tools`; the choice itself is not enforced until structured output
+ * lands (the template sees the tools either way).
+ */
+function checkToolChoice(value: unknown, tools: unknown[] | undefined): void {
+  if (value === undefined || value === null) return;
+  if (value === 'none' || value === 'auto') return;
+  if (value === 'required' || isObject(value)) {
+    if (!tools || tools.length === 0) throw badRequest("'tool_choice' needs 'tools'", 'tool_choice');
+    if (value === 'required') return;
+    const name = isObject(value.function) ? value.function.name : undefined;
+    if (value.type !== 'function' || typeof name !== 'string') {
+      throw badRequest("'tool_choice' must be 'none', 'auto', 'required' or {type: 'function', function: {name}}", 'tool_choice');
+    }
+    if (!tools.some((t) => (t as { function: { name: string } }).function.name === name)) {
+      throw badRequest(`'tool_choice' names a function that is not in 'tools': '${quoteInput(name)}'`, 'tool_choice');
+    }
+    return;
+  }
+  throw badRequest("'tool_choice' must be 'none', 'auto', 'required' or {type: 'function', function: {name}}", 'tool_choice');
+}
+
 export function parseChatRequest(body: unknown): ChatGenerationRequest {
   if (!isObject(body)) throw badRequest('request body must be a JSON object');
   const base = parseBase(body);
   if (!Array.isArray(body.messages) || body.messages.length === 0) {
     throw badRequest("'messages' must be a non-empty array", 'messages');
   }
-  const messages: ChatMessage[] = body.messages.map((raw, i) => {
-    if (!isObject(raw) || typeof raw.role !== 'string') throw badRequest(`'messages[${i}].role' must be a string`, `messages[${i}].role`);
-    const message: ChatMessage = { role: raw.role, content: messageContent(raw.content, i) };
-    if (typeof raw.name === 'string') message.name = raw.name;
-    if (Array.isArray(raw.tool_calls)) message.tool_calls = raw.tool_calls;
-    if (typeof raw.tool_call_id === 'string') message.tool_call_id = raw.tool_call_id;
-    return message;
-  });
+  const messages: ChatMessage[] = body.messages.map(parseMessage);
   const logprobsFlag = boolean(body, 'logprobs') ?? false;
   const top = integer(body, 'top_logprobs', 0, MAX_TOP_LOGPROBS);
   if (top !== undefined && !logprobsFlag) throw badRequest("'top_logprobs' requires 'logprobs' to be true", 'top_logprobs');
@@ -194,8 +304,10 @@ export function parseChatRequest(body: unknown): ChatGenerationRequest {
   if (logprobsFlag) request.logprobs = top ?? 0;
   if (present(body, 'tools')) {
     if (!Array.isArray(body.tools)) throw badRequest("'tools' must be an array", 'tools');
+    body.tools.forEach(checkTool);
     request.tools = body.tools;
   }
+  checkToolChoice(body.tool_choice, request.tools);
   if (present(body, 'chat_template_kwargs')) {
     if (!isObject(body.chat_template_kwargs)) throw badRequest("'chat_template_kwargs' must be an object", 'chat_template_kwargs');
     request.templateKwargs = body.chat_template_kwargs;
@@ -213,17 +325,25 @@ export function parseCompletionRequest(body: unknown): CompletionGenerationReque
   return request;
 }
 
-/** A string, an array of token ids, or a one-element array of either. */
+/**
+ * A string, an array of token ids, or a one-element array of either (OpenAI's batch form with
+ * one prompt). One level of wrapping only, and no recursion, so no nesting depth can
+ * overflow the stack.
+ */
 function parsePrompt(value: unknown): string | number[] {
+  if (Array.isArray(value) && value.length === 1 && (typeof value[0] === 'string' || Array.isArray(value[0]))) {
+    value = value[0];
+  } else if (Array.isArray(value) && value.length > 1 && typeof value[0] !== 'number') {
+    throw badRequest('batched prompts are not supported: send one prompt per request', 'prompt');
+  }
   if (typeof value === 'string') {
     if (value.length === 0) throw badRequest("'prompt' must not be empty", 'prompt');
     return value;
   }
   if (Array.isArray(value)) {
     if (value.length === 0) throw badRequest("'prompt' must not be empty", 'prompt');
-    if (typeof value[0] === 'number') return tokenIdList(value, 'prompt')!;
-    if (value.length > 1) throw badRequest('batched prompts are not supported: send one prompt per request', 'prompt');
-    return parsePrompt(value[0]);
+    const ids = tokenIdList(value, 'prompt');
+    if (ids) return ids;
   }
-  throw new ApiError('invalid_argument', "'prompt' must be a string or an array of token ids", 'prompt');
+  throw new ApiError('invalid_argument', "'prompt' must be a string, an array of token ids, or a one-element array of either", 'prompt');
 }

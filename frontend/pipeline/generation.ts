@@ -11,7 +11,7 @@ import { parseInstanceId } from '../../runtime/discovery/keys.js';
 import type { CodecCache, ModelCodec, PromptInput, TokenizedPrompt } from '../codec.js';
 import { TandemError } from '../../runtime/index.js';
 import type { DisaggPrepared, Disaggregator } from '../disagg/disaggregator.js';
-import { ApiError, badRequest } from '../errors.js';
+import { ApiError, badRequest, modelNotFound } from '../errors.js';
 import type { ModelMetrics } from '../metrics.js';
 import type { ModelWatcher, ServedModel } from '../model-watcher.js';
 import type { GenerationRequest } from '../openai/validate.js';
@@ -89,14 +89,14 @@ export class GenerationPipeline {
   /** Model lookup only: lets the HTTP layer label metrics before the heavier work. */
   model(name: string): ServedModel {
     const model = this.config.models.model(name);
-    if (!model) throw new ApiError('model_not_found', `The model '${name}' does not exist`, 'model');
+    if (!model) throw modelNotFound(name);
     return model;
   }
 
   async prepare(input: GenerationRequest, directHeader: string | undefined, startedAt: number, signal?: AbortSignal): Promise<PreparedGeneration> {
     const model = this.model(input.model);
     const card = model.primaryCard();
-    if (!card) throw new ApiError('model_not_found', `The model '${input.model}' does not exist`, 'model');
+    if (!card) throw modelNotFound(input.model);
     const codec = await this.config.codecs.get(card);
     const contextLength = model.contextLength();
     // Without max_tokens the completion may use the rest of the context, but at least 1 token.
@@ -142,6 +142,11 @@ export class GenerationPipeline {
    * loop) and may refuse early, by a byte bound, a prompt that cannot fit `maxPromptTokens`.
    */
   private async tokenize(input: GenerationRequest, codec: ModelCodec, maxPromptTokens: number, signal: AbortSignal | undefined): Promise<number[]> {
+    if (input.sampling.logitBias && codec.vocabSize !== undefined) {
+      for (const [id] of input.sampling.logitBias) {
+        if (id >= codec.vocabSize) throw badRequest(`'logit_bias' token id ${id} is outside the vocabulary (size ${codec.vocabSize})`, 'logit_bias');
+      }
+    }
     if (input.kind === 'completion' && typeof input.prompt !== 'string') {
       const vocab = codec.vocabSize;
       if (vocab !== undefined) {

@@ -10,7 +10,7 @@ import { fileURLToPath } from 'node:url';
 import { NativeUnavailableError } from './errors.js';
 
 /** Int32 fields per sequence in `seqMeta`. */
-export const SEQ_META_STRIDE = 9;
+export const SEQ_META_STRIDE = 11;
 export const SeqMeta = {
   numTokens: 0,
   startPos: 1,
@@ -22,6 +22,9 @@ export const SeqMeta = {
   historyOffset: 6,
   historyLen: 7,
   numPrompt: 8,
+  /** Logit bias entries of this sequence in step()'s biasIds/biasValues. */
+  biasOffset: 9,
+  biasLen: 10,
 } as const;
 
 /** Float64 fields per sequence in `sampling`. */
@@ -108,6 +111,9 @@ export interface RawEngineHandle {
     history: Int32Array,
     sampling: Float64Array,
     returnLogits?: boolean,
+    /** Logit bias (token id, value) of every sequence back to back; seqMeta points into them. */
+    biasIds?: Int32Array,
+    biasValues?: Float32Array,
   ): Promise<RawStepResult>;
   /**
    * The paged KV pool as an ArrayBuffer over the engine's memory (no copy), block-major

@@ -266,6 +266,24 @@ void test_sampling(const std::string& dir) {
   pen.in.seqs[0].history_len = static_cast<int32_t>(hist.size());
   pen.in.seqs[0].num_prompt = static_cast<int32_t>(prompt.size());
   CHECK(e->step(pen.in).tokens[0] != gr.tokens[0], "repetition penalty ignored");
+
+  // Logit bias (OpenAI semantics, added before sampling): +100 on the least likely token forces
+  // it under greedy; -100 on the arg max bans it; an out-of-vocab id is skipped, not a crash.
+  size_t argmin = 0;
+  for (size_t i = 1; i < gr.logits.size(); ++i) if (gr.logits[i] < gr.logits[argmin]) argmin = i;
+  auto biased = [&](std::vector<std::pair<int32_t, float>> bias) {
+    StepBuilder bb;
+    bb.add(prompt, 0, {0, 1}, true);
+    for (auto& [id, v] : bias) {
+      bb.in.bias_ids.push_back(id);
+      bb.in.bias_values.push_back(v);
+    }
+    bb.in.seqs[0].bias_len = static_cast<int32_t>(bias.size());
+    return e->step(bb.in).tokens[0];
+  };
+  CHECK(static_cast<size_t>(biased({{static_cast<int32_t>(argmin), 100.0f}})) == argmin, "+100 bias did not force the token");
+  CHECK(static_cast<size_t>(biased({{static_cast<int32_t>(argmax), -100.0f}})) != argmax, "-100 bias did not ban the token");
+  CHECK(static_cast<size_t>(biased({{1 << 30, 100.0f}, {-5, 100.0f}})) == argmax, "out-of-vocab bias ids changed greedy");
 }
 
 template <typename F>

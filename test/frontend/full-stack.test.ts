@@ -121,6 +121,7 @@ describe('frontend + mocker workers + tiny model (one process)', () => {
     const controller = new AbortController();
     const res = await fetch(`${frontend.url}/v1/completions`, {
       method: 'POST',
+      headers: { 'content-type': 'application/json' },
       body: JSON.stringify({ model: 'tiny-slow', prompt: 'a long one', max_tokens: 1500, ignore_eos: true, stream: true }),
       signal: controller.signal,
     });

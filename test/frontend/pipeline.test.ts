@@ -159,7 +159,7 @@ describe('frontend pipeline: cancellation, migration, admission', () => {
       await c.addWorker({ text: 'x'.repeat(200), tokenDelayMs: 5 });
     });
     const controller = new AbortController();
-    const res = await fetch(`${t.url}/v1/chat/completions`, { method: 'POST', body: chatBody({ stream: true }), signal: controller.signal });
+    const res = await fetch(`${t.url}/v1/chat/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: chatBody({ stream: true }), signal: controller.signal });
     const reader = res.body!.getReader();
     await reader.read();
     await reader.read();

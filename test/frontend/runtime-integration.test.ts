@@ -84,7 +84,7 @@ describe('frontend on the distributed runtime (memory discovery, gRPC)', () => {
     const res = await fetch(`${frontend.url}/v1/completions`, {
       method: 'POST',
       body: JSON.stringify({ model: 'fake-model', prompt: 'x', stream: true }),
-      headers: { 'x-worker-instance-id': target },
+      headers: { 'content-type': 'application/json', 'x-worker-instance-id': target },
       signal: controller.signal,
     });
     const reader = res.body!.getReader();

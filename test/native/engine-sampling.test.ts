@@ -106,6 +106,22 @@ describe('native engine sampling', () => {
     expect(r.sampled[1]!.logprob).toBeUndefined();
   });
 
+  it('logit bias: +100 forces a token under greedy, -100 bans the arg max, other sequences in the batch are untouched', async () => {
+    const plain = await generate({ temperature: 0 }, 4);
+    const forced = (plain[0]! + 7) % engine.info.vocabSize;
+    expect(await generate({ temperature: 0, logitBias: [[forced, 100]] }, 4)).toEqual([forced, forced, forced, forced]);
+    const banned = await generate({ temperature: 0, logitBias: [[plain[0]!, -100]] }, 1);
+    expect(banned[0]).not.toBe(plain[0]);
+    // Bias entries are per sequence: in one batch, only the biased sequence moves.
+    const r = await engine.step({
+      sequences: [
+        seq({ seqId: 1, tokens: prompt, blockTable: table(2), sampling: { temperature: 0, logitBias: [[forced, 100]] } }),
+        seq({ seqId: 2, tokens: prompt, blockTable: table(2), sampling: { temperature: 0 } }),
+      ],
+    });
+    expect(r.sampled.map((t) => t.tokenId)).toEqual([forced, plain[0]]);
+  });
+
   it('penalties: a large frequency penalty stops greedy from repeating a generated token', async () => {
     const plain = await generate({ temperature: 0 }, 16);
     expect(new Set(plain).size).toBeLessThan(plain.length); // the tiny model loops

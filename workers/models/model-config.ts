@@ -5,7 +5,7 @@
  * the end-of-turn token only in the latter (Llama 3: <|eot_id|>).
  */
 import { readFile } from 'node:fs/promises';
-import { join } from 'node:path';
+import { basename, dirname, join } from 'node:path';
 import { ModelFormatError } from './errors.js';
 
 /** Tokens per KV block unless the worker is told otherwise (DESIGN.md). */
@@ -129,7 +129,9 @@ async function readJson(path: string, required: boolean): Promise<Record<string,
   try {
     text = await readFile(path, 'utf8');
   } catch (cause) {
-    if (!required && (cause as NodeJS.ErrnoException).code === 'ENOENT') return undefined;
+    const missing = (cause as NodeJS.ErrnoException).code === 'ENOENT';
+    if (!required && missing) return undefined;
+    if (missing) throw new ModelFormatError(`no ${basename(path)} in ${dirname(path)}: --model must be a Hugging Face model directory`, { cause });
     throw new ModelFormatError(`cannot read ${path}`, { cause });
   }
   try {

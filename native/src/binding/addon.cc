@@ -15,7 +15,7 @@
 namespace tandem {
 namespace {
 
-constexpr int kSeqMetaStride = 9;
+constexpr int kSeqMetaStride = 11;
 constexpr int kSamplingStride = 8;
 
 struct AddonData {
@@ -147,7 +147,8 @@ class EngineHandle : public Napi::ObjectWrap<EngineHandle> {
         !info[3].IsTypedArray() || !info[4].IsTypedArray()) {
       throw make_error(env, "invalid_argument",
                        "step(tokens: Int32Array, seqMeta: Int32Array, blockTables: Int32Array, history: "
-                       "Int32Array, sampling: Float64Array, returnLogits?: boolean)");
+                       "Int32Array, sampling: Float64Array, returnLogits?: boolean, biasIds?: Int32Array, "
+                       "biasValues?: Float32Array)");
     }
     auto tokens = info[0].As<Napi::Int32Array>();
     auto meta = info[1].As<Napi::Int32Array>();
@@ -169,6 +170,18 @@ class EngineHandle : public Napi::ObjectWrap<EngineHandle> {
     input->block_tables.assign(tables.Data(), tables.Data() + tables.ElementLength());
     input->history.assign(history.Data(), history.Data() + history.ElementLength());
     input->return_logits = info.Length() > 5 && info[5].ToBoolean().Value();
+    if (info.Length() > 7 && !info[6].IsUndefined()) {
+      if (!info[6].IsTypedArray() || !info[7].IsTypedArray() ||
+          info[6].As<Napi::TypedArray>().TypedArrayType() != napi_int32_array ||
+          info[7].As<Napi::TypedArray>().TypedArrayType() != napi_float32_array ||
+          info[6].As<Napi::TypedArray>().ElementLength() != info[7].As<Napi::TypedArray>().ElementLength()) {
+        throw make_error(env, "invalid_argument", "step: biasIds (Int32Array) and biasValues (Float32Array) must have equal lengths");
+      }
+      auto bias_ids = info[6].As<Napi::Int32Array>();
+      auto bias_values = info[7].As<Napi::Float32Array>();
+      input->bias_ids.assign(bias_ids.Data(), bias_ids.Data() + bias_ids.ElementLength());
+      input->bias_values.assign(bias_values.Data(), bias_values.Data() + bias_values.ElementLength());
+    }
     input->seqs.resize(num_seqs);
     int32_t token_offset = 0;
     for (size_t i = 0; i < num_seqs; ++i) {
@@ -186,6 +199,8 @@ class EngineHandle : public Napi::ObjectWrap<EngineHandle> {
       s.history_offset = m[6];
       s.history_len = m[7];
       s.num_prompt = m[8];
+      s.bias_offset = m[9];
+      s.bias_len = m[10];
       s.sampling.temperature = static_cast<float>(sp[0]);
       s.sampling.top_p = static_cast<float>(sp[1]);
       s.sampling.top_k = static_cast<int32_t>(sp[2]);

@@ -131,6 +131,11 @@ void Engine::validate(const StepInput& in) const {
                                                            in.history.size())) {
       bad(who + "history outside the history array");
     }
+    if (s.bias_len < 0 || (s.bias_len > 0 && (s.bias_offset < 0 || static_cast<size_t>(s.bias_offset) +
+                                                                      static_cast<size_t>(s.bias_len) >
+                                                                      in.bias_ids.size()))) {
+      bad(who + "logit bias outside the bias arrays");
+    }
     if (s.sampling.top_p <= 0.0f || s.sampling.top_p > 1.0f) bad(who + "topP must be in (0, 1]");
     if (s.sampling.repetition_penalty <= 0.0f) bad(who + "repetitionPenalty must be > 0");
     if (!(s.sampling.temperature >= 0.0f)) bad(who + "temperature must be >= 0");
@@ -191,6 +196,11 @@ StepOutput Engine::step(const StepInput& in) {
         req.num_prompt = s.num_prompt;
       }
       req.num_top_logprobs = s.num_top_logprobs;
+      if (s.bias_len > 0) {
+        req.bias_ids = in.bias_ids.data() + s.bias_offset;
+        req.bias_values = in.bias_values.data() + s.bias_offset;
+        req.bias_len = s.bias_len;
+      }
       SampleResult res = sampler.sample(req);
       out.tokens[static_cast<size_t>(r)] = res.token;
       if (s.num_top_logprobs >= 0) out.logprobs[static_cast<size_t>(r)] = res.logprob;

@@ -36,6 +36,8 @@ struct SeqInput {
   int32_t history_offset = 0;     // penalties only; history_len 0 when none apply
   int32_t history_len = 0;
   int32_t num_prompt = 0;
+  int32_t bias_offset = 0;  // logit bias entries in StepInput::bias_ids/bias_values
+  int32_t bias_len = 0;
   SamplingParams sampling;
 };
 
@@ -43,6 +45,8 @@ struct StepInput {
   std::vector<int32_t> tokens;
   std::vector<int32_t> block_tables;
   std::vector<int32_t> history;
+  std::vector<int32_t> bias_ids;    // logit bias, all sequences' entries back to back
+  std::vector<float> bias_values;
   std::vector<SeqInput> seqs;
   bool return_logits = false;  // tests and goldens: copy the sampled rows' logits out
 };

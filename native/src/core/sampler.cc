@@ -79,6 +79,10 @@ SampleResult Sampler::sample(const SampleRequest& req) {
   const size_t v = static_cast<size_t>(vocab_);
   std::memcpy(work_.data(), req.logits, v * sizeof(float));
   if (has_penalties(p) && req.history != nullptr) apply_penalties(req);
+  for (int32_t i = 0; i < req.bias_len; ++i) {
+    const int32_t tok = req.bias_ids[i];
+    if (tok >= 0 && tok < vocab_ && std::isfinite(req.bias_values[i])) work_[static_cast<size_t>(tok)] += req.bias_values[i];
+  }
 
   SampleResult out;
   if (p.temperature <= 0.0f) {

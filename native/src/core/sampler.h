@@ -1,5 +1,6 @@
 // Sampler: turns one row of logits into a token, on the host. Order of operations:
 //   penalties (repetition over prompt+generated as in HF; presence/frequency over generated)
+//   -> logit bias (OpenAI `logit_bias`: added to the logit of each listed token)
 //   -> greedy if temperature == 0
 //   -> temperature -> top-k -> top-p -> min-p -> one draw from Rng(seed, position).
 // The draw depends only on (seed, position), so a request samples the same tokens whether it
@@ -32,6 +33,9 @@ struct SampleRequest {
   int32_t history_len = 0;
   int32_t num_prompt = 0;
   int32_t num_top_logprobs = -1;  // -1: no logprobs; 0: only the sampled token's
+  const int32_t* bias_ids = nullptr;   // logit bias: token ids (out-of-vocab ids are skipped)
+  const float* bias_values = nullptr;  // ... and the value added to each one's logit
+  int32_t bias_len = 0;
 };
 
 struct SampleResult {

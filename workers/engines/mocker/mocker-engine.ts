@@ -17,7 +17,7 @@
 import type { Engine, EngineInfo, SampledToken, StepBatch, StepResult, StepSequence } from '../engine.js';
 import { DECODE_FLOOR_MS, PolynomialPerfModel, stepTimeMs, type PerfModel, type StepShape } from '../../../perf-model/index.js';
 import { UnavailableError } from '../../../runtime/index.js';
-import { mockLogprob, mockTokenAt } from './tokens.js';
+import { applyMockLogitBias, mockLogprob, mockTokenAt } from './tokens.js';
 
 /** A request seed at or above this asks for EOS after (seed − base) output tokens. */
 export const MOCKER_EOS_SEED_BASE = 1_000_000_000;
@@ -100,10 +100,14 @@ export class MockerEngine implements Engine {
     const position = s.startPos + s.tokenIds.length;
     const outputIndex = position - s.numPromptTokens;
     const eosAt = this.eosIndexFor(s);
-    const tokenId =
+    const bias = s.sampling.logitBias;
+    let tokenId =
       eosAt !== undefined && outputIndex === eosAt
         ? this.eosTokenIds[0]!
         : mockTokenAt(this.seed, s.requestSeed, position, this.info.vocabSize, this.eosTokenIds);
+    if (bias !== undefined && bias.length > 0) {
+      tokenId = applyMockLogitBias(tokenId, bias, this.info.vocabSize, (avoid) => mockTokenAt(this.seed, s.requestSeed, position, this.info.vocabSize, [...this.eosTokenIds, ...avoid]));
+    }
     const out: SampledToken = { seqId: s.seqId, tokenId };
     if (s.logprobs !== undefined) {
       const lp = mockLogprob(this.seed, s.requestSeed, position);

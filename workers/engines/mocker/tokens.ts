@@ -45,3 +45,43 @@ export function mockTokenAt(
 export function mockLogprob(seed: number, requestSeed: number, position: number): number {
   return -(mix32(tokenHash(seed, requestSeed, position) ^ 0x5bd1e995) % 4000) / 1000;
 }
+
+/**
+ * The mocker's `logit_bias` (pure). The mocker has no logits, so it pretends: its own token
+ * has logit MOCK_TOKEN_LEAD, every other token 0; each bias is added, then greedy argmax.
+ * So, for a mock token m and a biased token t:
+ *   - bias(t) > MOCK_TOKEN_LEAD + bias(m) → t wins (+100 forces t; ties go to the lower id);
+ *   - bias(m) < -MOCK_TOKEN_LEAD → m loses to every unbiased token: the answer is the next
+ *     deterministic token avoiding every negatively biased id (`fallback(avoid)`), so -100
+ *     bans a token;
+ *   - small biases (|bias| ≤ 1) change nothing, as on a peaked real distribution.
+ * Ids outside [0, vocabSize) or non-finite biases are ignored.
+ */
+export const MOCK_TOKEN_LEAD = 1;
+
+export function applyMockLogitBias(
+  mockToken: number,
+  bias: ReadonlyArray<readonly [number, number]>,
+  vocabSize: number,
+  fallback: (avoid: number[]) => number,
+): number {
+  let best = mockToken;
+  let bestScore = MOCK_TOKEN_LEAD;
+  for (const [id, b] of bias) {
+    if (id === mockToken && Number.isFinite(b)) bestScore += b;
+  }
+  for (const [id, b] of bias) {
+    if (id === mockToken || !Number.isInteger(id) || id < 0 || id >= vocabSize || !Number.isFinite(b)) continue;
+    if (b > bestScore || (b === bestScore && id < best)) {
+      best = id;
+      bestScore = b;
+    }
+  }
+  // Unbiased tokens score 0: when everything biased fell below, one of them wins.
+  if (bestScore < 0) {
+    const avoid: number[] = [];
+    for (const [id, b] of bias) if (b < 0) avoid.push(id);
+    return fallback(avoid);
+  }
+  return best;
+}

@@ -2,7 +2,8 @@
  * BatchMarshal: flattens a StepBatch into the addon's typed arrays (layouts in
  * native/lib/binding.ts). Buffers grow to the largest batch seen and are reused, so a
  * steady-state step allocates only the subarray views. History is copied only for sequences
- * whose sampling uses penalties; everything else is O(new tokens + block table).
+ * whose sampling uses penalties; logit bias only for sampled sequences that set it; everything
+ * else is O(new tokens + block table).
  */
 import type { SamplingOptions } from '../../../proto/wire.js';
 import { SAMPLING_STRIDE, SEQ_META_STRIDE, SamplingField, SeqMeta } from '../../../native/index.js';
@@ -14,6 +15,9 @@ export interface MarshalledBatch {
   blockTables: Int32Array;
   history: Int32Array;
   sampling: Float64Array;
+  /** Logit bias entries of every sampled sequence, back to back (seqMeta biasOffset/biasLen). */
+  biasIds: Int32Array;
+  biasValues: Float32Array;
   /** seqId of each sampled row, in batch order. */
   sampledSeqIds: number[];
 }
@@ -41,27 +45,36 @@ export class BatchMarshal {
   private tables: Int32Array = new Int32Array(1024);
   private history: Int32Array = new Int32Array(256);
   private sampling: Float64Array = new Float64Array(16 * SAMPLING_STRIDE);
+  private biasIds: Int32Array = new Int32Array(0);
+  private biasValues: Float32Array = new Float32Array(0);
 
   marshal(batch: StepBatch): MarshalledBatch {
     const seqs = batch.sequences;
     let numTokens = 0;
     let numBlocks = 0;
     let numHistory = 0;
+    let numBias = 0;
     for (const s of seqs) {
       numTokens += s.tokenIds.length;
       numBlocks += s.blockTable.length;
       if (s.sample && usesPenalties(s.sampling)) numHistory += s.history.length;
+      if (s.sample && s.sampling.logitBias !== undefined) numBias += s.sampling.logitBias.length;
     }
     this.tokens = grow(this.tokens, numTokens);
     this.meta = grow(this.meta, seqs.length * SEQ_META_STRIDE);
     this.tables = grow(this.tables, numBlocks);
     this.history = grow(this.history, numHistory);
     this.sampling = growF64(this.sampling, seqs.length * SAMPLING_STRIDE);
+    if (this.biasIds.length < numBias) {
+      this.biasIds = new Int32Array(Math.max(numBias, this.biasIds.length * 2));
+      this.biasValues = new Float32Array(this.biasIds.length);
+    }
 
     const sampledSeqIds: number[] = [];
     let tokenAt = 0;
     let blockAt = 0;
     let historyAt = 0;
+    let biasAt = 0;
     for (let i = 0; i < seqs.length; i++) {
       const s = seqs[i]!;
       this.tokens.set(s.tokenIds, tokenAt);
@@ -88,6 +101,18 @@ export class BatchMarshal {
       this.meta[m + SeqMeta.numPrompt] = s.numPromptTokens;
       historyAt += historyLen;
 
+      const bias = s.sample ? sp.logitBias : undefined;
+      this.meta[m + SeqMeta.biasOffset] = biasAt;
+      this.meta[m + SeqMeta.biasLen] = bias?.length ?? 0;
+      if (bias !== undefined) {
+        for (const [id, value] of bias) {
+          // Out-of-range ids become -1, which the sampler skips (Int32Array would wrap them).
+          this.biasIds[biasAt] = Number.isInteger(id) && id >= 0 && id <= 0x7fffffff ? id : -1;
+          this.biasValues[biasAt] = value;
+          biasAt++;
+        }
+      }
+
       const f = i * SAMPLING_STRIDE;
       this.sampling[f + SamplingField.temperature] = sp.temperature ?? 1;
       this.sampling[f + SamplingField.topP] = sp.topP ?? 1;
@@ -105,6 +130,8 @@ export class BatchMarshal {
       blockTables: this.tables.subarray(0, numBlocks),
       history: this.history.subarray(0, numHistory),
       sampling: this.sampling.subarray(0, seqs.length * SAMPLING_STRIDE),
+      biasIds: this.biasIds.subarray(0, numBias),
+      biasValues: this.biasValues.subarray(0, numBias),
       sampledSeqIds,
     };
   }

@@ -173,7 +173,7 @@ export class NativeEngine implements Engine {
     const t1 = performance.now();
     let raw: RawStepResult;
     try {
-      raw = await handle.step(m.tokens, m.seqMeta, m.blockTables, m.history, m.sampling, returnLogits);
+      raw = await handle.step(m.tokens, m.seqMeta, m.blockTables, m.history, m.sampling, returnLogits, m.biasIds, m.biasValues);
     } catch (err) {
       throw fromNativeError(err);
     }

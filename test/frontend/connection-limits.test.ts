@@ -1,0 +1,164 @@
+/**
+ * Connection hygiene of a real `runtime frontend` process, over raw sockets: a client that
+ * trickles its body or its headers is cut (408) after --http-request-timeout /
+ * --http-header-timeout, while a streaming response that outlives those timeouts is not; idle
+ * keep-alive sockets close after --http-idle-timeout; connections past --max-connections are
+ * closed as they arrive while the first ones keep working; a 64 KB header gets 431.
+ * Needs `npm run build`.
+ */
+import { connect, type Socket } from 'node:net';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { CliStack } from '../harness/cli-stack.js';
+import { readSse } from '../harness/http.js';
+
+/** A raw client socket that keeps everything it receives and notes when it closed. */
+interface RawClient {
+  socket: Socket;
+  received(): string;
+  closed: Promise<{ afterMs: number; error?: string }>;
+}
+
+function rawClient(url: string): Promise<RawClient> {
+  const { hostname, port } = new URL(url);
+  return new Promise((resolve, reject) => {
+    const socket = connect(Number(port), hostname);
+    let data = '';
+    let error: string | undefined;
+    const openedAt = Date.now();
+    socket.setEncoding('utf8');
+    socket.on('data', (chunk: string) => (data += chunk));
+    socket.on('error', (err: NodeJS.ErrnoException) => (error = err.code ?? err.message));
+    const closed = new Promise<{ afterMs: number; error?: string }>((done) => socket.on('close', () => done({ afterMs: Date.now() - openedAt, ...(error ? { error } : {}) })));
+    socket.once('connect', () => resolve({ socket, received: () => data, closed }));
+    socket.once('error', reject);
+  });
+}
+
+/** Send one keep-alive GET and wait for its whole (content-length) response. */
+async function getOn(client: RawClient, path: string, extraHeaders = ''): Promise<string> {
+  const before = client.received().length;
+  client.socket.write(`GET ${path} HTTP/1.1\r\nhost: x\r\n${extraHeaders}\r\n`);
+  const deadline = Date.now() + 10_000;
+  for (;;) {
+    const text = client.received().slice(before);
+    const head = text.indexOf('\r\n\r\n');
+    const length = /content-length: (\d+)/i.exec(text)?.[1];
+    if (head >= 0 && length !== undefined && text.length >= head + 4 + Number(length)) return text;
+    if (client.socket.destroyed || Date.now() > deadline) throw new Error(`no whole response to GET ${path}: ${JSON.stringify(text.slice(0, 200))}`);
+    await new Promise((r) => setTimeout(r, 20));
+  }
+}
+
+function statusOf(response: string): number {
+  return Number(/^HTTP\/1\.1 (\d{3})/.exec(response)?.[1]);
+}
+
+/** Write `piece` every `everyMs` until the socket closes; returns how many pieces went out. */
+function trickle(client: RawClient, piece: string, everyMs: number): { sent: () => number; stop: () => void } {
+  let sent = 0;
+  const timer = setInterval(() => {
+    if (client.socket.destroyed) return clearInterval(timer);
+    client.socket.write(piece);
+    sent += 1;
+  }, everyMs);
+  return { sent: () => sent, stop: () => clearInterval(timer) };
+}
+
+describe('frontend connection limits (real process, raw sockets)', () => {
+  let stack: CliStack;
+  let capped: string;
+
+  beforeAll(async () => {
+    stack = await CliStack.create({ tmpPrefix: 'tandem-conn-limits-' });
+    await stack.startWorker('agg', ['--engine', 'mocker', '--speedup-ratio', '1']);
+    await stack.startFrontend(['--http-header-timeout', '1', '--http-request-timeout', '2', '--http-idle-timeout', '1']);
+    const second = await stack.startFrontend(['--max-connections', '3']);
+    capped = (await second.waitForLine(/^frontend listening on http:\/\//)).slice('frontend listening on '.length).trim();
+    await stack.waitForRoutable(1);
+  }, 120_000);
+  afterAll(async () => stack?.close());
+
+  it('cuts a body sent one byte at a time (slowloris) with 408 after --http-request-timeout', async () => {
+    const client = await rawClient(stack.url);
+    // 200 bytes at one per 250 ms would take 50 s.
+    client.socket.write(`POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: 200\r\n\r\n{`);
+    const slow = trickle(client, ' ', 250);
+    const closed = await client.closed;
+    slow.stop();
+    expect(statusOf(client.received())).toBe(408);
+    expect(client.received()).toContain('"code":"request_timeout"');
+    expect(slow.sent()).toBeLessThan(199);
+    // 2 s timeout, checked every second: cut long before the body could have arrived.
+    expect(closed.afterMs).toBeLessThan(20_000);
+  }, 30_000);
+
+  it('cuts headers sent one line at a time with 408 after --http-header-timeout', async () => {
+    const client = await rawClient(stack.url);
+    client.socket.write('GET /live HTTP/1.1\r\nhost: x\r\n');
+    const slow = trickle(client, 'x-slow: 1\r\n', 250);
+    const closed = await client.closed;
+    slow.stop();
+    expect(statusOf(client.received())).toBe(408);
+    expect(closed.afterMs).toBeLessThan(20_000);
+  }, 30_000);
+
+  it('does not cut a streaming response that runs longer than the request timeout', async () => {
+    const startedAt = Date.now();
+    const res = await fetch(`${stack.url}/v1/completions`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ model: stack.model, prompt: 'Once upon a time', max_tokens: 1000, ignore_eos: true, stream: true }),
+    });
+    expect(res.status).toBe(200);
+    const result = await readSse(res);
+    const elapsedMs = Date.now() - startedAt;
+    expect(result.done).toBe(true);
+    expect(result.chunks.some((c) => 'error' in c)).toBe(false);
+    const finish = result.chunks.flatMap((c) => (c.choices as Array<{ finish_reason: string | null }>) ?? []).find((c) => c.finish_reason !== null);
+    expect(finish?.finish_reason).toBe('length');
+    // The point of the test: the stream outlived the 2 s request timeout plus its 1 s check.
+    expect(elapsedMs).toBeGreaterThan(3_500);
+  }, 60_000);
+
+  it('closes an idle keep-alive connection after --http-idle-timeout', async () => {
+    const client = await rawClient(stack.url);
+    expect(statusOf(await getOn(client, '/live'))).toBe(200);
+    const closed = await client.closed;
+    expect(closed.afterMs).toBeLessThan(15_000);
+  }, 30_000);
+
+  it('answers a 64 KB header with 431 in OpenAI error shape, and an 8 KB one normally', async () => {
+    const big = await rawClient(stack.url);
+    big.socket.write(`GET /live HTTP/1.1\r\nhost: x\r\nx-big: ${'a'.repeat(64 * 1024)}\r\n\r\n`);
+    await big.closed;
+    expect(statusOf(big.received())).toBe(431);
+    const body = JSON.parse(big.received().slice(big.received().indexOf('\r\n\r\n') + 4)) as { error: { code: string; type: string } };
+    expect(body.error).toMatchObject({ code: 'headers_too_large', type: 'invalid_request_error' });
+
+    const fine = await rawClient(stack.url);
+    expect(statusOf(await getOn(fine, '/live', `x-big: ${'a'.repeat(8 * 1024)}\r\n`))).toBe(200);
+    fine.socket.destroy();
+  }, 30_000);
+
+  it('closes connections past --max-connections while the first ones keep working', async () => {
+    const held = await Promise.all([0, 1, 2].map(() => rawClient(capped)));
+    for (const client of held) expect(statusOf(await getOn(client, '/live'))).toBe(200);
+
+    const extra = await rawClient(capped).catch(() => undefined);
+    if (extra) {
+      // Accepted by the kernel, then closed by the server without an answer.
+      extra.socket.write('GET /live HTTP/1.1\r\nhost: x\r\n\r\n');
+      await extra.closed;
+      expect(extra.received()).toBe('');
+    }
+    for (const client of held) expect(statusOf(await getOn(client, '/live'))).toBe(200);
+
+    // A freed slot is usable again.
+    held[0]!.socket.destroy();
+    await held[0]!.closed;
+    await new Promise((r) => setTimeout(r, 200));
+    const again = await rawClient(capped);
+    expect(statusOf(await getOn(again, '/live'))).toBe(200);
+    for (const client of [...held.slice(1), again]) client.socket.destroy();
+  }, 30_000);
+});
