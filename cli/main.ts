@@ -6,9 +6,9 @@
  * unexpected error (a bug) prints its stack trace and exits 1.
  */
 import { Command, CommanderError } from 'commander';
-import { bindEnvironment } from '../runtime/config.js';
+import { bindEnvironment } from '../runtime/index.js';
 import { TandemError } from '../runtime/errors.js';
-import { EXIT_CODES, type ExitCode } from '../runtime/exit-codes.js';
+import { EXIT_CODES, type ExitCode } from '../runtime/index.js';
 import { registerCommands } from './commands.js';
 
 export function buildProgram(): Command {

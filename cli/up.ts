@@ -8,10 +8,10 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Option, type Command } from 'commander';
-import { nonNegativeInt, oneOf, parsePort } from '../runtime/config.js';
+import { nonNegativeInt, oneOf, parsePort } from '../runtime/index.js';
 import { ConfigError } from '../runtime/errors.js';
-import { DEFAULT_RESTART_POLICY, Supervisor, recordWithMsg, runtimeCommand, type RestartPolicy } from '../runtime/supervisor/index.js';
-import { resolveModel } from '../workers/models/index.js';
+import { DEFAULT_RESTART_POLICY, Supervisor, recordWithMsg, runtimeCommand, type RestartPolicy } from '../runtime/index.js';
+import { resolveModel } from '../workers/index.js';
 
 interface UpFlags {
   engine: 'mocker' | 'native';

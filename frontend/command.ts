@@ -4,9 +4,9 @@
  * interface the HTTP server binds.
  */
 import { Option, type Command } from 'commander';
-import { intInRange, nonNegativeInt, numberInRange, oneOf, parsePort, positiveInt } from '../runtime/config.js';
-import { addKvRouterOptions, type KvRouterFlags } from '../router/adapters/kv-router-options.js';
-import { addRuntimeOptions, createRuntimeFromOptions, type RuntimeFlags } from '../runtime/runtime-options.js';
+import { intInRange, nonNegativeInt, numberInRange, oneOf, parsePort, positiveInt } from '../runtime/index.js';
+import { addKvRouterOptions, type KvRouterFlags } from '../router/adapters/index.js';
+import { addRuntimeOptions, createRuntimeFromOptions, type RuntimeFlags } from '../runtime/index.js';
 import { DEFAULT_DISAGG_POLICY } from './disagg/policy.js';
 import { METRICS_AUTH_MODES, parseKeyList, type MetricsAuth } from './http/auth.js';
 import { FRONTEND_DEFAULTS, startFrontend } from './frontend.js';

@@ -5,12 +5,12 @@
 import type { AddressInfo } from 'node:net';
 import pino, { type Logger } from 'pino';
 import { Registry } from 'prom-client';
-import type { Discovery } from '../runtime/discovery/discovery.js';
-import { DEFAULT_NAMESPACE } from '../runtime/discovery/keys.js';
-import { ModelCardFeed } from '../runtime/discovery/model-card-feed.js';
-import { DistributedRuntime } from '../runtime/distributed-runtime.js';
+import type { Discovery } from '../runtime/index.js';
+import { DEFAULT_NAMESPACE } from '../runtime/index.js';
+import { ModelCardFeed } from '../runtime/index.js';
+import { DistributedRuntime } from '../runtime/index.js';
 import { ConfigError } from '../runtime/errors.js';
-import { listenOn } from '../runtime/listen.js';
+import { listenOn } from '../runtime/index.js';
 import { AdmissionGate } from './admission.js';
 import { CodecCache, type CodecLoader } from './codec.js';
 import { startDisaggregation, type DisaggOptions } from './disagg/index.js';

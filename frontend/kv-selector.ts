@@ -18,13 +18,13 @@
  * its model card, read from the process's card feed (runtime/discovery/model-card-feed.ts).
  */
 import { ROUTE_ENDPOINT, type InstanceId, type RouteTarget } from '../proto/wire.js';
-import { KvRouterHub } from '../router/adapters/kv-router-hub.js';
-import { kvRouterConfigFromFlags, type KvRouterFlags } from '../router/adapters/kv-router-options.js';
-import { LocalKvBackend, RemoteKvBackend, type KvRoutingBackend } from '../router/adapters/kv-routing-backend.js';
-import { AllWorkersBusyError } from '../router/errors.js';
-import type { Discovery } from '../runtime/discovery/discovery.js';
-import { ModelCardFeed } from '../runtime/discovery/model-card-feed.js';
-import type { DistributedRuntime } from '../runtime/distributed-runtime.js';
+import { KvRouterHub } from '../router/adapters/index.js';
+import { kvRouterConfigFromFlags, type KvRouterFlags } from '../router/adapters/index.js';
+import { LocalKvBackend, RemoteKvBackend, type KvRoutingBackend } from '../router/adapters/index.js';
+import { AllWorkersBusyError } from '../router/index.js';
+import type { Discovery } from '../runtime/index.js';
+import { ModelCardFeed } from '../runtime/index.js';
+import type { DistributedRuntime } from '../runtime/index.js';
 import { ConfigError } from '../runtime/errors.js';
 import { RoundRobinSelector, type RouteRequest, type WorkerSelector } from './routing.js';
 

@@ -6,7 +6,7 @@
  * cache as cards come and go; the watcher only reads them.
  */
 import type { InstanceId, ModelCard, PreprocessedRequest, TokenDelta } from '../proto/wire.js';
-import type { CardEvent, ModelCardFeed } from '../runtime/discovery/model-card-feed.js';
+import type { CardEvent, ModelCardFeed } from '../runtime/index.js';
 import { TandemError, UnavailableError } from '../runtime/errors.js';
 import { ModelCatalog, type CatalogChange } from './model-catalog.js';
 import type { WorkerClient } from './worker-client.js';

@@ -5,7 +5,7 @@
  * below wraps the runtime's EndpointClient; tests plug in in-process fakes.
  */
 import type { InstanceId, PreprocessedRequest, TokenDelta } from '../proto/wire.js';
-import type { CallOptions, RoutingChoice } from '../runtime/request-plane/types.js';
+import type { CallOptions, RoutingChoice } from '../runtime/index.js';
 
 export interface WorkerClient {
   /** Instances that currently serve the endpoint (discovery instance records). */

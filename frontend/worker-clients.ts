@@ -10,7 +10,7 @@
  * closes its clients for both of them.
  */
 import { KV_RELEASE_ENDPOINT, type ModelCard } from '../proto/wire.js';
-import type { ModelCardFeed } from '../runtime/discovery/model-card-feed.js';
+import type { ModelCardFeed } from '../runtime/index.js';
 import type { WorkerClient, WorkerConnector } from './worker-client.js';
 
 interface LogSink {

@@ -1,8 +1,8 @@
 /** Public surface of the frontend's prefill router (disaggregated prefill/decode). */
 import type { Logger } from 'pino';
 import type { Registry } from 'prom-client';
-import type { KvRoutingBackend } from '../../router/adapters/kv-routing-backend.js';
-import type { ModelCardFeed } from '../../runtime/discovery/model-card-feed.js';
+import type { KvRoutingBackend } from '../../router/adapters/index.js';
+import type { ModelCardFeed } from '../../runtime/index.js';
 import type { WorkerSelector } from '../routing.js';
 import type { WorkerConnector } from '../worker-client.js';
 import type { WorkerClients } from '../worker-clients.js';

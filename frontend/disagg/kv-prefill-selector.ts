@@ -6,7 +6,7 @@
  * gets one (round-robin): a queued prefill beats recomputing the prompt on a decode worker.
  */
 import type { InstanceId } from '../../proto/wire.js';
-import type { KvRoutingBackend } from '../../router/adapters/kv-routing-backend.js';
+import type { KvRoutingBackend } from '../../router/adapters/index.js';
 import type { RouteTarget } from '../../proto/wire.js';
 import { RoundRobinSelector, type RouteRequest, type WorkerSelector } from '../routing.js';
 import type { PrefillWorkers } from './prefill-pool.js';

@@ -15,7 +15,7 @@ import {
   type PreprocessedRequest,
   type TokenDelta,
 } from '../../proto/wire.js';
-import type { ModelCardFeed } from '../../runtime/discovery/model-card-feed.js';
+import type { ModelCardFeed } from '../../runtime/index.js';
 import { UnavailableError } from '../../runtime/errors.js';
 import { ModelCatalog } from '../model-catalog.js';
 import type { WorkerConnector } from '../worker-client.js';

@@ -7,7 +7,7 @@
  */
 import { randomUUID } from 'node:crypto';
 import type { InstanceId, PreprocessedRequest, TokenLogprob } from '../../proto/wire.js';
-import { parseInstanceId } from '../../runtime/discovery/keys.js';
+import { parseInstanceId } from '../../runtime/index.js';
 import type { CodecCache, ModelCodec, PromptInput, TokenizedPrompt } from '../codec.js';
 import { TandemError } from '../../runtime/index.js';
 import type { DisaggPrepared, Disaggregator } from '../disagg/disaggregator.js';

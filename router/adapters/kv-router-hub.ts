@@ -14,9 +14,9 @@
  * embedded router) that serve nothing else under it.
  */
 import { SYNC_PRESENCE_ENDPOINT, TOPICS, type RouterSyncEnvelope } from '../../proto/wire.js';
-import { ModelCardFeed } from '../../runtime/discovery/model-card-feed.js';
-import type { DistributedRuntime, ServedEndpoint } from '../../runtime/distributed-runtime.js';
-import type { Subscription } from '../../runtime/event-plane/event-plane.js';
+import { ModelCardFeed } from '../../runtime/index.js';
+import type { DistributedRuntime, ServedEndpoint } from '../../runtime/index.js';
+import type { Subscription } from '../../runtime/index.js';
 import type { ActiveSequenceUpdate } from '../active-sequences.js';
 import type { KvRouterConfig } from '../kv-router.js';
 import { KvRouterService, type KvRouterServiceOptions } from './kv-router-service.js';

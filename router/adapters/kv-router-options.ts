@@ -3,7 +3,7 @@
  * `runtime router`, and their mapping onto the core's `KvRouterConfig`.
  */
 import { Option, type Command } from 'commander';
-import { numberInRange } from '../../runtime/config.js';
+import { numberInRange } from '../../runtime/index.js';
 import { DEFAULT_KV_ROUTER_CONFIG, type KvRouterConfig } from '../kv-router.js';
 
 export interface KvRouterFlags {

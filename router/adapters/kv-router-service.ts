@@ -28,11 +28,11 @@ import {
   type LoadMetrics,
   type RouterSyncMessage,
 } from '../../proto/wire.js';
-import { ModelCardFeed } from '../../runtime/discovery/model-card-feed.js';
-import type { Component, DistributedRuntime } from '../../runtime/distributed-runtime.js';
-import type { EndpointClient } from '../../runtime/endpoint-client.js';
-import type { Subscription } from '../../runtime/event-plane/event-plane.js';
-import type { Logger } from '../../runtime/logging.js';
+import { ModelCardFeed } from '../../runtime/index.js';
+import type { Component, DistributedRuntime } from '../../runtime/index.js';
+import type { EndpointClient } from '../../runtime/index.js';
+import type { Subscription } from '../../runtime/index.js';
+import type { Logger } from '../../runtime/index.js';
 import type { ActiveSequenceUpdate, WorkerActiveLoad } from '../active-sequences.js';
 import { KvRouter, type KvRouterConfig, type RouteDecision, type RouteRequest, type RouteResult, type WorkerCandidate } from '../kv-router.js';
 import type { RecoveryAction } from '../recovery-protocol.js';

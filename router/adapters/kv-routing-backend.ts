@@ -8,9 +8,9 @@
  * a lost one is healed by the core's active-sequence TTL.
  */
 import type { InstanceId } from '../../proto/wire.js';
-import type { DistributedRuntime } from '../../runtime/distributed-runtime.js';
-import type { EndpointClient } from '../../runtime/endpoint-client.js';
-import type { RoutingChoice } from '../../runtime/request-plane/types.js';
+import type { DistributedRuntime } from '../../runtime/index.js';
+import type { EndpointClient } from '../../runtime/index.js';
+import type { RoutingChoice } from '../../runtime/index.js';
 import { KvRouterHub } from './kv-router-hub.js';
 import { ROUTE_ENDPOINT, ROUTER_COMPONENT, type RouteTarget, type RouterAnswer, type RouterCall } from '../../proto/wire.js';
 

@@ -4,8 +4,8 @@
  * `runtime frontend --router-mode kv --router-endpoint router`.
  */
 import { Option, type Command } from 'commander';
-import { intInRange } from '../../runtime/config.js';
-import { addRuntimeOptions, createRuntimeFromOptions, type RuntimeFlags } from '../../runtime/runtime-options.js';
+import { intInRange } from '../../runtime/index.js';
+import { addRuntimeOptions, createRuntimeFromOptions, type RuntimeFlags } from '../../runtime/index.js';
 import { addKvRouterOptions, kvRouterConfigFromFlags, type KvRouterFlags } from './kv-router-options.js';
 import { ROUTE_ENDPOINT, ROUTER_COMPONENT } from '../../proto/wire.js';
 import { startRouterServer } from './router-server.js';

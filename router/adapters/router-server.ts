@@ -3,8 +3,8 @@
  * `KvRouterHub`, so any number of frontends share one view of worker caches and load.
  * Replicas started with replica sync share their bookings over router_sync.
  */
-import type { DistributedRuntime, ServedEndpoint } from '../../runtime/distributed-runtime.js';
-import type { RequestContext } from '../../runtime/request-plane/types.js';
+import type { DistributedRuntime, ServedEndpoint } from '../../runtime/index.js';
+import type { RequestContext } from '../../runtime/index.js';
 import type { KvRouterConfig } from '../kv-router.js';
 import { KvRouterHub, type KvRouterHubOptions } from './kv-router-hub.js';
 import { ROUTE_ENDPOINT, ROUTER_COMPONENT, type RouterAnswer } from '../../proto/wire.js';

@@ -11,7 +11,7 @@
  * - KV events are queued as data; the caller drains them (drainEvents) and numbers them.
  */
 import type { KvEventData, KvStoredBlock } from '../../proto/wire.js';
-import { chainHash, localBlockHashes } from '../../router/hashing.js';
+import { chainHash, localBlockHashes } from '../../router/index.js';
 import type { Sequence } from '../sequence.js';
 import { FreeBlockQueue } from './free-block-queue.js';
 

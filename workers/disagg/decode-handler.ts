@@ -7,7 +7,7 @@
  * released once the request is over.
  */
 import type { InstanceId, PreprocessedRequest, TokenDelta } from '../../proto/wire.js';
-import type { RequestContext } from '../../runtime/request-plane/types.js';
+import type { RequestContext } from '../../runtime/index.js';
 import type { EngineLoop } from '../engine-loop/index.js';
 import type { KvImportService } from './kv-importer.js';
 

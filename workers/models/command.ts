@@ -3,7 +3,7 @@
  * `registerModelCommand(program)` into cli/main.ts; flags also read TANDEM_* via bindEnvironment.
  */
 import type { Command } from 'commander';
-import { intInRange, oneOf } from '../../runtime/config.js';
+import { intInRange, oneOf } from '../../runtime/index.js';
 import { makeTinyModel } from './make-tiny.js';
 import { TINY_ARCHS, type TinyArch } from './tiny-tokenizer.js';
 import type { WeightDtype } from './dtype.js';

@@ -1,7 +1,7 @@
 /** `runtime worker`: flags and start-up of one worker process. */
 import { Option, type Command } from 'commander';
-import { intInRange, numberInRange, oneOf, positiveInt } from '../../runtime/config.js';
-import { addRuntimeOptions, createRuntimeFromOptions, type RuntimeFlags } from '../../runtime/runtime-options.js';
+import { intInRange, numberInRange, oneOf, positiveInt } from '../../runtime/index.js';
+import { addRuntimeOptions, createRuntimeFromOptions, type RuntimeFlags } from '../../runtime/index.js';
 import { DEFAULT_KV_BLOCK_SIZE } from '../models/index.js';
 import { DEFAULT_KV_RELEASE_TIMEOUT_MS, DEFAULT_MOCKER_KV_BYTES_PER_TOKEN, DEFAULT_PULL_TIMEOUT_MS } from '../disagg/index.js';
 import { startWorker, type WorkerOptions } from './worker-process.js';

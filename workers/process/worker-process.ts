@@ -27,11 +27,11 @@ import type {
   WorkerRole,
 } from '../../proto/wire.js';
 import { GENERATE_ENDPOINT, KV_EVENTS_ENDPOINT, KV_RELEASE_ENDPOINT, TOPICS } from '../../proto/wire.js';
-import { modelKey } from '../../runtime/discovery/keys.js';
-import type { DistributedRuntime } from '../../runtime/distributed-runtime.js';
+import { modelKey } from '../../runtime/index.js';
+import type { DistributedRuntime } from '../../runtime/index.js';
 import { ConfigError, TandemError } from '../../runtime/errors.js';
-import type { RequestContext } from '../../runtime/request-plane/types.js';
-import type { EndpointClient } from '../../runtime/endpoint-client.js';
+import type { RequestContext } from '../../runtime/index.js';
+import type { EndpointClient } from '../../runtime/index.js';
 import { EngineLoop, type KvImportJob } from '../engine-loop/index.js';
 import {
   DecodeHandler,

@@ -5,7 +5,7 @@
  */
 import { performance } from 'node:perf_hooks';
 import { fromNativeError, loadAddon, NativeEngineError, type RawEngineHandle, type RawEngineInfo, type RawStepResult } from '../../../native/index.js';
-import type { RawKvLayout } from '../../../native/lib/binding.js';
+import type { RawKvLayout } from '../../../native/index.js';
 import type { Engine, EngineInfo, SampledToken, StepBatch, StepResult } from '../engine.js';
 import { BatchMarshal } from './batch-marshal.js';
 
