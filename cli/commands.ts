@@ -1,4 +1,4 @@
-/** Which module provides each subcommand of DESIGN.md's command line. */
+/** Which module provides each subcommand of docs/design.md's command line. */
 import type { Command } from 'commander';
 import { registerBenchCommand } from '../bench/loadgen/index.js';
 import { registerPlannerCommand } from '../planner/index.js';

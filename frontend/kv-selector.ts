@@ -12,7 +12,7 @@
  * A booking never confirmed within `unconfirmedTimeoutMs` (the HTTP exchange died between
  * prepare and dispatch) is released.
  *
- * Backpressure (DESIGN.md "Router"): when every worker is over its load threshold a request
+ * Backpressure (docs/design.md "Router"): when every worker is over its load threshold a request
  * waits, at most `busyWaitMs` and with at most `maxQueued` waiting, for a booking to end (or
  * for load reports to drop); then it fails with `AllWorkersBusyError` (429 + Retry-After). Each model is routed by the component and block size of
  * its model card, read from the process's card feed (runtime/discovery/model-card-feed.ts).

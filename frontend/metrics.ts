@@ -1,5 +1,5 @@
 /**
- * `tandem_frontend_*` metrics (DESIGN.md "HTTP surface"). Per-model children are cached so the
+ * `tandem_frontend_*` metrics (docs/design.md "HTTP surface"). Per-model children are cached so the
  * per-token path does one map lookup per request, not per token. Inter-token latency is
  * observed for every token, so it is a TokenHistogram (typed-array buckets, one bucket search
  * per worker delta) rather than a prom-client Histogram (a label hash per observation).

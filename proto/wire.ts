@@ -52,7 +52,7 @@ export interface StopOptions {
   minTokens?: number;
 }
 
-/** Prefill → decode hand-off (DESIGN.md "Disaggregation" step 2). */
+/** Prefill → decode hand-off (docs/design.md "Disaggregation" step 2). */
 export interface KvTransferParams {
   prefillInstanceId: InstanceId;
   /** Prefill-side block ids holding the prompt KV, in order. */

@@ -1,5 +1,5 @@
 /**
- * The KV-mode cost of DESIGN.md "Router", per candidate worker:
+ * The KV-mode cost of docs/design.md "Router", per candidate worker:
  *
  *   cost = prefill_load_scale × max(0, new_prefill_blocks − overlap_credit × cached_blocks)
  *        + active_decode_blocks

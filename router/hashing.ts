@@ -1,5 +1,5 @@
 /**
- * Block hashing of DESIGN.md "KV events and block hashing", identical to Dynamo's:
+ * Block hashing of docs/design.md "KV events and block hashing", identical to Dynamo's:
  *   local_hash = XXH3-64(seed 1337, token ids as u32 LE)
  *   seq_hash[0] = local_hash[0]
  *   seq_hash[i] = XXH3-64(seed 1337, u64 LE seq_hash[i-1] ‖ u64 LE local_hash[i])

@@ -67,7 +67,7 @@ export interface RouteRequest {
   seqHashes?: readonly bigint[];
   /** Defaults to tokens.length, else localHashes.length × blockSize. */
   promptTokens?: number;
-  /** Decode leg after a remote prefill: routed with no overlap credit (DESIGN.md step 3). */
+  /** Decode leg after a remote prefill: routed with no overlap credit (docs/design.md step 3). */
   noOverlapCredit?: boolean;
 }
 

@@ -1,5 +1,5 @@
 /**
- * When a worker counts as over its load threshold (DESIGN.md "Router", backpressure). An
+ * When a worker counts as over its load threshold (docs/design.md "Router", backpressure). An
  * overloaded worker is never chosen while some candidate is not; when all are, the router
  * answers "all busy" and the frontend queues (bounded) and then answers 429/503 with
  * Retry-After.

@@ -1,5 +1,5 @@
 /**
- * `RadixIndexer`: the exact prefix index, fed by worker KV events (DESIGN.md "KV events").
+ * `RadixIndexer`: the exact prefix index, fed by worker KV events (docs/design.md "KV events").
  *
  * Two views of the same nodes:
  *   - the prefix tree (`PrefixArena`), edges labelled by local hash under the parent, for

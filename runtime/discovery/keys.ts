@@ -1,4 +1,4 @@
-/** etcd/file key layout of DESIGN.md "Addressing and discovery". */
+/** etcd/file key layout of docs/design.md "Addressing and discovery". */
 import type { InstanceId } from '../../proto/wire.js';
 
 export const DEFAULT_NAMESPACE = 'tandem';

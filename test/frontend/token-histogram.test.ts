@@ -54,7 +54,7 @@ describe('frontend: TokenHistogram', () => {
     expect(await oursText()).toContain(`${NAME}_count{model="m"} 0\n`);
   });
 
-  it('FrontendMetrics registers it under the DESIGN.md name with the model label', async () => {
+  it('FrontendMetrics registers it under the docs/design.md name with the model label', async () => {
     const registry = new Registry();
     const metrics = new FrontendMetrics(registry);
     metrics.forModel('tiny').itl.observeMany(0.0015, 4);

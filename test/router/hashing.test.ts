@@ -51,7 +51,7 @@ const XXH3_VECTORS: Array<[len: number, seed: bigint, hash: bigint]> = [
   [2367, PRIME64, 0xd2db3415b942b42an],
 ];
 
-/** Reference encoding straight from DESIGN.md, independent of hashing.ts's buffers. */
+/** Reference encoding straight from docs/design.md, independent of hashing.ts's buffers. */
 function u32le(values: readonly number[]): Uint8Array {
   const view = new DataView(new ArrayBuffer(values.length * 4));
   values.forEach((v, i) => view.setUint32(i * 4, v, true));
@@ -77,7 +77,7 @@ describe('XXH3-64 library against the published xxHash sanity vectors', () => {
   });
 });
 
-describe('block hashing chain (DESIGN.md "KV events and block hashing")', () => {
+describe('block hashing chain (docs/design.md "KV events and block hashing")', () => {
   const toks = [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 0xffffffff, 11];
 
   it('local hash is XXH3(seed 1337) of the block tokens as u32 little-endian', () => {

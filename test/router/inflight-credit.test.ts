@@ -6,7 +6,7 @@
  *
  *   cached_blocks = max(indexed overlap, in-flight overlap)
  *
- * in the unchanged DESIGN.md cost
+ * in the unchanged docs/design.md cost
  *   cost = prefill_load_scale × max(0, new_prefill_blocks − overlap_credit × cached_blocks) + active_decode_blocks
  *
  * Worked example (block_size 16, scale 1, credit 1). Every prompt is 8 blocks: a 6-block shared

@@ -1,5 +1,5 @@
 /**
- * Selection as documentation. Every example uses block_size 16 and the DESIGN.md cost
+ * Selection as documentation. Every example uses block_size 16 and the docs/design.md cost
  *   cost = prefill_load_scale × max(0, new_prefill_blocks − overlap_credit × cached_blocks) + active_decode_blocks
  * with new_prefill_blocks = request_blocks + the worker's pending prefill blocks.
  */

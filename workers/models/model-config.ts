@@ -8,7 +8,7 @@ import { readFile } from 'node:fs/promises';
 import { basename, dirname, join } from 'node:path';
 import { ModelFormatError } from './errors.js';
 
-/** Tokens per KV block unless the worker is told otherwise (DESIGN.md). */
+/** Tokens per KV block unless the worker is told otherwise (docs/design.md). */
 export const DEFAULT_KV_BLOCK_SIZE = 16;
 
 export interface RopeScaling {

@@ -18,7 +18,7 @@ export interface NativeEngineOptions {
   numBlocks?: number;
   /** KV pool size as a byte budget, when numBlocks is not given. */
   memoryBudgetBytes?: number;
-  /** Tokens per KV block (default 16, DESIGN.md). */
+  /** Tokens per KV block (default 16, docs/design.md). */
   blockSize?: number;
   /** Host compute threads (default: all cores). */
   threads?: number;
