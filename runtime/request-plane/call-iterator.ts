@@ -7,20 +7,34 @@
  * `highWaterBatches` batches wait unread the call is paused, so grpc-js stops reading HTTP/2 and
  * the server's flow control holds the producer back.
  *
- * An abort (caller's signal) fails the iterator at once, even with items buffered; a server error
- * is raised after the items that preceded it; a consumer that stops early (return()) cancels.
+ * An abort (caller's signal) fails the iterator at once, even with items buffered, and cancels
+ * the call; a server error is raised after the items that preceded it.
  *
- * That cancel waits RETURN_GRACE_MS for the server's own end first. Consumers commonly stop on
- * the final item (a finish reason) a moment before the call's status arrives; cancelling those
- * calls at once would send an HTTP/2 RST_STREAM per request, and the peer's rapid-reset guard
- * (nghttp2: a burst of 1000, then 33/s) closes the whole shared connection under load.
+ * A consumer that stops early (return()) cancels only on evidence that the server goes on:
+ * consumers commonly stop on the final item (a finish reason) a moment before the call's status
+ * arrives, and under load that moment is often longer than any fixed grace. Cancelling those
+ * calls sent one HTTP/2 RST_STREAM per request, and the peer's rapid-reset guard (nghttp2: a
+ * burst of 1000, then 33/s per connection) closed the whole connection with every stream on it
+ * (issue 12, fault 4). So after return() the call is read and discarded: more data means the
+ * server is still producing, and it is cancelled then; its end means nothing was owed; a server
+ * that sends neither for `lingerMs` (a handler parked on a wait) is cancelled then.
+ *
+ * Cancels go through `cancel` (the channel pool's reset budget). When it refuses, the call is
+ * read and dropped, and the cancel is tried again on the next item or after another linger
+ * (the budget refills): slower to free the server, but the connection survives.
  */
 import type { ClientReadableStream, ServiceError } from '@grpc/grpc-js';
 import { CancelledError, TandemError } from '../errors.js';
 import { fromServiceError } from './wire-errors.js';
 
 const EMPTY: unknown[] = [];
-const RETURN_GRACE_MS = 50;
+/** How long a call the consumer left may stay silent before it is cancelled anyway (default). */
+export const RETURN_LINGER_MS = 1_000;
+
+const cancelDirectly = (call: ClientReadableStream<unknown[]>): boolean => {
+  call.cancel();
+  return true;
+};
 
 export interface CallIteratorOptions {
   address: string;
@@ -29,6 +43,10 @@ export interface CallIteratorOptions {
   /** Yield whole batches (subscribe streams) instead of items. */
   batches?: boolean;
   highWaterBatches?: number;
+  /** After return(), how long a silent call waits for its end before it is cancelled (default RETURN_LINGER_MS). */
+  lingerMs?: number;
+  /** Send the RST_STREAM; false when the connection cannot afford it (default: always cancel). */
+  cancel?: (call: ClientReadableStream<unknown[]>) => boolean;
 }
 
 type Waiter = { resolve: (result: IteratorResult<unknown>) => void; reject: (err: unknown) => void };
@@ -39,18 +57,36 @@ export class CallIterator<T> implements AsyncIterableIterator<T> {
   private index = 0;
   private readonly queue: unknown[][] = [];
   private queueHead = 0;
+  /** No more data will come: the stream ended or failed. */
   private ended = false;
+  /** The call's status arrived (before buffered data is read, possibly): nothing left to cancel. */
+  private statusReceived = false;
   private failure: TandemError | undefined;
   private aborted: TandemError | undefined;
   private finished = false;
-  private returned = false;
+  /** The consumer wants nothing more: data is dropped, and the call is cancelled or drained. */
+  private discarding = false;
+  private cancelSent = false;
+  private lingerTimer: NodeJS.Timeout | undefined;
   private paused = false;
   private waiter: Waiter | undefined;
   private readonly highWater: number;
   private readonly onAbort = (): void => {
     this.aborted = new CancelledError('call cancelled by caller', { cause: this.options.signal?.reason });
-    this.call?.cancel();
+    this.stopReading();
+    this.cancelCall();
     this.settle();
+  };
+  private readonly cancelCall = (): void => {
+    const call = this.call;
+    if (call === undefined || this.statusReceived || this.cancelSent) return;
+    if (this.lingerTimer !== undefined) clearTimeout(this.lingerTimer);
+    this.cancelSent = (this.options.cancel ?? cancelDirectly)(call);
+    if (!this.cancelSent) {
+      // Refused: keep reading and dropping; try again on the next item or after another linger.
+      this.lingerTimer = setTimeout(this.cancelCall, this.options.lingerMs ?? RETURN_LINGER_MS);
+      this.lingerTimer.unref();
+    }
   };
 
   constructor(
@@ -88,20 +124,27 @@ export class CallIterator<T> implements AsyncIterableIterator<T> {
   }
 
   return(): Promise<IteratorResult<T>> {
-    const call = this.call;
-    this.returned = true;
-    if (call !== undefined && !this.ended && this.failure === undefined && this.aborted === undefined) {
-      // Let a call that is about to end do so; cancel only one the server keeps going.
-      if (this.paused) call.resume();
-      const timer = setTimeout(() => {
-        if (!this.ended && this.failure === undefined) call.cancel();
-      }, RETURN_GRACE_MS);
-      timer.unref();
+    if (this.call !== undefined && this.failure === undefined && this.aborted === undefined && !this.discarding) {
+      this.stopReading();
+      // Wait for evidence (see the file comment): more data cancels at once, the end cancels nothing.
+      if (!this.statusReceived) {
+        this.lingerTimer = setTimeout(this.cancelCall, this.options.lingerMs ?? RETURN_LINGER_MS);
+        this.lingerTimer.unref();
+      }
     }
     this.queue.length = 0;
     this.queueHead = 0;
     this.finish();
     return Promise.resolve({ value: undefined, done: true });
+  }
+
+  /** From now on drop what arrives, and keep grpc-js reading so the call can reach its end. */
+  private stopReading(): void {
+    this.discarding = true;
+    if (this.paused) {
+      this.paused = false;
+      this.call?.resume();
+    }
   }
 
   private start(): TandemError | undefined {
@@ -120,7 +163,11 @@ export class CallIterator<T> implements AsyncIterableIterator<T> {
     this.call = call;
     signal?.addEventListener('abort', this.onAbort, { once: true });
     call.on('data', (batch: unknown[]) => {
-      if (this.returned) return;
+      if (this.discarding) {
+        // The consumer left, yet the server is still producing: it was not about to end.
+        this.cancelCall();
+        return;
+      }
       this.queue.push(batch);
       if (!this.paused && this.queue.length - this.queueHead >= this.highWater) {
         this.paused = true;
@@ -129,6 +176,7 @@ export class CallIterator<T> implements AsyncIterableIterator<T> {
       this.settle();
     });
     call.on('error', (err: Partial<ServiceError>) => {
+      this.ended = true;
       if (this.aborted) return;
       const typed = fromServiceError(err);
       if (typed.code === 'deadline_exceeded' && this.options.timeoutMs !== undefined) {
@@ -140,6 +188,10 @@ export class CallIterator<T> implements AsyncIterableIterator<T> {
     call.on('end', () => {
       this.ended = true;
       this.settle();
+    });
+    call.once('status', () => {
+      this.statusReceived = true;
+      if (this.lingerTimer !== undefined) clearTimeout(this.lingerTimer);
     });
     return undefined;
   }

@@ -1,13 +1,16 @@
 /**
  * GrpcRequestPlaneClient: dials instances' gRPC servers and streams handler items back.
- * One channel per address, cached and shared by every call to it. Each response message may
+ * A small pool of channels (HTTP/2 connections) per address, opened as concurrency needs them
+ * and spending cancels within what the peer's rapid-reset guard allows (channel-pool.ts). Each response message may
  * carry several items (the server coalesces when it is ahead); the iterator yields them one by
  * one. grpc-js stops reading from HTTP/2 while our consumer is behind, so a slow consumer
  * pushes back on the server instead of queueing here.
  */
 import { randomBytes } from 'node:crypto';
-import { Client, credentials, Metadata } from '@grpc/grpc-js';
+import { Metadata, type ChannelOptions, type ClientReadableStream } from '@grpc/grpc-js';
 import { CallIterator } from './call-iterator.js';
+import { ChannelPool, DEFAULT_CHANNELS_PER_ADDRESS, DEFAULT_STREAMS_PER_CHANNEL, type ChannelStats } from './channel-pool.js';
+import type { ResetBudgetLimits } from './reset-budget.js';
 import { packr } from './codec.js';
 import { DEFAULT_MAX_MESSAGE_BYTES, GENERATE_METHOD, SUBSCRIBE_METHOD } from './service.js';
 import type { CallOptions, CallTarget, RequestPlaneClient } from './types.js';
@@ -28,32 +31,65 @@ export interface GrpcClientOptions {
   maxMessageBytes?: number;
   /** HTTP/2 keepalive ping interval, so a dead peer fails streams instead of hanging them (default 10 s; 0 = off). */
   keepaliveMs?: number;
+  /** Most connections per address (default 4). */
+  channelsPerAddress?: number;
+  /** Open another connection to an address once each carries this many streams (default 64). */
+  streamsPerChannel?: number;
+  /**
+   * The servers' rapid-reset limits (default nghttp2's: 1000, then 33/s). Raise them only for
+   * servers configured with larger ones; tests lower or lift them to provoke the guard.
+   */
+  resetLimits?: ResetBudgetLimits;
+  /** How long a call whose consumer stopped may stay silent before it is cancelled (default 1 s). */
+  returnLingerMs?: number;
 }
 
 export class GrpcRequestPlaneClient implements RequestPlaneClient {
-  private readonly channels = new Map<string, Client>();
-  private readonly maxMessageBytes: number;
-  private readonly keepaliveMs: number;
+  private readonly pools = new Map<string, ChannelPool>();
+  private readonly channelOptions: ChannelOptions;
+  private readonly channelsPerAddress: number;
+  private readonly streamsPerChannel: number;
+  private readonly resetLimits: ResetBudgetLimits | undefined;
+  private readonly lingerMs: number | undefined;
 
   constructor(options: GrpcClientOptions = {}) {
-    this.maxMessageBytes = options.maxMessageBytes ?? DEFAULT_MAX_MESSAGE_BYTES;
-    this.keepaliveMs = options.keepaliveMs ?? 10_000;
+    const maxMessageBytes = options.maxMessageBytes ?? DEFAULT_MAX_MESSAGE_BYTES;
+    const keepaliveMs = options.keepaliveMs ?? 10_000;
+    this.channelsPerAddress = options.channelsPerAddress ?? DEFAULT_CHANNELS_PER_ADDRESS;
+    this.streamsPerChannel = options.streamsPerChannel ?? DEFAULT_STREAMS_PER_CHANNEL;
+    this.resetLimits = options.resetLimits;
+    this.lingerMs = options.returnLingerMs;
+    this.channelOptions = {
+      'grpc.max_receive_message_length': maxMessageBytes,
+      'grpc.max_send_message_length': maxMessageBytes,
+      'grpc.enable_channelz': 0,
+      ...(keepaliveMs > 0 ? { 'grpc.keepalive_time_ms': keepaliveMs, 'grpc.keepalive_timeout_ms': 5_000, 'grpc.keepalive_permit_without_calls': 1 } : {}),
+    };
   }
 
   call<Req, Resp>(target: CallTarget, request: Req, options: CallOptions = {}): AsyncIterable<Resp> {
+    const pool = this.pool(target.address);
     return new CallIterator<Resp>(
       () => {
         const wire = { path: target.path, requestId: options.requestId ?? nextRequestId(), payload: packr.pack(request) };
-        return this.channel(target.address).makeServerStreamRequest(
-          GENERATE_METHOD.path,
-          GENERATE_METHOD.requestSerialize,
-          GENERATE_METHOD.responseDeserialize,
-          wire,
-          new Metadata(),
-          options.timeoutMs !== undefined ? { deadline: Date.now() + options.timeoutMs } : NO_CALL_OPTIONS,
+        return pool.open((client) =>
+          client.makeServerStreamRequest(
+            GENERATE_METHOD.path,
+            GENERATE_METHOD.requestSerialize,
+            GENERATE_METHOD.responseDeserialize,
+            wire,
+            new Metadata(),
+            options.timeoutMs !== undefined ? { deadline: Date.now() + options.timeoutMs } : NO_CALL_OPTIONS,
+          ),
         );
       },
-      { address: target.address, ...(options.signal ? { signal: options.signal } : {}), ...(options.timeoutMs !== undefined ? { timeoutMs: options.timeoutMs } : {}) },
+      {
+        address: target.address,
+        cancel: pool.cancelCall,
+        ...(this.lingerMs !== undefined ? { lingerMs: this.lingerMs } : {}),
+        ...(options.signal ? { signal: options.signal } : {}),
+        ...(options.timeoutMs !== undefined ? { timeoutMs: options.timeoutMs } : {}),
+      },
     );
   }
 
@@ -62,43 +98,52 @@ export class GrpcRequestPlaneClient implements RequestPlaneClient {
    * batch the server sends once the subscription is live.
    */
   subscribe(address: string, topic: string, signal?: AbortSignal): AsyncIterable<unknown[]> {
+    const pool = this.pool(address);
     return new CallIterator<unknown[]>(
       () =>
-        this.channel(address).makeServerStreamRequest(
-          SUBSCRIBE_METHOD.path,
-          SUBSCRIBE_METHOD.requestSerialize,
-          SUBSCRIBE_METHOD.responseDeserialize,
-          topic,
-          new Metadata(),
-          NO_CALL_OPTIONS,
+        pool.open(
+          (client) =>
+            client.makeServerStreamRequest(
+              SUBSCRIBE_METHOD.path,
+              SUBSCRIBE_METHOD.requestSerialize,
+              SUBSCRIBE_METHOD.responseDeserialize,
+              topic,
+              new Metadata(),
+              NO_CALL_OPTIONS,
+            ) as ClientReadableStream<unknown[]>,
         ),
-      { address, batches: true, ...(signal ? { signal } : {}) },
+      { address, batches: true, cancel: pool.cancelCall, ...(signal ? { signal } : {}) },
     );
   }
 
-  /** Number of cached channels (one per address dialled). */
+  /** Open channels (connections) over every address dialled. */
   get channelCount(): number {
-    return this.channels.size;
+    let count = 0;
+    for (const pool of this.pools.values()) count += pool.channelCount;
+    return count;
+  }
+
+  /** Per-connection load and reset budget for one address (empty when never dialled). */
+  channelStats(address: string): ChannelStats[] {
+    return this.pools.get(address)?.stats() ?? [];
   }
 
   close(): void {
-    for (const client of this.channels.values()) client.close();
-    this.channels.clear();
+    for (const pool of this.pools.values()) pool.close();
+    this.pools.clear();
   }
 
-  private channel(address: string): Client {
-    let client = this.channels.get(address);
-    if (!client) {
-      client = new Client(address, credentials.createInsecure(), {
-        'grpc.max_receive_message_length': this.maxMessageBytes,
-        'grpc.max_send_message_length': this.maxMessageBytes,
-        'grpc.enable_channelz': 0,
-        ...(this.keepaliveMs > 0
-          ? { 'grpc.keepalive_time_ms': this.keepaliveMs, 'grpc.keepalive_timeout_ms': 5_000, 'grpc.keepalive_permit_without_calls': 1 }
-          : {}),
+  private pool(address: string): ChannelPool {
+    let pool = this.pools.get(address);
+    if (!pool) {
+      pool = new ChannelPool(address, {
+        maxChannels: this.channelsPerAddress,
+        streamsPerChannel: this.streamsPerChannel,
+        channelOptions: this.channelOptions,
+        ...(this.resetLimits ? { resetLimits: this.resetLimits } : {}),
       });
-      this.channels.set(address, client);
+      this.pools.set(address, pool);
     }
-    return client;
+    return pool;
   }
 }

@@ -59,10 +59,25 @@ export function toServiceError(err: TandemError): Partial<StatusObject> & { code
   return { code: GRPC_STATUS_FOR_CODE[err.code], details: err.message, metadata };
 }
 
+/**
+ * grpc-js reports a stream that its HTTP/2 connection killed as INTERNAL: "Received RST_STREAM
+ * with code 2 triggered by internal client error: Session closed with error code 2" when the
+ * peer sent GOAWAY(INTERNAL_ERROR), "... (Call ended without gRPC status)" when the stream just
+ * stopped. Neither came from a handler (our server tags every status it sends), and neither
+ * says anything about the request: the call may be sent again, so they are `unavailable`,
+ * which callers retry on another instance (before the first item) or migrate (after it).
+ */
+const TRANSPORT_FAILURE = /RST_STREAM|Session closed|GOAWAY/;
+
+function isTransportFailure(err: Partial<ServiceError> & { rstCode?: unknown }): boolean {
+  if (err.code !== GrpcStatus.INTERNAL) return false;
+  return typeof err.rstCode === 'number' || TRANSPORT_FAILURE.test(err.details ?? err.message ?? '');
+}
+
 /** Client side: rebuild the typed error from a gRPC failure. */
 export function fromServiceError(err: Partial<ServiceError>): TandemError {
   const tagged = err.metadata?.get(ERROR_CODE_METADATA_KEY)[0];
-  const code = typeof tagged === 'string' ? tagged : codeForGrpcStatus(err.code ?? GrpcStatus.UNKNOWN);
+  const code = typeof tagged === 'string' ? tagged : isTransportFailure(err) ? 'unavailable' : codeForGrpcStatus(err.code ?? GrpcStatus.UNKNOWN);
   const message = err.details ?? err.message ?? 'request plane error';
   const rebuilt = errorFromWire(code, message);
   return rebuilt;
