@@ -10,7 +10,9 @@ import { join } from 'node:path';
 import { Option, type Command } from 'commander';
 import { nonNegativeInt, oneOf, parsePort } from '../runtime/index.js';
 import { ConfigError } from '../runtime/errors.js';
-import { DEFAULT_RESTART_POLICY, Supervisor, recordWithMsg, runtimeCommand, type RestartPolicy } from '../runtime/index.js';
+import { DistributedRuntime, DEFAULT_NAMESPACE, etcdEndpointsFromEnv, natsServerFromEnv } from '../runtime/index.js';
+import { LocalConnector, buildConfig, loadPlannerPerf, readPlannerConfigFile, startLivePlanner, type LivePlanner, type LocalWorker, type PlannerConfig, type PoolName } from '../planner/index.js';
+import { DEFAULT_RESTART_POLICY, Supervisor, recordWithMsg, runtimeCommand, type RestartPolicy} from '../runtime/index.js';
 import { resolveModel } from '../workers/index.js';
 
 interface UpFlags {
@@ -34,6 +36,32 @@ interface UpFlags {
   kvBytesPerToken?: string;
   kvReleaseTimeout?: string;
   logLevel: string;
+  planner?: 'load' | 'sla';
+  maxWorkers?: number;
+  minWorkers: number;
+  plannerInterval: number;
+  plannerConfig?: string;
+  plannerProfile?: string;
+}
+
+/**
+ * `--planner`: the pools the workers were started in, bounded by --min-workers / --max-workers,
+ * with `up`'s own pacing (a config file, when given, sets everything else). Validated before any
+ * process starts, so a bad value is exit 2 with nothing to clean up.
+ */
+async function upPlannerConfig(flags: UpFlags): Promise<PlannerConfig | undefined> {
+  if (flags.planner === undefined) return undefined;
+  if (flags.maxWorkers === undefined) throw new ConfigError('--planner needs --max-workers N (the total worker budget)');
+  const disagg = flags.prefill + flags.decode > 0;
+  const raw = flags.plannerConfig !== undefined ? await readPlannerConfigFile(flags.plannerConfig) : undefined;
+  const c = buildConfig({ mode: flags.planner, interval: flags.plannerInterval, minWorkers: flags.minWorkers, maxWorkers: flags.maxWorkers, topology: disagg ? 'disagg' : 'agg' }, raw);
+  if (flags.plannerConfig === undefined) {
+    // One machine: react within a few intervals (the cluster defaults wait minutes).
+    c.cooldownDownS = 5 * c.intervalS;
+    c.scaleDownIntervals = 3;
+    c.pendingTimeoutS = Math.max(60, 10 * c.intervalS);
+  }
+  return c;
 }
 
 /** Restart a crashed child after 0.5 s, 1 s, 2 s, … at most 30 s; a 30 s run resets the backoff. */
@@ -91,6 +119,12 @@ export function registerUpCommand(program: Command): void {
     .option('--kv-bytes-per-token <bytes>', 'prefill/decode with the mocker: KV bytes per token of its host pool (131072 = 8B-shaped)')
     .option('--kv-release-timeout <seconds>', 'prefill: free pinned KV blocks no decode worker released after this long')
     .option('--log-level <level>', 'log level of the children', 'info')
+    .addOption(new Option('--planner <mode>', 'run the planner in-process (local connector): load | sla').argParser(oneOf(['load', 'sla'] as const)))
+    .addOption(new Option('--max-workers <n>', 'planner: total workers over all pools (also each pool\'s max)').argParser(nonNegativeInt))
+    .addOption(new Option('--min-workers <n>', 'planner: minimum workers per pool').argParser(nonNegativeInt).default(1))
+    .addOption(new Option('--planner-interval <seconds>', 'planner: seconds between decisions').argParser(Number).default(10))
+    .option('--planner-config <file>', 'planner: config file (YAML or JSON, see docs/planner.md); the flags above override it')
+    .option('--planner-profile <file>', 'planner, sla mode: perf profile JSON (default: the polynomial model)')
     .allowUnknownOption(true)
     .allowExcessArguments(true)
     .addHelpText(
@@ -102,14 +136,23 @@ export function registerUpCommand(program: Command): void {
       flags.workers ??= flags.prefill + flags.decode > 0 ? 0 : 2;
       if (flags.workers + flags.prefill + flags.decode === 0) throw new ConfigError('runtime up needs at least one worker (--workers, --prefill or --decode)');
       if (flags.prefill > 0 && flags.decode === 0) throw new ConfigError('--prefill needs --decode workers too');
-      await runUp(flags, cmd.args);
+      const plannerConfig = await upPlannerConfig(flags);
+      const perf = plannerConfig ? await loadPlannerPerf(flags.plannerProfile) : undefined;
+      await runUp(flags, cmd.args, plannerConfig && perf ? { config: plannerConfig, perf } : undefined);
     });
 }
 
-async function runUp(flags: UpFlags, frontendExtra: string[]): Promise<void> {
+/** pino's level names and numbers. */
+const PINO_LEVELS: Record<string, number> = { trace: 10, debug: 20, info: 30, warn: 40, error: 50, fatal: 60, silent: 100 };
+
+async function runUp(flags: UpFlags, frontendExtra: string[], plan?: { config: PlannerConfig; perf: Awaited<ReturnType<typeof loadPlannerPerf>> }): Promise<void> {
   const modelDir = await resolveModel(flags.model, (dir) => process.stderr.write(`runtime up: generating the tiny model in ${dir}\n`));
   const discoveryDir = mkdtempSync(join(tmpdir(), 'tandem-up-'));
-  const common = ['--discovery', flags.discovery, '--event-plane', flags.eventPlane, '--log-level', flags.logLevel];
+  // Children log at info at least: `up` waits on their info-level start-up records, and shows only
+  // the lines at the asked level (a quieter --log-level must not hide "worker ready" from `up`).
+  const shownLevel = PINO_LEVELS[flags.logLevel] ?? 30;
+  const childLevel = shownLevel > 30 ? 'info' : flags.logLevel;
+  const common = ['--discovery', flags.discovery, '--event-plane', flags.eventPlane, '--log-level', childLevel];
   if (flags.discovery === 'file') common.push('--discovery-dir', discoveryDir);
   const workerFlags = ['--engine', flags.engine, '--model', modelDir];
   const passthrough: Array<[keyof UpFlags, string]> = [
@@ -146,14 +189,20 @@ async function runUp(flags: UpFlags, frontendExtra: string[]): Promise<void> {
   // Own process group (detached): a terminal's Ctrl-C reaches only `up`, which stops each child
   // once (in the terminal's group a child would get SIGINT and then our SIGTERM: a second signal, no drain).
   const start = (name: string, args: string[]) =>
-    supervisor.start({ name, ...runtimeCommand(args), detached: true, log: { stderrPrefix: true }, stopGraceMs: graceMs, restart: UP_RESTART_POLICY });
+    supervisor.start({ name, ...runtimeCommand(args), detached: true, log: { stderrPrefix: true, stderrMinLevel: shownLevel }, stopGraceMs: graceMs, restart: UP_RESTART_POLICY });
 
   const workerNames: string[] = [];
+  let planner: { live: LivePlanner; runtime: DistributedRuntime } | undefined;
   let stopping: Promise<void> | undefined;
   const stopAll = (code: number): Promise<void> =>
     (stopping ??= (async () => {
       phase = 'stopping';
       say('stopping');
+      // The planner first: nothing may start or stop workers behind the shutdown.
+      if (planner) {
+        await planner.live.stop().catch(() => undefined);
+        await planner.runtime.shutdown().catch(() => undefined);
+      }
       // The frontend first: it stops taking requests and lets in-flight streams finish on the
       // workers, which must still be there. Then the workers, which by now have nothing in flight.
       await supervisor.stop(['frontend']);
@@ -181,13 +230,16 @@ async function runUp(flags: UpFlags, frontendExtra: string[]): Promise<void> {
     ['prefill', flags.prefill],
     ['decode', flags.decode],
   ];
-  const workers = [];
+  const workers: Array<ReturnType<typeof start>> = [];
+  const initial: Partial<Record<PoolName, LocalWorker[]>> = {};
+  const startWorker = (pool: string, name: string): LocalWorker => {
+    workerNames.push(name);
+    const child = start(name, ['worker', ...common, ...workerFlags, '--mode', pool]);
+    workers.push(child);
+    return { name, stop: () => child.stop() };
+  };
   for (const [mode, count] of roles) {
-    for (let i = 0; i < count; i++) {
-      const name = `${mode}-${i}`;
-      workerNames.push(name);
-      workers.push(start(name, ['worker', ...common, ...workerFlags, '--mode', mode]));
-    }
+    for (let i = 0; i < count; i++) (initial[mode as PoolName] ??= []).push(startWorker(mode, `${mode}-${i}`));
   }
 
   const configuredUrl = `http://${flags.host === '0.0.0.0' ? '127.0.0.1' : flags.host}:${flags.httpPort}`;
@@ -230,6 +282,31 @@ async function runUp(flags: UpFlags, frontendExtra: string[]): Promise<void> {
         '',
       ].join('\n'),
     );
+    if (plan) {
+      const runtime = await DistributedRuntime.create({
+        name: 'planner',
+        discovery: flags.discovery,
+        ...(flags.discovery === 'file' ? { discoveryDir } : {}),
+        ...(flags.discovery === 'etcd' ? { etcdEndpoints: etcdEndpointsFromEnv() } : {}),
+        eventPlane: flags.eventPlane,
+        ...(flags.eventPlane === 'nats' ? { natsServer: natsServerFromEnv() } : {}),
+        logLevel: flags.logLevel,
+        manageProcess: false,
+      });
+      // A worker the planner stops drains (SIGTERM: leave discovery, finish streams, exit).
+      const connector = new LocalConnector((pool, name) => startWorker(pool, name), initial, (msg, f) => say(`planner: ${msg} ${f.name} (${f.pool}, ${f.rule})`));
+      const live = await startLivePlanner({
+        config: plan.config,
+        perf: plan.perf,
+        runtime,
+        namespace: DEFAULT_NAMESPACE,
+        connector,
+        frontendMetricsUrl: `${url}/metrics`,
+        log: (level, msg, f) => say(`${msg} ${JSON.stringify(f)}`),
+      });
+      planner = { live, runtime };
+      say(`planner: ${plan.config.mode} mode every ${plan.config.intervalS} s, pools ${Object.entries(plan.config.pools).map(([p, b]) => `${p} ${b!.min}..${b!.max}`).join(', ')}, budget ${plan.config.maxWorkers ?? 'none'}`);
+    }
   } catch (err) {
     say((err as Error).message);
     await stopAll(1);

@@ -1,8 +1,10 @@
 /**
  * `runtime planner` and `runtime planner simulate`.
  *
- * Live mode (`runtime planner --config FILE`) needs the connectors (local, virtual, kubernetes)
- * and the live observation source, which are not built yet: it says so and exits 2.
+ * Live mode (`runtime planner --config FILE`): observes the workers' `load_metrics` on the event
+ * plane and the frontend's /metrics, decides every interval, and applies decisions through the
+ * kubernetes or virtual connector (the local one lives in `runtime up --planner`). Every config
+ * field is also a flag and a TANDEM_* variable (cli/main.ts binds them).
  * `simulate` replays a trace (a Mooncake JSONL file, or a synthetic day) through the fleet
  * simulator with the policy core, and compares the planner with static peak and static average
  * provisioning. Bad configuration (unknown pool, min > max, a negative interval, an unreadable
@@ -11,7 +13,11 @@
 import { Command, Option } from 'commander';
 import { readFileSync, writeFileSync } from 'node:fs';
 import { loadPerfProfile, PerfProfileError, PolynomialPerfModel, type PerfModel } from '../perf-model/index.js';
-import { ConfigError, intInRange, numberInRange, positiveInt } from '../runtime/index.js';
+import { addRuntimeOptions, ConfigError, createRuntimeFromOptions, intInRange, numberInRange, positiveInt, type RuntimeFlags } from '../runtime/index.js';
+import { KubernetesConnector } from './connectors/kubernetes.js';
+import { VirtualConnector } from './connectors/virtual.js';
+import { startLivePlanner } from './live/live-planner.js';
+import type { PoolConnector } from './policy/connector.js';
 import { PREDICTOR_NAMES, type PredictorName } from './predictors/index.js';
 import { defaultPlannerConfig, parsePlannerConfig, type PlannerConfig } from './policy/config.js';
 import { compareProvisioning, formatComparison, plannerLabel, type Comparison } from './simulator/compare.js';
@@ -20,9 +26,23 @@ import { DEFAULT_SYNTHETIC, SYNTHETIC_SHAPES, syntheticTrace, type SyntheticShap
 import { readTraceBins } from './simulator/trace-file.js';
 import { summarizeTrace, type TraceBins } from './simulator/trace.js';
 
-export const LIVE_NOT_BUILT =
-  'runtime planner: live mode is not built yet: the local, virtual and kubernetes connectors and the live metrics source come with the rest of issue 13. ' +
-  'The policy core and the simulator are here: try `runtime planner simulate --synthetic diurnal-bursty`.';
+interface LiveFlags extends RuntimeFlags {
+  config?: string;
+  connector: 'kubernetes' | 'virtual';
+  k8sNamespace: string;
+  ackTimeout: number;
+  frontendMetricsUrl?: string;
+  profile?: string;
+  mode?: 'sla' | 'load';
+  topology?: 'agg' | 'disagg';
+  predictor?: PredictorName;
+  ttftMs?: number;
+  itlMs?: number;
+  interval?: number;
+  minWorkers?: number;
+  maxWorkers?: number;
+  kvCapacityTokens?: number;
+}
 
 interface SimulateFlags {
   profile?: string;
@@ -57,14 +77,26 @@ const positive = numberInRange(Number.MIN_VALUE);
 export function registerPlannerCommand(program: Command): Command {
   const planner = program
     .command('planner')
-    .description('SLA planner: scales the agg or prefill/decode pools (live mode: not built yet; `simulate` works)')
-    .option('--config <file>', 'planner config (JSON) for live mode')
+    .description('SLA planner: scales the agg or prefill/decode pools through the kubernetes or virtual connector; `simulate` replays a trace')
+    .option('--config <file>', 'planner config (YAML or JSON, see docs/planner.md); the flags below override it')
+    .addOption(new Option('--connector <kind>', 'who carries out decisions').choices(['kubernetes', 'virtual']).default('kubernetes'))
+    .option('--k8s-namespace <ns>', 'kubernetes: namespace of the pool Deployments', 'default')
+    .option('--ack-timeout <s>', 'virtual: seconds to wait for an executor to acknowledge a decision', positive, 30)
+    .option('--frontend-metrics-url <url>', "the frontend's Prometheus /metrics URL (traffic, TTFT, ITL; needed by sla mode)")
+    .option('--profile <file>', 'perf profile JSON for sla mode (default: the polynomial model)')
+    .addOption(new Option('--mode <mode>', 'scaling policy (default sla)').choices(['sla', 'load']))
+    .addOption(new Option('--topology <t>', 'pools: agg, or prefill + decode (default disagg)').choices(['agg', 'disagg']))
+    .addOption(new Option('--predictor <name>', 'rate/ISL/OSL predictor (default kalman)').choices(PREDICTOR_NAMES))
+    .option('--ttft-ms <ms>', 'TTFT target (default 500)', positive)
+    .option('--itl-ms <ms>', 'ITL target (default 30)', positive)
+    .option('--interval <s>', 'seconds between planner decisions (default 60)', numberInRange(-Infinity))
+    .option('--min-workers <n>', 'minimum workers per pool (default 1)', intInRange(0))
+    .option('--max-workers <n>', "total worker budget over all pools; also each pool's max", positiveInt)
+    .option('--kv-capacity-tokens <n>', 'KV capacity of one worker in tokens (default 131072)', positiveInt)
     .enablePositionalOptions()
     .allowExcessArguments(true)
-    .action(() => {
-      process.stderr.write(`${LIVE_NOT_BUILT}\n`);
-      process.exit(2);
-    });
+    .action(async (f: LiveFlags) => runLive(f));
+  addRuntimeOptions(planner);
 
   const d = DEFAULT_SYNTHETIC;
   planner
@@ -96,7 +128,7 @@ export function registerPlannerCommand(program: Command): Command {
     .option('--json <file>', 'write the reports (and timelines) as JSON')
     .option('--decisions <file>', 'write every planner decision as JSONL')
     .action(async (f: SimulateFlags) => {
-      const perf = await loadPerf(f.profile);
+      const perf = await loadPlannerPerf(f.profile);
       const config = buildConfig(f);
       const trace = loadTrace(f);
       const keepDecisions = f.decisions !== undefined;
@@ -119,13 +151,51 @@ export function registerPlannerCommand(program: Command): Command {
   return planner;
 }
 
+async function runLive(f: LiveFlags): Promise<void> {
+  const raw = f.config !== undefined ? await readPlannerConfigFile(f.config) : undefined;
+  const config = buildConfig(f, raw);
+  if (config.mode === 'sla' && f.frontendMetricsUrl === undefined) throw new ConfigError('sla mode needs --frontend-metrics-url (the frontend /metrics it sizes from)');
+  const perf = await loadPlannerPerf(f.profile);
+  const runtime = await createRuntimeFromOptions(f, 'planner');
+  const log = runtime.logger.child({ component: 'planner' });
+  let connector: PoolConnector;
+  if (f.connector === 'kubernetes') connector = await KubernetesConnector.create({ namespace: f.k8sNamespace, log: (msg, fields) => log.info(fields, msg) });
+  else {
+    const initial = Object.fromEntries(Object.entries(config.pools).map(([p, b]) => [p, b!.min]));
+    connector = new VirtualConnector({ discovery: runtime.discovery, namespace: f.namespace, initial, ackTimeoutMs: f.ackTimeout * 1000 });
+  }
+  const live = await startLivePlanner({ config, perf, runtime, namespace: f.namespace, connector, ...(f.frontendMetricsUrl ? { frontendMetricsUrl: f.frontendMetricsUrl } : {}), log: (level, msg, fields) => log[level](fields, msg) });
+  runtime.onShutdown(() => live.stop());
+  log.info({ mode: config.mode, connector: f.connector, intervalS: config.intervalS, pools: config.pools, maxWorkers: config.maxWorkers }, 'planner running');
+}
+
+/** A YAML (.yaml/.yml) or JSON config file, parsed; unreadable or malformed → ConfigError. */
+export async function readPlannerConfigFile(path: string): Promise<unknown> {
+  let text: string;
+  try {
+    text = readFileSync(path, 'utf8');
+  } catch (err) {
+    throw new ConfigError(`cannot read planner config ${path}: ${(err as Error).message}`);
+  }
+  try {
+    if (/\.ya?ml$/i.test(path)) {
+      const { loadYaml } = await import('@kubernetes/client-node'); // its js-yaml; loaded only for YAML
+      return loadYaml<unknown>(text) ?? {};
+    }
+    return JSON.parse(text) as unknown;
+  } catch (err) {
+    throw new ConfigError(`planner config ${path}: invalid ${/\.ya?ml$/i.test(path) ? 'YAML' : 'JSON'} (${(err as Error).message.split('\n')[0]})`);
+  }
+}
+
 function timed(now: () => number, run: () => Omit<Comparison, 'wallMs'>): Comparison {
   const t0 = now();
   const r = run();
   return { ...r, wallMs: now() - t0 };
 }
 
-async function loadPerf(path: string | undefined): Promise<PerfModel> {
+/** The perf model for SLA sizing: a profile JSON, or the polynomial model. Unreadable → ConfigError. */
+export async function loadPlannerPerf(path: string | undefined): Promise<PerfModel> {
   if (path === undefined) return new PolynomialPerfModel();
   try {
     return await loadPerfProfile(path);
@@ -142,9 +212,9 @@ function loadTrace(f: SimulateFlags): TraceBins {
 }
 
 /** Config file (if any) over the defaults, then explicit flags; validated once at the end. */
-export function buildConfig(f: Partial<SimulateFlags>): PlannerConfig {
-  let raw: Record<string, unknown> = {};
-  if (f.config !== undefined) {
+export function buildConfig(f: Partial<SimulateFlags>, preloaded?: unknown): PlannerConfig {
+  let raw = (preloaded ?? {}) as Record<string, unknown>;
+  if (f.config !== undefined && preloaded === undefined) {
     let text: string;
     try {
       text = readFileSync(f.config, 'utf8');

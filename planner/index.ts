@@ -2,4 +2,6 @@
 export * from './predictors/index.js';
 export * from './policy/index.js';
 export * from './simulator/index.js';
-export { LIVE_NOT_BUILT, buildConfig, registerPlannerCommand } from './command.js';
+export { buildConfig, loadPlannerPerf, readPlannerConfigFile, registerPlannerCommand } from './command.js';
+export * from './connectors/index.js';
+export * from './live/index.js';

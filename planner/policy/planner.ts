@@ -34,6 +34,8 @@ export class Planner {
   private readonly state = new Map<PoolName, PoolState>();
   /** Smoothed squared error of the rate forecast (for the rateZ headroom). */
   private rateErrorVar = 0;
+  /** Each pool's state before its last action, so a failed action can be taken back. */
+  private readonly beforeAction = new Map<PoolName, PoolState>();
 
   constructor(
     readonly config: PlannerConfig,
@@ -89,6 +91,7 @@ export class Planner {
       const state = this.state.get(e.pool)!;
       const action = e.target > e.current ? 'up' : e.target < e.current ? 'down' : 'hold';
       if (action !== 'hold') {
+        this.beforeAction.set(e.pool, { ...state });
         state.pending = { target: e.target, sinceMs: obs.nowMs };
         state.lastActionMs = obs.nowMs;
         if (action === 'down') state.downStreak = 0;
@@ -98,6 +101,25 @@ export class Planner {
       if (c.mode === 'sla') d.corrections = { ttft: this.corrections.ttft, itl: this.corrections.itl };
       return d;
     });
+  }
+
+  /**
+   * The connector could not carry out this interval's action on `pool`: forget it (pending,
+   * cooldown clock) so that the next interval decides afresh and retries.
+   */
+  actionFailed(pool: PoolName): void {
+    const before = this.beforeAction.get(pool);
+    if (before) this.state.set(pool, { ...before });
+    this.beforeAction.delete(pool);
+  }
+
+  /**
+   * Someone else resized `pool` (the connector saw a count the planner never ordered): its
+   * pending action is moot. The next step plans from the observed count.
+   */
+  externalChange(pool: PoolName): void {
+    const state = this.state.get(pool);
+    if (state) this.state.set(pool, { ...state, pending: undefined });
   }
 
   private ask(pool: PoolName, seen: PoolObservation, p: Prediction | undefined): Ask {

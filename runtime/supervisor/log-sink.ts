@@ -57,14 +57,26 @@ export class FileLog implements LogSink {
   }
 }
 
-/** `[name] line` on a stream of the parent, stderr by default. */
+/** pino's numeric level of a JSON log line; undefined for anything else (stack traces, pretty output). */
+export function pinoLevelOf(line: string): number | undefined {
+  if (line.charCodeAt(0) !== 123 /* { */) return undefined;
+  const m = /"level":(\d+)/.exec(line);
+  return m ? Number(m[1]) : undefined;
+}
+
+/** `[name] line` on a stream of the parent, stderr by default; JSON lines below `minLevel` are left out. */
 export class PrefixedLog implements LogSink {
   constructor(
     readonly prefix: string,
     private readonly out: NodeJS.WritableStream = process.stderr,
+    private readonly minLevel = 0,
   ) {}
 
   write(line: string): void {
+    if (this.minLevel > 0) {
+      const level = pinoLevelOf(line);
+      if (level !== undefined && level < this.minLevel) return;
+    }
     this.out.write(`[${this.prefix}] ${line}\n`);
   }
 

@@ -22,6 +22,11 @@ export interface LogRouting {
   memoryLines?: number;
   /** Write `[name] line` to the parent's stderr. */
   stderrPrefix?: boolean;
+  /**
+   * With `stderrPrefix`: leave out JSON log lines below this pino level (30 info, 40 warn, ...).
+   * The child itself still logs its start-up records, which `waitFor` needs.
+   */
+  stderrMinLevel?: number;
   /** Called with every line (after the sinks). */
   onLine?: (line: string) => void;
 }
@@ -86,7 +91,7 @@ export class SupervisedProcess {
     this.sinks.push(this.memory);
     this.logFile = spec.log?.file;
     if (spec.log?.file) this.sinks.push(new FileLog(spec.log.file));
-    if (spec.log?.stderrPrefix) this.sinks.push(new PrefixedLog(spec.name));
+    if (spec.log?.stderrPrefix) this.sinks.push(new PrefixedLog(spec.name, process.stderr, spec.log.stderrMinLevel));
     this.onLineHook = spec.log?.onLine;
     this.echoed = spec.log?.stderrPrefix ?? false;
     this.proc = spawn(spec.command ?? process.execPath, spec.args, {

@@ -109,6 +109,20 @@ describe('runtime up (all-in-one)', () => {
     await stopAndCheck(up, 'SIGINT', 'process');
   });
 
+  it('--log-level warn still becomes ready, and shows no info lines of the children', async () => {
+    const up = await startUp(cacheDir, ['--log-level', 'warn']);
+    started.push(up);
+    const out = up.proc.output();
+    expect(out).not.toMatch(/^\[(frontend|agg-\d+)\] \{.*"level":30/m);
+    const res = await fetch(`${up.url}/v1/completions`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ model: MODEL, prompt: 'hi', max_tokens: 3 }),
+    });
+    expect(res.status).toBe(200);
+    await stopAndCheck(up, 'SIGINT', 'process');
+  });
+
   it('SIGHUP (the terminal closed) stops every child', async () => {
     const up = await startUp(cacheDir);
     started.push(up);
