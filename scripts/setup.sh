@@ -20,6 +20,16 @@ command -v ucx_perftest >/dev/null 2>&1 || missing+=(ucx-utils)
 command -v pkg-config >/dev/null 2>&1 || missing+=(pkg-config)
 command -v cmake >/dev/null 2>&1 || missing+=(cmake)
 command -v g++ >/dev/null 2>&1 || missing+=(g++)
+# kubectl (kustomize built in) renders deploy/k8s for test/deploy. The `kubectl` package comes
+# from the Kubernetes apt repository; Debian's own `kubernetes-client` (1.20) is too old for
+# kustomize components, so without a candidate only say so (the rest of setup still works).
+if ! command -v kubectl >/dev/null 2>&1; then
+  if apt-cache policy kubectl 2>/dev/null | grep -q 'Candidate: [0-9]'; then
+    missing+=(kubectl)
+  else
+    echo "setup: kubectl not found and no apt package for it: test/deploy needs kubectl >= 1.24 (see deploy/README.md)" >&2
+  fi
+fi
 if [ "${#missing[@]}" -gt 0 ]; then
   echo "setup: installing system packages: ${missing[*]}"
   if [ "$(id -u)" -ne 0 ]; then
