@@ -17,11 +17,11 @@ describe('runtime CLI configuration', () => {
     }
   });
 
-  it('planner live mode (its connectors are not built yet) says so and exits 2', async () => {
+  it('runtime planner with an unreadable --config names the file in one line and exits 2', async () => {
     const { code, output } = await run(['planner', '--config', 'x.yaml']);
     expect(code).toBe(2);
-    expect(output).toContain('not built yet');
-    expect(output).toContain('connectors');
+    expect(output).toContain('cannot read planner config x.yaml');
+    expect(output).not.toMatch(/^\s+at /m);
   });
 
   it('an invalid flag value names the flag and the expected value, exit 2', async () => {

@@ -120,7 +120,11 @@ describe('runtime up (all-in-one)', () => {
       body: JSON.stringify({ model: MODEL, prompt: 'hi', max_tokens: 3 }),
     });
     expect(res.status).toBe(200);
-    await stopAndCheck(up, 'SIGINT', 'process');
+    const children = childPids(up.proc.pid!);
+    expect(children.length).toBe(3);
+    const exit = await up.proc.stop(20_000);
+    expect(exit.code).toBe(0);
+    for (const pid of children) expect(isAlive(pid)).toBe(false);
   });
 
   it('SIGHUP (the terminal closed) stops every child', async () => {
