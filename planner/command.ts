@@ -74,6 +74,20 @@ interface SimulateFlags {
 
 const positive = numberInRange(Number.MIN_VALUE);
 
+/** The policy flags live mode and `simulate` share; each also reads them from a config file. */
+function addPolicyOptions(cmd: Command): void {
+  cmd
+    .addOption(new Option('--mode <mode>', 'scaling policy (default sla)').choices(['sla', 'load']))
+    .addOption(new Option('--topology <t>', 'pools: agg, or prefill + decode (default disagg)').choices(['agg', 'disagg']))
+    .addOption(new Option('--predictor <name>', 'rate/ISL/OSL predictor (default kalman)').choices(PREDICTOR_NAMES))
+    .option('--ttft-ms <ms>', 'TTFT target (default 500)', positive)
+    .option('--itl-ms <ms>', 'ITL target (default 30)', positive)
+    .option('--interval <s>', 'seconds between planner decisions (default 60)', numberInRange(-Infinity))
+    .option('--min-workers <n>', 'minimum workers per pool (default 1)', intInRange(0))
+    .option('--max-workers <n>', "total worker budget over all pools; also each pool's max", positiveInt)
+    .option('--kv-capacity-tokens <n>', 'KV capacity of one worker in tokens (default 131072)', positiveInt);
+}
+
 export function registerPlannerCommand(program: Command): Command {
   const planner = program
     .command('planner')
@@ -84,22 +98,14 @@ export function registerPlannerCommand(program: Command): Command {
     .option('--ack-timeout <s>', 'virtual: seconds to wait for an executor to acknowledge a decision', positive, 30)
     .option('--frontend-metrics-url <url>', "the frontend's Prometheus /metrics URL (traffic, TTFT, ITL; needed by sla mode)")
     .option('--profile <file>', 'perf profile JSON for sla mode (default: the polynomial model)')
-    .addOption(new Option('--mode <mode>', 'scaling policy (default sla)').choices(['sla', 'load']))
-    .addOption(new Option('--topology <t>', 'pools: agg, or prefill + decode (default disagg)').choices(['agg', 'disagg']))
-    .addOption(new Option('--predictor <name>', 'rate/ISL/OSL predictor (default kalman)').choices(PREDICTOR_NAMES))
-    .option('--ttft-ms <ms>', 'TTFT target (default 500)', positive)
-    .option('--itl-ms <ms>', 'ITL target (default 30)', positive)
-    .option('--interval <s>', 'seconds between planner decisions (default 60)', numberInRange(-Infinity))
-    .option('--min-workers <n>', 'minimum workers per pool (default 1)', intInRange(0))
-    .option('--max-workers <n>', "total worker budget over all pools; also each pool's max", positiveInt)
-    .option('--kv-capacity-tokens <n>', 'KV capacity of one worker in tokens (default 131072)', positiveInt)
     .enablePositionalOptions()
     .allowExcessArguments(true)
     .action(async (f: LiveFlags) => runLive(f));
+  addPolicyOptions(planner);
   addRuntimeOptions(planner);
 
   const d = DEFAULT_SYNTHETIC;
-  planner
+  const simulateCmd = planner
     .command('simulate')
     .description('replay a trace through the fleet simulator: planner vs static peak vs static average')
     .option('--profile <file>', 'perf profile JSON (perf-model schema v1); default: the polynomial model')
@@ -113,16 +119,9 @@ export function registerPlannerCommand(program: Command): Command {
     .option('--bursts-per-hour <n>', 'synthetic diurnal-bursty: mean bursts per hour', numberInRange(0), d.burstsPerHour)
     .option('--seed <n>', 'synthetic: seed', intInRange(0, 2 ** 31 - 1), d.seed)
     .option('--tick-s <s>', 'simulation tick in seconds', positive, 1)
-    .option('--config <file>', 'planner config JSON (see docs/planner.md); flags below override it')
-    .addOption(new Option('--mode <mode>', 'scaling policy (default sla)').choices(['sla', 'load']))
-    .addOption(new Option('--topology <t>', 'pools: agg, or prefill + decode (default disagg)').choices(['agg', 'disagg']))
-    .addOption(new Option('--predictor <name>', 'rate/ISL/OSL predictor (default kalman)').choices(PREDICTOR_NAMES))
-    .option('--ttft-ms <ms>', 'TTFT target (default 500)', positive)
-    .option('--itl-ms <ms>', 'ITL target (default 30)', positive)
-    .option('--interval <s>', 'seconds between planner decisions (default 60)', numberInRange(-Infinity))
-    .option('--min-workers <n>', 'minimum workers per pool (default 1)', intInRange(0))
-    .option('--max-workers <n>', 'total worker budget over all pools; also each pool\'s max', positiveInt)
-    .option('--kv-capacity-tokens <n>', 'KV capacity of one worker in tokens (default 131072)', positiveInt)
+    .option('--config <file>', 'planner config JSON (see docs/planner.md); flags below override it');
+  addPolicyOptions(simulateCmd);
+  simulateCmd
     .option('--startup-s <s>', 'seconds from scale-up to a ready worker', numberInRange(0), 120)
     .option('--no-compare', 'run the planner only (no static baselines)')
     .option('--json <file>', 'write the reports (and timelines) as JSON')
