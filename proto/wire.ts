@@ -87,6 +87,8 @@ export interface PreprocessedRequest {
   prefillOnly?: boolean;
   /** Tokens already generated before a migration: appended to the prompt by the caller. */
   numPriorOutputTokens?: number;
+  /** Constrain the output (structured output, forced tool calls); validated by the frontend. */
+  structured?: StructuredOutputSpec;
 }
 
 export type FinishReason = 'stop' | 'length' | 'cancelled' | 'error';
@@ -156,3 +158,5 @@ export * from './model-card.js';
 export * from './kv-recovery.js';
 export * from './kv-release.js';
 export * from './router.js';
+export * from './structured-output.js';
+import type { StructuredOutputSpec } from './structured-output.js';

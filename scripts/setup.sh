@@ -20,6 +20,8 @@ command -v ucx_perftest >/dev/null 2>&1 || missing+=(ucx-utils)
 command -v pkg-config >/dev/null 2>&1 || missing+=(pkg-config)
 command -v cmake >/dev/null 2>&1 || missing+=(cmake)
 command -v g++ >/dev/null 2>&1 || missing+=(g++)
+# The dashboard's tests drive Debian's chromium through playwright-core (no browser download).
+command -v chromium >/dev/null 2>&1 || missing+=(chromium)
 # kubectl (kustomize built in) renders deploy/k8s for test/deploy. The `kubectl` package comes
 # from the Kubernetes apt repository; Debian's own `kubernetes-client` (1.20) is too old for
 # kustomize components, so without a candidate only say so (the rest of setup still works).

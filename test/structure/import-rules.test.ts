@@ -21,7 +21,7 @@ const MAY_IMPORT: Record<string, readonly string[]> = {
   grammar: ['proto', 'runtime'],
   runtime: ['proto'],
   router: ['proto', 'runtime'],
-  workers: ['proto', 'runtime', 'router', 'native', 'perf-model'],
+  workers: ['proto', 'runtime', 'router', 'native', 'perf-model', 'grammar'],
   frontend: ['proto', 'runtime', 'router', 'grammar'],
   planner: ['proto', 'runtime', 'perf-model'],
   // `runtime bench` is shipped: cli registers it from bench/loadgen.

@@ -1,0 +1,58 @@
+/**
+ * The grammar engine's contract with its callers (the frontend validates specs; workers mask
+ * sampling). Implementations live beside this file; callers import from grammar/index.ts.
+ */
+import { TandemError } from '../runtime/errors.js';
+
+/** A tokenizer's vocabulary as bytes: what a token appends to the output when sampled. */
+export interface Vocabulary {
+  /** Stable identity (hash of the token bytes and EOS ids): part of the compiled-grammar cache key. */
+  readonly id: string;
+  readonly size: number;
+  /**
+   * token id -> UTF-8 bytes it decodes to (byte-level BPE and byte-fallback tokens decoded);
+   * null for special tokens, which a grammar never allows except EOS at an accepting state.
+   */
+  readonly tokenBytes: ReadonlyArray<Uint8Array | null>;
+  /** Tokens that end the sequence; allowed exactly where the grammar accepts. */
+  readonly eosTokenIds: readonly number[];
+}
+
+/** Why a spec could not be compiled. The message names the feature or the position. */
+export type GrammarErrorKind = 'invalid_schema' | 'unsupported_feature' | 'invalid_regex' | 'invalid_grammar';
+
+export class GrammarError extends TandemError {
+  override readonly name = 'GrammarError';
+  constructor(
+    readonly kind: GrammarErrorKind,
+    message: string,
+  ) {
+    super('invalid_argument', message);
+  }
+}
+
+/**
+ * Per-sequence matching state. One per constrained sequence; not shared between sequences.
+ * The bitmask layout is XGrammar's: bit (id & 31) of word (id >> 5) set = token allowed.
+ */
+export interface GrammarMatcher {
+  /**
+   * Write the allowed-token bitmask for the next step into `mask` (length >= bitmaskWords(size)).
+   * EOS bits are set iff the grammar can terminate here. With `closing`, only tokens on a
+   * shortest path to acceptance are allowed, so a sequence near its token budget still ends
+   * in a complete, parseable output.
+   */
+  fillNextTokenBitmask(mask: Uint32Array, options?: { closing?: boolean }): void;
+  /** Advance by a sampled token. Returns false (state unchanged) when the grammar rejects it. */
+  acceptToken(tokenId: number): boolean;
+  /** The output so far is a complete match. */
+  canTerminate(): boolean;
+  /** EOS was accepted, or no byte can follow: generation must stop. */
+  isTerminated(): boolean;
+  /** Fewest bytes that complete a match from here (0 when canTerminate()). */
+  minBytesToAccept(): number;
+}
+
+export function bitmaskWords(vocabSize: number): number {
+  return (vocabSize + 31) >>> 5;
+}
