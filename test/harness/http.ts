@@ -13,21 +13,9 @@ export async function scrape(baseUrl: string): Promise<string> {
 /**
  * The value of one Prometheus sample, summed over the series whose labels include `labels`.
  * Undefined when no series matches, so a renamed metric fails the test instead of reading 0.
+ * It is the shipped reader (runtime/prom-text.ts), so tests read metrics as the planner does.
  */
-export function metricValue(text: string, name: string, labels: Record<string, string> = {}): number | undefined {
-  let total: number | undefined;
-  for (const line of text.split('\n')) {
-    if (!line.startsWith(name)) continue;
-    const rest = line.slice(name.length);
-    const match = /^(?:\{([^}]*)\})? (\S+)$/.exec(rest);
-    if (!match) continue;
-    const have = new Map<string, string>();
-    for (const pair of (match[1] ?? '').matchAll(/(\w+)="([^"]*)"/g)) have.set(pair[1]!, pair[2]!);
-    if (Object.entries(labels).some(([k, v]) => have.get(k) !== v)) continue;
-    total = (total ?? 0) + Number(match[2]);
-  }
-  return total;
-}
+export { promSum as metricValue } from '../../runtime/prom-text.js';
 
 export async function pollUntil(what: string, predicate: () => boolean | Promise<boolean>, timeoutMs = 10_000, stepMs = 50): Promise<void> {
   const deadline = Date.now() + timeoutMs;
