@@ -9,6 +9,11 @@
  *             route, one more hop, detokenize, SSE framing).
  *   tokens/s  64 streams x 512 tokens, via frontend (SSE) vs direct.
  *   req/s     short streams (4 tokens) at concurrency 64, via frontend vs direct.
+ *   dashboard the frontend phases again (TTFT, long and short streams, each for a fixed
+ *             time) with the dashboard closed (no client on /dashboard/events: the frontend
+ *             takes no snapshots) and open (one SSE client reading its 1 Hz snapshots), in
+ *             rounds of alternating order; prints both and open / closed (issue 15: the
+ *             dashboard must add nothing to the hot path).
  *
  * Aim: >= 50k streamed tokens/s per frontend process and <= 1 ms added TTFT at p50.
  * Run:  npm run build && node --import tsx bench/frontend-overhead.ts [--quick] [--workers N]
@@ -54,6 +59,8 @@ const config = {
   ttft: { requests_per_path: QUICK ? 200 : 1000, max_tokens: 2 },
   stream: { concurrency: 64, requests: QUICK ? 128 : 512, max_tokens: 512 },
   short: { concurrency: 64, requests: QUICK ? 1000 : 5000, max_tokens: 4 },
+  /** Dashboard closed vs open: rounds of fixed-time phases. */
+  dashboard: { rounds: QUICK ? 2 : 4, phase_seconds: QUICK ? 3 : 8 },
   quick: QUICK,
   runtime_bin: args['runtime-bin'] ?? 'bin/runtime.js',
   /** CPU sampling slows the frontend: profiled numbers are not results. */
@@ -159,6 +166,73 @@ async function alternatingTtft(clients: StreamClient[], job: StreamJob, perPath:
   return clients.map((client, k) => summarize(client.name, samples[k]!, busy[k]!));
 }
 
+/** An open dashboard: one SSE client on /dashboard/events that reads (and counts) every frame. */
+class DashboardViewer {
+  frames = 0;
+  private readonly abort = new AbortController();
+  private readonly done: Promise<void>;
+
+  constructor(url: string) {
+    this.done = (async () => {
+      const res = await fetch(`${url}/dashboard/events`, { signal: this.abort.signal });
+      if (res.status !== 200 || !res.body) throw new Error(`/dashboard/events answered ${res.status}`);
+      const decoder = new TextDecoder();
+      for await (const chunk of res.body) this.frames += decoder.decode(chunk as Uint8Array, { stream: true }).split('event: snapshot').length - 1;
+    })().catch((err: Error) => {
+      if (err.name !== 'AbortError') throw err;
+    });
+  }
+
+  async close(): Promise<number> {
+    this.abort.abort();
+    await this.done;
+    return this.frames;
+  }
+}
+
+/** `concurrency` loops for `seconds`: the raw samples and the time taken. */
+async function timedLoop(client: StreamClient, job: StreamJob, concurrency: number, seconds: number): Promise<{ samples: StreamSample[]; seconds: number }> {
+  const samples: StreamSample[] = [];
+  const started = performance.now();
+  const end = started + seconds * 1000;
+  await Promise.all(
+    Array.from({ length: concurrency }, async () => {
+      while (performance.now() < end) samples.push(await client.stream(job));
+    }),
+  );
+  return { samples, seconds: (performance.now() - started) / 1000 };
+}
+
+/**
+ * The frontend phases (TTFT at concurrency 1, long streams, short streams), each run for a fixed
+ * time with the dashboard closed and open, in rounds whose order alternates (closed-open,
+ * open-closed, ...) so drift on a shared machine hits both sides alike.
+ */
+async function dashboardPhases(client: StreamClient, url: string, job: (maxTokens: number) => StreamJob): Promise<{ closed: PhaseResult[]; open: PhaseResult[]; frames: number }> {
+  const phases = [
+    { name: 'ttft', job: job(config.ttft.max_tokens), concurrency: 1 },
+    { name: 'stream', job: job(config.stream.max_tokens), concurrency: config.stream.concurrency },
+    { name: 'short', job: job(config.short.max_tokens), concurrency: config.short.concurrency },
+  ];
+  const acc = { closed: phases.map(() => ({ samples: [] as StreamSample[], seconds: 0 })), open: phases.map(() => ({ samples: [] as StreamSample[], seconds: 0 })) };
+  let frames = 0;
+  for (let round = 0; round < config.dashboard.rounds; round++) {
+    const sides: Array<'closed' | 'open'> = round % 2 === 0 ? ['closed', 'open'] : ['open', 'closed'];
+    for (const side of sides) {
+      const viewer = side === 'open' ? new DashboardViewer(url) : undefined;
+      for (const [i, phase] of phases.entries()) {
+        const r = await timedLoop(client, phase.job, phase.concurrency, config.dashboard.phase_seconds);
+        acc[side][i]!.samples.push(...r.samples);
+        acc[side][i]!.seconds += r.seconds;
+      }
+      if (viewer) frames += await viewer.close();
+    }
+  }
+  if (frames === 0) throw new Error('the dashboard client got no snapshot: /dashboard/events is not streaming');
+  const summary = (side: 'closed' | 'open') => phases.map((p, i) => summarize(p.name, acc[side][i]!.samples, acc[side][i]!.seconds));
+  return { closed: summary('closed'), open: summary('open'), frames };
+}
+
 /** A request seed whose first token decodes to whole characters alone, so the frontend prints it at once (no held-back UTF-8). */
 async function printableSeed(fleet: Fleet, tokenIds: number[]): Promise<number> {
   for (let seed = 1; seed < 200; seed++) {
@@ -178,6 +252,7 @@ const frontend = new FrontendStreamClient(fleet.url, fleet.model);
 const direct = await DirectStreamClient.open(fleet);
 const results: Record<string, PhaseResult[]> = {};
 const loads: Record<string, string> = {};
+let dashboard: Awaited<ReturnType<typeof dashboardPhases>> | undefined;
 try {
   // Prompt ids from the middle of the vocabulary: ordinary tokens, never BOS/EOS (507, 508, 511).
   const tokenIds = Array.from({ length: config.prompt_len }, (_, i) => 100 + (i % 300));
@@ -195,6 +270,8 @@ try {
   results.short = [];
   for (const client of [direct, frontend]) results.short.push(await closedLoop(client, job(config.short.max_tokens), config.short.concurrency, config.short.requests));
   loads.short = machineLoad().loadavg;
+  dashboard = await dashboardPhases(frontend, fleet.url, job);
+  loads.dashboard = machineLoad().loadavg;
 } finally {
   await frontend.close();
   await direct.close();
@@ -222,9 +299,21 @@ const table = rows.map((r, n) => `| ${r.map((c, i) => c.padEnd(widths[i]!)).join
 const aims = { streamed_tokens_per_s: { aim: 50_000, got: by('stream', 'frontend').tokens_per_s }, added_ttft_p50_ms: { aim: 1, got: added.p50 } };
 process.stdout.write(`\n${table}\n\naim: >= 50k streamed tok/s per frontend (got ${f(aims.streamed_tokens_per_s.got, 0)}); <= 1 ms added TTFT p50 (got ${f(added.p50, 3)} ms)\nload: start ${loadStart.loadavg}; ttft ${loads.ttft}; stream ${loads.stream}; short ${loads.short}\n`);
 
+const dash = (phase: string, side: 'closed' | 'open') => dashboard![side].find((r) => r.path === phase)!;
+const dashRows = [
+  ['frontend, dashboard', 'closed', 'open (1 SSE client)', 'open / closed'],
+  ['TTFT p50 ms (conc 1)', f(dash('ttft', 'closed').ttft_ms.p50, 3), f(dash('ttft', 'open').ttft_ms.p50, 3), f(dash('ttft', 'open').ttft_ms.p50 / dash('ttft', 'closed').ttft_ms.p50, 3)],
+  ['TTFT p99 ms (conc 1)', f(dash('ttft', 'closed').ttft_ms.p99, 3), f(dash('ttft', 'open').ttft_ms.p99, 3), f(dash('ttft', 'open').ttft_ms.p99 / dash('ttft', 'closed').ttft_ms.p99, 3)],
+  ['streamed tok/s', f(dash('stream', 'closed').tokens_per_s, 0), f(dash('stream', 'open').tokens_per_s, 0), f(dash('stream', 'open').tokens_per_s / dash('stream', 'closed').tokens_per_s, 3)],
+  ['req/s (short streams)', f(dash('short', 'closed').requests_per_s, 0), f(dash('short', 'open').requests_per_s, 0), f(dash('short', 'open').requests_per_s / dash('short', 'closed').requests_per_s, 3)],
+];
+const dashWidths = dashRows[0]!.map((_, i) => Math.max(...dashRows.map((r) => r[i]!.length)));
+const dashTable = dashRows.map((r, n) => `| ${r.map((c, i) => c.padEnd(dashWidths[i]!)).join(' | ')} |` + (n === 0 ? `\n|${dashWidths.map((w) => '-'.repeat(w + 2)).join('|')}|` : '')).join('\n');
+process.stdout.write(`\n${dashTable}\n(${dashboard!.frames} snapshots read by the open dashboard; load after ${loads.dashboard})\n`);
+
 mkdirSync(dirname(args.out!), { recursive: true });
 writeFileSync(
   args.out!,
-  JSON.stringify({ schema: 'tandem.bench.frontend-overhead', version: 1, date: new Date().toISOString(), config, machine: { at_start: loadStart, after_phase: loads }, added_ttft_ms: added, aims, results, table }, null, 2) + '\n',
+  JSON.stringify({ schema: 'tandem.bench.frontend-overhead', version: 1, date: new Date().toISOString(), config, machine: { at_start: loadStart, after_phase: loads }, added_ttft_ms: added, aims, results, table, dashboard: { ...dashboard, table: dashTable } }, null, 2) + '\n',
 );
 process.stdout.write(`wrote ${args.out}\n`);

@@ -17,6 +17,8 @@ import { startDisaggregation, type DisaggOptions } from './disagg/index.js';
 import { ApiKeyFile, keySource, type MetricsAuth } from './http/auth.js';
 import { DEFAULT_CONNECTION_LIMITS, type ConnectionLimits } from './http/connection-limits.js';
 import { createHttpServer } from './http/server.js';
+import { startDashboard, type Dashboard, type DashboardOptions } from './dashboard/index.js';
+import { LocalKvBackend } from '../router/adapters/index.js';
 import { FrontendMetrics } from './metrics.js';
 import { ModelWatcher } from './model-watcher.js';
 import { GenerationPipeline } from './pipeline/generation.js';
@@ -71,6 +73,8 @@ export interface FrontendOptions {
   metricsAuth?: MetricsAuth;
   /** Origins allowed by CORS ('*' = any); default none: CORS off. */
   corsOrigins?: string[];
+  /** `/dashboard` (frontend/dashboard/); on by default, false = off. */
+  dashboard?: DashboardOptions | false;
 }
 
 export interface FrontendHandle {
@@ -79,6 +83,8 @@ export interface FrontendHandle {
   models: ModelWatcher;
   metrics: FrontendMetrics;
   admission: AdmissionGate;
+  /** The live dashboard, unless turned off. */
+  dashboard?: Dashboard;
   /**
    * Graceful stop (SIGTERM): refuse new generation requests (503 + Retry-After, /health 503),
    * let admitted ones finish for up to `timeoutMs`, then end the rest with an error (an SSE
@@ -152,6 +158,31 @@ export async function startFrontend(options: FrontendOptions): Promise<FrontendH
     options.disagg === false
       ? undefined
       : await startDisaggregation({ cards, clients, connector, registry, log, health }, { ...(ownedSelector ? { kvBackend: ownedSelector.backend } : {}), ...options.disagg });
+  const routerComponent = options.kvRouter?.routerEndpoint ? options.kvRouter.routerEndpoint.split('/', 1)[0] : undefined;
+  const hub = ownedSelector?.backend instanceof LocalKvBackend ? ownedSelector.backend.hub : undefined;
+  const dashboard =
+    options.dashboard === false
+      ? undefined
+      : startDashboard(
+          {
+            info: {
+              instanceId: options.runtime instanceof DistributedRuntime ? options.runtime.instanceId : '0000000000000000',
+              startedAt: Date.now(),
+              routerMode: selector.mode,
+              draining: () => admission.draining,
+              inflight: () => admission.inflight,
+              ...(hub ? { routerStats: () => hub.indexStats() } : {}),
+            },
+            cards,
+            namespace,
+            ...(options.runtime instanceof DistributedRuntime ? { runtime: options.runtime } : {}),
+            ...(hub ? { hub } : {}),
+            ...(routerComponent ? { routerComponent } : {}),
+            keysOn: () => keys() !== undefined,
+            log,
+          },
+          options.dashboard ?? {},
+        );
   const pipeline = new GenerationPipeline({
     models,
     codecs,
@@ -161,6 +192,7 @@ export async function startFrontend(options: FrontendOptions): Promise<FrontendH
     ...(disagg ? { disagg: disagg.disaggregator } : {}),
     onMigrate: (model, from, generated, cause) => {
       metrics.migrations.inc({ model });
+      dashboard?.state.migrated();
       log.warn({ model, from, generated, err: cause }, 'worker failed mid-stream: migrating request');
     },
   });
@@ -177,9 +209,11 @@ export async function startFrontend(options: FrontendOptions): Promise<FrontendH
     ...(keys() !== undefined ? { access: { keys, metricsAuth: options.metricsAuth ?? 'required' } } : {}),
     corsOrigins: new Set(options.corsOrigins ?? []),
     limits: { ...DEFAULT_CONNECTION_LIMITS, ...options.limits },
+    ...(dashboard ? { dashboard: dashboard.state, dashboardRoutes: dashboard } : {}),
   });
   const closeParts = async () => {
     keyFile?.close();
+    await dashboard?.close();
     models.close();
     disagg?.close();
     await ownedSelector?.close();
@@ -218,10 +252,13 @@ export async function startFrontend(options: FrontendOptions): Promise<FrontendH
     models,
     metrics,
     admission,
+    ...(dashboard ? { dashboard } : {}),
     drain,
     close() {
       closing ??= (async () => {
         await drain(0);
+        // Dashboard streams never end on their own: end them so the server can close now.
+        dashboard?.stream.close();
         await new Promise<void>((resolve) => {
           server.close(() => resolve());
           server.closeIdleConnections();

@@ -159,4 +159,5 @@ export * from './kv-recovery.js';
 export * from './kv-release.js';
 export * from './router.js';
 export * from './structured-output.js';
+export * from './dashboard.js';
 import type { StructuredOutputSpec } from './structured-output.js';

@@ -29,6 +29,13 @@ export interface DisaggTrace {
   /** 'disagg', or 'fallback' once no prefill worker could serve and the request ran aggregated. */
   path: 'disagg' | 'fallback';
   prefillSeconds?: number;
+  /** KV handed to the decode worker (blocks × block bytes), set at the hand-off. */
+  transferBytes?: number;
+  /**
+   * Hand-off → first decode token: the decode worker's KV pull plus its first step (the
+   * frontend does not see the pull alone). Set when the decode leg's first token arrives.
+   */
+  transferSeconds?: number;
   prefillRetries: number;
   releasedByFrontend: boolean;
 }
@@ -164,6 +171,8 @@ export async function* streamDisaggregated(plan: DisaggStreamPlan, signal: Abort
       numPriorOutputTokens: (base.numPriorOutputTokens ?? 0) + n,
     };
     trace.decodeWorkerId = plan.route.decodeInstance;
+    trace.transferBytes = kv.blockIds.length * kv.blockBytes;
+    const handedOffAt = performance.now();
     handedOff = true;
     let attempts = 0;
     const decode = streamWithMigration(
@@ -185,6 +194,7 @@ export async function* streamDisaggregated(plan: DisaggStreamPlan, signal: Abort
       signal,
     );
     for await (const delta of decode) {
+      if (trace.transferSeconds === undefined) trace.transferSeconds = (performance.now() - handedOffAt) / 1000;
       if (delta.instanceId !== undefined) trace.decodeWorkerId = delta.instanceId;
       if (delta.usage && prefillCached !== undefined) {
         // The prompt's cache hit happened on the prefill worker; the decode side's is moot.

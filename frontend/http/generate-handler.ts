@@ -16,6 +16,7 @@ import { DIRECT_ROUTE_HEADER, type GenerationPipeline, type PreparedGeneration }
 import { readJsonBody } from './body.js';
 import { sendError } from './respond.js';
 import { SseWriter } from './sse.js';
+import type { DashboardState } from '../dashboard/index.js';
 
 export interface GenerateContext {
   pipeline: GenerationPipeline;
@@ -24,6 +25,15 @@ export interface GenerateContext {
   maxBodyBytes: number;
   retryAfterSeconds: number;
   log: Logger;
+  /** The dashboard's aggregator: told of request start, first token and end (never per token). */
+  dashboard?: DashboardState;
+}
+
+/** What the response loops learn for the dashboard: the first token's time and the finish. */
+interface Outcome {
+  firstTokenAt?: number;
+  finishReason?: string;
+  usage?: { promptTokens: number; completionTokens: number; cachedTokens: number };
 }
 
 export type GenerateKind = 'chat' | 'completion';
@@ -53,6 +63,9 @@ export async function handleGenerate(ctx: GenerateContext, kind: GenerateKind, r
   let status = 200;
   let admitted = false;
   let modelMetrics: ModelMetrics | undefined;
+  let prepared: PreparedGeneration | undefined;
+  let errorCode: string | undefined;
+  const outcome: Outcome = {};
   try {
     const body = await readJsonBody(req, ctx.maxBodyBytes);
     const verdict = ctx.gate.tryAdmit();
@@ -74,9 +87,16 @@ export async function handleGenerate(ctx: GenerateContext, kind: GenerateKind, r
     modelMetrics = ctx.metrics.forModel(model.name);
     modelMetrics.inflight.inc();
     const header = req.headers[DIRECT_ROUTE_HEADER];
-    const prepared = await ctx.pipeline.prepare(input, Array.isArray(header) ? header[0] : header, startedAt, controller.signal);
-    if (input.stream) await streamResponse(ctx, prepared, res, controller.signal, modelMetrics);
-    else await unaryResponse(ctx, prepared, res, controller.signal, modelMetrics);
+    prepared = await ctx.pipeline.prepare(input, Array.isArray(header) ? header[0] : header, startedAt, controller.signal);
+    if (ctx.dashboard) {
+      const now = Date.now();
+      ctx.dashboard.requestStarted(
+        { requestId: prepared.id, model: model.name, arrivedAt: now - (performance.now() - startedAt), instanceId: prepared.firstInstance, ...(prepared.disagg ? { prefillInstanceId: prepared.disagg.route.prefillInstance } : {}) },
+        now,
+      );
+    }
+    if (input.stream) await streamResponse(ctx, prepared, res, controller.signal, modelMetrics, outcome);
+    else await unaryResponse(ctx, prepared, res, controller.signal, modelMetrics, outcome);
     // Cut by the drain timeout: the client gets an error, never a response that just stops.
     if (controller.signal.reason === DRAIN_CUT) throw DRAIN_CUT;
     if (controller.signal.aborted) status = 499;
@@ -84,6 +104,7 @@ export async function handleGenerate(ctx: GenerateContext, kind: GenerateKind, r
     const drainCut = controller.signal.reason === DRAIN_CUT;
     const apiError = drainCut ? drainCutError() : toApiError(err);
     status = controller.signal.aborted && !drainCut ? 499 : apiError.status;
+    errorCode = status === 499 ? 'cancelled' : apiError.code;
     if (status >= 500 && status !== 503) ctx.log.error({ err, cause: apiError.cause }, 'request failed');
     else ctx.log.debug({ code: apiError.code, message: apiError.message }, 'request rejected');
     if (!res.headersSent) sendError(res, apiError, ctx.retryAfterSeconds);
@@ -99,10 +120,48 @@ export async function handleGenerate(ctx: GenerateContext, kind: GenerateKind, r
       modelMetrics.duration.observe((performance.now() - startedAt) / 1000);
     }
     ctx.metrics.requests.inc({ model: modelLabel, endpoint, status: String(status) });
+    if (ctx.dashboard) {
+      try {
+        recordEnd(ctx.dashboard, prepared, outcome, status === 499 ? 'cancelled' : errorCode);
+      } catch (err) {
+        ctx.log.debug({ err }, 'dashboard: could not record the request'); // never the request's problem
+      }
+    }
   }
 }
 
-async function streamResponse(ctx: GenerateContext, prepared: PreparedGeneration, res: ServerResponse, signal: AbortSignal, metrics: ModelMetrics): Promise<void> {
+function recordEnd(dashboard: DashboardState, prepared: PreparedGeneration | undefined, outcome: Outcome, errorCode: string | undefined): void {
+  if (prepared === undefined) {
+    if (errorCode !== undefined) dashboard.rejected(errorCode);
+    return;
+  }
+  if (outcome.firstTokenAt !== undefined) dashboard.firstToken(prepared.id, outcome.firstTokenAt);
+  const trace = prepared.disagg?.trace;
+  const usage = outcome.usage ?? { promptTokens: prepared.request.tokenIds.length, completionTokens: 0, cachedTokens: 0 };
+  dashboard.requestEnded(
+    prepared.id,
+    {
+      finishReason: outcome.finishReason ?? null,
+      ...(errorCode !== undefined ? { error: errorCode } : {}),
+      ...usage,
+      ...(trace
+        ? {
+            disagg: {
+              fallback: trace.path === 'fallback',
+              ...(trace.prefillSeconds !== undefined ? { prefillSeconds: trace.prefillSeconds } : {}),
+              ...(trace.transferSeconds !== undefined ? { transferSeconds: trace.transferSeconds } : {}),
+              ...(trace.transferBytes !== undefined ? { transferBytes: trace.transferBytes } : {}),
+              ...(trace.prefillWorkerId !== undefined ? { prefillInstanceId: trace.prefillWorkerId } : {}),
+              ...(trace.decodeWorkerId !== undefined ? { decodeInstanceId: trace.decodeWorkerId } : {}),
+            },
+          }
+        : {}),
+    },
+    Date.now(),
+  );
+}
+
+async function streamResponse(ctx: GenerateContext, prepared: PreparedGeneration, res: ServerResponse, signal: AbortSignal, metrics: ModelMetrics, outcome: Outcome): Promise<void> {
   const sse = new SseWriter(res);
   const chunks = new ChunkWriter(prepared);
   sse.open({ 'x-request-id': prepared.id, [DIRECT_ROUTE_HEADER]: prepared.firstInstance, ...disaggHeaders(prepared) });
@@ -114,8 +173,12 @@ async function streamResponse(ctx: GenerateContext, prepared: PreparedGeneration
       // send() queues; it returns a promise only while the client is not keeping up.
       let backpressure: Promise<void> | undefined;
       if (event.type === 'delta') {
+        if (outcome.firstTokenAt === undefined) outcome.firstTokenAt = Date.now();
         backpressure = sse.send(chunks.delta(event.text, event.logprobs));
       } else {
+        outcome.finishReason = event.finishReason;
+        outcome.usage = event.usage;
+        outcome.firstTokenAt ??= Date.now();
         backpressure = sse.send(chunks.finish(event.finishReason));
         if (prepared.input.includeUsage) backpressure = sse.send(chunks.usage(event.usage));
       }
@@ -134,13 +197,17 @@ async function streamResponse(ctx: GenerateContext, prepared: PreparedGeneration
   sse.done();
 }
 
-async function unaryResponse(ctx: GenerateContext, prepared: PreparedGeneration, res: ServerResponse, signal: AbortSignal, metrics: ModelMetrics): Promise<void> {
+async function unaryResponse(ctx: GenerateContext, prepared: PreparedGeneration, res: ServerResponse, signal: AbortSignal, metrics: ModelMetrics, outcome: Outcome): Promise<void> {
   const collector = new UnaryCollector(prepared);
   for await (const event of ctx.pipeline.run(prepared, signal, metrics)) {
     if (event.type === 'delta') {
+      if (outcome.firstTokenAt === undefined) outcome.firstTokenAt = Date.now();
       collector.add(event.text, event.logprobs);
       continue;
     }
+    outcome.finishReason = event.finishReason;
+    outcome.usage = event.usage;
+    outcome.firstTokenAt ??= Date.now();
     if (res.destroyed) return;
     const body = collector.body(event.finishReason, event.usage);
     const json = JSON.stringify(prepared.disagg ? { ...body, nvext: disaggNvext(prepared.disagg) } : body);

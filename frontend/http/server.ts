@@ -5,6 +5,7 @@
  *   GET  /health                                      200 when some model has a routable worker (503 while draining)
  *   GET  /live                                        200 while the process runs
  *   GET  /metrics                                     prom-client text
+ *   GET  /dashboard, /dashboard/...                   the live dashboard (frontend/dashboard/routes.ts)
  * Before routing: API keys and CORS (auth.ts). Every handler failure is caught here, so no
  * request can take the process down.
  */
@@ -15,6 +16,7 @@ import { checkAccess, corsHeaders, PREFLIGHT_HEADERS, UNAUTHORIZED_HEADERS, type
 import type { ModelWatcher } from '../model-watcher.js';
 import { applyConnectionLimits, DEFAULT_CONNECTION_LIMITS, serverOptions, type ConnectionLimits } from './connection-limits.js';
 import { handleGenerate, type GenerateContext } from './generate-handler.js';
+import { dashboardKey, handleDashboard, isDashboardPath, type DashboardRoutes } from '../dashboard/index.js';
 import { sendError, sendJson } from './respond.js';
 
 export interface HttpServerContext extends GenerateContext {
@@ -28,6 +30,8 @@ export interface HttpServerContext extends GenerateContext {
   access?: AccessPolicy;
   /** Origins allowed by CORS; empty or absent = CORS off. */
   corsOrigins?: ReadonlySet<string>;
+  /** The dashboard's routes; absent = no `/dashboard`. */
+  dashboardRoutes?: DashboardRoutes;
 }
 
 export function createHttpServer(ctx: HttpServerContext): Server {
@@ -66,7 +70,10 @@ async function route(ctx: HttpServerContext, req: IncomingMessage, res: ServerRe
     }
   }
   if (ctx.access) {
-    const denied = checkAccess(ctx.access, path, req.headers);
+    // A browser cannot set headers on a page load or an EventSource: under /dashboard the key
+    // may also come as ?api_key= or the dashboard's cookie (dashboard-auth.ts); same check.
+    const dashKey = ctx.dashboardRoutes && isDashboardPath(path) ? dashboardKey(req.url ?? path, req.headers) : undefined;
+    const denied = checkAccess(ctx.access, path, dashKey !== undefined ? { ...req.headers, authorization: `Bearer ${dashKey}` } : req.headers);
     if (denied) {
       req.resume();
       for (const [name, value] of Object.entries(UNAUTHORIZED_HEADERS)) res.setHeader(name, value);
@@ -92,6 +99,7 @@ async function route(ctx: HttpServerContext, req: IncomingMessage, res: ServerRe
       return;
     }
   }
+  if (ctx.dashboardRoutes && isDashboardPath(path)) return handleDashboard(ctx.dashboardRoutes, path, req, res);
   if (path.startsWith('/v1/models/') && method === 'GET') {
     const name = decodePathSegment(path.slice('/v1/models/'.length));
     if (name === undefined) return sendError(res, new ApiError('invalid_argument', 'the model id in the path is not valid percent-encoding', 'model'), ctx.retryAfterSeconds);

@@ -13,6 +13,7 @@ import { POOL_NAMES } from '../policy/observation.js';
 import { LiveObservationSource } from './event-source.js';
 import { PlannerLoop, type LoopLog } from './loop.js';
 import { PlannerMetrics } from './metrics.js';
+import { plannerStatusEvent, PlannerStatusPublisher } from './status-publisher.js';
 
 export interface LivePlannerOptions {
   config: PlannerConfig;
@@ -34,7 +35,16 @@ export async function startLivePlanner(o: LivePlannerOptions): Promise<LivePlann
   const pools = POOL_NAMES.filter((p) => o.config.pools[p] !== undefined);
   const source = await LiveObservationSource.start({ runtime: o.runtime, namespace: o.namespace, pools, intervalS: o.config.intervalS, ...(o.frontendMetricsUrl ? { frontendMetricsUrl: o.frontendMetricsUrl } : {}) });
   const metrics = new PlannerMetrics(o.runtime.metrics);
-  const loop = new PlannerLoop({ planner: new Planner(o.config, o.perf), source, connector: o.connector, metrics, ...(o.log ? { log: o.log } : {}) });
+  const planner = new Planner(o.config, o.perf);
+  const status = await PlannerStatusPublisher.start(o.runtime, o.namespace);
+  const loop = new PlannerLoop({
+    planner,
+    source,
+    connector: o.connector,
+    metrics,
+    ...(o.log ? { log: o.log } : {}),
+    onStep: (obs, decisions) => status.publish(plannerStatusEvent(obs, decisions, planner.prediction())),
+  });
   loop.start();
   return {
     loop,
@@ -42,6 +52,7 @@ export async function startLivePlanner(o: LivePlannerOptions): Promise<LivePlann
     async stop() {
       await loop.stop();
       await source.close();
+      await status.close();
     },
   };
 }

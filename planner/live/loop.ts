@@ -20,6 +20,8 @@ export interface PlannerLoopOptions {
   connector: PoolConnector;
   metrics?: PlannerMetrics;
   log?: LoopLog;
+  /** Told after every interval's step (the dashboard's planner_status publisher). */
+  onStep?: (obs: Observation, decisions: readonly Decision[]) => void;
 }
 
 export class PlannerLoop {
@@ -68,6 +70,7 @@ export class PlannerLoop {
         this.failed(d.pool, err, `scale to ${d.target}`);
       }
     }
+    this.o.onStep?.(obs, decisions);
     return decisions;
   }
 

@@ -18,7 +18,7 @@ import { ModelCardFeed } from '../../runtime/index.js';
 import type { DistributedRuntime, ServedEndpoint } from '../../runtime/index.js';
 import type { Subscription } from '../../runtime/index.js';
 import type { ActiveSequenceUpdate } from '../active-sequences.js';
-import type { KvRouterConfig } from '../kv-router.js';
+import type { KvRouterConfig, RouteDecision } from '../kv-router.js';
 import { KvRouterService, type KvRouterServiceOptions } from './kv-router-service.js';
 
 export const DEFAULT_SYNC_COMPONENT = 'router';
@@ -38,7 +38,12 @@ export interface KvRouterHubOptions {
   service?: Pick<KvRouterServiceOptions, 'tickIntervalMs' | 'recoveryTimeoutMs' | 'dropEvent' | 'clock'>;
 }
 
+/** Told of every routed request (the dashboard); must be cheap and must not throw. */
+export type DecisionListener = (component: string, decision: RouteDecision) => void;
+
 export class KvRouterHub {
+  /** Routing-decision listeners; empty (the usual case) costs one size check per request. */
+  readonly decisionListeners = new Set<DecisionListener>();
   private readonly services = new Map<string, Promise<KvRouterService>>();
   private readonly ready = new Map<string, KvRouterService>();
   private readonly outbox = new Map<string, ActiveSequenceUpdate[]>();
@@ -97,6 +102,24 @@ export class KvRouterHub {
       this.services.set(component, pending);
     }
     return pending;
+  }
+
+  /** Called by whoever routes through a service of this hub (local backend, router server). */
+  reportDecision(component: string, decision: RouteDecision): void {
+    if (this.decisionListeners.size === 0) return;
+    for (const l of this.decisionListeners) l(component, decision);
+  }
+
+  /** Index size and recovered event gaps, summed over the started services (dashboard). */
+  indexStats(): { indexBlocks: number; gapRecoveries: number } {
+    let indexBlocks = 0;
+    let gapRecoveries = 0;
+    for (const s of this.ready.values()) {
+      const st = s.router.stats();
+      indexBlocks += st.index.entries;
+      gapRecoveries += st.sequencer.gapsRecovered;
+    }
+    return { indexBlocks, gapRecoveries };
   }
 
   /** The router for `component` if it has started (no waiting). */

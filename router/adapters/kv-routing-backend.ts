@@ -39,7 +39,10 @@ export class LocalKvBackend implements KvRoutingBackend {
   async route(target: RouteTarget, requestId: string, tokens: number[], candidates: readonly InstanceId[], options: KvRouteOptions = {}): Promise<KvRouteOutcome> {
     const service = this.hub.started(target.component) ?? (await this.hub.service(target.component, target.blockSize));
     const result = service.route({ requestId, tokens, ...(options.noOverlapCredit ? { noOverlapCredit: true } : {}) }, candidates);
-    if (result.kind === 'routed') return { kind: 'routed', instanceId: result.decision.instanceId, overlapBlocks: result.decision.overlapBlocks };
+    if (result.kind === 'routed') {
+      this.hub.reportDecision(target.component, result.decision);
+      return { kind: 'routed', instanceId: result.decision.instanceId, overlapBlocks: result.decision.overlapBlocks };
+    }
     return result.kind === 'all_busy' ? { kind: 'all_busy', retryAfterMs: result.retryAfterMs } : { kind: 'no_candidates' };
   }
 

@@ -7,7 +7,7 @@ import type { DistributedRuntime, ServedEndpoint } from '../../runtime/index.js'
 import type { RequestContext } from '../../runtime/index.js';
 import type { KvRouterConfig } from '../kv-router.js';
 import { KvRouterHub, type KvRouterHubOptions } from './kv-router-hub.js';
-import { ROUTE_ENDPOINT, ROUTER_COMPONENT, type RouterAnswer } from '../../proto/wire.js';
+import { DASHBOARD_TOPICS, ROUTE_ENDPOINT, ROUTER_COMPONENT, type RouterAnswer, type RouterDecisionEvent } from '../../proto/wire.js';
 import { parseRouterCall } from './route-protocol.js';
 
 export interface RouterServerOptions {
@@ -35,6 +35,20 @@ export async function startRouterServer(runtime: DistributedRuntime, options: Ro
     ...(options.replicaSync ? { replicaSync: true } : {}),
     ...(options.service ? { service: options.service } : {}),
   });
+  // Each decision goes out on `{ns}/{component}/router_decisions` for frontends' dashboards
+  // (proto/dashboard.ts); fire-and-forget, nothing waits on it.
+  const decisions = runtime.namespace(options.namespace).component(component);
+  hub.decisionListeners.add((target, d) => {
+    const event: RouterDecisionEvent = {
+      requestId: d.requestId,
+      component: target,
+      instanceId: d.instanceId,
+      promptBlocks: d.requestBlocks,
+      candidates: d.costs.map((c) => ({ instanceId: c.instanceId, overlapBlocks: c.cachedBlocks, cost: c.cost })),
+      timestampMs: Date.now(),
+    };
+    void decisions.publish(DASHBOARD_TOPICS.routerDecisions, event).catch(() => undefined);
+  });
 
   async function* handle(raw: unknown, _ctx: RequestContext): AsyncGenerator<RouterAnswer> {
     const call = parseRouterCall(raw);
@@ -54,6 +68,7 @@ export async function startRouterServer(runtime: DistributedRuntime, options: Ro
     const result = service.route({ requestId: call.requestId, tokens: call.tokens, ...(call.noOverlapCredit === true ? { noOverlapCredit: true } : {}) }, call.candidates);
     if (result.kind === 'routed') {
       const d = result.decision;
+      hub.reportDecision(call.component, d);
       yield { type: 'routed', instanceId: d.instanceId, overlapBlocks: d.overlapBlocks, requestBlocks: d.requestBlocks };
     } else if (result.kind === 'all_busy') {
       yield { type: 'all_busy', retryAfterMs: result.retryAfterMs };

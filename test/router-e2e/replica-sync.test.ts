@@ -67,7 +67,9 @@ describe('router replicas with --router-replica-sync', () => {
         outstanding--;
       }
       if (i % 30 === 29) {
-        await waitFor(`replicas agree at request ${i}`, agree, 5_000);
+        // finished() reaches the replicas as a message: on a loaded machine both can agree on a
+        // load that still counts a finished request, so wait for the count as well.
+        await waitFor(`replicas agree at request ${i}`, () => agree() && services().every((s) => s.router.stats().activeSequences === outstanding), 15_000);
         const [a, b] = services();
         expect(a!.router.stats().activeSequences).toBe(outstanding);
         expect(b!.router.stats().activeSequences).toBe(outstanding);
@@ -104,7 +106,7 @@ describe('router replicas with --router-replica-sync', () => {
         local.finished(n === 0 ? 'probe' : `probe-${n}`);
         local.bookOn({ requestId: `probe-${++n}`, tokens: tokens(1, 2 * BLOCK) }, probeWorker);
         return services().every((s) => s.load(probeWorker).activeSequences === 1);
-      }, 5_000, 50);
+      }, 15_000, 50);
       local.finished(`probe-${n}`);
       await waitFor('probe freed on the replicas', () => services().every((s) => s.load(probeWorker).activeSequences === 0), 5_000);
       const routed = local.route({ requestId: 'embedded-1', tokens: tokens(77, 6 * BLOCK) });

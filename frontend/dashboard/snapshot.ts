@@ -1,0 +1,216 @@
+/**
+ * What the dashboard's SSE stream (`GET /dashboard/events`) and its JSON API send: the one
+ * contract between the frontend's `DashboardState` and the page (frontend/dashboard/page/).
+ *
+ * Stream: `text/event-stream`, first a `retry: 2000` line (EventSource reconnects 2 s after the
+ * frontend goes away), then one `event: snapshot` frame (`data: <DashboardSnapshot JSON>`) as soon
+ * as the client connects and about once a second after that. Every frame is a whole snapshot
+ * (no deltas), so a frame skipped for a slow client loses nothing but time resolution. History
+ * windows (5/15/60 min) are the page's own: it appends each snapshot's numbers to its series.
+ *
+ * Times are milliseconds since the epoch (`t`, `lastSeen`) or milliseconds (latencies). Rates
+ * are per second over the last snapshot interval. Every list is bounded (see the limits below).
+ *
+ * Request inspector: `GET /dashboard/api/requests/{requestId}` → `RequestRecord` (200) or a
+ * 404 `{error:{code:'request_not_found'}}` once it has left the ring (the last
+ * `REQUEST_RING_SIZE` finished requests). The id is the response header `x-request-id`.
+ * `GET /dashboard/api/snapshot` → the current `DashboardSnapshot` once (tests, curl).
+ */
+
+/** SSE event name of a snapshot frame. */
+export const SNAPSHOT_EVENT = 'snapshot';
+/** `retry:` sent at the stream's start: the browser's reconnect delay. */
+export const SSE_RETRY_MS = 2000;
+/** How often a snapshot is sent while at least one client is connected. */
+export const SNAPSHOT_INTERVAL_MS = 1000;
+/** Routing decisions kept (and sent) per snapshot. */
+export const ROUTING_DECISIONS_KEPT = 50;
+/** Planner decisions kept (and sent). */
+export const PLANNER_DECISIONS_KEPT = 50;
+/** Finished requests the inspector remembers. */
+export const REQUEST_RING_SIZE = 4096;
+
+export type WorkerState = 'ready' | 'draining' | 'gone';
+export type PoolRole = 'aggregated' | 'prefill' | 'decode';
+
+export interface WorkerView {
+  /** 16 hex digits. */
+  instanceId: string;
+  state: WorkerState;
+  /** From the worker's latest `load_metrics` (0 before the first). */
+  running: number;
+  waiting: number;
+  kvUsedBlocks: number;
+  kvTotalBlocks: number;
+  /** Cached prompt tokens / prompt tokens over requests this frontend finished on the worker; null before any. */
+  prefixHitRate: number | null;
+  /** Last `load_metrics` or card sighting, ms since epoch. */
+  lastSeen: number;
+  /** When state is 'gone': when it went (the page drops it after a while). */
+  goneAt?: number;
+}
+
+export interface PoolView {
+  role: PoolRole;
+  workers: WorkerView[];
+}
+
+export interface ModelView {
+  name: string;
+  pools: PoolView[];
+}
+
+export interface Percentiles {
+  p50: number | null;
+  p90: number | null;
+  p99: number | null;
+}
+
+export interface FrontendView {
+  /** 16 hex digits: this frontend's instance id. */
+  instanceId: string;
+  /** Process start, ms since epoch. */
+  startedAt: number;
+  /** Connected dashboard clients (this one included). */
+  dashboardClients: number;
+  draining: boolean;
+}
+
+export interface TrafficView {
+  /** Requests started per second over the last interval. */
+  requestRate: number;
+  /** Finished requests per second over the last interval. */
+  finishRate: number;
+  /** Over requests whose first token came in the last `windowMs` (ms). */
+  ttft: Percentiles;
+  /** Mean inter-token latency per request (ms), over requests finished in the last `windowMs`. */
+  itl: Percentiles;
+  /** Percentile window length, ms. */
+  windowMs: number;
+  /** Generation requests admitted and not finished. */
+  inflight: number;
+  /** Sum of the workers' waiting queues (load_metrics). */
+  queued: number;
+  /** Since start, by error code (`unavailable`, `deadline_exceeded`, `cancelled`, …). */
+  errorsByType: Record<string, number>;
+  /** Since start. */
+  migrations: number;
+  /** Since start. */
+  requestsTotal: number;
+}
+
+export interface RoutingCandidate {
+  instanceId: string;
+  /** Prompt blocks already cached on the worker (kv mode), else 0. */
+  overlapBlocks: number;
+  /** The selector's cost (lower wins); null when the mode has none (round-robin, random). */
+  cost: number | null;
+}
+
+export interface RoutingDecision {
+  t: number;
+  requestId: string;
+  model: string;
+  /** Which router decided: 'frontend' (embedded) or the standalone router's instance id. */
+  decidedBy: string;
+  promptBlocks: number;
+  candidates: RoutingCandidate[];
+  winner: string;
+}
+
+export interface RoutingView {
+  mode: string;
+  /** Blocks in the KV index (kv mode, embedded router). */
+  indexBlocks?: number;
+  /** Event gaps recovered by replay (kv mode). */
+  gapRecoveries?: number;
+  /** Newest last; at most ROUTING_DECISIONS_KEPT. */
+  decisions: RoutingDecision[];
+}
+
+export interface DisaggView {
+  /** Share of requests finished in the last interval that went prefill → decode (0..1). */
+  share: number;
+  /** Since start. */
+  disaggregatedTotal: number;
+  /** KV bytes moved per second over the last interval, in GB/s (1e9). */
+  transferGBps: number;
+  /** Over transfers completed in the window. */
+  transferLatencyMs: { p50: number | null; p99: number | null };
+  /** Since start: requests that ran aggregated because prefill could not be done remotely. */
+  fallbacks: number;
+}
+
+export interface PlannerPoolView {
+  name: string;
+  current: number;
+  desired: number;
+}
+
+export interface PlannerDecisionView {
+  t: number;
+  pool: string;
+  from: number;
+  to: number;
+  reason: string;
+}
+
+export interface PlannerView {
+  /** Instance id of the planner that published last. */
+  source: string;
+  /** When its last message came. */
+  lastSeen: number;
+  predicted: { rate: number; isl: number; osl: number } | null;
+  observed: { rate: number; isl: number; osl: number } | null;
+  pools: PlannerPoolView[];
+  /** Newest last; at most PLANNER_DECISIONS_KEPT. */
+  decisions: PlannerDecisionView[];
+}
+
+export interface DashboardSnapshot {
+  t: number;
+  frontend: FrontendView;
+  models: ModelView[];
+  traffic: TrafficView;
+  routing: RoutingView;
+  disagg: DisaggView;
+  /** Absent until a planner has published. */
+  planner?: PlannerView;
+}
+
+/** `GET /dashboard/api/requests/{id}`. */
+export interface RequestRecord {
+  requestId: string;
+  model: string;
+  /**
+   * The worker the request was routed to (decode worker when disaggregated), then the decode
+   * worker that actually served if it differs. Migration targets are not listed yet: the
+   * pipeline's migration hook does not name the request.
+   */
+  workers: string[];
+  /** Prefill instance when the request was disaggregated. */
+  prefillWorker?: string;
+  promptTokens: number;
+  completionTokens: number;
+  cachedTokens: number;
+  /** Routing decision for the first attempt, when one was recorded. */
+  routing?: RoutingDecision;
+  timings: {
+    /** Arrival → routed (preprocessing, admission). */
+    queueMs: number | null;
+    /** Remote prefill call (disaggregated), else null. */
+    prefillMs: number | null;
+    /** KV transfer (disaggregated), else null. */
+    transferMs: number | null;
+    /** First token → end. */
+    decodeMs: number | null;
+    ttftMs: number | null;
+    totalMs: number;
+  };
+  finishReason: string | null;
+  /** Error code when it failed. */
+  error?: string;
+  /** Always 0 for now (see `workers`); the fleet-wide count is `traffic.migrations`. */
+  migrations: number;
+  startedAt: number;
+}

@@ -1,0 +1,118 @@
+/**
+ * Adapters that feed `DashboardState` from outside the request path:
+ *   - the process's `ModelCardFeed`: a card added → worker 'ready'; removed → 'draining' or
+ *     'gone' (dashboard-state.ts says which);
+ *   - `load_metrics` on the event plane, one subscription per worker component the cards name
+ *     (the same topic the embedded KV router and the planner's live source read);
+ *   - routing decisions: the embedded KV router's hub listener, or, with `--router-endpoint`,
+ *     `router_decisions` published by the standalone router on its component;
+ *   - `planner_status` published by a planner on component `planner`.
+ * Everything here is I/O glue; the state it feeds is pure.
+ */
+import type { Logger } from 'pino';
+import { DASHBOARD_TOPICS, PLANNER_COMPONENT, TOPICS, type LoadMetrics, type PlannerStatusEvent, type RouterDecisionEvent } from '../../proto/wire.js';
+import type { DecisionListener, KvRouterHub } from '../../router/adapters/index.js';
+import type { DistributedRuntime, ModelCardFeed, Subscription } from '../../runtime/index.js';
+import type { DashboardState } from './dashboard-state.js';
+
+export interface DashboardSourcesOptions {
+  state: DashboardState;
+  cards: ModelCardFeed;
+  namespace: string;
+  /** Absent: no event plane (tests with an in-memory discovery): fleet from cards only. */
+  runtime?: DistributedRuntime;
+  /** The embedded KV router, when the frontend routes in kv mode itself. */
+  hub?: KvRouterHub;
+  /** `--router-endpoint`'s component, when a standalone router decides. */
+  routerComponent?: string;
+  log: Logger;
+  clock?: () => number;
+}
+
+export class DashboardSources {
+  private readonly subs: Promise<Subscription | undefined>[] = [];
+  private readonly components = new Set<string>();
+  private unsubscribeCards: (() => void) | undefined;
+  private readonly onDecision: DecisionListener;
+  private closed = false;
+
+  private constructor(private readonly o: DashboardSourcesOptions) {
+    const clock = o.clock ?? Date.now;
+    this.onDecision = (_component, d) =>
+      o.state.routingDecided(
+        d.requestId,
+        d.instanceId,
+        d.costs.map((c) => ({ instanceId: c.instanceId, overlapBlocks: c.cachedBlocks, cost: c.cost })),
+        d.requestBlocks,
+        'frontend',
+      );
+    this.unsubscribeCards = o.cards.subscribe((e) => {
+      const { entry } = e;
+      if (e.type === 'removed') return o.state.cardRemoved(entry.instanceId, clock());
+      o.state.cardAdded(entry.model, entry.card.role, entry.instanceId, entry.card.totalKvBlocks, clock());
+      this.follow(entry.card.component);
+    });
+  }
+
+  static start(o: DashboardSourcesOptions): DashboardSources {
+    const s = new DashboardSources(o);
+    o.hub?.decisionListeners.add(s.onDecision);
+    if (o.runtime && o.routerComponent !== undefined) {
+      s.subscribe<RouterDecisionEvent>(o.routerComponent, DASHBOARD_TOPICS.routerDecisions, (source, p) => {
+        if (typeof p?.requestId === 'string' && typeof p.instanceId === 'string' && Array.isArray(p.candidates)) o.state.remoteDecision(source, p);
+      });
+    }
+    if (o.runtime) {
+      s.subscribe<PlannerStatusEvent>(PLANNER_COMPONENT, DASHBOARD_TOPICS.plannerStatus, (source, p) => {
+        if (typeof p === 'object' && p !== null && Array.isArray(p.pools)) o.state.plannerStatus(source, { ...p, decisions: Array.isArray(p.decisions) ? p.decisions : [] }, Date.now());
+      });
+    }
+    return s;
+  }
+
+  async close(): Promise<void> {
+    this.closed = true;
+    this.unsubscribeCards?.();
+    this.o.hub?.decisionListeners.delete(this.onDecision);
+    const subs = await Promise.all(this.subs);
+    await Promise.all(subs.map((s) => s?.close().catch(() => undefined)));
+  }
+
+  /** Start hearing `load_metrics` from a worker component the first time a card names it. */
+  private follow(component: string): void {
+    if (!this.o.runtime || this.components.has(component)) return;
+    this.components.add(component);
+    const clock = this.o.clock ?? Date.now;
+    this.subscribe<LoadMetrics>(component, TOPICS.loadMetrics, (_source, m) => {
+      if (typeof m?.workerId !== 'string') return;
+      this.o.state.load(
+        { workerId: m.workerId, numRunning: Number(m.numRunning) || 0, numWaiting: Number(m.numWaiting) || 0, activeBlocks: Number(m.activeBlocks) || 0, totalBlocks: Number(m.totalBlocks) || 0 },
+        clock(),
+      );
+    });
+  }
+
+  private subscribe<T>(component: string, topic: string, onEvent: (source: string, payload: T) => void): void {
+    const runtime = this.o.runtime!;
+    const sub = runtime
+      .namespace(this.o.namespace)
+      .component(component)
+      .subscribe<T>(topic, (e) => {
+        if (!this.closed) onEvent(e.source, e.payload);
+      })
+      .then(
+        async (s) => {
+          if (this.closed) {
+            await s.close().catch(() => undefined);
+            return undefined;
+          }
+          return s;
+        },
+        (err: unknown) => {
+          this.o.log.warn({ err, component, topic }, 'dashboard: could not subscribe');
+          return undefined;
+        },
+      );
+    this.subs.push(sub);
+  }
+}

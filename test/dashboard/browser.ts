@@ -1,0 +1,55 @@
+/**
+ * A real browser for the dashboard tests: Debian's `chromium` driven by `playwright-core`
+ * through `executablePath` (no browser download; scripts/setup.sh installs both).
+ *
+ * `chromiumPath()` says where the binary is, or undefined when it is missing; the tests then
+ * skip with that reason, never pass without a browser. Screenshots go to an artifacts folder
+ * outside the repository (`TANDEM_DASHBOARD_ARTIFACTS`, else $TMPDIR/tandem-dashboard-artifacts).
+ */
+import { existsSync, mkdirSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { chromium, type Browser, type Page } from 'playwright-core';
+
+const CANDIDATES = ['/usr/bin/chromium', '/usr/bin/chromium-browser'];
+
+/** `CHROMIUM_BIN` when set (and only it), else the Debian paths. */
+export function chromiumPath(): string | undefined {
+  const override = process.env.CHROMIUM_BIN;
+  const candidates = override !== undefined && override !== '' ? [override] : CANDIDATES;
+  return candidates.find((p) => existsSync(p));
+}
+
+export async function launchChromium(): Promise<Browser> {
+  const executablePath = chromiumPath();
+  if (!executablePath) throw new Error('chromium not found (apt-get install chromium, or set CHROMIUM_BIN)');
+  // --no-sandbox: test containers run as root, where chromium's sandbox refuses to start.
+  return chromium.launch({ executablePath, args: ['--no-sandbox', '--disable-gpu', '--disable-dev-shm-usage'] });
+}
+
+/** Where screenshots go; created on first use. */
+export function artifactsDir(): string {
+  const dir = process.env.TANDEM_DASHBOARD_ARTIFACTS ?? join(tmpdir(), 'tandem-dashboard-artifacts');
+  mkdirSync(dir, { recursive: true });
+  return dir;
+}
+
+/** Save a full-page screenshot as an artifact; returns its path (also printed, to find it). */
+export async function screenshot(page: Page, name: string): Promise<string> {
+  const path = join(artifactsDir(), `${name}.png`);
+  await page.screenshot({ path, fullPage: true });
+  process.stdout.write(`dashboard screenshot: ${path}\n`);
+  return path;
+}
+
+/** Attribute of the element with `data-testid`, or undefined when the element is absent. */
+export async function attr(page: Page, testid: string, name: string): Promise<string | undefined> {
+  const el = page.locator(`[data-testid="${testid}"]`).first();
+  if ((await el.count()) === 0) return undefined;
+  return (await el.getAttribute(name)) ?? undefined;
+}
+
+/** Snapshots the page has rendered so far (body[data-snapshots]). */
+export async function snapshotsSeen(page: Page): Promise<number> {
+  return Number((await page.locator('body').getAttribute('data-snapshots')) ?? 0);
+}

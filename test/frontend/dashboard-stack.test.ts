@@ -1,0 +1,220 @@
+/**
+ * The dashboard of a real `runtime frontend` process (built CLI, `--router-mode kv`,
+ * `--api-key`) in front of two real mocker workers (test/harness/cli-stack.ts):
+ *   - `/dashboard/events` needs the key (header, ?api_key= or the cookie a page load sets);
+ *   - its snapshots list the workers of the aggregated pool, and a killed worker turns 'gone'
+ *     once its lease expires;
+ *   - a request id from the `x-request-id` header is found by the inspector, with timings;
+ *   - the routing decision recorded for it names the worker the response header named, also
+ *     when a standalone `runtime router` decides (its `router_decisions` on the event plane).
+ * Needs `npm run build`.
+ */
+import { request as httpRequest, type IncomingMessage } from 'node:http';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { CliStack } from '../harness/cli-stack.js';
+import { pollUntil } from '../harness/http.js';
+import { spawnCli, type Spawned } from '../harness/processes.js';
+import type { DashboardSnapshot, RequestRecord } from '../../frontend/dashboard/snapshot.js';
+
+const KEY = 'dash-secret-key';
+const AUTH = { authorization: `Bearer ${KEY}` };
+
+/** Reads `event: snapshot` frames from a live SSE response. */
+class SnapshotReader {
+  latest: DashboardSnapshot | undefined;
+  frames = 0;
+  retry: number | undefined;
+  private buf = '';
+
+  constructor(readonly res: IncomingMessage) {
+    res.setEncoding('utf8');
+    res.on('data', (chunk: string) => {
+      this.buf += chunk;
+      let end: number;
+      while ((end = this.buf.indexOf('\n\n')) !== -1) {
+        const frame = this.buf.slice(0, end);
+        this.buf = this.buf.slice(end + 2);
+        const lines = frame.split('\n');
+        const retry = lines.find((l) => l.startsWith('retry: '));
+        if (retry) this.retry = Number(retry.slice('retry: '.length));
+        const data = lines.find((l) => l.startsWith('data: '));
+        if (lines.includes('event: snapshot') && data) {
+          this.latest = JSON.parse(data.slice('data: '.length)) as DashboardSnapshot;
+          this.frames++;
+        }
+      }
+    });
+  }
+
+  close(): void {
+    this.res.destroy();
+  }
+}
+
+function openEvents(url: string, headers: Record<string, string> = {}, query = ''): Promise<IncomingMessage> {
+  return new Promise((resolve, reject) => {
+    const req = httpRequest(`${url}/dashboard/events${query}`, { headers }, resolve);
+    req.on('error', reject);
+    req.end();
+  });
+}
+
+function aggregatedWorkers(s: DashboardSnapshot | undefined, model: string) {
+  return s?.models.find((m) => m.name === model)?.pools.find((p) => p.role === 'aggregated')?.workers ?? [];
+}
+
+describe('dashboard on a real frontend and mocker fleet', () => {
+  let stack: CliStack;
+
+  beforeAll(async () => {
+    stack = await CliStack.create({ tmpPrefix: 'tandem-dashboard-', leaseTtl: 2 });
+    await stack.startWorker('agg', ['--engine', 'mocker']);
+    await stack.startWorker('agg', ['--engine', 'mocker']);
+    await stack.startFrontend(['--router-mode', 'kv', '--api-key', KEY]);
+    await stack.waitForRoutable(2);
+  }, 120_000);
+  afterAll(async () => {
+    await stack?.close();
+  });
+
+  it('the stream and the page need the API key; ?api_key= and the cookie count', async () => {
+    const none = await openEvents(stack.url);
+    expect(none.statusCode).toBe(401);
+    none.resume();
+    const wrong = await openEvents(stack.url, {}, '?api_key=nope');
+    expect(wrong.statusCode).toBe(401);
+    wrong.resume();
+    const byQuery = await openEvents(stack.url, {}, `?api_key=${KEY}`);
+    expect(byQuery.statusCode).toBe(200);
+    expect(byQuery.headers['content-type']).toMatch(/^text\/event-stream/);
+    byQuery.destroy();
+
+    expect((await fetch(`${stack.url}/dashboard/api/snapshot`)).status).toBe(401);
+    const page = await fetch(`${stack.url}/dashboard?api_key=${KEY}`, { redirect: 'manual' });
+    expect(page.status).toBe(303);
+    expect(page.headers.get('location')).toBe('/dashboard');
+    const cookie = page.headers.get('set-cookie')!;
+    expect(cookie).toMatch(/HttpOnly/);
+    const withCookie = await fetch(`${stack.url}/dashboard/api/snapshot`, { headers: { cookie: cookie.split(';')[0]! } });
+    expect(withCookie.status).toBe(200);
+    const html = await fetch(`${stack.url}/dashboard`, { headers: { cookie: cookie.split(';')[0]! } });
+    expect(html.status).toBe(200);
+    expect(html.headers.get('content-type')).toMatch(/^text\/html/);
+    expect(await html.text()).toMatch(/\/dashboard\/assets\//);
+    expect((await fetch(`${stack.url}/dashboard`)).status).toBe(401);
+    // The cookie is for /dashboard only: the OpenAI routes still want the header.
+    expect((await fetch(`${stack.url}/v1/models`, { headers: { cookie: cookie.split(';')[0]! } })).status).toBe(401);
+    // uPlot is served by the frontend itself.
+    const uplot = await fetch(`${stack.url}/dashboard/assets/uPlot.iife.min.js`, { headers: AUTH });
+    expect(uplot.status).toBe(200);
+    expect(uplot.headers.get('content-type')).toMatch(/javascript/);
+    expect((await uplot.text()).length).toBeGreaterThan(10_000);
+  });
+
+  it('snapshots list both workers of the aggregated pool, with load and kv totals', async () => {
+    const reader = new SnapshotReader(await openEvents(stack.url, AUTH));
+    try {
+      await pollUntil('a snapshot', () => reader.latest !== undefined, 10_000);
+      expect(reader.retry).toBeGreaterThan(0);
+      const workers = aggregatedWorkers(reader.latest, stack.model);
+      expect(workers.map((w) => w.instanceId).sort()).toEqual(stack.workers.map((w) => w.instanceId).sort());
+      expect(workers.every((w) => w.state === 'ready' && w.kvTotalBlocks > 0)).toBe(true);
+      expect(reader.latest!.routing.mode).toBe('kv');
+      // About 1 Hz: a second frame comes.
+      await pollUntil('a second snapshot', () => reader.frames >= 2, 10_000);
+    } finally {
+      reader.close();
+    }
+  });
+
+  it('the inspector finds a request by its x-request-id, and its routing decision names the header worker', async () => {
+    const ids: Array<{ id: string; worker: string }> = [];
+    for (let i = 0; i < 4; i++) {
+      const res = await fetch(`${stack.url}/v1/chat/completions`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', ...AUTH },
+        body: JSON.stringify({ model: stack.model, messages: [{ role: 'user', content: `the same long shared prefix for every request ${'x'.repeat(200)} ${i}` }], max_tokens: 8, stream: i % 2 === 0 }),
+      });
+      expect(res.status).toBe(200);
+      await res.text();
+      ids.push({ id: res.headers.get('x-request-id')!, worker: res.headers.get('x-worker-instance-id')! });
+    }
+    for (const { id, worker } of ids) {
+      const res = await fetch(`${stack.url}/dashboard/api/requests/${id}`, { headers: AUTH });
+      expect(res.status).toBe(200);
+      const record = (await res.json()) as RequestRecord;
+      expect(record.requestId).toBe(id);
+      expect(record.workers).toEqual([worker]);
+      expect(record.finishReason).toBe('length');
+      expect(record.completionTokens).toBe(8);
+      expect(record.timings.ttftMs).not.toBeNull();
+      expect(record.timings.totalMs).toBeGreaterThanOrEqual(record.timings.ttftMs!);
+      // kv mode: the embedded router's decision, with every candidate's cost.
+      expect(record.routing?.winner).toBe(worker);
+      expect(record.routing?.candidates.map((c) => c.instanceId).sort()).toEqual(stack.workers.map((w) => w.instanceId).sort());
+      expect(record.routing?.candidates.every((c) => typeof c.cost === 'number')).toBe(true);
+    }
+    const snap = (await (await fetch(`${stack.url}/dashboard/api/snapshot`, { headers: AUTH })).json()) as DashboardSnapshot;
+    const decision = snap.routing.decisions.find((d) => d.requestId === ids[3]!.id);
+    expect(decision?.winner).toBe(ids[3]!.worker);
+    expect(snap.traffic.requestsTotal).toBeGreaterThanOrEqual(4);
+    expect((await fetch(`${stack.url}/dashboard/api/requests/chatcmpl-unknown`, { headers: AUTH })).status).toBe(404);
+  });
+
+  it('a killed worker is marked gone within the lease TTL', async () => {
+    const reader = new SnapshotReader(await openEvents(stack.url, AUTH));
+    try {
+      const victim = stack.workers[1]!;
+      await stack.kill9(victim);
+      // Lease TTL 2 s; bound generously for a loaded machine.
+      await pollUntil('the killed worker gone', () => aggregatedWorkers(reader.latest, stack.model).find((w) => w.instanceId === victim.instanceId)?.state === 'gone', 20_000);
+      const survivor = aggregatedWorkers(reader.latest, stack.model).find((w) => w.instanceId === stack.workers[0]!.instanceId);
+      expect(survivor?.state).toBe('ready');
+    } finally {
+      reader.close();
+    }
+  });
+});
+
+describe('dashboard with a standalone router', () => {
+  let stack: CliStack;
+  let router: Spawned | undefined;
+
+  beforeAll(async () => {
+    stack = await CliStack.create({ tmpPrefix: 'tandem-dashboard-router-', leaseTtl: 2 });
+    await stack.startWorker('agg', ['--engine', 'mocker']);
+    await stack.startWorker('agg', ['--engine', 'mocker']);
+    router = spawnCli(['router', ...stack.common, '--worker-component', 'backend']);
+    await router.waitForLine(/^router ready /, 60_000);
+    await stack.startFrontend(['--router-mode', 'kv', '--router-endpoint', 'router']);
+    await stack.waitForRoutable(2);
+  }, 120_000);
+  afterAll(async () => {
+    await router?.stop(10_000);
+    await stack?.close();
+  });
+
+  it("the router's published decision reaches the dashboard and names the header's worker", async () => {
+    const res = await fetch(`${stack.url}/v1/completions`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ model: stack.model, prompt: `a prompt for the standalone router ${'y'.repeat(100)}`, max_tokens: 4 }),
+    });
+    expect(res.status).toBe(200);
+    await res.text();
+    const id = res.headers.get('x-request-id')!;
+    const worker = res.headers.get('x-worker-instance-id')!;
+    const record = (await (await fetch(`${stack.url}/dashboard/api/requests/${id}`)).json()) as RequestRecord;
+    expect(record.workers).toEqual([worker]);
+    // The decision arrives over the event plane, possibly after the response: poll the snapshot.
+    let decision: DashboardSnapshot['routing']['decisions'][number] | undefined;
+    await pollUntil('the decision in the snapshot', async () => {
+      const snap = (await (await fetch(`${stack.url}/dashboard/api/snapshot`)).json()) as DashboardSnapshot;
+      decision = snap.routing.decisions.find((d) => d.requestId === id);
+      return decision !== undefined && decision.decidedBy !== 'frontend';
+    }, 15_000, 100).catch(() => undefined);
+    expect(decision?.winner).toBe(worker);
+    expect(decision?.decidedBy).not.toBe('frontend');
+    expect(decision?.candidates.map((c) => c.instanceId).sort()).toEqual(stack.workers.map((w) => w.instanceId).sort());
+  });
+});
