@@ -35,6 +35,7 @@ interface UpFlags {
   threads?: string;
   kvBytesPerToken?: string;
   kvReleaseTimeout?: string;
+  perfProfile?: string;
   logLevel: string;
   planner?: 'load' | 'sla';
   maxWorkers?: number;
@@ -118,6 +119,7 @@ export function registerUpCommand(program: Command): void {
     .option('--threads <n>', 'native engine compute threads per worker')
     .option('--kv-bytes-per-token <bytes>', 'prefill/decode with the mocker: KV bytes per token of its host pool (131072 = 8B-shaped)')
     .option('--kv-release-timeout <seconds>', 'prefill: free pinned KV blocks no decode worker released after this long')
+    .option('--perf-profile <file>', 'mocker: every worker runs this perf profile (`runtime profile --out`); also the planner\'s unless --planner-profile')
     .option('--log-level <level>', 'log level of the children', 'info')
     .addOption(new Option('--planner <mode>', 'run the planner in-process (local connector): load | sla').argParser(oneOf(['load', 'sla'] as const)))
     .addOption(new Option('--max-workers <n>', 'planner: total workers over all pools (also each pool\'s max)').argParser(nonNegativeInt))
@@ -136,8 +138,12 @@ export function registerUpCommand(program: Command): void {
       flags.workers ??= flags.prefill + flags.decode > 0 ? 0 : 2;
       if (flags.workers + flags.prefill + flags.decode === 0) throw new ConfigError('runtime up needs at least one worker (--workers, --prefill or --decode)');
       if (flags.prefill > 0 && flags.decode === 0) throw new ConfigError('--prefill needs --decode workers too');
+      if (flags.perfProfile !== undefined) {
+        if (flags.engine !== 'mocker') throw new ConfigError('--perf-profile is for the mocker engine');
+        await loadPlannerPerf(flags.perfProfile); // a bad file is exit 2 here, not a worker dying at start
+      }
       const plannerConfig = await upPlannerConfig(flags);
-      const perf = plannerConfig ? await loadPlannerPerf(flags.plannerProfile) : undefined;
+      const perf = plannerConfig ? await loadPlannerPerf(flags.plannerProfile ?? flags.perfProfile) : undefined;
       await runUp(flags, cmd.args, plannerConfig && perf ? { config: plannerConfig, perf } : undefined);
     });
 }
@@ -165,6 +171,7 @@ async function runUp(flags: UpFlags, frontendExtra: string[], plan?: { config: P
     ['threads', '--threads'],
     ['kvBytesPerToken', '--kv-bytes-per-token'],
     ['kvReleaseTimeout', '--kv-release-timeout'],
+    ['perfProfile', '--perf-profile'],
   ];
   for (const [key, flag] of passthrough) if (flags[key] !== undefined) workerFlags.push(flag, String(flags[key]));
   const graceMs = drainTimeoutMs(frontendExtra) + STOP_SLACK_MS;

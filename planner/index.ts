@@ -5,3 +5,4 @@ export * from './simulator/index.js';
 export { buildConfig, loadPlannerPerf, readPlannerConfigFile, registerPlannerCommand } from './command.js';
 export * from './connectors/index.js';
 export * from './live/index.js';
+export { registerProfileCommand, buildProfile, planSweep, renderProfileHtml, type ProfileDeps, type ProfileReport } from './profiler/index.js';

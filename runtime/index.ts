@@ -15,3 +15,6 @@ export * from './request-plane/types.js';
 export { listenOn } from './listen.js';
 export { DEFAULT_RESTART_POLICY, type RestartPolicy, Supervisor, recordWithMsg, runtimeCommand } from './supervisor/index.js';
 export { EXIT_CODES, type ExitCode } from './exit-codes.js';
+// For tools that talk to one worker directly (runtime profile --endpoint).
+export { createDiscovery, type CreateDiscoveryOptions } from './discovery/create-discovery.js';
+export { GrpcRequestPlaneClient, type GrpcClientOptions } from './request-plane/grpc-client.js';
