@@ -114,7 +114,25 @@ export interface RawEngineHandle {
     /** Logit bias (token id, value) of every sequence back to back; seqMeta points into them. */
     biasIds?: Int32Array,
     biasValues?: Float32Array,
+    /**
+     * Structured output: per sequence, its row in `allowedMasks` or -1 (unconstrained). A row
+     * is ceil(vocabSize / 32) words, bit (id & 31) of word (id >> 5) set = id allowed; the
+     * sampler sets every other logit to -inf before greedy / top-k / top-p / min-p.
+     */
+    maskRows?: Int32Array,
+    allowedMasks?: Uint32Array,
+    /**
+     * Masks come later, through supplyMasks(), which the caller makes while the forward pass
+     * runs; sampling waits for it (60 s at most, then the step rejects with `internal`).
+     */
+    deferMasks?: boolean,
   ): Promise<RawStepResult>;
+  /**
+   * The masks of the step in flight started with deferMasks (layouts as step()'s; no
+   * arguments = none this step). Copied before returning. Throws `invalid_argument` when no
+   * step waits for masks.
+   */
+  supplyMasks(maskRows?: Int32Array, allowedMasks?: Uint32Array): void;
   /**
    * The paged KV pool as an ArrayBuffer over the engine's memory (no copy), block-major
    * (`kvLayout`), `kvBytesPerBlock * numBlocks` bytes; for registering with a transfer agent.

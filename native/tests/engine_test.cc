@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <thread>
 #include <fstream>
 #include <functional>
 #include <map>
@@ -284,6 +285,37 @@ void test_sampling(const std::string& dir) {
   CHECK(static_cast<size_t>(biased({{static_cast<int32_t>(argmin), 100.0f}})) == argmin, "+100 bias did not force the token");
   CHECK(static_cast<size_t>(biased({{static_cast<int32_t>(argmax), -100.0f}})) != argmax, "-100 bias did not ban the token");
   CHECK(static_cast<size_t>(biased({{1 << 30, 100.0f}, {-5, 100.0f}})) == argmax, "out-of-vocab bias ids changed greedy");
+
+  // Structured-output mask: greedy takes the best allowed logit; hot sampling draws only
+  // allowed tokens; deferred masks (supplied while the forward runs) behave the same.
+  const size_t vocab = gr.logits.size();
+  const size_t words = (vocab + 31) / 32;
+  const std::vector<int32_t> allowed = {static_cast<int32_t>(argmin), static_cast<int32_t>((argmax + 7) % vocab)};
+  std::vector<uint32_t> mask(words, 0);
+  for (int32_t id : allowed) mask[static_cast<size_t>(id) / 32] |= 1u << (id % 32);
+  const int32_t best_allowed = gr.logits[static_cast<size_t>(allowed[0])] >= gr.logits[static_cast<size_t>(allowed[1])] ? allowed[0] : allowed[1];
+  StepBuilder mg;
+  mg.add(prompt, 0, {0, 1}, true);
+  mg.in.allowed_masks = mask;
+  mg.in.seqs[0].mask_row = 0;
+  CHECK(e->step(mg.in).tokens[0] == best_allowed, "masked greedy is not the best allowed token");
+  for (uint64_t seed = 1; seed <= 8; ++seed) {
+    SamplingParams hot = sp;
+    hot.seed = seed;
+    StepBuilder mh;
+    mh.add(prompt, 0, {0, 1}, true, hot);
+    mh.in.allowed_masks = mask;
+    mh.in.seqs[0].mask_row = 0;
+    const int32_t t = e->step(mh.in).tokens[0];
+    CHECK(t == allowed[0] || t == allowed[1], "masked sampling drew token %d outside the mask", t);
+  }
+  StepBuilder md;
+  md.add(prompt, 0, {0, 1}, true);
+  md.in.deferred_masks = std::make_shared<DeferredMasks>();
+  auto gate = md.in.deferred_masks;
+  std::thread supplier([gate, mask] { gate->supply({0}, mask); });
+  CHECK(e->step(md.in).tokens[0] == best_allowed, "deferred mask not applied");
+  supplier.join();
 }
 
 template <typename F>

@@ -17,6 +17,7 @@ import { KvEventLog } from '../block-manager/kv-event-log.js';
 import { Scheduler } from '../scheduler/scheduler.js';
 import type { KvImportStart, SchedulePlan, SchedulerConfig, SchedulerLoad, StepOutcome } from '../scheduler/types.js';
 import { OutputQueue } from './output-queue.js';
+import { StructuredDecoding, type GrammarProvider } from './structured-decoding.js';
 
 /** Where the loop reports; the worker process publishes these on the event plane. */
 export interface EngineLoopSinks {
@@ -58,6 +59,8 @@ export interface EngineLoopConfig {
   sinks?: EngineLoopSinks;
   /** Events kept for replay; default 1024. */
   kvEventCapacity?: number;
+  /** Structured output: matchers over this worker's vocabulary; without it such requests are refused. */
+  grammar?: GrammarProvider;
 }
 
 /** The scheduler's load snapshot plus the loop's running totals (what `/metrics` shows). */
@@ -80,6 +83,8 @@ export class EngineLoop {
   readonly engine: Engine;
   readonly scheduler: Scheduler;
   readonly kvEventLog: KvEventLog;
+  /** Grammar state of constrained sequences; undefined without a GrammarProvider. */
+  readonly structured: StructuredDecoding | undefined;
   private readonly sinks: EngineLoopSinks;
   private readonly queues = new Map<number, OutputQueue>();
   private readonly kvImporter: KvImporter | undefined;
@@ -102,6 +107,7 @@ export class EngineLoop {
     });
     this.sinks = config.sinks ?? {};
     this.kvImporter = config.kvImporter;
+    this.structured = config.grammar !== undefined ? new StructuredDecoding(config.grammar) : undefined;
   }
 
   /**
@@ -116,6 +122,7 @@ export class EngineLoop {
       return;
     }
     const stop = request.prefillOnly ? { ...request.stop, maxTokens: 1 } : request.stop;
+    const matcher = request.structured !== undefined ? this.createMatcher(request) : undefined;
     const remote = this.kvImporter !== undefined ? usableKvTransfer(request) : undefined;
     const added = this.scheduler.addSequence({
       requestId: request.requestId,
@@ -130,6 +137,8 @@ export class EngineLoop {
     });
     if (added.type === 'rejected') throw new TandemError(added.code, added.message);
     const seqId = added.seqId;
+    // The request's own budget, also on a prefill-only run: closing mode looks at the whole output.
+    if (matcher !== undefined) this.structured!.register(seqId, matcher, request.stop.maxTokens);
     if (remote !== undefined) this.importSources.set(seqId, remote);
     options.onAdded?.(seqId);
     const queue = new OutputQueue();
@@ -150,6 +159,7 @@ export class EngineLoop {
       if (!queue.isClosed) this.cancel(seqId, queue);
       this.queues.delete(seqId);
       this.importSources.delete(seqId);
+      this.structured?.remove(seqId);
     }
   }
 
@@ -221,13 +231,20 @@ export class EngineLoop {
         this.publish();
         return;
       }
+      const structured = this.structured;
       let outcome: StepOutcome;
+      let rejected: number[] | undefined;
       try {
-        outcome = this.scheduler.applyStepResult(await this.engine.step(plan.batch));
+        if (structured !== undefined && structured.size > 0) plan.batch.prepareSampling = () => structured.prepare(plan.batch);
+        const result = await this.engine.step(plan.batch);
+        const grammar = structured?.advance(result);
+        if (grammar !== undefined && grammar.rejected.length > 0) rejected = grammar.rejected;
+        outcome = this.scheduler.applyStepResult(result, grammar?.stops);
       } catch (err) {
         this.failBatch(plan, err);
         continue;
       }
+      if (rejected !== undefined) outcome = this.failRejected(outcome, rejected);
       this.deliver(outcome);
       this.publish();
     }
@@ -291,6 +308,32 @@ export class EngineLoop {
       // Freed blocks may let a blocked waiting sequence in.
       this.kick();
     }
+  }
+
+  /** Parses request.structured into a matcher (prior outputs replayed); throws invalid_argument. */
+  private createMatcher(request: PreprocessedRequest) {
+    const structured = this.structured;
+    if (structured === undefined) {
+      throw new TandemError('invalid_argument', 'structured output is not available on this worker (no tokenizer.json in its model directory)');
+    }
+    const n = request.tokenIds.length;
+    const prior = Math.max(0, Math.min(request.numPriorOutputTokens ?? 0, n - 1));
+    return structured.create(request.structured!, request.tokenIds.slice(n - prior));
+  }
+
+  /**
+   * Sequences whose sampled token their grammar rejected (the engine ignored the mask) or whose
+   * matcher threw: the token is not delivered and the request fails, so no invalid output
+   * reaches a client; the rest of the batch goes on.
+   */
+  private failRejected(outcome: StepOutcome, rejected: number[]): StepOutcome {
+    const bad = new Set(rejected);
+    for (const seqId of rejected) {
+      const queue = this.queues.get(seqId);
+      this.scheduler.abort(seqId);
+      queue?.fail(new TandemError('internal', 'structured output: the sampled token does not fit the grammar (engine or grammar bug)'));
+    }
+    return { outputs: outcome.outputs.filter((o) => !bad.has(o.seqId)), finished: outcome.finished.filter((f) => !bad.has(f.seqId)) };
   }
 
   private failBatch(plan: SchedulePlan, err: unknown): void {

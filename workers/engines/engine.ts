@@ -28,6 +28,13 @@ export interface StepSequence {
   numPromptTokens: number;
   /** Per-request seed source for sampling. */
   requestSeed: number;
+  /**
+   * Structured output: the tokens this sample may take, as a bitmask (bit id&31 of word id>>5,
+   * XGrammar's layout; grammar/contract.ts). Only on sample=true sequences with a grammar. The
+   * engine samples among set bits only (disallowed logits are -inf before greedy/top-k/top-p).
+   * Owned by the engine loop and rewritten each step: read it during step(), keep no reference.
+   */
+  allowedTokens?: Uint32Array;
 }
 
 export interface StepBatch {
@@ -37,6 +44,13 @@ export interface StepBatch {
    * Optional; the mocker's perf model reads it, real engines may ignore it.
    */
   kvUsage?: number;
+  /**
+   * Structured output: fills `allowedTokens` of the constrained sequences (JS work on the
+   * caller's thread). An engine calls it exactly once per step, before it samples, and after
+   * it has launched its forward pass where it can, so mask work overlaps the compute. Absent
+   * when no sequence in the batch is constrained.
+   */
+  prepareSampling?: () => void;
 }
 
 export interface SampledToken {

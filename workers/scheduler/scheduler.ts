@@ -275,8 +275,10 @@ export class Scheduler {
   /**
    * Applies the engine's result for the plan in flight: advances computed counters, caches
    * the blocks that became full, appends sampled tokens and finishes sequences that hit a stop.
+   * `grammarStops`: sequences whose structured-output grammar completed with this step's token
+   * (finish "stop", whatever the token: no byte may follow it).
    */
-  applyStepResult(result: StepResult): StepOutcome {
+  applyStepResult(result: StepResult, grammarStops?: ReadonlySet<number>): StepOutcome {
     const planned = this.inFlight;
     if (planned === undefined) throw new Error('applyStepResult() without a step in flight');
     this.inFlight = undefined;
@@ -295,7 +297,7 @@ export class Scheduler {
       if (sampled === undefined) continue;
       seq.appendToken(sampled.tokenId);
       outputs.push(sampled);
-      const reason = this.stopReason(seq, sampled.tokenId);
+      const reason = grammarStops?.has(seq.seqId) ? 'stop' : this.stopReason(seq, sampled.tokenId);
       if (reason !== undefined) finished.push(this.finish(seq, reason));
     }
     if (finished.length > 0) this.removeFinishedFromRunning();

@@ -94,6 +94,7 @@ class EngineHandle : public Napi::ObjectWrap<EngineHandle> {
                        {InstanceMethod<&EngineHandle::info>("info"), InstanceMethod<&EngineHandle::step>("step"),
                         InstanceMethod<&EngineHandle::kvPool>("kvPool"),
                         InstanceMethod<&EngineHandle::adoptKvPool>("adoptKvPool"),
+                        InstanceMethod<&EngineHandle::supplyMasks>("supplyMasks"),
                         InstanceMethod<&EngineHandle::close>("close")});
   }
 
@@ -148,7 +149,7 @@ class EngineHandle : public Napi::ObjectWrap<EngineHandle> {
       throw make_error(env, "invalid_argument",
                        "step(tokens: Int32Array, seqMeta: Int32Array, blockTables: Int32Array, history: "
                        "Int32Array, sampling: Float64Array, returnLogits?: boolean, biasIds?: Int32Array, "
-                       "biasValues?: Float32Array)");
+                       "biasValues?: Float32Array, maskRows?: Int32Array, allowedMasks?: Uint32Array)");
     }
     auto tokens = info[0].As<Napi::Int32Array>();
     auto meta = info[1].As<Napi::Int32Array>();
@@ -182,6 +183,24 @@ class EngineHandle : public Napi::ObjectWrap<EngineHandle> {
       input->bias_ids.assign(bias_ids.Data(), bias_ids.Data() + bias_ids.ElementLength());
       input->bias_values.assign(bias_values.Data(), bias_values.Data() + bias_values.ElementLength());
     }
+    std::vector<int32_t> mask_rows;
+    if (info.Length() > 9 && !info[8].IsUndefined()) {
+      if (!info[8].IsTypedArray() || !info[9].IsTypedArray() ||
+          info[8].As<Napi::TypedArray>().TypedArrayType() != napi_int32_array ||
+          info[9].As<Napi::TypedArray>().TypedArrayType() != napi_uint32_array ||
+          info[8].As<Napi::TypedArray>().ElementLength() != num_seqs) {
+        throw make_error(env, "invalid_argument", "step: maskRows (Int32Array, one per sequence) and allowedMasks (Uint32Array) expected");
+      }
+      auto rows = info[8].As<Napi::Int32Array>();
+      auto masks = info[9].As<Napi::Uint32Array>();
+      mask_rows.assign(rows.Data(), rows.Data() + rows.ElementLength());
+      input->allowed_masks.assign(masks.Data(), masks.Data() + masks.ElementLength());
+    }
+    // deferMasks: sampling waits for supplyMasks(), which the caller makes while the forward runs.
+    if (info.Length() > 10 && info[10].ToBoolean().Value()) {
+      input->deferred_masks = std::make_shared<DeferredMasks>();
+      pending_masks_ = input->deferred_masks;
+    }
     input->seqs.resize(num_seqs);
     int32_t token_offset = 0;
     for (size_t i = 0; i < num_seqs; ++i) {
@@ -201,6 +220,7 @@ class EngineHandle : public Napi::ObjectWrap<EngineHandle> {
       s.num_prompt = m[8];
       s.bias_offset = m[9];
       s.bias_len = m[10];
+      s.mask_row = mask_rows.empty() ? -1 : mask_rows[i];
       s.sampling.temperature = static_cast<float>(sp[0]);
       s.sampling.top_p = static_cast<float>(sp[1]);
       s.sampling.top_k = static_cast<int32_t>(sp[2]);
@@ -275,13 +295,40 @@ class EngineHandle : public Napi::ObjectWrap<EngineHandle> {
     return env.Undefined();
   }
 
+  // The masks of the step started with deferMasks; no arguments = no masks this step.
+  Napi::Value supplyMasks(const Napi::CallbackInfo& info) {
+    Napi::Env env = info.Env();
+    auto pending = std::move(pending_masks_);
+    pending_masks_.reset();
+    if (!pending) throw make_error(env, "invalid_argument", "supplyMasks: no step is waiting for masks");
+    std::vector<int32_t> rows;
+    std::vector<uint32_t> masks;
+    if (info.Length() > 1 && !info[0].IsUndefined()) {
+      if (!info[0].IsTypedArray() || !info[1].IsTypedArray() || info[0].As<Napi::TypedArray>().TypedArrayType() != napi_int32_array ||
+          info[1].As<Napi::TypedArray>().TypedArrayType() != napi_uint32_array) {
+        pending->supply({}, {});
+        throw make_error(env, "invalid_argument", "supplyMasks(maskRows: Int32Array, allowedMasks: Uint32Array)");
+      }
+      auto r = info[0].As<Napi::Int32Array>();
+      auto m = info[1].As<Napi::Uint32Array>();
+      rows.assign(r.Data(), r.Data() + r.ElementLength());
+      masks.assign(m.Data(), m.Data() + m.ElementLength());
+    }
+    pending->supply(std::move(rows), std::move(masks));
+    return env.Undefined();
+  }
+
   Napi::Value close(const Napi::CallbackInfo& info) {
+    if (pending_masks_) pending_masks_->supply({}, {});
+    pending_masks_.reset();
     engine_.reset();
     pool_.Reset();
     return info.Env().Undefined();
   }
 
   std::shared_ptr<Engine> engine_;
+  // The step in flight that waits for supplyMasks() (deferMasks), if any.
+  std::shared_ptr<DeferredMasks> pending_masks_;
   // Keeps a caller-owned pool's ArrayBuffer referenced while the handle lives.
   Napi::Reference<Napi::ArrayBuffer> pool_;
 };

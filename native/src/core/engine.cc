@@ -136,6 +136,10 @@ void Engine::validate(const StepInput& in) const {
                                                                       in.bias_ids.size()))) {
       bad(who + "logit bias outside the bias arrays");
     }
+    if (s.mask_row >= 0) {
+      const size_t words = (static_cast<size_t>(config_.vocab_size) + 31) / 32;
+      if ((static_cast<size_t>(s.mask_row) + 1) * words > in.allowed_masks.size()) bad(who + "mask row outside allowedMasks");
+    }
     if (s.sampling.top_p <= 0.0f || s.sampling.top_p > 1.0f) bad(who + "topP must be in (0, 1]");
     if (s.sampling.repetition_penalty <= 0.0f) bad(who + "repetitionPenalty must be > 0");
     if (!(s.sampling.temperature >= 0.0f)) bad(who + "temperature must be >= 0");
@@ -175,6 +179,27 @@ StepOutput Engine::step(const StepInput& in) {
   if (logits_.size() < sampled.size() * vocab) logits_.resize(sampled.size() * vocab);
   if (batch.num_tokens > 0) backend_->forward(batch, logits_.data());
 
+  // Masks: given with the step, or supplied by the caller while the forward pass ran.
+  const size_t mask_words = (vocab + 31) / 32;
+  const int32_t* deferred_rows = nullptr;
+  const uint32_t* masks = in.allowed_masks.data();
+  if (in.deferred_masks) {
+    DeferredMasks& d = *in.deferred_masks;
+    if (!d.wait_for(std::chrono::seconds(60))) {
+      throw NativeError(ErrorCode::kInternal, "step: structured-output masks were never supplied");
+    }
+    if (!d.rows.empty()) {
+      if (d.rows.size() != in.seqs.size()) throw NativeError(ErrorCode::kInvalidArgument, "supplyMasks: maskRows needs one entry per sequence");
+      for (int32_t row : d.rows) {
+        if (row >= 0 && (static_cast<size_t>(row) + 1) * mask_words > d.masks.size()) {
+          throw NativeError(ErrorCode::kInvalidArgument, "supplyMasks: mask row outside allowedMasks");
+        }
+      }
+      deferred_rows = d.rows.data();
+      masks = d.masks.data();
+    }
+  }
+
   StepOutput out;
   const size_t n = sampled.size();
   out.tokens.resize(n);
@@ -201,6 +226,9 @@ StepOutput Engine::step(const StepInput& in) {
         req.bias_values = in.bias_values.data() + s.bias_offset;
         req.bias_len = s.bias_len;
       }
+      const size_t seq_index = sampled[static_cast<size_t>(r)];
+      const int32_t mask_row = in.deferred_masks ? (deferred_rows != nullptr ? deferred_rows[seq_index] : -1) : s.mask_row;
+      if (mask_row >= 0) req.allowed = masks + static_cast<size_t>(mask_row) * mask_words;
       SampleResult res = sampler.sample(req);
       out.tokens[static_cast<size_t>(r)] = res.token;
       if (s.num_top_logprobs >= 0) out.logprobs[static_cast<size_t>(r)] = res.logprob;

@@ -3,6 +3,8 @@
 // the forward pass and samples. The N-API binding and the C++ test binary both drive it.
 #pragma once
 
+#include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -38,7 +40,36 @@ struct SeqInput {
   int32_t num_prompt = 0;
   int32_t bias_offset = 0;  // logit bias entries in StepInput::bias_ids/bias_values
   int32_t bias_len = 0;
+  int32_t mask_row = -1;  // structured output: row in StepInput::allowed_masks, -1 = none
   SamplingParams sampling;
+};
+
+/**
+ * Structured-output masks supplied after the step started, so the caller computes them while
+ * the forward pass runs: sampling waits for supply() (bounded by a timeout, so a caller that
+ * never supplies cannot hang the engine). Rows as StepInput::allowed_masks; `rows` has one
+ * entry per sequence (-1 = unconstrained) or is empty (no masks this step).
+ */
+struct DeferredMasks {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool ready = false;
+  std::vector<int32_t> rows;
+  std::vector<uint32_t> masks;
+
+  void supply(std::vector<int32_t> r, std::vector<uint32_t> m) {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      rows = std::move(r);
+      masks = std::move(m);
+      ready = true;
+    }
+    cv.notify_all();
+  }
+  bool wait_for(std::chrono::milliseconds timeout) {
+    std::unique_lock<std::mutex> lock(mu);
+    return cv.wait_for(lock, timeout, [this] { return ready; });
+  }
 };
 
 struct StepInput {
@@ -47,6 +78,10 @@ struct StepInput {
   std::vector<int32_t> history;
   std::vector<int32_t> bias_ids;    // logit bias, all sequences' entries back to back
   std::vector<float> bias_values;
+  // Allowed-token bitmasks, ceil(vocab / 32) words per row (bit id&31 of word id>>5).
+  std::vector<uint32_t> allowed_masks;
+  // Set: masks come later through DeferredMasks (mask_row / allowed_masks are ignored).
+  std::shared_ptr<DeferredMasks> deferred_masks;
   std::vector<SeqInput> seqs;
   bool return_logits = false;  // tests and goldens: copy the sampled rows' logits out
 };

@@ -83,6 +83,16 @@ SampleResult Sampler::sample(const SampleRequest& req) {
     const int32_t tok = req.bias_ids[i];
     if (tok >= 0 && tok < vocab_ && std::isfinite(req.bias_values[i])) work_[static_cast<size_t>(tok)] += req.bias_values[i];
   }
+  if (req.allowed != nullptr) {
+    for (size_t w = 0; w * 32 < v; ++w) {
+      const uint32_t bits = req.allowed[w];
+      if (bits == 0xffffffffu) continue;
+      const size_t end = std::min(v, w * 32 + 32);
+      for (size_t i = w * 32; i < end; ++i) {
+        if (((bits >> (i & 31)) & 1u) == 0) work_[i] = -INFINITY;
+      }
+    }
+  }
 
   SampleResult out;
   if (p.temperature <= 0.0f) {
@@ -139,7 +149,14 @@ SampleResult Sampler::sample(const SampleRequest& req) {
     for (size_t i = 0; i < n; ++i) mass += probs_[i];
     const double target = uniform(p.seed, req.position) * mass;
     double cum = 0;
+    // Rounding fallback: the last token with mass (a masked-out one has none).
     out.token = idx_[n - 1];
+    for (size_t i = n; i-- > 0;) {
+      if (probs_[i] > 0) {
+        out.token = idx_[i];
+        break;
+      }
+    }
     for (size_t i = 0; i < n; ++i) {
       cum += probs_[i];
       if (target < cum) {

@@ -1,6 +1,7 @@
 // Sampler: turns one row of logits into a token, on the host. Order of operations:
 //   penalties (repetition over prompt+generated as in HF; presence/frequency over generated)
 //   -> logit bias (OpenAI `logit_bias`: added to the logit of each listed token)
+//   -> allowed-token mask (structured output: the rest -> -inf)
 //   -> greedy if temperature == 0
 //   -> temperature -> top-k -> top-p -> min-p -> one draw from Rng(seed, position).
 // The draw depends only on (seed, position), so a request samples the same tokens whether it
@@ -36,6 +37,9 @@ struct SampleRequest {
   const int32_t* bias_ids = nullptr;   // logit bias: token ids (out-of-vocab ids are skipped)
   const float* bias_values = nullptr;  // ... and the value added to each one's logit
   int32_t bias_len = 0;
+  // Structured output: allowed-token bitmask (bit id&31 of word id>>5), or null = all allowed.
+  // Disallowed logits become -inf after bias, before greedy/top-k/top-p/min-p.
+  const uint32_t* allowed = nullptr;
 };
 
 struct SampleResult {

@@ -13,11 +13,16 @@
  *   - per request: sampling.seed = MOCKER_EOS_SEED_BASE + n → likewise for that request.
  * Otherwise EOS ids are never sampled. Output index = position − numPromptTokens, so a
  * migrated request (prior outputs folded into its prompt) counts from its new prompt.
+ *
+ * Structured output: with `allowedTokens` the usual choice stands if allowed (an asked-for EOS
+ * included), else the first allowed token after it (wrapping), skipping EOS while any other
+ * token is allowed; so EOS comes by chance only when the grammar allows nothing else (closing
+ * mode at a complete match).
  */
 import type { Engine, EngineInfo, SampledToken, StepBatch, StepResult, StepSequence } from '../engine.js';
 import { DECODE_FLOOR_MS, PolynomialPerfModel, stepTimeMs, type PerfModel, type StepShape } from '../../../perf-model/index.js';
 import { UnavailableError } from '../../../runtime/index.js';
-import { applyMockLogitBias, mockLogprob, mockTokenAt } from './tokens.js';
+import { applyMockLogitBias, mockLogprob, mockTokenAt, nextAllowedToken } from './tokens.js';
 
 /** A request seed at or above this asks for EOS after (seed − base) output tokens. */
 export const MOCKER_EOS_SEED_BASE = 1_000_000_000;
@@ -74,9 +79,13 @@ export class MockerEngine implements Engine {
     const ms = stepTimeMs(this.perfModel, this.shapeOf(batch));
     this.simulatedMs += ms;
     this.numSteps++;
+    // The simulated forward pass starts now; masks are filled while it "runs" (the timer),
+    // then the tokens are chosen among them.
+    const forward = this.wait(ms / this.speedupRatio);
+    batch.prepareSampling?.();
     const sampled: SampledToken[] = [];
     for (const s of batch.sequences) if (s.sample) sampled.push(this.sample(s));
-    await this.wait(ms / this.speedupRatio);
+    await forward;
     return { sampled };
   }
 
@@ -108,6 +117,7 @@ export class MockerEngine implements Engine {
     if (bias !== undefined && bias.length > 0) {
       tokenId = applyMockLogitBias(tokenId, bias, this.info.vocabSize, (avoid) => mockTokenAt(this.seed, s.requestSeed, position, this.info.vocabSize, [...this.eosTokenIds, ...avoid]));
     }
+    if (s.allowedTokens !== undefined) tokenId = nextAllowedToken(s.allowedTokens, tokenId, this.info.vocabSize, this.eosTokenIds);
     const out: SampledToken = { seqId: s.seqId, tokenId };
     if (s.logprobs !== undefined) {
       const lp = mockLogprob(this.seed, s.requestSeed, position);

@@ -85,3 +85,35 @@ export function applyMockLogitBias(
   }
   return best;
 }
+
+/**
+ * The mocker's pick under a grammar mask (pure): `token` itself when allowed (an EOS the mocker
+ * was asked for included); else the first allowed token after it, wrapping, that is not EOS;
+ * an allowed EOS only when nothing else is allowed; `token` when the mask is empty (the engine
+ * loop rejects it; an empty mask is a grammar bug).
+ * Cost: one pass over mask words from `token`, skipping zero words.
+ */
+export function nextAllowedToken(mask: Uint32Array, token: number, vocabSize: number, eosTokenIds: readonly number[]): number {
+  const words = Math.min(mask.length, (vocabSize + 31) >>> 5);
+  if (token < vocabSize && (token >>> 5) < words && ((mask[token >>> 5]! >>> (token & 31)) & 1) === 1) return token;
+  let eos = -1;
+  for (let step = 0; step <= words; step++) {
+    const w = ((token >>> 5) + step) % words;
+    let bits = mask[w]! >>> 0;
+    // First word: drop bits below `token`; they are visited last, on the wrap (step === words).
+    if (step === 0) bits = (token & 31) === 0 ? bits : bits & ~((1 << (token & 31)) - 1) >>> 0;
+    else if (step === words) bits = (token & 31) === 0 ? 0 : bits & ((1 << (token & 31)) - 1);
+    while (bits !== 0) {
+      const low = bits & -bits;
+      const id = (w << 5) + (31 - Math.clz32(low));
+      bits = (bits ^ low) >>> 0;
+      if (id >= vocabSize) break;
+      if (eosTokenIds.includes(id)) {
+        if (eos < 0) eos = id;
+        continue;
+      }
+      return id;
+    }
+  }
+  return eos >= 0 ? eos : token;
+}

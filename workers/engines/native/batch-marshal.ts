@@ -2,8 +2,8 @@
  * BatchMarshal: flattens a StepBatch into the addon's typed arrays (layouts in
  * native/lib/binding.ts). Buffers grow to the largest batch seen and are reused, so a
  * steady-state step allocates only the subarray views. History is copied only for sequences
- * whose sampling uses penalties; logit bias only for sampled sequences that set it; everything
- * else is O(new tokens + block table).
+ * whose sampling uses penalties; logit bias only for sampled sequences that set it; masks only
+ * for sampled sequences with a grammar (one row each); everything else is O(new tokens + block table).
  */
 import type { SamplingOptions } from '../../../proto/wire.js';
 import { SAMPLING_STRIDE, SEQ_META_STRIDE, SamplingField, SeqMeta } from '../../../native/index.js';
@@ -18,6 +18,12 @@ export interface MarshalledBatch {
   /** Logit bias entries of every sampled sequence, back to back (seqMeta biasOffset/biasLen). */
   biasIds: Int32Array;
   biasValues: Float32Array;
+  /**
+   * Structured output, undefined when no sequence in the batch has a mask: per sequence its
+   * row in allowedMasks (-1 = none), and the masks back to back (`maskWords` words each).
+   */
+  maskRows?: Int32Array;
+  allowedMasks?: Uint32Array;
   /** seqId of each sampled row, in batch order. */
   sampledSeqIds: number[];
 }
@@ -47,6 +53,11 @@ export class BatchMarshal {
   private sampling: Float64Array = new Float64Array(16 * SAMPLING_STRIDE);
   private biasIds: Int32Array = new Int32Array(0);
   private biasValues: Float32Array = new Float32Array(0);
+  private maskRows: Int32Array = new Int32Array(16);
+  private masks: Uint32Array = new Uint32Array(0);
+
+  /** @param maskWords words per allowed-token mask row: ceil(model vocab / 32). */
+  constructor(private readonly maskWords = 0) {}
 
   marshal(batch: StepBatch): MarshalledBatch {
     const seqs = batch.sequences;
@@ -132,8 +143,43 @@ export class BatchMarshal {
       sampling: this.sampling.subarray(0, seqs.length * SAMPLING_STRIDE),
       biasIds: this.biasIds.subarray(0, numBias),
       biasValues: this.biasValues.subarray(0, numBias),
+      ...this.marshalMasks(batch),
       sampledSeqIds,
     };
+  }
+
+  /**
+   * The batch's structured-output masks as the addon's maskRows/allowedMasks, or {} when no
+   * sampled sequence has one. Separate from marshal() so masks filled while the forward pass
+   * runs (deferMasks) are marshalled after it started.
+   */
+  marshalMasks(batch: StepBatch): { maskRows?: Int32Array; allowedMasks?: Uint32Array } {
+    const seqs = batch.sequences;
+    let numMasks = 0;
+    for (const s of seqs) if (s.sample && s.allowedTokens !== undefined) numMasks++;
+    if (numMasks === 0) return {};
+    const words = this.maskWords;
+    this.maskRows = grow(this.maskRows, seqs.length);
+    if (this.masks.length < numMasks * words) this.masks = new Uint32Array(Math.max(numMasks, 2 * (this.masks.length / Math.max(1, words))) * words);
+    let maskAt = 0;
+    for (let i = 0; i < seqs.length; i++) {
+      const s = seqs[i]!;
+      const mask = s.sample ? s.allowedTokens : undefined;
+      if (mask === undefined) {
+        this.maskRows[i] = -1;
+        continue;
+      }
+      // A shorter mask (grammar vocabulary smaller than the model's padded one) leaves the
+      // padding ids disallowed: the copy is zero-filled past it.
+      const row = this.masks.subarray(maskAt * words, (maskAt + 1) * words);
+      if (mask.length >= words) row.set(mask.subarray(0, words));
+      else {
+        row.set(mask);
+        row.fill(0, mask.length);
+      }
+      this.maskRows[i] = maskAt++;
+    }
+    return { maskRows: this.maskRows.subarray(0, seqs.length), allowedMasks: this.masks.subarray(0, numMasks * words) };
   }
 }
 

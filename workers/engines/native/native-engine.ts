@@ -83,7 +83,7 @@ export class NativeEngine implements Engine {
   lastTiming: StepTiming = { marshalMs: 0, nativeMs: 0, unmarshalMs: 0 };
 
   private handle: RawEngineHandle | undefined;
-  private readonly marshaller = new BatchMarshal();
+  private readonly marshaller: BatchMarshal;
   private tail: Promise<unknown> = Promise.resolve();
   /** A caller-owned pool: its owner detaches it when it frees the memory. */
   private externalPool: ArrayBuffer | undefined;
@@ -92,6 +92,7 @@ export class NativeEngine implements Engine {
     this.handle = handle;
     this.model = handle.info();
     if (this.model.kvPoolExternal) this.externalPool = handle.kvPool();
+    this.marshaller = new BatchMarshal((this.model.vocabSize + 31) >>> 5);
     this.info = {
       kind: 'native',
       vocabSize: this.model.vocabSize,
@@ -171,9 +172,35 @@ export class NativeEngine implements Engine {
     const t0 = performance.now();
     const m = this.marshaller.marshal(batch);
     const t1 = performance.now();
+    // Structured output: the forward pass starts first; masks are filled here on the JS
+    // thread while it runs on the native one, then handed over before sampling.
+    const prepare = batch.prepareSampling;
+    let pending: Promise<RawStepResult>;
+    try {
+      pending = handle.step(m.tokens, m.seqMeta, m.blockTables, m.history, m.sampling, returnLogits, m.biasIds, m.biasValues, m.maskRows, m.allowedMasks, prepare !== undefined);
+    } catch (err) {
+      throw fromNativeError(err);
+    }
+    if (prepare !== undefined) {
+      try {
+        prepare();
+        const masks = this.marshaller.marshalMasks(batch);
+        handle.supplyMasks(masks.maskRows, masks.allowedMasks);
+      } catch (err) {
+        // Never leave the native step waiting: release it unmasked (the engine loop rejects
+        // its tokens), let it finish, then fail this step with the mask error.
+        try {
+          handle.supplyMasks();
+        } catch {
+          // Already released.
+        }
+        await pending.catch(() => undefined);
+        throw fromNativeError(err);
+      }
+    }
     let raw: RawStepResult;
     try {
-      raw = await handle.step(m.tokens, m.seqMeta, m.blockTables, m.history, m.sampling, returnLogits, m.biasIds, m.biasValues);
+      raw = await pending;
     } catch (err) {
       throw fromNativeError(err);
     }

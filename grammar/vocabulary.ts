@@ -1,0 +1,139 @@
+/**
+ * A tokenizer's vocabulary as bytes (the grammar engine's `Vocabulary`), from a parsed Hugging
+ * Face tokenizer.json. Pure: the caller reads the file and supplies the EOS ids (config.json /
+ * generation_config.json), so this module does no I/O.
+ *
+ * What a token appends to the output, by tokenizer kind:
+ *   - byte-level BPE (GPT-2, Llama 3, Qwen: a ByteLevel decoder or pre-tokenizer): each char of
+ *     the token string is one byte through GPT-2's byte↔unicode table (workers/models/byte-level.ts);
+ *   - SentencePiece-style (Llama 2, Mistral: a Metaspace or Replace("▁", " ") decoder): `▁` is a
+ *     space, and byte-fallback tokens `<0xNN>` are the single byte NN;
+ *   - otherwise the token string's UTF-8 bytes.
+ * Added tokens marked `special` (and every added token of a byte-fallback SentencePiece model
+ * that looks like `<...>`) are null: a grammar never allows them, except EOS where it accepts.
+ * The SentencePiece leading-space strip (the decoder drops the first `▁` of the output) is not
+ * modelled: a grammar would see one space the user does not. Documented in docs/structured-output.md.
+ */
+import { createHash } from 'node:crypto';
+import type { Vocabulary } from './contract.js';
+
+export interface VocabularyOptions {
+  /** Tokens that end the sequence (config.json eos_token_id, generation_config.json). */
+  eosTokenIds?: readonly number[];
+  /**
+   * Size the mask must cover: the model's vocab_size (embedding rows), often padded past the
+   * tokenizer's last id. Ids without a token are null (never allowed). Default: tokenizer size.
+   */
+  vocabSize?: number;
+}
+
+/** GPT-2's unicode char → byte (inverse of BYTE_TO_CHAR), built once. */
+const CHAR_TO_BYTE: ReadonlyMap<number, number> = (() => {
+  const printable = (b: number): boolean => (b >= 0x21 && b <= 0x7e) || (b >= 0xa1 && b <= 0xac) || (b >= 0xae && b <= 0xff);
+  const map = new Map<number, number>();
+  let n = 0;
+  for (let b = 0; b < 256; b++) {
+    if (printable(b)) map.set(b, b);
+    else map.set(256 + n++, b);
+  }
+  return map;
+})();
+
+type Kind = 'byte_level' | 'metaspace' | 'plain';
+
+const encoder = new TextEncoder();
+const BYTE_FALLBACK = /^<0x([0-9A-Fa-f]{2})>$/;
+
+export function vocabularyFromTokenizerJson(json: unknown, options: VocabularyOptions = {}): Vocabulary {
+  const tok = asObject(json, 'tokenizer.json');
+  const model = asObject(tok.model, 'tokenizer.json model');
+  const vocab = model.vocab;
+  const entries: Array<[string, number]> = [];
+  if (Array.isArray(vocab)) {
+    // Unigram: [[piece, score], ...], the id is the index.
+    vocab.forEach((e, i) => {
+      if (Array.isArray(e) && typeof e[0] === 'string') entries.push([e[0], i]);
+    });
+  } else if (vocab !== null && typeof vocab === 'object') {
+    for (const [piece, id] of Object.entries(vocab as Record<string, unknown>)) if (typeof id === 'number') entries.push([piece, id]);
+  } else {
+    throw new TypeError('tokenizer.json: model.vocab is missing');
+  }
+  const added: Array<{ content: string; id: number; special: boolean }> = [];
+  if (Array.isArray(tok.added_tokens)) {
+    for (const a of tok.added_tokens as Array<Record<string, unknown>>) {
+      if (typeof a?.content === 'string' && typeof a.id === 'number') added.push({ content: a.content, id: a.id, special: a.special === true });
+    }
+  }
+  let size = options.vocabSize ?? 0;
+  for (const [, id] of entries) size = Math.max(size, id + 1);
+  for (const a of added) size = Math.max(size, a.id + 1);
+
+  const kind = kindOf(tok);
+  const byteFallback = model.byte_fallback === true;
+  const tokenBytes: Array<Uint8Array | null> = new Array(size).fill(null);
+  for (const [piece, id] of entries) tokenBytes[id] = pieceBytes(piece, kind, byteFallback);
+  for (const a of added) {
+    // Special tokens (BOS, EOS, chat markers) never appear in constrained text.
+    tokenBytes[a.id] = a.special ? null : encoder.encode(a.content);
+  }
+  const eosTokenIds = [...new Set(options.eosTokenIds ?? [])].filter((id) => Number.isInteger(id) && id >= 0 && id < size);
+  for (const id of eosTokenIds) tokenBytes[id] = null;
+  return { id: identity(tokenBytes, eosTokenIds), size, tokenBytes, eosTokenIds };
+}
+
+function kindOf(tok: Record<string, unknown>): Kind {
+  const types = new Set<string>();
+  collectTypes(tok.decoder, types);
+  collectTypes(tok.pre_tokenizer, types);
+  if (types.has('ByteLevel')) return 'byte_level';
+  if (types.has('Metaspace') || types.has('Replace') || types.has('ByteFallback')) return 'metaspace';
+  return 'plain';
+}
+
+function collectTypes(node: unknown, into: Set<string>): void {
+  if (node === null || typeof node !== 'object') return;
+  const o = node as Record<string, unknown>;
+  if (typeof o.type === 'string') into.add(o.type);
+  for (const key of ['decoders', 'pretokenizers']) {
+    const list = o[key];
+    if (Array.isArray(list)) for (const child of list) collectTypes(child, into);
+  }
+}
+
+function pieceBytes(piece: string, kind: Kind, byteFallback: boolean): Uint8Array | null {
+  if (kind === 'byte_level') {
+    const out = new Uint8Array(piece.length);
+    for (let i = 0; i < piece.length; i++) {
+      const b = CHAR_TO_BYTE.get(piece.charCodeAt(i));
+      // A char outside the table: not a byte-level token (a stray added piece); never allowed.
+      if (b === undefined) return null;
+      out[i] = b;
+    }
+    return out;
+  }
+  const fb = BYTE_FALLBACK.exec(piece);
+  if (fb !== null && (byteFallback || kind === 'metaspace')) return Uint8Array.of(parseInt(fb[1]!, 16));
+  if (kind === 'metaspace') return encoder.encode(piece.replace(/\u2581/g, ' '));
+  return encoder.encode(piece);
+}
+
+/** sha256 over (size, each token's bytes length-prefixed, EOS ids): the cache-key identity. */
+function identity(tokenBytes: ReadonlyArray<Uint8Array | null>, eos: readonly number[]): string {
+  const h = createHash('sha256');
+  const head = new Uint32Array([tokenBytes.length]);
+  h.update(new Uint8Array(head.buffer));
+  const len = new Uint32Array(1);
+  for (const b of tokenBytes) {
+    len[0] = b === null ? 0xffffffff : b.length;
+    h.update(new Uint8Array(len.buffer));
+    if (b !== null) h.update(b);
+  }
+  h.update(`eos:${eos.join(',')}`);
+  return h.digest('hex').slice(0, 32);
+}
+
+function asObject(v: unknown, what: string): Record<string, unknown> {
+  if (v === null || typeof v !== 'object' || Array.isArray(v)) throw new TypeError(`${what} is not an object`);
+  return v as Record<string, unknown>;
+}

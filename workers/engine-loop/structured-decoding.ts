@@ -1,0 +1,167 @@
+/**
+ * StructuredDecoding: the engine loop's grammar state, one GrammarMatcher per constrained
+ * sequence. Per step:
+ *
+ *   prepare(batch)   before engine.step: each sampled constrained sequence gets its bitmask
+ *                    (`StepSequence.allowedTokens`), in closing mode when its token budget is
+ *                    down to what the grammar needs to finish
+ *   advance(result)  after engine.step: each sampled token goes through its matcher; sequences
+ *                    whose grammar terminated must stop ("stop"), a rejected token is a bug
+ *                    (the engine ignored the mask) and fails that request
+ *
+ * Unconstrained sequences pay one Map lookup per step, and nothing when no sequence in the
+ * worker is constrained. The loop does not call prepare() itself: it hands it to the engine
+ * as `StepBatch.prepareSampling`, which the engine calls once its forward pass is under way
+ * (native: on its own thread; mocker: its simulated step time), so mask work on the JS
+ * thread overlaps the compute.
+ */
+import type { GrammarMatcher } from '../../grammar/index.js';
+import { bitmaskWords } from '../../grammar/index.js';
+import type { StructuredOutputSpec } from '../../proto/wire.js';
+import { TandemError } from '../../runtime/errors.js';
+import type { StepBatch, StepResult } from '../engines/engine.js';
+
+/** Where matchers come from: the worker's compiled-grammar cache over its tokenizer's vocabulary. */
+export interface GrammarProvider {
+  /** Mask size: the vocabulary the grammar was compiled against. */
+  readonly vocabSize: number;
+  /** A fresh matcher at the start of the output; throws GrammarError (invalid_argument). */
+  matcherFor(spec: StructuredOutputSpec): GrammarMatcher;
+}
+
+/**
+ * Closing mode starts when the tokens left (after this one's EOS reserve) are within this many
+ * of the grammar's fewest bytes to finish. The slack covers a single token that raises that
+ * minimum (a "," committing to another array element or optional key) just before closing
+ * would have started; once on, closing stays on, and every closing token is on a shortest path
+ * (at least one byte nearer the end), so the output completes within max_tokens.
+ */
+export const CLOSING_SLACK_TOKENS = 16;
+
+interface Constrained {
+  matcher: GrammarMatcher;
+  mask: Uint32Array;
+  /** Output tokens this request may still produce before this worker saw any (its max_tokens). */
+  budget: number;
+  /** Tokens accepted since the matcher was registered (prior outputs not counted). */
+  generated: number;
+  closing: boolean;
+  /** The matcher threw (a grammar-engine bug): this request fails, the batch goes on. */
+  broken: boolean;
+}
+
+export interface AdvanceOutcome {
+  /** Sequences whose grammar is complete with this step's token: finish with "stop". */
+  stops: Set<number>;
+  /** Sequences whose sampled token the grammar rejected, or whose matcher threw (bugs): fail them. */
+  rejected: number[];
+}
+
+export interface StructuredStats {
+  numConstrained: number;
+  /** Masks filled and time spent filling them (ms), since start. */
+  numMasks: number;
+  maskMs: number;
+}
+
+export class StructuredDecoding {
+  private readonly bySeq = new Map<number, Constrained>();
+  private readonly words: number;
+  private readonly empty: AdvanceOutcome = { stops: new Set(), rejected: [] };
+  numMasks = 0;
+  maskMs = 0;
+
+  constructor(readonly provider: GrammarProvider) {
+    this.words = bitmaskWords(provider.vocabSize);
+  }
+
+  get size(): number {
+    return this.bySeq.size;
+  }
+
+  /**
+   * A matcher for a new request, with its already-generated tokens (`priorOutputTokens`: the
+   * prefill worker's first token on a decode worker, or outputs before a migration) replayed.
+   * Throws TandemError invalid_argument when the spec does not compile or a prior token does
+   * not fit it. Call before the sequence is added, then `register`.
+   */
+  create(spec: StructuredOutputSpec, priorOutputTokens: ArrayLike<number>): GrammarMatcher {
+    let matcher: GrammarMatcher;
+    try {
+      matcher = this.provider.matcherFor(spec);
+    } catch (err) {
+      if (err instanceof TandemError) throw err;
+      throw new TandemError('invalid_argument', `structured output: ${(err as Error)?.message ?? String(err)}`, { cause: err });
+    }
+    for (let i = 0; i < priorOutputTokens.length; i++) {
+      if (!matcher.acceptToken(priorOutputTokens[i]!)) {
+        throw new TandemError('invalid_argument', `structured output: prior output token ${i} (id ${priorOutputTokens[i]}) does not match the grammar`);
+      }
+    }
+    return matcher;
+  }
+
+  register(seqId: number, matcher: GrammarMatcher, budget: number): void {
+    this.bySeq.set(seqId, { matcher, mask: new Uint32Array(this.words), budget, generated: 0, closing: false, broken: false });
+  }
+
+  remove(seqId: number): void {
+    this.bySeq.delete(seqId);
+  }
+
+  /** Fills the mask of every sampled constrained sequence in the batch. */
+  prepare(batch: StepBatch): void {
+    if (this.bySeq.size === 0) return;
+    const t0 = performance.now();
+    let n = 0;
+    for (const s of batch.sequences) {
+      if (!s.sample) continue;
+      const c = this.bySeq.get(s.seqId);
+      if (c === undefined) continue;
+      try {
+        // Tokens left including this one; one is kept for EOS when the grammar needs it to end.
+        if (!c.closing) c.closing = c.budget - c.generated <= c.matcher.minBytesToAccept() + 1 + CLOSING_SLACK_TOKENS;
+        c.matcher.fillNextTokenBitmask(c.mask, c.closing ? { closing: true } : undefined);
+      } catch {
+        // Nothing allowed: whatever the engine samples is rejected in advance(), failing only this request.
+        c.broken = true;
+        c.mask.fill(0);
+      }
+      s.allowedTokens = c.mask;
+      n++;
+    }
+    if (n > 0) {
+      this.numMasks += n;
+      this.maskMs += performance.now() - t0;
+    }
+  }
+
+  /** Feeds the step's sampled tokens to their matchers. */
+  advance(result: StepResult): AdvanceOutcome {
+    if (this.bySeq.size === 0) return this.empty;
+    let out: AdvanceOutcome | undefined;
+    for (const t of result.sampled) {
+      const c = this.bySeq.get(t.seqId);
+      if (c === undefined) continue;
+      let accepted = false;
+      let terminated = false;
+      try {
+        accepted = !c.broken && c.matcher.acceptToken(t.tokenId);
+        terminated = accepted && c.matcher.isTerminated();
+      } catch {
+        c.broken = true;
+      }
+      if (!accepted) {
+        (out ??= { stops: new Set(), rejected: [] }).rejected.push(t.seqId);
+        continue;
+      }
+      c.generated++;
+      if (terminated) (out ??= { stops: new Set(), rejected: [] }).stops.add(t.seqId);
+    }
+    return out ?? this.empty;
+  }
+
+  stats(): StructuredStats {
+    return { numConstrained: this.bySeq.size, numMasks: this.numMasks, maskMs: this.maskMs };
+  }
+}

@@ -1,0 +1,20 @@
+/**
+ * The worker's GrammarProvider: its Vocabulary (tokenizer.json, read once) plus the process's
+ * one compiled-grammar cache. The cache side is the grammar engine's (grammar/index.ts); this
+ * adapter only needs "a matcher for this spec over this vocabulary", so it is typed by that.
+ */
+import type { GrammarMatcher, Vocabulary } from '../../grammar/index.js';
+import type { StructuredOutputSpec } from '../../proto/wire.js';
+import type { GrammarProvider } from '../engine-loop/structured-decoding.js';
+
+/** What the worker needs from the grammar engine's cache: compile-or-reuse, then a fresh matcher. */
+export interface MatcherSource {
+  matcherFor(spec: StructuredOutputSpec, vocab: Vocabulary): GrammarMatcher;
+}
+
+export function workerGrammarProvider(vocab: Vocabulary, source: MatcherSource): GrammarProvider {
+  return {
+    vocabSize: vocab.size,
+    matcherFor: (spec) => source.matcherFor(spec, vocab),
+  };
+}
