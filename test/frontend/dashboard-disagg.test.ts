@@ -7,6 +7,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { DashboardSnapshot, RequestRecord } from '../../frontend/dashboard/snapshot.js';
 import { DisaggCluster, MODEL } from '../disagg-e2e/cluster.js';
+import { pollUntil } from '../harness/http.js';
 
 const PROMPT = Array.from({ length: 120 }, (_, i) => `word${i}`).join(' ');
 
@@ -28,6 +29,13 @@ describe('dashboard on a disaggregated mocker stack', () => {
   });
 
   it('shows prefill and decode pools, and the request path prefill → decode with timings', async () => {
+    // The cluster waits for routable (decode) workers only; the prefill pool comes from the same
+    // card feed as the dashboard, so wait until the dashboard sees the prefill worker ready.
+    await pollUntil('the frontend sees the prefill worker', async () => {
+      const s = (await (await fetch(`${cluster.url}/dashboard/api/snapshot`)).json()) as DashboardSnapshot;
+      const pool = s.models.find((m) => m.name === MODEL)?.pools.find((p) => p.role === 'prefill');
+      return pool?.workers.some((w) => w.state === 'ready') === true;
+    }, 15_000);
     const res = await fetch(`${cluster.url}/v1/completions`, {
       method: 'POST',
       headers: { 'content-type': 'application/json' },
