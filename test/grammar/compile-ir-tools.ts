@@ -100,32 +100,34 @@ export function rng(seed: number): () => number {
   };
 }
 
+/** Fewest code points `e` can produce, given each rule's current minimum. */
+function minLengthOf(e: Expr, rules: Map<string, number>): number {
+  switch (e.kind) {
+    case 'empty':
+      return 0;
+    case 'literal':
+      return literalCps(e).length;
+    case 'chars':
+      return 1;
+    case 'seq':
+      return e.items.reduce((s, i) => s + minLengthOf(i, rules), 0);
+    case 'alt':
+      return Math.min(...e.items.map((i) => minLengthOf(i, rules)));
+    case 'repeat':
+      return e.min === 0 ? 0 : e.min * minLengthOf(e.item, rules);
+    case 'ref':
+      return rules.get(e.name)!;
+  }
+}
+
 /** Fewest code points each rule can produce (fixpoint), to steer the walker home when deep. */
 function minLengths(grammar: Grammar): Map<string, number> {
   const m = new Map<string, number>();
   for (const name of grammar.rules.keys()) m.set(name, Infinity);
-  const len = (e: Expr): number => {
-    switch (e.kind) {
-      case 'empty':
-        return 0;
-      case 'literal':
-        return literalCps(e).length;
-      case 'chars':
-        return 1;
-      case 'seq':
-        return e.items.reduce((s, i) => s + len(i), 0);
-      case 'alt':
-        return Math.min(...e.items.map(len));
-      case 'repeat':
-        return e.min === 0 ? 0 : e.min * len(e.item);
-      case 'ref':
-        return m.get(e.name)!;
-    }
-  };
   for (let changed = true; changed; ) {
     changed = false;
     for (const [name, body] of grammar.rules) {
-      const l = len(body);
+      const l = minLengthOf(body, m);
       if (l < m.get(name)!) {
         m.set(name, l);
         changed = true;
@@ -159,24 +161,7 @@ function pickChar(e: Extract<Expr, { kind: 'chars' }>, rand: () => number): numb
 /** A random string of the grammar's language; past maxDepth rule calls it heads for the shortest finish. */
 export function randomInstance(grammar: Grammar, rand: () => number, maxDepth = 12): string {
   const minLen = minLengths(grammar);
-  const len = (e: Expr): number => {
-    switch (e.kind) {
-      case 'empty':
-        return 0;
-      case 'literal':
-        return literalCps(e).length;
-      case 'chars':
-        return 1;
-      case 'seq':
-        return e.items.reduce((s, i) => s + len(i), 0);
-      case 'alt':
-        return Math.min(...e.items.map(len));
-      case 'repeat':
-        return e.min === 0 ? 0 : e.min * len(e.item);
-      case 'ref':
-        return minLen.get(e.name)!;
-    }
-  };
+  const len = (e: Expr): number => minLengthOf(e, minLen);
   const out: number[] = [];
   const walk = (e: Expr, depth: number): void => {
     const deep = depth > maxDepth;
