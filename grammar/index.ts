@@ -7,3 +7,18 @@ export * from './ir.js';
 export { compileSpec } from './compile/index.js';
 export { vocabularyFromTokenizerJson } from './vocabulary.js';
 export { TOOL_CALL_FORMATS, type ToolCallFormat } from './tool-calls/formats.js';
+export { GrammarCache, createMatcher, validateSpec, type GrammarCacheStats } from './automaton/cache.js';
+export { CompiledGrammar, type ForkableMatcher } from './automaton/matcher.js';
+export { clearSharedTokenClasses } from './automaton/token-classes.js';
+export {
+  createToolCallStreamParser,
+  parseToolCalls,
+  newToolCallId,
+  toolCallMarker,
+  LLAMA_PYTHON_TAG,
+  type ToolCallDelta,
+  type ParsedToolCall,
+  type ToolCallStreamParser,
+} from './tool-calls/parsers.js';
+export { detectToolCallFormat } from './tool-calls/detect.js';
+export { createReasoningParser, splitReasoning, THINK_OPEN, THINK_CLOSE, type ReasoningSplit, type ReasoningStreamParser } from './reasoning/think.js';

@@ -51,6 +51,9 @@ import { MockerEngine } from '../engines/mocker/index.js';
 import { loadPerfProfile, PerfProfileError, type PerfModel } from '../../perf-model/index.js';
 import { readModelConfig, type ModelConfig } from '../models/index.js';
 import { DisaggMetrics, WorkerMetrics } from './worker-metrics.js';
+import { GrammarCache } from '../../grammar/index.js';
+import { workerGrammarProvider } from './grammar-provider.js';
+import { loadWorkerVocabulary } from './vocabulary-loader.js';
 
 export const COMPONENT_FOR_ROLE: Record<WorkerRole, string> = { agg: 'backend', prefill: 'prefill', decode: 'decode' };
 /** Wire names, defined in proto/ and re-exported for the worker's callers. */
@@ -164,7 +167,11 @@ async function createEngineWithTransfer(options: WorkerOptions, config: ModelCon
 
 export async function startWorker(runtime: DistributedRuntime, options: WorkerOptions): Promise<RunningWorker> {
   const modelDir = resolve(options.modelDir);
-  const config = await readModelConfig(modelDir);
+  const modelConfig = await readModelConfig(modelDir);
+  // Structured output masks over the tokenizer's vocabulary; a mocker samples from at least
+  // that many ids so every token the grammar allows is one it can pick.
+  const vocab = await loadWorkerVocabulary(modelDir, { eosTokenIds: modelConfig.eosTokenIds, vocabSize: modelConfig.vocabSize });
+  const config = vocab !== undefined && vocab.size > modelConfig.vocabSize ? { ...modelConfig, vocabSize: vocab.size } : modelConfig;
   const modelName = options.modelName ?? basename(modelDir);
   const componentName = options.component ?? COMPONENT_FOR_ROLE[options.mode];
   const contextLength = Math.min(options.contextLength ?? config.contextLength, config.contextLength);
@@ -181,6 +188,7 @@ export async function startWorker(runtime: DistributedRuntime, options: WorkerOp
     workerId: runtime.instanceId,
     ...(disagg?.importer !== undefined ? { kvImporter: disagg.importer } : {}),
     scheduler: { maxNumBatchedTokens: options.maxNumBatchedTokens, maxNumSeqs: options.maxNumSeqs },
+    ...(vocab !== undefined ? { grammar: workerGrammarProvider(vocab, new GrammarCache()) } : {}),
     sinks: {
       onKvEvents: (events: KvEvent[]) => {
         void component.publish(TOPICS.kvEvents, events).catch((err: unknown) => log.debug({ err }, 'kv event publish failed'));

@@ -1,0 +1,406 @@
+/**
+ * Grammar IR → a byte-level pushdown automaton: one epsilon-NFA per rule, rules calling rules
+ * through call edges (push a return node, run the callee, pop). Built once per grammar and
+ * shared by every matcher and every vocabulary; flat typed arrays (CSR) so the step loop
+ * allocates nothing.
+ *
+ * Each rule's nodes are numbered contiguously in an order that depends only on the rule's own
+ * body, so a node's offset within its rule plus the rule's structural key (the rule and every
+ * rule it reaches, names erased) identifies the same local language in any grammar: that is
+ * what lets token classifications be shared across grammars (token-classes.ts).
+ */
+import { createHash } from 'node:crypto';
+import { GrammarError } from '../contract.js';
+import type { Expr, Grammar } from '../ir.js';
+import { complementRanges, normalizeRanges } from '../compile/char-set.js';
+import { utf8Sequences } from './utf8.js';
+
+/** More NFA nodes than this is a grammar we refuse (a huge `{m,n}` or maxLength expansion). */
+export const MAX_AUTOMATON_NODES = 400_000;
+
+export interface Automaton {
+  readonly numNodes: number;
+  readonly numRules: number;
+  readonly root: number;
+  readonly ruleNames: readonly string[];
+  readonly ruleStart: Int32Array;
+  readonly ruleEnd: Int32Array;
+  readonly ruleOf: Int32Array;
+  /** Byte edges of node n: [edgeStart[n], edgeStart[n+1]) into edgeLo/edgeHi/edgeTo. */
+  readonly edgeStart: Int32Array;
+  readonly edgeLo: Uint8Array;
+  readonly edgeHi: Uint8Array;
+  readonly edgeTo: Int32Array;
+  /** Nodes reachable by epsilon edges alone (n included) that have byte edges, calls, or end a rule. */
+  readonly closStart: Int32Array;
+  readonly closNodes: Int32Array;
+  readonly callStart: Int32Array;
+  readonly callRule: Int32Array;
+  readonly callRet: Int32Array;
+  /** 1 when returning to this node only leads to its rule's end: such a call pushes nothing. */
+  readonly tailRet: Uint8Array;
+  readonly isEnd: Uint8Array;
+  /** Return nodes of every call site of rule r: [callersStart[r], callersStart[r+1]) into callersRet. */
+  readonly callersStart: Int32Array;
+  readonly callersRet: Int32Array;
+  /** Fewest bytes from node n to its rule's end. */
+  readonly dist: Float64Array;
+  /** Structural identity of each rule (its body and everything it reaches, names erased). */
+  readonly ruleKeys: readonly string[];
+}
+
+class Builder {
+  readonly edges: number[][] = [];
+  readonly eps: number[][] = [];
+  readonly calls: number[][] = [];
+  readonly ruleOf: number[] = [];
+  rule = 0;
+
+  constructor(private readonly ruleIndex: Map<string, number>) {}
+
+  node(): number {
+    if (this.edges.length >= MAX_AUTOMATON_NODES) {
+      throw new GrammarError('unsupported_feature', `grammar too large: more than ${MAX_AUTOMATON_NODES} automaton states (large {m,n} or maxLength/maxItems bounds expand)`);
+    }
+    this.edges.push([]);
+    this.eps.push([]);
+    this.calls.push([]);
+    this.ruleOf.push(this.rule);
+    return this.edges.length - 1;
+  }
+
+  private byte(from: number, lo: number, hi: number, to: number): void {
+    this.edges[from]!.push(lo, hi, to);
+  }
+
+  /** Thompson construction from `start`; returns the node after `e`. Loops get a fresh head node. */
+  build(e: Expr, start: number): number {
+    switch (e.kind) {
+      case 'empty':
+        return start;
+      case 'literal': {
+        let cur = start;
+        for (const b of e.bytes) {
+          const next = this.node();
+          this.byte(cur, b, b, next);
+          cur = next;
+        }
+        return cur;
+      }
+      case 'chars': {
+        const ranges = e.negated ? complementRanges(e.ranges) : normalizeRanges(e.ranges);
+        const end = this.node();
+        // Sequences sharing a leading byte range share its node (fewer parallel threads).
+        const shared = new Map<string, number>();
+        for (const sequence of utf8Sequences(ranges)) {
+          let cur = start;
+          for (let i = 0; i < sequence.length; i++) {
+            const [lo, hi] = sequence[i]!;
+            if (i === sequence.length - 1) {
+              this.byte(cur, lo, hi, end);
+              break;
+            }
+            const key = `${cur}:${lo}:${hi}`;
+            let next = shared.get(key);
+            if (next === undefined) {
+              next = this.node();
+              shared.set(key, next);
+              this.byte(cur, lo, hi, next);
+            }
+            cur = next;
+          }
+        }
+        return end;
+      }
+      case 'seq': {
+        let cur = start;
+        for (const item of e.items) cur = this.build(item, cur);
+        return cur;
+      }
+      case 'alt': {
+        const end = this.node();
+        for (const item of e.items) {
+          const head = this.node();
+          this.eps[start]!.push(head);
+          this.eps[this.build(item, head)]!.push(end);
+        }
+        return end;
+      }
+      case 'repeat': {
+        let cur = start;
+        for (let i = 0; i < e.min; i++) cur = this.build(e.item, cur);
+        if (e.max === Infinity) {
+          const head = this.node();
+          this.eps[cur]!.push(head);
+          this.eps[this.build(e.item, head)]!.push(head);
+          return head;
+        }
+        if (e.max <= e.min) return cur;
+        const end = this.node();
+        for (let i = e.min; i < e.max; i++) {
+          this.eps[cur]!.push(end);
+          const head = this.node();
+          this.eps[cur]!.push(head);
+          cur = this.build(e.item, head);
+        }
+        this.eps[cur]!.push(end);
+        return end;
+      }
+      case 'ref': {
+        const callee = this.ruleIndex.get(e.name);
+        if (callee === undefined) throw new GrammarError('invalid_grammar', `undefined rule "${e.name}"`);
+        const ret = this.node();
+        this.calls[start]!.push(callee, ret);
+        return ret;
+      }
+    }
+  }
+}
+
+function csr(lists: number[][], width: number): { start: Int32Array; data: number[] } {
+  const start = new Int32Array(lists.length + 1);
+  const data: number[] = [];
+  for (let i = 0; i < lists.length; i++) {
+    start[i] = data.length / width;
+    for (const x of lists[i]!) data.push(x);
+  }
+  start[lists.length] = data.length / width;
+  return { start, data };
+}
+
+/** Canonical text of a rule body; references as their index in `order`. */
+function serialize(e: Expr, index: (name: string) => number): string {
+  switch (e.kind) {
+    case 'empty':
+      return 'e';
+    case 'literal':
+      return `l${e.bytes.length}:${Buffer.from(e.bytes).toString('latin1')}`;
+    case 'chars':
+      return `c${e.negated ? '!' : ''}${e.ranges.join(',')};`;
+    case 'seq':
+      return `s(${e.items.map((i) => serialize(i, index)).join('|')})`;
+    case 'alt':
+      return `a(${e.items.map((i) => serialize(i, index)).join('|')})`;
+    case 'repeat':
+      return `r${e.min},${e.max}(${serialize(e.item, index)})`;
+    case 'ref':
+      return `@${index(e.name)}`;
+  }
+}
+
+function refsOf(e: Expr, into: string[]): void {
+  if (e.kind === 'ref') into.push(e.name);
+  else if (e.kind === 'seq' || e.kind === 'alt') for (const i of e.items) refsOf(i, into);
+  else if (e.kind === 'repeat') refsOf(e.item, into);
+}
+
+/** Each rule's structural key: the rules it reaches in first-reference order, bodies serialized. */
+function structuralKeys(grammar: Grammar, names: readonly string[]): string[] {
+  const refs = new Map<string, string[]>();
+  for (const [name, body] of grammar.rules) {
+    const r: string[] = [];
+    refsOf(body, r);
+    refs.set(name, r);
+  }
+  return names.map((name) => {
+    const order = new Map<string, number>([[name, 0]]);
+    const queue = [name];
+    for (let i = 0; i < queue.length; i++) {
+      for (const r of refs.get(queue[i]!)!) {
+        if (!order.has(r)) {
+          order.set(r, order.size);
+          queue.push(r);
+        }
+      }
+    }
+    const text = queue.map((n) => serialize(grammar.rules.get(n)!, (x) => order.get(x)!)).join('\n');
+    return createHash('sha1').update(text).digest('base64');
+  });
+}
+
+export function buildAutomaton(grammar: Grammar): Automaton {
+  if (!grammar.rules.has(grammar.root)) throw new GrammarError('invalid_grammar', `the start rule "${grammar.root}" is not defined`);
+  // Only rules reachable from the root, in a stable order.
+  const names: string[] = [grammar.root];
+  const ruleIndex = new Map<string, number>([[grammar.root, 0]]);
+  for (let i = 0; i < names.length; i++) {
+    const r: string[] = [];
+    refsOf(grammar.rules.get(names[i]!)!, r);
+    for (const name of r) {
+      if (!grammar.rules.has(name)) throw new GrammarError('invalid_grammar', `undefined rule "${name}"`);
+      if (!ruleIndex.has(name)) {
+        ruleIndex.set(name, names.length);
+        names.push(name);
+      }
+    }
+  }
+  const b = new Builder(ruleIndex);
+  const ruleStart = new Int32Array(names.length);
+  const ruleEnd = new Int32Array(names.length);
+  for (let r = 0; r < names.length; r++) {
+    b.rule = r;
+    ruleStart[r] = b.node();
+    const last = b.build(grammar.rules.get(names[r]!)!, ruleStart[r]!);
+    ruleEnd[r] = b.node();
+    b.eps[last]!.push(ruleEnd[r]!);
+  }
+  const n = b.edges.length;
+  const isEnd = new Uint8Array(n);
+  for (const e of ruleEnd) isEnd[e] = 1;
+
+  const edges = csr(b.edges, 3);
+  const edgeLo = new Uint8Array(edges.data.length / 3);
+  const edgeHi = new Uint8Array(edgeLo.length);
+  const edgeTo = new Int32Array(edgeLo.length);
+  for (let i = 0; i < edgeLo.length; i++) {
+    edgeLo[i] = edges.data[3 * i]!;
+    edgeHi[i] = edges.data[3 * i + 1]!;
+    edgeTo[i] = edges.data[3 * i + 2]!;
+  }
+  const calls = csr(b.calls, 2);
+  const callRule = new Int32Array(calls.data.length / 2);
+  const callRet = new Int32Array(callRule.length);
+  for (let i = 0; i < callRule.length; i++) {
+    callRule[i] = calls.data[2 * i]!;
+    callRet[i] = calls.data[2 * i + 1]!;
+  }
+
+  // Epsilon closures, keeping only nodes where something happens.
+  const closLists: number[][] = [];
+  const mark = new Int32Array(n).fill(-1);
+  const tailRet = new Uint8Array(n);
+  for (let s = 0; s < n; s++) {
+    const out: number[] = [];
+    const todo = [s];
+    mark[s] = s;
+    let onlyEnd = true;
+    while (todo.length > 0) {
+      const m = todo.pop()!;
+      const interesting = edges.start[m + 1]! > edges.start[m]! || calls.start[m + 1]! > calls.start[m]! || isEnd[m] === 1;
+      if (interesting) {
+        out.push(m);
+        if (isEnd[m] !== 1) onlyEnd = false;
+      }
+      for (const t of b.eps[m]!) {
+        if (mark[t] !== s) {
+          mark[t] = s;
+          todo.push(t);
+        }
+      }
+    }
+    closLists.push(out);
+    if (onlyEnd && out.length > 0) tailRet[s] = 1;
+  }
+  const clos = csr(closLists, 1);
+
+  const callersLists: number[][] = names.map(() => []);
+  for (let i = 0; i < callRule.length; i++) callersLists[callRule[i]!]!.push(callRet[i]!);
+  const callers = csr(callersLists, 1);
+
+  const a: Automaton = {
+    numNodes: n,
+    numRules: names.length,
+    root: 0,
+    ruleNames: names,
+    ruleStart,
+    ruleEnd,
+    ruleOf: Int32Array.from(b.ruleOf),
+    edgeStart: edges.start,
+    edgeLo,
+    edgeHi,
+    edgeTo,
+    closStart: clos.start,
+    closNodes: Int32Array.from(clos.data),
+    callStart: calls.start,
+    callRule,
+    callRet,
+    tailRet,
+    isEnd,
+    callersStart: callers.start,
+    callersRet: Int32Array.from(callers.data),
+    dist: new Float64Array(n),
+    ruleKeys: structuralKeys(grammar, names),
+  };
+  rejectLeftRecursion(a, b.eps);
+  computeDistances(a, b.eps);
+  return a;
+}
+
+/** Rules that can produce nothing, then: does a rule reach itself before consuming a byte? */
+function rejectLeftRecursion(a: Automaton, eps: number[][]): void {
+  const nullable = new Uint8Array(a.numRules);
+  // Nodes reachable from a rule start without consuming, following calls into nullable rules.
+  const reach = (r: number, onCall: (callee: number) => void): boolean => {
+    const seen = new Set<number>([a.ruleStart[r]!]);
+    const todo = [a.ruleStart[r]!];
+    let ends = false;
+    while (todo.length > 0) {
+      const m = todo.pop()!;
+      if (m === a.ruleEnd[r]) ends = true;
+      const next = [...eps[m]!];
+      for (let i = a.callStart[m]!; i < a.callStart[m + 1]!; i++) {
+        onCall(a.callRule[i]!);
+        if (nullable[a.callRule[i]!]) next.push(a.callRet[i]!);
+      }
+      for (const t of next) {
+        if (!seen.has(t)) {
+          seen.add(t);
+          todo.push(t);
+        }
+      }
+    }
+    return ends;
+  };
+  for (let changed = true; changed; ) {
+    changed = false;
+    for (let r = 0; r < a.numRules; r++) {
+      if (!nullable[r] && reach(r, () => {})) {
+        nullable[r] = 1;
+        changed = true;
+      }
+    }
+  }
+  const leftCalls: number[][] = [];
+  for (let r = 0; r < a.numRules; r++) {
+    const callees = new Set<number>();
+    reach(r, (c) => callees.add(c));
+    leftCalls.push([...callees]);
+  }
+  const state = new Uint8Array(a.numRules); // 0 new, 1 on path, 2 done
+  const visit = (r: number): void => {
+    state[r] = 1;
+    for (const c of leftCalls[r]!) {
+      if (state[c] === 1) throw new GrammarError('invalid_grammar', `rule "${a.ruleNames[c]}" is left-recursive (it can reach itself before producing any text)`);
+      if (state[c] === 0) visit(c);
+    }
+    state[r] = 2;
+  };
+  for (let r = 0; r < a.numRules; r++) if (state[r] === 0) visit(r);
+}
+
+/** dist[n]: fewest bytes from n to its rule's end, calls costing the callee's minimum (fixpoint). */
+function computeDistances(a: Automaton, eps: number[][]): void {
+  const d = a.dist;
+  d.fill(Infinity);
+  for (const e of a.ruleEnd) d[e] = 0;
+  for (let changed = true; changed; ) {
+    changed = false;
+    for (let n = a.numNodes - 1; n >= 0; n--) {
+      let best = d[n]!;
+      for (const t of eps[n]!) if (d[t]! < best) best = d[t]!;
+      for (let i = a.edgeStart[n]!; i < a.edgeStart[n + 1]!; i++) {
+        const c = 1 + d[a.edgeTo[i]!]!;
+        if (c < best) best = c;
+      }
+      for (let i = a.callStart[n]!; i < a.callStart[n + 1]!; i++) {
+        const c = d[a.ruleStart[a.callRule[i]!]!]! + d[a.callRet[i]!]!;
+        if (c < best) best = c;
+      }
+      if (best < d[n]!) {
+        d[n] = best;
+        changed = true;
+      }
+    }
+  }
+  if (d[a.ruleStart[a.root]!] === Infinity) throw new GrammarError('invalid_grammar', 'the grammar matches no text at all (a rule can never finish)');
+}

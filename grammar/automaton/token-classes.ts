@@ -1,0 +1,158 @@
+/**
+ * XGrammar's adaptive token mask, per automaton node that reads bytes:
+ *  - accepted: tokens the node's own rule consumes entirely, whatever the stack below holds;
+ *  - uncertain: tokens that leave the rule before they end and survive in some calling
+ *    context; only these are checked against the real stack at run time;
+ *  - everything else is rejected.
+ *
+ * The local part (accepted + the tokens that leave the rule) depends only on the rule's
+ * structure and the vocabulary, so it is shared across grammars by (vocabulary, rule key,
+ * node offset): every JSON schema's string rule, say, is classified once per tokenizer.
+ * Classification walks the token trie once per node; a dead prefix prunes its whole subtree.
+ */
+import type { Vocabulary } from '../contract.js';
+import type { Automaton } from './automaton.js';
+import { Mode, StackTable, Stepper, ThreadSet } from './threads.js';
+import { type TokenTrie, tokenTrie } from './token-trie.js';
+
+export interface LocalClasses {
+  /** Bitmask of accepted tokens when that is smaller than a list, else null. */
+  readonly acceptedMask: Uint32Array | null;
+  readonly acceptedList: Int32Array | null;
+  readonly numAccepted: number;
+  /** Tokens that leave the rule before their last byte (context decides). */
+  readonly leaving: Int32Array;
+}
+
+export interface NodeClasses {
+  readonly local: LocalClasses;
+  /** `leaving` tokens that some calling context accepts: checked against the real stack. */
+  readonly uncertain: Int32Array;
+}
+
+/** Bound on the shared local classifications, in bytes of masks and lists. */
+const SHARED_BYTES_LIMIT = 512 * 1024 * 1024;
+const shared = new Map<string, LocalClasses>();
+let sharedBytes = 0;
+
+function sizeOf(c: LocalClasses): number {
+  return (c.acceptedMask?.byteLength ?? 0) + (c.acceptedList?.byteLength ?? 0) + c.leaving.byteLength + 64;
+}
+
+export function localClassesFor(a: Automaton, node: number, vocab: Vocabulary): LocalClasses {
+  const rule = a.ruleOf[node]!;
+  const key = `${vocab.id}|${a.ruleKeys[rule]}|${node - a.ruleStart[rule]!}`;
+  const hit = shared.get(key);
+  if (hit) {
+    // Refresh recency: Map order is the eviction order.
+    shared.delete(key);
+    shared.set(key, hit);
+    return hit;
+  }
+  const c = classifyLocal(a, node, vocab);
+  shared.set(key, c);
+  sharedBytes += sizeOf(c);
+  for (const [k, v] of shared) {
+    if (sharedBytes <= SHARED_BYTES_LIMIT) break;
+    shared.delete(k);
+    sharedBytes -= sizeOf(v);
+  }
+  return c;
+}
+
+/** Drops every shared classification (tests and benchmarks measuring cold compiles). */
+export function clearSharedTokenClasses(): void {
+  shared.clear();
+  sharedBytes = 0;
+}
+
+function classifyLocal(a: Automaton, node: number, vocab: Vocabulary): LocalClasses {
+  const trie = tokenTrie(vocab);
+  const stepper = new Stepper(a, new StackTable(a.numNodes), Mode.Local);
+  const sets: ThreadSet[] = [];
+  for (let d = 0; d <= trie.maxDepth; d++) sets.push(new ThreadSet());
+  sets[0]!.add(node, 0, 0);
+  const words = (vocab.size + 31) >>> 5;
+  const mask = new Uint32Array(words);
+  let numAccepted = 0;
+  const leaving: number[] = [];
+
+  const addTokens = (t: number, into: 'accepted' | 'leaving'): void => {
+    for (let k = trie.tokStart[t]!, end = trie.tokStart[t + 1]!; k < end; k++) {
+      const id = trie.tokIds[k]!;
+      if (into === 'accepted') {
+        mask[id >>> 5]! |= 1 << (id & 31);
+        numAccepted++;
+      } else {
+        leaving.push(id);
+      }
+    }
+  };
+  const addSubtree = (t: number): void => {
+    for (let c = trie.firstChild[t]!; c !== -1; c = trie.nextSibling[c]!) {
+      addTokens(c, 'leaving');
+      addSubtree(c);
+    }
+  };
+  const walk = (t: number, depth: number, escaped: boolean): void => {
+    const from = sets[depth]!;
+    const to = sets[depth + 1]!;
+    for (let c = trie.firstChild[t]!; c !== -1; c = trie.nextSibling[c]!) {
+      stepper.step(from, trie.byte[c]!, to);
+      if (to.count > 0 || to.localEnd) addTokens(c, 'accepted');
+      else if (escaped) addTokens(c, 'leaving');
+      const esc = escaped || to.localEnd;
+      if (to.count > 0) walk(c, depth + 1, esc);
+      else if (esc) addSubtree(c);
+    }
+  };
+  walk(0, 0, false);
+
+  const asList = numAccepted < words;
+  let acceptedList: Int32Array | null = null;
+  if (asList) {
+    acceptedList = new Int32Array(numAccepted);
+    let k = 0;
+    for (let w = 0; w < words; w++) {
+      let bits = mask[w]!;
+      while (bits !== 0) {
+        const low = bits & -bits;
+        acceptedList[k++] = (w << 5) + (31 - Math.clz32(low));
+        bits ^= low;
+      }
+    }
+  }
+  return { acceptedMask: asList ? null : mask, acceptedList, numAccepted, leaving: Int32Array.from(leaving) };
+}
+
+/** The grammar-specific part: which leaving tokens some calling context accepts. */
+export function nodeClasses(a: Automaton, node: number, vocab: Vocabulary, relaxed: Stepper, scratch: [ThreadSet, ThreadSet]): NodeClasses {
+  const local = localClassesFor(a, node, vocab);
+  const uncertain: number[] = [];
+  for (const id of local.leaving) {
+    if (survives(relaxed, node, 0, vocab.tokenBytes[id]!, scratch, Mode.Relaxed)) uncertain.push(id);
+  }
+  return { local, uncertain: Int32Array.from(uncertain) };
+}
+
+/** Does a thread at (node, stack) consume all of `bytes` (ending anywhere legal)? */
+export function survives(stepper: Stepper, node: number, stack: number, bytes: Uint8Array, scratch: [ThreadSet, ThreadSet], mode: Mode): boolean {
+  let from = scratch[0];
+  let to = scratch[1];
+  from.clear();
+  from.add(node, stack, 0);
+  for (let i = 0; i < bytes.length; i++) {
+    stepper.step(from, bytes[i]!, to);
+    const last = i === bytes.length - 1;
+    if (to.count === 0) {
+      if (!last) return false;
+      return mode === Mode.Exact ? to.accept : to.localEnd || to.rootEnd;
+    }
+    const t = from;
+    from = to;
+    to = t;
+  }
+  return true;
+}
+
+export type { TokenTrie };
