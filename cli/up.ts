@@ -11,7 +11,7 @@ import { Option, type Command } from 'commander';
 import { nonNegativeInt, oneOf, parsePort } from '../runtime/index.js';
 import { ConfigError } from '../runtime/errors.js';
 import { DistributedRuntime, DEFAULT_NAMESPACE, etcdEndpointsFromEnv, natsServerFromEnv } from '../runtime/index.js';
-import { LocalConnector, buildConfig, loadPlannerPerf, readPlannerConfigFile, startLivePlanner, type LivePlanner, type LocalWorker, type PlannerConfig, type PoolName } from '../planner/index.js';
+import { LocalConnector, buildConfig, loadPlannerPerf, loadPlannerProfile, readPlannerConfigFile, startLivePlanner, type LivePlanner, type LocalWorker, type PlannerConfig, type PoolName } from '../planner/index.js';
 import { DEFAULT_RESTART_POLICY, Supervisor, recordWithMsg, runtimeCommand, type RestartPolicy} from '../runtime/index.js';
 import { resolveModel } from '../workers/index.js';
 
@@ -50,12 +50,12 @@ interface UpFlags {
  * with `up`'s own pacing (a config file, when given, sets everything else). Validated before any
  * process starts, so a bad value is exit 2 with nothing to clean up.
  */
-async function upPlannerConfig(flags: UpFlags): Promise<PlannerConfig | undefined> {
+async function upPlannerConfig(flags: UpFlags, profileKvCapacityTokens: number | undefined): Promise<PlannerConfig | undefined> {
   if (flags.planner === undefined) return undefined;
   if (flags.maxWorkers === undefined) throw new ConfigError('--planner needs --max-workers N (the total worker budget)');
   const disagg = flags.prefill + flags.decode > 0;
   const raw = flags.plannerConfig !== undefined ? await readPlannerConfigFile(flags.plannerConfig) : undefined;
-  const c = buildConfig({ mode: flags.planner, interval: flags.plannerInterval, minWorkers: flags.minWorkers, maxWorkers: flags.maxWorkers, topology: disagg ? 'disagg' : 'agg' }, raw);
+  const c = buildConfig({ mode: flags.planner, interval: flags.plannerInterval, minWorkers: flags.minWorkers, maxWorkers: flags.maxWorkers, topology: disagg ? 'disagg' : 'agg' }, raw, { kvCapacityTokens: profileKvCapacityTokens });
   if (flags.plannerConfig === undefined) {
     // One machine: react within a few intervals (the cluster defaults wait minutes).
     c.cooldownDownS = 5 * c.intervalS;
@@ -142,9 +142,10 @@ export function registerUpCommand(program: Command): void {
         if (flags.engine !== 'mocker') throw new ConfigError('--perf-profile is for the mocker engine');
         await loadPlannerPerf(flags.perfProfile); // a bad file is exit 2 here, not a worker dying at start
       }
-      const plannerConfig = await upPlannerConfig(flags);
-      const perf = plannerConfig ? await loadPlannerPerf(flags.plannerProfile ?? flags.perfProfile) : undefined;
-      await runUp(flags, cmd.args, plannerConfig && perf ? { config: plannerConfig, perf } : undefined);
+      // The profile before the config: its worker's KV capacity is the planner's default.
+      const profile = flags.planner !== undefined ? await loadPlannerProfile(flags.plannerProfile ?? flags.perfProfile) : undefined;
+      const plannerConfig = await upPlannerConfig(flags, profile?.kvCapacityTokens);
+      await runUp(flags, cmd.args, plannerConfig && profile ? { config: plannerConfig, perf: profile.perf } : undefined);
     });
 }
 

@@ -58,6 +58,8 @@ export type TokenizedPrompt = { type: 'tokens'; ids: ArrayLike<number> } | { typ
 export interface ModelCodec {
   /** One past the largest valid token id, when known: token-id prompts are checked against it. */
   readonly vocabSize?: number;
+  /** The chat template's source text, when the model has one: tool-call formats are detected from it. */
+  readonly chatTemplate?: string;
   /**
    * Render (chat) and encode a prompt. The one preprocessing path: large prompts must not be
    * tokenized on the event loop (the default codec uses a thread pool). Chat template problems

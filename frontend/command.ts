@@ -12,6 +12,7 @@ import { METRICS_AUTH_MODES, parseKeyList, type MetricsAuth } from './http/auth.
 import { FRONTEND_DEFAULTS, startFrontend } from './frontend.js';
 import { DEFAULT_CONNECTION_LIMITS } from './http/connection-limits.js';
 import { ROUTER_MODES, type RouterMode } from './routing.js';
+import { DEFAULT_MODEL_PARSERS, REASONING_PARSERS, TOOL_CALL_PARSERS, type ReasoningParserOption, type ToolCallParserOption } from './openai/structured.js';
 
 export interface FrontendFlags extends RuntimeFlags, KvRouterFlags {
   routerEndpoint?: string;
@@ -33,6 +34,8 @@ export interface FrontendFlags extends RuntimeFlags, KvRouterFlags {
   httpIdleTimeout: number;
   maxConnections: number;
   maxHeaderBytes: number;
+  toolCallParser: ToolCallParserOption;
+  reasoningParser: ReasoningParserOption;
 }
 
 const DAY_SECONDS = 86_400;
@@ -78,6 +81,17 @@ export function registerFrontendCommand(program: Command): Command {
     .addOption(new Option('--http-idle-timeout <seconds>', 'how long an idle keep-alive connection stays open between requests').argParser(numberInRange(0.001, DAY_SECONDS)).default(limits.idleTimeoutMs / 1000))
     .addOption(new Option('--max-connections <n>', 'HTTP connections held at once; more are closed as they arrive (0 = no cap)').argParser(nonNegativeInt).default(limits.maxConnections))
     .addOption(new Option('--max-header-bytes <n>', 'largest request head (request line and headers); more gets 431').argParser(intInRange(1024, 1024 * 1024)).default(limits.maxHeaderBytes));
+  cmd
+    .addOption(
+      new Option('--tool-call-parser <format>', `how tool calls are read from (and forced into) model output: ${TOOL_CALL_PARSERS.join(' | ')} (auto: from each model's chat template)`)
+        .argParser(oneOf(TOOL_CALL_PARSERS))
+        .default(DEFAULT_MODEL_PARSERS.toolCallParser),
+    )
+    .addOption(
+      new Option('--reasoning-parser <parser>', `${REASONING_PARSERS.join(' | ')}; think: <think>…</think> in the output becomes reasoning_content (DeepSeek-R1, Qwen3)`)
+        .argParser(oneOf(REASONING_PARSERS))
+        .default(DEFAULT_MODEL_PARSERS.reasoningParser),
+    );
   addRuntimeOptions(cmd);
   cmd.action(async (flags: FrontendFlags) => {
     const runtime = await createRuntimeFromOptions(flags, 'frontend');
@@ -106,6 +120,8 @@ export function registerFrontendCommand(program: Command): Command {
       ...(flags.apiKeyFile !== undefined ? { apiKeyFile: flags.apiKeyFile } : {}),
       ...(flags.metricsAuth !== undefined ? { metricsAuth: flags.metricsAuth } : {}),
       ...(flags.corsOrigins !== undefined ? { corsOrigins: flags.corsOrigins } : {}),
+      toolCallParser: flags.toolCallParser,
+      reasoningParser: flags.reasoningParser,
       limits: {
         headerTimeoutMs: toMs(flags.httpHeaderTimeout),
         requestTimeoutMs: toMs(flags.httpRequestTimeout),

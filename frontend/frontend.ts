@@ -22,6 +22,7 @@ import { LocalKvBackend } from '../router/adapters/index.js';
 import { FrontendMetrics } from './metrics.js';
 import { ModelWatcher } from './model-watcher.js';
 import { GenerationPipeline } from './pipeline/generation.js';
+import { DEFAULT_MODEL_PARSERS, type ReasoningParserOption, type ToolCallParserOption } from './openai/structured.js';
 import { createKvSelector, type KvSelector, type KvSelectorConfig } from './kv-selector.js';
 import { createSelector, type RouterMode, type WorkerSelector } from './routing.js';
 import { WorkerHealth } from './worker-health.js';
@@ -75,6 +76,10 @@ export interface FrontendOptions {
   corsOrigins?: string[];
   /** `/dashboard` (frontend/dashboard/); on by default, false = off. */
   dashboard?: DashboardOptions | false;
+  /** Tool-call format of the served models' output; default 'auto' (from each chat template). */
+  toolCallParser?: ToolCallParserOption;
+  /** 'think': split `<think>…</think>` into `reasoning_content`; default 'none'. */
+  reasoningParser?: ReasoningParserOption;
 }
 
 export interface FrontendHandle {
@@ -190,6 +195,10 @@ export async function startFrontend(options: FrontendOptions): Promise<FrontendH
     migrationLimit: options.migrationLimit ?? FRONTEND_DEFAULTS.migrationLimit,
     health,
     ...(disagg ? { disagg: disagg.disaggregator } : {}),
+    parsers: {
+      toolCallParser: options.toolCallParser ?? DEFAULT_MODEL_PARSERS.toolCallParser,
+      reasoningParser: options.reasoningParser ?? DEFAULT_MODEL_PARSERS.reasoningParser,
+    },
     onMigrate: (model, from, generated, cause) => {
       metrics.migrations.inc({ model });
       dashboard?.state.migrated();

@@ -50,6 +50,7 @@ export const hfCodecLoader: CodecLoader = createHfCodecLoader();
 
 export class HfCodec implements ModelCodec {
   readonly vocabSize: number;
+  readonly chatTemplate: string | undefined;
   private readonly pool: PreprocessPool | undefined;
   private readonly inlineMaxChars: number;
 
@@ -59,6 +60,7 @@ export class HfCodec implements ModelCodec {
     options: HfCodecOptions = {},
   ) {
     this.vocabSize = model.tokenizer.vocabSize;
+    this.chatTemplate = model.template?.source;
     this.pool = options.pool;
     this.inlineMaxChars = options.inlineMaxChars ?? DEFAULT_INLINE_MAX_CHARS;
   }

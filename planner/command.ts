@@ -85,7 +85,7 @@ function addPolicyOptions(cmd: Command): void {
     .option('--interval <s>', 'seconds between planner decisions (default 60)', numberInRange(-Infinity))
     .option('--min-workers <n>', 'minimum workers per pool (default 1)', intInRange(0))
     .option('--max-workers <n>', "total worker budget over all pools; also each pool's max", positiveInt)
-    .option('--kv-capacity-tokens <n>', 'KV capacity of one worker in tokens (default 131072)', positiveInt);
+    .option('--kv-capacity-tokens <n>', "KV capacity of one worker in tokens (default: the profile's worker.kvCapacityTokens, else 131072)", positiveInt);
 }
 
 export function registerPlannerCommand(program: Command): Command {
@@ -127,8 +127,8 @@ export function registerPlannerCommand(program: Command): Command {
     .option('--json <file>', 'write the reports (and timelines) as JSON')
     .option('--decisions <file>', 'write every planner decision as JSONL')
     .action(async (f: SimulateFlags) => {
-      const perf = await loadPlannerPerf(f.profile);
-      const config = buildConfig(f);
+      const { perf, kvCapacityTokens } = await loadPlannerProfile(f.profile);
+      const config = buildConfig(f, undefined, { kvCapacityTokens });
       const trace = loadTrace(f);
       const keepDecisions = f.decisions !== undefined;
       const now = () => performance.now();
@@ -152,9 +152,9 @@ export function registerPlannerCommand(program: Command): Command {
 
 async function runLive(f: LiveFlags): Promise<void> {
   const raw = f.config !== undefined ? await readPlannerConfigFile(f.config) : undefined;
-  const config = buildConfig(f, raw);
+  const { perf, kvCapacityTokens } = await loadPlannerProfile(f.profile);
+  const config = buildConfig(f, raw, { kvCapacityTokens });
   if (config.mode === 'sla' && f.frontendMetricsUrl === undefined) throw new ConfigError('sla mode needs --frontend-metrics-url (the frontend /metrics it sizes from)');
-  const perf = await loadPlannerPerf(f.profile);
   const runtime = await createRuntimeFromOptions(f, 'planner');
   const log = runtime.logger.child({ component: 'planner' });
   let connector: PoolConnector;
@@ -195,13 +195,37 @@ function timed(now: () => number, run: () => Omit<Comparison, 'wallMs'>): Compar
 
 /** The perf model for SLA sizing: a profile JSON, or the polynomial model. Unreadable → ConfigError. */
 export async function loadPlannerPerf(path: string | undefined): Promise<PerfModel> {
-  if (path === undefined) return new PolynomialPerfModel();
+  return (await loadPlannerProfile(path)).perf;
+}
+
+/** What the planner takes from a profile: the model, and the profiled worker's KV capacity. */
+export interface PlannerProfile {
+  perf: PerfModel;
+  /** `worker.kvCapacityTokens` of a `runtime profile` file; absent in a bare schema-v1 model. */
+  kvCapacityTokens?: number;
+}
+
+/**
+ * The perf model plus the KV capacity the profiled worker had. Sizing decode with another
+ * worker's capacity (the 131072 default) misjudges how many sequences fit, so the profile's
+ * value is the default whenever no flag or config file names one (buildConfig's `defaults`).
+ */
+export async function loadPlannerProfile(path: string | undefined): Promise<PlannerProfile> {
+  if (path === undefined) return { perf: new PolynomialPerfModel() };
+  let perf: PerfModel;
   try {
-    return await loadPerfProfile(path);
+    perf = await loadPerfProfile(path);
   } catch (err) {
     if (err instanceof PerfProfileError) throw new ConfigError(err.message);
     throw err;
   }
+  // The `worker` section is informational in schema v1 (perf-model ignores it), so it is read here.
+  const worker = (JSON.parse(readFileSync(path, 'utf8')) as { worker?: unknown }).worker;
+  if (worker === undefined || worker === null || typeof worker !== 'object') return { perf };
+  const kv = (worker as { kvCapacityTokens?: unknown }).kvCapacityTokens;
+  if (kv === undefined) return { perf };
+  if (typeof kv !== 'number' || !Number.isInteger(kv) || kv <= 0) throw new ConfigError(`perf profile ${path}: worker.kvCapacityTokens must be an integer > 0, got ${JSON.stringify(kv)}`);
+  return { perf, kvCapacityTokens: kv };
 }
 
 function loadTrace(f: SimulateFlags): TraceBins {
@@ -210,8 +234,12 @@ function loadTrace(f: SimulateFlags): TraceBins {
   return syntheticTrace({ shape: f.synthetic ?? DEFAULT_SYNTHETIC.shape, hours: f.hours, peakRps: f.peakRps, swing: f.swing, isl: f.isl, osl: f.osl, burstsPerHour: f.burstsPerHour, seed: f.seed, tickS: f.tickS });
 }
 
-/** Config file (if any) over the defaults, then explicit flags; validated once at the end. */
-export function buildConfig(f: Partial<SimulateFlags>, preloaded?: unknown): PlannerConfig {
+/**
+ * Config file (if any) over the defaults, then explicit flags; validated once at the end.
+ * `defaults` replace built-in defaults (the profiled worker's KV capacity) but lose to the file
+ * and the flags (TANDEM_* variables arrive as flags).
+ */
+export function buildConfig(f: Partial<SimulateFlags>, preloaded?: unknown, defaults: { kvCapacityTokens?: number | undefined } = {}): PlannerConfig {
   let raw = (preloaded ?? {}) as Record<string, unknown>;
   if (f.config !== undefined && preloaded === undefined) {
     let text: string;
@@ -227,6 +255,7 @@ export function buildConfig(f: Partial<SimulateFlags>, preloaded?: unknown): Pla
     }
   }
   const base = defaultPlannerConfig();
+  if (defaults.kvCapacityTokens !== undefined) base.sla.kvCapacityTokens = defaults.kvCapacityTokens;
   const fromFile = parsePlannerConfig(raw, base);
   const c: PlannerConfig = { ...fromFile, sla: { ...fromFile.sla }, pools: { ...fromFile.pools } };
   if (f.mode) c.mode = f.mode;

@@ -1,65 +1,17 @@
 /**
- * The Mooncake trace format: JSONL, one request per line,
- * `{"timestamp": ms, "input_length": n, "output_length": m, "hash_ids": [..]}`. Each hash id
- * names one block of `blockSize` (512) prompt tokens; requests that list the same ids in the
- * same positions share that prefix. Also a generator of synthetic traces in that format, so
- * the fleet script can replay a prefix-heavy workload without shipping a dataset.
+ * Writing the Mooncake trace format (JSONL, one request per line,
+ * `{"timestamp": ms, "input_length": n, "output_length": m, "hash_ids": [..]}`; each hash id
+ * names one block of `blockSize` (512) prompt tokens), and a generator of synthetic traces in
+ * it, so the fleet script can replay a prefix-heavy workload without shipping a dataset.
+ * Reading it is the planner's parser (parseMooncakeTrace / readMooncakeTrace in
+ * planner/index.ts): one parser for `runtime bench` and `runtime planner simulate`, so a
+ * trace one accepts the other accepts too.
  */
-import { readFileSync, writeFileSync } from 'node:fs';
-import { ConfigError } from '../../runtime/errors.js';
+import { writeFileSync } from 'node:fs';
+import type { TraceEntry } from '../../planner/index.js';
 import { Rng, sampleLength } from './rng.js';
 
-export interface TraceEntry {
-  timestamp: number;
-  input_length: number;
-  output_length: number;
-  hash_ids: number[];
-}
-
 export const MOONCAKE_BLOCK_SIZE = 512;
-
-export function parseTrace(text: string, source = 'trace'): TraceEntry[] {
-  const entries: TraceEntry[] = [];
-  const lines = text.split('\n');
-  for (let i = 0; i < lines.length; i++) {
-    const line = (lines[i] as string).trim();
-    if (line === '') continue;
-    let raw: Record<string, unknown>;
-    try {
-      raw = JSON.parse(line) as Record<string, unknown>;
-    } catch {
-      throw new ConfigError(`${source}:${i + 1}: not JSON`);
-    }
-    const { timestamp, input_length, output_length } = raw;
-    const hashIds = raw.hash_ids ?? [];
-    if (typeof timestamp !== 'number' || !Number.isFinite(timestamp) || timestamp < 0) {
-      throw new ConfigError(`${source}:${i + 1}: timestamp must be a non-negative number of ms`);
-    }
-    if (!Number.isInteger(input_length) || (input_length as number) < 1) {
-      throw new ConfigError(`${source}:${i + 1}: input_length must be a positive integer`);
-    }
-    if (!Number.isInteger(output_length) || (output_length as number) < 1) {
-      throw new ConfigError(`${source}:${i + 1}: output_length must be a positive integer`);
-    }
-    if (!Array.isArray(hashIds) || !hashIds.every((h) => Number.isInteger(h))) {
-      throw new ConfigError(`${source}:${i + 1}: hash_ids must be an array of integers`);
-    }
-    entries.push({ timestamp, input_length: input_length as number, output_length: output_length as number, hash_ids: hashIds as number[] });
-  }
-  if (entries.length === 0) throw new ConfigError(`${source}: no requests`);
-  entries.sort((a, b) => a.timestamp - b.timestamp);
-  return entries;
-}
-
-export function readTrace(file: string): TraceEntry[] {
-  let text: string;
-  try {
-    text = readFileSync(file, 'utf8');
-  } catch (err) {
-    throw new ConfigError(`cannot read trace ${file}: ${(err as Error).message}`);
-  }
-  return parseTrace(text, file);
-}
 
 export function formatTrace(entries: readonly TraceEntry[]): string {
   return entries.map((e) => JSON.stringify(e)).join('\n') + '\n';

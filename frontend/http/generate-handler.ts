@@ -174,11 +174,13 @@ async function streamResponse(ctx: GenerateContext, prepared: PreparedGeneration
       let backpressure: Promise<void> | undefined;
       if (event.type === 'delta') {
         if (outcome.firstTokenAt === undefined) outcome.firstTokenAt = Date.now();
-        backpressure = sse.send(chunks.delta(event.text, event.logprobs));
+        if (chunks.output === undefined) backpressure = sse.send(chunks.delta(event.text, event.logprobs));
+        else for (const chunk of chunks.outputDeltas(event.text, event.logprobs)) backpressure = sse.send(chunk);
       } else {
-        outcome.finishReason = event.finishReason;
         outcome.usage = event.usage;
         outcome.firstTokenAt ??= Date.now();
+        if (chunks.output !== undefined) for (const chunk of chunks.outputEnd()) sse.send(chunk);
+        outcome.finishReason = chunks.output ? chunks.output.finishReason(event.finishReason) : event.finishReason;
         backpressure = sse.send(chunks.finish(event.finishReason));
         if (prepared.input.includeUsage) backpressure = sse.send(chunks.usage(event.usage));
       }

@@ -2,10 +2,15 @@
  * OpenAI response shapes: streaming chunks and unary bodies for chat and completions, and the
  * two logprob layouts. The per-token path serializes plain-text chunks from a precomputed
  * head and tail, so only the text itself goes through JSON.stringify.
+ *
+ * A chat response whose request has tools to call or whose model has a reasoning parser runs
+ * its text through a ChatOutputParser (chat-output.ts) first: its chunks then carry
+ * `reasoning_content` and `tool_calls` deltas, and its unary message those fields.
  */
 import type { TokenLogprob } from '../../proto/wire.js';
 import type { ModelCodec } from '../codec.js';
 import type { OpenAiFinishReason, PreparedGeneration, Usage } from '../pipeline/generation.js';
+import { type ChatFinishReason, type ChatOutputParser, type ChatOutputStep, chatOutputParser, toolCallBody, toolCallDeltaBody } from './chat-output.js';
 
 export interface OpenAiUsage {
   prompt_tokens: number;
@@ -93,10 +98,14 @@ export class ChunkWriter {
   private readonly textTail: string;
   private readonly namer: TokenNamer;
   private textOffset = 0;
+  /** Set when the chat text must be split into reasoning, content and tool calls: use `outputDeltas`. */
+  readonly output: ChatOutputParser | undefined;
 
   constructor(
     private readonly prepared: PreparedGeneration,
+    newToolCallId?: () => string,
   ) {
+    this.output = chatOutputParser(prepared.input, newToolCallId);
     const chat = prepared.input.kind === 'chat';
     const usageNull = prepared.input.includeUsage ? ',"usage":null' : '';
     const object = chat ? 'chat.completion.chunk' : 'text_completion';
@@ -133,7 +142,35 @@ export class ChunkWriter {
     return `${this.head},"choices":[{"index":0,"text":${JSON.stringify(text)},"logprobs":${JSON.stringify(lp)},"finish_reason":null}]${this.usageField()}}`;
   }
 
-  finish(reason: OpenAiFinishReason): string {
+  /**
+   * With an output parser: the chunks for the next text (reasoning, then content, then one
+   * chunk per tool-call delta). Logprobs ride on a content chunk, empty if the text was held back.
+   */
+  outputDeltas(text: string, logprobs: readonly TokenLogprob[] | undefined): string[] {
+    return this.stepChunks(this.output!.push(text), logprobs);
+  }
+
+  /** With an output parser: the chunks for what it held back, before `finish`. */
+  outputEnd(): string[] {
+    return this.stepChunks(this.output!.finish(), undefined);
+  }
+
+  private stepChunks(step: ChatOutputStep, logprobs: readonly TokenLogprob[] | undefined): string[] {
+    const chunks: string[] = [];
+    if (step.reasoning.length > 0) chunks.push(this.deltaChunk(`{"reasoning_content":${JSON.stringify(step.reasoning)}}`));
+    if (step.content.length > 0 || (logprobs !== undefined && logprobs.length > 0 && this.prepared.input.logprobs !== undefined)) {
+      chunks.push(this.delta(step.content, logprobs));
+    }
+    for (const call of step.toolCalls) chunks.push(this.deltaChunk(`{"tool_calls":[${JSON.stringify(toolCallDeltaBody(call))}]}`));
+    return chunks;
+  }
+
+  private deltaChunk(delta: string): string {
+    return `${this.head},"choices":[{"index":0,"delta":${delta},"logprobs":null,"finish_reason":null}]${this.usageField()}}`;
+  }
+
+  finish(pipelineReason: OpenAiFinishReason): string {
+    const reason: ChatFinishReason = this.output ? this.output.finishReason(pipelineReason) : pipelineReason;
     const choice = this.isChat ? `{"index":0,"delta":{},"logprobs":null,"finish_reason":"${reason}"}` : `{"index":0,"text":"","logprobs":null,"finish_reason":"${reason}"}`;
     return `${this.head},"choices":[${choice}]${this.usageField()}}`;
   }
@@ -149,9 +186,14 @@ export class UnaryCollector {
   private readonly chatEntries: ChatLogprobEntry[] = [];
   private readonly completionLp = emptyCompletionLogprobs();
   private readonly namer: TokenNamer;
+  private readonly output: ChatOutputParser | undefined;
 
-  constructor(private readonly prepared: PreparedGeneration) {
+  constructor(
+    private readonly prepared: PreparedGeneration,
+    newToolCallId?: () => string,
+  ) {
     this.namer = new TokenNamer(prepared.codec, prepared.input.returnTokensAsTokenIds);
+    this.output = chatOutputParser(prepared.input, newToolCallId);
   }
 
   add(text: string, logprobs: readonly TokenLogprob[] | undefined): void {
@@ -166,6 +208,8 @@ export class UnaryCollector {
     const { prepared } = this;
     const wantsLogprobs = prepared.input.logprobs !== undefined;
     if (prepared.input.kind === 'chat') {
+      // Parsed first: the finish reason depends on whether it found tool calls.
+      const message = this.output ? this.parsedMessage() : { role: 'assistant', content: this.text };
       return {
         id: prepared.id,
         object: 'chat.completion',
@@ -174,9 +218,9 @@ export class UnaryCollector {
         choices: [
           {
             index: 0,
-            message: { role: 'assistant', content: this.text },
+            message,
             logprobs: wantsLogprobs ? { content: this.chatEntries } : null,
-            finish_reason: reason,
+            finish_reason: this.output ? this.output.finishReason(reason) : reason,
           },
         ],
         usage: usageBody(usage),
@@ -189,6 +233,18 @@ export class UnaryCollector {
       model: prepared.input.model,
       choices: [{ index: 0, text: this.text, logprobs: wantsLogprobs ? this.completionLp : null, finish_reason: reason }],
       usage: usageBody(usage),
+    };
+  }
+
+  /** OpenAI's message with tool calls (content null beside them when empty) and reasoning. */
+  private parsedMessage(): object {
+    const out = this.output!.parseAll(this.text);
+    const calls = out.toolCalls.length > 0;
+    return {
+      role: 'assistant',
+      content: calls && out.content.length === 0 ? null : out.content,
+      ...(out.reasoning !== undefined ? { reasoning_content: out.reasoning.length > 0 ? out.reasoning : null } : {}),
+      ...(calls ? { tool_calls: out.toolCalls.map(toolCallBody) } : {}),
     };
   }
 }

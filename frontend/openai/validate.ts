@@ -3,9 +3,10 @@
  * a normalized GenerationRequest out, or an ApiError naming the offending `param`. `null` is
  * treated as absent, as OpenAI clients send it for unset fields.
  */
-import type { SamplingOptions } from '../../proto/wire.js';
+import type { SamplingOptions, StructuredOutputSpec, ToolCallFormatName } from '../../proto/wire.js';
 import type { ChatMessage } from '../codec.js';
 import { ApiError, badRequest, quoteInput } from '../errors.js';
+import { type ForcedToolCalls, type ToolChoice, forcedToolCalls, parseOutputConstraint, parseToolChoice, parseTools, validateSpec } from './structured.js';
 
 export const MAX_TOP_LOGPROBS = 20;
 const MAX_STOP_STRINGS = 64;
@@ -32,12 +33,28 @@ interface GenerationBase {
   logprobs?: number;
   returnTokensAsTokenIds: boolean;
   user?: string;
+  /**
+   * What the output must match (response_format, structured_outputs, guided_*, or a forced
+   * tool call), compiled once to prove it valid. A chat request's forced tool call is set here
+   * at prepare time, once the model's tool-call format is known.
+   */
+  structured?: StructuredOutputSpec;
 }
 
 export interface ChatGenerationRequest extends GenerationBase {
   kind: 'chat';
   messages: ChatMessage[];
+  /** As sent: the chat template renders them whatever `tool_choice` says. */
   tools?: unknown[];
+  toolChoice: ToolChoice;
+  /** `tool_choice` 'required' or a named function; becomes `structured` at prepare time. */
+  forcedToolCalls?: ForcedToolCalls;
+  /** The served model's tool-call format (set at prepare): tool calls are parsed from the output. */
+  toolCallFormat?: ToolCallFormatName;
+  /** `--reasoning-parser think` (set at prepare): `<think>…</think>` becomes `reasoning_content`. */
+  reasoningParser?: 'think';
+  /** The rendered prompt ends inside `<think>`: the output starts as reasoning (set at prepare). */
+  reasoningStartsInPrompt?: boolean;
   addGenerationPrompt: boolean;
   templateKwargs?: Record<string, unknown>;
 }
@@ -164,7 +181,6 @@ function parseBase(body: Body): Omit<GenerationBase, 'logprobs'> {
     base.user = body.user;
   }
   if (present(body, 'suffix')) throw badRequest("'suffix' is not supported", 'suffix');
-  parseResponseFormat(body);
   return base;
 }
 
@@ -188,20 +204,6 @@ function parseLogitBias(body: Body): Array<[number, number]> | undefined {
     if (bias !== 0) pairs.push([id, bias]);
   }
   return pairs.length > 0 ? pairs : undefined;
-}
-
-/** `{type: 'text'}` is the default and harmless; JSON output waits for structured output. */
-function parseResponseFormat(body: Body): void {
-  if (!present(body, 'response_format')) return;
-  const value = body.response_format;
-  if (!isObject(value) || typeof value.type !== 'string') {
-    throw badRequest("'response_format' must be an object with a string 'type'", 'response_format');
-  }
-  if (value.type === 'text') return;
-  if (value.type === 'json_object' || value.type === 'json_schema') {
-    throw badRequest(`'response_format' type '${value.type}' is not supported yet (structured output is not implemented); omit it or use 'text'`, 'response_format');
-  }
-  throw badRequest(`'response_format.type' must be 'text', 'json_object' or 'json_schema'`, 'response_format');
 }
 
 function messageContent(value: unknown, index: number): string {
@@ -254,37 +256,6 @@ function parseMessage(raw: unknown, i: number): ChatMessage {
   return message;
 }
 
-/** A tool is `{type: 'function', function: {name: string, ...}}`. */
-function checkTool(tool: unknown, i: number): void {
-  const at = `tools[${i}]`;
-  if (!isObject(tool) || tool.type !== 'function' || !isObject(tool.function) || typeof tool.function.name !== 'string') {
-    throw badRequest(`'${at}' must be {type: 'function', function: {name: string, ...}}`, at);
-  }
-}
-
-/**
- * `tool_choice`: 'none' | 'auto' | 'required' | {type: 'function', function: {name}}. Checked
- * for shape and against `tools`; the choice itself is not enforced until structured output
- * lands (the template sees the tools either way).
- */
-function checkToolChoice(value: unknown, tools: unknown[] | undefined): void {
-  if (value === undefined || value === null) return;
-  if (value === 'none' || value === 'auto') return;
-  if (value === 'required' || isObject(value)) {
-    if (!tools || tools.length === 0) throw badRequest("'tool_choice' needs 'tools'", 'tool_choice');
-    if (value === 'required') return;
-    const name = isObject(value.function) ? value.function.name : undefined;
-    if (value.type !== 'function' || typeof name !== 'string') {
-      throw badRequest("'tool_choice' must be 'none', 'auto', 'required' or {type: 'function', function: {name}}", 'tool_choice');
-    }
-    if (!tools.some((t) => (t as { function: { name: string } }).function.name === name)) {
-      throw badRequest(`'tool_choice' names a function that is not in 'tools': '${quoteInput(name)}'`, 'tool_choice');
-    }
-    return;
-  }
-  throw badRequest("'tool_choice' must be 'none', 'auto', 'required' or {type: 'function', function: {name}}", 'tool_choice');
-}
-
 export function parseChatRequest(body: unknown): ChatGenerationRequest {
   if (!isObject(body)) throw badRequest('request body must be a JSON object');
   const base = parseBase(body);
@@ -295,19 +266,29 @@ export function parseChatRequest(body: unknown): ChatGenerationRequest {
   const logprobsFlag = boolean(body, 'logprobs') ?? false;
   const top = integer(body, 'top_logprobs', 0, MAX_TOP_LOGPROBS);
   if (top !== undefined && !logprobsFlag) throw badRequest("'top_logprobs' requires 'logprobs' to be true", 'top_logprobs');
+  const tools = present(body, 'tools') ? parseTools(body.tools) : undefined;
+  const toolChoice = parseToolChoice(body.tool_choice, tools);
+  const parallelToolCalls = boolean(body, 'parallel_tool_calls') ?? true;
   const request: ChatGenerationRequest = {
     ...base,
     kind: 'chat',
     messages,
+    toolChoice,
     addGenerationPrompt: boolean(body, 'add_generation_prompt') ?? true,
   };
   if (logprobsFlag) request.logprobs = top ?? 0;
-  if (present(body, 'tools')) {
-    if (!Array.isArray(body.tools)) throw badRequest("'tools' must be an array", 'tools');
-    body.tools.forEach(checkTool);
-    request.tools = body.tools;
+  if (tools) request.tools = body.tools as unknown[];
+  const constraint = parseOutputConstraint(body);
+  if (constraint && (toolChoice === 'required' || typeof toolChoice === 'object')) {
+    // Both would constrain the same output; neither can be honoured without dropping the other.
+    throw badRequest(`'tool_choice' forces a tool call, which cannot be combined with '${constraint.param}': send only one of them`, 'tool_choice');
   }
-  checkToolChoice(body.tool_choice, request.tools);
+  if (constraint) {
+    validateSpec(constraint.spec, constraint.param);
+    request.structured = constraint.spec;
+  }
+  const forced = forcedToolCalls(toolChoice, tools ?? [], parallelToolCalls);
+  if (forced) request.forcedToolCalls = forced;
   if (present(body, 'chat_template_kwargs')) {
     if (!isObject(body.chat_template_kwargs)) throw badRequest("'chat_template_kwargs' must be an object", 'chat_template_kwargs');
     request.templateKwargs = body.chat_template_kwargs;
@@ -322,6 +303,11 @@ export function parseCompletionRequest(body: unknown): CompletionGenerationReque
   if (request.echo) throw badRequest("'echo' is not supported", 'echo');
   const logprobs = integer(body, 'logprobs', 0, MAX_TOP_LOGPROBS);
   if (logprobs !== undefined) request.logprobs = logprobs;
+  const constraint = parseOutputConstraint(body);
+  if (constraint) {
+    validateSpec(constraint.spec, constraint.param);
+    request.structured = constraint.spec;
+  }
   return request;
 }
 

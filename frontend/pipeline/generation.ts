@@ -14,6 +14,7 @@ import type { DisaggPrepared, Disaggregator } from '../disagg/disaggregator.js';
 import { ApiError, badRequest, modelNotFound } from '../errors.js';
 import type { ModelMetrics } from '../metrics.js';
 import type { ModelWatcher, ServedModel } from '../model-watcher.js';
+import { DEFAULT_MODEL_PARSERS, promptOpensReasoning, resolveModelParsers, type ModelParserOptions } from '../openai/structured.js';
 import type { GenerationRequest } from '../openai/validate.js';
 import type { WorkerSelector } from '../routing.js';
 import type { WorkerHealth } from '../worker-health.js';
@@ -56,6 +57,8 @@ export interface PipelineConfig {
   onMigrate?: (model: string, from: InstanceId, generated: number, cause: unknown) => void;
   /** The prefill router; absent = every request runs aggregated. */
   disagg?: Disaggregator;
+  /** `--tool-call-parser` / `--reasoning-parser`; default: auto-detected tool calls, no reasoning split. */
+  parsers?: ModelParserOptions;
 }
 
 export const DIRECT_ROUTE_HEADER = 'x-worker-instance-id';
@@ -115,6 +118,12 @@ export class GenerationPipeline {
       stop: { maxTokens, stopTokenIds, ignoreEos: input.ignoreEos, ...(input.minTokens !== undefined ? { minTokens: input.minTokens } : {}) },
     };
     if (input.logprobs !== undefined) request.logprobs = input.logprobs;
+    if (input.kind === 'chat') {
+      // The tool-call format and a forced call's grammar depend on the served model.
+      resolveModelParsers(input, codec.chatTemplate, this.config.parsers ?? DEFAULT_MODEL_PARSERS);
+      if (input.reasoningParser) input.reasoningStartsInPrompt = promptOpensReasoning(tokenIds, (tokenId) => codec.tokenText(tokenId));
+    }
+    if (input.structured) request.structured = input.structured;
 
     const selector = this.config.selector;
     let firstInstance: InstanceId;

@@ -49,28 +49,40 @@ export interface Automaton {
   readonly ruleKeys: readonly string[];
 }
 
+/** Flat edge lists (no per-node arrays: a big bounded repeat makes hundreds of thousands of nodes). */
 class Builder {
-  readonly edges: number[][] = [];
-  readonly eps: number[][] = [];
-  readonly calls: number[][] = [];
+  numNodes = 0;
   readonly ruleOf: number[] = [];
+  readonly byteEdges: number[] = []; // from, lo, hi, to
+  readonly epsEdges: number[] = []; // from, to
+  readonly callEdges: number[] = []; // from, rule, ret
   rule = 0;
+  private readonly sequences = new WeakMap<Expr, Array<Array<[number, number]>>>();
 
   constructor(private readonly ruleIndex: Map<string, number>) {}
 
   node(): number {
-    if (this.edges.length >= MAX_AUTOMATON_NODES) {
-      throw new GrammarError('unsupported_feature', `grammar too large: more than ${MAX_AUTOMATON_NODES} automaton states (large {m,n} or maxLength/maxItems bounds expand)`);
-    }
-    this.edges.push([]);
-    this.eps.push([]);
-    this.calls.push([]);
+    if (this.numNodes >= MAX_AUTOMATON_NODES) throw tooLarge();
     this.ruleOf.push(this.rule);
-    return this.edges.length - 1;
+    return this.numNodes++;
+  }
+
+  eps(from: number, to: number): void {
+    this.epsEdges.push(from, to);
   }
 
   private byte(from: number, lo: number, hi: number, to: number): void {
-    this.edges[from]!.push(lo, hi, to);
+    this.byteEdges.push(from, lo, hi, to);
+  }
+
+  /** UTF-8 sequences of a class, once per IR object (a repeated item reuses its expansion). */
+  private sequencesOf(e: Extract<Expr, { kind: 'chars' }>): Array<Array<[number, number]>> {
+    let seqs = this.sequences.get(e);
+    if (seqs === undefined) {
+      seqs = utf8Sequences(e.negated ? complementRanges(e.ranges) : normalizeRanges(e.ranges));
+      this.sequences.set(e, seqs);
+    }
+    return seqs;
   }
 
   /** Thompson construction from `start`; returns the node after `e`. Loops get a fresh head node. */
@@ -88,11 +100,10 @@ class Builder {
         return cur;
       }
       case 'chars': {
-        const ranges = e.negated ? complementRanges(e.ranges) : normalizeRanges(e.ranges);
         const end = this.node();
         // Sequences sharing a leading byte range share its node (fewer parallel threads).
-        const shared = new Map<string, number>();
-        for (const sequence of utf8Sequences(ranges)) {
+        let shared: Map<string, number> | undefined;
+        for (const sequence of this.sequencesOf(e)) {
           let cur = start;
           for (let i = 0; i < sequence.length; i++) {
             const [lo, hi] = sequence[i]!;
@@ -101,6 +112,7 @@ class Builder {
               break;
             }
             const key = `${cur}:${lo}:${hi}`;
+            shared ??= new Map();
             let next = shared.get(key);
             if (next === undefined) {
               next = this.node();
@@ -121,8 +133,8 @@ class Builder {
         const end = this.node();
         for (const item of e.items) {
           const head = this.node();
-          this.eps[start]!.push(head);
-          this.eps[this.build(item, head)]!.push(end);
+          this.eps(start, head);
+          this.eps(this.build(item, head), end);
         }
         return end;
       }
@@ -131,41 +143,71 @@ class Builder {
         for (let i = 0; i < e.min; i++) cur = this.build(e.item, cur);
         if (e.max === Infinity) {
           const head = this.node();
-          this.eps[cur]!.push(head);
-          this.eps[this.build(e.item, head)]!.push(head);
+          this.eps(cur, head);
+          this.eps(this.build(e.item, head), head);
           return head;
         }
         if (e.max <= e.min) return cur;
         const end = this.node();
         for (let i = e.min; i < e.max; i++) {
-          this.eps[cur]!.push(end);
+          this.eps(cur, end);
           const head = this.node();
-          this.eps[cur]!.push(head);
+          this.eps(cur, head);
           cur = this.build(e.item, head);
         }
-        this.eps[cur]!.push(end);
+        this.eps(cur, end);
         return end;
       }
       case 'ref': {
         const callee = this.ruleIndex.get(e.name);
         if (callee === undefined) throw new GrammarError('invalid_grammar', `undefined rule "${e.name}"`);
         const ret = this.node();
-        this.calls[start]!.push(callee, ret);
+        this.callEdges.push(start, callee, ret);
         return ret;
       }
     }
   }
 }
 
-function csr(lists: number[][], width: number): { start: Int32Array; data: number[] } {
-  const start = new Int32Array(lists.length + 1);
-  const data: number[] = [];
-  for (let i = 0; i < lists.length; i++) {
-    start[i] = data.length / width;
-    for (const x of lists[i]!) data.push(x);
+function tooLarge(): GrammarError {
+  return new GrammarError('unsupported_feature', `grammar too large: more than ${MAX_AUTOMATON_NODES} automaton states (large {m,n} or maxLength/maxItems bounds expand)`);
+}
+
+/** Upper bound on the nodes `e` builds (rules counted once), to refuse huge grammars before building. */
+function sizeBound(e: Expr): number {
+  switch (e.kind) {
+    case 'empty':
+      return 0;
+    case 'literal':
+      return e.bytes.length;
+    case 'chars':
+      return 8;
+    case 'seq':
+      return e.items.reduce((n, i) => n + sizeBound(i), 0);
+    case 'alt':
+      return 1 + e.items.reduce((n, i) => n + 1 + sizeBound(i), 0);
+    case 'repeat': {
+      const item = sizeBound(e.item) + 1;
+      return e.max === Infinity ? (e.min + 1) * item + 1 : e.max * item + 1;
+    }
+    case 'ref':
+      return 1;
   }
-  start[lists.length] = data.length / width;
-  return { start, data };
+}
+
+/** CSR of flat (from, ...fields) records grouped by `from`: start offsets and each field's column. */
+function csrOf(flat: number[], width: number, numNodes: number): { start: Int32Array; cols: Int32Array[] } {
+  const n = flat.length / width;
+  const start = new Int32Array(numNodes + 1);
+  for (let i = 0; i < n; i++) start[flat[i * width]! + 1]!++;
+  for (let v = 0; v < numNodes; v++) start[v + 1]! += start[v]!;
+  const fill = start.slice(0, numNodes);
+  const cols = Array.from({ length: width - 1 }, () => new Int32Array(n));
+  for (let i = 0; i < n; i++) {
+    const at = fill[flat[i * width]!]!++;
+    for (let f = 1; f < width; f++) cols[f - 1]![at] = flat[i * width + f]!;
+  }
+  return { start, cols };
 }
 
 /** Canonical text of a rule body; references as their index in `order`. */
@@ -234,6 +276,9 @@ export function buildAutomaton(grammar: Grammar): Automaton {
       }
     }
   }
+  let bound = 0;
+  for (const name of names) bound += sizeBound(grammar.rules.get(name)!) + 2;
+  if (bound > MAX_AUTOMATON_NODES * 4) throw tooLarge();
   const b = new Builder(ruleIndex);
   const ruleStart = new Int32Array(names.length);
   const ruleEnd = new Int32Array(names.length);
@@ -242,60 +287,56 @@ export function buildAutomaton(grammar: Grammar): Automaton {
     ruleStart[r] = b.node();
     const last = b.build(grammar.rules.get(names[r]!)!, ruleStart[r]!);
     ruleEnd[r] = b.node();
-    b.eps[last]!.push(ruleEnd[r]!);
+    b.eps(last, ruleEnd[r]!);
   }
-  const n = b.edges.length;
+  const n = b.numNodes;
   const isEnd = new Uint8Array(n);
   for (const e of ruleEnd) isEnd[e] = 1;
 
-  const edges = csr(b.edges, 3);
-  const edgeLo = new Uint8Array(edges.data.length / 3);
-  const edgeHi = new Uint8Array(edgeLo.length);
-  const edgeTo = new Int32Array(edgeLo.length);
-  for (let i = 0; i < edgeLo.length; i++) {
-    edgeLo[i] = edges.data[3 * i]!;
-    edgeHi[i] = edges.data[3 * i + 1]!;
-    edgeTo[i] = edges.data[3 * i + 2]!;
-  }
-  const calls = csr(b.calls, 2);
-  const callRule = new Int32Array(calls.data.length / 2);
-  const callRet = new Int32Array(callRule.length);
-  for (let i = 0; i < callRule.length; i++) {
-    callRule[i] = calls.data[2 * i]!;
-    callRet[i] = calls.data[2 * i + 1]!;
-  }
+  const edges = csrOf(b.byteEdges, 4, n);
+  const edgeLo = Uint8Array.from(edges.cols[0]!);
+  const edgeHi = Uint8Array.from(edges.cols[1]!);
+  const edgeTo = edges.cols[2]!;
+  const calls = csrOf(b.callEdges, 3, n);
+  const callRule = calls.cols[0]!;
+  const callRet = calls.cols[1]!;
+  const eps = csrOf(b.epsEdges, 2, n);
+  const epsStart = eps.start;
+  const epsTo = eps.cols[0]!;
 
   // Epsilon closures, keeping only nodes where something happens.
-  const closLists: number[][] = [];
+  const closStart = new Int32Array(n + 1);
+  const closList: number[] = [];
   const mark = new Int32Array(n).fill(-1);
   const tailRet = new Uint8Array(n);
-  for (let s = 0; s < n; s++) {
-    const out: number[] = [];
-    const todo = [s];
-    mark[s] = s;
+  const todo: number[] = [];
+  for (let v = 0; v < n; v++) {
+    closStart[v] = closList.length;
+    todo.length = 0;
+    todo.push(v);
+    mark[v] = v;
     let onlyEnd = true;
     while (todo.length > 0) {
       const m = todo.pop()!;
-      const interesting = edges.start[m + 1]! > edges.start[m]! || calls.start[m + 1]! > calls.start[m]! || isEnd[m] === 1;
-      if (interesting) {
-        out.push(m);
+      if (edges.start[m + 1]! > edges.start[m]! || calls.start[m + 1]! > calls.start[m]! || isEnd[m] === 1) {
+        closList.push(m);
         if (isEnd[m] !== 1) onlyEnd = false;
       }
-      for (const t of b.eps[m]!) {
-        if (mark[t] !== s) {
-          mark[t] = s;
+      for (let k = epsStart[m]!; k < epsStart[m + 1]!; k++) {
+        const t = epsTo[k]!;
+        if (mark[t] !== v) {
+          mark[t] = v;
           todo.push(t);
         }
       }
     }
-    closLists.push(out);
-    if (onlyEnd && out.length > 0) tailRet[s] = 1;
+    if (onlyEnd && closList.length > closStart[v]!) tailRet[v] = 1;
   }
-  const clos = csr(closLists, 1);
+  closStart[n] = closList.length;
 
-  const callersLists: number[][] = names.map(() => []);
-  for (let i = 0; i < callRule.length; i++) callersLists[callRule[i]!]!.push(callRet[i]!);
-  const callers = csr(callersLists, 1);
+  const callersFlat: number[] = [];
+  for (let i = 0; i < callRule.length; i++) callersFlat.push(callRule[i]!, callRet[i]!);
+  const callers = csrOf(callersFlat, 2, names.length);
 
   const a: Automaton = {
     numNodes: n,
@@ -309,25 +350,25 @@ export function buildAutomaton(grammar: Grammar): Automaton {
     edgeLo,
     edgeHi,
     edgeTo,
-    closStart: clos.start,
-    closNodes: Int32Array.from(clos.data),
+    closStart,
+    closNodes: Int32Array.from(closList),
     callStart: calls.start,
     callRule,
     callRet,
     tailRet,
     isEnd,
     callersStart: callers.start,
-    callersRet: Int32Array.from(callers.data),
+    callersRet: callers.cols[0]!,
     dist: new Float64Array(n),
     ruleKeys: structuralKeys(grammar, names),
   };
-  rejectLeftRecursion(a, b.eps);
-  computeDistances(a, b.eps);
+  rejectLeftRecursion(a, epsStart, epsTo);
+  computeDistances(a, epsStart, epsTo);
   return a;
 }
 
 /** Rules that can produce nothing, then: does a rule reach itself before consuming a byte? */
-function rejectLeftRecursion(a: Automaton, eps: number[][]): void {
+function rejectLeftRecursion(a: Automaton, epsStart: Int32Array, epsTo: Int32Array): void {
   const nullable = new Uint8Array(a.numRules);
   // Nodes reachable from a rule start without consuming, following calls into nullable rules.
   const reach = (r: number, onCall: (callee: number) => void): boolean => {
@@ -337,7 +378,7 @@ function rejectLeftRecursion(a: Automaton, eps: number[][]): void {
     while (todo.length > 0) {
       const m = todo.pop()!;
       if (m === a.ruleEnd[r]) ends = true;
-      const next = [...eps[m]!];
+      const next = Array.from(epsTo.subarray(epsStart[m]!, epsStart[m + 1]!));
       for (let i = a.callStart[m]!; i < a.callStart[m + 1]!; i++) {
         onCall(a.callRule[i]!);
         if (nullable[a.callRule[i]!]) next.push(a.callRet[i]!);
@@ -379,7 +420,7 @@ function rejectLeftRecursion(a: Automaton, eps: number[][]): void {
 }
 
 /** dist[n]: fewest bytes from n to its rule's end, calls costing the callee's minimum (fixpoint). */
-function computeDistances(a: Automaton, eps: number[][]): void {
+function computeDistances(a: Automaton, epsStart: Int32Array, epsTo: Int32Array): void {
   const d = a.dist;
   d.fill(Infinity);
   for (const e of a.ruleEnd) d[e] = 0;
@@ -387,7 +428,7 @@ function computeDistances(a: Automaton, eps: number[][]): void {
     changed = false;
     for (let n = a.numNodes - 1; n >= 0; n--) {
       let best = d[n]!;
-      for (const t of eps[n]!) if (d[t]! < best) best = d[t]!;
+      for (let k = epsStart[n]!; k < epsStart[n + 1]!; k++) if (d[epsTo[k]!]! < best) best = d[epsTo[k]!]!;
       for (let i = a.edgeStart[n]!; i < a.edgeStart[n + 1]!; i++) {
         const c = 1 + d[a.edgeTo[i]!]!;
         if (c < best) best = c;

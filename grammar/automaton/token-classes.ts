@@ -12,8 +12,9 @@
  */
 import type { Vocabulary } from '../contract.js';
 import type { Automaton } from './automaton.js';
-import { Mode, StackTable, Stepper, ThreadSet } from './threads.js';
+import { Mode, type Stepper, type ThreadSet } from './threads.js';
 import { type TokenTrie, tokenTrie } from './token-trie.js';
+import { localDfa } from './local-dfa.js';
 
 export interface LocalClasses {
   /** Bitmask of accepted tokens when that is smaller than a list, else null. */
@@ -68,10 +69,7 @@ export function clearSharedTokenClasses(): void {
 
 function classifyLocal(a: Automaton, node: number, vocab: Vocabulary): LocalClasses {
   const trie = tokenTrie(vocab);
-  const stepper = new Stepper(a, new StackTable(a.numNodes), Mode.Local);
-  const sets: ThreadSet[] = [];
-  for (let d = 0; d <= trie.maxDepth; d++) sets.push(new ThreadSet());
-  sets[0]!.add(node, 0, 0);
+  const dfa = localDfa(a);
   const words = (vocab.size + 31) >>> 5;
   const mask = new Uint32Array(words);
   let numAccepted = 0;
@@ -94,19 +92,19 @@ function classifyLocal(a: Automaton, node: number, vocab: Vocabulary): LocalClas
       addSubtree(c);
     }
   };
-  const walk = (t: number, depth: number, escaped: boolean): void => {
-    const from = sets[depth]!;
-    const to = sets[depth + 1]!;
+  const walk = (t: number, state: number, escaped: boolean): void => {
     for (let c = trie.firstChild[t]!; c !== -1; c = trie.nextSibling[c]!) {
-      stepper.step(from, trie.byte[c]!, to);
-      if (to.count > 0 || to.localEnd) addTokens(c, 'accepted');
+      const next = dfa.next(state, trie.byte[c]!);
+      const alive = dfa.alive[next] === 1;
+      const end = dfa.localEnd[next] === 1;
+      if (alive || end) addTokens(c, 'accepted');
       else if (escaped) addTokens(c, 'leaving');
-      const esc = escaped || to.localEnd;
-      if (to.count > 0) walk(c, depth + 1, esc);
+      const esc = escaped || end;
+      if (alive) walk(c, next, esc);
       else if (esc) addSubtree(c);
     }
   };
-  walk(0, 0, false);
+  walk(0, dfa.start(node), false);
 
   const asList = numAccepted < words;
   let acceptedList: Int32Array | null = null;

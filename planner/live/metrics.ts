@@ -11,6 +11,7 @@ export class PlannerMetrics {
   readonly predictedRate: Gauge;
   readonly predictedIsl: Gauge;
   readonly predictedOsl: Gauge;
+  readonly surge: Gauge;
   readonly currentReplicas: Gauge;
   readonly desiredReplicas: Gauge;
   readonly targetReplicas: Gauge;
@@ -23,6 +24,7 @@ export class PlannerMetrics {
     this.predictedRate = new Gauge({ name: 'tandem_planner_predicted_request_rate', help: 'predicted requests/s for the next interval', registers });
     this.predictedIsl = new Gauge({ name: 'tandem_planner_predicted_isl_tokens', help: 'predicted mean input tokens for the next interval', registers });
     this.predictedOsl = new Gauge({ name: 'tandem_planner_predicted_osl_tokens', help: 'predicted mean output tokens for the next interval', registers });
+    this.surge = new Gauge({ name: 'tandem_planner_surge_ratio', help: 'learnt surge (sla mode): the pools also cover the predicted rate × (1 + this) at the full targets', registers });
     this.currentReplicas = new Gauge({ name: 'tandem_planner_current_replicas', help: 'replicas the pool had at the last decision', labelNames: ['pool'], registers });
     this.desiredReplicas = new Gauge({ name: 'tandem_planner_desired_replicas', help: 'replicas the sizing rule asked for, before constraints', labelNames: ['pool'], registers });
     this.targetReplicas = new Gauge({ name: 'tandem_planner_target_replicas', help: 'replicas the planner ordered, after constraints', labelNames: ['pool'], registers });
@@ -41,6 +43,7 @@ export class PlannerMetrics {
       this.predictedRate.set(d.prediction.rate);
       this.predictedIsl.set(d.prediction.isl);
       this.predictedOsl.set(d.prediction.osl);
+      this.surge.set(d.prediction.surge);
     }
     if (d.corrections) {
       this.correction.set({ kind: 'ttft' }, d.corrections.ttft);

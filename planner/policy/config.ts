@@ -67,6 +67,14 @@ export interface PlannerConfig {
      * second-to-second swing inside an interval needs room that no forecast provides.
      */
     targetMargin: number;
+    /**
+     * Half-life (s) of the learnt surge: the largest relative excess of an interval's rate over
+     * its forecast, remembered and decaying with this half-life. The pools are also sized so that
+     * a surge that large, arriving right after a decision, still meets the full targets while
+     * new workers start (a scale-up cannot serve before one interval + the start-up time).
+     * 0 turns surge headroom off.
+     */
+    surgeHalfLifeS: number;
   };
   load: {
     variant: 'throughput' | 'latency';
@@ -88,7 +96,7 @@ export function defaultPlannerConfig(): PlannerConfig {
     scaleDownIntervals: 3,
     pendingTimeoutS: 600,
     predictor: 'kalman',
-    sla: { ttftMs: 500, itlMs: 30, kvCapacityTokens: 131072, maxUtilization: 0.9, corrections: true, rateZ: 1.28, targetMargin: 0.9 },
+    sla: { ttftMs: 500, itlMs: 30, kvCapacityTokens: 131072, maxUtilization: 0.9, corrections: true, rateZ: 1.28, targetMargin: 0.9, surgeHalfLifeS: 21600 },
     load: { variant: 'throughput', contextLength: 8192, thresholds: { ...THROUGHPUT_THRESHOLDS } },
   };
 }
@@ -126,6 +134,7 @@ export function validatePlannerConfig(c: PlannerConfig): PlannerConfig {
   if (!(c.sla.maxUtilization > 0 && c.sla.maxUtilization < 1)) bad('sla.maxUtilization', 'must be in (0, 1)');
   nonNegative('sla.rateZ', c.sla.rateZ);
   if (!(c.sla.targetMargin > 0 && c.sla.targetMargin <= 1)) bad('sla.targetMargin', 'must be in (0, 1]');
+  nonNegative('sla.surgeHalfLifeS', c.sla.surgeHalfLifeS);
   if (c.load.variant !== 'throughput' && c.load.variant !== 'latency') bad('load.variant', 'must be throughput or latency');
   positive('load.contextLength', c.load.contextLength);
   const t = c.load.thresholds;

@@ -25,6 +25,12 @@ export interface Prediction {
   osl: number;
   /** Rate the pools are sized for: rate + rateZ × recent RMS forecast error. */
   plannedRate: number;
+  /**
+   * The learnt surge: the largest recent excess of a measured rate over its forecast, as a
+   * fraction (0.8 = 80% above), decaying with `sla.surgeHalfLifeS`. The pools also cover
+   * rate × (1 + surge) at the full targets.
+   */
+  surge: number;
 }
 
 export interface Decision {

@@ -4,5 +4,5 @@ export { FleetModel, type TickInput, type TickOutput } from './fleet-model.js';
 export { SeededRandom } from './rng.js';
 export { simulate, slaSizing, type SimOptions, type SimPolicy, type SimReport, type TimelinePoint } from './simulate.js';
 export { DEFAULT_SYNTHETIC, SYNTHETIC_SHAPES, syntheticTrace, type SyntheticShape, type SyntheticTraceOptions } from './synthetic.js';
-export { readTraceBins } from './trace-file.js';
-export { binTrace, emptyBins, parseMooncakeTrace, summarizeTrace, type TraceBins, type TraceRequest, type TraceSummary } from './trace.js';
+export { readMooncakeTrace, readTraceBins } from './trace-file.js';
+export { binTrace, emptyBins, parseMooncakeTrace, summarizeTrace, type TraceBins, type TraceEntry, type TraceSummary } from './trace.js';

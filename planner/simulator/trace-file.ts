@@ -1,14 +1,18 @@
-/** Reads a Mooncake JSONL trace file into bins: the simulator's only file input. */
+/** Reads a Mooncake JSONL trace file: the simulator's only file input, and `runtime bench`'s trace. */
 import { readFileSync } from 'node:fs';
 import { ConfigError } from '../../runtime/errors.js';
-import { binTrace, parseMooncakeTrace, type TraceBins } from './trace.js';
+import { binTrace, parseMooncakeTrace, type TraceBins, type TraceEntry } from './trace.js';
 
-export function readTraceBins(path: string, tickS: number): TraceBins {
+export function readMooncakeTrace(path: string): TraceEntry[] {
   let text: string;
   try {
     text = readFileSync(path, 'utf8');
   } catch (err) {
     throw new ConfigError(`cannot read trace ${path}: ${(err as Error).message}`);
   }
-  return binTrace(parseMooncakeTrace(text, path), tickS);
+  return parseMooncakeTrace(text, path);
+}
+
+export function readTraceBins(path: string, tickS: number): TraceBins {
+  return binTrace(readMooncakeTrace(path), tickS);
 }

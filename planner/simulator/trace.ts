@@ -3,9 +3,9 @@
  * Binning is what lets a day at thousands of requests per second replay in seconds: the model
  * never sees a single request.
  *
- * Requests come from a Mooncake-format JSONL file (`{"timestamp": ms, "input_length": n,
- * "output_length": m, ...}` per line, the format `runtime bench make-trace` writes; read here
- * with a reader of our own because planner/ may not import bench/) or from synthetic.ts.
+ * Requests come from a Mooncake-format JSONL file (parseMooncakeTrace: the one parser of the
+ * format, which `runtime bench` replays through planner/index.ts too, since planner/ may not
+ * import bench/) or from synthetic.ts.
  */
 import { ConfigError } from '../../runtime/errors.js';
 
@@ -17,19 +17,30 @@ export interface TraceBins {
   oslSum: Float64Array;
 }
 
-export interface TraceRequest {
-  timestampMs: number;
-  isl: number;
-  osl: number;
+/**
+ * One line of a Mooncake trace, in the file's own field names:
+ * `{"timestamp": ms, "input_length": n, "output_length": m, "hash_ids": [..]}`. Each hash id
+ * names one block of prompt tokens (512 in Mooncake's traces); requests that list the same ids
+ * in the same positions share that prefix. The simulator bins lengths only; the load generator
+ * turns hash ids into shared prompt blocks.
+ */
+export interface TraceEntry {
+  timestamp: number;
+  input_length: number;
+  output_length: number;
+  hash_ids: number[];
 }
 
 export function emptyBins(ticks: number, tickS: number): TraceBins {
   return { tickS, count: new Float64Array(ticks), islSum: new Float64Array(ticks), oslSum: new Float64Array(ticks) };
 }
 
-/** Parses Mooncake JSONL; ConfigError names the line of the first bad request. */
-export function parseMooncakeTrace(text: string, source = 'trace'): TraceRequest[] {
-  const out: TraceRequest[] = [];
+/**
+ * Parses Mooncake JSONL into entries sorted by timestamp (`hash_ids` may be absent: read as
+ * none). ConfigError names the line of the first bad request.
+ */
+export function parseMooncakeTrace(text: string, source = 'trace'): TraceEntry[] {
+  const entries: TraceEntry[] = [];
   const lines = text.split('\n');
   for (let i = 0; i < lines.length; i++) {
     const line = lines[i]!.trim();
@@ -40,33 +51,34 @@ export function parseMooncakeTrace(text: string, source = 'trace'): TraceRequest
     } catch {
       throw new ConfigError(`${source}:${i + 1}: not JSON`);
     }
-    const ts = raw['timestamp'];
-    const isl = raw['input_length'];
-    const osl = raw['output_length'];
-    if (typeof ts !== 'number' || !Number.isFinite(ts) || ts < 0) throw new ConfigError(`${source}:${i + 1}: timestamp must be a non-negative number of ms`);
-    if (!Number.isInteger(isl) || (isl as number) < 1) throw new ConfigError(`${source}:${i + 1}: input_length must be a positive integer`);
-    if (!Number.isInteger(osl) || (osl as number) < 1) throw new ConfigError(`${source}:${i + 1}: output_length must be a positive integer`);
-    out.push({ timestampMs: ts, isl: isl as number, osl: osl as number });
+    const { timestamp, input_length, output_length } = raw;
+    const hashIds = raw['hash_ids'] ?? [];
+    if (typeof timestamp !== 'number' || !Number.isFinite(timestamp) || timestamp < 0) throw new ConfigError(`${source}:${i + 1}: timestamp must be a non-negative number of ms`);
+    if (!Number.isInteger(input_length) || (input_length as number) < 1) throw new ConfigError(`${source}:${i + 1}: input_length must be a positive integer`);
+    if (!Number.isInteger(output_length) || (output_length as number) < 1) throw new ConfigError(`${source}:${i + 1}: output_length must be a positive integer`);
+    if (!Array.isArray(hashIds) || !hashIds.every((h) => Number.isInteger(h))) throw new ConfigError(`${source}:${i + 1}: hash_ids must be an array of integers`);
+    entries.push({ timestamp, input_length: input_length as number, output_length: output_length as number, hash_ids: hashIds as number[] });
   }
-  if (out.length === 0) throw new ConfigError(`${source}: no requests`);
-  return out;
+  if (entries.length === 0) throw new ConfigError(`${source}: no requests`);
+  entries.sort((a, b) => a.timestamp - b.timestamp);
+  return entries;
 }
 
 /** Bins requests by arrival; the trace starts at its first timestamp. */
-export function binTrace(requests: readonly TraceRequest[], tickS: number): TraceBins {
+export function binTrace(requests: readonly TraceEntry[], tickS: number): TraceBins {
   let t0 = Infinity;
   let t1 = -Infinity;
   for (const r of requests) {
-    t0 = Math.min(t0, r.timestampMs);
-    t1 = Math.max(t1, r.timestampMs);
+    t0 = Math.min(t0, r.timestamp);
+    t1 = Math.max(t1, r.timestamp);
   }
   const ticks = Math.floor((t1 - t0) / 1000 / tickS) + 1;
   const bins = emptyBins(ticks, tickS);
   for (const r of requests) {
-    const i = Math.floor((r.timestampMs - t0) / 1000 / tickS);
+    const i = Math.floor((r.timestamp - t0) / 1000 / tickS);
     bins.count[i]! += 1;
-    bins.islSum[i]! += r.isl;
-    bins.oslSum[i]! += r.osl;
+    bins.islSum[i]! += r.input_length;
+    bins.oslSum[i]! += r.output_length;
   }
   return bins;
 }

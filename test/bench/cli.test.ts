@@ -9,7 +9,8 @@ import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { Command, CommanderError } from 'commander';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
-import { REPORT_SCHEMA, REPORT_VERSION, readTrace, registerBenchCommand, type BenchReport } from '../../bench/loadgen/index.js';
+import { REPORT_SCHEMA, REPORT_VERSION, registerBenchCommand, type BenchReport } from '../../bench/loadgen/index.js';
+import { readMooncakeTrace } from '../../planner/index.js';
 import { startScriptedServer, type ScriptedServer } from './fixtures/scripted-server.js';
 
 const run = promisify(execFile);
@@ -153,7 +154,7 @@ describe('runtime bench: reports', () => {
     const r = await cli(['bench', 'make-trace', '--out', file, '--requests', '30', '--rate', '200', '--isl', '600', '--osl', '3', '--osl-std', '0', '--prefix-groups', '3', '--prefix-blocks', '1']);
     expect(r.code).toBe(0);
     expect(existsSync(file)).toBe(true);
-    const entries = readTrace(file);
+    const entries = readMooncakeTrace(file);
     expect(entries).toHaveLength(30);
     expect(new Set(entries.map((e) => e.hash_ids[0])).size).toBeLessThanOrEqual(3);
     const replay = await cli(['bench', '--url', server.url, '--model', 'm', '--trace-file', file, '--speedup', '4', '--progress', 'off']);

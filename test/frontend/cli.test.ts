@@ -1,6 +1,7 @@
 /**
  * `runtime frontend` as a process: it starts with file discovery, prints its URL, serves /live
- * and a not-ready /health with no workers, and exits 0 on SIGTERM.
+ * and a not-ready /health with no workers, and exits 0 on SIGTERM. Its parser flags take
+ * TANDEM_* values and refuse unknown ones.
  */
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
@@ -14,6 +15,8 @@ describe('runtime frontend (process)', () => {
     const child = spawnTs('test/frontend/fixtures/frontend-cli.ts', ['frontend', '--http-port', '0', '--host', '127.0.0.1', '--discovery', 'file', '--discovery-dir', dir], {
       TANDEM_LOG_LEVEL: 'warn',
       TANDEM_MIGRATION_LIMIT: '2',
+      TANDEM_TOOL_CALL_PARSER: 'mistral',
+      TANDEM_REASONING_PARSER: 'think',
     });
     try {
       const url = (await child.waitForLine(/^frontend listening on http:\/\/\S+$/)).slice('frontend listening on '.length).trim();
@@ -27,5 +30,14 @@ describe('runtime frontend (process)', () => {
       child.killNow();
       await rm(dir, { recursive: true, force: true });
     }
+  });
+
+  it('--tool-call-parser and --reasoning-parser refuse unknown values, from flags and from TANDEM_*', async () => {
+    const flag = spawnTs('test/frontend/fixtures/frontend-cli.ts', ['frontend', '--http-port', '0', '--tool-call-parser', 'qwen']);
+    expect((await flag.exited()).code).not.toBe(0);
+    expect(flag.output()).toMatch(/--tool-call-parser[\s\S]*one of auto, hermes, llama3_json, mistral/);
+    const env = spawnTs('test/frontend/fixtures/frontend-cli.ts', ['frontend', '--http-port', '0'], { TANDEM_REASONING_PARSER: 'deepseek' });
+    expect((await env.exited()).code).toBe(2);
+    expect(env.output()).toMatch(/TANDEM_REASONING_PARSER[\s\S]*one of none, think/);
   });
 });

@@ -108,13 +108,64 @@ describe('frontend: request validation', () => {
     await expect400(completion({ suffix: 7 }), 'suffix');
   });
 
-  it('fault 8: response_format: text is accepted; JSON modes are refused until structured output lands; bad shapes are 400', async () => {
+  it('response_format: text and the JSON modes are accepted and reach the worker as a spec; bad shapes are 400', async () => {
     expect((await chat({ response_format: { type: 'text' } })).status).toBe(200);
-    const json = await expect400(chat({ response_format: { type: 'json_object' } }), 'response_format');
-    expect(json.error.message).toMatch(/structured output/);
-    await expect400(chat({ response_format: { type: 'json_schema', json_schema: { name: 'x', schema: {} } } }), 'response_format');
+    expect(t.cluster.allCalls().at(-1)!.request.structured).toBeUndefined();
+    expect((await chat({ response_format: { type: 'json_object' } })).status).toBe(200);
+    expect(t.cluster.allCalls().at(-1)!.request.structured).toEqual({ kind: 'json_object' });
+    const schema = { type: 'object', properties: { a: { type: 'integer' } }, required: ['a'] };
+    expect((await chat({ response_format: { type: 'json_schema', json_schema: { name: 'x', schema, strict: true } } })).status).toBe(200);
+    expect(t.cluster.allCalls().at(-1)!.request.structured).toEqual({ kind: 'json_schema', schema });
     await expect400(chat({ response_format: 'json' }), 'response_format');
     await expect400(chat({ response_format: { type: 'yaml' } }), 'response_format');
+    const noName = await expect400(chat({ response_format: { type: 'json_schema', json_schema: { schema } } }), 'response_format');
+    expect(noName.error.message).toMatch(/json_schema\.name' is required/);
+  });
+
+  it('issue 16: an invalid schema or an unsupported feature is a 400 naming it, on chat and completions', async () => {
+    const unique = await expect400(chat({ response_format: { type: 'json_schema', json_schema: { name: 'x', schema: { type: 'array', uniqueItems: true } } } }), 'response_format');
+    expect(unique.error.message).toMatch(/"uniqueItems" is not supported/);
+    const missing = await expect400(chat({ response_format: { type: 'json_schema', json_schema: { name: 'x', schema: { $ref: '#/$defs/gone' } } } }), 'response_format');
+    expect(missing.error.message).toMatch(/does not exist/);
+    const regex = await expect400(completion({ structured_outputs: { regex: '(open' } }), 'structured_outputs');
+    expect(regex.error.message).toMatch(/regex/i);
+    const two = await expect400(chat({ response_format: { type: 'json_object' }, guided_regex: 'a' }), 'guided_regex');
+    expect(two.error.message).toMatch(/'response_format' and 'guided_regex'/);
+  });
+
+  it('issue 16: vLLM structured_outputs and guided_* reach the worker on both endpoints', async () => {
+    expect((await completion({ structured_outputs: { choice: ['yes', 'no'] } })).status).toBe(200);
+    expect(t.cluster.allCalls().at(-1)!.request.structured).toEqual({ kind: 'choice', choices: ['yes', 'no'] });
+    expect((await chat({ guided_regex: '[0-9]+' })).status).toBe(200);
+    expect(t.cluster.allCalls().at(-1)!.request.structured).toEqual({ kind: 'regex', pattern: '[0-9]+' });
+  });
+
+  it('issue 16: tool_choice required or named reaches the worker as a tool_calls grammar (Hermes when the template names no format)', async () => {
+    const tools = [
+      { type: 'function', function: { name: 'get_weather', parameters: { type: 'object', properties: { city: { type: 'string' } }, required: ['city'] } } },
+      { type: 'function', function: { name: 'now' } },
+    ];
+    expect((await chat({ tools, tool_choice: 'required' })).status).toBe(200);
+    expect(t.cluster.allCalls().at(-1)!.request.structured).toEqual({
+      kind: 'tool_calls',
+      format: 'hermes',
+      tools: [
+        { name: 'get_weather', parameters: tools[0]!.function.parameters },
+        { name: 'now' },
+      ],
+      parallel: true,
+    });
+    expect((await chat({ tools, tool_choice: { type: 'function', function: { name: 'now' } } })).status).toBe(200);
+    expect(t.cluster.allCalls().at(-1)!.request.structured).toEqual({ kind: 'tool_calls', format: 'hermes', tools: [{ name: 'now' }], parallel: false });
+    expect((await chat({ tools, tool_choice: 'auto' })).status).toBe(200);
+    expect(t.cluster.allCalls().at(-1)!.request.structured).toBeUndefined();
+    const noName = await expect400(chat({ tools: [tools[0], { type: 'function', function: { parameters: {} } }] }), 'tools[1]');
+    expect(noName.error.message).toMatch(/'tools\[1\]\.function\.name' is required/);
+    const badParams = await expect400(chat({ tools: [{ type: 'function', function: { name: 'f', parameters: { type: 'array', uniqueItems: true } } }], tool_choice: 'required' }), 'tools[0].function.parameters');
+    expect(badParams.error.message).toMatch(/"uniqueItems" is not supported/);
+    const unknown = await expect400(chat({ tools, tool_choice: { type: 'function', function: { name: 'get_time' } } }), 'tool_choice');
+    expect(unknown.error.message).toMatch(/'get_time'/);
+    await expect400(chat({ tools, tool_choice: 'required', response_format: { type: 'json_object' } }), 'tool_choice');
   });
 
   it('fault 8: tool_choice and tools are type-checked and must agree', async () => {
@@ -146,7 +197,7 @@ describe('frontend: request validation', () => {
 
   it('the openai client sees BadRequestError for a refused field', async () => {
     const err = await client.chat.completions
-      .create({ model: 'fake-model', messages: [{ role: 'user', content: 'hi' }], response_format: { type: 'json_object' } })
+      .create({ model: 'fake-model', messages: [{ role: 'user', content: 'hi' }], response_format: { type: 'json_schema', json_schema: { name: 'x', schema: { type: 'array', uniqueItems: true } } } })
       .catch((e: unknown) => e);
     expect(err).toBeInstanceOf(OpenAI.BadRequestError);
     expect((err as InstanceType<typeof OpenAI.BadRequestError>).param).toBe('response_format');

@@ -14,7 +14,7 @@ describe('tandem_planner_* metrics', () => {
   it('are set from each decision', async () => {
     const registry = new Registry();
     const m = new PlannerMetrics(registry);
-    m.record(decision({ prediction: { rate: 12.5, isl: 3000, osl: 300, plannedRate: 14 }, corrections: { ttft: 1.2, itl: 0.9 } }));
+    m.record(decision({ prediction: { rate: 12.5, isl: 3000, osl: 300, plannedRate: 14, surge: 0.25 }, corrections: { ttft: 1.2, itl: 0.9 } }));
     m.record(decision({ pool: 'prefill', current: 4, desired: 2, target: 4, action: 'hold', rule: 'sla.prefill', limitedBy: ['hysteresis'] }));
     m.connectorError('decode', 'server');
     const text = await registry.metrics();
@@ -22,6 +22,7 @@ describe('tandem_planner_* metrics', () => {
     expect(v('tandem_planner_predicted_request_rate')).toBe(12.5);
     expect(v('tandem_planner_predicted_isl_tokens')).toBe(3000);
     expect(v('tandem_planner_predicted_osl_tokens')).toBe(300);
+    expect(v('tandem_planner_surge_ratio')).toBe(0.25);
     expect(v('tandem_planner_current_replicas', { pool: 'decode' })).toBe(2);
     expect(v('tandem_planner_desired_replicas', { pool: 'prefill' })).toBe(2);
     expect(v('tandem_planner_target_replicas', { pool: 'prefill' })).toBe(4);

@@ -9,10 +9,10 @@ import { applyBudget, backlogReplicas, defaultPlannerConfig, parsePlannerConfig,
 
 const perf = new PolynomialPerfModel();
 
-/** Worked-example config: targets used as given (no margin, no forecast-error headroom) unless a test sets them. */
+/** Worked-example config: targets used as given (no margin, no forecast-error or surge headroom) unless a test sets them. */
 function config(over: Partial<PlannerConfig> = {}): PlannerConfig {
   const c = defaultPlannerConfig();
-  return { ...c, cooldownDownS: 0, scaleDownIntervals: 1, predictor: 'constant', ...over, sla: { ...c.sla, ttftMs: 300, itlMs: 25, corrections: false, rateZ: 0, targetMargin: 1, ...(over.sla ?? {}) } };
+  return { ...c, cooldownDownS: 0, scaleDownIntervals: 1, predictor: 'constant', ...over, sla: { ...c.sla, ttftMs: 300, itlMs: 25, corrections: false, rateZ: 0, targetMargin: 1, surgeHalfLifeS: 0, ...(over.sla ?? {}) } };
 }
 
 const pool = (replicas: number, o: Partial<PoolObservation> = {}): PoolObservation => ({ replicas, ready: replicas, queuedPrefillTokens: 0, kvUsage: 0.6, ...o });
@@ -71,7 +71,8 @@ describe('SLA mode: sizing from predictions', () => {
     expect(decode).toMatchObject({ current: 10, desired: 41, target: 41, action: 'up', rule: 'sla.decode' });
     expect(prefill!.reason).toContain('100.0 × 65.8 ms ÷ ρ 0.877');
     expect(decode!.reason).toContain('30000 tok/s ÷ 741.1 tok/s/worker (batch 18');
-    expect(prefill!.prediction).toEqual({ rate: 100, isl: 3000, osl: 300, plannedRate: 100 });
+    // surge 0: no forecast has been wrong yet (and this config turns surge headroom off)
+    expect(prefill!.prediction).toEqual({ rate: 100, isl: 3000, osl: 300, plannedRate: 100, surge: 0 });
   });
 
   it('a measured TTFT twice the expected raises the prefill count: factor 1.5 → target 200 ms → 9', () => {
@@ -95,7 +96,8 @@ describe('SLA mode: sizing from predictions', () => {
   });
 
   it('headroom: targetMargin 0.9 sizes for 270 ms; rateZ 1.28 adds 1.28 × the RMS forecast error to the rate', () => {
-    const p = new Planner(config({ sla: { ...defaultPlannerConfig().sla, ttftMs: 300, itlMs: 25, corrections: false, rateZ: 1.28, targetMargin: 0.9 } }), perf);
+    // surge headroom off: the jump below would also be a surge sample (next test)
+    const p = new Planner(config({ sla: { ...defaultPlannerConfig().sla, ttftMs: 300, itlMs: 25, corrections: false, rateZ: 1.28, targetMargin: 0.9, surgeHalfLifeS: 0 } }), perf);
     // interval 1: 100 req/s, no forecast yet → error 0 → planned 100. TTFT 270 ms: k = (270 − 65.84)/65.84 = 3.1008,
     // ρ* = 6.2016/7.2016 = 0.8611 → 6.584 / 0.8611 = 7.65 → 8
     expect(byPool(p.step(obs(60, { prefill: pool(8), decode: pool(41) }))).prefill!.desired).toBe(8);
@@ -104,6 +106,38 @@ describe('SLA mode: sizing from predictions', () => {
     expect(d.prediction!.plannedRate).toBeCloseTo(178.62, 1);
     // 178.62 × 0.06584 / 0.8611 = 13.66 → 14
     expect(d.desired).toBe(14);
+  });
+
+  it('surge: 1.8× the forecast is remembered; the pools also cover rate × 1.8 at the full targets, and it halves every surgeHalfLifeS', () => {
+    const p = new Planner(config({ sla: { ...defaultPlannerConfig().sla, ttftMs: 300, itlMs: 25, corrections: false, rateZ: 0, targetMargin: 0.9, surgeHalfLifeS: 3600 } }), perf);
+    const step = (t: number, requests: number) => byPool(p.step(obs(t, { prefill: pool(8), decode: pool(41) }, { requests })));
+    // interval 1: 100 req/s, no forecast → surge 0; base rule at 270 ms: 100 × 0.06584 ÷ 0.8611 = 7.65 → 8
+    expect(step(60, 6000).prefill).toMatchObject({ desired: 8, prediction: { surge: 0 } });
+    // interval 2: 180 req/s against a forecast of 100 → sample 0.8. The forecast is now 180:
+    //   base:  180 × 0.06584 ÷ 0.8611 (270 ms) = 13.76 → 14
+    //   surge: 180 × 1.8 = 324 req/s at the full 300 ms: k = 3.5565, ρ* = 0.8767 → 324 × 0.06584 ÷ 0.8767 = 24.33 → 25
+    //   decode surge: 324 × 300 = 97,200 tok/s ÷ 741.1 (batch 18 at ≤ 25 ms, as in the first test) = 131.2 → 132
+    const burst = step(120, 10800);
+    expect(burst.prefill!.prediction!.surge).toBeCloseTo(0.8, 9);
+    expect(burst.prefill!.desired).toBe(25);
+    expect(burst.prefill!.reason).toContain('surge ×1.80 → 324.0 req/s at the full targets: 324.0 × 65.8 ms ÷ ρ 0.877 (TTFT 300.0 ms) = 24.33');
+    expect(burst.decode!.desired).toBe(132);
+    expect(burst.decode!.reason).toContain('97200 tok/s ÷ 741.1 tok/s/worker (batch 18');
+    // an hour of 100 req/s (60 intervals; below the forecast adds no sample): 0.8 × 2^(−3600/3600) = 0.4;
+    // surge case 140 req/s at 300 ms: 140 × 0.06584 ÷ 0.8767 = 10.51 → 11, above the base 8
+    let calm = step(180, 6000);
+    for (let t = 240; t <= 3720; t += 60) calm = step(t, 6000);
+    expect(calm.prefill!.prediction!.surge).toBeCloseTo(0.4, 9);
+    expect(calm.prefill!.desired).toBe(11);
+  });
+
+  it('surge from near zero is capped at 3× the forecast (MAX_SURGE 2); surgeHalfLifeS 0 turns it off', () => {
+    const on = new Planner(config({ sla: { ...defaultPlannerConfig().sla, surgeHalfLifeS: 3600 } }), perf);
+    on.step(obs(60, { prefill: pool(1), decode: pool(1) }, { requests: 6 })); // 0.1 req/s
+    expect(byPool(on.step(obs(120, { prefill: pool(1), decode: pool(1) }, { requests: 6000 }))).prefill!.prediction!.surge).toBe(2); // 1000× → capped
+    const off = new Planner(config(), perf);
+    off.step(obs(60, { prefill: pool(1), decode: pool(1) }, { requests: 6 }));
+    expect(byPool(off.step(obs(120, { prefill: pool(1), decode: pool(1) }, { requests: 6000 }))).prefill!.prediction!.surge).toBe(0);
   });
 
   it('no traffic seen yet: keep, rule no_signal', () => {
@@ -188,6 +222,7 @@ describe('config validation: a clear ConfigError naming the field', () => {
     ['agg with prefill', { pools: { agg: {}, prefill: {}, decode: {} } }, /either agg, or prefill and decode/],
     ['unknown predictor', { predictor: 'arima' }, /predictor/],
     ['unknown field', { intervl: 5 }, /intervl: unknown field/],
+    ['negative surge half-life', { sla: { surgeHalfLifeS: -1 } }, /sla\.surgeHalfLifeS: must be a number ≥ 0/],
   ];
   for (const [name, raw, re] of bad) {
     it(name, () => {

@@ -60,6 +60,16 @@ describe('traces', () => {
     expect(() => parseMooncakeTrace('x', 't.jsonl')).toThrow(/t\.jsonl:1: not JSON/);
   });
 
+  it('the one Mooncake parser (the load generator replays with it too): hash ids kept, sorted by time', () => {
+    const text = '{"timestamp": 900, "input_length": 1024, "output_length": 8, "hash_ids": [7, 8]}\n{"timestamp": 100, "input_length": 10, "output_length": 2}\n';
+    expect(parseMooncakeTrace(text)).toEqual([
+      { timestamp: 100, input_length: 10, output_length: 2, hash_ids: [] },
+      { timestamp: 900, input_length: 1024, output_length: 8, hash_ids: [7, 8] },
+    ]);
+    expect(() => parseMooncakeTrace('{"timestamp": 0, "input_length": 5, "output_length": 1, "hash_ids": [1.5]}', 't.jsonl')).toThrow(/t\.jsonl:1: hash_ids must be an array of integers/);
+    expect(() => parseMooncakeTrace('\n\n', 't.jsonl')).toThrow(/t\.jsonl: no requests/);
+  });
+
   it('synthetic diurnal: the trough is 1/8 of the peak, and a seed reproduces the trace', () => {
     const a = syntheticTrace({ shape: 'diurnal', hours: 24, peakRps: 80, tickS: 60, seed: 3 });
     const b = syntheticTrace({ shape: 'diurnal', hours: 24, peakRps: 80, tickS: 60, seed: 3 });
@@ -89,10 +99,13 @@ describe('planner vs static provisioning on a diurnal + bursty day (50 req/s pea
     expect(average!.attainment).toBeLessThan(0.5);
   });
 
-  it('the planner holds most of the SLA at well under half of the peak run\'s worker-hours', () => {
-    expect(planner!.attainment).toBeGreaterThan(0.85);
+  // The issue's aim: ≥ 95% attainment at ≤ 60% of the peak run's worker-hours. (Before surge
+  // headroom this asserted > 85% at < 50%: the planner then met 91.0% at 39.1% here, missing the
+  // starts of bursts; it now buys them back with headroom, 97.4% at 52.5% on this seed.)
+  it('the planner meets the SLA for ≥ 95% of requests at ≤ 60% of the peak run\'s worker-hours', () => {
+    expect(planner!.attainment).toBeGreaterThan(0.95);
     expect(planner!.attainment).toBeGreaterThan(average!.attainment + 0.3);
-    expect(planner!.workerHours).toBeLessThan(0.5 * peak!.workerHours);
+    expect(planner!.workerHours).toBeLessThan(0.6 * peak!.workerHours);
     expect(planner!.actions).toBeGreaterThan(0);
   });
 

@@ -65,6 +65,54 @@ describe('ChatTemplate', () => {
     expect(out.startsWith('<|im_start|>system\n# Tools')).toBe(true);
   });
 
+  const weatherTool = { type: 'function', function: { name: 'get_weather', parameters: { type: 'object', properties: { city: { type: 'string' } } } } };
+  const toolConversation = [
+    { role: 'user', content: 'Weather in Paris and Rome?' },
+    {
+      role: 'assistant',
+      content: '',
+      tool_calls: [
+        { id: 'c1', type: 'function', function: { name: 'get_weather', arguments: '{"city":"Paris"}' } },
+        { id: 'c2', type: 'function', function: { name: 'get_weather', arguments: '{"city":"Rome"}' } },
+      ],
+    },
+    { role: 'tool', tool_call_id: 'c1', content: '20C' },
+    { role: 'tool', tool_call_id: 'c2', content: '25C' },
+  ];
+
+  it('qwen2 renders tools, calls and results Hermes style (as Qwen2.5 does)', async () => {
+    const t = await ChatTemplate.load(models.dir('qwen2'));
+    const out = t.render([{ role: 'system', content: 'You are terse.' }, ...toolConversation], { tools: [weatherTool] });
+    expect(out.startsWith('<|im_start|>system\nYou are terse.\n\n# Tools\n')).toBe(true);
+    expect(out).toContain('<tools>\n{"type": "function", "function": {"name": "get_weather"');
+    expect(out).toContain(
+      '<|im_start|>assistant\n<tool_call>\n{"name": "get_weather", "arguments": {"city":"Paris"}}\n</tool_call>\n<tool_call>\n{"name": "get_weather", "arguments": {"city":"Rome"}}\n</tool_call><|im_end|>\n' +
+        '<|im_start|>user\n<tool_response>\n20C\n</tool_response>\n<tool_response>\n25C\n</tool_response><|im_end|>\n<|im_start|>assistant\n',
+    );
+    // The system message is folded into the tools turn, not repeated.
+    expect(out.match(/You are terse/g)).toHaveLength(1);
+  });
+
+  it('llama renders tools, calls and results as Llama 3.1 JSON tool calling', async () => {
+    const t = await ChatTemplate.load(models.dir('llama'));
+    const out = t.render(toolConversation, { tools: [weatherTool] });
+    expect(out.startsWith('<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nEnvironment: ipython\n')).toBe(true);
+    expect(out).toContain('"name": "get_weather"');
+    expect(out).toContain('\n\nWeather in Paris and Rome?<|eot_id|>');
+    expect(out).toContain(
+      '<|start_header_id|>assistant<|end_header_id|>\n\n{"name": "get_weather", "parameters": {"city":"Paris"}}; {"name": "get_weather", "parameters": {"city":"Rome"}}<|eot_id|>' +
+        '<|start_header_id|>ipython<|end_header_id|>\n\n20C<|eot_id|><|start_header_id|>ipython<|end_header_id|>\n\n25C<|eot_id|>',
+    );
+    expect(out.match(/<\|begin_of_text\|>/g)).toHaveLength(1);
+  });
+
+  it('qwen3 renders tool calls and results in its own Hermes style', async () => {
+    const t = await ChatTemplate.load(models.dir('qwen3'));
+    const out = t.render(toolConversation, { tools: [weatherTool] });
+    expect(out).toContain('<tool_call>\n{"name": "get_weather", "arguments": {"city":"Paris"}}\n</tool_call>');
+    expect(out).toContain('<|im_start|>user\n<tool_response>\n20C\n</tool_response>\n<tool_response>\n25C\n</tool_response><|im_end|>');
+  });
+
   it('flattens OpenAI content parts into text', async () => {
     const t = await ChatTemplate.load(models.dir('qwen2'));
     const out = t.render([{ role: 'user', content: [{ type: 'text', text: 'a' }, { type: 'text', text: 'b' }] }]);

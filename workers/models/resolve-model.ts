@@ -3,10 +3,11 @@
  * that `tiny` names, generated once per machine into the cache dir (`TANDEM_CACHE_DIR`, else
  * ~/.cache/tandem). `runtime up` and the bench fleet both serve models through here.
  */
-import { existsSync } from 'node:fs';
+import { existsSync, readFileSync } from 'node:fs';
 import { homedir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { ConfigError } from '../../runtime/errors.js';
+import { LLAMA3_CHAT_TEMPLATE } from './chat-templates.js';
 import { makeTinyModel } from './make-tiny.js';
 
 /** The directory `--model tiny` generates into. */
@@ -22,9 +23,22 @@ export async function resolveModel(model: string, onGenerate?: (dir: string) => 
     return dir;
   }
   const dir = tinyModelDir();
-  if (!existsSync(join(dir, 'config.json'))) {
+  if (!existsSync(join(dir, 'config.json')) || !hasCurrentTemplate(dir)) {
     onGenerate?.(dir);
     await makeTinyModel({ arch: 'llama', outDir: dir, dtype: 'f32', seed: 0 });
   }
   return dir;
+}
+
+/**
+ * A tiny model cached by an older build may carry an older chat template (one without tool
+ * calling); the weights and tokenizer are deterministic, so regenerating is always safe.
+ */
+function hasCurrentTemplate(dir: string): boolean {
+  try {
+    const config = JSON.parse(readFileSync(join(dir, 'tokenizer_config.json'), 'utf8')) as { chat_template?: unknown };
+    return config.chat_template === LLAMA3_CHAT_TEMPLATE;
+  } catch {
+    return false;
+  }
 }

@@ -179,6 +179,11 @@ export async function startWorker(runtime: DistributedRuntime, options: WorkerOp
   const component = runtime.namespace(options.namespace).component(componentName);
   const metrics = new WorkerMetrics(runtime.metrics, modelName);
   const log = runtime.logger.child({ component: componentName, model: modelName });
+  const grammarCache = new GrammarCache();
+  if (vocab !== undefined) {
+    const ms = grammarCache.warm(vocab);
+    log.debug({ vocabSize: vocab.size, ms: Math.round(ms) }, 'structured output: vocabulary prepared');
+  }
 
   const disagg = kv === undefined ? undefined : await startDisagg(runtime, options, kv, modelName, log, () => loop);
 
@@ -188,7 +193,7 @@ export async function startWorker(runtime: DistributedRuntime, options: WorkerOp
     workerId: runtime.instanceId,
     ...(disagg?.importer !== undefined ? { kvImporter: disagg.importer } : {}),
     scheduler: { maxNumBatchedTokens: options.maxNumBatchedTokens, maxNumSeqs: options.maxNumSeqs },
-    ...(vocab !== undefined ? { grammar: workerGrammarProvider(vocab, new GrammarCache()) } : {}),
+    ...(vocab !== undefined ? { grammar: workerGrammarProvider(vocab, grammarCache) } : {}),
     sinks: {
       onKvEvents: (events: KvEvent[]) => {
         void component.publish(TOPICS.kvEvents, events).catch((err: unknown) => log.debug({ err }, 'kv event publish failed'));

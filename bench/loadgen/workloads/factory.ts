@@ -3,7 +3,7 @@
  * --requests wins; otherwise a --duration run is unbounded and bounded only by time; otherwise
  * each workload's natural size (1000 random requests, groups x prompts, the whole trace).
  */
-import { readTrace } from '../mooncake-trace.js';
+import { readMooncakeTrace } from '../../../planner/index.js';
 import { WORKLOAD_DEFAULTS, type ResolvedBenchOptions } from '../options.js';
 import type { TokenSpace } from '../token-space.js';
 import { MultiTurnWorkload } from './multi-turn.js';
@@ -51,7 +51,7 @@ export function createWorkload(o: ResolvedBenchOptions, tokens: TokenSpace, seed
     case 'trace': {
       const file = o.traceFile as string;
       return new TraceWorkload(
-        { file, entries: readTrace(file), speedup: o.speedup, blockSize: o.traceBlockSize, requests: o.requests, seed },
+        { file, entries: readMooncakeTrace(file), speedup: o.speedup, blockSize: o.traceBlockSize, requests: o.requests, seed },
         tokens,
       );
     }

@@ -4,9 +4,9 @@
  * with equal hash ids send equal token blocks and share a cacheable prefix exactly where the
  * trace says they do.
  */
+import type { TraceEntry } from '../../../planner/index.js';
 import { Rng } from '../rng.js';
 import type { TokenSpace } from '../token-space.js';
-import type { TraceEntry } from '../mooncake-trace.js';
 import { singleTurn, type SessionSpec, type Workload } from './workload.js';
 
 export interface TraceWorkloadOptions {
