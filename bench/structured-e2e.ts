@@ -4,13 +4,15 @@
  * constrained ≥ 0.9× unconstrained output tokens/s).
  *
  * Run: npm run build && node --import tsx bench/structured-e2e.ts [--quick] [--workers N]
- *      [--speedup X] [--requests N]
+ *      [--speedup X] [--requests N] [--rounds N]
  * Prints a table and writes bench/results/structured-e2e.json.
  *
  * Each phase sends the same number of chat completions (unary) from 64 concurrent clients to
- * one fleet (bench/fleet: compiled CLI, real processes). Unconstrained requests run to
- * max_tokens (ignore_eos); constrained ones end where their schema ends (or closing mode ends
- * them), so the comparison is output tokens per second, plus requests/s for reference. The
+ * one fleet (bench/fleet: compiled CLI, real processes). Constrained requests end where their
+ * schema ends (or closing mode ends them); each unconstrained request then ends (the mocker's
+ * EOS-after-N seed) at the length its constrained twin had, under the same max_tokens, so both
+ * sides produce the same tokens and the comparison is output tokens per second. Rounds
+ * alternate constrained/unconstrained. The
  * schemas cycle through a few corpus shapes (objects, arrays, enums, numbers with bounds).
  * Every constrained answer is JSON.parse'd: a bench of invalid output is no bench.
  */
@@ -18,6 +20,7 @@ import { mkdirSync, writeFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
+import { MOCKER_EOS_SEED_BASE } from '../workers/engines/mocker/index.js';
 import { machineLoad, startFleet } from './fleet/index.js';
 
 const { values: args } = parseArgs({
@@ -28,12 +31,14 @@ const { values: args } = parseArgs({
     requests: { type: 'string' },
     concurrency: { type: 'string', default: '64' },
     'max-tokens': { type: 'string', default: '128' },
+    rounds: { type: 'string', default: '2' },
   },
 });
 const QUICK = args.quick === true;
 const CONCURRENCY = Number(args.concurrency);
 const REQUESTS = Number(args.requests ?? (QUICK ? 256 : 1024));
 const MAX_TOKENS = Number(args['max-tokens']);
+const ROUNDS = Number(args.rounds);
 
 const strict = (properties: Record<string, unknown>): Record<string, unknown> => ({ type: 'object', properties, required: Object.keys(properties), additionalProperties: false });
 const SCHEMAS: Array<Record<string, unknown>> = [
@@ -56,7 +61,12 @@ interface PhaseResult {
   p99LatencyMs: number;
 }
 
-async function phase(url: string, model: string, constrained: boolean): Promise<PhaseResult> {
+/**
+ * One phase. Constrained requests record their output lengths in `lengths`; unconstrained
+ * ones then run to exactly those lengths (ignore_eos, max_tokens = the paired length), so the
+ * two phases generate the same tokens per request and tokens/s compares like with like.
+ */
+async function phase(url: string, model: string, constrained: boolean, lengths: number[]): Promise<PhaseResult> {
   let next = 0;
   let errors = 0;
   let completionTokens = 0;
@@ -71,10 +81,12 @@ async function phase(url: string, model: string, constrained: boolean): Promise<
           model,
           messages: [{ role: 'user', content: `request ${i}: describe something` }],
           max_tokens: MAX_TOKENS,
-          seed: i,
+          // Unconstrained: the mocker ends the output (EOS) after the constrained twin's length,
+          // so both sides generate the same tokens under the same max_tokens (which the
+          // scheduler reserves against).
+          seed: constrained ? i : MOCKER_EOS_SEED_BASE + Math.max(1, (lengths[i] ?? MAX_TOKENS) - 1),
         };
         if (constrained) body.response_format = { type: 'json_schema', json_schema: { name: `s${i % SCHEMAS.length}`, schema: SCHEMAS[i % SCHEMAS.length], strict: true } };
-        else body.ignore_eos = true;
         const t0 = performance.now();
         try {
           const res = await fetch(`${url}/v1/chat/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) });
@@ -84,6 +96,7 @@ async function phase(url: string, model: string, constrained: boolean): Promise<
             continue;
           }
           completionTokens += json.usage?.completion_tokens ?? 0;
+          if (constrained) lengths[i] = json.usage?.completion_tokens ?? 0;
           const reason = json.choices[0]!.finish_reason;
           finishReasons[reason] = (finishReasons[reason] ?? 0) + 1;
           if (constrained) JSON.parse(json.choices[0]!.message.content);
@@ -115,15 +128,24 @@ async function main(): Promise<void> {
   const fleet = await startFleet({ workers: Number(args.workers), speedupRatio: Number(args.speedup), logLevel: 'info' });
   const results: PhaseResult[] = [];
   try {
-    // Warm-up: compiles each schema once per worker (cached after), JIT-warms both paths.
+    // Warm-up: compiles each schema once per worker (cached after) and classifies the automaton
+    // positions the outputs visit (first use, once per worker), JIT-warms both paths. Untimed.
     await phaseWarm(fleet.url, fleet.model);
-    results.push(await phase(fleet.url, fleet.model, false));
-    results.push(await phase(fleet.url, fleet.model, true));
+    await phase(fleet.url, fleet.model, true, []);
+    // Alternating rounds, so drift in the shared machine's load hits both sides alike.
+    for (let round = 0; round < ROUNDS; round++) {
+      const lengths: number[] = [];
+      results.push(await phase(fleet.url, fleet.model, true, lengths));
+      results.push(await phase(fleet.url, fleet.model, false, lengths));
+    }
   } finally {
     await fleet.stop();
   }
-  const [free, constrained] = results as [PhaseResult, PhaseResult];
-  const ratio = constrained.tokensPerSecond / free.tokensPerSecond;
+  const total = (kind: PhaseResult['phase']): { tokens: number; seconds: number } =>
+    results.filter((r) => r.phase === kind).reduce((a, r) => ({ tokens: a.tokens + r.completionTokens, seconds: a.seconds + r.seconds }), { tokens: 0, seconds: 0 });
+  const c = total('constrained');
+  const u = total('unconstrained');
+  const ratio = c.tokens / c.seconds / (u.tokens / u.seconds);
   console.log(`\nstructured e2e (mocker, ${args.workers} workers, speedup ${args.speedup}, concurrency ${CONCURRENCY}, ${REQUESTS} requests, max_tokens ${MAX_TOKENS})`);
   console.log('phase          | tokens/s | req/s  | p50 ms | p99 ms | errors | finish');
   for (const r of results) {
@@ -136,7 +158,7 @@ async function main(): Promise<void> {
   mkdirSync(dirname(out), { recursive: true });
   writeFileSync(
     out,
-    JSON.stringify({ bench: 'structured-e2e', date: new Date().toISOString(), machine: machineLoad(), config: { workers: Number(args.workers), speedup: Number(args.speedup), concurrency: CONCURRENCY, requests: REQUESTS, maxTokens: MAX_TOKENS }, results, ratio }, null, 2) + '\n',
+    JSON.stringify({ bench: 'structured-e2e', date: new Date().toISOString(), machine: machineLoad(), config: { workers: Number(args.workers), speedup: Number(args.speedup), concurrency: CONCURRENCY, requests: REQUESTS, maxTokens: MAX_TOKENS, rounds: ROUNDS }, results, ratio }, null, 2) + '\n',
   );
   console.log(`wrote ${out}`);
 }
