@@ -76,7 +76,7 @@ function run(m: GrammarMatcher, vocab: Vocabulary, mask: Uint32Array, rand: () =
   let closing = false;
   const allowed = new Int32Array(vocab.size);
   for (let i = 0; i < budget; i++) {
-    if (!closing) closing = budget - i <= m.minBytesToAccept() + 1 + 16;
+    if (!closing) closing = budget - i <= m.maxBytesToAccept() + 1 + 16;
     const t0 = process.hrtime.bigint();
     m.fillNextTokenBitmask(mask, closing ? { closing: true } : undefined);
     into.push(Number(process.hrtime.bigint() - t0) / 1000);

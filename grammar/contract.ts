@@ -51,6 +51,13 @@ export interface GrammarMatcher {
   isTerminated(): boolean;
   /** Fewest bytes that complete a match from here (0 when canTerminate()). */
   minBytesToAccept(): number;
+  /**
+   * The most bytes the output may need to finish after the next token, whichever token the
+   * grammar allows (>= minBytesToAccept()): what one token can commit the output to (a
+   * separator that starts another tool call, an optional key). Closing mode starts early
+   * enough for this, not just for the minimum.
+   */
+  maxBytesToAccept(): number;
 }
 
 export function bitmaskWords(vocabSize: number): number {

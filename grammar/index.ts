@@ -9,7 +9,7 @@ export { vocabularyFromTokenizerJson } from './vocabulary.js';
 export { TOOL_CALL_FORMATS, type ToolCallFormat } from './tool-calls/formats.js';
 export { GrammarCache, createMatcher, validateSpec, type GrammarCacheStats } from './automaton/cache.js';
 export { CompiledGrammar, type ForkableMatcher } from './automaton/matcher.js';
-export { clearSharedTokenClasses } from './automaton/token-classes.js';
+export { clearSharedTokenClasses, localClassifications } from './automaton/token-classes.js';
 export {
   createToolCallStreamParser,
   parseToolCalls,
@@ -22,3 +22,5 @@ export {
 } from './tool-calls/parsers.js';
 export { detectToolCallFormat } from './tool-calls/detect.js';
 export { createReasoningParser, splitReasoning, THINK_OPEN, THINK_CLOSE, type ReasoningSplit, type ReasoningStreamParser } from './reasoning/think.js';
+export { packVocabulary, unpackVocabulary, type PackedVocabulary } from './vocabulary.js';
+export { type ClassifiedNode } from './automaton/matcher.js';

@@ -137,3 +137,41 @@ function asObject(v: unknown, what: string): Record<string, unknown> {
   if (v === null || typeof v !== 'object' || Array.isArray(v)) throw new TypeError(`${what} is not an object`);
   return v as Record<string, unknown>;
 }
+
+/** A Vocabulary as two flat arrays, to cross a thread boundary in one structured clone. */
+export interface PackedVocabulary {
+  id: string;
+  size: number;
+  eosTokenIds: number[];
+  bytes: Uint8Array;
+  /** Token i's bytes are bytes[offsets[i] .. offsets[i+1]); a null token has lengths[i] = -1. */
+  offsets: Int32Array;
+  lengths: Int32Array;
+}
+
+export function packVocabulary(vocab: Vocabulary): PackedVocabulary {
+  let total = 0;
+  for (const b of vocab.tokenBytes) total += b?.length ?? 0;
+  const bytes = new Uint8Array(total);
+  const offsets = new Int32Array(vocab.size);
+  const lengths = new Int32Array(vocab.size);
+  let at = 0;
+  for (let i = 0; i < vocab.size; i++) {
+    const b = vocab.tokenBytes[i];
+    offsets[i] = at;
+    if (b === null || b === undefined) {
+      lengths[i] = -1;
+      continue;
+    }
+    bytes.set(b, at);
+    lengths[i] = b.length;
+    at += b.length;
+  }
+  return { id: vocab.id, size: vocab.size, eosTokenIds: [...vocab.eosTokenIds], bytes, offsets, lengths };
+}
+
+export function unpackVocabulary(p: PackedVocabulary): Vocabulary {
+  const tokenBytes: Array<Uint8Array | null> = new Array(p.size);
+  for (let i = 0; i < p.size; i++) tokenBytes[i] = p.lengths[i]! < 0 ? null : p.bytes.subarray(p.offsets[i]!, p.offsets[i]! + p.lengths[i]!);
+  return { id: p.id, size: p.size, tokenBytes, eosTokenIds: p.eosTokenIds };
+}

@@ -18,3 +18,4 @@ export { EXIT_CODES, type ExitCode } from './exit-codes.js';
 // For tools that talk to one worker directly (runtime profile --endpoint).
 export { createDiscovery, type CreateDiscoveryOptions } from './discovery/create-discovery.js';
 export { GrpcRequestPlaneClient, type GrpcClientOptions } from './request-plane/grpc-client.js';
+export { threadEntry, type ThreadEntry } from './thread-entry.js';

@@ -14,12 +14,8 @@
  * terminated by close().
  */
 import { availableParallelism } from 'node:os';
-import { readFileSync } from 'node:fs';
-import { createRequire } from 'node:module';
-import { dirname, join } from 'node:path';
-import { pathToFileURL } from 'node:url';
 import { Worker } from 'node:worker_threads';
-import { CancelledError, TandemError, UnavailableError, errorFromWire } from '../../runtime/index.js';
+import { CancelledError, TandemError, UnavailableError, errorFromWire, threadEntry } from '../../runtime/index.js';
 import type { PromptSource, PromptSpec, PromptTokens } from './prompt.js';
 
 export interface PreprocessPoolOptions {
@@ -138,7 +134,7 @@ export class PreprocessPool {
   }
 
   private spawn(): Slot {
-    const entry = workerEntry();
+    const entry = threadEntry(import.meta.url, 'pool-worker');
     const worker = new Worker(entry.code, { eval: entry.eval });
     worker.unref();
     const slot: Slot = { worker, job: undefined, crash: undefined };
@@ -189,17 +185,3 @@ function rebuildError(wire: { code: string; name: string; message: string }): Ta
   return err;
 }
 
-/**
- * How to start a thread: the compiled pool-worker.js beside this file (dist/), or, when the
- * frontend itself runs from TypeScript source (tests, `tsx` benches), pool-worker.ts through
- * tsx's tsImport (on Node 20 `--import tsx` does not reach a worker's entry module).
- */
-function workerEntry(): { code: string | URL; eval: boolean } {
-  if (!import.meta.url.endsWith('.ts')) return { code: new URL('./pool-worker.js', import.meta.url), eval: false };
-  const require = createRequire(import.meta.url);
-  const manifest = require.resolve('tsx/package.json');
-  const exports = (JSON.parse(readFileSync(manifest, 'utf8')) as { exports: Record<string, { import: { default: string } }> }).exports;
-  const api = pathToFileURL(join(dirname(manifest), exports['./esm/api']!.import.default)).href;
-  const entry = new URL('./pool-worker.ts', import.meta.url).href;
-  return { code: `import(${JSON.stringify(api)}).then((tsx) => tsx.tsImport(${JSON.stringify(entry)}, ${JSON.stringify(entry)}));`, eval: true };
-}

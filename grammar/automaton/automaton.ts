@@ -45,6 +45,7 @@ export interface Automaton {
   readonly callersRet: Int32Array;
   /** Fewest bytes from node n to its rule's end. */
   readonly dist: Float64Array;
+
   /** Structural identity of each rule (its body and everything it reaches, names erased). */
   readonly ruleKeys: readonly string[];
 }

@@ -10,9 +10,34 @@
 import type { GrammarMatcher, Vocabulary } from '../contract.js';
 import { bitmaskWords } from '../contract.js';
 import type { Automaton } from './automaton.js';
-import { type NodeClasses, nodeClasses, survives } from './token-classes.js';
+import { type NodeClasses, adoptLocalClasses, nodeClasses, survives } from './token-classes.js';
 import { Mode, StackTable, Stepper, ThreadSet } from './threads.js';
 import { tokenTrie } from './token-trie.js';
+
+/** One node's token classes, as they cross a thread boundary. */
+export interface ClassifiedNode {
+  node: number;
+  classes: NodeClasses;
+}
+
+/** Threads per byte of lookahead (maxBytesToAccept) before the cheapest are dropped. */
+const LOOKAHEAD_WIDTH = 256;
+
+function keepCostliest(set: ThreadSet, keep: number, a: Automaton, stacks: StackTable): void {
+  const costs = new Float64Array(set.count);
+  for (let i = 0; i < set.count; i++) costs[i] = a.dist[set.node[i]!]! + stacks.cost(set.stack[i]!, a.dist);
+  const threshold = Float64Array.from(costs).sort()[set.count - keep]!;
+  let k = 0;
+  for (let i = 0; i < set.count && k < keep; i++) {
+    if (costs[i]! < threshold) continue;
+    set.node[k] = set.node[i]!;
+    set.stack[k] = set.stack[i]!;
+    set.relaxed[k] = set.relaxed[i]!;
+    k++;
+  }
+  set.count = k;
+  set.direct = k;
+}
 
 /** Memo entries before the (node, stack) memo is dropped and rebuilt. */
 const MEMO_LIMIT = 200_000;
@@ -23,6 +48,7 @@ export class CompiledGrammar {
   private readonly relaxed: Stepper;
   private readonly classes: Array<NodeClasses | undefined>;
   private readonly memo = new Map<number, Int32Array>();
+  private readonly lookahead = new Map<string, number>();
   private readonly scratch: [ThreadSet, ThreadSet] = [new ThreadSet(), new ThreadSet()];
   readonly words: number;
 
@@ -48,8 +74,55 @@ export class CompiledGrammar {
 
   /** Classifies every byte-reading node now (what a cold compile costs when nothing is lazy). */
   classifyAll(): void {
+    for (const n of this.unclassified()) this.classesOf(n);
+  }
+
+  /** Byte-reading nodes whose token classes are not known yet. */
+  unclassified(): number[] {
     const a = this.automaton;
-    for (let n = 0; n < a.numNodes; n++) if (a.edgeStart[n + 1]! > a.edgeStart[n]!) this.classesOf(n);
+    const out: number[] = [];
+    for (let n = 0; n < a.numNodes; n++) if (a.edgeStart[n + 1]! > a.edgeStart[n]! && this.classes[n] === undefined) out.push(n);
+    return out;
+  }
+
+  /**
+   * Classes of `nodes` as copies that can be transferred to another thread (that thread keeps
+   * its own), with the buffers to transfer.
+   */
+  exportClasses(nodes: readonly number[]): { classes: ClassifiedNode[]; transfer: ArrayBuffer[] } {
+    const classes: ClassifiedNode[] = [];
+    const transfer: ArrayBuffer[] = [];
+    const copy = <T extends Int32Array | Uint32Array>(x: T): T => {
+      const c = x.slice() as T;
+      transfer.push(c.buffer as ArrayBuffer);
+      return c;
+    };
+    for (const node of nodes) {
+      const c = this.classesOf(node);
+      const l = c.local;
+      classes.push({
+        node,
+        classes: {
+          local: {
+            acceptedMask: l.acceptedMask === null ? null : copy(l.acceptedMask),
+            acceptedList: l.acceptedList === null ? null : copy(l.acceptedList),
+            numAccepted: l.numAccepted,
+            leaving: copy(l.leaving),
+          },
+          uncertain: copy(c.uncertain),
+        },
+      });
+    }
+    return { classes, transfer };
+  }
+
+  /** Install classes computed by another thread for this same (grammar, vocabulary). */
+  install(classified: readonly ClassifiedNode[]): void {
+    for (const { node, classes } of classified) {
+      if (this.classes[node] !== undefined) continue;
+      const local = adoptLocalClasses(this.automaton, node, this.vocab, classes.local);
+      this.classes[node] = { local, uncertain: classes.uncertain };
+    }
   }
 
   /** The uncertain tokens of `node` that the real stack `stack` accepts (memoized). */
@@ -65,6 +138,43 @@ export class CompiledGrammar {
     const out = Int32Array.from(ok);
     this.memo.set(key, out);
     return out;
+  }
+
+  /**
+   * The most bytes needed to finish after any token from `state`: the costliest thread reachable
+   * within the vocabulary's longest token, memoized per thread set (states recur: a string loop
+   * comes back to the same one). Conservative: a byte string no token spells still counts.
+   */
+  worstAfterOneToken(state: ThreadSet): number {
+    if (state.count === 0) return 0;
+    const pairs: string[] = [];
+    for (let i = 0; i < state.count; i++) pairs.push(`${state.node[i]}.${state.stack[i]}`);
+    pairs.sort();
+    const key = pairs.join(',');
+    const hit = this.lookahead.get(key);
+    if (hit !== undefined) return hit;
+    const a = this.automaton;
+    const horizon = tokenTrie(this.vocab).maxDepth;
+    let from = this.scratch[0];
+    let to = this.scratch[1];
+    from.copyFrom(state);
+    let worst = 0;
+    for (let d = 1; d <= horizon && from.count > 0; d++) {
+      this.exact.stepAny(from, to);
+      for (let i = 0; i < to.count; i++) {
+        const c = a.dist[to.node[i]!]! + this.stacks.cost(to.stack[i]!, a.dist);
+        if (c > worst) worst = c;
+      }
+      // Recursive grammars branch exponentially (every byte may open another level); the
+      // costliest threads are the ones this bound is about, so keep those.
+      if (to.count > LOOKAHEAD_WIDTH) keepCostliest(to, LOOKAHEAD_WIDTH, a, this.stacks);
+      const t = from;
+      from = to;
+      to = t;
+    }
+    if (this.lookahead.size >= MEMO_LIMIT) this.lookahead.clear();
+    this.lookahead.set(key, worst);
+    return worst;
   }
 
   matcher(): ForkableMatcher {
@@ -118,6 +228,11 @@ class AutomatonMatcher implements ForkableMatcher {
       if (c < best) best = c;
     }
     return best;
+  }
+
+  maxBytesToAccept(): number {
+    if (this.terminated) return 0;
+    return Math.max(this.minBytesToAccept(), this.g.worstAfterOneToken(this.cur));
   }
 
   acceptToken(tokenId: number): boolean {

@@ -165,6 +165,18 @@ export class Stepper {
     }
   }
 
+  /** `out` = the threads of `from` after reading any one byte (the union over all bytes). */
+  stepAny(from: ThreadSet, out: ThreadSet): void {
+    out.clear();
+    this.seen.clear();
+    this.out = out;
+    const a = this.a;
+    for (let i = 0; i < from.count; i++) {
+      const n = from.node[i]!;
+      for (let e = a.edgeStart[n]!, end = a.edgeStart[n + 1]!; e < end; e++) this.close(a.edgeTo[e]!, from.stack[i]!, from.relaxed[i]!);
+    }
+  }
+
   private close(n: number, s: number, r: number): void {
     const a = this.a;
     const numNodes = a.numNodes;

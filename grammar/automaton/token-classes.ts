@@ -40,9 +40,35 @@ function sizeOf(c: LocalClasses): number {
   return (c.acceptedMask?.byteLength ?? 0) + (c.acceptedList?.byteLength ?? 0) + c.leaving.byteLength + 64;
 }
 
-export function localClassesFor(a: Automaton, node: number, vocab: Vocabulary): LocalClasses {
+/** Classifications computed in this thread since start (tests: work done elsewhere is not counted). */
+export let localClassifications = 0;
+
+function sharedKey(a: Automaton, node: number, vocab: Vocabulary): string {
   const rule = a.ruleOf[node]!;
-  const key = `${vocab.id}|${a.ruleKeys[rule]}|${node - a.ruleStart[rule]!}`;
+  return `${vocab.id}|${a.ruleKeys[rule]}|${node - a.ruleStart[rule]!}`;
+}
+
+/** Adopt a classification computed elsewhere (another thread), unless one is already shared. */
+export function adoptLocalClasses(a: Automaton, node: number, vocab: Vocabulary, c: LocalClasses): LocalClasses {
+  const key = sharedKey(a, node, vocab);
+  const hit = shared.get(key);
+  if (hit) return hit;
+  putShared(key, c);
+  return c;
+}
+
+function putShared(key: string, c: LocalClasses): void {
+  shared.set(key, c);
+  sharedBytes += sizeOf(c);
+  for (const [k, v] of shared) {
+    if (sharedBytes <= SHARED_BYTES_LIMIT) break;
+    shared.delete(k);
+    sharedBytes -= sizeOf(v);
+  }
+}
+
+export function localClassesFor(a: Automaton, node: number, vocab: Vocabulary): LocalClasses {
+  const key = sharedKey(a, node, vocab);
   const hit = shared.get(key);
   if (hit) {
     // Refresh recency: Map order is the eviction order.
@@ -51,13 +77,8 @@ export function localClassesFor(a: Automaton, node: number, vocab: Vocabulary): 
     return hit;
   }
   const c = classifyLocal(a, node, vocab);
-  shared.set(key, c);
-  sharedBytes += sizeOf(c);
-  for (const [k, v] of shared) {
-    if (sharedBytes <= SHARED_BYTES_LIMIT) break;
-    shared.delete(k);
-    sharedBytes -= sizeOf(v);
-  }
+  localClassifications++;
+  putShared(key, c);
   return c;
 }
 

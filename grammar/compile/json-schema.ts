@@ -45,7 +45,7 @@ const ARRAY_KEYWORDS = ['items', 'prefixItems', 'minItems', 'maxItems'];
 const STRING_KEYWORDS = ['minLength', 'maxLength', 'pattern', 'format'];
 const NUMBER_KEYWORDS = ['minimum', 'maximum', 'exclusiveMinimum', 'exclusiveMaximum'];
 const SUPPORTED = new Set([
-  'type', 'enum', 'const', 'anyOf', 'oneOf', 'allOf', '$ref',
+  'type', 'enum', 'const', 'anyOf', 'oneOf', 'allOf', '$ref', 'nullable',
   ...OBJECT_KEYWORDS, ...ARRAY_KEYWORDS, ...STRING_KEYWORDS, ...NUMBER_KEYWORDS,
 ]);
 
@@ -130,6 +130,14 @@ export class JsonSchemaCompiler {
       constraining.push(key);
     }
     const others = (except: string[]): string[] => constraining.filter((k) => !except.includes(k));
+
+    // OpenAPI's `nullable: true` (the openai SDK's zod helper writes it): the schema or null.
+    if ('nullable' in schema) {
+      if (typeof schema.nullable !== 'boolean') this.invalid('"nullable" must be a boolean', path);
+      const { nullable, ...rest } = schema;
+      const inner = this.compile(rest, path);
+      return nullable === true ? alt(inner, literal('null')) : inner;
+    }
 
     if ('$ref' in schema) {
       const extra = others(['$ref']);

@@ -75,14 +75,15 @@ export interface Generated {
 
 /**
  * Sample uniformly among the allowed tokens (a random model under the grammar), switching to
- * closing mode as the engine loop does (tokens left <= fewest bytes to finish + 1 + slack).
+ * closing mode as the engine loop does (tokens left <= the costliest alternative's bytes to
+ * finish + 1 + slack); `start: 'min'` is the older rule (the cheapest alternative's).
  */
-export function generate(m: GrammarMatcher, vocab: Vocabulary, rand: () => number, budget: number, slack = 16): Generated {
+export function generate(m: GrammarMatcher, vocab: Vocabulary, rand: () => number, budget: number, slack = 16, start: 'max' | 'min' = 'max'): Generated {
   const mask = new Uint32Array(bitmaskWords(vocab.size));
   const bytes: number[] = [];
   let closing = false;
   for (let i = 0; i < budget; i++) {
-    if (!closing) closing = budget - i <= m.minBytesToAccept() + 1 + slack;
+    if (!closing) closing = budget - i <= (start === 'max' ? m.maxBytesToAccept() : m.minBytesToAccept()) + 1 + slack;
     m.fillNextTokenBitmask(mask, closing ? { closing: true } : undefined);
     const ids = allowedIds(mask, vocab.size);
     if (ids.length === 0) throw new Error(`empty mask after ${JSON.stringify(Buffer.from(bytes).toString('utf8'))}`);

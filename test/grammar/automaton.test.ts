@@ -149,6 +149,35 @@ describe('grammar automaton: token masks', () => {
     }
   });
 
+  it('closing starts early enough for what one token can commit to: parallel tool calls end within a tight budget', () => {
+    // After a complete call the minimum to finish is 0, but one token (the separator, or a piece
+    // like `>\n<tool_call>` that crosses it) commits to a whole new call of over 100 bytes.
+    // Starting closing on the minimum (the old rule) lets a random model begin a call it cannot
+    // finish; starting on the most one token can commit to never does.
+    const spec: StructuredOutputSpec = {
+      kind: 'tool_calls',
+      format: 'hermes',
+      parallel: true,
+      tools: [
+        {
+          name: 'lookup_customer_account_history',
+          parameters: { type: 'object', properties: { customer_identifier: { type: 'string' }, include_closed_accounts: { type: 'boolean' } }, required: ['customer_identifier', 'include_closed_accounts'] },
+        },
+      ],
+    };
+    const ends = (start: 'max' | 'min'): string[] => {
+      const rand = rng(21);
+      const out: string[] = [];
+      for (let extra = 0; extra < 120; extra += 2) {
+        const m = cache.compile(spec, vocab).matcher();
+        out.push(generate(m, vocab, rand, m.minBytesToAccept() + 1 + extra, 16, start).ended);
+      }
+      return out;
+    };
+    expect(ends('max')).not.toContain('budget');
+    expect(ends('min')).toContain('budget');
+  });
+
   it('matches a character split across tokens byte by byte (byte-level BPE pieces that end mid-character)', () => {
     // 'é' is C3 A9: only the single-byte tokens spell it.
     const spec: StructuredOutputSpec = { kind: 'regex', pattern: 'é+' };

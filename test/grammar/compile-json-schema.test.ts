@@ -28,6 +28,13 @@ describe('json_schema compiler: language', () => {
     );
   });
 
+  it("OpenAPI nullable (what the openai SDK's zod helper writes): the schema or null", () => {
+    accepts({ type: 'string', nullable: true }, ['null', '"a"'], ['1', 'nul']);
+    accepts({ type: 'integer', minimum: 1, maximum: 5, nullable: false }, ['3'], ['null', '6']);
+    accepts({ type: 'object', properties: { n: { type: 'string', nullable: true } }, required: ['n'] }, ['{"n":null}', '{"n":"x"}'], ['{}']);
+    expect(errorOf({ type: 'string', nullable: 'yes' }).message).toMatch(/"nullable" must be a boolean/);
+  });
+
   it('minLength/maxLength count code points, an escape counts once', () => {
     accepts({ type: 'string', minLength: 2, maxLength: 3 }, ['"ab"', '"\\n\\t"', '"😀😀😀"', '"a\\u0041b"'], ['"a"', '"abcd"', '""']);
   });

@@ -114,6 +114,10 @@ export class DfaMatcher implements GrammarMatcher {
   minBytesToAccept(): number {
     return this.minBytes[this.state]!;
   }
+  /** The toy DFAs commit to nothing longer than their minimum. */
+  maxBytesToAccept(): number {
+    return this.minBytes[this.state]!;
+  }
 }
 
 /** Choice specs → choice DFAs, regex "x+" → plusDfa; anything else is a GrammarError. */

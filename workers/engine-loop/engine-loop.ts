@@ -122,6 +122,16 @@ export class EngineLoop {
       return;
     }
     const stop = request.prefillOnly ? { ...request.stop, maxTokens: 1 } : request.stop;
+    // A grammar new to this worker is classified off the event loop first; the batch runs on.
+    const ready = request.structured !== undefined ? this.structured?.ready(request.structured) : undefined;
+    if (ready !== undefined) {
+      await ready;
+      if (this.closed) throw new UnavailableError('engine loop is shut down');
+      if (signal.aborted) {
+        yield { tokenIds: [], finishReason: 'cancelled', usage: { promptTokens: numPrompt, completionTokens: 0, cachedTokens: 0 } };
+        return;
+      }
+    }
     const matcher = request.structured !== undefined ? this.createMatcher(request) : undefined;
     const remote = this.kvImporter !== undefined ? usableKvTransfer(request) : undefined;
     const added = this.scheduler.addSequence({

@@ -27,14 +27,21 @@ export interface GrammarProvider {
   readonly vocabSize: number;
   /** A fresh matcher at the start of the output; throws GrammarError (invalid_argument). */
   matcherFor(spec: StructuredOutputSpec): GrammarMatcher;
+  /**
+   * Optional: make `spec`'s grammar ready off the event loop (its token classes computed on
+   * another thread). Undefined when it already is; never rejects (the matcher falls back to
+   * classifying lazily); throws GrammarError for a spec that does not compile.
+   */
+  prepare?(spec: StructuredOutputSpec): Promise<void> | undefined;
 }
 
 /**
  * Closing mode starts when the tokens left (after this one's EOS reserve) are within this many
- * of the grammar's fewest bytes to finish. The slack covers a single token that raises that
- * minimum (a "," committing to another array element or optional key) just before closing
- * would have started; once on, closing stays on, and every closing token is on a shortest path
- * (at least one byte nearer the end), so the output completes within max_tokens.
+ * of the bytes the costliest live alternative needs to finish (maxBytesToAccept: a separator
+ * that would start another tool call, an optional key). So no token can commit the output to
+ * more than the budget holds; the slack covers rises inside one alternative (an escape, a
+ * longer branch of a literal). Once on, closing stays on, and every closing token is on a
+ * shortest path (at least one byte nearer the end), so the output completes within max_tokens.
  */
 export const CLOSING_SLACK_TOKENS = 16;
 
@@ -101,6 +108,17 @@ export class StructuredDecoding {
     return matcher;
   }
 
+  /** The provider's off-loop preparation for a new request's grammar (see GrammarProvider.prepare). */
+  ready(spec: StructuredOutputSpec): Promise<void> | undefined {
+    if (this.provider.prepare === undefined) return undefined;
+    try {
+      return this.provider.prepare(spec);
+    } catch (err) {
+      if (err instanceof TandemError) throw err;
+      throw new TandemError('invalid_argument', `structured output: ${(err as Error)?.message ?? String(err)}`, { cause: err });
+    }
+  }
+
   register(seqId: number, matcher: GrammarMatcher, budget: number): void {
     this.bySeq.set(seqId, { matcher, mask: new Uint32Array(this.words), budget, generated: 0, closing: false, broken: false });
   }
@@ -120,7 +138,7 @@ export class StructuredDecoding {
       if (c === undefined) continue;
       try {
         // Tokens left including this one; one is kept for EOS when the grammar needs it to end.
-        if (!c.closing) c.closing = c.budget - c.generated <= c.matcher.minBytesToAccept() + 1 + CLOSING_SLACK_TOKENS;
+        if (!c.closing) c.closing = c.budget - c.generated <= c.matcher.maxBytesToAccept() + 1 + CLOSING_SLACK_TOKENS;
         c.matcher.fillNextTokenBitmask(c.mask, c.closing ? { closing: true } : undefined);
       } catch {
         // Nothing allowed: whatever the engine samples is rejected in advance(), failing only this request.

@@ -12,9 +12,15 @@ export interface MatcherSource {
   matcherFor(spec: StructuredOutputSpec, vocab: Vocabulary): GrammarMatcher;
 }
 
-export function workerGrammarProvider(vocab: Vocabulary, source: MatcherSource): GrammarProvider {
+/** Off-loop preparation of new grammars (grammar-classifier.ts). */
+export interface GrammarPreparer {
+  prepare(spec: StructuredOutputSpec): Promise<void> | undefined;
+}
+
+export function workerGrammarProvider(vocab: Vocabulary, source: MatcherSource, preparer?: GrammarPreparer): GrammarProvider {
   return {
     vocabSize: vocab.size,
     matcherFor: (spec) => source.matcherFor(spec, vocab),
+    ...(preparer !== undefined ? { prepare: (spec: StructuredOutputSpec) => preparer.prepare(spec) } : {}),
   };
 }

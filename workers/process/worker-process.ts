@@ -53,6 +53,7 @@ import { readModelConfig, type ModelConfig } from '../models/index.js';
 import { DisaggMetrics, WorkerMetrics } from './worker-metrics.js';
 import { GrammarCache } from '../../grammar/index.js';
 import { workerGrammarProvider } from './grammar-provider.js';
+import { GrammarClassifier } from './grammar-classifier.js';
 import { loadWorkerVocabulary } from './vocabulary-loader.js';
 
 export const COMPONENT_FOR_ROLE: Record<WorkerRole, string> = { agg: 'backend', prefill: 'prefill', decode: 'decode' };
@@ -180,6 +181,7 @@ export async function startWorker(runtime: DistributedRuntime, options: WorkerOp
   const metrics = new WorkerMetrics(runtime.metrics, modelName);
   const log = runtime.logger.child({ component: componentName, model: modelName });
   const grammarCache = new GrammarCache();
+  const classifier = vocab !== undefined ? new GrammarClassifier(vocab, grammarCache, log) : undefined;
   if (vocab !== undefined) {
     const ms = grammarCache.warm(vocab);
     log.debug({ vocabSize: vocab.size, ms: Math.round(ms) }, 'structured output: vocabulary prepared');
@@ -193,7 +195,7 @@ export async function startWorker(runtime: DistributedRuntime, options: WorkerOp
     workerId: runtime.instanceId,
     ...(disagg?.importer !== undefined ? { kvImporter: disagg.importer } : {}),
     scheduler: { maxNumBatchedTokens: options.maxNumBatchedTokens, maxNumSeqs: options.maxNumSeqs },
-    ...(vocab !== undefined ? { grammar: workerGrammarProvider(vocab, grammarCache) } : {}),
+    ...(vocab !== undefined ? { grammar: workerGrammarProvider(vocab, grammarCache, classifier) } : {}),
     sinks: {
       onKvEvents: (events: KvEvent[]) => {
         void component.publish(TOPICS.kvEvents, events).catch((err: unknown) => log.debug({ err }, 'kv event publish failed'));
@@ -273,6 +275,7 @@ export async function startWorker(runtime: DistributedRuntime, options: WorkerOp
     disagg?.pinned?.releaseAll();
     await loop.close();
     disagg?.close();
+    await classifier?.close();
   };
   runtime.onShutdown(shutdownKv);
   log.info(
