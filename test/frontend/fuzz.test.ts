@@ -79,6 +79,7 @@ const FIELDS = [
   'stream', 'stream_options', 'stop', 'stop_token_ids', 'ignore_eos', 'logprobs', 'top_logprobs', 'echo', 'presence_penalty', 'frequency_penalty',
   'repetition_penalty', 'logit_bias', 'suffix', 'user', 'tools', 'tool_choice', 'response_format', 'chat_template_kwargs', 'add_generation_prompt',
   'return_tokens_as_token_ids', '__proto__', 'constructor',
+  'structured_outputs', 'guided_json', 'guided_regex', 'guided_choice', 'guided_grammar', 'parallel_tool_calls',
 ];
 const ROLES = ['system', 'developer', 'user', 'assistant', 'tool', '', 'wizard', 'USER', 'function'];
 const ODD_STRINGS = ['', ' ', '\u0000', '\u202e', '🦊'.repeat(100), '\\', '"', '{{ raise_exception("x") }}', '{% for x in y %}', '%ZZ', 'a'.repeat(10_000), 'token_id:1'];
@@ -113,6 +114,37 @@ const message: fc.Arbitrary<unknown> = fc.oneof(
   hostileValue,
 );
 
+/**
+ * Constraints shaped nearly right (structured output and tools): schemas of random JSON, random
+ * regexes and grammars, tools with odd names and parameters, any tool_choice. Each must be a
+ * 400 or a served request, never a 500 or a stuck worker.
+ */
+const constraint: fc.Arbitrary<Record<string, unknown>> = fc.oneof(
+  fc.record({
+    response_format: fc.record(
+      {
+        type: fc.constantFrom('json_schema', 'json_object', 'text', 'xml'),
+        json_schema: fc.record({ name: fc.oneof(fc.string({ maxLength: 10 }), hostileValue), schema: fc.oneof(hostileValue, fc.jsonValue({ maxDepth: 4 })), strict: hostileValue }, { requiredKeys: [] }),
+      },
+      { requiredKeys: [] },
+    ),
+  }),
+  fc.record({
+    structured_outputs: fc.record(
+      { regex: fc.oneof(fc.string({ maxLength: 40 }), hostileValue), choice: fc.oneof(fc.array(fc.string({ maxLength: 8 }), { maxLength: 4 }), hostileValue), grammar: fc.oneof(fc.string({ maxLength: 80 }), hostileValue), json: fc.oneof(hostileValue, fc.jsonValue({ maxDepth: 4 })) },
+      { requiredKeys: [] },
+    ),
+  }),
+  fc.record({
+    tools: fc.array(
+      fc.record({ type: fc.constantFrom('function', 'x'), function: fc.record({ name: fc.oneof(fc.string({ maxLength: 10 }), hostileValue), parameters: fc.oneof(hostileValue, fc.jsonValue({ maxDepth: 4 })) }, { requiredKeys: [] }) }, { requiredKeys: [] }),
+      { maxLength: 3 },
+    ),
+    tool_choice: fc.oneof(fc.constantFrom('auto', 'none', 'required'), fc.record({ type: fc.constant('function'), function: fc.record({ name: fc.string({ maxLength: 10 }) }) }), hostileValue),
+    parallel_tool_calls: hostileValue,
+  }),
+);
+
 /** A request object: the real model most of the time, then any subset of fields with hostile values. */
 const requestObject: fc.Arbitrary<Record<string, unknown>> = fc
   .tuple(
@@ -120,8 +152,9 @@ const requestObject: fc.Arbitrary<Record<string, unknown>> = fc
     fc.oneof({ weight: 3, arbitrary: fc.array(message, { maxLength: 4 }) }, { weight: 1, arbitrary: hostileValue }),
     fc.dictionary(fc.constantFrom(...FIELDS), hostileValue, { maxKeys: 6 }),
     fc.record({ max_tokens: fc.integer({ min: 1, max: 8 }), stream: fc.boolean() }),
+    fc.option(constraint, { freq: 3 }),
   )
-  .map(([model, messages, fields, sane]) => ({ ...sane, model, messages, prompt: 'hello', ...fields }));
+  .map(([model, messages, fields, sane, constrained]) => ({ ...sane, model, messages, prompt: 'hello', ...fields, ...(constrained ?? {}) }));
 
 /** The body bytes: JSON of a hostile request, or raw junk that is not JSON at all. */
 const body: fc.Arbitrary<Buffer | undefined> = fc.oneof(
