@@ -12,6 +12,8 @@ export interface ChatMessage {
   name?: string;
   tool_calls?: unknown[];
   tool_call_id?: string;
+  /** An earlier assistant turn's reasoning (reasoning parsers return it); templates like Qwen3's render it. */
+  reasoning_content?: string;
 }
 
 export interface ChatRenderOptions {

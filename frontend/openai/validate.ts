@@ -253,6 +253,12 @@ function parseMessage(raw: unknown, i: number): ChatMessage {
     }
     message.tool_call_id = raw.tool_call_id;
   }
+  if (present(raw, 'reasoning_content')) {
+    if (raw.role !== 'assistant' || typeof raw.reasoning_content !== 'string') {
+      throw badRequest(`'${at}.reasoning_content' must be a string on an assistant message`, `${at}.reasoning_content`);
+    }
+    message.reasoning_content = raw.reasoning_content;
+  }
   return message;
 }
 

@@ -237,3 +237,20 @@ describe('structured request: the served model decides formats', () => {
     expect(promptOpensReasoning(bytes('assistant\n<think>\n\n</think>\n\n'), text)).toBe(false);
   });
 });
+
+describe('assistant reasoning_content in the history', () => {
+  it('is kept for the chat template (Qwen3 renders it), and must be a string on an assistant message', () => {
+    const r = parseChatRequest({ model: 'm', messages: [{ role: 'user', content: 'hi' }, { role: 'assistant', content: 'Hello', reasoning_content: 'they greet' }, { role: 'user', content: 'and?' }] });
+    expect(r.messages[1]).toMatchObject({ role: 'assistant', content: 'Hello', reasoning_content: 'they greet' });
+    const bad = (m: Record<string, unknown>): ApiError => {
+      try {
+        parseChatRequest({ model: 'm', messages: [m] });
+      } catch (err) {
+        return err as ApiError;
+      }
+      throw new Error('expected a 400');
+    };
+    expect(bad({ role: 'assistant', content: 'x', reasoning_content: 3 }).param).toBe('messages[0].reasoning_content');
+    expect(bad({ role: 'user', content: 'x', reasoning_content: 'y' }).message).toMatch(/assistant message/);
+  });
+});
