@@ -13,8 +13,10 @@
  *
  *  - mask, steady: the second pass over the same seeds, every node's token classes built;
  *    what a server sees once a schema has been used.
- *  - mask, first use: the first pass, including lazily classifying each node on first visit
- *    (after the worker-start preparation: token trie and the generic JSON rules' classes).
+ *  - mask, first use, classified inline: the first pass, each node classified on first visit
+ *    (after the worker-start preparation: token trie and the generic JSON rules' classes). A
+ *    worker does not pay this inside a step: it classifies a new grammar on a thread while the
+ *    request waits (workers/process/grammar-classifier.ts), which is the cold compile below.
  *  - compile, cold: spec → IR → automaton plus classifying every byte-reading node, with the
  *    shared (cross-grammar) classes dropped first; cold (lazy): the automaton only, what the
  *    first request waits for before its first mask.
@@ -26,6 +28,7 @@ import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import { GrammarCache, bitmaskWords, clearSharedTokenClasses, vocabularyFromTokenizerJson, type GrammarMatcher, type Vocabulary } from '../grammar/index.js';
 import type { StructuredOutputSpec } from '../proto/wire.js';
+import { rng } from '../test/grammar/compile-ir-tools.js';
 import { SCHEMA_CORPUS } from '../test/grammar/schema-corpus.js';
 
 const { values: args } = parseArgs({
@@ -39,17 +42,6 @@ const QUICK = args.quick === true;
 /** Free tokens beyond each grammar's shortest completion (a smaller budget can only end in "length"). */
 const BUDGET = Number(args.tokens ?? (QUICK ? 64 : 160));
 const FREE_JSON_RUNS = QUICK ? 8 : 40;
-
-function rng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 
 async function loadVocab(): Promise<{ vocab: Vocabulary; source: string; trainSeconds: number | null }> {
   let path = args.tokenizer;
@@ -179,9 +171,9 @@ async function main(): Promise<void> {
 
   const rows = [
     { case: 'JSON-schema corpus, steady', ...summary(schemaMasks.steady.steps) },
-    { case: 'JSON-schema corpus, first use', ...summary(schemaMasks.first.steps) },
+    { case: 'JSON-schema corpus, first use, classified inline', ...summary(schemaMasks.first.steps) },
     { case: 'free JSON (json_object), steady', ...summary(freeMasks.steady.steps) },
-    { case: 'free JSON (json_object), first use', ...summary(freeMasks.first.steps) },
+    { case: 'free JSON (json_object), first use, classified inline', ...summary(freeMasks.first.steps) },
   ];
   console.log(`\nmask time per token (µs), vocabulary ${vocab.size}, shortest completion + ${BUDGET} tokens, outputs not parsing: ${invalid}`);
   console.log('| case | tokens | p50 | p90 | p99 | max | mean |');

@@ -11,7 +11,7 @@ import type { GrammarMatcher, Vocabulary } from '../contract.js';
 import { bitmaskWords } from '../contract.js';
 import type { Automaton } from './automaton.js';
 import { type NodeClasses, adoptLocalClasses, nodeClasses, survives } from './token-classes.js';
-import { Mode, StackTable, Stepper, ThreadSet } from './threads.js';
+import { ANY_BYTE, Mode, StackTable, Stepper, ThreadSet } from './threads.js';
 import { tokenTrie } from './token-trie.js';
 
 /** One node's token classes, as they cross a thread boundary. */
@@ -24,19 +24,12 @@ export interface ClassifiedNode {
 const LOOKAHEAD_WIDTH = 256;
 
 function keepCostliest(set: ThreadSet, keep: number, a: Automaton, stacks: StackTable): void {
+  const cost = (n: number, s: number): number => a.dist[n]! + stacks.cost(s, a.dist);
   const costs = new Float64Array(set.count);
-  for (let i = 0; i < set.count; i++) costs[i] = a.dist[set.node[i]!]! + stacks.cost(set.stack[i]!, a.dist);
-  const threshold = Float64Array.from(costs).sort()[set.count - keep]!;
-  let k = 0;
-  for (let i = 0; i < set.count && k < keep; i++) {
-    if (costs[i]! < threshold) continue;
-    set.node[k] = set.node[i]!;
-    set.stack[k] = set.stack[i]!;
-    set.relaxed[k] = set.relaxed[i]!;
-    k++;
-  }
-  set.count = k;
-  set.direct = k;
+  for (let i = 0; i < set.count; i++) costs[i] = cost(set.node[i]!, set.stack[i]!);
+  const threshold = costs.sort()[set.count - keep]!;
+  let kept = 0;
+  set.keepWhere((n, s) => kept < keep && cost(n, s) >= threshold && ++kept > 0);
 }
 
 /** Memo entries before the (node, stack) memo is dropped and rebuilt. */
@@ -160,7 +153,7 @@ export class CompiledGrammar {
     from.copyFrom(state);
     let worst = 0;
     for (let d = 1; d <= horizon && from.count > 0; d++) {
-      this.exact.stepAny(from, to);
+      this.exact.step(from, ANY_BYTE, to);
       for (let i = 0; i < to.count; i++) {
         const c = a.dist[to.node[i]!]! + this.stacks.cost(to.stack[i]!, a.dist);
         if (c > worst) worst = c;

@@ -13,6 +13,9 @@
  */
 import type { Automaton } from './automaton.js';
 
+/** Stepper.step's byte for "any byte": the lookahead of maxBytesToAccept. */
+export const ANY_BYTE = -1;
+
 export const enum Mode {
   Exact = 0,
   Local = 1,
@@ -119,9 +122,14 @@ export class ThreadSet {
 
   /** Keep only exact threads whose cost to finish is `target` (closing mode's shortest paths). */
   keepCost(target: number, a: Automaton, stacks: StackTable): void {
+    this.keepWhere((n, s) => a.dist[n]! + stacks.cost(s, a.dist) === target);
+  }
+
+  /** Keep the threads `keep` says yes to, in order. */
+  keepWhere(keep: (node: number, stack: number) => boolean): void {
     let k = 0;
     for (let i = 0; i < this.count; i++) {
-      if (a.dist[this.node[i]!]! + stacks.cost(this.stack[i]!, a.dist) === target) {
+      if (keep(this.node[i]!, this.stack[i]!)) {
         this.node[k] = this.node[i]!;
         this.stack[k] = this.stack[i]!;
         this.relaxed[k] = this.relaxed[i]!;
@@ -151,29 +159,18 @@ export class Stepper {
     this.close(n, s, 0);
   }
 
-  /** `out` = the threads of `from` after reading `byte`. */
+  /** `out` = the threads of `from` after reading `byte` (ANY_BYTE: the union over all bytes). */
   step(from: ThreadSet, byte: number, out: ThreadSet): void {
     out.clear();
     this.seen.clear();
     this.out = out;
     const a = this.a;
+    const any = byte === ANY_BYTE;
     for (let i = 0; i < from.count; i++) {
       const n = from.node[i]!;
       for (let e = a.edgeStart[n]!, end = a.edgeStart[n + 1]!; e < end; e++) {
-        if (byte >= a.edgeLo[e]! && byte <= a.edgeHi[e]!) this.close(a.edgeTo[e]!, from.stack[i]!, from.relaxed[i]!);
+        if (any || (byte >= a.edgeLo[e]! && byte <= a.edgeHi[e]!)) this.close(a.edgeTo[e]!, from.stack[i]!, from.relaxed[i]!);
       }
-    }
-  }
-
-  /** `out` = the threads of `from` after reading any one byte (the union over all bytes). */
-  stepAny(from: ThreadSet, out: ThreadSet): void {
-    out.clear();
-    this.seen.clear();
-    this.out = out;
-    const a = this.a;
-    for (let i = 0; i < from.count; i++) {
-      const n = from.node[i]!;
-      for (let e = a.edgeStart[n]!, end = a.edgeStart[n + 1]!; e < end; e++) this.close(a.edgeTo[e]!, from.stack[i]!, from.relaxed[i]!);
     }
   }
 

@@ -161,18 +161,7 @@ export function buildTinyTokenizer(arch: TinyArch, modelMaxLength: number): Tiny
     },
     post_processor: postProcessor,
     decoder: { ...byteLevel },
-    model: {
-      type: 'BPE',
-      dropout: null,
-      unk_token: null,
-      continuing_subword_prefix: null,
-      end_of_word_suffix: null,
-      fuse_unk: false,
-      byte_fallback: false,
-      ignore_merges: family.ignoreMerges,
-      vocab,
-      merges: bpe.merges.map(([a, b]) => `${a} ${b}`),
-    },
+    model: byteLevelBpeModelJson(vocab, bpe.merges, family.ignoreMerges),
   };
 
   const addedTokensDecoder: Record<string, unknown> = {};
@@ -214,5 +203,21 @@ export function buildTinyTokenizer(arch: TinyArch, modelMaxLength: number): Tiny
     generationEosTokenIds: family.generationEos.map(idOf),
     padTokenId: family.padToken === null ? null : idOf(family.padToken),
     numMerges: bpe.merges.length,
+  };
+}
+
+/** tokenizer.json's `model` section for a byte-level BPE (no unk, no byte fallback). */
+export function byteLevelBpeModelJson(vocab: Record<string, number>, merges: ReadonlyArray<readonly [string, string]>, ignoreMerges: boolean): Record<string, unknown> {
+  return {
+    type: 'BPE',
+    dropout: null,
+    unk_token: null,
+    continuing_subword_prefix: null,
+    end_of_word_suffix: null,
+    fuse_unk: false,
+    byte_fallback: false,
+    ignore_merges: ignoreMerges,
+    vocab,
+    merges: merges.map(([a, b]) => `${a} ${b}`),
   };
 }
