@@ -32,7 +32,7 @@ export interface NodeClasses {
 }
 
 /** Bound on the shared local classifications, in bytes of masks and lists. */
-const SHARED_BYTES_LIMIT = 512 * 1024 * 1024;
+const SHARED_BYTES_LIMIT = 256 * 1024 * 1024;
 const shared = new Map<string, LocalClasses>();
 let sharedBytes = 0;
 
