@@ -46,7 +46,7 @@ const num = (name: string, dflt: number) => (flag(name) !== undefined ? Number(f
 const QUICK = process.argv.includes('--quick');
 /** The "day": 10 minutes of trace time, replayed `SPEEDUP` times faster. */
 const DAY_S = 600;
-const SPEEDUP = num('--speedup', QUICK ? 10 : 5);
+const SPEEDUP = num('--speedup', QUICK ? 5 : 1);
 const WALL_S = DAY_S / SPEEDUP;
 /** Diurnal peak in wall-clock requests per second (before bursts); trough = peak ÷ SWING. */
 const PEAK_RPS = num('--peak-rps', 7.5);
@@ -66,25 +66,26 @@ const SEED = num('--seed', 1);
 const TTFT_MS = num('--ttft-ms', 500);
 const ITL_MS = num('--itl-ms', 30);
 /**
- * The planner's clock, in wall seconds. A 2-minute day leaves no room for `up`'s 10 s interval:
- * a burst lasts 7–10 s, and the planner sees it one interval late, its Kalman filter adopts it one
- * interval later still (a single outlier is down-weighted), and a new worker takes about a second
- * to serve. 1 s intervals react fastest; the scale-down pacing is `up`'s at a 2 s interval
- * (cooldown 10 s, 6 s of "fewer" in a row) so that the extra noise of shorter intervals does not
- * flap the pool.
+ * The planner's clock, in wall seconds. The full run replays the 10-minute day at 1× (bursts of
+ * 36–48 s): 5 s intervals hold 5–80 requests, enough that the forecast error is traffic rather
+ * than Poisson noise, and a burst is seen within an interval or two. Compressed further (the
+ * 2-minute `--quick` day, bursts of 7–10 s) the planner sees a burst one interval late, its
+ * Kalman filter adopts it one interval later still, and a new worker takes about a second to
+ * serve: use `--interval 1` there. The scale-down pacing is `up`'s at a 2 s interval (cooldown
+ * 10 s, 6 s of "fewer" in a row) so that short intervals do not flap the pool.
  */
-const INTERVAL_S = num('--interval', 1);
+const INTERVAL_S = num('--interval', QUICK ? 1 : 5);
 const COOLDOWN_DOWN_S = num('--cooldown-down', 10);
 const SCALE_DOWN_AFTER_S = num('--scale-down-after', 6);
 /**
- * One SLA setting differs from the planner's defaults: the learnt surge is off. At this scale an
- * interval holds 1–40 requests, and their Poisson swing (±15–100%) looks like traffic: the surge
- * (`sla.surgeHalfLifeS`, default 6 h) reads a swing of a few requests as a 2–3× burst (it is
- * capped at 3×) and keeps the fleet near its maximum all day. `--runs planner-defaults` runs the
- * planner's own SLA defaults for comparison. `--rate-z` (default 1.28, the planner's) trades
- * attainment for worker-seconds: the headroom over the forecast is rateZ × its RMS error.
+ * The learnt surge (`sla.surgeHalfLifeS`, default 6 h of a real day) scaled to the compressed
+ * day: 6 h of 24 is 150 s of the 600 s day, so a burst teaches the planner headroom that halves
+ * over a quarter of the day. In the 2-minute `--quick` day an interval holds 1–40 requests and
+ * their Poisson swing reads as a burst, so the surge is off there. `--runs planner-defaults`
+ * runs the planner's own SLA defaults for comparison. `--rate-z` (default 1.28, the planner's)
+ * trades attainment for worker-seconds: the headroom over the forecast is rateZ × its RMS error.
  */
-const SURGE_HALF_LIFE_S = num('--surge-half-life', 0);
+const SURGE_HALF_LIFE_S = num('--surge-half-life', QUICK ? 0 : 150);
 const RATE_Z = num('--rate-z', 1.28);
 const PREDICTOR = flag('--predictor') ?? 'kalman';
 /** Wall seconds of the window static peak is sized for (the busiest such window of the trace). */
