@@ -35,7 +35,8 @@ import { formatTrace, runBench } from './loadgen/index.js';
 import { meanItlMs, tpotMs, ttftMs, type RequestRecord } from './loadgen/record.js';
 import { Rng, sampleLength } from './loadgen/rng.js';
 import { summarize, type Stats } from './loadgen/stats.js';
-import { escapeXml as esc, lineChart } from './loadgen/svg-chart.js';
+import { isAlive } from '../test/harness/processes.js';
+import { type Decision, offeredRpsAt, renderPlannerLiveHtml } from './planner-live-report.js';
 
 function flag(name: string): string | undefined {
   const at = process.argv.indexOf(name);
@@ -106,14 +107,8 @@ const work = mkdtempSync(path.join(tmpdir(), 'tandem-planner-live-'));
 
 // ---- the trace --------------------------------------------------------------------------------
 
-/** Offered rate (wall req/s) at wall second `s` of the replay: the diurnal curve × any burst. */
-function offeredRps(s: number): number {
-  const trough = PEAK_RPS / SWING;
-  const x = s / WALL_S;
-  const diurnal = trough + ((PEAK_RPS - trough) * (1 - Math.cos(2 * Math.PI * x))) / 2;
-  const burst = BURSTS.reduce((f, b) => (x >= b.at && x < b.at + b.len ? Math.max(f, b.factor) : f), 1);
-  return diurnal * burst;
-}
+const DAY = { wallS: WALL_S, diurnalPeakRps: PEAK_RPS, swing: SWING, bursts: BURSTS };
+const offeredRps = (s: number): number => offeredRpsAt(DAY, s);
 
 /** A non-homogeneous Poisson process by thinning; timestamps in trace ms (wall × SPEEDUP). */
 function makeTrace(): TraceEntry[] {
@@ -170,16 +165,6 @@ interface WorkerEvent {
   tS: number;
   name: string;
   delta: 1 | -1;
-}
-
-interface Decision {
-  tS: number;
-  action: string;
-  current: number;
-  target: number;
-  rule: string;
-  limitedBy: string[];
-  reason: string;
 }
 
 interface RunResult {
@@ -312,20 +297,11 @@ async function runOnce(label: string, args: string[]): Promise<RunResult> {
   } finally {
     const exit = await up.stop(60_000);
     if (exit.code !== 0 && exit.code !== null) say(`${label}: runtime up exited with code ${exit.code}`);
-    for (const pid of childPids) if (!alive(pid)) childPids.delete(pid);
+    for (const pid of childPids) if (!isAlive(pid)) childPids.delete(pid);
     // `up` stops its workers before it exits; anything left is ours to end.
     for (const pid of childPids) process.kill(pid, 'SIGKILL');
     childPids.clear();
     say(`${label}: done in ${((performance.now() - wall0) / 1000).toFixed(0)} s`);
-  }
-}
-
-function alive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch {
-    return false;
   }
 }
 
@@ -450,6 +426,7 @@ const out = {
     staticPeak: PEAK_N,
     staticAverage: AVERAGE_N,
     peakWindowS: PEAK_WINDOW_S,
+    binS: BIN_S,
     plannerConfig,
     plannerDefaultsConfig: RUNS.includes('planner-defaults') ? defaultsConfig : undefined,
     profile: flag('--profile') ?? 'measured at the start of the run (runtime profile --engine mocker, same worker flags)',
@@ -465,47 +442,5 @@ const out = {
 const jsonFile = path.join(results, 'planner-live.json');
 writeFileSync(jsonFile, JSON.stringify(out, null, 1) + '\n');
 const htmlFile = path.join(results, 'planner-live.html');
-writeFileSync(htmlFile, renderHtml());
+writeFileSync(htmlFile, renderPlannerLiveHtml(out));
 process.stdout.write(`wrote ${path.relative(process.cwd(), jsonFile)}, ${path.relative(process.cwd(), htmlFile)}\n`);
-
-function renderHtml(): string {
-  const stepX = (s: { tS: number; n: number }[], end: number) => [...s.map((p) => p.tS), end];
-  const stepY = (s: { tS: number; n: number }[]) => [...s.map((p) => p.n), s[s.length - 1]?.n ?? 0];
-  const offered = Array.from({ length: Math.ceil(WALL_S) + 1 }, (_, s) => s);
-  const charts = [
-    lineChart({ title: 'Offered load', xLabel: 'seconds', yLabel: 'requests / s', series: [{ name: 'rate (trace intensity)', x: offered, y: offered.map(offeredRps) }] }),
-    lineChart({ title: 'Live worker processes', xLabel: 'seconds', yLabel: 'workers', series: runs.map((r) => ({ name: r.label, x: stepX(r.workers, r.windowS), y: stepY(r.workers), step: true })) }),
-    lineChart({ title: `SLA attainment per ${BIN_S} s of arrivals`, xLabel: 'seconds', yLabel: 'share of requests', yRange: [0, 1], series: runs.map((r) => ({ name: r.label, x: r.bins.map((b) => b.tS), y: r.bins.map((b) => b.attainment) })) }),
-    lineChart({ title: 'Routable workers (frontend /health)', xLabel: 'seconds', yLabel: 'workers', series: runs.map((r) => ({ name: r.label, x: r.ready.map((p) => p.tS), y: r.ready.map((p) => p.n), step: true })) }),
-    lineChart({ title: `Median TTFT per ${BIN_S} s (log10 ms)`, xLabel: 'seconds', yLabel: 'log10 ms', series: runs.map((r) => ({ name: r.label, x: r.bins.map((b) => b.tS), y: r.bins.map((b) => Math.log10(Math.max(1, b.ttftP50Ms))) })) }),
-    lineChart({ title: `Mean ITL per ${BIN_S} s`, xLabel: 'seconds', yLabel: 'ms', series: runs.map((r) => ({ name: r.label, x: r.bins.map((b) => b.tS), y: r.bins.map((b) => b.itlMeanMs) })) }),
-  ];
-  const tableRows = runs
-    .map((r) => `<tr><th>${esc(r.label)}</th><td>${pct(r.attainment)}</td><td>${pct(r.ttftOk)}</td><td>${pct(r.itlOk)}</td><td>${r.workerSeconds.toFixed(0)}</td><td>${peakRun ? pct(r.workerSeconds / peakRun.workerSeconds) : '-'}</td><td>${r.meanWorkers.toFixed(1)}</td><td>${r.maxWorkers}</td><td>${r.actions}</td><td>${r.ttftMs.p50.toFixed(0)} / ${r.ttftMs.p99.toFixed(0)}</td><td>${r.itlMs.p50.toFixed(1)} / ${r.itlMs.p99.toFixed(1)}</td><td>${r.requests}</td><td>${r.failed}</td></tr>`)
-    .join('');
-  const decisionRows = runs
-    .filter((r) => r.label.startsWith('planner'))
-    .flatMap((r) => r.decisions.map((d) => `<tr><th>${esc(r.label)}</th><td>${d.tS.toFixed(1)}</td><td>${esc(d.action)}</td><td>${d.current} → ${d.target}</td><td>${esc(d.rule)}${d.limitedBy.length ? ` (${esc(d.limitedBy.join(', '))})` : ''}</td><td class="msg">${esc(d.reason)}</td></tr>`))
-    .join('');
-  return `<!doctype html>
-<html lang="en"><head><meta charset="utf-8"><title>tandem bench · planner-live</title>
-<style>
-body{font:14px/1.4 system-ui,-apple-system,Segoe UI,sans-serif;margin:24px;color:#111827;max-width:1240px}
-h1{font-size:20px;margin:0 0 4px}h2{font-size:16px;margin:24px 0 8px}.sub{color:#6b7280}
-table{border-collapse:collapse}td,th{padding:3px 10px;border-bottom:1px solid #f3f4f6;text-align:right}th:first-child{text-align:left}
-td.msg{text-align:left;max-width:760px;overflow-wrap:anywhere;font-size:12px}.charts{display:flex;flex-wrap:wrap;gap:16px}
-pre{background:#f9fafb;padding:10px;border-radius:6px;overflow:auto}
-</style></head><body>
-<h1>tandem bench · planner-live</h1>
-<div class="sub">${trace.length} requests over ${WALL_S} s (a ${DAY_S / 60}-minute day replayed at ${SPEEDUP}×) · ISL ${ISL}, OSL ${OSL} · targets TTFT ${TTFT_MS} ms, ITL ${ITL_MS} ms · planner interval ${INTERVAL_S} s · ${esc(out.date)} · load ${esc(out.machine.loadavg)}${QUICK ? ' · quick' : ''}</div>
-<h2>Runs</h2>
-<table><tr><th>run</th><th>attain</th><th>TTFT ok</th><th>ITL ok</th><th>worker-s</th><th>vs peak</th><th>mean</th><th>max</th><th>actions</th><th>TTFT p50 / p99 ms</th><th>ITL p50 / p99 ms</th><th>requests</th><th>failed</th></tr>${tableRows}</table>
-<h2>Over time</h2>
-<div class="charts">${charts.join('\n')}</div>
-<h2>Planner decisions (scale actions)</h2>
-<table><tr><th>run</th><th>s</th><th>action</th><th>replicas</th><th>rule</th><th>reason</th></tr>${decisionRows}</table>
-<h2>Setup</h2>
-<pre>${esc(JSON.stringify(out.setup, null, 2))}</pre>
-</body></html>
-`;
-}
