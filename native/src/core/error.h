@@ -7,7 +7,7 @@
 
 namespace tandem {
 
-enum class ErrorCode { kConfigInvalid, kNotFound, kInvalidArgument, kResourceExhausted, kInternal };
+enum class ErrorCode { kConfigInvalid, kNotFound, kInvalidArgument, kResourceExhausted, kUnavailable, kInternal };
 
 inline const char* error_code_name(ErrorCode code) {
   switch (code) {
@@ -15,6 +15,7 @@ inline const char* error_code_name(ErrorCode code) {
     case ErrorCode::kNotFound: return "not_found";
     case ErrorCode::kInvalidArgument: return "invalid_argument";
     case ErrorCode::kResourceExhausted: return "resource_exhausted";
+    case ErrorCode::kUnavailable: return "unavailable";
     case ErrorCode::kInternal: return "internal";
   }
   return "internal";

@@ -1,0 +1,215 @@
+// Paged causal attention over the block-major KV pool, one tiled body for both phases:
+//   prefill: a block takes a tile of one sequence's new tokens (PrefillItem) times the query
+//            heads of one KV head, and attends over [0, position] of each token through the
+//            sequence's block table, so prefix hits and earlier chunks are read in place;
+//   decode:  a block takes one sequence's single new token, one KV head and one of num_splits
+//            ranges of its KV length (flash-decoding); merge_kernel combines the ranges.
+// Per chunk of 32 keys: K and V are gathered through the block table into shared memory
+// (16-byte loads, bf16 -> f32), each warp scores its query rows (lane j = key j), updates the
+// online softmax (running max m, sum l) and leaves exp(s - m) in S; then every thread
+// accumulates its share of O = diag(corr) O + S V. f32 throughout; output bf16.
+// Shared memory (floats): Q[R][d] pre-scaled, O[R][d], K[32][d+1] (padded: lanes read rows),
+// V[32][d], S[R][32], m[R], l[R], corr[R]; R = rows of the block (attention_max_rows).
+#pragma once
+
+#include "../kernel_api.h"
+#include "bf16_vec.cuh"
+#include "launch.h"
+#include "reduce.cuh"
+
+namespace tandem::gpu::TD_NS {
+
+inline constexpr unsigned kAttentionThreads = 128;
+
+struct AttentionTile {
+  int32_t token_row;   // activation row of the tile's first query token
+  int32_t first_pos;   // position of that token
+  int32_t num_tokens;  // query tokens in the tile
+  int32_t key_begin;   // keys [key_begin, key_end) of this block
+  int32_t key_end;
+  int32_t table_offset;
+};
+
+template <bool kSplit>
+TD_DEVICE void attention_tile(const AttentionArgs& a, const AttentionTile& tile, int kv_head, int split_index) {
+  TD_DYNAMIC_SHARED(float, smem);
+  const int d = a.geo.head_dim;
+  const int group = a.num_heads / a.geo.num_kv_heads;
+  const int rows = group * tile.num_tokens;
+  const int C = kAttentionChunk;
+  float* Q = smem;
+  float* O = Q + rows * d;
+  float* K = O + rows * d;
+  float* V = K + C * (d + 1);
+  float* S = V + C * d;
+  float* m = S + rows * C;
+  float* l = m + rows;
+  float* corr = l + rows;
+  const unsigned tid = threadIdx.x, lane = td::lane_id();
+  const int warps = static_cast<int>(blockDim.x / 32);
+
+  // Row r: token r / group of the tile, query head kv_head * group + r % group.
+  for (int e = static_cast<int>(tid); e < rows * d; e += static_cast<int>(blockDim.x)) {
+    const int r = e / d, k = e % d;
+    const int64_t row = tile.token_row + r / group;
+    const int head = kv_head * group + r % group;
+    Q[e] = a.q[row * a.q_stride + static_cast<int64_t>(head) * d + k] * a.scale;
+    O[e] = 0.0f;
+  }
+  for (int r = static_cast<int>(tid); r < rows; r += static_cast<int>(blockDim.x)) {
+    m[r] = -INFINITY;
+    l[r] = 0.0f;
+  }
+  const int32_t* table = a.block_tables + tile.table_offset;
+  const int64_t layer_off = static_cast<int64_t>(a.layer) * a.geo.layer_stride + static_cast<int64_t>(kv_head) * d;
+  const int vecs = d / 8;
+  td::sync_threads();
+
+  for (int base = tile.key_begin; base < tile.key_end; base += C) {
+    for (int e = static_cast<int>(tid); e < C * vecs; e += static_cast<int>(blockDim.x)) {
+      const int j = e / vecs, c8 = (e % vecs) * 8;
+      const int pos = base + j;
+      float kv[8], vv[8];
+      if (pos < tile.key_end) {
+        const int64_t blk = table[pos / a.geo.block_size];
+        const td::bf16_bits* src =
+            a.pool + blk * a.geo.block_stride + layer_off + static_cast<int64_t>(pos % a.geo.block_size) * a.geo.token_stride + c8;
+        unpack8(*reinterpret_cast<const td::vec16*>(src), kv);
+        unpack8(*reinterpret_cast<const td::vec16*>(src + a.geo.kv_stride), vv);
+      } else {
+        for (int x = 0; x < 8; ++x) kv[x] = vv[x] = 0.0f;
+      }
+      for (int x = 0; x < 8; ++x) {
+        K[j * (d + 1) + c8 + x] = kv[x];
+        V[j * d + c8 + x] = vv[x];
+      }
+    }
+    td::sync_threads();
+    for (int r = static_cast<int>(tid / 32); r < rows; r += warps) {
+      const int pos = base + static_cast<int>(lane);
+      const int row_pos = tile.first_pos + r / group;
+      float s = -INFINITY;
+      if (pos < tile.key_end && pos <= row_pos) {
+        const float* q = Q + r * d;
+        const float* k = K + lane * (d + 1);
+        float acc = 0.0f;
+        for (int x = 0; x < d; ++x) acc += q[x] * k[x];
+        s = acc;
+      }
+      const float m_old = m[r];
+      const float m_new = fmaxf(m_old, warp_max(s));
+      // Rows with no visible key yet keep m = -inf: their p and correction are 0 and 1.
+      const float p = m_new == -INFINITY ? 0.0f : expf(s - m_new);
+      const float c = m_new == -INFINITY ? 1.0f : expf(m_old - m_new);
+      const float sum = warp_sum(p);
+      S[r * C + static_cast<int>(lane)] = p;
+      if (lane == 0) {
+        m[r] = m_new;
+        l[r] = l[r] * c + sum;
+        corr[r] = c;
+      }
+    }
+    td::sync_threads();
+    for (int e = static_cast<int>(tid); e < rows * d; e += static_cast<int>(blockDim.x)) {
+      const int r = e / d, k = e % d;
+      const float* p = S + r * C;
+      float acc = O[e] * corr[r];
+      for (int j = 0; j < C; ++j) acc += p[j] * V[j * d + k];
+      O[e] = acc;
+    }
+    td::sync_threads();
+  }
+
+  if constexpr (kSplit) {
+    // Unnormalised partial of (sequence, split, head): m, l, O.
+    const int64_t per_head = attention_partial_floats(d);
+    for (int e = static_cast<int>(tid); e < rows * (d + 2); e += static_cast<int>(blockDim.x)) {
+      const int r = e / (d + 2), k = e % (d + 2);
+      const int head = kv_head * group + r;
+      float* dst = a.partial + ((static_cast<int64_t>(blockIdx.x) * a.num_splits + split_index) * a.num_heads + head) * per_head;
+      dst[k] = k == 0 ? m[r] : k == 1 ? l[r] : O[r * d + k - 2];
+    }
+  } else {
+    for (int e = static_cast<int>(tid); e < rows * d; e += static_cast<int>(blockDim.x)) {
+      const int r = e / d, k = e % d;
+      const int64_t row = tile.token_row + r / group;
+      const int head = kv_head * group + r % group;
+      a.out[row * a.out_stride + static_cast<int64_t>(head) * d + k] = td::float_to_bf16(O[e] / l[r]);
+    }
+  }
+}
+
+// grid (num_prefill_items, num_kv_heads)
+TD_GLOBAL void TD_LAUNCH_BOUNDS(kAttentionThreads) attention_prefill_kernel(AttentionArgs a) {
+  const PrefillItem item = a.prefill_items[blockIdx.x];
+  const SeqDesc seq = a.seqs[item.seq];
+  AttentionTile tile;
+  tile.token_row = seq.token_offset + item.first;
+  tile.first_pos = seq.start_pos + item.first;
+  tile.num_tokens = item.count;
+  tile.key_begin = 0;
+  tile.key_end = tile.first_pos + item.count;
+  tile.table_offset = seq.table_offset;
+  attention_tile<false>(a, tile, static_cast<int>(blockIdx.y), 0);
+}
+
+// grid (num_decode, num_kv_heads, num_splits): split z covers an equal share of the KV length,
+// rounded up to whole chunks; splits past the end leave an empty partial (m = -inf, l = 0).
+TD_GLOBAL void TD_LAUNCH_BOUNDS(kAttentionThreads) attention_decode_kernel(AttentionArgs a) {
+  const SeqDesc seq = a.seqs[a.decode_seqs[blockIdx.x]];
+  const int kv_len = seq.start_pos + 1;
+  const int per_split = (kv_len + a.num_splits - 1) / a.num_splits;
+  const int chunked = (per_split + kAttentionChunk - 1) / kAttentionChunk * kAttentionChunk;
+  AttentionTile tile;
+  tile.token_row = seq.token_offset;
+  tile.first_pos = seq.start_pos;
+  tile.num_tokens = 1;
+  tile.key_begin = td::imin(kv_len, static_cast<int>(blockIdx.z) * chunked);
+  tile.key_end = td::imin(kv_len, tile.key_begin + chunked);
+  tile.table_offset = seq.table_offset;
+  attention_tile<true>(a, tile, static_cast<int>(blockIdx.y), static_cast<int>(blockIdx.z));
+}
+
+// grid (num_decode, num_heads): out = sum_s exp(m_s - M) O_s / sum_s exp(m_s - M) l_s.
+TD_GLOBAL void attention_merge_kernel(AttentionArgs a) {
+  const SeqDesc seq = a.seqs[a.decode_seqs[blockIdx.x]];
+  const int d = a.geo.head_dim, head = static_cast<int>(blockIdx.y);
+  const int64_t per_head = attention_partial_floats(d);
+  const float* base = a.partial + (static_cast<int64_t>(blockIdx.x) * a.num_splits * a.num_heads + head) * per_head;
+  const int64_t split_stride = static_cast<int64_t>(a.num_heads) * per_head;
+  float mx = -INFINITY;
+  for (int s = 0; s < a.num_splits; ++s) mx = fmaxf(mx, base[s * split_stride]);
+  float total = 0.0f;
+  for (int s = 0; s < a.num_splits; ++s) {
+    const float* p = base + s * split_stride;
+    if (p[1] > 0.0f) total += p[1] * expf(p[0] - mx);
+  }
+  td::bf16_bits* out = a.out + static_cast<int64_t>(seq.token_offset) * a.out_stride + static_cast<int64_t>(head) * d;
+  for (int k = static_cast<int>(threadIdx.x); k < d; k += static_cast<int>(blockDim.x)) {
+    float acc = 0.0f;
+    for (int s = 0; s < a.num_splits; ++s) {
+      const float* p = base + s * split_stride;
+      if (p[1] > 0.0f) acc += p[2 + k] * expf(p[0] - mx);
+    }
+    out[k] = td::float_to_bf16(acc / total);
+  }
+}
+
+inline void launch_attention(const AttentionArgs& a, void* stream) {
+  const int group = a.num_heads / a.geo.num_kv_heads;
+  if (a.num_prefill_items > 0) {
+    const int rows = attention_max_rows(a.geo.head_dim);
+    const size_t bytes = static_cast<size_t>(attention_shared_floats(rows, a.geo.head_dim)) * sizeof(float);
+    td::launch(attention_prefill_kernel, {static_cast<unsigned>(a.num_prefill_items), static_cast<unsigned>(a.geo.num_kv_heads)},
+               kAttentionThreads, bytes, stream, a);
+  }
+  if (a.num_decode > 0) {
+    const size_t bytes = static_cast<size_t>(attention_shared_floats(group, a.geo.head_dim)) * sizeof(float);
+    td::launch(attention_decode_kernel,
+               {static_cast<unsigned>(a.num_decode), static_cast<unsigned>(a.geo.num_kv_heads), static_cast<unsigned>(a.num_splits)},
+               kAttentionThreads, bytes, stream, a);
+    td::launch(attention_merge_kernel, {static_cast<unsigned>(a.num_decode), static_cast<unsigned>(a.num_heads)}, 128, 0, stream, a);
+  }
+}
+
+}  // namespace tandem::gpu::TD_NS

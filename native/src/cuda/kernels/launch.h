@@ -1,0 +1,77 @@
+// td::launch(kernel, grid, block, shared_bytes, stream, args...): one call shape for both
+// targets. CUDA: cudaLaunchKernel with the arguments converted to the kernel's exact
+// parameter types (raising the dynamic shared-memory limit once per kernel when a launch
+// needs more than 48 KB). SIMT: the harness runs the kernel once per emulated thread.
+#pragma once
+
+#include <algorithm>
+#include <tuple>
+#include <utility>
+
+#include "../kernel_lang.h"
+
+#if TD_CUDA
+#include <mutex>
+#include <string>
+#include <unordered_map>
+
+#include "../../core/error.h"
+#endif
+
+namespace tandem::gpu::td {
+
+struct Grid {
+  unsigned x = 1, y = 1, z = 1;
+};
+
+#if TD_CUDA
+
+inline void raise_shared_limit(const void* kernel, size_t bytes) {
+  static std::mutex mu;
+  static std::unordered_map<const void*, size_t> raised;
+  std::lock_guard<std::mutex> lock(mu);
+  size_t& have = raised[kernel];
+  if (bytes <= have) return;
+  const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes));
+  if (e != cudaSuccess) {
+    throw NativeError(ErrorCode::kInternal, std::string("cuda: a kernel needs ") + std::to_string(bytes) +
+                                                " bytes of shared memory: " + cudaGetErrorString(e));
+  }
+  have = bytes;
+}
+
+template <typename... P, typename... A>
+void launch(void (*kernel)(P...), Grid grid, unsigned block, size_t shared_bytes, void* stream, A&&... args) {
+  static_assert(sizeof...(P) == sizeof...(A), "argument count");
+  if (grid.x == 0 || grid.y == 0 || grid.z == 0) return;
+  if (shared_bytes > 48 * 1024) raise_shared_limit(reinterpret_cast<const void*>(kernel), shared_bytes);
+  std::tuple<std::decay_t<P>...> values(static_cast<std::decay_t<P>>(std::forward<A>(args))...);
+  std::apply(
+      [&](auto&... v) {
+        void* ptrs[] = {static_cast<void*>(&v)...};
+        const cudaError_t e = cudaLaunchKernel(reinterpret_cast<const void*>(kernel), dim3(grid.x, grid.y, grid.z),
+                                               dim3(block), ptrs, shared_bytes, static_cast<cudaStream_t>(stream));
+        if (e != cudaSuccess) {
+          throw NativeError(ErrorCode::kInternal, std::string("cuda: kernel launch failed (") + cudaGetErrorName(e) +
+                                                      ": " + cudaGetErrorString(e) + ")");
+        }
+      },
+      values);
+}
+
+#else
+
+template <typename... P, typename... A>
+void launch(void (*kernel)(P...), Grid grid, unsigned block, size_t shared_bytes, void* /*stream*/, A&&... args) {
+  static_assert(sizeof...(P) == sizeof...(A), "argument count");
+  if (grid.x == 0 || grid.y == 0 || grid.z == 0) return;
+  std::tuple<std::decay_t<P>...> values(static_cast<std::decay_t<P>>(std::forward<A>(args))...);
+  ::tandem::simt::launch(::tandem::simt::Dim3(grid.x, grid.y, grid.z), ::tandem::simt::Dim3(block), shared_bytes,
+                         [kernel, values]() { std::apply(kernel, values); });
+}
+
+#endif
+
+inline unsigned ceil_div(long long a, long long b) { return static_cast<unsigned>((a + b - 1) / b); }
+
+}  // namespace tandem::gpu::td

@@ -1,0 +1,25 @@
+// Stands in for cuda_device.cc in a build without nvcc: the backend is reported unavailable
+// with the reason, and `--device cuda` fails with it.
+#include "../core/error.h"
+#include "device.h"
+
+namespace tandem::gpu {
+
+namespace {
+const char* kReason = "this build has no CUDA backend (nvcc was not found when the native addon was built; "
+                      "install the CUDA toolkit and run `npm run build:native`)";
+}
+
+bool cuda_built() { return false; }
+
+CudaStatus cuda_status() {
+  CudaStatus s;
+  s.reason = kReason;
+  return s;
+}
+
+std::unique_ptr<Device> make_cuda_device(int ordinal) {
+  throw NativeError(ErrorCode::kUnavailable, "device 'cuda:" + std::to_string(ordinal) + "': " + kReason);
+}
+
+}  // namespace tandem::gpu

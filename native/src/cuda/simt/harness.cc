@@ -1,0 +1,215 @@
+#include "harness.h"
+
+#include <memory>
+#include <stdexcept>
+
+namespace tandem::simt {
+
+struct Block {
+  std::vector<ThreadCtx> threads;
+  std::vector<unsigned char> shared;   // fixed capacity: pointers handed out never move
+  std::vector<unsigned char> dynamic;
+  std::vector<unsigned char> slots;    // [warp][parity][lane][kSlotBytes]
+  size_t static_high_water = 0;
+  Context scheduler;
+  const std::function<void()>* body = nullptr;
+  std::string error;
+};
+
+namespace {
+
+constexpr size_t kFiberStackBytes = 64 * 1024;
+// 0xFF bytes read as a NaN in any float type: an unwritten shared value poisons results.
+constexpr unsigned char kPoison = 0xFF;
+
+thread_local ThreadCtx* t_current = nullptr;
+thread_local Capture* t_capture = nullptr;
+thread_local uint64_t t_launches = 0;
+
+struct Runner {
+  Block block;
+  std::vector<std::unique_ptr<FiberStack>> stacks;
+  Runner() { block.shared.resize(kMaxStaticShared); }
+};
+
+Runner& runner() {
+  thread_local Runner r;
+  return r;
+}
+
+void fiber_entry(void* arg) {
+  auto* t = static_cast<ThreadCtx*>(arg);
+  try {
+    (*t->block->body)();
+  } catch (const std::exception& e) {
+    if (t->block->error.empty()) t->block->error = e.what();
+  } catch (...) {
+    if (t->block->error.empty()) t->block->error = "unknown exception in a kernel";
+  }
+  t->state = WaitState::kDone;
+  switch_context(t->ctx, t->block->scheduler);
+  __builtin_trap();  // a finished fiber is never resumed
+}
+
+std::string where(const Block& b) {
+  const Dim3& i = b.threads.front().block_idx;
+  return "block (" + std::to_string(i.x) + "," + std::to_string(i.y) + "," + std::to_string(i.z) + ")";
+}
+
+void run_block(Runner& r, bool first_of_launch) {
+  Block& b = r.block;
+  const size_t n = b.threads.size();
+  while (r.stacks.size() < n) r.stacks.push_back(std::make_unique<FiberStack>(kFiberStackBytes));
+  std::memset(b.shared.data(), kPoison, first_of_launch ? b.shared.size() : b.static_high_water);
+  if (!b.dynamic.empty()) std::memset(b.dynamic.data(), kPoison, b.dynamic.size());
+  for (size_t i = 0; i < n; ++i) {
+    ThreadCtx& t = b.threads[i];
+    t.state = WaitState::kRunnable;
+    t.shared_cursor = 0;
+    t.warp_ops = 0;
+    r.stacks[i]->prepare(t.ctx, &fiber_entry, &t);
+  }
+  const unsigned warps = static_cast<unsigned>((n + kWarpSize - 1) / kWarpSize);
+  for (;;) {
+    for (size_t i = 0; i < n; ++i) {
+      ThreadCtx& t = b.threads[i];
+      if (t.state != WaitState::kRunnable) continue;
+      t_current = &t;
+      switch_context(b.scheduler, t.ctx);
+      t_current = nullptr;
+      if (t.shared_cursor > b.static_high_water) b.static_high_water = t.shared_cursor;
+    }
+    if (!b.error.empty()) throw std::runtime_error("simt: " + where(b) + ": " + b.error);
+    size_t done = 0, at_block = 0, at_warp = 0;
+    for (const ThreadCtx& t : b.threads) {
+      done += t.state == WaitState::kDone;
+      at_block += t.state == WaitState::kBlockBarrier;
+      at_warp += t.state == WaitState::kWarpBarrier;
+    }
+    if (done == n) return;
+    bool released = false;
+    for (unsigned w = 0; w < warps; ++w) {
+      const size_t lo = w * kWarpSize, hi = std::min(n, lo + kWarpSize);
+      size_t waiting = 0, live = 0;
+      for (size_t i = lo; i < hi; ++i) {
+        live += b.threads[i].state != WaitState::kDone;
+        waiting += b.threads[i].state == WaitState::kWarpBarrier;
+      }
+      if (waiting == 0) continue;
+      if (waiting != hi - lo) {
+        throw std::runtime_error("simt: " + where(b) + ": warp " + std::to_string(w) + ": " + std::to_string(waiting) +
+                                 " of " + std::to_string(hi - lo) + " lanes at a warp collective (" +
+                                 std::to_string(hi - lo - live) + " exited): collectives need the full warp");
+      }
+      for (size_t i = lo; i < hi; ++i) b.threads[i].state = WaitState::kRunnable;
+      released = true;
+    }
+    if (released) continue;
+    if (at_block == n) {
+      for (ThreadCtx& t : b.threads) t.state = WaitState::kRunnable;
+      continue;
+    }
+    throw std::runtime_error("simt: " + where(b) + ": divergent __syncthreads: " + std::to_string(at_block) + " of " +
+                             std::to_string(n) + " threads at the barrier, " + std::to_string(done) + " exited, " +
+                             std::to_string(at_warp) + " at a warp collective");
+  }
+}
+
+void run_launch(Dim3 grid, Dim3 block, size_t dynamic_bytes, const std::function<void()>& body) {
+  const size_t n = static_cast<size_t>(block.x) * block.y * block.z;
+  if (n == 0 || n > 1024) throw std::runtime_error("simt: block of " + std::to_string(n) + " threads (1..1024)");
+  if (grid.x == 0 || grid.y == 0 || grid.z == 0) throw std::runtime_error("simt: empty grid");
+  if (grid.y > 65535 || grid.z > 65535) throw std::runtime_error("simt: grid.y and grid.z must be <= 65535");
+  Runner& r = runner();
+  Block& b = r.block;
+  b.body = &body;
+  b.error.clear();
+  b.threads.resize(n);
+  b.dynamic.resize(dynamic_bytes);
+  b.slots.assign(((n + kWarpSize - 1) / kWarpSize) * 2 * kWarpSize * kSlotBytes, 0);
+  b.static_high_water = 0;
+  ++t_launches;
+  for (unsigned bz = 0; bz < grid.z; ++bz) {
+    for (unsigned by = 0; by < grid.y; ++by) {
+      for (unsigned bx = 0; bx < grid.x; ++bx) {
+        size_t i = 0;
+        for (unsigned tz = 0; tz < block.z; ++tz) {
+          for (unsigned ty = 0; ty < block.y; ++ty) {
+            for (unsigned tx = 0; tx < block.x; ++tx, ++i) {
+              ThreadCtx& t = b.threads[i];
+              t.thread_idx = Dim3(tx, ty, tz);
+              t.block_idx = Dim3(bx, by, bz);
+              t.block_dim = block;
+              t.grid_dim = grid;
+              t.linear = static_cast<unsigned>(i);
+              t.lane = static_cast<unsigned>(i % kWarpSize);
+              t.warp = static_cast<unsigned>(i / kWarpSize);
+              t.block = &b;
+            }
+          }
+        }
+        run_block(r, bx == 0 && by == 0 && bz == 0);
+        if (b.static_high_water + dynamic_bytes > kMaxShared) {
+          throw std::runtime_error("simt: " + std::to_string(b.static_high_water + dynamic_bytes) +
+                                   " bytes of shared memory per block (sm_80 allows " + std::to_string(kMaxShared) + ")");
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+
+ThreadCtx& current() { return *t_current; }
+
+void launch(Dim3 grid, Dim3 block, size_t dynamic_shared_bytes, std::function<void()> body) {
+  if (t_capture != nullptr) {
+    t_capture->ops.push_back([grid, block, dynamic_shared_bytes, body = std::move(body)] {
+      run_launch(grid, block, dynamic_shared_bytes, body);
+    });
+    return;
+  }
+  run_launch(grid, block, dynamic_shared_bytes, body);
+}
+
+void sync_threads() {
+  ThreadCtx& t = current();
+  t.state = WaitState::kBlockBarrier;
+  switch_context(t.ctx, t.block->scheduler);
+}
+
+void sync_warp() {
+  ThreadCtx& t = current();
+  t.state = WaitState::kWarpBarrier;
+  switch_context(t.ctx, t.block->scheduler);
+}
+
+void* shared_alloc(size_t bytes, size_t align) {
+  ThreadCtx& t = current();
+  size_t at = (t.shared_cursor + align - 1) / align * align;
+  if (at + bytes > kMaxStaticShared) {
+    throw std::runtime_error("simt: static shared memory over " + std::to_string(kMaxStaticShared) + " bytes");
+  }
+  t.shared_cursor = at + bytes;
+  return t.block->shared.data() + at;
+}
+
+void* dynamic_shared() { return current().block->dynamic.data(); }
+
+unsigned char* WarpOp::begin() {
+  ThreadCtx& t = current();
+  block_ = t.block;
+  warp_ = t.warp;
+  parity_ = t.warp_ops++ & 1u;
+  return block_->slots.data() + ((static_cast<size_t>(warp_) * 2 + parity_) * kWarpSize + t.lane) * kSlotBytes;
+}
+
+const unsigned char* WarpOp::slot(unsigned lane) const {
+  return block_->slots.data() + ((static_cast<size_t>(warp_) * 2 + parity_) * kWarpSize + lane) * kSlotBytes;
+}
+
+void set_capture(Capture* capture) { t_capture = capture; }
+Capture* active_capture() { return t_capture; }
+uint64_t launch_count() { return t_launches; }
+
+}  // namespace tandem::simt

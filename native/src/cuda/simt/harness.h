@@ -1,0 +1,110 @@
+// The SIMT harness: runs CUDA-style kernels on host threads so their logic is tested without a
+// GPU. A launch runs each block of the grid in turn; every thread of a block is a fiber
+// (fiber.h), and control passes between fibers only at barriers, so a kernel sees the
+// semantics it relies on:
+//   - __syncthreads: every thread of the block arrives before any continues (a thread that
+//     exits while others wait is reported as a divergent barrier, not ignored);
+//   - shared memory: one arena per block, filled with a NaN pattern before each block so a
+//     read of something no thread wrote shows up in the results;
+//   - warp collectives (shuffles, ldmatrix, mma): each lane deposits its operands, the warp
+//     meets at a warp barrier, and each lane computes its result from every lane's operands.
+// Blocks run one after another on the calling thread; a kernel must not depend on blocks
+// running concurrently (none of ours do). Launches can be recorded instead of run (capture),
+// which is how the SIMT device emulates CUDA graphs: arguments are fixed at capture time.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "fiber.h"
+
+namespace tandem::simt {
+
+struct Dim3 {
+  unsigned x = 1, y = 1, z = 1;
+  constexpr Dim3() = default;
+  constexpr Dim3(unsigned x_, unsigned y_ = 1, unsigned z_ = 1) : x(x_), y(y_), z(z_) {}
+};
+
+inline constexpr unsigned kWarpSize = 32;
+inline constexpr size_t kSlotBytes = 32;                 // operands one lane deposits per collective
+inline constexpr size_t kMaxStaticShared = 48 * 1024;    // CUDA's static limit
+inline constexpr size_t kMaxShared = 163 * 1024;         // sm_80's opt-in limit, the smallest we build for
+
+enum class WaitState : uint8_t { kRunnable, kBlockBarrier, kWarpBarrier, kDone };
+
+struct Block;
+
+/** One emulated CUDA thread. */
+struct ThreadCtx {
+  Dim3 thread_idx, block_idx, block_dim, grid_dim;
+  unsigned linear = 0, lane = 0, warp = 0;
+  size_t shared_cursor = 0;
+  unsigned warp_ops = 0;  // collectives done so far: selects the double-buffered slot
+  WaitState state = WaitState::kRunnable;
+  Block* block = nullptr;
+  Context ctx;
+};
+
+/** The thread whose fiber is running; valid only inside a kernel launched by launch(). */
+ThreadCtx& current();
+
+/** Runs body once per thread of every block (blockIdx/threadIdx through current()). */
+void launch(Dim3 grid, Dim3 block, size_t dynamic_shared_bytes, std::function<void()> body);
+
+void sync_threads();
+void sync_warp();
+
+/** The next `bytes` of the block's static shared arena (every thread gets the same address). */
+void* shared_alloc(size_t bytes, size_t align);
+/** The block's dynamic shared memory (launch's dynamic_shared_bytes). */
+void* dynamic_shared();
+
+/**
+ * A warp collective: this lane deposits `mine`; once the whole warp has, get(lane) reads any
+ * lane's deposit. Slots are double-buffered, so one barrier per collective suffices: a lane
+ * cannot reach the collective after next (which reuses this slot) before every lane has
+ * passed the next one's barrier, by which time all reads of this one are done.
+ */
+class WarpOp {
+ public:
+  template <typename T>
+  explicit WarpOp(const T& mine) {
+    static_assert(sizeof(T) <= kSlotBytes, "warp collective operand too large");
+    std::memcpy(begin(), &mine, sizeof(T));
+    sync_warp();
+  }
+  template <typename T>
+  T get(unsigned lane) const {
+    T out;
+    std::memcpy(&out, slot(lane), sizeof(T));
+    return out;
+  }
+
+ private:
+  unsigned char* begin();
+  const unsigned char* slot(unsigned lane) const;
+  Block* block_ = nullptr;
+  unsigned warp_ = 0;
+  unsigned parity_ = 0;
+};
+
+/** Records launches (and the SIMT device's copies) instead of running them: a CUDA graph. */
+struct Capture {
+  std::vector<std::function<void()>> ops;
+  void replay() const {
+    for (const auto& op : ops) op();
+  }
+};
+/** While set, launch() appends to it instead of running. One per host thread. */
+void set_capture(Capture* capture);
+Capture* active_capture();
+
+/** Launches run so far on this host thread (tests use it to see that a graph replayed). */
+uint64_t launch_count();
+
+}  // namespace tandem::simt

@@ -1,0 +1,161 @@
+// Paged attention of the GPU backend against the CPU backend's cpu::PagedAttention, on a bf16
+// pool whose values the CPU reads exactly (as f32). One ragged batch per layout mixes what the
+// kernels special-case:
+//  - prefill from position 0 longer than one tile, a prefix hit (start_pos > 0) ending
+//    mid-block, a one-token prefill of a fresh sequence (start 0: decode path, kv length 1),
+//    decodes at short and long context (several key chunks, several splits);
+//  - block tables shuffled over a pool with unused blocks between them (holes);
+//  - head_dim 8..256, GQA groups 1, 2, 4, 7, 8, block sizes 1, 4, 16;
+//  - decode split counts 1, 2, 3 and 7 all agree (splits must not change the result).
+// Output rows of heads and tokens outside the batch keep their NaN poison.
+#pragma once
+
+#include <algorithm>
+#include <numeric>
+
+#include "../../src/core/kv_layout.h"
+#include "../../src/core/thread_pool.h"
+#include "../../src/cpu/kernels.h"
+#include "../../src/cuda/step_plan.h"
+#include "gpu_test_util.h"
+
+namespace tandem_test::gpu {
+
+struct GpuAttnCase {
+  int head_dim, heads, kv_heads, block_size;
+};
+
+struct GpuAttnSeq {
+  int32_t start_pos, num_tokens;
+};
+
+inline void check_attention_case(Gpu& g, const GpuAttnCase& c, uint32_t seed) {
+  std::mt19937 rng(seed);
+  const std::vector<GpuAttnSeq> specs = {{0, 23}, {300, 1}, {37, 13}, {0, 1}, {5, 1}, {64, 2}, {130, 1}};
+  tandem::KvLayout L;
+  L.block_size = c.block_size;
+  L.num_layers = 2;
+  L.num_kv_heads = c.kv_heads;
+  L.head_dim = c.head_dim;
+  L.elem_bytes = 2;
+  int64_t blocks_needed = 0;
+  for (const auto& s : specs) blocks_needed += (s.start_pos + s.num_tokens + c.block_size - 1) / c.block_size;
+  L.num_blocks = blocks_needed * 2 + 3;  // unused blocks between the tables: holes
+  std::vector<int32_t> ids(static_cast<size_t>(L.num_blocks));
+  std::iota(ids.begin(), ids.end(), 0);
+  std::shuffle(ids.begin(), ids.end(), rng);
+
+  tandem::ForwardBatch batch;
+  std::vector<std::vector<int32_t>> tables;
+  int32_t tokens = 0;
+  size_t next_id = 0;
+  for (const auto& s : specs) {
+    const int32_t n = (s.start_pos + s.num_tokens + c.block_size - 1) / c.block_size;
+    std::vector<int32_t> t;
+    for (int32_t b = 0; b < n; ++b) {
+      t.push_back(ids[next_id]);
+      next_id += 2;  // skip one: a hole
+    }
+    tables.push_back(t);
+    tokens += s.num_tokens;
+  }
+  std::vector<int32_t> token_ids(static_cast<size_t>(tokens), 1);
+  batch.tokens = token_ids.data();
+  batch.num_tokens = tokens;
+  int32_t off = 0;
+  for (size_t i = 0; i < specs.size(); ++i) {
+    tandem::ForwardSeq f;
+    f.token_offset = off;
+    f.num_tokens = specs[i].num_tokens;
+    f.start_pos = specs[i].start_pos;
+    f.block_table = tables[i].data();
+    f.num_blocks = static_cast<int32_t>(tables[i].size());
+    f.want_logits = true;
+    batch.seqs.push_back(f);
+    off += specs[i].num_tokens;
+  }
+
+  const int layer = 1;
+  const int64_t d = c.head_dim;
+  const int64_t q_stride = c.heads * d + 16, out_stride = c.heads * d + 8;
+  auto pool = random_bf16_floats(rng, static_cast<size_t>(L.num_blocks * L.block_stride()));
+  auto q = random_floats(rng, static_cast<size_t>(tokens * q_stride));
+  const float scale = 1.0f / std::sqrt(static_cast<float>(d));
+
+  // CPU reference: the CPU backend's kernel on the same values in an f32 pool.
+  tandem::KvLayout Lf = L;
+  Lf.elem_bytes = 4;
+  std::vector<float> want(static_cast<size_t>(tokens * out_stride), NAN);
+  tandem::ThreadPool pool_threads(2);
+  tandem::cpu::AttentionLayer a;
+  a.q = q.data();
+  a.q_stride = q_stride;
+  a.out = want.data();
+  a.out_stride = out_stride;
+  a.kv_pool = pool.data();
+  a.layer = layer;
+  a.num_heads = c.heads;
+  a.scale = scale;
+  tandem::cpu::PagedAttention cpu_attention;
+  cpu_attention.run(pool_threads, batch, Lf, a);
+
+  DeviceArray<bf16_bits> d_pool(*g.device, to_bf16(pool));
+  DeviceArray<float> d_q(*g.device, q);
+  DeviceArray<bf16_bits> d_out(*g.device, static_cast<size_t>(tokens * out_stride));
+  const int group = c.heads / c.kv_heads;
+  for (int splits : {1, 2, 3, 7}) {
+    tandem::gpu::PlanOptions o;
+    o.block_size = c.block_size;
+    o.tile_tokens = tandem::gpu::attention_tile_tokens(group, c.head_dim);
+    o.num_kv_heads = c.kv_heads;
+    o.force_splits = splits;
+    tandem::gpu::StepPlan plan;
+    tandem::gpu::plan_step(batch, o, plan);
+    DeviceArray<int32_t> d_img(*g.device, plan.image);
+    DeviceArray<float> d_partial(*g.device, static_cast<size_t>(std::max(1, plan.num_decode) * splits * c.heads *
+                                                                 tandem::gpu::attention_partial_floats(c.head_dim)));
+    d_out.poison();
+    tandem::gpu::AttentionArgs args;
+    args.q = d_q.get();
+    args.q_stride = q_stride;
+    args.out = d_out.get();
+    args.out_stride = out_stride;
+    args.pool = d_pool.get();
+    args.layer = layer;
+    args.geo = {L.block_stride(), L.layer_stride(), L.kv_stride(), L.token_stride(), static_cast<int32_t>(L.block_size),
+                c.kv_heads, c.head_dim};
+    args.num_heads = c.heads;
+    args.scale = scale;
+    const int32_t* img = d_img.get();
+    args.seqs = reinterpret_cast<const tandem::gpu::SeqDesc*>(img + plan.layout.seqs);
+    args.block_tables = img + plan.layout.block_tables;
+    args.prefill_items = reinterpret_cast<const tandem::gpu::PrefillItem*>(img + plan.layout.prefill_items);
+    args.num_prefill_items = plan.num_prefill_items;
+    args.decode_seqs = img + plan.layout.decode_seqs;
+    args.num_decode = plan.num_decode;
+    args.num_splits = plan.num_splits;
+    args.partial = d_partial.get();
+    g.kernels->attention(args, g.stream());
+    auto got = from_bf16(d_out.download());
+    double worst = 0;
+    int poison_lost = 0;
+    for (int32_t t = 0; t < tokens; ++t) {
+      worst = std::max(worst, max_rel_error(got.data() + t * out_stride, want.data() + t * out_stride, static_cast<size_t>(c.heads * d)));
+      for (int64_t e = c.heads * d; e < out_stride; ++e) poison_lost += !std::isnan(got[static_cast<size_t>(t * out_stride + e)]);
+    }
+    CHECK(worst <= kBf16Tolerance, "attention d=%d heads=%d/%d block=%d splits=%d: max relative error %g", c.head_dim, c.heads,
+          c.kv_heads, c.block_size, splits, worst);
+    CHECK(poison_lost == 0, "attention d=%d: %d elements written between heads' rows", c.head_dim, poison_lost);
+  }
+}
+
+inline void test_attention(Gpu& g) {
+  const std::vector<GpuAttnCase> cases = {
+      {8, 4, 2, 4}, {16, 7, 1, 1}, {64, 14, 2, 16}, {128, 4, 1, 16}, {80, 8, 8, 4}, {256, 8, 2, 16}, {128, 32, 4, 16}, {40, 2, 2, 4},
+  };
+  uint32_t seed = 900;
+  for (const auto& c : cases) check_attention_case(g, c, seed++);
+  std::printf("gpu attention: %zu layouts x 7 sequences x 4 split counts checked on %s\n", cases.size(), g.name.c_str());
+}
+
+}  // namespace tandem_test::gpu

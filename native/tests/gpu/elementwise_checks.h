@@ -1,0 +1,194 @@
+// Element-wise kernels of the GPU backend against the CPU backend's kernels (cpu/kernels.h):
+// embedding, RMSNorm (row map and strides), the attention prologue (biases, Qwen3 q/k norms,
+// RoPE with llama3-scaled frequencies, K/V into the paged pool, a padded token with slot -1
+// that must write nothing) and SwiGLU. Inputs are bf16-exact, so the only differences are
+// the device's own roundings: outputs stored as bf16 are compared within one bf16 step.
+#pragma once
+
+#include <algorithm>
+
+#include "../../src/core/kv_layout.h"
+#include "../../src/cpu/kernels.h"
+#include "gpu_test_util.h"
+
+namespace tandem_test::gpu {
+
+inline void check_embed_and_rmsnorm(Gpu& g) {
+  std::mt19937 rng(101);
+  const int vocab = 37, hidden = 72, tokens = 9;
+  auto table = random_bf16_floats(rng, static_cast<size_t>(vocab) * hidden);
+  std::vector<int32_t> ids = {5, 0, 36, 5, 17, 2, 2, 30, 11};
+  DeviceArray<bf16_bits> d_table(*g.device, to_bf16(table));
+  DeviceArray<int32_t> d_ids(*g.device, ids);
+  DeviceArray<float> d_x(*g.device, static_cast<size_t>(tokens) * hidden);
+  d_x.poison();
+  tandem::gpu::EmbedArgs e;
+  e.tokens = d_ids.get();
+  e.num_tokens = tokens;
+  e.table = d_table.get();
+  e.hidden = hidden;
+  e.x = d_x.get();
+  g.kernels->embed(e, g.stream());
+  auto x = d_x.download();
+  bool exact = true;
+  for (int t = 0; t < tokens; ++t) {
+    for (int j = 0; j < hidden; ++j) exact &= x[static_cast<size_t>(t * hidden + j)] == table[static_cast<size_t>(ids[t] * hidden + j)];
+  }
+  CHECK(exact, "embed: rows differ from the table");
+
+  // RMSNorm of rows {8, 1, 4} of a strided activation, into a strided bf16 output.
+  const int64_t x_stride = hidden + 5, out_stride = hidden + 3;
+  auto act = random_floats(rng, static_cast<size_t>(tokens * x_stride), 3.0f);
+  auto weight = random_floats(rng, hidden, 0.2f);
+  for (float& w : weight) w += 1.0f;
+  std::vector<int32_t> rows = {8, 1, 4};
+  DeviceArray<float> d_act(*g.device, act);
+  DeviceArray<float> d_w(*g.device, weight);
+  DeviceArray<int32_t> d_rows(*g.device, rows);
+  DeviceArray<bf16_bits> d_out(*g.device, rows.size() * out_stride);
+  d_out.poison();
+  tandem::gpu::RmsNormArgs r;
+  r.x = d_act.get();
+  r.x_stride = x_stride;
+  r.rows = d_rows.get();
+  r.num_rows = 3;
+  r.weight = d_w.get();
+  r.hidden = hidden;
+  r.eps = 1e-5f;
+  r.out = d_out.get();
+  r.out_stride = out_stride;
+  g.kernels->rmsnorm(r, g.stream());
+  auto out = from_bf16(d_out.download());
+  double worst = 0;
+  for (size_t i = 0; i < rows.size(); ++i) {
+    std::vector<float> want(hidden);
+    tandem::cpu::rmsnorm(act.data() + rows[i] * x_stride, weight.data(), hidden, 1e-5f, want.data());
+    worst = std::max(worst, max_rel_error(out.data() + i * out_stride, want.data(), hidden));
+  }
+  CHECK(worst <= kBf16Tolerance, "rmsnorm: max relative error %g", worst);
+}
+
+inline void check_qkv_rope(Gpu& g, bool qwen3, bool bias, bool llama3_rope) {
+  std::mt19937 rng(qwen3 * 4 + bias * 2 + llama3_rope + 7);
+  const int heads = 6, kv_heads = 2, d = 80, half = d / 2, tokens = 5;
+  const int q_dim = heads * d, kv_dim = kv_heads * d, width = q_dim + 2 * kv_dim;
+  const int64_t stride = width + 8;
+  tandem::KvLayout L;
+  L.num_blocks = 6;
+  L.block_size = 4;
+  L.num_layers = 3;
+  L.num_kv_heads = kv_heads;
+  L.head_dim = d;
+  L.elem_bytes = 2;
+  const int layer = 1;
+  auto qkv = random_floats(rng, static_cast<size_t>(tokens * stride));
+  auto b = random_floats(rng, static_cast<size_t>(width), 0.5f);
+  auto qn = random_floats(rng, d, 0.1f), kn = random_floats(rng, d, 0.1f);
+  for (float& w : qn) w += 1.0f;
+  for (float& w : kn) w += 1.0f;
+  tandem::ModelConfig c;
+  c.head_dim = d;
+  c.rope_theta = 500000.0;
+  if (llama3_rope) {
+    c.rope_scaling.llama3 = true;
+    c.rope_scaling.factor = 8.0;
+    c.rope_scaling.original_max_position_embeddings = 64;
+  }
+  auto inv_freq = tandem::rope_inv_freq(c);
+  std::vector<int32_t> positions = {0, 1, 7, 300, 4};
+  std::vector<int32_t> slots = {4 * 3 + 0, 4 * 3 + 1, 4 * 0 + 3, -1, 4 * 5 + 2};  // token 3: padding
+
+  DeviceArray<float> d_qkv(*g.device, qkv), d_b(*g.device, b), d_qn(*g.device, qn), d_kn(*g.device, kn), d_inv(*g.device, inv_freq);
+  DeviceArray<int32_t> d_pos(*g.device, positions), d_slots(*g.device, slots);
+  DeviceArray<bf16_bits> d_pool(*g.device, static_cast<size_t>(L.num_blocks * L.block_stride()));
+  d_pool.poison(0x11);
+  tandem::gpu::QkvRopeArgs a;
+  a.qkv = d_qkv.get();
+  a.qkv_stride = stride;
+  a.num_tokens = tokens;
+  a.bias = bias ? d_b.get() : nullptr;
+  a.q_norm = qwen3 ? d_qn.get() : nullptr;
+  a.k_norm = qwen3 ? d_kn.get() : nullptr;
+  a.eps = 1e-6f;
+  a.positions = d_pos.get();
+  a.slots = d_slots.get();
+  a.inv_freq = d_inv.get();
+  a.num_heads = heads;
+  a.num_kv_heads = kv_heads;
+  a.head_dim = d;
+  a.pool = d_pool.get();
+  a.layer = layer;
+  a.geo = {L.block_stride(), L.layer_stride(), L.kv_stride(), L.token_stride(), static_cast<int32_t>(L.block_size), kv_heads, d};
+  g.kernels->qkv_rope(a, g.stream());
+  auto got_q = d_qkv.download();
+  auto pool = d_pool.download();
+
+  // CPU: bias as the GEMM adds it, then cpu::rmsnorm per head, cpu::rope_rotate (cos/sin in f32).
+  double worst_q = 0, worst_kv = 0;
+  int pool_writes_wrong = 0;
+  std::vector<bool> written(pool.size(), false);
+  for (int t = 0; t < tokens; ++t) {
+    std::vector<float> row(qkv.begin() + t * stride, qkv.begin() + t * stride + width);
+    if (bias) for (int i = 0; i < width; ++i) row[static_cast<size_t>(i)] += b[static_cast<size_t>(i)];
+    std::vector<float> cs(half), sn(half);
+    for (int j = 0; j < half; ++j) {
+      const float angle = static_cast<float>(positions[static_cast<size_t>(t)]) * inv_freq[static_cast<size_t>(j)];
+      cs[static_cast<size_t>(j)] = std::cos(angle);
+      sn[static_cast<size_t>(j)] = std::sin(angle);
+    }
+    for (int h = 0; h < heads + kv_heads; ++h) {
+      float* head = row.data() + h * d;
+      if (qwen3) tandem::cpu::rmsnorm(head, h < heads ? qn.data() : kn.data(), d, 1e-6f, head);
+      tandem::cpu::rope_rotate(head, cs.data(), sn.data(), d);
+    }
+    worst_q = std::max(worst_q, max_rel_error(got_q.data() + t * stride, row.data(), q_dim));
+    if (slots[static_cast<size_t>(t)] < 0) continue;
+    const int64_t blk = slots[static_cast<size_t>(t)] / L.block_size, off = slots[static_cast<size_t>(t)] % L.block_size;
+    for (int kv = 0; kv < 2; ++kv) {
+      const int64_t base = L.offset(blk, layer, kv, off);
+      std::vector<float> got(static_cast<size_t>(kv_dim));
+      for (int i = 0; i < kv_dim; ++i) {
+        got[static_cast<size_t>(i)] = tandem::gpu::bf16_bits_to_float(pool[static_cast<size_t>(base + i)]);
+        written[static_cast<size_t>(base + i)] = true;
+      }
+      worst_kv = std::max(worst_kv, max_rel_error(got.data(), row.data() + q_dim + kv * kv_dim, static_cast<size_t>(kv_dim)));
+    }
+  }
+  for (size_t i = 0; i < pool.size(); ++i) pool_writes_wrong += !written[i] && pool[i] != 0x1111;
+  CHECK(worst_q <= 1e-5, "qkv_rope (qwen3=%d bias=%d llama3=%d): q max relative error %g", qwen3, bias, llama3_rope, worst_q);
+  CHECK(worst_kv <= kBf16Tolerance, "qkv_rope (qwen3=%d bias=%d llama3=%d): k/v max relative error %g", qwen3, bias,
+        llama3_rope, worst_kv);
+  CHECK(pool_writes_wrong == 0, "qkv_rope: %d pool elements written outside the tokens' slots", pool_writes_wrong);
+}
+
+inline void check_silu_mul(Gpu& g) {
+  std::mt19937 rng(55);
+  const int tokens = 7, inter = 136;
+  auto gu = random_bf16_floats(rng, static_cast<size_t>(tokens * 2 * inter), 2.0f);
+  DeviceArray<bf16_bits> d_gu(*g.device, to_bf16(gu));
+  DeviceArray<bf16_bits> d_out(*g.device, static_cast<size_t>(tokens * inter));
+  d_out.poison();
+  tandem::gpu::SiluMulArgs a;
+  a.gate_up = d_gu.get();
+  a.num_tokens = tokens;
+  a.inter = inter;
+  a.out = d_out.get();
+  g.kernels->silu_mul(a, g.stream());
+  auto out = from_bf16(d_out.download());
+  double worst = 0;
+  for (int t = 0; t < tokens; ++t) {
+    std::vector<float> want(inter);
+    tandem::cpu::silu_mul(gu.data() + t * 2 * inter, gu.data() + t * 2 * inter + inter, want.data(), inter);
+    worst = std::max(worst, max_rel_error(out.data() + t * inter, want.data(), inter));
+  }
+  CHECK(worst <= kBf16Tolerance, "silu_mul: max relative error %g", worst);
+}
+
+inline void test_elementwise(Gpu& g) {
+  check_embed_and_rmsnorm(g);
+  for (int v = 0; v < 8; ++v) check_qkv_rope(g, v & 4, v & 2, v & 1);
+  check_silu_mul(g);
+  std::printf("gpu elementwise: embed, rmsnorm, 8 qkv_rope variants, silu_mul checked on %s\n", g.name.c_str());
+}
+
+}  // namespace tandem_test::gpu
