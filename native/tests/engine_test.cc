@@ -356,12 +356,21 @@ void test_errors(const std::string& root) {
 }
 
 // Goldens: greedy tokens and first-step logits from scripts/goldens/make_goldens.py.
+// The CPU backend computes in f32: logits within 1e-3 and every greedy token equal. A GPU
+// backend (cuda, or simt: the same kernels on the host) computes in bf16, so its stated
+// tolerance is relative to the logits' scale: max |diff| <= 6% of the reference logits' RMS
+// and ||diff|| / ||ref|| <= 3% (bf16 keeps 8 significant bits: ~0.4% per rounding, and
+// weights, normalised activations, attention inputs and outputs are each rounded once per
+// layer). A greedy token may differ only where the bf16 margins do not decide it: our own
+// logits for our token and the reference's token within twice the max tolerance; the
+// sequences then diverge and the rest of the case is not compared.
 void test_golden(const std::string& model_dir, const std::string& golden_path) {
   std::ifstream in(golden_path);
   std::stringstream ss;
   ss << in.rdbuf();
   Json g = Json::parse(ss.str(), golden_path);
   auto e = load(model_dir, 64);
+  const bool bf16 = device() != "cpu";
   const size_t V = static_cast<size_t>(e->config().vocab_size);
   int case_index = 0;
   for (const Json& c : g.find("cases")->items()) {
@@ -373,22 +382,43 @@ void test_golden(const std::string& model_dir, const std::string& golden_path) {
     first.add(prompt, 0, blocks, true);
     auto r = e->step(first.in);
     const auto& want = c.find("first_logits")->items();
-    float d = 0;
-    for (size_t i = 0; i < V; ++i) d = std::max(d, std::fabs(r.logits[i] - static_cast<float>(want[i].as_number())));
-    CHECK(d < 1e-3f, "golden case %d: first logits max abs diff %g", case_index, d);
+    double d = 0, sq_ref = 0, sq_diff = 0;
+    for (size_t i = 0; i < V; ++i) {
+      const double ref = want[i].as_number(), diff = std::fabs(r.logits[i] - ref);
+      d = std::max(d, diff);
+      sq_ref += ref * ref;
+      sq_diff += diff * diff;
+    }
+    const double rms = std::sqrt(sq_ref / static_cast<double>(V)), rel_l2 = std::sqrt(sq_diff / sq_ref);
+    const double max_tol = bf16 ? 0.06 * rms : 1e-3;
+    CHECK(d <= max_tol, "golden case %d: first logits max abs diff %g (tolerance %g)", case_index, d, max_tol);
+    if (bf16) CHECK(rel_l2 <= 0.03, "golden case %d: first logits relative L2 error %g (tolerance 0.03)", case_index, rel_l2);
     std::vector<int32_t> got{r.tokens[0]};
+    std::vector<std::vector<float>> logits{r.logits};
     const auto& greedy = c.find("greedy")->items();
     for (size_t i = 1; i < greedy.size(); ++i) {
       StepBuilder s;
       s.add({got.back()}, static_cast<int32_t>(prompt.size() + i - 1), blocks, true);
-      got.push_back(e->step(s.in).tokens[0]);
+      auto step = e->step(s.in);
+      got.push_back(step.tokens[0]);
+      logits.push_back(step.logits);
     }
+    size_t matched = 0;
+    std::string note;
     for (size_t i = 0; i < greedy.size(); ++i) {
-      CHECK(got[i] == static_cast<int32_t>(greedy[i].as_number()), "golden case %d: token %zu is %d, want %d",
-            case_index, i, got[i], static_cast<int32_t>(greedy[i].as_number()));
-      if (got[i] != static_cast<int32_t>(greedy[i].as_number())) break;
+      const int32_t ref = static_cast<int32_t>(greedy[i].as_number());
+      if (got[i] == ref) {
+        ++matched;
+        continue;
+      }
+      const double margin = logits[i][static_cast<size_t>(got[i])] - logits[i][static_cast<size_t>(ref)];
+      const bool within = bf16 && margin <= 2 * max_tol;
+      CHECK(within, "golden case %d: token %zu is %d, want %d (our margin %g)", case_index, i, got[i], ref, margin);
+      if (within) note = ", then diverged within the bf16 margin (" + std::to_string(margin) + ")";
+      break;
     }
-    std::printf("golden case %d: %zu tokens, first-logits max abs diff %.2e\n", case_index, greedy.size(), d);
+    std::printf("golden case %d: %zu tokens, %zu equal%s, first-logits max abs diff %.2e, relative L2 %.2e\n", case_index,
+                greedy.size(), matched, note.c_str(), d, rel_l2);
     ++case_index;
   }
 }

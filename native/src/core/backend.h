@@ -10,6 +10,7 @@
 
 #include "kv_layout.h"
 #include "model_config.h"
+#include "sampler.h"
 
 namespace tandem {
 
@@ -33,11 +34,46 @@ struct ForwardBatch {
   int32_t num_logit_rows = 0;  // count of seqs with want_logits
 };
 
+/**
+ * One row to sample after a forward pass: the logits of a sequence with want_logits, by its
+ * index among the forward's logit rows (batch order). Pointers are host memory owned by the
+ * caller for the duration of sample().
+ */
+struct SampleRow {
+  int32_t logit_row = 0;
+  SamplingParams params;
+  int64_t position = 0;              // position the sampled token takes (seeds the draw)
+  const int32_t* history = nullptr;  // prompt + generated (penalties only)
+  int32_t history_len = 0;
+  int32_t num_prompt = 0;
+  int32_t num_top_logprobs = -1;     // -1 none; 0 the sampled token's; n plus the n best
+  const int32_t* bias_ids = nullptr;
+  const float* bias_values = nullptr;
+  int32_t bias_len = 0;
+  const uint32_t* allowed = nullptr;  // ceil(vocab / 32) words, bit id&31 of word id>>5; null = all
+};
+
+/** What sample() returns, one entry per row in order. */
+struct SampledRows {
+  std::vector<int32_t> tokens;
+  std::vector<float> logprobs;      // NaN where not asked
+  int32_t top_stride = 0;           // max num_top_logprobs of the rows
+  std::vector<int32_t> top_ids;     // [rows][top_stride], -1 padded
+  std::vector<float> top_logprobs;  // same shape, NaN padded
+};
+
 struct BackendOptions {
-  std::string device = "cpu";
+  std::string device = "cpu";       // "cpu", "cuda", "cuda:N", or "simt" (the CUDA backend on the SIMT harness, tests)
   int64_t num_blocks = 0;           // > 0 wins over memory_budget_bytes
   int64_t memory_budget_bytes = 0;  // KV pool budget when num_blocks is 0
   int64_t block_size = 16;
+  // GPU backends: with neither num_blocks nor memory_budget_bytes, the pool takes this share of
+  // the device's memory after weights and activations (0: the default, 0.9).
+  double gpu_memory_utilization = 0;
+  int64_t max_batch_tokens = 8192;  // GPU: activations are sized for this many tokens per step
+  int64_t max_seqs = 256;           // GPU: logits rows and decode graphs up to this many sequences
+  bool cuda_graphs = true;          // GPU: replay decode steps from captured graphs
+  std::string gemm = "auto";        // GPU: "auto" (cuBLASLt where present), "cublaslt", "own"
   // Caller-owned KV pool (e.g. a UCX-allocated shared-memory region a peer maps and reads
   // without this process's CPU). nullptr: the backend allocates its own. The Engine checks
   // its size against the layout before the backend sees it; the caller keeps it mapped.
@@ -52,21 +88,43 @@ class Backend {
   virtual const KvLayout& kv_layout() const = 0;
   /**
    * Writes the new tokens' K/V into the pool, attends over each sequence's cached positions,
-   * and writes logits (host f32, num_logit_rows x vocab, in batch order) for the rows asked.
-   * Inputs are validated by the caller.
+   * and computes the logits of the rows asked (num_logit_rows, in batch order), which stay in
+   * the backend for sample() and read_logits(). Inputs are validated by the caller. A device
+   * backend may return before the device has finished (sample() waits).
    */
-  virtual void forward(const ForwardBatch& batch, float* logits) = 0;
+  virtual void forward(const ForwardBatch& batch) = 0;
+  /** Samples the rows of the last forward pass (out.* sized by the backend). */
+  virtual void sample(const std::vector<SampleRow>& rows, SampledRows& out) = 0;
+  /** Copies the first `rows` logits rows of the last forward pass to host memory ([rows][vocab]). */
+  virtual void read_logits(float* dst, int32_t rows) = 0;
   /** Base address of the KV pool, for registering it with a transfer agent. */
   virtual void* kv_pool_base() = 0;
+  /** False when the pool is device memory (a host transfer agent cannot read it in place). */
+  virtual bool kv_pool_on_host() const { return true; }
   /**
    * Moves the pool to caller-owned memory of exactly the layout's size (checked by Engine),
    * dropping the backend's own allocation. Only between steps; the contents are not copied.
    */
   virtual void adopt_kv_pool(void* base) = 0;
+  /** One line for logs and info(): the device and how it computes. */
+  virtual std::string description() const { return name(); }
 };
 
-/** Backends compiled into this build, e.g. {"cpu"} or {"cpu", "cuda"}. */
+/** A compiled backend and whether it can run here. */
+struct BackendStatus {
+  std::string name;    // "cpu", "cuda"
+  bool available = false;
+  std::string reason;  // why not, when unavailable
+  std::string detail;  // e.g. the GPU's name
+};
+
+/** Backends usable on this machine: "cpu", plus "cuda" when built and a driver and a GPU exist. */
 std::vector<std::string> available_backends();
+/** Every backend of the build with its availability and, when unavailable, the reason. */
+std::vector<BackendStatus> backend_status();
+
+/** Bytes per KV element a device's pool uses (f32 on the CPU, bf16 on GPUs). */
+size_t kv_elem_bytes(const std::string& device);
 
 /** Validates every weight's presence and shape against config, then builds the backend. */
 std::unique_ptr<Backend> create_backend(const ModelConfig& config, const SafetensorsStore& weights,

@@ -2,6 +2,9 @@
 #include <algorithm>
 
 #include "../cpu/cpu_backend.h"
+#include "../cuda/device.h"
+#include "../cuda/gpu_backend.h"
+#include "../cuda/kernel_api.h"
 #include "backend.h"
 #include "error.h"
 #include "safetensors.h"
@@ -42,11 +45,35 @@ void validate_weights(const ModelConfig& c, const SafetensorsStore& w) {
 
 std::vector<std::string> available_backends() {
   std::vector<std::string> out{"cpu"};
-#ifdef TANDEM_WITH_CUDA
-  out.push_back("cuda");
-#endif
+  if (gpu::cuda_status().available) out.push_back("cuda");
   return out;
 }
+
+std::vector<BackendStatus> backend_status() {
+  std::vector<BackendStatus> out;
+  out.push_back({"cpu", true, "", "host threads"});
+  const gpu::CudaStatus cuda = gpu::cuda_status();
+  out.push_back({"cuda", cuda.available, cuda.reason, cuda.device_name});
+  out.push_back({"simt", true, "", "the CUDA backend's kernels on the SIMT harness (host; for tests, slow)"});
+  return out;
+}
+
+size_t kv_elem_bytes(const std::string& device) { return device == "cpu" ? sizeof(float) : 2; }
+
+namespace {
+
+/** "cuda" -> 0, "cuda:3" -> 3; anything else after "cuda" is invalid_argument. */
+int cuda_ordinal(const std::string& device) {
+  if (device == "cuda") return 0;
+  const std::string digits = device.substr(5);
+  if (device.size() > 5 && device[4] == ':' && !digits.empty() && digits.size() <= 4 &&
+      digits.find_first_not_of("0123456789") == std::string::npos) {
+    return std::stoi(digits);
+  }
+  throw NativeError(ErrorCode::kInvalidArgument, "device '" + device + "' (expected cpu, cuda or cuda:N)");
+}
+
+}  // namespace
 
 std::unique_ptr<Backend> create_backend(const ModelConfig& config, const SafetensorsStore& weights,
                                         const BackendOptions& options, ThreadPool& pool) {
@@ -55,13 +82,18 @@ std::unique_ptr<Backend> create_backend(const ModelConfig& config, const Safeten
     throw NativeError(ErrorCode::kInvalidArgument, "blockSize must be in [1, 1024]");
   }
   if (options.device == "cpu") return std::make_unique<CpuBackend>(config, weights, options, pool);
+  if (options.device == "simt") {
+    GpuBackend::check_supported(config, options.device);
+    return std::make_unique<GpuBackend>(config, weights, options, pool, gpu::make_simt_device(), gpu::make_simt_kernels());
+  }
   if (options.device.rfind("cuda", 0) == 0) {
-    // Issue 7 adds CudaBackend here, compiled only where nvcc is found (TANDEM_WITH_CUDA).
-    throw NativeError(ErrorCode::kInvalidArgument,
-                      "device '" + options.device + "': the CUDA backend is not built into this binary");
+    const int ordinal = cuda_ordinal(options.device);
+    GpuBackend::check_supported(config, options.device);
+    auto device = gpu::make_cuda_device(ordinal);  // unavailable: says why
+    return std::make_unique<GpuBackend>(config, weights, options, pool, std::move(device), gpu::make_cuda_kernels());
   }
   throw NativeError(ErrorCode::kInvalidArgument,
-                    "unknown device '" + options.device + "' (expected cpu or cuda[:N])");
+                    "unknown device '" + options.device + "' (expected cpu, cuda or cuda:N)");
 }
 
 }  // namespace tandem

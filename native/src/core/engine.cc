@@ -13,14 +13,15 @@ namespace tandem {
 
 namespace {
 
-// Mirrors the CPU backend's sizing (f32 pool); the Engine checks the backend agrees after load.
+// Mirrors the backends' sizing (f32 pool on the CPU, bf16 on GPUs); the Engine checks the
+// backend agrees after load.
 KvLayout layout_for(const ModelConfig& c, const BackendOptions& o) {
   KvLayout kv;
   kv.block_size = o.block_size;
   kv.num_layers = c.num_layers;
   kv.num_kv_heads = c.num_kv_heads;
   kv.head_dim = c.head_dim;
-  kv.elem_bytes = sizeof(float);
+  kv.elem_bytes = kv_elem_bytes(o.device);
   if (kv.block_size <= 0 || kv.block_size > 1024) {
     throw NativeError(ErrorCode::kInvalidArgument, "blockSize must be in [1, 1024]");
   }
@@ -63,6 +64,10 @@ std::unique_ptr<Engine> Engine::load(const EngineOptions& options) {
   std::unique_ptr<Engine> e(new Engine());
   e->config_ = ModelConfig::load(options.model_dir);
   BackendOptions backend = options.backend;
+  if (backend.kv_pool != nullptr && kv_elem_bytes(backend.device) != sizeof(float)) {
+    throw NativeError(ErrorCode::kInvalidArgument, "device '" + backend.device +
+                                                       "' keeps its KV pool in device memory: a caller-owned (host) pool cannot be used");
+  }
   if (backend.kv_pool != nullptr) {
     // Fix the block count before the (slow) weight load so a wrong size fails fast.
     const KvLayout want = layout_for(e->config_, backend);
@@ -80,7 +85,6 @@ std::unique_ptr<Engine> Engine::load(const EngineOptions& options) {
     throw NativeError(ErrorCode::kInternal, std::string("backend '") + e->backend_name() +
                                                 "' did not place its KV pool in the given memory");
   }
-  for (int i = 0; i < e->pool_->size(); ++i) e->samplers_.push_back(std::make_unique<Sampler>(e->config_.vocab_size));
   return e;
 }
 
@@ -90,6 +94,10 @@ int Engine::num_threads() const { return pool_->size(); }
 
 void Engine::adopt_kv_pool(void* base, size_t bytes) {
   std::lock_guard<std::mutex> lock(step_mu_);
+  if (!backend_->kv_pool_on_host()) {
+    throw NativeError(ErrorCode::kInvalidArgument, std::string("backend '") + backend_->name() +
+                                                       "' keeps its KV pool in device memory: it cannot adopt a host pool");
+  }
   check_external_pool(base, bytes, kv_layout());
   backend_->adopt_kv_pool(base);
   kv_pool_external_ = true;
@@ -158,7 +166,6 @@ StepOutput Engine::step(const StepInput& in) {
   batch.num_tokens = static_cast<int32_t>(in.tokens.size());
   batch.seqs.reserve(in.seqs.size());
   std::vector<size_t> sampled;  // seq index per logits row
-  int32_t top_stride = 0;
   for (size_t i = 0; i < in.seqs.size(); ++i) {
     const SeqInput& s = in.seqs[i];
     ForwardSeq f;
@@ -168,18 +175,15 @@ StepOutput Engine::step(const StepInput& in) {
     f.block_table = in.block_tables.data() + s.block_offset;
     f.num_blocks = s.num_blocks;
     f.want_logits = s.sample;
-    if (s.sample) {
-      sampled.push_back(i);
-      top_stride = std::max(top_stride, s.num_top_logprobs);
-    }
+    if (s.sample) sampled.push_back(i);
     batch.seqs.push_back(f);
   }
   batch.num_logit_rows = static_cast<int32_t>(sampled.size());
-  const size_t vocab = static_cast<size_t>(config_.vocab_size);
-  if (logits_.size() < sampled.size() * vocab) logits_.resize(sampled.size() * vocab);
-  if (batch.num_tokens > 0) backend_->forward(batch, logits_.data());
+  // A device backend returns once the forward is queued: the masks below are awaited while it runs.
+  if (batch.num_tokens > 0) backend_->forward(batch);
 
   // Masks: given with the step, or supplied by the caller while the forward pass ran.
+  const size_t vocab = static_cast<size_t>(config_.vocab_size);
   const size_t mask_words = (vocab + 31) / 32;
   const int32_t* deferred_rows = nullptr;
   const uint32_t* masks = in.allowed_masks.data();
@@ -200,45 +204,41 @@ StepOutput Engine::step(const StepInput& in) {
     }
   }
 
-  StepOutput out;
-  const size_t n = sampled.size();
-  out.tokens.resize(n);
-  out.logprobs.assign(n, NAN);
-  out.top_stride = top_stride;
-  out.top_ids.assign(n * static_cast<size_t>(top_stride), -1);
-  out.top_logprobs.assign(n * static_cast<size_t>(top_stride), NAN);
-  pool_->parallel_for(static_cast<int64_t>(n), 1, [&](int64_t b, int64_t e, int worker) {
-    Sampler& sampler = *samplers_[static_cast<size_t>(worker)];
-    for (int64_t r = b; r < e; ++r) {
-      const SeqInput& s = in.seqs[sampled[static_cast<size_t>(r)]];
-      SampleRequest req;
-      req.logits = logits_.data() + static_cast<size_t>(r) * vocab;
-      req.params = s.sampling;
-      req.position = static_cast<int64_t>(s.start_pos) + s.num_tokens;
-      if (s.history_len > 0) {
-        req.history = in.history.data() + s.history_offset;
-        req.history_len = s.history_len;
-        req.num_prompt = s.num_prompt;
-      }
-      req.num_top_logprobs = s.num_top_logprobs;
-      if (s.bias_len > 0) {
-        req.bias_ids = in.bias_ids.data() + s.bias_offset;
-        req.bias_values = in.bias_values.data() + s.bias_offset;
-        req.bias_len = s.bias_len;
-      }
-      const size_t seq_index = sampled[static_cast<size_t>(r)];
-      const int32_t mask_row = in.deferred_masks ? (deferred_rows != nullptr ? deferred_rows[seq_index] : -1) : s.mask_row;
-      if (mask_row >= 0) req.allowed = masks + static_cast<size_t>(mask_row) * mask_words;
-      SampleResult res = sampler.sample(req);
-      out.tokens[static_cast<size_t>(r)] = res.token;
-      if (s.num_top_logprobs >= 0) out.logprobs[static_cast<size_t>(r)] = res.logprob;
-      for (size_t k = 0; k < res.top.size(); ++k) {
-        out.top_ids[static_cast<size_t>(r) * static_cast<size_t>(top_stride) + k] = res.top[k].first;
-        out.top_logprobs[static_cast<size_t>(r) * static_cast<size_t>(top_stride) + k] = res.top[k].second;
-      }
+  std::vector<SampleRow> rows(sampled.size());
+  for (size_t r = 0; r < sampled.size(); ++r) {
+    const size_t seq_index = sampled[r];
+    const SeqInput& s = in.seqs[seq_index];
+    SampleRow& row = rows[r];
+    row.logit_row = static_cast<int32_t>(r);
+    row.params = s.sampling;
+    row.position = static_cast<int64_t>(s.start_pos) + s.num_tokens;
+    if (s.history_len > 0) {
+      row.history = in.history.data() + s.history_offset;
+      row.history_len = s.history_len;
+      row.num_prompt = s.num_prompt;
     }
-  });
-  if (in.return_logits) out.logits.assign(logits_.begin(), logits_.begin() + static_cast<int64_t>(n * vocab));
+    row.num_top_logprobs = s.num_top_logprobs;
+    if (s.bias_len > 0) {
+      row.bias_ids = in.bias_ids.data() + s.bias_offset;
+      row.bias_values = in.bias_values.data() + s.bias_offset;
+      row.bias_len = s.bias_len;
+    }
+    const int32_t mask_row = in.deferred_masks ? (deferred_rows != nullptr ? deferred_rows[seq_index] : -1) : s.mask_row;
+    if (mask_row >= 0) row.allowed = masks + static_cast<size_t>(mask_row) * mask_words;
+  }
+
+  StepOutput out;
+  SampledRows sampled_rows;
+  if (!rows.empty()) backend_->sample(rows, sampled_rows);
+  out.tokens = std::move(sampled_rows.tokens);
+  out.logprobs = std::move(sampled_rows.logprobs);
+  out.top_stride = sampled_rows.top_stride;
+  out.top_ids = std::move(sampled_rows.top_ids);
+  out.top_logprobs = std::move(sampled_rows.top_logprobs);
+  if (in.return_logits && !rows.empty()) {
+    out.logits.resize(rows.size() * vocab);
+    backend_->read_logits(out.logits.data(), static_cast<int32_t>(rows.size()));
+  }
   return out;
 }
 

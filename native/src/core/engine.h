@@ -1,6 +1,7 @@
 // Engine: the device-independent model runner. It loads config + weights, owns one backend
-// (CPU now, CUDA in issue 7) and the host thread pool, validates a step's flat inputs, runs
-// the forward pass and samples. The N-API binding and the C++ test binary both drive it.
+// (CPU, or the GPU backend on CUDA or the SIMT harness) and the host thread pool, validates a
+// step's flat inputs, runs the forward pass, waits for deferred masks while it runs, and has
+// the backend sample. The N-API binding and the C++ test binary both drive it.
 #pragma once
 
 #include <chrono>
@@ -115,6 +116,9 @@ class Engine {
   const ModelConfig& config() const { return config_; }
   const KvLayout& kv_layout() const { return backend_->kv_layout(); }
   const char* backend_name() const { return backend_->name(); }
+  std::string backend_description() const { return backend_->description(); }
+  /** False when the KV pool is device memory (no host transfer agent can read it in place). */
+  bool kv_pool_on_host() const { return backend_->kv_pool_on_host(); }
   int num_threads() const;
   /** The paged KV pool (kv_layout().bytes_per_block() * num_blocks bytes), for a transfer agent. */
   void* kv_pool_base() { return backend_->kv_pool_base(); }
@@ -137,8 +141,6 @@ class Engine {
   ModelConfig config_;
   std::unique_ptr<ThreadPool> pool_;
   std::unique_ptr<Backend> backend_;
-  std::vector<std::unique_ptr<Sampler>> samplers_;  // one per pool worker
-  std::vector<float> logits_;
   bool kv_pool_external_ = false;
   std::mutex step_mu_;  // steps are serialized; the TS side sends one at a time anyway
 };

@@ -53,6 +53,7 @@ CpuBackend::CpuBackend(const ModelConfig& config, const SafetensorsStore& weight
   layout_.elem_bytes = sizeof(float);
   layout_.num_blocks = pick_num_blocks(options, layout_);
   load_weights(weights);
+  for (int i = 0; i < pool_.size(); ++i) samplers_.push_back(std::make_unique<Sampler>(config_.vocab_size));
   if (options.kv_pool != nullptr) {
     kv_base_ = static_cast<float*>(options.kv_pool);
     return;
@@ -154,7 +155,7 @@ void CpuBackend::attention(const ForwardBatch& batch, int64_t layer) {
   attention_kernel_.run(pool_, batch, layout_, a);
 }
 
-void CpuBackend::forward(const ForwardBatch& batch, float* logits) {
+void CpuBackend::forward(const ForwardBatch& batch) {
   const ModelConfig& c = config_;
   const int64_t t = batch.num_tokens;
   const int64_t hd = c.hidden_size;
@@ -227,6 +228,9 @@ void CpuBackend::forward(const ForwardBatch& batch, float* logits) {
 
   if (batch.num_logit_rows == 0) return;
   const int64_t r = batch.num_logit_rows;
+  const size_t vocab = static_cast<size_t>(c.vocab_size);
+  if (logits_.size() < static_cast<size_t>(r) * vocab) logits_.resize(static_cast<size_t>(r) * vocab);
+  float* logits = logits_.data();
   if (static_cast<int64_t>(rows_.size()) < r * hd) rows_.resize(static_cast<size_t>(r * hd));
   int64_t row = 0;
   for (const ForwardSeq& s : batch.seqs) {
@@ -236,6 +240,48 @@ void CpuBackend::forward(const ForwardBatch& batch, float* logits) {
     ++row;
   }
   cpu::matmul_nt(pool_, rows_.data(), r, lm_head_.empty() ? embed_ : lm_head_, nullptr, logits);
+}
+
+void CpuBackend::sample(const std::vector<SampleRow>& rows, SampledRows& out) {
+  const size_t n = rows.size();
+  const size_t vocab = static_cast<size_t>(config_.vocab_size);
+  int32_t top_stride = 0;
+  for (const SampleRow& r : rows) top_stride = std::max(top_stride, r.num_top_logprobs);
+  out.tokens.assign(n, 0);
+  out.logprobs.assign(n, NAN);
+  out.top_stride = top_stride;
+  out.top_ids.assign(n * static_cast<size_t>(top_stride), -1);
+  out.top_logprobs.assign(n * static_cast<size_t>(top_stride), NAN);
+  pool_.parallel_for(static_cast<int64_t>(n), 1, [&](int64_t b, int64_t e, int worker) {
+    Sampler& sampler = *samplers_[static_cast<size_t>(worker)];
+    for (int64_t i = b; i < e; ++i) {
+      const SampleRow& row = rows[static_cast<size_t>(i)];
+      SampleRequest req;
+      req.logits = logits_.data() + static_cast<size_t>(row.logit_row) * vocab;
+      req.params = row.params;
+      req.position = row.position;
+      req.history = row.history;
+      req.history_len = row.history_len;
+      req.num_prompt = row.num_prompt;
+      req.num_top_logprobs = row.num_top_logprobs;
+      req.bias_ids = row.bias_ids;
+      req.bias_values = row.bias_values;
+      req.bias_len = row.bias_len;
+      req.allowed = row.allowed;
+      SampleResult res = sampler.sample(req);
+      const size_t r = static_cast<size_t>(i);
+      out.tokens[r] = res.token;
+      if (row.num_top_logprobs >= 0) out.logprobs[r] = res.logprob;
+      for (size_t k = 0; k < res.top.size(); ++k) {
+        out.top_ids[r * static_cast<size_t>(top_stride) + k] = res.top[k].first;
+        out.top_logprobs[r * static_cast<size_t>(top_stride) + k] = res.top[k].second;
+      }
+    }
+  });
+}
+
+void CpuBackend::read_logits(float* dst, int32_t rows) {
+  std::memcpy(dst, logits_.data(), static_cast<size_t>(rows) * static_cast<size_t>(config_.vocab_size) * sizeof(float));
 }
 
 }  // namespace tandem

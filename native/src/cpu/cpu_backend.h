@@ -4,6 +4,7 @@
 // batch. All compute is f32.
 #pragma once
 
+#include <memory>
 #include <vector>
 
 #include "../core/backend.h"
@@ -18,7 +19,9 @@ class CpuBackend final : public Backend {
              ThreadPool& pool);
   const char* name() const override { return "cpu"; }
   const KvLayout& kv_layout() const override { return layout_; }
-  void forward(const ForwardBatch& batch, float* logits) override;
+  void forward(const ForwardBatch& batch) override;
+  void sample(const std::vector<SampleRow>& rows, SampledRows& out) override;
+  void read_logits(float* dst, int32_t rows) override;
   void* kv_pool_base() override { return kv_base_; }
   void adopt_kv_pool(void* base) override;
 
@@ -55,6 +58,8 @@ class CpuBackend final : public Backend {
   std::vector<float> x_, xn_, qkv_, attn_, proj_, gate_up_, act_, rope_cos_, rope_sin_, rows_;
   std::vector<int32_t> token_pos_;
   cpu::PagedAttention attention_kernel_;
+  std::vector<float> logits_;  // [num_logit_rows][vocab] of the last forward
+  std::vector<std::unique_ptr<Sampler>> samplers_;  // one per pool worker
 };
 
 }  // namespace tandem

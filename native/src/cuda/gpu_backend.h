@@ -1,0 +1,144 @@
+// GpuBackend: the Backend on a Device (CUDA, or the SIMT harness standing in for one) with
+// the kernels of one target (KernelApi).
+//   weights  bf16 on the device (q/k/v and gate/up fused), norms, biases and RoPE
+//            frequencies f32; the KV pool bf16 in the engine's block layout.
+//   a step   plan on the host (step_plan.h) -> one upload of the packed tables -> per layer:
+//            RMSNorm, QKV GEMM, q/k norm + RoPE + KV write, paged attention, O GEMM into the
+//            f32 residual, RMSNorm, gate/up GEMM, SwiGLU, down GEMM into the residual -> final
+//            norm of the sampled rows -> lm_head GEMM (f32 logits stay on the device).
+//   decode   a decode-only batch replays a captured graph of the whole forward, keyed by its
+//            padded size and block-table width; kernel arguments are fixed at capture, the
+//            tables change in place.
+//   GEMMs    cuBLASLt when it loads and has an algorithm, our own kernels otherwise.
+//   sampling on the device (kernels/sampling.cuh): only token ids and the asked logprobs
+//            come back to the host.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "../core/backend.h"
+#include "cublaslt.h"
+#include "device.h"
+#include "kernel_api.h"
+#include "sample_inputs.h"
+#include "step_plan.h"
+
+namespace tandem {
+
+class ThreadPool;
+
+class GpuBackend final : public Backend {
+ public:
+  GpuBackend(const ModelConfig& config, const SafetensorsStore& weights, const BackendOptions& options, ThreadPool& pool,
+             std::unique_ptr<gpu::Device> device, std::unique_ptr<gpu::KernelApi> kernels);
+  ~GpuBackend() override;
+  const char* name() const override { return device_->kind(); }
+  const KvLayout& kv_layout() const override { return layout_; }
+  void forward(const ForwardBatch& batch) override;
+  void sample(const std::vector<SampleRow>& rows, SampledRows& out) override;
+  void read_logits(float* dst, int32_t rows) override;
+  void* kv_pool_base() override { return kv_; }
+  bool kv_pool_on_host() const override { return false; }
+  void adopt_kv_pool(void* base) override;
+  std::string description() const override;
+
+  /** Forward passes that replayed a captured graph (tests, benchmarks). */
+  uint64_t graph_replays() const { return graph_replays_; }
+  size_t graphs_captured() const { return graphs_.size(); }
+
+  /** Refusals for what the kernels cannot run, naming the field (config_invalid). */
+  static void check_supported(const ModelConfig& config, const std::string& device);
+
+ private:
+  struct Layer {
+    float* input_norm = nullptr;
+    float* post_norm = nullptr;
+    gpu::bf16_bits* wqkv = nullptr;
+    float* bqkv = nullptr;
+    gpu::bf16_bits* wo = nullptr;
+    float* bo = nullptr;
+    float* q_norm = nullptr;
+    float* k_norm = nullptr;
+    gpu::bf16_bits* wgate_up = nullptr;
+    gpu::bf16_bits* wdown = nullptr;
+  };
+  /** Device buffers sized for a number of tokens and logit rows; reallocated to grow. */
+  struct Activations {
+    int64_t tokens = 0, rows = 0, decode = 0;
+    float* x = nullptr;
+    gpu::bf16_bits* xn = nullptr;
+    float* qkv = nullptr;
+    gpu::bf16_bits* attn = nullptr;
+    gpu::bf16_bits* gate_up = nullptr;
+    gpu::bf16_bits* act = nullptr;
+    gpu::bf16_bits* rows_normed = nullptr;
+    float* logits = nullptr;
+    float* partial = nullptr;
+    float* gemm_workspace = nullptr;
+    int64_t gemm_workspace_floats = 0;
+  };
+
+  void* alloc(size_t bytes);
+  void load_weights(const SafetensorsStore& weights, ThreadPool& pool);
+  gpu::bf16_bits* upload_bf16(const SafetensorsStore& w, const std::vector<std::pair<std::string, std::vector<int64_t>>>& parts,
+                              ThreadPool& pool);
+  float* upload_f32(const SafetensorsStore& w, const std::vector<std::string>& names, const std::vector<int64_t>& shape);
+  void size_kv_pool(const BackendOptions& options);
+  void ensure_activations(int64_t tokens, int64_t rows, int64_t decode);
+  void free_activations();
+  void ensure_image(int64_t elements);
+  void run_forward(const gpu::StepPlan& plan);
+  void gemm(const gpu::GemmArgs& g);
+
+  ModelConfig config_;
+  KvLayout layout_;
+  std::unique_ptr<gpu::Device> device_;
+  std::unique_ptr<gpu::KernelApi> kernels_;
+  std::unique_ptr<gpu::CublasLt> cublaslt_;
+  std::string cublaslt_note_;  // why it is not used, when it is not
+  std::vector<void*> allocations_;  // weights and the pool, freed at destruction
+
+  gpu::bf16_bits* embed_ = nullptr;
+  gpu::bf16_bits* lm_head_ = nullptr;  // == embed_ when tied
+  float* final_norm_ = nullptr;
+  float* inv_freq_ = nullptr;
+  std::vector<Layer> layers_;
+  gpu::bf16_bits* kv_ = nullptr;
+
+  int64_t qkv_width_ = 0;
+  int64_t logit_stride_ = 0;  // vocab rounded up to 8
+  gpu::PoolGeometry geo_;
+  gpu::PlanOptions plan_options_;
+  bool graphs_enabled_ = true;
+  int32_t max_graph_batch_ = 256;
+  int32_t max_splits_ = 16;
+  void* lt_workspace_ = nullptr;
+  size_t lt_workspace_bytes_ = 0;
+
+  Activations act_;
+  int32_t* image_ = nullptr;  // the packed step tables on the device
+  int64_t image_capacity_ = 0;
+  int32_t* image_staging_ = nullptr;  // pinned
+  int32_t last_logit_rows_ = 0;
+  gpu::StepPlan plan_;
+
+  std::map<std::pair<int32_t, int32_t>, std::unique_ptr<gpu::Graph>> graphs_;  // (padded batch, table width)
+  uint64_t graph_replays_ = 0;
+
+  // Sampling: inputs packed on the host, one upload; outputs one download.
+  gpu::SampleInputs sample_inputs_;
+  void* sample_in_dev_ = nullptr;
+  size_t sample_in_capacity_ = 0;
+  void* sample_in_staging_ = nullptr;
+  float* sample_work_ = nullptr;
+  int64_t sample_work_rows_ = 0;
+  void* sample_out_dev_ = nullptr;
+  void* sample_out_staging_ = nullptr;
+  size_t sample_out_capacity_ = 0;
+};
+
+}  // namespace tandem
