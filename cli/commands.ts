@@ -5,7 +5,7 @@ import { registerPlannerCommand, registerProfileCommand } from '../planner/index
 import { registerFrontendCommand } from '../frontend/index.js';
 import { registerRouterCommand } from '../router/adapters/index.js';
 import { registerModelCommand, resolveModel } from '../workers/index.js';
-import { registerWorkerCommand } from '../workers/index.js';
+import { registerBackendsCommand, registerWorkerCommand } from '../workers/index.js';
 import { registerUpCommand } from './up.js';
 
 export function registerCommands(program: Command): void {
@@ -17,4 +17,5 @@ export function registerCommands(program: Command): void {
   registerProfileCommand(program, { resolveModel: (model) => resolveModel(model, (dir) => process.stderr.write(`runtime profile: generating the tiny model in ${dir}\n`)) });
   registerBenchCommand(program);
   registerModelCommand(program);
+  registerBackendsCommand(program);
 }

@@ -33,6 +33,8 @@ interface UpFlags {
   maxNumBatchedTokens?: string;
   device?: string;
   threads?: string;
+  gpuMemoryUtilization?: string;
+  enforceEager?: boolean;
   kvBytesPerToken?: string;
   kvReleaseTimeout?: string;
   perfProfile?: string;
@@ -103,7 +105,7 @@ export function registerUpCommand(program: Command): void {
     .description('all-in-one on this machine: frontend + workers, embedded discovery and events')
     .addOption(new Option('--engine <engine>', 'worker engine').argParser(oneOf(['mocker', 'native'] as const)).default('mocker'))
     .addOption(new Option('--model <dir>', "model directory, or 'tiny' for a generated tiny Llama").default('tiny'))
-    .addOption(new Option('--workers <n>', 'aggregated workers (default 2; 0 with --prefill/--decode)').argParser(nonNegativeInt))
+    .addOption(new Option('--workers <n>', 'aggregated workers (default 2, or 1 on a GPU; 0 with --prefill/--decode)').argParser(nonNegativeInt))
     .addOption(new Option('--prefill <n>', 'prefill workers (disaggregated mode)').argParser(nonNegativeInt).default(0))
     .addOption(new Option('--decode <n>', 'decode workers (disaggregated mode)').argParser(nonNegativeInt).default(0))
     .addOption(new Option('--http-port <port>', 'frontend HTTP port').argParser(parsePort).default(8000))
@@ -115,7 +117,9 @@ export function registerUpCommand(program: Command): void {
     .option('--block-size <n>', 'tokens per KV block')
     .option('--max-num-seqs <n>', 'running sequences per worker')
     .option('--max-num-batched-tokens <n>', 'token budget per step')
-    .option('--device <device>', 'native engine device (cpu)')
+    .option('--device <device>', 'native engine device: cpu | cuda | cuda:N')
+    .option('--gpu-memory-utilization <share>', 'native on a GPU: share of device memory per GPU (default 0.9, split between the workers on it)')
+    .option('--enforce-eager', 'native on a GPU: no CUDA graphs')
     .option('--threads <n>', 'native engine compute threads per worker')
     .option('--kv-bytes-per-token <bytes>', 'prefill/decode with the mocker: KV bytes per token of its host pool (131072 = 8B-shaped)')
     .option('--kv-release-timeout <seconds>', 'prefill: free pinned KV blocks no decode worker released after this long')
@@ -135,7 +139,8 @@ export function registerUpCommand(program: Command): void {
         '\nDisaggregated: runtime up --prefill 1 --decode 1 (prompts with at least --disagg-min-prefill-tokens uncached tokens prefill on the prefill pool).',
     )
     .action(async (flags: UpFlags, cmd: Command) => {
-      flags.workers ??= flags.prefill + flags.decode > 0 ? 0 : 2;
+      const onGpu = flags.engine === 'native' && flags.device !== undefined && flags.device !== 'cpu';
+      flags.workers ??= flags.prefill + flags.decode > 0 ? 0 : onGpu ? 1 : 2;
       if (flags.workers + flags.prefill + flags.decode === 0) throw new ConfigError('runtime up needs at least one worker (--workers, --prefill or --decode)');
       if (flags.prefill > 0 && flags.decode === 0) throw new ConfigError('--prefill needs --decode workers too');
       if (flags.perfProfile !== undefined) {
@@ -147,6 +152,20 @@ export function registerUpCommand(program: Command): void {
       const plannerConfig = await upPlannerConfig(flags, profile?.kvCapacityTokens);
       await runUp(flags, cmd.args, plannerConfig && profile ? { config: plannerConfig, perf: profile.perf } : undefined);
     });
+}
+
+/**
+ * Workers started by `up` on one GPU share it: unless told otherwise, each takes an equal part
+ * of the usual 0.9 (two workers: 0.45 each), so the second does not fail for want of memory.
+ * An explicit --gpu-memory-utilization is the share of the GPU for all of them together.
+ */
+export function gpuMemoryShare(flags: Pick<UpFlags, 'engine' | 'device' | 'gpuMemoryUtilization' | 'workers' | 'prefill' | 'decode'>): string | undefined {
+  const onGpu = flags.engine === 'native' && flags.device !== undefined && flags.device !== 'cpu';
+  if (!onGpu) return flags.gpuMemoryUtilization;
+  const total = flags.gpuMemoryUtilization !== undefined ? Number(flags.gpuMemoryUtilization) : 0.9;
+  if (!(total > 0 && total <= 1)) throw new ConfigError(`--gpu-memory-utilization must be in (0, 1], got '${flags.gpuMemoryUtilization}'`);
+  const workers = (flags.workers ?? 0) + flags.prefill + flags.decode;
+  return (total / Math.max(1, workers)).toFixed(4);
 }
 
 /** pino's level names and numbers. */
@@ -175,6 +194,9 @@ async function runUp(flags: UpFlags, frontendExtra: string[], plan?: { config: P
     ['perfProfile', '--perf-profile'],
   ];
   for (const [key, flag] of passthrough) if (flags[key] !== undefined) workerFlags.push(flag, String(flags[key]));
+  if (flags.enforceEager === true) workerFlags.push('--enforce-eager');
+  const gpuShare = gpuMemoryShare(flags);
+  if (gpuShare !== undefined) workerFlags.push('--gpu-memory-utilization', gpuShare);
   const graceMs = drainTimeoutMs(frontendExtra) + STOP_SLACK_MS;
 
   let phase: 'starting' | 'serving' | 'stopping' = 'starting';

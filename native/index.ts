@@ -13,5 +13,6 @@ export {
   type RawKvLayout,
   type RawStepResult,
   type LoadEngineOptions,
+  type BackendStatus,
 } from './lib/binding.js';
 export { NativeEngineError, NativeUnavailableError, fromNativeError } from './lib/errors.js';

@@ -42,11 +42,22 @@ export const SamplingField = {
 
 export interface LoadEngineOptions {
   modelDir: string;
+  /** 'cpu' (default), 'cuda' / 'cuda:N', or 'simt' (the CUDA backend's kernels on the host; tests). */
   device?: string;
   numBlocks?: number;
   memoryBudgetBytes?: number;
   blockSize?: number;
   threads?: number;
+  /** GPU: without numBlocks or memoryBudgetBytes, the KV pool takes this share of device memory (default 0.9). */
+  gpuMemoryUtilization?: number;
+  /** GPU: activations are sized for this many tokens per step (default 8192). */
+  maxBatchTokens?: number;
+  /** GPU: logits rows and decode graphs for up to this many sequences (default 256). */
+  maxSeqs?: number;
+  /** GPU: replay decode steps from captured graphs (default true). */
+  cudaGraphs?: boolean;
+  /** GPU: 'auto' (cuBLASLt where it loads), 'cublaslt', or 'own' (our kernels). */
+  gemm?: 'auto' | 'cublaslt' | 'own';
   /**
    * Caller-owned KV pool (e.g. a UCX `allocatePool` buffer, which a peer reads over shared
    * memory without this process's CPU): exactly numBlocks × kvBytesPerBlock bytes (see
@@ -66,6 +77,7 @@ export interface RawKvLayout {
   kvBytesPerToken: number;
   kvBytesPerBlock: number;
   kvLayout: string;
+  kvDtype: 'f32' | 'bf16';
 }
 
 export interface RawEngineInfo {
@@ -85,8 +97,25 @@ export interface RawEngineInfo {
   kvLayout: string;
   /** The pool is caller-owned memory (loadEngine's kvPool or adoptKvPool). */
   kvPoolExternal: boolean;
+  /** False for a GPU pool: kvPool() refuses, no host transfer agent can read it in place. */
+  kvPoolOnHost: boolean;
+  /** Element type of the KV pool. */
+  kvDtype: 'f32' | 'bf16';
+  /** 'cpu', 'cuda' or 'simt'. */
   backend: string;
+  /** One line: the device and how it computes (GEMM library, graphs). */
+  device: string;
   threads: number;
+}
+
+/** One backend of this build and whether it can run here. */
+export interface BackendStatus {
+  name: string;
+  available: boolean;
+  /** Why not, when unavailable (e.g. no CUDA driver). */
+  reason?: string;
+  /** e.g. the GPU's name. */
+  detail?: string;
 }
 
 export interface RawStepResult {
@@ -152,7 +181,10 @@ export interface RawEngineHandle {
 
 export interface NativeAddon {
   loadEngine(options: LoadEngineOptions): Promise<RawEngineHandle>;
+  /** Backends usable here: 'cpu', plus 'cuda' when built and a driver and a GPU exist. */
   backends(): string[];
+  /** Every backend of the build, with the reason when one is unavailable. */
+  backendStatus(): BackendStatus[];
   /** Throws `invalid_argument` / `not_found` / `config_invalid` like loadEngine would. */
   describeKvLayout(options: Omit<LoadEngineOptions, 'kvPool'>): RawKvLayout;
   kvLayout: string;

@@ -30,8 +30,10 @@ export function checkToolchain(fail, { noCxx, noCmake }) {
 /**
  * Check the npm packages, then build `dir` into `dir/build` with cmake-js and print where
  * `artifact` landed. Env: TANDEM_NATIVE_JOBS (default min(defaultJobs, cores)),
- * TANDEM_NATIVE_DEBUG=1 for a Debug build. A CMAKE_CXX_COMPILER is passed only when $CXX
- * is unset (cmake reads $CXX itself).
+ * TANDEM_NATIVE_DEBUG=1 for a Debug build, TANDEM_NATIVE_BUILD_ROOT=DIR to build into
+ * DIR/<tag> instead (scripts/device/pack.sh builds a portable copy there without touching
+ * the development build). A CMAKE_CXX_COMPILER is passed only when $CXX is unset (cmake
+ * reads $CXX itself).
  */
 export async function buildWithCmakeJs({ tag, fail, dir, artifact, cxx, defaultJobs, cMakeOptions = {} }) {
   const require = createRequire(join(dir, 'package.json'));
@@ -49,9 +51,10 @@ export async function buildWithCmakeJs({ tag, fail, dir, artifact, cxx, defaultJ
   if (process.env.CXX === undefined) options.CMAKE_CXX_COMPILER = cxx;
 
   const { BuildSystem } = require('cmake-js');
+  const outDir = process.env.TANDEM_NATIVE_BUILD_ROOT ? join(process.env.TANDEM_NATIVE_BUILD_ROOT, tag) : join(dir, 'build');
   const build = new BuildSystem({
     directory: dir,
-    out: join(dir, 'build'),
+    out: outDir,
     debug,
     parallel: jobs,
     cMakeOptions: options,
@@ -64,6 +67,6 @@ export async function buildWithCmakeJs({ tag, fail, dir, artifact, cxx, defaultJ
   } catch (err) {
     fail(`build failed: ${err instanceof Error ? err.message : String(err)}\nSee the compiler output above.`);
   }
-  const out = join(dir, 'build', debug ? 'Debug' : 'Release', artifact);
+  const out = join(outDir, debug ? 'Debug' : 'Release', artifact);
   console.log(`[tandem ${tag}] built ${out} in ${((Date.now() - started) / 1000).toFixed(1)} s`);
 }

@@ -5,7 +5,9 @@
 //
 //   tandem_native_test                         self-contained checks
 //   tandem_native_test --golden DIR FILE.json  also compare with a goldens fixture
-//   env TANDEM_TEST_DEVICE=cuda                run on another backend
+//   tandem_native_test --quick                 one model's mixed steps and sampling only
+//   env TANDEM_TEST_DEVICE=cuda|simt           run the engine checks on the GPU backend
+//                                              (simt: its kernels on the SIMT harness)
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -428,7 +430,19 @@ void test_golden(const std::string& model_dir, const std::string& golden_path) {
 int main(int argc, char** argv) {
   char tmpl[] = "/tmp/tandem-native-test-XXXXXX";
   std::string root = ::mkdtemp(tmpl);
+  // --quick: one model's chunked, prefix-hit and mixed steps plus sampling (compute-sanitizer runs this).
+  const bool quick = argc == 2 && std::string(argv[1]) == "--quick";
   try {
+    if (quick) {
+      TinySpec llama;
+      write_tiny_model(root + "/llama", llama, 7);
+      test_consistency(root + "/llama", "llama");
+      test_sampling(root + "/llama");
+      std::string cleanup = "rm -rf '" + root + "'";
+      if (std::system(cleanup.c_str()) != 0) std::fprintf(stderr, "warning: could not remove %s\n", root.c_str());
+      std::printf("%d checks, %d failures\n", g_checks, g_failures);
+      return g_failures == 0 ? 0 : 1;
+    }
     tandem_test::test_gemm_shapes();
     tandem_test::test_paged_attention();
     TinySpec llama;

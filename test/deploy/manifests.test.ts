@@ -36,7 +36,7 @@ const RENDERS: Expected[] = [
   { dir: 'deploy/k8s/overlays/disaggregated', ...disagg, engine: 'native', device: 'cpu', modelVolume: true },
   { dir: 'deploy/k8s/overlays/mocker', ...disagg, engine: 'mocker', device: 'cpu', modelVolume: false },
   { dir: 'deploy/k8s/overlays/planner', ...disagg, engine: 'native', device: 'cpu', modelVolume: true, planner: true },
-  { dir: 'deploy/k8s/overlays/cuda', ...disagg, engine: 'native', device: 'cuda:0', modelVolume: true },
+  { dir: 'deploy/k8s/overlays/cuda', namespace: 'tandem', pools: ['agg'], routerMode: 'round-robin', engine: 'native', device: 'cuda:0', modelVolume: true, planner: false },
   { dir: 'deploy/k8s/examples/production', ...disagg, namespace: 'serving', engine: 'native', device: 'cuda:0', modelVolume: true, planner: true, extraKinds: ['PodMonitor', 'Ingress'] },
 ];
 

@@ -1,5 +1,5 @@
 /** `runtime worker`: flags and start-up of one worker process. */
-import { Option, type Command } from 'commander';
+import { InvalidArgumentError, Option, type Command } from 'commander';
 import { intInRange, numberInRange, oneOf, positiveInt } from '../../runtime/index.js';
 import { addRuntimeOptions, createRuntimeFromOptions, type RuntimeFlags } from '../../runtime/index.js';
 import { DEFAULT_KV_BLOCK_SIZE } from '../models/index.js';
@@ -26,6 +26,8 @@ type SameAsOptions =
 /** What commander parses; the rest differ from WorkerOptions in name or unit (seconds). */
 interface WorkerFlags extends RuntimeFlags, Pick<WorkerOptions, SameAsOptions> {
   model: string;
+  gpuMemoryUtilization?: number;
+  enforceEager?: boolean;
   kvCacheMemory?: number;
   loadMetricsInterval: number;
   kvBytesPerToken: number;
@@ -50,12 +52,20 @@ function workerOptionsFromFlags(flags: WorkerFlags): WorkerOptions {
     perfProfile: flags.perfProfile,
     device: flags.device,
     threads: flags.threads,
+    ...(flags.gpuMemoryUtilization !== undefined ? { gpuMemoryUtilization: flags.gpuMemoryUtilization } : {}),
+    ...(flags.enforceEager === true ? { cudaGraphs: false } : {}),
     kvCacheMemoryBytes: flags.kvCacheMemory,
     loadMetricsIntervalMs: flags.loadMetricsInterval,
     kvBytesPerToken: flags.kvBytesPerToken,
     kvReleaseTimeoutMs: Math.round(flags.kvReleaseTimeout * 1000),
     kvPullTimeoutMs: Math.round(flags.kvPullTimeout * 1000),
   };
+}
+
+/** cpu | cuda | cuda:N (simt: the CUDA backend's kernels on the host, for tests). */
+export function parseDevice(value: string): string {
+  if (value === 'cpu' || value === 'cuda' || value === 'simt' || /^cuda:\d{1,4}$/.test(value)) return value;
+  throw new InvalidArgumentError(`expected cpu, cuda or cuda:N, got '${value}'`);
 }
 
 export function registerWorkerCommand(program: Command): void {
@@ -74,7 +84,9 @@ export function registerWorkerCommand(program: Command): void {
     .addOption(new Option('--context-length <n>', 'cap the model context length').argParser(positiveInt))
     .addOption(new Option('--speedup-ratio <x>', 'mocker: divide simulated step time by this').argParser(numberInRange(1e-6)).default(1))
     .option('--perf-profile <file>', 'mocker: JSON profile of measured step times (interpolated)')
-    .addOption(new Option('--device <device>', 'native: cpu (cuda:N once the CUDA backend lands)').default('cpu'))
+    .addOption(new Option('--device <device>', 'native: cpu | cuda | cuda:N (GPU N; `runtime backends` lists what this machine has)').argParser(parseDevice).default('cpu'))
+    .addOption(new Option('--gpu-memory-utilization <share>', 'native on a GPU: share of device memory for weights, activations and the KV pool (default 0.9) when --num-gpu-blocks and --kv-cache-memory are unset').argParser(numberInRange(0.01, 1)))
+    .addOption(new Option('--enforce-eager', 'native on a GPU: no CUDA graphs (every decode step launches its kernels)'))
     .addOption(new Option('--threads <n>', 'native: compute threads (default: all cores)').argParser(positiveInt))
     .addOption(new Option('--kv-cache-memory <bytes>', 'native: KV pool budget in bytes when --num-gpu-blocks is not set').argParser(positiveInt))
     .addOption(new Option('--load-metrics-interval <ms>', 'publish load metrics at most this often').argParser(intInRange(0, 60_000)).default(10))

@@ -47,6 +47,7 @@ import {
 } from '../disagg/index.js';
 import { TRANSFER_SECONDS_BUCKETS } from '../kv-transfer/index.js';
 import type { Engine } from '../engines/engine.js';
+import type { NativeEngine } from '../engines/native/index.js';
 import { MockerEngine } from '../engines/mocker/index.js';
 import { loadPerfProfile, PerfProfileError, type PerfModel } from '../../perf-model/index.js';
 import { readModelConfig, type ModelConfig } from '../models/index.js';
@@ -75,10 +76,14 @@ export interface WorkerOptions {
   /** mocker */
   speedupRatio: number;
   perfProfile?: string;
-  /** native */
+  /** native: cpu, cuda, cuda:N (or simt, the CUDA backend's kernels on the host, for tests) */
   device: string;
   threads?: number;
   kvCacheMemoryBytes?: number;
+  /** native on a GPU: share of device memory the worker may fill (default 0.9). */
+  gpuMemoryUtilization?: number;
+  /** native on a GPU: replay decode steps from CUDA graphs (default true). */
+  cudaGraphs?: boolean;
   /** Publish load metrics at most this often (ms); 0 publishes after every step. */
   loadMetricsIntervalMs: number;
   /** prefill/decode, mocker: bytes of KV per token in the host pool (default 1024). */
@@ -138,9 +143,14 @@ function nativeEngineOptions(options: WorkerOptions) {
     modelDir: options.modelDir,
     device: options.device,
     blockSize: options.blockSize,
+    // A GPU sizes its activations and decode graphs for the scheduler's limits.
+    maxBatchTokens: options.maxNumBatchedTokens,
+    maxSeqs: options.maxNumSeqs,
     ...(options.numGpuBlocks !== undefined ? { numBlocks: options.numGpuBlocks } : {}),
     ...(options.kvCacheMemoryBytes !== undefined ? { memoryBudgetBytes: options.kvCacheMemoryBytes } : {}),
     ...(options.threads !== undefined ? { threads: options.threads } : {}),
+    ...(options.gpuMemoryUtilization !== undefined ? { gpuMemoryUtilization: options.gpuMemoryUtilization } : {}),
+    ...(options.cudaGraphs !== undefined ? { cudaGraphs: options.cudaGraphs } : {}),
   };
 }
 
@@ -152,6 +162,11 @@ function nativeEngineOptions(options: WorkerOptions) {
 async function createEngineWithTransfer(options: WorkerOptions, config: ModelConfig): Promise<{ engine: Engine; kv?: KvTransferSetup }> {
   const ucx = options.ucxConfig !== undefined ? { ucxConfig: options.ucxConfig } : {};
   if (options.mode === 'agg') return { engine: await createEngine(options, config) };
+  if (options.engine === 'native' && options.device !== 'cpu') {
+    throw new ConfigError(
+      `--mode ${options.mode} with --device ${options.device}: KV transfer between GPU workers (CUDA IPC, GPU-memory UCX, staged copies) is not built yet; run GPU workers with --mode agg, or prefill/decode on --device cpu`,
+    );
+  }
   if (options.engine === 'native') {
     const kv = await setupNativeKvTransfer(nativeEngineOptions(options), ucx);
     return { engine: kv.engine, kv };
@@ -278,8 +293,17 @@ export async function startWorker(runtime: DistributedRuntime, options: WorkerOp
     await classifier?.close();
   };
   runtime.onShutdown(shutdownKv);
+  const device = (engine as Partial<NativeEngine>).deviceDescription;
   log.info(
-    { instanceId: runtime.instanceId, address: served.record.address, blocks: engine.info.numBlocks, engine: options.engine, mode: options.mode, kvBytesPerToken: engine.info.kvBytesPerToken },
+    {
+      instanceId: runtime.instanceId,
+      address: served.record.address,
+      blocks: engine.info.numBlocks,
+      engine: options.engine,
+      mode: options.mode,
+      kvBytesPerToken: engine.info.kvBytesPerToken,
+      ...(device !== undefined ? { device } : {}),
+    },
     'worker ready',
   );
 

@@ -137,6 +137,9 @@ class EngineHandle : public Napi::ObjectWrap<EngineHandle> {
     o.Set("kvLayout", kKvLayoutName);
     o.Set("kvPoolExternal", Napi::Boolean::New(env, engine->kv_pool_external()));
     o.Set("backend", engine->backend_name());
+    o.Set("device", engine->backend_description());
+    o.Set("kvPoolOnHost", Napi::Boolean::New(env, engine->kv_pool_on_host()));
+    o.Set("kvDtype", kv.elem_bytes == 2 ? "bf16" : "f32");
     o.Set("threads", Napi::Number::New(env, engine->num_threads()));
     return o;
   }
@@ -271,6 +274,10 @@ class EngineHandle : public Napi::ObjectWrap<EngineHandle> {
     Napi::Env env = info.Env();
     auto engine = require_open(env);
     if (!pool_.IsEmpty()) return pool_.Value();
+    if (!engine->kv_pool_on_host()) {
+      throw make_error(env, "invalid_argument",
+                       std::string("kvPool: backend '") + engine->backend_name() + "' keeps its KV pool in device memory");
+    }
     auto* keep = new std::shared_ptr<Engine>(engine);
     return Napi::ArrayBuffer::New(
         env, engine->kv_pool_base(), engine->kv_pool_bytes(),
@@ -344,6 +351,11 @@ void read_engine_options(Napi::Env env, Napi::Object o, EngineOptions& opts) {
   opts.backend.num_blocks = static_cast<int64_t>(num("numBlocks", 0));
   opts.backend.memory_budget_bytes = static_cast<int64_t>(num("memoryBudgetBytes", 0));
   opts.backend.block_size = static_cast<int64_t>(num("blockSize", 16));
+  opts.backend.gpu_memory_utilization = num("gpuMemoryUtilization", 0);
+  opts.backend.max_batch_tokens = static_cast<int64_t>(num("maxBatchTokens", 8192));
+  opts.backend.max_seqs = static_cast<int64_t>(num("maxSeqs", 256));
+  if (o.Get("cudaGraphs").IsBoolean()) opts.backend.cuda_graphs = o.Get("cudaGraphs").As<Napi::Boolean>().Value();
+  if (o.Get("gemm").IsString()) opts.backend.gemm = o.Get("gemm").As<Napi::String>().Utf8Value();
   opts.threads = static_cast<int>(num("threads", 0));
 }
 
@@ -417,6 +429,7 @@ Napi::Value describe_kv_layout(const Napi::CallbackInfo& info) {
   o.Set("kvBytesPerToken", Napi::Number::New(env, static_cast<double>(kv.bytes_per_token())));
   o.Set("kvBytesPerBlock", Napi::Number::New(env, static_cast<double>(kv.bytes_per_block())));
   o.Set("kvLayout", kKvLayoutName);
+  o.Set("kvDtype", kv.elem_bytes == 2 ? "bf16" : "f32");
   return o;
 }
 
@@ -428,12 +441,30 @@ Napi::Value backends(const Napi::CallbackInfo& info) {
   return out;
 }
 
+// Every backend of this build: { name, available, reason?, detail? }. Probes the CUDA driver
+// (cheap; no allocation) so `cuda` is reported available only with a driver and a device.
+Napi::Value backend_status_js(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  auto all = backend_status();
+  Napi::Array out = Napi::Array::New(env, all.size());
+  for (size_t i = 0; i < all.size(); ++i) {
+    Napi::Object o = Napi::Object::New(env);
+    o.Set("name", all[i].name);
+    o.Set("available", Napi::Boolean::New(env, all[i].available));
+    if (!all[i].reason.empty()) o.Set("reason", all[i].reason);
+    if (!all[i].detail.empty()) o.Set("detail", all[i].detail);
+    out.Set(static_cast<uint32_t>(i), o);
+  }
+  return out;
+}
+
 Napi::Object init(Napi::Env env, Napi::Object exports) {
   auto* data = new AddonData();
   data->engine_ctor = Napi::Persistent(EngineHandle::define(env));
   env.SetInstanceData<AddonData>(data);
   exports.Set("loadEngine", Napi::Function::New(env, load_engine, "loadEngine"));
   exports.Set("backends", Napi::Function::New(env, backends, "backends"));
+  exports.Set("backendStatus", Napi::Function::New(env, backend_status_js, "backendStatus"));
   exports.Set("describeKvLayout", Napi::Function::New(env, describe_kv_layout, "describeKvLayout"));
   exports.Set("kvLayout", Napi::String::New(env, kKvLayoutName));
   return exports;

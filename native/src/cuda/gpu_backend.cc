@@ -589,7 +589,7 @@ void GpuBackend::sample(const std::vector<SampleRow>& rows, SampledRows& out) {
   const int n = static_cast<int>(rows.size());
   const int vocab = static_cast<int>(config_.vocab_size);
   gpu::SampleInputs& in = sample_inputs_;
-  in.pack(rows.data(), rows.size(), vocab);
+  in.build(rows.data(), rows.size(), vocab);
   const int32_t top = in.top_stride;
 
   // One upload: [row descs][penalties][bias ids][bias values][masks], each 16-byte aligned.

@@ -5,6 +5,7 @@ export {
   describeNativeKvLayout,
   nativeKvLayoutName,
   DEFAULT_KV_MEMORY_BYTES,
+  isGpuDevice,
   type NativeEngineOptions,
   type NativeModelInfo,
   type NativeKvLayout,

@@ -5,14 +5,14 @@
  */
 import { performance } from 'node:perf_hooks';
 import { fromNativeError, loadAddon, NativeEngineError, type RawEngineHandle, type RawEngineInfo, type RawStepResult } from '../../../native/index.js';
-import type { RawKvLayout } from '../../../native/index.js';
+import type { LoadEngineOptions, RawKvLayout } from '../../../native/index.js';
 import type { Engine, EngineInfo, SampledToken, StepBatch, StepResult } from '../engine.js';
 import { BatchMarshal } from './batch-marshal.js';
 
 export interface NativeEngineOptions {
   /** Hugging Face model directory (config.json + *.safetensors). */
   modelDir: string;
-  /** 'cpu' (default); 'cuda[:N]' once the CUDA backend exists. */
+  /** 'cpu' (default), 'cuda' / 'cuda:N', or 'simt' (the CUDA backend's kernels on the host; tests). */
   device?: string;
   /** KV pool size in blocks; wins over memoryBudgetBytes. */
   numBlocks?: number;
@@ -22,6 +22,16 @@ export interface NativeEngineOptions {
   blockSize?: number;
   /** Host compute threads (default: all cores). */
   threads?: number;
+  /** GPU: without numBlocks or memoryBudgetBytes, the KV pool takes this share of device memory (default 0.9). */
+  gpuMemoryUtilization?: number;
+  /** GPU: activations are sized for this many tokens per step (the scheduler's token budget). */
+  maxBatchTokens?: number;
+  /** GPU: logits rows and decode graphs for up to this many sequences (the scheduler's max). */
+  maxSeqs?: number;
+  /** GPU: replay decode steps from captured CUDA graphs (default true; false = eager). */
+  cudaGraphs?: boolean;
+  /** GPU: 'auto' (cuBLASLt where it loads), 'cublaslt', or 'own' (our kernels). */
+  gemm?: 'auto' | 'cublaslt' | 'own';
   /**
    * Caller-owned KV pool, exactly numBlocks × kvBytesPerBlock bytes (`describeNativeKvLayout`):
    * prefill/decode workers pass a UCX `allocatePool` buffer so peers read blocks over shared
@@ -43,12 +53,32 @@ export interface StepTiming {
   unmarshalMs: number;
 }
 
+/** The CPU backend's KV pool without --num-gpu-blocks or --kv-cache-memory. */
 export const DEFAULT_KV_MEMORY_BYTES = 512 * 1024 * 1024;
 
-function sizing(options: NativeEngineOptions): { modelDir: string; device: string; numBlocks: number; memoryBudgetBytes: number; blockSize: number; threads: number } {
+/** True for devices whose KV pool lives in device memory (cuda, cuda:N, simt). */
+export function isGpuDevice(device: string | undefined): boolean {
+  return device !== undefined && device !== 'cpu';
+}
+
+function sizing(options: NativeEngineOptions): Omit<LoadEngineOptions, 'kvPool'> {
+  const device = options.device ?? 'cpu';
   const numBlocks = options.numBlocks ?? 0;
-  const memoryBudgetBytes = numBlocks > 0 ? 0 : (options.memoryBudgetBytes ?? DEFAULT_KV_MEMORY_BYTES);
-  return { modelDir: options.modelDir, device: options.device ?? 'cpu', numBlocks, memoryBudgetBytes, blockSize: options.blockSize ?? 16, threads: options.threads ?? 0 };
+  // A GPU pool is sized by the device's free memory (gpuMemoryUtilization) unless told otherwise.
+  const memoryBudgetBytes = numBlocks > 0 ? 0 : (options.memoryBudgetBytes ?? (isGpuDevice(device) ? 0 : DEFAULT_KV_MEMORY_BYTES));
+  return {
+    modelDir: options.modelDir,
+    device,
+    numBlocks,
+    memoryBudgetBytes,
+    blockSize: options.blockSize ?? 16,
+    threads: options.threads ?? 0,
+    ...(options.gpuMemoryUtilization !== undefined ? { gpuMemoryUtilization: options.gpuMemoryUtilization } : {}),
+    ...(options.maxBatchTokens !== undefined ? { maxBatchTokens: options.maxBatchTokens } : {}),
+    ...(options.maxSeqs !== undefined ? { maxSeqs: options.maxSeqs } : {}),
+    ...(options.cudaGraphs !== undefined ? { cudaGraphs: options.cudaGraphs } : {}),
+    ...(options.gemm !== undefined ? { gemm: options.gemm } : {}),
+  };
 }
 
 export async function createNativeEngine(options: NativeEngineOptions): Promise<NativeEngine> {
@@ -71,9 +101,11 @@ export function describeNativeKvLayout(options: Omit<NativeEngineOptions, 'kvPoo
   }
 }
 
-/** Layout name for transfers: the pool layout plus the shape that fixes a block's bytes. */
-export function nativeKvLayoutName(m: Pick<RawKvLayout, 'kvLayout' | 'numLayers' | 'numKvHeads' | 'headDim' | 'blockSize'>): string {
-  return `${m.kvLayout};layers=${m.numLayers};kv_heads=${m.numKvHeads};head_dim=${m.headDim};block=${m.blockSize};f32`;
+/** Layout name for transfers: the pool layout plus the shape and element type that fix a block's bytes. */
+export function nativeKvLayoutName(
+  m: Pick<RawKvLayout, 'kvLayout' | 'numLayers' | 'numKvHeads' | 'headDim' | 'blockSize'> & { kvDtype?: 'f32' | 'bf16' },
+): string {
+  return `${m.kvLayout};layers=${m.numLayers};kv_heads=${m.numKvHeads};head_dim=${m.headDim};block=${m.blockSize};${m.kvDtype ?? 'f32'}`;
 }
 
 export class NativeEngine implements Engine {
@@ -115,6 +147,11 @@ export class NativeEngine implements Engine {
   /** Layout name for transfers: the pool layout plus the shape that fixes a block's bytes. */
   get kvLayoutName(): string {
     return nativeKvLayoutName(this.model);
+  }
+
+  /** One line: the backend's device and how it computes (GEMM library, graphs). */
+  get deviceDescription(): string {
+    return this.model.device;
   }
 
   /** True when the pool is caller-owned memory (loaded with `kvPool`, or `adoptKvPool`). */

@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# Builds the bundle a GPU machine (which has no Node.js) runs scripts/device/cuda-check.sh from:
+#   .device-bundle/bundle.tar.xz   node (this machine's binary), production node_modules plus
+#                                  ajv for the structured-output check, dist/, the native addons
+#                                  and the C++ test and bench binaries built for x86-64-v3 with
+#                                  the CUDA target (sm_80, sm_90a), the golden fixtures, the
+#                                  schema corpus as JSON, and scripts/
+# It must stay under 64 MiB (what the device tool carries, the repository included); the script
+# fails if it does not. The development build under native/build is not touched.
+#
+#   bash scripts/device/pack.sh            then, on the GPU machine (the repo is the working dir):
+#   bash scripts/device/cuda-check.sh      with carry [".device-bundle"]
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+root=$(pwd)
+out="$root/.device-bundle"
+stage="$out/stage"
+limit_mib=${TANDEM_BUNDLE_LIMIT_MIB:-56}
+rm -rf "$stage"
+mkdir -p "$stage"
+say() { echo "pack: $*"; }
+
+command -v nvcc >/dev/null 2>&1 || { echo "pack: nvcc not found: the bundle needs the CUDA target" >&2; exit 1; }
+[ -d node_modules ] || { echo "pack: run 'bash scripts/setup.sh' first" >&2; exit 1; }
+
+say "TypeScript build"
+npm run --silent build
+
+say "native build for x86-64-v3 with the CUDA target (into $out/build)"
+TANDEM_MARCH=x86-64-v3 TANDEM_NATIVE_BUILD_ROOT="$out/build" node native/scripts/build.js >"$out/native-build.log" 2>&1 \
+  || { tail -40 "$out/native-build.log" >&2; exit 1; }
+TANDEM_NATIVE_BUILD_ROOT="$out/build" node native/ucx/build.js >>"$out/native-build.log" 2>&1 \
+  || { tail -40 "$out/native-build.log" >&2; exit 1; }
+grep -q "CUDA backend with" "$out/native-build.log" || { echo "pack: the native build did not include the CUDA target" >&2; exit 1; }
+
+say "production node_modules (+ ajv, ajv-formats for the structured-output check)"
+deps="$out/deps"
+rm -rf "$deps"
+mkdir -p "$deps"
+cp package.json package-lock.json "$deps/"
+(cd "$deps" && npm ci --omit=dev --ignore-scripts --no-audit --no-fund --loglevel=error >/dev/null \
+  && npm install --no-save --ignore-scripts --no-audit --no-fund --loglevel=error \
+       "ajv@$(node -p "require('$root/node_modules/ajv/package.json').version")" \
+       "ajv-formats@$(node -p "require('$root/node_modules/ajv-formats/package.json').version")" >/dev/null)
+# cmake-js and the addon headers are build-time only.
+rm -rf "$deps/node_modules/cmake-js" "$deps/node_modules/node-api-headers" "$deps/node_modules/node-addon-api"
+
+say "staging"
+mkdir -p "$stage/node/bin" "$stage/native/build/Release" "$stage/native/ucx/build/Release" "$stage/test/fixtures" "$stage/native/lib"
+cp "$(node -p process.execPath)" "$stage/node/bin/node"
+cp -r dist bin package.json "$stage/"
+cp -r "$deps/node_modules" "$stage/node_modules"
+cp "$out/build/native/Release/tandem_native.node" "$stage/native/build/Release/"
+cp "$out/build/native/tandem_native_test" "$out/build/native/tandem_gpu_kernel_test" "$out/build/native/tandem_gpu_bench" "$stage/native/build/"
+cp "$out/build/ucx/Release/tandem_ucx.node" "$stage/native/ucx/build/Release/"
+cp -r test/fixtures/goldens "$stage/test/fixtures/"
+mkdir -p "$stage/scripts"
+cp -r scripts/device "$stage/scripts/"
+node --import tsx -e "
+  import('$root/test/grammar/schema-corpus.ts').then(({ SCHEMA_CORPUS }) => {
+    require('node:fs').writeFileSync('$stage/scripts/device/schema-corpus.json', JSON.stringify(SCHEMA_CORPUS));
+  });"
+git rev-parse HEAD >"$stage/COMMIT" 2>/dev/null || true
+
+say "compressing"
+tar -C "$stage" -cf - . | xz -T0 -6 >"$out/bundle.tar.xz"
+rm -rf "$stage" "$deps"
+size=$(stat -c %s "$out/bundle.tar.xz")
+tracked=$(git ls-files -z | xargs -0 du -cb 2>/dev/null | tail -1 | cut -f1)
+say "bundle.tar.xz: $((size / 1048576)) MiB; tracked files $((tracked / 1048576)) MiB (the device tool carries both, 64 MiB at most)"
+if [ $((size / 1048576)) -ge "$limit_mib" ]; then
+  echo "pack: the bundle is over ${limit_mib} MiB" >&2
+  exit 1
+fi
