@@ -1,7 +1,12 @@
 /**
- * Runs the C++ test binary (native/tests/engine_test.cc) so CI covers the Node-free path the
- * CUDA backend will reuse, including one golden fixture read by the C++ JSON reader, and the
- * CPU kernel checks against double-precision references (native/tests/*_checks.h).
+ * Runs the C++ test binaries (native/tests/) so CI covers the Node-free paths:
+ *  - tandem_native_test on the CPU backend, with one golden fixture read by the C++ JSON reader
+ *    and the CPU kernel checks against double-precision references;
+ *  - the same engine checks on the GPU backend's code through the SIMT harness
+ *    (TANDEM_TEST_DEVICE=simt): chunking, prefix hits, mixed batches, sampling on the device,
+ *    decode graphs against eager steps, errors, and every golden fixture at the stated bf16
+ *    tolerance;
+ *  - tandem_gpu_kernel_test: every GPU kernel against the CPU backend's kernels or sampler.
  */
 import { execFile } from 'node:child_process';
 import { existsSync, readFileSync } from 'node:fs';
@@ -10,8 +15,11 @@ import { promisify } from 'node:util';
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import { tinyModel, withTempDir } from './helpers.js';
 
-const BINARY = join(import.meta.dirname, '../../native/build/tandem_native_test');
-const FIXTURE = join(import.meta.dirname, '../fixtures/goldens/qwen3-f32.json');
+const BUILD = join(import.meta.dirname, '../../native/build');
+const BINARY = join(BUILD, 'tandem_native_test');
+const KERNELS = join(BUILD, 'tandem_gpu_kernel_test');
+const FIXTURES = join(import.meta.dirname, '../fixtures/goldens');
+const run = promisify(execFile);
 
 let tmp: Awaited<ReturnType<typeof withTempDir>>;
 beforeAll(async () => {
@@ -21,15 +29,42 @@ afterAll(async () => {
   await tmp.cleanup();
 });
 
+/** The fixture's model, made the way its `make_tiny` line says. */
+async function fixtureModel(label: string): Promise<{ model: string; fixture: string }> {
+  const fixture = join(FIXTURES, `${label}.json`);
+  const meta = JSON.parse(readFileSync(fixture, 'utf8')) as { make_tiny: string };
+  const [, arch, dtype, seed] = /--arch (\w+) .*--dtype (\w+) --seed (\d+)/.exec(meta.make_tiny)!;
+  return { model: await tinyModel(tmp.dir, arch as 'llama', dtype as 'f32', Number(seed)), fixture };
+}
+
 it('the C++ test binary passes its own checks and a golden fixture', async () => {
   expect(existsSync(BINARY), `${BINARY} missing: run npm run build:native`).toBe(true);
-  const fixture = JSON.parse(readFileSync(FIXTURE, 'utf8')) as { make_tiny: string };
-  const seed = Number(/--seed (\d+)/.exec(fixture.make_tiny)![1]);
-  const model = await tinyModel(tmp.dir, 'qwen3', 'f32', seed);
-  const { stdout } = await promisify(execFile)(BINARY, ['--golden', model, FIXTURE]);
-  expect(stdout).toMatch(/golden case 3: 32 tokens/);
+  const { model, fixture } = await fixtureModel('qwen3-f32');
+  const { stdout } = await run(BINARY, ['--golden', model, fixture]);
+  expect(stdout).toMatch(/golden case 3: 32 tokens, 32 equal/);
   // The kernel suites (GEMM edge shapes x tokens 1..37, paged attention layouts) ran.
   expect(stdout).toMatch(/gemm: 7 shapes x tokens 1\.\.37 x bias\/no bias x f32\/bf16 checked/);
   expect(stdout).toMatch(/attention: 6 layouts x 5 sequences checked/);
   expect(stdout).toMatch(/\d+ checks, 0 failures/);
 });
+
+it('the engine checks pass on the GPU backend (SIMT harness), decode graphs equal eager steps, and every golden fixture holds at the bf16 tolerance', async () => {
+  const env = { ...process.env, TANDEM_TEST_DEVICE: 'simt' };
+  for (const label of ['llama-f32', 'qwen2-f32', 'qwen3-f32', 'llama-bf16']) {
+    const { model, fixture } = await fixtureModel(label);
+    const { stdout } = await run(BINARY, ['--golden', model, fixture], { env, maxBuffer: 1 << 24 });
+    expect(stdout, label).toMatch(/decode graphs: 30 steps replayed from \d graphs/);
+    expect(stdout.match(/^golden case \d: 32 tokens/gm), label).toHaveLength(4);
+    expect(stdout, label).toMatch(/\d+ checks, 0 failures/);
+  }
+}, 120_000);
+
+it('every GPU kernel agrees with the CPU backend on the SIMT harness', async () => {
+  expect(existsSync(KERNELS), `${KERNELS} missing: run npm run build:native`).toBe(true);
+  const { stdout } = await run(KERNELS, [], { env: { ...process.env, TANDEM_TEST_DEVICE: 'simt' }, maxBuffer: 1 << 24 });
+  expect(stdout).toMatch(/gpu elementwise: .* checked on simt/);
+  expect(stdout).toMatch(/gpu attention: 8 layouts x 7 sequences x 4 split counts checked on simt/);
+  expect(stdout).toMatch(/gpu gemm: .* checked on simt/);
+  expect(stdout).toMatch(/gpu sampling: .* checked on simt/);
+  expect(stdout).toMatch(/\d+ checks, 0 failures/);
+}, 120_000);

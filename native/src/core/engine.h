@@ -131,6 +131,9 @@ class Engine {
    */
   void adopt_kv_pool(void* base, size_t bytes);
 
+  /** The backend, for tests and benchmarks that look at backend-specific state. */
+  Backend& backend() { return *backend_; }
+
   /** Runs one batched step. Bad inputs -> NativeError(invalid_argument); the pool is untouched. */
   StepOutput step(const StepInput& input);
 

@@ -17,6 +17,9 @@ constexpr int64_t kSimtDefaultKvBytes = int64_t{256} << 20;   // the SIMT device
 constexpr int64_t kGemmWorkspaceFloats = int64_t{4} << 20;    // split-K partials of the own GEMM
 constexpr double kDefaultGpuMemoryUtilization = 0.9;
 constexpr int64_t kReserveBytes = int64_t{256} << 20;  // graphs, cuBLASLt, the driver's own growth
+// Decode graphs kept at once: batch buckets x block-table widths seen recently. The least
+// recently replayed one goes when a new one would exceed this.
+constexpr size_t kMaxGraphs = 48;
 
 int64_t round_up(int64_t n, int64_t m) { return (n + m - 1) / m * m; }
 
@@ -423,9 +426,18 @@ void GpuBackend::forward(const ForwardBatch& batch) {
   if (use_graph) {
     const auto key = std::make_pair(padded, width);
     auto it = graphs_.find(key);
-    if (it == graphs_.end()) it = graphs_.emplace(key, device_->capture([&] { run_forward(plan_); })).first;
-    it->second->launch();
-    ++graph_replays_;
+    if (it == graphs_.end()) {
+      if (graphs_.size() >= kMaxGraphs) {
+        auto oldest = graphs_.begin();
+        for (auto g = graphs_.begin(); g != graphs_.end(); ++g) {
+          if (g->second.last_used < oldest->second.last_used) oldest = g;
+        }
+        graphs_.erase(oldest);
+      }
+      it = graphs_.emplace(key, CapturedGraph{device_->capture([&] { run_forward(plan_); }), 0}).first;
+    }
+    it->second.graph->launch();
+    it->second.last_used = ++graph_replays_;
   } else {
     run_forward(plan_);
   }

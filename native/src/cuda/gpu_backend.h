@@ -126,7 +126,11 @@ class GpuBackend final : public Backend {
   int32_t last_logit_rows_ = 0;
   gpu::StepPlan plan_;
 
-  std::map<std::pair<int32_t, int32_t>, std::unique_ptr<gpu::Graph>> graphs_;  // (padded batch, table width)
+  struct CapturedGraph {
+    std::unique_ptr<gpu::Graph> graph;
+    uint64_t last_used = 0;
+  };
+  std::map<std::pair<int32_t, int32_t>, CapturedGraph> graphs_;  // (padded batch, table width)
   uint64_t graph_replays_ = 0;
 
   // Sampling: inputs packed on the host, one upload; outputs one download.

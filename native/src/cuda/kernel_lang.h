@@ -76,6 +76,15 @@ TD_DEVICE void ldmatrix_x4(uint32_t (&r)[4], const void* smem_row) {
                : "r"(s));
 }
 
+// ldmatrix .x4 .trans: the same row addresses, each 8x8 matrix transposed on the way: lane l
+// receives elements (row 2(l%4), column l/4) and (row 2(l%4)+1, column l/4) of matrix i in r[i].
+TD_DEVICE void ldmatrix_x4_trans(uint32_t (&r)[4], const void* smem_row) {
+  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem_row));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(s));
+}
+
 // D = A(16x16, row) * B(16x8, col) + C, bf16 inputs, f32 accumulators (PTX fragment layout).
 TD_DEVICE void mma_bf16_16816(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2], const float (&c)[4]) {
   asm volatile(
@@ -155,6 +164,19 @@ inline void ldmatrix_x4(uint32_t (&r)[4], const void* smem_row) {
   for (unsigned i = 0; i < 4; ++i) {
     const auto* row = static_cast<const unsigned char*>(op.get<const void*>(i * 8 + lane / 4));
     std::memcpy(&r[i], row + (lane % 4) * 4, 4);
+  }
+}
+
+inline void ldmatrix_x4_trans(uint32_t (&r)[4], const void* smem_row) {
+  ::tandem::simt::WarpOp op(smem_row);
+  const unsigned lane = lane_id();
+  for (unsigned i = 0; i < 4; ++i) {
+    uint16_t lo, hi;
+    const auto* row0 = static_cast<const unsigned char*>(op.get<const void*>(i * 8 + 2 * (lane % 4)));
+    const auto* row1 = static_cast<const unsigned char*>(op.get<const void*>(i * 8 + 2 * (lane % 4) + 1));
+    std::memcpy(&lo, row0 + (lane / 4) * 2, 2);
+    std::memcpy(&hi, row1 + (lane / 4) * 2, 2);
+    r[i] = static_cast<uint32_t>(lo) | (static_cast<uint32_t>(hi) << 16);
   }
 }
 
