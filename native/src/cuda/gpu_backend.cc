@@ -152,8 +152,14 @@ GpuBackend::GpuBackend(const ModelConfig& config, const SafetensorsStore& weight
       lt_workspace_ = alloc(kCublasLtWorkspaceBytes);
       lt_workspace_bytes_ = kCublasLtWorkspaceBytes;
     }
-    ensure_activations(std::max<int64_t>(1, options.max_batch_tokens), std::max<int64_t>(1, options.max_seqs),
-                       std::max<int64_t>(1, options.max_seqs));
+    // Everything a step allocates, before the pool takes what is left: activations, the step
+    // tables (a full batch with 2048-entry block tables), sampling scratch for every row.
+    const int64_t tokens = std::max<int64_t>(1, options.max_batch_tokens), seqs = std::max<int64_t>(1, options.max_seqs);
+    ensure_activations(tokens, seqs, seqs);
+    ensure_image(4 * tokens + 12 * seqs + seqs * 2048);
+    const size_t mask_bytes = static_cast<size_t>((c.vocab_size + 31) / 32) * 4;
+    ensure_sample_buffers(seqs, static_cast<size_t>(seqs) * (sizeof(gpu::SampleRowDesc) + mask_bytes + 4096),
+                          static_cast<size_t>(seqs) * (8 + 2 * 4 * 20));
     size_kv_pool(options);
   } catch (...) {
     free_activations();
@@ -370,6 +376,42 @@ void GpuBackend::ensure_image(int64_t elements) {
   image_ = static_cast<int32_t*>(device_->alloc(static_cast<size_t>(cap) * 4));
   image_staging_ = static_cast<int32_t*>(device_->alloc_pinned(static_cast<size_t>(cap) * 4));
   image_capacity_ = cap;
+}
+
+void GpuBackend::ensure_sample_buffers(int64_t rows, size_t in_bytes, size_t out_bytes) {
+  // Grown rarely (a longer penalty history, more top logprobs than ever before); each buffer is
+  // replaced only after the device is idle, so nothing in flight reads the old one.
+  if (in_bytes > sample_in_capacity_) {
+    const size_t cap = std::max(in_bytes, sample_in_capacity_ * 2);
+    device_->synchronize();
+    device_->free(sample_in_dev_);
+    device_->free_pinned(sample_in_staging_);
+    sample_in_dev_ = sample_in_staging_ = nullptr;
+    sample_in_capacity_ = 0;
+    sample_in_dev_ = device_->alloc(cap);
+    sample_in_staging_ = device_->alloc_pinned(cap);
+    sample_in_capacity_ = cap;
+  }
+  if (rows > sample_work_rows_) {
+    const int64_t cap = std::max(rows, sample_work_rows_ * 2);
+    device_->synchronize();
+    device_->free(sample_work_);
+    sample_work_ = nullptr;
+    sample_work_rows_ = 0;
+    sample_work_ = static_cast<float*>(device_->alloc(static_cast<size_t>(cap * config_.vocab_size) * sizeof(float)));
+    sample_work_rows_ = cap;
+  }
+  if (out_bytes > sample_out_capacity_) {
+    const size_t cap = std::max(out_bytes, sample_out_capacity_ * 2);
+    device_->synchronize();
+    device_->free(sample_out_dev_);
+    device_->free_pinned(sample_out_staging_);
+    sample_out_dev_ = sample_out_staging_ = nullptr;
+    sample_out_capacity_ = 0;
+    sample_out_dev_ = device_->alloc(cap);
+    sample_out_staging_ = device_->alloc_pinned(cap);
+    sample_out_capacity_ = cap;
+  }
 }
 
 void GpuBackend::adopt_kv_pool(void*) {
@@ -612,17 +654,11 @@ void GpuBackend::sample(const std::vector<SampleRow>& rows, SampledRows& out) {
   const size_t o_bval = align(o_bid + in.bias_ids.size() * sizeof(int32_t));
   const size_t o_mask = align(o_bval + in.bias_values.size() * sizeof(float));
   const size_t in_bytes = align(o_mask + in.masks.size() * sizeof(uint32_t));
-  if (in_bytes > sample_in_capacity_) {
-    device_->synchronize();
-    device_->free(sample_in_dev_);
-    device_->free_pinned(sample_in_staging_);
-    sample_in_dev_ = sample_in_staging_ = nullptr;
-    sample_in_capacity_ = 0;
-    const size_t cap = std::max(in_bytes, sample_in_capacity_ * 2);
-    sample_in_dev_ = device_->alloc(cap);
-    sample_in_staging_ = device_->alloc_pinned(cap);
-    sample_in_capacity_ = cap;
-  }
+  // Outputs: [tokens][logprobs][top ids][top logprobs].
+  const size_t o_tok = 0, o_lp = align(static_cast<size_t>(n) * 4), o_tid = align(o_lp + static_cast<size_t>(n) * 4);
+  const size_t o_tlp = align(o_tid + static_cast<size_t>(n) * static_cast<size_t>(top) * 4);
+  const size_t out_bytes = align(o_tlp + static_cast<size_t>(n) * static_cast<size_t>(top) * 4);
+  ensure_sample_buffers(n, in_bytes, out_bytes);
   auto* st = static_cast<char*>(sample_in_staging_);
   std::memcpy(st + o_rows, in.rows.data(), in.rows.size() * sizeof(gpu::SampleRowDesc));
   std::memcpy(st + o_pen, in.penalties.data(), in.penalties.size() * sizeof(gpu::PenaltyEntry));
@@ -631,29 +667,6 @@ void GpuBackend::sample(const std::vector<SampleRow>& rows, SampledRows& out) {
   std::memcpy(st + o_mask, in.masks.data(), in.masks.size() * sizeof(uint32_t));
   device_->upload(sample_in_dev_, sample_in_staging_, in_bytes);
 
-  if (n > sample_work_rows_) {
-    device_->synchronize();
-    device_->free(sample_work_);
-    sample_work_ = nullptr;
-    const int64_t cap = std::max<int64_t>(n, sample_work_rows_ * 2);
-    sample_work_ = static_cast<float*>(device_->alloc(static_cast<size_t>(cap * vocab) * sizeof(float)));
-    sample_work_rows_ = cap;
-  }
-  // Outputs: [tokens][logprobs][top ids][top logprobs].
-  const size_t o_tok = 0, o_lp = align(static_cast<size_t>(n) * 4), o_tid = align(o_lp + static_cast<size_t>(n) * 4);
-  const size_t o_tlp = align(o_tid + static_cast<size_t>(n) * static_cast<size_t>(top) * 4);
-  const size_t out_bytes = align(o_tlp + static_cast<size_t>(n) * static_cast<size_t>(top) * 4);
-  if (out_bytes > sample_out_capacity_) {
-    device_->synchronize();
-    device_->free(sample_out_dev_);
-    device_->free_pinned(sample_out_staging_);
-    sample_out_dev_ = sample_out_staging_ = nullptr;
-    sample_out_capacity_ = 0;
-    const size_t cap = std::max(out_bytes, sample_out_capacity_ * 2);
-    sample_out_dev_ = device_->alloc(cap);
-    sample_out_staging_ = device_->alloc_pinned(cap);
-    sample_out_capacity_ = cap;
-  }
   auto* din = static_cast<char*>(sample_in_dev_);
   auto* dout = static_cast<char*>(sample_out_dev_);
   gpu::SampleArgs a;

@@ -91,6 +91,8 @@ class GpuBackend final : public Backend {
   void ensure_activations(int64_t tokens, int64_t rows, int64_t decode);
   void free_activations();
   void ensure_image(int64_t elements);
+  /** Sampling buffers for `rows` rows, `in_bytes` of packed inputs, `out_bytes` of results. */
+  void ensure_sample_buffers(int64_t rows, size_t in_bytes, size_t out_bytes);
   void run_forward(const gpu::StepPlan& plan);
   void gemm(const gpu::GemmArgs& g);
 
