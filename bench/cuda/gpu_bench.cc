@@ -268,7 +268,7 @@ int run_gemm(const std::string& device, bool quick, const std::string& json_path
     dev.upload(a, ha.data(), ha.size() * 2);
     const size_t c_bytes = static_cast<size_t>(c.m) * c.n * (c.out == gpu::GemmOut::kF32 ? 4 : 2);
     void* cbuf = dev.alloc(c_bytes);
-    float* gemm_ws = static_cast<float*>(dev.alloc(sizeof(float) * static_cast<size_t>(gpu::gemm_workspace_floats(std::min(c.m, 16), c.n))));
+    float* gemm_ws = static_cast<float*>(dev.alloc(sizeof(float) * static_cast<size_t>(gpu::kGemmWorkspaceFloats)));
     dev.synchronize();
     gpu::GemmArgs g;
     g.m = c.m;
@@ -281,6 +281,7 @@ int run_gemm(const std::string& device, bool quick, const std::string& json_path
     g.ldc = c.n;
     g.out = c.out;
     g.workspace = gemm_ws;
+    g.workspace_floats = gpu::kGemmWorkspaceFloats;
     const double flops = 2.0 * c.m * c.n * c.k;
     const int reps = std::max(1, static_cast<int>(std::min(200.0, 2e11 / flops)));
     double t_lt = NAN, t_own = NAN;

@@ -64,7 +64,8 @@ it('every GPU kernel agrees with the CPU backend on the SIMT harness', async () 
   const { stdout } = await run(KERNELS, [], { env: { ...process.env, TANDEM_TEST_DEVICE: 'simt' }, maxBuffer: 1 << 24 });
   expect(stdout).toMatch(/gpu elementwise: .* checked on simt/);
   expect(stdout).toMatch(/gpu attention: 8 layouts x 7 sequences x 4 split counts checked on simt/);
-  expect(stdout).toMatch(/gpu gemm: .* checked on simt/);
-  expect(stdout).toMatch(/gpu sampling: .* checked on simt/);
+  expect(stdout).toMatch(/gpu attention prefill: .* checked on simt/);
+  expect(stdout).toMatch(/gpu gemm: \d+ shapes, \d+ plans .* checked on simt/);
+  expect(stdout).toMatch(/gpu sampling: \d+ rows .* checked against the CPU sampler on simt/);
   expect(stdout).toMatch(/\d+ checks, 0 failures/);
 }, 120_000);

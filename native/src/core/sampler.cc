@@ -26,6 +26,7 @@ Sampler::Sampler(int64_t vocab_size)
       work_(static_cast<size_t>(vocab_size)),
       idx_(static_cast<size_t>(vocab_size)),
       probs_(static_cast<size_t>(vocab_size)),
+      kept_(static_cast<size_t>(vocab_size)),
       stamp_(static_cast<size_t>(vocab_size), 0),
       count_(static_cast<size_t>(vocab_size), 0) {}
 
@@ -97,6 +98,8 @@ SampleResult Sampler::sample(const SampleRequest& req) {
   SampleResult out;
   if (p.temperature <= 0.0f) {
     out.token = static_cast<int32_t>(std::max_element(work_.begin(), work_.end()) - work_.begin());
+  } else if (*std::max_element(work_.begin(), work_.end()) == -INFINITY) {
+    out.token = 0;  // every token masked out: nothing to draw (greedy gives 0 too)
   } else {
     const float inv_t = 1.0f / p.temperature;
     size_t n = v;
@@ -105,12 +108,17 @@ SampleResult Sampler::sample(const SampleRequest& req) {
       return work_[static_cast<size_t>(a)] > work_[static_cast<size_t>(b)] ||
              (work_[static_cast<size_t>(a)] == work_[static_cast<size_t>(b)] && a < b);
     };
+    bool id_order = true;  // idx_[0, n) ascending
     if (p.top_k > 0 && static_cast<size_t>(p.top_k) < n) {
       std::nth_element(idx_.begin(), idx_.begin() + p.top_k, idx_.begin() + static_cast<int64_t>(n), by_logit_desc);
       n = static_cast<size_t>(p.top_k);
+      id_order = false;
     }
     const bool need_sorted = p.top_p < 1.0f;
-    if (need_sorted) std::sort(idx_.begin(), idx_.begin() + static_cast<int64_t>(n), by_logit_desc);
+    if (need_sorted) {
+      std::sort(idx_.begin(), idx_.begin() + static_cast<int64_t>(n), by_logit_desc);
+      id_order = false;
+    }
     float max_l = -INFINITY;
     for (size_t i = 0; i < n; ++i) max_l = std::max(max_l, work_[static_cast<size_t>(idx_[i])]);
     double total = 0;
@@ -131,10 +139,11 @@ SampleResult Sampler::sample(const SampleRequest& req) {
       n = keep;
     }
     if (p.min_p > 0.0f) {
-      // The top token's probability is exp(0)/total, so the threshold is min_p in exp units.
+      // The top token's probability is exp(0)/total, so the threshold is min_p in exp units;
+      // min_p above 1 acts as 1 (the top token always stays).
       float max_e = 0;
       for (size_t i = 0; i < n; ++i) max_e = std::max(max_e, probs_[i]);
-      const float threshold = p.min_p * max_e;
+      const float threshold = std::min(p.min_p, 1.0f) * max_e;
       size_t w = 0;
       for (size_t i = 0; i < n; ++i) {
         if (probs_[i] >= threshold) {
@@ -145,20 +154,44 @@ SampleResult Sampler::sample(const SampleRequest& req) {
       }
       n = w;
     }
+    // The draw walks the kept tokens in ascending id order (what a GPU scans without sorting
+    // the vocabulary): the first whose cumulative mass exceeds target, else (rounding) the
+    // last one with mass. A kept token without mass is never drawn.
+    const float* e_by_id = probs_.data();
+    size_t walk = n;
+    if (!id_order) {
+      if (n * 16 <= v) {
+        // Few kept tokens: sort them by id.
+        for (size_t i = 0; i < n; ++i) kept_[i] = {idx_[i], probs_[i]};
+        std::sort(kept_.begin(), kept_.begin() + static_cast<int64_t>(n),
+                  [](const std::pair<int32_t, float>& a, const std::pair<int32_t, float>& b) { return a.first < b.first; });
+        for (size_t i = 0; i < n; ++i) {
+          idx_[i] = kept_[i].first;
+          probs_[i] = kept_[i].second;
+        }
+      } else {
+        // Many: scatter their mass over the vocabulary (work_ is no longer needed) and walk
+        // every id; the others add exact zeros, so the sums are those of the sorted walk.
+        std::fill(work_.begin(), work_.end(), 0.0f);
+        for (size_t i = 0; i < n; ++i) work_[static_cast<size_t>(idx_[i])] = probs_[i];
+        std::iota(idx_.begin(), idx_.end(), 0);
+        e_by_id = work_.data();
+        walk = v;
+      }
+    }
     double mass = 0;
-    for (size_t i = 0; i < n; ++i) mass += probs_[i];
+    for (size_t i = 0; i < walk; ++i) mass += e_by_id[i];
     const double target = uniform(p.seed, req.position) * mass;
-    double cum = 0;
-    // Rounding fallback: the last token with mass (a masked-out one has none).
-    out.token = idx_[n - 1];
-    for (size_t i = n; i-- > 0;) {
-      if (probs_[i] > 0) {
+    out.token = 0;  // no kept token with mass (only with NaN inputs)
+    for (size_t i = walk; i-- > 0;) {
+      if (e_by_id[i] > 0) {
         out.token = idx_[i];
         break;
       }
     }
-    for (size_t i = 0; i < n; ++i) {
-      cum += probs_[i];
+    double cum = 0;
+    for (size_t i = 0; i < walk; ++i) {
+      cum += e_by_id[i];
       if (target < cum) {
         out.token = idx_[i];
         break;

@@ -1,9 +1,18 @@
 // Sampler: turns one row of logits into a token, on the host. Order of operations:
-//   penalties (repetition over prompt+generated as in HF; presence/frequency over generated)
-//   -> logit bias (OpenAI `logit_bias`: added to the logit of each listed token)
+//   penalties (repetition over the distinct tokens of prompt+generated as in HF: positive
+//   logits divided, negative multiplied; then presence/frequency over generated tokens, once
+//   per distinct token)
+//   -> logit bias (OpenAI `logit_bias`: added to the logit of each listed token, in order;
+//      out-of-vocabulary ids and non-finite values skipped, duplicates add up)
 //   -> allowed-token mask (structured output: the rest -> -inf)
-//   -> greedy if temperature == 0
-//   -> temperature -> top-k -> top-p -> min-p -> one draw from Rng(seed, position).
+//   -> greedy if temperature <= 0 (arg max, ties to the lowest id)
+//   -> temperature -> top-k -> top-p -> min-p over the order (logit desc, id asc)
+//   -> one draw from uniform(seed, position): target = u * (mass of the kept tokens), and the
+//      kept tokens are walked in ASCENDING ID ORDER to the first whose cumulative mass exceeds
+//      it (rounding fallback: the last kept token with mass).
+// Walking in id order, not in probability order, is what lets the GPU sampler
+// (cuda/kernels/sampling.cuh) draw the same token without sorting the vocabulary. A row whose
+// every token is masked out samples token 0. min_p above 1 acts as 1.
 // The draw depends only on (seed, position), so a request samples the same tokens whether it
 // runs alone or batched, chunked or not. Logprobs are of the raw model distribution
 // (log-softmax of the unprocessed logits), like vLLM's default.
@@ -64,6 +73,7 @@ class Sampler {
   std::vector<float> work_;
   std::vector<int32_t> idx_;
   std::vector<float> probs_;
+  std::vector<std::pair<int32_t, float>> kept_;  // kept (id, mass), sorted by id for the draw
   std::vector<uint32_t> stamp_;
   std::vector<int32_t> count_;
   uint32_t generation_ = 0;

@@ -14,7 +14,6 @@ namespace {
 constexpr size_t kCublasLtWorkspaceBytes = size_t{32} << 20;  // cuBLASLt's recommendation for Hopper
 constexpr size_t kUploadChunkElements = size_t{16} << 20;     // 32 MiB of bf16 per staged upload
 constexpr int64_t kSimtDefaultKvBytes = int64_t{256} << 20;   // the SIMT device's pool without a size
-constexpr int64_t kGemmWorkspaceFloats = int64_t{4} << 20;    // split-K partials of the own GEMM
 constexpr double kDefaultGpuMemoryUtilization = 0.9;
 constexpr int64_t kReserveBytes = int64_t{256} << 20;  // graphs, cuBLASLt, the driver's own growth
 // Decode graphs kept at once: batch buckets x block-table widths seen recently. The least
@@ -359,8 +358,8 @@ void GpuBackend::ensure_activations(int64_t tokens, int64_t rows, int64_t decode
   act_.rows_normed = bf16(r * c.hidden_size);
   act_.logits = f32(r * logit_stride_);
   act_.partial = f32(d * max_splits_ * c.num_heads * gpu::attention_partial_floats(static_cast<int>(c.head_dim)));
-  act_.gemm_workspace_floats = kGemmWorkspaceFloats;
-  act_.gemm_workspace = f32(kGemmWorkspaceFloats);
+  act_.gemm_workspace_floats = gpu::kGemmWorkspaceFloats;
+  act_.gemm_workspace = f32(gpu::kGemmWorkspaceFloats);
 }
 
 void GpuBackend::ensure_image(int64_t elements) {
@@ -435,6 +434,7 @@ void GpuBackend::gemm(const gpu::GemmArgs& g) {
   if (cublaslt_ && cublaslt_->matmul(g, lt_workspace_, lt_workspace_bytes_, device_->stream())) return;
   gpu::GemmArgs own = g;
   own.workspace = act_.gemm_workspace;
+  own.workspace_floats = act_.gemm_workspace_floats;
   kernels_->gemm(own, device_->stream());
 }
 

@@ -156,10 +156,17 @@ struct GemmArgs {
   int64_t ldc = 0;
   GemmOut out = GemmOut::kF32;
   bool accumulate = false;
-  float* workspace = nullptr;  // split-K partials, gemm_workspace_floats(m, n) floats
+  // Split-K partials: k is split only while splits x m x n fits workspace_floats (null or 0:
+  // no split). The automatic plans split only grids too small to fill the GPU, so they never
+  // ask for more than kGemmWorkspaceFloats.
+  float* workspace = nullptr;
+  int64_t workspace_floats = 0;
 };
 
-/** Floats of split-K scratch the own GEMM may use for an m x n product. */
+/** Split-K scratch that covers every automatic plan: 264 CTAs' worth of 64 x 128 partial tiles. */
+inline constexpr int64_t kGemmWorkspaceFloats = int64_t{264} * 64 * 128;
+
+/** Scratch for any split of an m x n product, forced splits included (up to 16). */
 inline int64_t gemm_workspace_floats(int64_t m, int64_t n) { return 16 * m * n; }
 
 /** One sampled row (POD shared by host and device). */

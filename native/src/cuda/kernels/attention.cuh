@@ -1,4 +1,6 @@
-// Paged causal attention over the block-major KV pool, one tiled body for both phases:
+// Paged causal attention over the block-major KV pool on CUDA cores, one tiled body for both
+// phases (prefill with head_dim 64 or 128 goes to the tensor-core kernel, attention_mma.cuh;
+// this one serves decode, and prefill at other head dims):
 //   prefill: a block takes a tile of one sequence's new tokens (PrefillItem) times the query
 //            heads of one KV head, and attends over [0, position] of each token through the
 //            sequence's block table, so prefix hits and earlier chunks are read in place;
@@ -13,6 +15,7 @@
 #pragma once
 
 #include "../kernel_api.h"
+#include "attention_mma.cuh"
 #include "bf16_vec.cuh"
 #include "launch.h"
 #include "reduce.cuh"
@@ -197,7 +200,9 @@ TD_GLOBAL void attention_merge_kernel(AttentionArgs a) {
 
 inline void launch_attention(const AttentionArgs& a, void* stream) {
   const int group = a.num_heads / a.geo.num_kv_heads;
-  if (a.num_prefill_items > 0) {
+  if (a.num_prefill_items > 0 && attention_mma_applies(a)) {
+    launch_attention_mma(a, stream);  // head_dim 64 / 128: tensor cores (attention_mma.cuh)
+  } else if (a.num_prefill_items > 0) {
     const int rows = attention_max_rows(a.geo.head_dim);
     const size_t bytes = static_cast<size_t>(attention_shared_floats(rows, a.geo.head_dim)) * sizeof(float);
     td::launch(attention_prefill_kernel, {static_cast<unsigned>(a.num_prefill_items), static_cast<unsigned>(a.geo.num_kv_heads)},
