@@ -48,7 +48,7 @@ async function pool(jobs, n) {
 
 const report = { base, failures: [] };
 const t0 = performance.now();
-const completion = await post('/v1/completions', { model: MODEL, prompt: 'The GPU says', max_tokens: 24, temperature: 0 });
+const completion = await post('/v1/completions', { model: MODEL, prompt: 'The GPU says', max_tokens: 24, temperature: 0, ignore_eos: true });
 report.completion = { text: completion.choices[0].text, usage: completion.usage };
 if (completion.usage.completion_tokens !== 24) report.failures.push(`completion: ${completion.usage.completion_tokens} tokens, want 24`);
 

@@ -1,6 +1,8 @@
 /**
  * Structured output is valid on a random model: through `runtime up` (frontend + one worker,
- * the tiny random model), with the mocker and with the native engine, every schema of the
+ * the tiny random model), with the mocker, the native engine on the CPU, and the native engine's
+ * CUDA backend on the SIMT harness (`--device simt`: its kernels, graphs and device sampler with
+ * the masks handed over while the forward runs, on the host), every schema of the
  * corpus (test/grammar/schema-corpus.ts) asked through the openai SDK's
  * `response_format: json_schema` comes back as JSON that parses and validates under ajv, with
  * finish_reason "stop" (max_tokens is generous; closing mode ends every output within it).
@@ -48,14 +50,14 @@ interface Outcome {
   finish: string | null;
 }
 
-function validity(engine: 'mocker' | 'native', args: string[]): void {
+function validity(engine: string, args: string[]): void {
   describe(`structured output validity (${engine}, runtime up)`, () => {
     let cacheDir: string;
     let up: Up | undefined;
     let client: OpenAI;
 
     beforeAll(async () => {
-      cacheDir = await mkdtemp(join(tmpdir(), `tandem-structured-${engine}-`));
+      cacheDir = await mkdtemp(join(tmpdir(), `tandem-structured-${engine.replace(/\W+/g, '-')}-`));
       up = await startUp(cacheDir, [...args, '--model', 'tiny', '--workers', '1', '--http-port', String(await freePort()), '--log-level', 'warn']);
       client = new OpenAI({ baseURL: `${up.url}/v1`, apiKey: 'unused', maxRetries: 0, timeout: 120_000 });
     }, 120_000);
@@ -119,5 +121,9 @@ function validity(engine: 'mocker' | 'native', args: string[]): void {
 }
 
 validity('mocker', ['--engine', 'mocker', '--speedup-ratio', '100']);
-if (isNativeBuilt()) validity('native', ['--engine', 'native', '--threads', '1']);
-else describe.skip('structured output validity (native): the native addon is not built (npm run build:native)', () => {});
+if (isNativeBuilt()) {
+  validity('native', ['--engine', 'native', '--threads', '1']);
+  validity('native, CUDA backend on the SIMT harness', ['--engine', 'native', '--device', 'simt', '--threads', '1']);
+} else {
+  describe.skip('structured output validity (native): the native addon is not built (npm run build:native)', () => {});
+}
