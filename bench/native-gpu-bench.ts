@@ -42,6 +42,8 @@ interface Shape {
 
 /** Must match bench/cuda/gpu_bench.cc's shapes. */
 const SHAPES: Shape[] = [
+  // Dry runs on the SIMT harness only (the default there).
+  { name: 'tiny', hidden: 64, layers: 2, heads: 4, kvHeads: 2, headDim: 16, inter: 128, vocab: 512 },
   { name: 'qwen2-0.5b', hidden: 896, layers: 24, heads: 14, kvHeads: 2, headDim: 64, inter: 4864, vocab: 151936 },
   { name: 'llama-3.2-1b', hidden: 2048, layers: 16, heads: 32, kvHeads: 8, headDim: 64, inter: 8192, vocab: 128256 },
   { name: 'llama-3.1-8b', hidden: 4096, layers: 32, heads: 32, kvHeads: 8, headDim: 128, inter: 14336, vocab: 128256 },
@@ -66,7 +68,8 @@ const { values: args } = parseArgs({
   },
 });
 
-const REPO = resolve(import.meta.dirname, existsSync(resolve(import.meta.dirname, '../native')) ? '..' : '../..');
+/** The repository (or bundle) root: bench/ from source, dist/bench/ when compiled. */
+const REPO = resolve(import.meta.dirname, existsSync(resolve(import.meta.dirname, '../bin/runtime.js')) ? '..' : '../..');
 const list = (s: string) => s.split(',').filter((x) => x !== '').map(Number);
 
 /** Bytes one batch-1 decode step must read at context `ctx`: projections, lm_head, one embedding row, the KV. */
@@ -154,7 +157,7 @@ async function main(): Promise<void> {
   const steps = Math.max(4, Number(args['decode-steps']) + 2);
   const batches = quick ? [1, 64] : list(args.batches!);
   const prefills = device === 'simt' ? [64] : quick ? [512, 2048] : list(args.prefill!);
-  const wanted = args.shapes !== undefined ? args.shapes.split(',') : quick || device === 'simt' ? ['qwen2-0.5b'] : SHAPES.map((s) => s.name);
+  const wanted = args.shapes !== undefined ? args.shapes.split(',') : device === 'simt' ? ['tiny'] : quick ? ['qwen2-0.5b'] : SHAPES.filter((s) => s.name !== 'tiny').map((s) => s.name);
   const bandwidth = await readJson(args['bandwidth-json']);
   const gemm = await readJson(args['gemm-json']);
   const torch = await readJson(args['torch-json']);
@@ -181,8 +184,8 @@ async function main(): Promise<void> {
     deviceLine = engine.deviceDescription;
     console.error(`${name}: loaded in ${loadSeconds.toFixed(1)} s on ${deviceLine}; ${engine.info.numBlocks} KV blocks`);
     const decode: Decode[] = [];
-    for (const b of device === 'simt' ? [1, 2] : batches) {
-      const d = await decodeRun(engine, b, device === 'simt' ? 16 : isl, device === 'simt' ? 4 : steps, maxTokens);
+    for (const b of device === 'simt' ? [1, 8] : batches) {
+      const d = await decodeRun(engine, b, device === 'simt' ? 16 : isl, device === 'simt' ? 6 : steps, maxTokens);
       if (b === 1 && copyGBps !== undefined) d.roofline = d.tokPerSec / ((copyGBps * 1e9) / decodeBytes(shape, isl + steps / 2));
       decode.push(d);
       console.error(`  decode batch ${b}: ${d.tokPerSec.toFixed(0)} tok/s, ${d.stepMs.toFixed(2)} ms/step${d.roofline !== undefined ? `, ${(100 * d.roofline).toFixed(1)}% of roofline` : ''}`);
@@ -194,12 +197,12 @@ async function main(): Promise<void> {
       console.error(`  prefill ${len}: ${p.tokPerSec.toFixed(0)} tok/s (${p.ms.toFixed(1)} ms)`);
     }
     let graphs: unknown;
-    if (firstShape && device !== 'simt') {
-      const withGraphs = decode.filter((d) => d.batch === 1 || d.batch === 64);
+    if (firstShape) {
+      const withGraphs = decode.filter((d) => d.batch === 1 || d.batch === 64 || (device === 'simt' && d.batch === 8));
       await engine.close();
       engine = await load(false);
       const eager: Decode[] = [];
-      for (const d of withGraphs) eager.push(await decodeRun(engine, d.batch, isl, steps, maxTokens));
+      for (const d of withGraphs) eager.push(await decodeRun(engine, d.batch, device === 'simt' ? 16 : isl, device === 'simt' ? 6 : steps, maxTokens));
       graphs = withGraphs.map((d, i) => ({ batch: d.batch, graphStepMs: d.stepMs, eagerStepMs: eager[i]!.stepMs, speedup: eager[i]!.stepMs / d.stepMs }));
       console.error(`  graphs: ${JSON.stringify(graphs)}`);
     }

@@ -48,6 +48,8 @@ struct Shape {
 
 const std::vector<Shape>& shapes() {
   static const std::vector<Shape> s = {
+      // For dry runs on the SIMT harness (scripts/device/cuda-check.sh with TANDEM_CHECK_DEVICE=simt).
+      {"tiny", "LlamaForCausalLM", 64, 2, 4, 2, 16, 128, 512, false, false, 10000.0, 2048, ""},
       {"qwen2-0.5b", "Qwen2ForCausalLM", 896, 24, 14, 2, 64, 4864, 151936, true, true, 1000000.0, 32768, ""},
       {"llama-3.2-1b", "LlamaForCausalLM", 2048, 16, 32, 8, 64, 8192, 128256, true, false, 500000.0, 131072,
        R"({"rope_type":"llama3","factor":32.0,"low_freq_factor":1.0,"high_freq_factor":4.0,"original_max_position_embeddings":8192})"},
@@ -61,7 +63,7 @@ const Shape& find_shape(const std::string& name) {
   for (const Shape& s : shapes()) {
     if (s.name == name) return s;
   }
-  throw std::runtime_error("unknown shape '" + name + "' (qwen2-0.5b, llama-3.2-1b, llama-3.1-8b)");
+  throw std::runtime_error("unknown shape '" + name + "' (qwen2-0.5b, llama-3.2-1b, llama-3.1-8b, tiny)");
 }
 
 std::string arg(int argc, char** argv, const std::string& flag, const std::string& fallback = "") {
@@ -224,6 +226,7 @@ std::vector<GemmCase> gemm_cases(bool quick) {
   std::vector<GemmCase> c;
   const std::vector<int> rows = quick ? std::vector<int>{1, 256} : std::vector<int>{1, 8, 64, 256, 2048};
   for (const Shape& s : shapes()) {
+    if (s.name == "tiny") continue;
     const int q = s.heads * s.head_dim, kv = s.kv_heads * s.head_dim;
     for (int m : rows) {
       c.push_back({s.name + " qkv", m, q + 2 * kv, s.hidden, gpu::GemmOut::kF32});

@@ -2,7 +2,8 @@
 # The one-command GPU check of the CUDA backend, run on a GPU machine from the repository root
 # with the bundle of scripts/device/pack.sh at .device-bundle/ (no Node.js needed there).
 # Each step's status and time go to $OUT/summary.json, everything printed to $OUT/cuda-check.log;
-# benchmark JSON to $OUT/native-gpu-bench.json. Steps, in order of what matters most:
+# benchmark JSON to $OUT/native-gpu-bench.json (merging bandwidth.json, gemm.json and torch.json),
+# serving results to $OUT/serve.json: 7 files, under the device tool's 8. Steps, most important first:
 #   kernels     every kernel against the CPU backend's (tandem_gpu_kernel_test, cuda)
 #   engine      the C++ engine checks on cuda (chunking, prefix hits, mixed batches, sampling, errors)
 #   goldens     the four golden fixtures on cuda (bf16 tolerance, see native/tests/engine_test.cc)
@@ -11,8 +12,9 @@
 #               schema corpus (every answer parses and validates) and regex/choice outputs
 #   bench       bandwidth, GEMMs (cuBLASLt, ours), torch.matmul and transformers baselines, the
 #               engine benchmark (decode, prefill, graphs) on the three model shapes
-# Budget: under 6 minutes; TANDEM_CHECK_STEPS=kernels,engine,... runs a subset, and
-# TANDEM_CHECK_DEVICE=simt runs the same flow on the host (a dry run of the script itself).
+# Budget: under 6 minutes (run it with the device tool's timeout_s=600); TANDEM_CHECK_STEPS=
+# kernels,engine,... runs a subset, TANDEM_CHECK_QUICK=1 benchmarks the 0.5B shape only, and
+# TANDEM_CHECK_DEVICE=simt runs the same flow on the host (a dry run of the script itself, ~90 s).
 set -uo pipefail
 repo=$(pwd)
 OUT=${OUT:-$repo/.device-out}
@@ -37,7 +39,11 @@ step() {  # name timeout command...
   want "$name" || return 0
   echo "=== $name ($(($(date +%s) - started)) s in)"
   local t0=$(date +%s) rc
-  timeout "$limit" "$@"
+  if declare -F "$1" >/dev/null; then
+    timeout "$limit" bash -c "$*"  # a function of this script (exported below)
+  else
+    timeout "$limit" "$@"
+  fi
   rc=$?
   local dt=$(($(date +%s) - t0))
   if [ $rc = 0 ]; then record "$name" pass "$dt"; else record "$name" fail "$dt" "exit $rc"; fi
@@ -52,9 +58,12 @@ cd "$work"
 export PATH="$work/node/bin:$PATH" TANDEM_TEST_DEVICE=$device TANDEM_CACHE_DIR="$work/cache"
 export TANDEM_CUBLASLT=${TANDEM_CUBLASLT:-$(python3 -c 'import glob,site; c=[p for d in site.getsitepackages() for p in glob.glob(d+"/nvidia/*/lib/libcublasLt.so.*")]; print(c[0] if c else "")' 2>/dev/null)}
 [ -z "$TANDEM_CUBLASLT" ] && unset TANDEM_CUBLASLT
-{ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null || echo "no nvidia-smi"; } | tee "$OUT/gpu.txt"
-node bin/runtime.js backends | tee "$OUT/backends.txt"
+# At most 8 files come back from $OUT: the GPU and the backends go to the log and the summary.
+gpu=$(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null || echo "no nvidia-smi")
+echo "gpu: $gpu"
+node bin/runtime.js backends
 echo "commit $(cat COMMIT 2>/dev/null)"
+record gpu info 0 "$gpu; commit $(cat COMMIT 2>/dev/null)"
 
 models="$work/models"
 mkdir -p "$models"
@@ -94,8 +103,8 @@ bench() {
   local tool=native/build/tandem_gpu_bench
   $tool bandwidth --device "$device" --json "$OUT/bandwidth.json" || return 1
   $tool gemm --device "$device" ${TANDEM_CHECK_QUICK:+--quick} --json "$OUT/gemm.json" || return 1
-  $tool make-model --shape qwen2-0.5b --out "$models/qwen2-0.5b" || return 1
   if [ "$device" = cuda ]; then
+    $tool make-model --shape qwen2-0.5b --out "$models/qwen2-0.5b" || return 1
     PYTHONUNBUFFERED=1 timeout 150 python3 scripts/device/torch_baselines.py --model "$models/qwen2-0.5b" --gemm-json "$OUT/gemm.json" --out "$OUT/torch.json" \
       || echo "torch baselines failed (ratios to torch will be missing)"
   fi
@@ -103,13 +112,17 @@ bench() {
     --bandwidth-json "$OUT/bandwidth.json" --gemm-json "$OUT/gemm.json" --torch-json "$OUT/torch.json" --out "$OUT/native-gpu-bench.json"
 }
 
-step kernels 60 native/build/tandem_gpu_kernel_test
-step engine 60 native/build/tandem_native_test
+export device models OUT work
+export -f goldens memcheck serve bench
+
+# Worst cases add up to 550 s, inside the device tool's 600 s per command; a normal run is ~5 min.
+step kernels 45 native/build/tandem_gpu_kernel_test
+step engine 30 native/build/tandem_native_test
 if want goldens; then make_goldens_models; fi
-step goldens 60 goldens
-step memcheck 120 memcheck
-step serve 120 serve
-step bench 240 bench
+step goldens 45 goldens
+step memcheck 90 memcheck
+step serve 60 serve
+step bench 280 bench
 
 echo "}" >>"$summary"
 echo "=== done in $(($(date +%s) - started)) s"

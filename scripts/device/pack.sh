@@ -31,17 +31,30 @@ TANDEM_MARCH=x86-64-v3 TANDEM_NATIVE_BUILD_ROOT="$out/build" node native/scripts
   || { tail -40 "$out/native-build.log" >&2; exit 1; }
 TANDEM_NATIVE_BUILD_ROOT="$out/build" node native/ucx/build.js >>"$out/native-build.log" 2>&1 \
   || { tail -40 "$out/native-build.log" >&2; exit 1; }
-grep -q "CUDA backend with" "$out/native-build.log" || { echo "pack: the native build did not include the CUDA target" >&2; exit 1; }
+# cuda_device.cc (only in a build with the CUDA target) carries this message.
+grep -qa "no usable CUDA driver" "$out/build/native/Release/tandem_native.node" \
+  || { echo "pack: the native build did not include the CUDA target (see $out/native-build.log)" >&2; exit 1; }
 
 say "production node_modules (+ ajv, ajv-formats for the structured-output check)"
 deps="$out/deps"
 rm -rf "$deps"
 mkdir -p "$deps"
 cp package.json package-lock.json "$deps/"
-(cd "$deps" && npm ci --omit=dev --ignore-scripts --no-audit --no-fund --loglevel=error >/dev/null \
-  && npm install --no-save --ignore-scripts --no-audit --no-fund --loglevel=error \
-       "ajv@$(node -p "require('$root/node_modules/ajv/package.json').version")" \
-       "ajv-formats@$(node -p "require('$root/node_modules/ajv-formats/package.json').version")" >/dev/null)
+(cd "$deps" && npm ci --omit=dev --ignore-scripts --no-audit --no-fund --loglevel=error >/dev/null)
+# ajv is a dev dependency: copy it and what it needs from this checkout, each package as Node
+# resolves it from its dependent (so a nested older version elsewhere cannot be picked up).
+node -e "
+  const { cpSync, existsSync } = require('node:fs');
+  const { dirname, join } = require('node:path');
+  const dest = '$deps/node_modules';
+  const copy = (name, from) => {
+    const dir = dirname(require.resolve(name + '/package.json', { paths: [from] }));
+    if (!existsSync(join(dest, name))) cpSync(dir, join(dest, name), { recursive: true });
+    const pkg = require(join(dir, 'package.json'));
+    for (const dep of Object.keys(pkg.dependencies ?? {})) copy(dep, dir);
+  };
+  for (const name of ['ajv', 'ajv-formats']) copy(name, '$root');
+"
 # cmake-js and the addon headers are build-time only.
 rm -rf "$deps/node_modules/cmake-js" "$deps/node_modules/node-api-headers" "$deps/node_modules/node-addon-api"
 
