@@ -16,6 +16,7 @@ import { join } from 'node:path';
 import { performance } from 'node:perf_hooks';
 import { parseArgs } from 'node:util';
 import type { StepSequence } from '../workers/engines/engine.js';
+import { benchSequences } from './fixtures/step-sequences.js';
 import { createNativeEngine, type NativeEngine } from '../workers/engines/native/index.js';
 
 const SHAPE = { hidden: 896, layers: 24, heads: 14, kvHeads: 2, headDim: 64, inter: 4864, vocab: 151936 };
@@ -128,23 +129,6 @@ interface Measure {
   steps: number;
 }
 
-function sequences(batch: number, promptLen: number, vocab: number, blocksPerSeq: number): StepSequence[] {
-  return Array.from({ length: batch }, (_, b) => {
-    const tokenIds = Int32Array.from({ length: promptLen }, (_, i) => (b * 7919 + i * 104729) % vocab);
-    return {
-      seqId: b,
-      tokenIds,
-      startPos: 0,
-      blockTable: Int32Array.from({ length: blocksPerSeq }, (_, i) => b * blocksPerSeq + i),
-      sample: true,
-      sampling: { temperature: 0 },
-      history: tokenIds,
-      numPromptTokens: promptLen,
-      requestSeed: b,
-    };
-  });
-}
-
 async function timedStep(engine: NativeEngine, seqs: StepSequence[]): Promise<{ ms: number; cpuMs: number; tsMs: number; tokens: number[] }> {
   const c0 = process.cpuUsage();
   const t0 = performance.now();
@@ -157,7 +141,7 @@ async function timedStep(engine: NativeEngine, seqs: StepSequence[]): Promise<{ 
 
 async function run(engine: NativeEngine, batch: number, promptLen: number, decodeSteps: number): Promise<{ prefill: Measure; decode: Measure }> {
   const blocksPerSeq = Math.ceil((promptLen + decodeSteps + 1) / engine.info.blockSize);
-  const seqs = sequences(batch, promptLen, engine.info.vocabSize, blocksPerSeq);
+  const seqs = benchSequences(batch, promptLen, engine.info.vocabSize, blocksPerSeq);
   const pre = await timedStep(engine, seqs);
   const prefill = { tokensPerSec: (batch * promptLen) / (pre.ms / 1000), tokensPerCpuSec: (batch * promptLen) / (pre.cpuMs / 1000), stepMs: pre.ms, tsShare: pre.tsMs / pre.ms, steps: 1 };
   let last = pre.tokens;
@@ -199,7 +183,7 @@ async function main(): Promise<void> {
     const engine = await createNativeEngine({ modelDir, numBlocks, blockSize: 16, threads });
     const loadSec = (performance.now() - t0) / 1000;
     console.error(`loaded in ${loadSec.toFixed(1)} s (${engine.model.backend}, ${engine.model.threads} threads)`);
-    await engine.step({ sequences: sequences(1, 4, engine.info.vocabSize, 1) }); // warm-up
+    await engine.step({ sequences: benchSequences(1, 4, engine.info.vocabSize, 1) }); // warm-up
     const results: Record<string, { prefill: Measure; decode: Measure }> = {};
     const cases: Array<[string, number, number]> = args['only-long'] ? [] : [[`batch1`, 1, promptLen], [`batch8`, 8, promptLen]];
     if (longPrompt > 0) cases.push([`long${longPrompt}`, 1, longPrompt]);

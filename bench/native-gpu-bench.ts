@@ -26,7 +26,7 @@ import { tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import { performance } from 'node:perf_hooks';
 import { parseArgs } from 'node:util';
-import type { StepSequence } from '../workers/engines/engine.js';
+import { benchSequences } from './fixtures/step-sequences.js';
 import { createNativeEngine, type NativeEngine } from '../workers/engines/native/index.js';
 
 interface Shape {
@@ -81,23 +81,6 @@ function decodeBytes(s: Shape, ctx: number): number {
   return weights + ctx * s.layers * 2 * kv * 2;
 }
 
-function seqs(batch: number, prompt: number, vocab: number, blocksPerSeq: number, blockSize: number): StepSequence[] {
-  return Array.from({ length: batch }, (_, b) => {
-    const tokenIds = Int32Array.from({ length: prompt }, (_, i) => (b * 7919 + i * 104729 + 11) % vocab);
-    return {
-      seqId: b,
-      tokenIds,
-      startPos: 0,
-      blockTable: Int32Array.from({ length: blocksPerSeq }, (_, i) => b * blocksPerSeq + i),
-      sample: true,
-      sampling: { temperature: 0 },
-      history: tokenIds,
-      numPromptTokens: prompt,
-      requestSeed: b,
-    };
-  });
-}
-
 interface Decode {
   batch: number;
   tokPerSec: number;
@@ -109,7 +92,7 @@ interface Decode {
 async function decodeRun(engine: NativeEngine, batch: number, isl: number, steps: number, maxTokens: number): Promise<Decode> {
   const bs = engine.info.blockSize;
   const blocksPerSeq = Math.ceil((isl + steps + 1) / bs);
-  const all = seqs(batch, isl, engine.info.vocabSize, blocksPerSeq, bs);
+  const all = benchSequences(batch, isl, engine.info.vocabSize, blocksPerSeq);
   // Prefill in groups that fit the step's token budget.
   const per = Math.max(1, Math.floor(maxTokens / isl));
   let last: number[] = [];
@@ -137,7 +120,7 @@ async function decodeRun(engine: NativeEngine, batch: number, isl: number, steps
 
 async function prefillRun(engine: NativeEngine, len: number): Promise<{ tokens: number; tokPerSec: number; ms: number }> {
   const bs = engine.info.blockSize;
-  const s = seqs(1, len, engine.info.vocabSize, Math.ceil((len + 1) / bs), bs);
+  const s = benchSequences(1, len, engine.info.vocabSize, Math.ceil((len + 1) / bs));
   await engine.step({ sequences: s });  // warm-up at this length
   const t0 = performance.now();
   await engine.step({ sequences: s });

@@ -57,6 +57,7 @@ export class LoadDriver {
   readonly live: LiveCounters = { startedAt: 0, launched: 0, completed: 0, failed: 0, inFlight: 0, outputTokens: 0 };
   private readonly records: RequestRecord[] = [];
   private t0 = 0;
+  /** Set by an abort or the deadline timer; `halted()` also reads the clock. */
   private stopped = false;
   private waiters: (() => void)[] = [];
   private sessionsInFlight = 0;
@@ -86,9 +87,18 @@ export class LoadDriver {
     return this.records.sort((a, b) => a.index - b.index);
   }
 
+  /**
+   * No new request may start: aborted, or past --duration. The deadline timer alone is not
+   * enough: under event-loop lag it fires late and a request would start after the deadline.
+   */
+  private halted(): boolean {
+    const { durationMs } = this.options;
+    return this.stopped || (durationMs !== undefined && performance.now() - this.t0 >= durationMs);
+  }
+
   private async runClosed(workload: Workload, workers: number): Promise<void> {
     const loop = async () => {
-      while (!this.stopped) {
+      while (!this.halted()) {
         const session = workload.nextSession();
         if (!session) return;
         await this.runSession(session, null);
@@ -102,16 +112,16 @@ export class LoadDriver {
     const arrivals = new Rng(this.options.seed, 0x41525256);
     const running = new Set<Promise<void>>();
     let nextArrival = 0;
-    while (!this.stopped) {
+    while (!this.halted()) {
       const session = workload.nextSession();
       if (!session) break;
       const at = mode === 'trace' ? (session.arrivalMs ?? 0) : nextArrival;
       if (mode === 'poisson') nextArrival += arrivals.exponential(rate as number) * 1000;
       if (durationMs !== undefined && at >= durationMs) break;
       await sleepUntil(this.t0 + at);
-      if (this.stopped) break;
+      if (this.halted()) break;
       if (concurrency !== undefined) await this.acquire(concurrency);
-      if (this.stopped) {
+      if (this.halted()) {
         if (concurrency !== undefined) this.release();
         break;
       }
@@ -147,9 +157,9 @@ export class LoadDriver {
     const keepText = session.turns > 1;
     for (let t = 0; t < session.turns; t++) {
       if (t > 0) {
-        if (this.stopped) return;
+        if (this.halted()) return;
         await sleep(session.thinkTimeMs);
-        if (this.stopped) return;
+        if (this.halted()) return;
       }
       const turn = session.turn(t, answers);
       const maxTokens = this.options.maxTokens ?? turn.outputTokens;

@@ -114,5 +114,7 @@ describe(`e2e: request plane under load (${ROUNDS} × ${PER_ROUND} streams, ${CO
     }, 15_000);
     const frontend = await cluster.frontendMetrics();
     expect(metricValue(frontend, 'tandem_frontend_requests_total', { model: MODEL, endpoint: 'completions', status: '200' })).toBe(ROUNDS * PER_ROUND);
-  });
+    // 9,000 streams on a 2-core machine: ~45 s alone, more beside the suite's heavier files. What
+    // this test asserts is that nothing is lost, not how fast; speed is bench/runtime-bench.ts's.
+  }, 180_000);
 });

@@ -170,7 +170,10 @@ inline float bf16_to_f32(uint16_t h) {
   return f;
 }
 
-inline float f16_to_f32(uint16_t h) {
+
+}  // namespace
+
+float f16_to_f32(uint16_t h) {
   uint32_t sign = (h & 0x8000u) << 16;
   uint32_t exp = (h >> 10) & 0x1Fu;
   uint32_t mant = h & 0x3FFu;
@@ -196,8 +199,6 @@ inline float f16_to_f32(uint16_t h) {
   std::memcpy(&f, &bits, 4);
   return f;
 }
-
-}  // namespace
 
 void convert_to_f32(const TensorView& t, float* out) {
   const size_t n = t.num_elements();

@@ -48,6 +48,9 @@ class SafetensorsStore {
 /** Converts n elements of any supported dtype to f32. */
 void convert_to_f32(const TensorView& t, float* out);
 
+/** One IEEE half (raw bits) as f32, exactly (subnormals, infinities and NaN included). */
+float f16_to_f32(uint16_t h);
+
 std::string shape_string(const std::vector<int64_t>& shape);
 
 }  // namespace tandem

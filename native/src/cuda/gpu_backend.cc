@@ -22,30 +22,6 @@ constexpr size_t kMaxGraphs = 48;
 
 int64_t round_up(int64_t n, int64_t m) { return (n + m - 1) / m * m; }
 
-float f16_to_f32(uint16_t h) {
-  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
-  uint32_t exp = (h >> 10) & 0x1fu, mant = h & 0x3ffu, bits;
-  if (exp == 0) {
-    if (mant == 0) {
-      bits = sign;
-    } else {  // subnormal: normalise
-      exp = 127 - 15 + 1;
-      while ((mant & 0x400u) == 0) {
-        mant <<= 1;
-        --exp;
-      }
-      bits = sign | (exp << 23) | ((mant & 0x3ffu) << 13);
-    }
-  } else if (exp == 31) {
-    bits = sign | 0x7f800000u | (mant << 13);
-  } else {
-    bits = sign | ((exp + 127 - 15) << 23) | (mant << 13);
-  }
-  float f;
-  std::memcpy(&f, &bits, 4);
-  return f;
-}
-
 void to_bf16(const TensorView& t, size_t begin, size_t count, gpu::bf16_bits* out) {
   switch (t.dtype) {
     case DType::kBF16:
@@ -363,34 +339,29 @@ void GpuBackend::ensure_activations(int64_t tokens, int64_t rows, int64_t decode
 }
 
 void GpuBackend::ensure_image(int64_t elements) {
-  if (elements <= image_capacity_) return;
-  const int64_t cap = std::max<int64_t>(elements, image_capacity_ * 2);
-  device_->synchronize();
-  graphs_.clear();
-  device_->free(image_);
-  device_->free_pinned(image_staging_);
-  image_ = nullptr;
-  image_staging_ = nullptr;
-  image_capacity_ = 0;
-  image_ = static_cast<int32_t*>(device_->alloc(static_cast<size_t>(cap) * 4));
-  image_staging_ = static_cast<int32_t*>(device_->alloc_pinned(static_cast<size_t>(cap) * 4));
-  image_capacity_ = cap;
+  const size_t need = static_cast<size_t>(elements) * 4;
+  if (need <= image_capacity_bytes_) return;
+  graphs_.clear();  // they read the tables at the old address
+  grow_staged(image_, image_staging_, image_capacity_bytes_, need);
+}
+
+void GpuBackend::grow_staged(void*& device_buf, void*& pinned_buf, size_t& capacity, size_t need) {
+  if (need <= capacity) return;
+  const size_t cap = std::max(need, capacity * 2);
+  device_->synchronize();  // nothing in flight may still read the old buffers
+  device_->free(device_buf);
+  device_->free_pinned(pinned_buf);
+  device_buf = pinned_buf = nullptr;
+  capacity = 0;
+  device_buf = device_->alloc(cap);
+  pinned_buf = device_->alloc_pinned(cap);
+  capacity = cap;
 }
 
 void GpuBackend::ensure_sample_buffers(int64_t rows, size_t in_bytes, size_t out_bytes) {
   // Grown rarely (a longer penalty history, more top logprobs than ever before); each buffer is
   // replaced only after the device is idle, so nothing in flight reads the old one.
-  if (in_bytes > sample_in_capacity_) {
-    const size_t cap = std::max(in_bytes, sample_in_capacity_ * 2);
-    device_->synchronize();
-    device_->free(sample_in_dev_);
-    device_->free_pinned(sample_in_staging_);
-    sample_in_dev_ = sample_in_staging_ = nullptr;
-    sample_in_capacity_ = 0;
-    sample_in_dev_ = device_->alloc(cap);
-    sample_in_staging_ = device_->alloc_pinned(cap);
-    sample_in_capacity_ = cap;
-  }
+  grow_staged(sample_in_dev_, sample_in_staging_, sample_in_capacity_, in_bytes);
   if (rows > sample_work_rows_) {
     const int64_t cap = std::max(rows, sample_work_rows_ * 2);
     device_->synchronize();
@@ -400,17 +371,7 @@ void GpuBackend::ensure_sample_buffers(int64_t rows, size_t in_bytes, size_t out
     sample_work_ = static_cast<float*>(device_->alloc(static_cast<size_t>(cap * config_.vocab_size) * sizeof(float)));
     sample_work_rows_ = cap;
   }
-  if (out_bytes > sample_out_capacity_) {
-    const size_t cap = std::max(out_bytes, sample_out_capacity_ * 2);
-    device_->synchronize();
-    device_->free(sample_out_dev_);
-    device_->free_pinned(sample_out_staging_);
-    sample_out_dev_ = sample_out_staging_ = nullptr;
-    sample_out_capacity_ = 0;
-    sample_out_dev_ = device_->alloc(cap);
-    sample_out_staging_ = device_->alloc_pinned(cap);
-    sample_out_capacity_ = cap;
-  }
+  grow_staged(sample_out_dev_, sample_out_staging_, sample_out_capacity_, out_bytes);
 }
 
 void GpuBackend::adopt_kv_pool(void*) {
@@ -495,7 +456,7 @@ void GpuBackend::run_forward(const gpu::StepPlan& plan) {
   void* stream = device_->stream();
   const int64_t t = plan.num_tokens, h = c.hidden_size, inter = c.intermediate_size;
   const gpu::StepLayout& L = plan.layout;
-  const int32_t* img = image_;
+  const int32_t* img = static_cast<const int32_t*>(image_);
   const float eps = static_cast<float>(c.rms_norm_eps);
 
   gpu::EmbedArgs e;

@@ -91,6 +91,8 @@ class GpuBackend final : public Backend {
   void ensure_activations(int64_t tokens, int64_t rows, int64_t decode);
   void free_activations();
   void ensure_image(int64_t elements);
+  /** A device buffer and its pinned staging twin, regrown (doubling) to hold `need` bytes. */
+  void grow_staged(void*& device_buf, void*& pinned_buf, size_t& capacity, size_t need);
   /** Sampling buffers for `rows` rows, `in_bytes` of packed inputs, `out_bytes` of results. */
   void ensure_sample_buffers(int64_t rows, size_t in_bytes, size_t out_bytes);
   void run_forward(const gpu::StepPlan& plan);
@@ -122,9 +124,9 @@ class GpuBackend final : public Backend {
   size_t lt_workspace_bytes_ = 0;
 
   Activations act_;
-  int32_t* image_ = nullptr;  // the packed step tables on the device
-  int64_t image_capacity_ = 0;
-  int32_t* image_staging_ = nullptr;  // pinned
+  void* image_ = nullptr;  // the packed step tables on the device
+  size_t image_capacity_bytes_ = 0;
+  void* image_staging_ = nullptr;  // pinned
   int32_t last_logit_rows_ = 0;
   gpu::StepPlan plan_;
 

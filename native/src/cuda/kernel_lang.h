@@ -215,7 +215,7 @@ namespace tandem::gpu::td {
 
 using bf16_bits = ::tandem::gpu::bf16_bits;
 
-TD_DEVICE float bf16_to_float(bf16_bits b) { return bits_to_float(static_cast<uint32_t>(b) << 16); }
+TD_DEVICE float bf16_to_float(bf16_bits b) { return ::tandem::gpu::bf16_bits_to_float(b); }
 TD_DEVICE bf16_bits float_to_bf16(float f) { return ::tandem::gpu::float_to_bf16_bits(f); }
 /** Low half of a packed pair is the element at the lower address. */
 TD_DEVICE float bf16_lo(uint32_t pair) { return bits_to_float(pair << 16); }
