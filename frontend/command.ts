@@ -19,6 +19,7 @@ export interface FrontendFlags extends RuntimeFlags, KvRouterFlags {
   httpPort: number;
   routerMode: RouterMode;
   migrationLimit: number;
+  migrationWait: number;
   maxInflightRequests: number;
   maxBodyBytes: number;
   retryAfter: number;
@@ -52,6 +53,11 @@ export function registerFrontendCommand(program: Command): Command {
         .default(FRONTEND_DEFAULTS.routerMode),
     )
     .addOption(new Option('--migration-limit <n>', 'times a stream may move to another worker after a worker failure').argParser(nonNegativeInt).default(FRONTEND_DEFAULTS.migrationLimit))
+    .addOption(
+      new Option('--migration-wait <seconds>', 'how long a request waits for a worker when none of its pool is up and no prefill worker can run it (a lone worker died and is restarting); 0 = fail at once')
+        .argParser(numberInRange(0, DAY_SECONDS))
+        .default(FRONTEND_DEFAULTS.migrationWaitMs / 1000),
+    )
     .addOption(new Option('--max-inflight-requests <n>', 'generation requests in flight before answering 503').argParser(positiveInt).default(FRONTEND_DEFAULTS.maxInflightRequests))
     .addOption(new Option('--max-body-bytes <n>', 'largest accepted request body').argParser(intInRange(1024)).default(FRONTEND_DEFAULTS.maxBodyBytes))
     .addOption(new Option('--retry-after <seconds>', 'Retry-After sent with overload answers').argParser(intInRange(0, 3600)).default(FRONTEND_DEFAULTS.retryAfterSeconds))
@@ -112,6 +118,7 @@ export function registerFrontendCommand(program: Command): Command {
       },
       disagg: { minPrefillTokens: flags.disaggMinPrefillTokens, enforce: flags.enforceDisagg },
       migrationLimit: flags.migrationLimit,
+      migrationWaitMs: toMs(flags.migrationWait),
       maxInflightRequests: flags.maxInflightRequests,
       maxBodyBytes: flags.maxBodyBytes,
       retryAfterSeconds: flags.retryAfter,

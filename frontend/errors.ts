@@ -114,9 +114,46 @@ function truncate(text: string, max: number): string {
   return `${text.slice(0, end)}…`;
 }
 
+/**
+ * Faults whose text, when it comes from the runtime, describes our own machinery (a dead
+ * worker's socket: "No connection established. Last error: connect ECONNREFUSED 127.0.0.1:38765";
+ * gRPC's "remote_addr=…" on a deadline; a worker's internal failure). The client gets a fixed
+ * sentence per code instead; the log keeps the original (the ApiError's `cause`).
+ */
+const FAULT_MESSAGES: Partial<Record<ApiErrorCode, string>> = {
+  unavailable: 'the worker serving this request became unavailable and no other worker could take it over; retry the request',
+  lease_lost: 'the worker serving this request left the fleet; retry the request',
+  internal: 'a worker failed while serving this request',
+  handler_error: 'a worker failed while serving this request',
+  deadline_exceeded: 'the request timed out on a worker',
+  cancelled: 'a worker cancelled the request',
+};
+
+/** Network addresses (IPv4, [IPv6], host:port, unix sockets) and socket error names. */
+const INTERNAL_DETAIL = [
+  /\[[0-9a-f:.%]+\](?::\d+)?/gi,
+  /\b\d{1,3}(?:\.\d{1,3}){3}(?::\d+)?\b/g,
+  /\b(?:localhost|[a-z0-9-]+(?:\.[a-z0-9-]+)+):\d{2,5}\b/gi,
+  /\bunix:\S+/gi,
+  /\bE(?:CONNREFUSED|CONNRESET|CONNABORTED|HOSTUNREACH|NETUNREACH|TIMEDOUT|PIPE|ADDRNOTAVAIL|NOTFOUND|AI_AGAIN)\b/g,
+];
+
+/**
+ * What a client may read of an error: the one place internal errors become client-visible
+ * (every error body and SSE error frame is built by `errorBody`). A runtime fault (an ApiError
+ * whose cause is the runtime's error) gets its code's fixed sentence; any message, whatever its
+ * source, loses network addresses and socket error names.
+ */
+export function clientMessage(err: ApiError): string {
+  const fault = err.cause !== undefined ? FAULT_MESSAGES[err.code] : undefined;
+  let message = fault ?? err.message;
+  for (const pattern of INTERNAL_DETAIL) message = message.replace(pattern, '[internal]');
+  return message;
+}
+
 export function errorBody(err: ApiError): OpenAiErrorBody {
   const param = err.param === null ? null : truncate(err.param, MAX_QUOTED_INPUT_CHARS);
-  return { error: { message: truncate(err.message, MAX_ERROR_MESSAGE_CHARS), type: STATUS_TABLE[err.code].type, param, code: err.code } };
+  return { error: { message: truncate(clientMessage(err), MAX_ERROR_MESSAGE_CHARS), type: STATUS_TABLE[err.code].type, param, code: err.code } };
 }
 
 export function isRetryable(err: ApiError): boolean {

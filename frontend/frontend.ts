@@ -53,6 +53,12 @@ export interface FrontendOptions {
   /** The prefill router (disaggregated prefill/decode when prefill workers exist); false = off. */
   disagg?: DisaggOptions | false;
   migrationLimit?: number;
+  /**
+   * How long a request waits for a worker when none of its pool is up and no prefill worker can
+   * run it (a lone worker died and is being restarted), before the first byte and on migration
+   * (ms); 0 = fail at once.
+   */
+  migrationWaitMs?: number;
   maxInflightRequests?: number;
   maxBodyBytes?: number;
   retryAfterSeconds?: number;
@@ -110,6 +116,7 @@ export const FRONTEND_DEFAULTS = {
   host: '0.0.0.0',
   routerMode: 'round-robin' as RouterMode,
   migrationLimit: 3,
+  migrationWaitMs: 30_000,
   maxInflightRequests: 2048,
   maxBodyBytes: 16 * 1024 * 1024,
   retryAfterSeconds: 1,
@@ -193,6 +200,7 @@ export async function startFrontend(options: FrontendOptions): Promise<FrontendH
     codecs,
     selector,
     migrationLimit: options.migrationLimit ?? FRONTEND_DEFAULTS.migrationLimit,
+    migrationWaitMs: options.migrationWaitMs ?? FRONTEND_DEFAULTS.migrationWaitMs,
     health,
     ...(disagg ? { disagg: disagg.disaggregator } : {}),
     parsers: {

@@ -124,8 +124,13 @@ export class ModelWatcher {
       },
       contextLength() {
         let min = Infinity;
-        for (const card of catalog.cards(name)?.values() ?? []) if (card.role !== 'prefill') min = Math.min(min, card.contextLength);
-        return min;
+        let prefillMin = Infinity;
+        for (const card of catalog.cards(name)?.values() ?? []) {
+          if (card.role !== 'prefill') min = Math.min(min, card.contextLength);
+          else prefillMin = Math.min(prefillMin, card.contextLength);
+        }
+        // Only prefill cards left (the decode pool is restarting): they run the whole request then.
+        return min === Infinity ? prefillMin : min;
       },
       generate(request, instanceId, signal) {
         const card = catalog.card(name, instanceId);

@@ -44,10 +44,19 @@ export class DeadlineExceededError extends TandemError {
 }
 
 export class UnavailableError extends TandemError {
-  override readonly name = 'UnavailableError';
+  override readonly name: string = 'UnavailableError';
   constructor(message: string, options?: { cause?: unknown }) {
     super('unavailable', message, options);
   }
+}
+
+/**
+ * The peer's host refused the connection: nothing listens at the instance's address, so the
+ * process is gone (a new process of the same worker registers a new instance). Unlike other
+ * `unavailable` failures (a dropped connection, a draining server) this one is definite.
+ */
+export class ConnectRefusedError extends UnavailableError {
+  override readonly name: string = 'ConnectRefusedError';
 }
 
 export class NoInstancesError extends TandemError {

@@ -17,7 +17,8 @@
 import type { InstanceId, KvTransferParams, PreprocessedRequest, TokenDelta } from '../../proto/wire.js';
 import { TandemError, UnavailableError } from '../../runtime/errors.js';
 import type { ServedModel } from '../model-watcher.js';
-import { streamWithMigration } from '../pipeline/migration.js';
+import type { FallbackPool } from '../pipeline/attempt-target.js';
+import { streamWithMigration, type MigrationPlan } from '../pipeline/migration.js';
 import type { RouteRequest, WorkerSelector } from '../routing.js';
 import type { WorkerHealth } from '../worker-health.js';
 import type { DisaggRoute, PrefillRouter } from './prefill-router.js';
@@ -49,11 +50,23 @@ export interface DisaggStreamPlan {
   route: DisaggRoute;
   pinned: boolean;
   migrationLimit: number;
+  /** Decode retries: how long to wait for a decode worker, and the pool that runs them when none is up. */
+  waitMs?: number;
+  fallback?: FallbackPool;
   health?: WorkerHealth;
   trace: DisaggTrace;
   onMigrate?: (from: InstanceId, generated: number, cause: unknown) => void;
   onPrefillFailed?: (instanceId: InstanceId, cause: unknown) => void;
   onRelease?: (params: KvTransferParams) => void;
+}
+
+/** Where and how long the decode leg's retries look for a worker. */
+function retryOptions(plan: DisaggStreamPlan): Pick<MigrationPlan, 'waitMs' | 'fallback' | 'health'> {
+  return {
+    ...(plan.waitMs !== undefined ? { waitMs: plan.waitMs } : {}),
+    ...(plan.fallback ? { fallback: plan.fallback } : {}),
+    ...(plan.health ? { health: plan.health } : {}),
+  };
 }
 
 function isUnavailable(err: unknown): boolean {
@@ -108,7 +121,7 @@ export async function* streamDisaggregated(plan: DisaggStreamPlan, signal: Abort
       break;
     } catch (err) {
       if (!isUnavailable(err)) throw err;
-      plan.health?.markDown(prefillId, Date.now());
+      plan.health?.markFailed(prefillId, err, Date.now());
       plan.onPrefillFailed?.(prefillId, err);
       failed.add(prefillId);
       trace.prefillRetries += 1;
@@ -131,7 +144,7 @@ export async function* streamDisaggregated(plan: DisaggStreamPlan, signal: Abort
         firstInstance: plan.route.decodeInstance,
         pinned: plan.pinned,
         migrationLimit: plan.migrationLimit,
-        ...(plan.health ? { health: plan.health } : {}),
+        ...retryOptions(plan),
         ...(plan.onMigrate ? { onMigrate: plan.onMigrate } : {}),
       },
       signal,
@@ -183,7 +196,7 @@ export async function* streamDisaggregated(plan: DisaggStreamPlan, signal: Abort
         firstInstance: plan.route.decodeInstance,
         pinned: plan.pinned,
         migrationLimit: plan.migrationLimit,
-        ...(plan.health ? { health: plan.health } : {}),
+        ...retryOptions(plan),
         onMigrate: (from, generated, cause) => plan.onMigrate?.(from, generated, cause),
         onAttemptFailed: (_id, sawToken) => {
           // Only the first attempt carried the hand-off. If it failed before its first token the

@@ -6,6 +6,7 @@
 import type { Logger } from 'pino';
 import type { InstanceId, PreprocessedRequest, TokenDelta } from '../../proto/wire.js';
 import type { ServedModel } from '../model-watcher.js';
+import type { FallbackPool } from '../pipeline/attempt-target.js';
 import type { WorkerSelector } from '../routing.js';
 import type { WorkerHealth } from '../worker-health.js';
 import { streamDisaggregated, type DisaggTrace } from './disagg-stream.js';
@@ -24,16 +25,33 @@ export interface DisaggStreamArgs {
   request: PreprocessedRequest;
   pinned: boolean;
   migrationLimit: number;
+  /** How long a decode retry waits for a decode worker when none is up and no fallback can take it (ms). */
+  waitMs?: number;
+  /** Runs a decode retry when no decode worker is up (the prefill pool, `fallback` below). */
+  fallback?: FallbackPool;
   health?: WorkerHealth;
   onMigrate?: (from: InstanceId, generated: number, cause: unknown) => void;
 }
 
 export class Disaggregator {
+  /**
+   * The prefill pool as the pipeline's fallback: with no agg/decode worker up (a lone decode
+   * worker died), a prefill worker runs the whole request, or the rest of a stream, itself (a
+   * request without `prefillOnly` runs aggregated there).
+   */
+  readonly fallback: FallbackPool;
+
   constructor(
     readonly router: PrefillRouter,
     private readonly metrics?: DisaggMetrics,
     private readonly log?: Pick<Logger, 'warn' | 'debug'>,
-  ) {}
+  ) {
+    this.fallback = {
+      selector: router.prefillSelector,
+      pick: (model, request, excluded) => router.pickPrefill(model, request, excluded),
+      generate: (model, request, instanceId, signal) => router.pool.generate(model, request, instanceId, signal),
+    };
+  }
 
   /** Undefined = run aggregated on `chosen`. Throws NoInstancesError (503) under --enforce-disagg. */
   async plan(model: ServedModel, request: PreprocessedRequest, chosen: InstanceId, selector: WorkerSelector, pinned: boolean): Promise<DisaggPrepared | undefined> {

@@ -18,7 +18,8 @@ import { DEFAULT_MODEL_PARSERS, promptOpensReasoning, resolveModelParsers, type 
 import type { GenerationRequest } from '../openai/validate.js';
 import type { WorkerSelector } from '../routing.js';
 import type { WorkerHealth } from '../worker-health.js';
-import { selectInstance, streamWithMigration } from './migration.js';
+import { chooseTarget } from './attempt-target.js';
+import { streamWithMigration, type MigrationPlan } from './migration.js';
 
 export type OpenAiFinishReason = 'stop' | 'length';
 
@@ -40,7 +41,14 @@ export interface PreparedGeneration {
   codec: ModelCodec;
   request: PreprocessedRequest;
   firstInstance: InstanceId;
+  /** No worker of the model's own pool was up: firstInstance is a prefill worker running the whole request. */
+  firstOnFallback?: boolean;
   pinned: boolean;
+  /**
+   * Times this request moved to another worker so far (after a failure, before or after its
+   * first token); the same events `tandem_frontend_migrations_total` counts. Final once `run` ends.
+   */
+  migrations: number;
   /** Set when the prompt runs on a prefill worker (firstInstance is then the decode worker). */
   disagg?: DisaggPrepared;
   /** performance.now() at arrival, for TTFT and duration. */
@@ -52,6 +60,11 @@ export interface PipelineConfig {
   codecs: CodecCache;
   selector: WorkerSelector;
   migrationLimit: number;
+  /**
+   * How long a request waits for a worker when its pool has none up and no fallback pool can
+   * take it (a lone worker died and is being restarted), in prepare and on migration (ms).
+   */
+  migrationWaitMs?: number;
   /** Keeps workers that just failed out of routing for a while. */
   health?: WorkerHealth;
   onMigrate?: (model: string, from: InstanceId, generated: number, cause: unknown) => void;
@@ -127,6 +140,7 @@ export class GenerationPipeline {
 
     const selector = this.config.selector;
     let firstInstance: InstanceId;
+    let firstOnFallback = false;
     let pinned = false;
     if (directHeader !== undefined) {
       const wanted = parseInstanceId(directHeader);
@@ -139,11 +153,32 @@ export class GenerationPipeline {
     } else if (selector.mode === 'direct') {
       throw badRequest(`router mode 'direct' needs the ${DIRECT_ROUTE_HEADER} header`, DIRECT_ROUTE_HEADER);
     } else {
-      firstInstance = await selectInstance(model, selector, { model: model.name, request }, undefined, this.config.health);
+      const health = this.config.health;
+      const fallback = this.config.disagg?.fallback;
+      const target = await chooseTarget(
+        { model, selector, route: { model: model.name, request }, ...(health ? { health } : {}), ...(fallback ? { fallback } : {}), waitMs: this.config.migrationWaitMs ?? 0, strict: false },
+        signal,
+      );
+      firstInstance = target.instanceId;
+      firstOnFallback = target.fallback;
     }
-    const disagg = this.config.disagg ? await this.config.disagg.plan(model, request, firstInstance, selector, pinned) : undefined;
+    // On the fallback pool the request runs whole on that worker: there is no decode worker to hand off to.
+    const disagg = this.config.disagg && !firstOnFallback ? await this.config.disagg.plan(model, request, firstInstance, selector, pinned) : undefined;
     if (disagg) firstInstance = disagg.route.decodeInstance;
-    return { id, created: Math.floor(Date.now() / 1000), input, model, codec, request, firstInstance, pinned, startedAt, ...(disagg ? { disagg } : {}) };
+    return {
+      id,
+      created: Math.floor(Date.now() / 1000),
+      input,
+      model,
+      codec,
+      request,
+      firstInstance,
+      ...(firstOnFallback ? { firstOnFallback } : {}),
+      pinned,
+      migrations: 0,
+      startedAt,
+      ...(disagg ? { disagg } : {}),
+    };
   }
 
   /**
@@ -197,16 +232,23 @@ export class GenerationPipeline {
     // With ignore_eos the list holds only the request's own stop_token_ids (see prepare).
     const stopIds = new Set(request.stop.stopTokenIds);
     const detokenizer = prepared.codec.createDetokenizer({ stop: input.stop, promptTokenIds: request.tokenIds });
+    const fallback = this.config.disagg?.fallback;
     const plan = {
       model: prepared.model,
       selector: this.config.selector,
       request,
       firstInstance: prepared.firstInstance,
+      ...(prepared.firstOnFallback ? { firstOnFallback: true } : {}),
       pinned: prepared.pinned,
       migrationLimit: this.config.migrationLimit,
+      waitMs: this.config.migrationWaitMs ?? 0,
+      ...(fallback ? { fallback } : {}),
       ...(this.config.health ? { health: this.config.health } : {}),
-      onMigrate: (from: InstanceId, generated: number, cause: unknown) => this.config.onMigrate?.(prepared.model.name, from, generated, cause),
-    };
+      onMigrate: (from: InstanceId, generated: number, cause: unknown) => {
+        prepared.migrations += 1;
+        this.config.onMigrate?.(prepared.model.name, from, generated, cause);
+      },
+    } satisfies MigrationPlan;
     const deltas = prepared.disagg && this.config.disagg ? this.config.disagg.stream(prepared.disagg, plan, signal) : streamWithMigration(plan, signal);
     let completionTokens = 0;
     let cachedTokens = 0;

@@ -5,49 +5,39 @@
  * re-sent to another instance with the tokens generated so far appended to the prompt and
  * max_tokens reduced. A retry never goes to an instance that already failed this request or
  * is in cooldown (dead, or draining); one that fails before its first token is tried elsewhere
- * without spending the migration limit. The consumer sees one uninterrupted stream of deltas. The request id is
- * kept, so a worker that derives its sampling seed from it continues the same sequence.
+ * without spending the migration limit. With no instance of the pool left (a lone decode
+ * worker died) the retry runs on the fallback pool when there is one, or waits up to `waitMs`
+ * for the pool to come back (attempt-target.ts). The consumer sees one uninterrupted stream of
+ * deltas. The request id is kept, so a worker that derives its sampling seed from it continues
+ * the same sequence.
  */
 import type { InstanceId, PreprocessedRequest, TokenDelta } from '../../proto/wire.js';
-import { NoInstancesError, TandemError, UnavailableError } from '../../runtime/errors.js';
+import { TandemError, UnavailableError } from '../../runtime/errors.js';
 import type { ServedModel } from '../model-watcher.js';
 import type { RouteRequest, WorkerSelector } from '../routing.js';
 import type { WorkerHealth } from '../worker-health.js';
+import { chooseTarget, type AttemptTarget, type FallbackPool } from './attempt-target.js';
+
+export { selectInstance } from './attempt-target.js';
 
 export interface MigrationPlan {
   model: ServedModel;
   selector: WorkerSelector;
   request: PreprocessedRequest;
   firstInstance: InstanceId;
+  /** The first instance belongs to the fallback pool (prepare found none of the model's own). */
+  firstOnFallback?: boolean;
   /** Direct routing names one instance: there is nowhere to migrate to. */
   pinned: boolean;
   migrationLimit: number;
+  /** How long a retry waits for an instance when the pool has none left (ms); default 0. */
+  waitMs?: number;
+  /** Runs a retry when the model's own pool has no instance left. */
+  fallback?: FallbackPool;
   health?: WorkerHealth;
   onMigrate?: (from: InstanceId, generated: number, cause: unknown) => void;
   /** Any attempt that failed (not a client cancel), before deciding whether to migrate. */
   onAttemptFailed?: (instanceId: InstanceId, sawToken: boolean, cause: unknown) => void;
-}
-
-/**
- * Choose an instance among the model's candidates, skipping `excluded`. A first pick may fall
- * back to workers in cooldown when every one is (a guess beats a refusal); a retry (`strict`)
- * never picks one: it just failed somewhere, and a worker in cooldown is dead or draining.
- */
-export async function selectInstance(
-  model: ServedModel,
-  selector: WorkerSelector,
-  route: RouteRequest,
-  excluded?: ReadonlySet<InstanceId>,
-  health?: WorkerHealth,
-  strict = false,
-): Promise<InstanceId> {
-  let candidates = model.candidates();
-  if (excluded && excluded.size > 0) candidates = candidates.filter((id) => !excluded.has(id));
-  if (health) candidates = strict ? health.up(candidates, Date.now()) : health.filter(candidates, Date.now());
-  if (candidates.length === 0) throw new NoInstancesError(`no workers available for model '${model.name}'`);
-  const picked = await selector.select(route, candidates);
-  if (picked === undefined) throw new NoInstancesError(`no worker can take a request for model '${model.name}' now`);
-  return picked;
 }
 
 function isMigratable(err: unknown): boolean {
@@ -58,7 +48,7 @@ export async function* streamWithMigration(plan: MigrationPlan, signal: AbortSig
   const base = plan.request;
   const generated: number[] = [];
   const failed = new Set<InstanceId>();
-  let instanceId = plan.firstInstance;
+  let target: AttemptTarget = { instanceId: plan.firstInstance, fallback: plan.firstOnFallback === true && plan.fallback !== undefined };
   /** Attempts so far after the first (the resend arithmetic keys off it). */
   let migrations = 0;
   /** Moves of a stream that had produced tokens on the failed attempt: what `migrationLimit` bounds. */
@@ -77,14 +67,18 @@ export async function* streamWithMigration(plan: MigrationPlan, signal: AbortSig
             numPriorOutputTokens: (base.numPriorOutputTokens ?? 0) + generated.length,
           };
     const route: RouteRequest = { model: plan.model.name, request };
-    const attempt = instanceId;
-    plan.selector.onRouted?.(route, attempt);
+    const attempt = target.instanceId;
+    // An attempt on the fallback pool is booked with that pool's selector.
+    const hooks = target.fallback ? plan.fallback!.selector : plan.selector;
+    hooks.onRouted?.(route, attempt);
     let sawToken = false;
+    let failure: unknown;
     try {
-      for await (const delta of plan.model.generate(request, attempt, signal)) {
+      const deltas = target.fallback ? plan.fallback!.generate(plan.model.name, request, attempt, signal) : plan.model.generate(request, attempt, signal);
+      for await (const delta of deltas) {
         if (!sawToken && delta.tokenIds.length > 0) {
           sawToken = true;
-          plan.selector.onFirstToken?.(route, attempt);
+          hooks.onFirstToken?.(route, attempt);
         }
         for (let i = 0; i < delta.tokenIds.length; i++) generated.push(delta.tokenIds[i]!);
         const failedHere = delta.finishReason === 'error' || (delta.finishReason === 'cancelled' && !signal.aborted);
@@ -102,27 +96,41 @@ export async function* streamWithMigration(plan: MigrationPlan, signal: AbortSig
     } catch (err) {
       if (!signal.aborted) plan.onAttemptFailed?.(attempt, sawToken, err);
       if (signal.aborted || !isMigratable(err)) throw err;
-      plan.health?.markDown(attempt, Date.now());
+      plan.health?.markFailed(attempt, err, Date.now());
       // A worker that failed before its first token (dead, or draining) cost the client nothing:
       // that retry is routing, not migration, and is bounded by the candidates left. Only moving
       // a stream that already produced tokens spends the migration budget.
       if (plan.pinned || (sawToken && spent >= plan.migrationLimit)) throw err;
-      failed.add(attempt);
-      migrations += 1;
-      if (sawToken) spent += 1;
-      plan.onMigrate?.(attempt, generated.length, err);
-      if (generated.length >= base.stop.maxTokens) {
-        yield { tokenIds: [], finishReason: 'length' };
-        return;
-      }
-      // The cause matters more than "no other worker": keep it when there is nowhere to go.
-      try {
-        instanceId = await selectInstance(plan.model, plan.selector, { model: plan.model.name, request: base }, failed, plan.health, true);
-      } catch {
-        throw err;
-      }
+      failure = err;
     } finally {
-      plan.selector.onFinished?.(route, attempt);
+      hooks.onFinished?.(route, attempt);
+    }
+    failed.add(attempt);
+    migrations += 1;
+    if (sawToken) spent += 1;
+    plan.onMigrate?.(attempt, generated.length, failure);
+    if (generated.length >= base.stop.maxTokens) {
+      yield { tokenIds: [], finishReason: 'length' };
+      return;
+    }
+    try {
+      target = await chooseTarget(
+        {
+          model: plan.model,
+          selector: plan.selector,
+          route: { model: plan.model.name, request: base },
+          excluded: failed,
+          ...(plan.health ? { health: plan.health } : {}),
+          ...(plan.fallback ? { fallback: plan.fallback } : {}),
+          waitMs: plan.waitMs ?? 0,
+          strict: true,
+        },
+        signal,
+      );
+    } catch {
+      if (signal.aborted) return;
+      // The cause matters more than "no other worker": keep it when there is nowhere to go.
+      throw failure;
     }
   }
 }

@@ -4,7 +4,7 @@
  * reads something sensible; the client prefers the Tandem code and falls back to the status.
  */
 import { Metadata, status as GrpcStatus, type ServiceError, type StatusObject } from '@grpc/grpc-js';
-import { errorFromWire, TandemError, type ErrorCode } from '../errors.js';
+import { ConnectRefusedError, errorFromWire, TandemError, type ErrorCode } from '../errors.js';
 
 export const ERROR_CODE_METADATA_KEY = 'tandem-error-code';
 
@@ -74,9 +74,19 @@ function isTransportFailure(err: Partial<ServiceError> & { rstCode?: unknown }):
   return typeof err.rstCode === 'number' || TRANSPORT_FAILURE.test(err.details ?? err.message ?? '');
 }
 
+/**
+ * grpc-js reports a channel that could not connect as UNAVAILABLE "No connection established.
+ * Last error: Error: connect ECONNREFUSED 127.0.0.1:38765 ...". Parsed here, once, into a
+ * typed error, so callers never match the string.
+ */
+const CONNECT_REFUSED = /\bECONNREFUSED\b/;
+
 /** Client side: rebuild the typed error from a gRPC failure. */
 export function fromServiceError(err: Partial<ServiceError>): TandemError {
   const tagged = err.metadata?.get(ERROR_CODE_METADATA_KEY)[0];
+  if (typeof tagged !== 'string' && err.code === GrpcStatus.UNAVAILABLE && CONNECT_REFUSED.test(err.details ?? err.message ?? '')) {
+    return new ConnectRefusedError(err.details ?? err.message ?? 'connection refused');
+  }
   const code = typeof tagged === 'string' ? tagged : isTransportFailure(err) ? 'unavailable' : codeForGrpcStatus(err.code ?? GrpcStatus.UNKNOWN);
   const message = err.details ?? err.message ?? 'request plane error';
   const rebuilt = errorFromWire(code, message);

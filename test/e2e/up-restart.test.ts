@@ -8,14 +8,20 @@
  * - SIGTERM to `up`: the frontend is stopped (and has exited) before any worker is signalled,
  *   and `up` exits 0.
  *
+ * - kill -9 of the only decode worker of `up --prefill 1 --decode 1`, and of the only worker of
+ *   `up --workers 1`, under 20 streams (issue 23, item 3): every stream pauses, then finishes in
+ *   full (on the prefill worker, or on the restarted worker); requests sent during the outage
+ *   succeed; no answer carries an internal address or a socket error.
+ *
  * `up` logs `runtime up: NAME started (pid N)` for every child run; that is how the test finds
  * the worker to kill.
  */
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import OpenAI from 'openai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { pollUntil, readSse } from '../harness/http.js';
+import { metricValue, pollUntil, readSse, scrape } from '../harness/http.js';
 import { freePort } from '../harness/ports.js';
 import { UP_MOCKER_2, reportedPids, startUp, stopAll, type Up } from './up.js';
 
@@ -24,6 +30,90 @@ const STREAMS = 20;
 // Speedup 1: ~6 ms per decode step, so 400 tokens take a few seconds and the kill lands mid-stream.
 const MAX_TOKENS = 400;
 const UP_ARGS = [...UP_MOCKER_2, '--http-port', '0', '--speedup-ratio', '1', '--num-gpu-blocks', '2048'];
+/** A pool of one worker: `up` with these plus its pool flags. */
+const LONE_ARGS = ['--engine', 'mocker', '--model', 'tiny', '--http-port', '0', '--speedup-ratio', '1', '--num-gpu-blocks', '2048'];
+/** What no client may ever read: an internal address or a socket error. */
+const LEAKS = /127\.0\.0\.1|ECONNREFUSED|\d+\.\d+\.\d+\.\d+:\d+|No connection established|Connection dropped/;
+
+/**
+ * Issue 23, item 3: kill -9 of the only worker of a pool (`victim`) under 20 chat streams sent
+ * with the openai SDK. Every stream ends with finish_reason length and all its tokens; four
+ * requests sent during the outage get their whole answer; no body or frame names an address
+ * or a socket error; each stream moved at least once; `up` restarts the worker.
+ */
+async function expectOutageCostsAPause(up: Up, victim: string): Promise<void> {
+  const out = () => up.proc.output();
+  const [victimPid] = reportedPids(out(), victim);
+  expect(victimPid).toBeGreaterThan(0);
+  const client = new OpenAI({ baseURL: `${up.url}/v1`, apiKey: 'unused', maxRetries: 0, timeout: 120_000 });
+  let killed = false;
+  let chunksSeen = 0;
+  let longestPauseMs = 0;
+  let onKilled: () => void = () => undefined;
+  const killedNow = new Promise<void>((resolve) => (onKilled = resolve));
+  const streams = Array.from({ length: STREAMS }, async (_, i) => {
+    const stream = await client.chat.completions.create({
+      model: MODEL,
+      messages: [{ role: 'user', content: `stream ${i}: tell me a story` }],
+      max_tokens: MAX_TOKENS,
+      seed: i,
+      stream: true,
+      stream_options: { include_usage: true },
+      ...({ ignore_eos: true } as object), // vLLM's extension, not in the SDK's types
+    });
+    let finish: string | null | undefined;
+    let completionTokens: number | undefined;
+    let last = performance.now();
+    for await (const chunk of stream) {
+      const now = performance.now();
+      longestPauseMs = Math.max(longestPauseMs, now - last);
+      last = now;
+      for (const choice of chunk.choices) if (choice.finish_reason) finish = choice.finish_reason;
+      if (chunk.usage) completionTokens = chunk.usage.completion_tokens;
+      // Kill once every stream is well under way (about 30 chunks each on average).
+      if (!killed && ++chunksSeen >= STREAMS * 30) {
+        killed = true;
+        process.kill(victimPid!, 'SIGKILL');
+        onKilled();
+      }
+    }
+    return { finish, completionTokens };
+  });
+  // New requests while the pool is empty: each must get its whole answer, not an error.
+  const during = (async () => {
+    await killedNow;
+    const answers: Array<{ status: number; text: string }> = [];
+    for (let i = 0; i < 4; i++) {
+      const res = await fetch(`${up.url}/v1/completions`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ model: MODEL, prompt: `outage ${i}`, max_tokens: 8, ignore_eos: true, stream: i % 2 === 0 }),
+      });
+      answers.push({ status: res.status, text: await res.text() });
+      await new Promise((r) => setTimeout(r, 300));
+    }
+    return answers;
+  })();
+  const results = await Promise.allSettled(streams);
+  expect(killed).toBe(true);
+  for (const r of results) {
+    if (r.status === 'rejected') expect(String(r.reason)).not.toMatch(LEAKS);
+    expect(r.status).toBe('fulfilled');
+    if (r.status === 'fulfilled') expect(r.value).toEqual({ finish: 'length', completionTokens: MAX_TOKENS });
+  }
+  for (const answer of await during) {
+    expect(answer.text).not.toMatch(LEAKS);
+    expect(answer.status).toBe(200);
+    expect(answer.text).not.toContain('"error"');
+    if (answer.text.startsWith('data: ')) expect(answer.text).toContain('"finish_reason":"length"');
+    else expect((JSON.parse(answer.text) as { usage: { completion_tokens: number } }).usage.completion_tokens).toBe(8);
+  }
+  const migrations = metricValue(await scrape(up.url), 'tandem_frontend_migrations_total', { model: MODEL }) ?? 0;
+  expect(migrations).toBeGreaterThanOrEqual(STREAMS);
+  console.log(`kill -9 of ${victim}: longest pause in a stream ${(longestPauseMs / 1000).toFixed(2)} s, ${migrations} migrations`);
+  await pollUntil(`${victim} restarted`, () => reportedPids(out(), victim).length === 2, 30_000);
+  expect(up.proc.running).toBe(true);
+}
 
 describe('runtime up: supervision', () => {
   let cacheDir: string;
@@ -93,6 +183,18 @@ describe('runtime up: supervision', () => {
       return res.headers.get('x-worker-instance-id') === newInstance;
     }, 30_000, 100);
     expect(up.proc.running).toBe(true);
+  });
+
+  it('kill -9 of the only decode worker (up --prefill 1 --decode 1): all 20 streams pause and finish in full, requests during the outage succeed, nothing leaks an address', async () => {
+    const up = await startUp(cacheDir, [...LONE_ARGS, '--prefill', '1', '--decode', '1', '--kv-bytes-per-token', '4096'], { UCX_TLS: 'tcp' });
+    started.push(up);
+    await expectOutageCostsAPause(up, 'decode-0');
+  });
+
+  it('kill -9 of the only worker (up --workers 1, no other pool): every request waits for the restarted worker (--migration-wait) and finishes in full', async () => {
+    const up = await startUp(cacheDir, [...LONE_ARGS, '--workers', '1']);
+    started.push(up);
+    await expectOutageCostsAPause(up, 'agg-0');
   });
 
   it('kill -9 of the frontend: up restarts it on the same port, and it serves again', async () => {

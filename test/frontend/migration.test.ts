@@ -7,7 +7,8 @@ import type { ServedModel } from '../../frontend/model-watcher.js';
 import { streamWithMigration } from '../../frontend/pipeline/migration.js';
 import { RoundRobinSelector, type RouteRequest, type WorkerSelector } from '../../frontend/routing.js';
 import { WorkerHealth } from '../../frontend/worker-health.js';
-import { UnavailableError } from '../../runtime/errors.js';
+import { ConnectRefusedError, UnavailableError } from '../../runtime/errors.js';
+import type { FallbackPool } from '../../frontend/pipeline/attempt-target.js';
 import type { InstanceId, PreprocessedRequest, TokenDelta } from '../../proto/wire.js';
 import { makeCard } from './fakes.js';
 
@@ -114,5 +115,65 @@ describe('streamWithMigration', () => {
     const plan = { model: served, selector: new RoundRobinSelector(), request: base, firstInstance: 'a', pinned: false, migrationLimit: 3, health };
     await expect(collect(streamWithMigration(plan, new AbortController().signal))).rejects.toMatchObject({ code: 'unavailable' });
     expect(sent.map(([id]) => id)).toEqual(['a']);
+  });
+
+  it('the pool\'s only worker dies mid-stream: the rest runs on the fallback pool (a prefill worker), same resend arithmetic', async () => {
+    const sent: Array<[InstanceId, PreprocessedRequest]> = [];
+    const served = model({ d: () => [{ tokenIds: [10, 11] }, { tokenIds: [], finishReason: 'cancelled' }] }, sent);
+    const onFallback: PreprocessedRequest[] = [];
+    const prefillSelector = new RecordingSelector();
+    const fallback: FallbackPool = {
+      selector: prefillSelector,
+      pick: async (_model, _request, excluded) => (excluded.has('p') ? undefined : 'p'),
+      async *generate(_model, request) {
+        onFallback.push(request);
+        yield { tokenIds: [12, 13, 14, 15].slice(0, request.stop.maxTokens), finishReason: 'length' };
+      },
+    };
+    const selector = new RecordingSelector();
+    const deltas = await collect(
+      streamWithMigration({ model: served, selector, request: base, firstInstance: 'd', pinned: false, migrationLimit: 3, fallback, health: new WorkerHealth(5000) }, new AbortController().signal),
+    );
+    expect(deltas.flatMap((d) => d.tokenIds)).toEqual([10, 11, 12, 13, 14, 15]);
+    expect(deltas.at(-1)!.finishReason).toBe('length');
+    // Prompt + 2 generated, 6 - 2 = 4 left; the attempt is booked on the fallback pool's selector.
+    expect(onFallback).toEqual([expect.objectContaining({ tokenIds: [1, 2, 3, 10, 11], stop: expect.objectContaining({ maxTokens: 4 }), numPriorOutputTokens: 2 })]);
+    expect(selector.log).toEqual(['routed d prompt=3', 'first d', 'finished d']);
+    expect(prefillSelector.log).toEqual(['routed p prompt=5', 'first p', 'finished p']);
+  });
+
+  it('the pool\'s only worker is refused (gone) and there is no fallback: the retry waits for the restarted worker (a new instance) and resumes there', async () => {
+    const sent: Array<[InstanceId, PreprocessedRequest]> = [];
+    const scripts: Record<InstanceId, Script> = {
+      old: () => [{ tokenIds: [10] }, { tokenIds: [], finishReason: 'cancelled' }],
+    };
+    const served = model(scripts, sent);
+    const health = new WorkerHealth(5000);
+    const plan = { model: served, selector: new RoundRobinSelector(), request: base, firstInstance: 'old', pinned: false, migrationLimit: 3, health, waitMs: 10_000 };
+    // The supervisor brings the worker back as a new instance a moment later.
+    setTimeout(() => (scripts.new = (req) => [{ tokenIds: [20, 21, 22, 23, 24].slice(0, req.stop.maxTokens), finishReason: 'length' }]), 250);
+    const deltas = await collect(streamWithMigration(plan, new AbortController().signal));
+    expect(deltas.flatMap((d) => d.tokenIds)).toEqual([10, 20, 21, 22, 23, 24]);
+    expect(sent.map(([id]) => id)).toEqual(['old', 'new']);
+
+    // Without a wait the same failure ends the stream with its cause.
+    delete scripts.new;
+    await expect(collect(streamWithMigration({ ...plan, waitMs: 0 }, new AbortController().signal))).rejects.toMatchObject({ code: 'unavailable' });
+    // A refused connection marks the instance gone: no first pick guesses at it any more.
+    const refused = model({ old: () => { throw new ConnectRefusedError('connect ECONNREFUSED 127.0.0.1:1'); } }, sent);
+    await expect(collect(streamWithMigration({ ...plan, model: refused, waitMs: 0 }, new AbortController().signal))).rejects.toBeInstanceOf(ConnectRefusedError);
+    expect(health.isGone('old', Date.now())).toBe(true);
+    expect(health.filter(['old'], Date.now())).toEqual([]);
+  });
+
+  it('a client that leaves while its request waits for a worker ends the wait, quietly', async () => {
+    const sent: Array<[InstanceId, PreprocessedRequest]> = [];
+    const served = model({ a: () => [{ tokenIds: [1] }, { tokenIds: [], finishReason: 'cancelled' }] }, sent);
+    const client = new AbortController();
+    setTimeout(() => client.abort(), 200);
+    const deltas = await collect(
+      streamWithMigration({ model: served, selector: new RoundRobinSelector(), request: base, firstInstance: 'a', pinned: false, migrationLimit: 3, waitMs: 60_000 }, client.signal),
+    );
+    expect(deltas.flatMap((d) => d.tokenIds)).toEqual([1]);
   });
 });

@@ -100,4 +100,20 @@ describe('WorkerHealth', () => {
     expect(health.filter(['a', 'b'], 6000)).toEqual(['a', 'b']);
     expect(health.isDown('a', 6000)).toBe(false);
   });
+
+  it('a refused connection marks a worker gone at once: never guessed at, even when every candidate is down', async () => {
+    const { WorkerHealth } = await import('../../frontend/worker-health.js');
+    const { ConnectRefusedError, UnavailableError } = await import('../../runtime/errors.js');
+    const health = new WorkerHealth(5000, 60_000);
+    health.markFailed('a', new ConnectRefusedError('connect ECONNREFUSED'), 1000);
+    health.markFailed('b', new UnavailableError('Connection dropped'), 1000);
+    expect(health.isGone('a', 1000)).toBe(true);
+    expect(health.isGone('b', 1000)).toBe(false);
+    // Both down: the first pick guesses among those merely in cooldown, never the gone one.
+    expect(health.filter(['a', 'b'], 2000)).toEqual(['b']);
+    expect(health.filter(['a'], 2000)).toEqual([]);
+    // Past the cooldown b is back; a stays out until its gone period (its card left long before).
+    expect(health.up(['a', 'b'], 6000)).toEqual(['b']);
+    expect(health.up(['a', 'b'], 61_000)).toEqual(['a', 'b']);
+  });
 });

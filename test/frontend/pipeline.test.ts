@@ -226,11 +226,13 @@ describe('frontend pipeline: cancellation, migration, admission', () => {
     expect(frames.slice(1, -2).map((f) => JSON.parse(f).choices[0].delta.content).join('')).toBe('abcd');
   });
 
-  it('a request whose only worker is dead fails with 503 and Retry-After', async () => {
-    t = await startTestFrontend({}, async (c) => {
+  it('a request whose only worker is dead waits --migration-wait for another, then fails with 503 and Retry-After', async () => {
+    t = await startTestFrontend({ migrationWaitMs: 500 }, async (c) => {
       await c.addWorker({ dieAfterTokens: 0 });
     });
+    const startedAt = performance.now();
     const res = await postRaw(`${t.url}/v1/completions`, JSON.stringify({ model: 'fake-model', prompt: 'x' }));
+    expect(performance.now() - startedAt).toBeGreaterThanOrEqual(450);
     expect(res.status).toBe(503);
     expect(res.headers.get('retry-after')).toBe('1');
     expect(JSON.parse(res.text).error.code).toBe('unavailable');

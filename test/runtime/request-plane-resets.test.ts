@@ -8,7 +8,8 @@ import { readFileSync } from 'node:fs';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { Metadata, status as GrpcStatus } from '@grpc/grpc-js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { TandemError } from '../../runtime/errors.js';
+import { ConnectRefusedError, TandemError } from '../../runtime/errors.js';
+import { freePort } from '../harness/ports.js';
 import { GrpcRequestPlaneClient, GrpcRequestPlaneServer, ResetBudget } from '../../runtime/request-plane/index.js';
 import type { RequestContext } from '../../runtime/request-plane/types.js';
 import { ERROR_CODE_METADATA_KEY, fromServiceError } from '../../runtime/request-plane/wire-errors.js';
@@ -77,6 +78,25 @@ describe('transport failures are retryable', () => {
     tagged.set(ERROR_CODE_METADATA_KEY, 'internal');
     expect(fromServiceError({ code: GrpcStatus.INTERNAL, details: 'Received RST_STREAM in a handler message', metadata: tagged }).code).toBe('internal');
     expect(fromServiceError({ code: GrpcStatus.INTERNAL, details: 'Failed to parse server response', metadata: new Metadata() }).code).toBe('internal');
+  });
+
+  it('a call to an address where nothing listens fails as ConnectRefusedError (unavailable, and definite)', async () => {
+    const port = await freePort(); // bound and released: nothing listens there now
+    const client = new GrpcRequestPlaneClient();
+    try {
+      let caught: unknown;
+      try {
+        for await (const _ of client.call({ address: `127.0.0.1:${port}`, path: 'ns/c/generate' }, {}, { timeoutMs: 10_000 })) void _;
+      } catch (err) {
+        caught = err;
+      }
+      expect(caught).toBeInstanceOf(ConnectRefusedError);
+      expect((caught as TandemError).code).toBe('unavailable');
+      // A dropped connection is unavailable too, but not definite.
+      expect(fromServiceError({ code: GrpcStatus.UNAVAILABLE, details: 'Connection dropped', metadata: new Metadata() })).not.toBeInstanceOf(ConnectRefusedError);
+    } finally {
+      client.close();
+    }
   });
 });
 
