@@ -133,7 +133,13 @@ export interface KvEvent {
   data: KvEventData;
 }
 
-/** Published on topic `load_metrics` after each scheduler step. */
+/**
+ * Published on topic `load_metrics` after each scheduler step (at most every
+ * `--load-metrics-interval`; the latest of a throttled burst is always sent, so a worker that
+ * goes idle reports its zero), and at least every `LOAD_REPORT_HEARTBEAT_MS` while the worker
+ * runs, busy or idle. A report older than `LOAD_REPORT_STALE_MS` (by receipt) is stale: readers
+ * must not show or use it as current.
+ */
 export interface LoadMetrics {
   workerId: InstanceId;
   numRunning: number;
@@ -144,6 +150,11 @@ export interface LoadMetrics {
   queuedPrefillTokens: number;
   timestampMs: number;
 }
+
+/** A worker re-publishes its load at least this often, with or without steps. */
+export const LOAD_REPORT_HEARTBEAT_MS = 1000;
+/** A load report older than this is stale: three heartbeats missed. */
+export const LOAD_REPORT_STALE_MS = 3 * LOAD_REPORT_HEARTBEAT_MS;
 
 export const TOPICS = {
   kvEvents: 'kv_events',

@@ -36,7 +36,7 @@ export interface Dashboard extends DashboardRoutes {
 
 export function startDashboard(deps: DashboardDeps, options: DashboardOptions = {}): Dashboard {
   const state = new DashboardState(deps.info);
-  const stream = new DashboardEventStream(() => state.snapshot(Date.now()), options.stream ?? {}, (n) => {
+  const stream = new DashboardEventStream(state, options.stream ?? {}, (n) => {
     state.clients = n;
   });
   const sources = DashboardSources.start({

@@ -3,7 +3,8 @@
  *
  * - The timer runs only while at least one client is connected: with no dashboard open the
  *   frontend takes no snapshots at all.
- * - Each tick builds the snapshot and its JSON once and writes the same frame to every client.
+ * - Each tick advances the state (the one place that does) and builds the view and its JSON
+ *   once, writing the same frame to every client. A new client's first frame is a view only.
  * - A client whose unsent bytes (the response's buffer plus its socket's) exceed
  *   `maxBufferedBytes` is skipped for that tick, never queued for: every frame is a whole
  *   snapshot, so a skipped one loses only time resolution. A client skipped `maxSkippedFrames`
@@ -17,6 +18,12 @@
 import type { ServerResponse } from 'node:http';
 import { SSE_HEADERS } from '../http/sse.js';
 import { SNAPSHOT_EVENT, SNAPSHOT_INTERVAL_MS, SSE_RETRY_MS, type DashboardSnapshot } from './snapshot.js';
+
+/** What the stream reads: `advance` on its own ticks only, `view` for every frame. */
+export interface SnapshotSource {
+  advance(now: number): void;
+  view(now: number): DashboardSnapshot;
+}
 
 export interface EventStreamOptions {
   intervalMs?: number;
@@ -52,7 +59,7 @@ export class DashboardEventStream {
   private readonly counters = { framesSent: 0, framesSkipped: 0, clientsDropped: 0, maxBufferedSeen: 0 };
 
   constructor(
-    private readonly snapshot: () => DashboardSnapshot,
+    private readonly source: SnapshotSource,
     options: EventStreamOptions = {},
     private readonly onClientsChanged?: (n: number) => void,
   ) {
@@ -85,7 +92,8 @@ export class DashboardEventStream {
     this.clients.add(client);
     res.on('close', () => this.detach(client));
     // The first snapshot goes out at once, so a page fills in without waiting a tick.
-    res.write(`retry: ${SSE_RETRY_MS}\n\n${this.frame(this.snapshot())}`);
+    // A view only: a client arriving must not move the rate window the others see.
+    res.write(`retry: ${SSE_RETRY_MS}\n\n${this.frame(this.source.view(Date.now()))}`);
     this.counters.framesSent++;
     this.onClientsChanged?.(this.clients.size);
     if (this.timer === undefined) {
@@ -115,7 +123,9 @@ export class DashboardEventStream {
 
   private tick(): void {
     if (this.clients.size === 0) return this.stop();
-    const frame = this.frame(this.snapshot());
+    const now = Date.now();
+    this.source.advance(now);
+    const frame = this.frame(this.source.view(now));
     for (const c of [...this.clients]) {
       if (c.res.destroyed || c.res.writableEnded) {
         this.detach(c);

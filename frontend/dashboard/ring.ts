@@ -58,10 +58,13 @@ export class SampleRing {
     return out;
   }
 
-  /** Sum of values with time ≥ sinceMs. */
-  sumSince(sinceMs: number): number {
+  /** Sum of values with time in (startMs, endMs]: consecutive windows count each sample once. */
+  sumBetween(startMs: number, endMs: number): number {
     let sum = 0;
-    for (let i = 0; i < this.count; i++) if (this.times[i]! >= sinceMs) sum += this.values[i]!;
+    for (let i = 0; i < this.count; i++) {
+      const t = this.times[i]!;
+      if (t > startMs && t <= endMs) sum += this.values[i]!;
+    }
     return sum;
   }
 }

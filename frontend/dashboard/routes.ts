@@ -45,7 +45,7 @@ export function handleDashboard(d: DashboardRoutes, path: string, req: IncomingM
   }
   const rest = path.slice(DASHBOARD_PREFIX.length + 1);
   if (rest === 'events') return d.stream.attach(res);
-  if (rest === 'api/snapshot') return sendJson(res, 200, d.state.snapshot(Date.now()), { 'cache-control': 'no-store' });
+  if (rest === 'api/snapshot') return sendJson(res, 200, d.state.view(Date.now()), { 'cache-control': 'no-store' });
   if (rest.startsWith('api/requests/')) {
     let id: string;
     try {

@@ -9,7 +9,8 @@
  * windows (5/15/60 min) are the page's own: it appends each snapshot's numbers to its series.
  *
  * Times are milliseconds since the epoch (`t`, `lastSeen`) or milliseconds (latencies). Rates
- * are per second over the last snapshot interval. Every list is bounded (see the limits below).
+ * are per second over the interval between the stream's last two ticks (the last second when
+ * no stream runs); reading a snapshot never moves that interval. Every list is bounded (see the limits below).
  *
  * Request inspector: `GET /dashboard/api/requests/{requestId}` → `RequestRecord` (200) or a
  * 404 `{error:{code:'request_not_found'}}` once it has left the ring (the last
@@ -31,17 +32,23 @@ export const PLANNER_DECISIONS_KEPT = 50;
 export const REQUEST_RING_SIZE = 4096;
 
 export type WorkerState = 'ready' | 'draining' | 'gone';
+/** How the page names the pool of a card's `WorkerRole` (proto/wire.ts): `agg` → 'aggregated'. */
 export type PoolRole = 'aggregated' | 'prefill' | 'decode';
 
 export interface WorkerView {
   /** 16 hex digits. */
   instanceId: string;
   state: WorkerState;
-  /** From the worker's latest `load_metrics` (0 before the first). */
+  /**
+   * From the worker's latest `load_metrics`: 0 before the first, and 0 once that report is
+   * stale (older than `LOAD_REPORT_STALE_MS`, proto/wire.ts: the worker stopped reporting).
+   */
   running: number;
   waiting: number;
   kvUsedBlocks: number;
   kvTotalBlocks: number;
+  /** Whether running / waiting / kvUsedBlocks come from a current report. */
+  loadFresh: boolean;
   /** Cached prompt tokens / prompt tokens over requests this frontend finished on the worker; null before any. */
   prefixHitRate: number | null;
   /** Last `load_metrics` or card sighting, ms since epoch. */
@@ -95,8 +102,10 @@ export interface TrafficView {
   errorsByType: Record<string, number>;
   /** Since start. */
   migrations: number;
-  /** Since start. */
+  /** Since start: requests started. */
   requestsTotal: number;
+  /** Since start: requests finished (any outcome). */
+  finishedTotal: number;
 }
 
 export interface RoutingCandidate {
@@ -129,7 +138,10 @@ export interface RoutingView {
 }
 
 export interface DisaggView {
-  /** Share of requests finished in the last interval that went prefill → decode (0..1). */
+  /**
+   * Share of the requests finished since start that went prefill → decode (0..1):
+   * `disaggregatedTotal / traffic.finishedTotal`, the same population as the count.
+   */
   share: number;
   /** Since start. */
   disaggregatedTotal: number;
@@ -210,7 +222,11 @@ export interface RequestRecord {
   finishReason: string | null;
   /** Error code when it failed. */
   error?: string;
-  /** Always 0 for now (see `workers`); the fleet-wide count is `traffic.migrations`. */
+  /**
+   * Moves of this request to another worker, when the request path reports them; the
+   * pipeline does not report a per-request count yet, so this is 0 today. The fleet-wide
+   * count is `traffic.migrations`.
+   */
   migrations: number;
   startedAt: number;
 }

@@ -2,16 +2,17 @@
  * Adapters that feed `DashboardState` from outside the request path:
  *   - the process's `ModelCardFeed`: a card added → worker 'ready'; removed → 'draining' or
  *     'gone' (dashboard-state.ts says which);
- *   - `load_metrics` on the event plane, one subscription per worker component the cards name
- *     (the same topic the embedded KV router and the planner's live source read);
+ *   - `load_metrics` on the event plane, for each worker component the cards name, through the
+ *     embedded KV router's `LoadFeed` when there is one (one subscription per component in this
+ *     process, shared with the router), else through a feed of its own;
  *   - routing decisions: the embedded KV router's hub listener, or, with `--router-endpoint`,
  *     `router_decisions` published by the standalone router on its component;
  *   - `planner_status` published by a planner on component `planner`.
  * Everything here is I/O glue; the state it feeds is pure.
  */
 import type { Logger } from 'pino';
-import { DASHBOARD_TOPICS, PLANNER_COMPONENT, TOPICS, type LoadMetrics, type PlannerStatusEvent, type RouterDecisionEvent } from '../../proto/wire.js';
-import type { DecisionListener, KvRouterHub } from '../../router/adapters/index.js';
+import { DASHBOARD_TOPICS, PLANNER_COMPONENT, type PlannerStatusEvent, type RouterDecisionEvent } from '../../proto/wire.js';
+import { LoadFeed, type DecisionListener, type KvRouterHub } from '../../router/adapters/index.js';
 import type { DistributedRuntime, ModelCardFeed, Subscription } from '../../runtime/index.js';
 import type { DashboardState } from './dashboard-state.js';
 
@@ -31,6 +32,8 @@ export interface DashboardSourcesOptions {
 
 export class DashboardSources {
   private readonly subs: Promise<Subscription | undefined>[] = [];
+  private readonly loadListeners: Promise<(() => void) | undefined>[] = [];
+  private ownedLoads: LoadFeed | undefined;
   private readonly components = new Set<string>();
   private unsubscribeCards: (() => void) | undefined;
   private readonly onDecision: DecisionListener;
@@ -74,6 +77,8 @@ export class DashboardSources {
     this.closed = true;
     this.unsubscribeCards?.();
     this.o.hub?.decisionListeners.delete(this.onDecision);
+    for (const stop of await Promise.all(this.loadListeners)) stop?.();
+    await this.ownedLoads?.close();
     const subs = await Promise.all(this.subs);
     await Promise.all(subs.map((s) => s?.close().catch(() => undefined)));
   }
@@ -83,13 +88,20 @@ export class DashboardSources {
     if (!this.o.runtime || this.components.has(component)) return;
     this.components.add(component);
     const clock = this.o.clock ?? Date.now;
-    this.subscribe<LoadMetrics>(component, TOPICS.loadMetrics, (_source, m) => {
-      if (typeof m?.workerId !== 'string') return;
-      this.o.state.load(
-        { workerId: m.workerId, numRunning: Number(m.numRunning) || 0, numWaiting: Number(m.numWaiting) || 0, activeBlocks: Number(m.activeBlocks) || 0, totalBlocks: Number(m.totalBlocks) || 0 },
-        clock(),
-      );
-    });
+    const feed = this.o.hub?.loads ?? (this.ownedLoads ??= new LoadFeed(this.o.runtime, this.o.namespace, this.o.log));
+    const listening = feed
+      .listen(component, (m) => {
+        if (this.closed) return;
+        this.o.state.load(
+          { workerId: m.workerId, numRunning: Number(m.numRunning) || 0, numWaiting: Number(m.numWaiting) || 0, activeBlocks: Number(m.activeBlocks) || 0, totalBlocks: Number(m.totalBlocks) || 0 },
+          clock(),
+        );
+      })
+      .catch((err: unknown) => {
+        this.o.log.warn({ err, component }, 'dashboard: could not hear load_metrics');
+        return undefined;
+      });
+    this.loadListeners.push(listening);
   }
 
   private subscribe<T>(component: string, topic: string, onEvent: (source: string, payload: T) => void): void {

@@ -4,8 +4,10 @@
  * registered), traffic from the frontend's /metrics. `replicas` is left for the loop to take
  * from the connector.
  *
- * Workers publish `load_metrics` only while their scheduler steps: a registered worker that sent
- * nothing during the interval is idle (queue 0, KV 0), not "still at its last value".
+ * Workers publish `load_metrics` after their scheduler steps, and repeat their current load every
+ * second when no step reported (proto/wire.ts `LOAD_REPORT_HEARTBEAT_MS`), so an idle worker's
+ * samples say idle. A registered worker that sent nothing during the interval is counted as idle
+ * (queue 0, KV 0), not "still at its last value".
  */
 import { TOPICS } from '../../proto/wire.js';
 import { instancePrefix, type Component, type DistributedRuntime, type Subscription } from '../../runtime/index.js';

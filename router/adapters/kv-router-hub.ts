@@ -20,6 +20,7 @@ import type { Subscription } from '../../runtime/index.js';
 import type { ActiveSequenceUpdate } from '../active-sequences.js';
 import type { KvRouterConfig, RouteDecision } from '../kv-router.js';
 import { KvRouterService, type KvRouterServiceOptions } from './kv-router-service.js';
+import { LoadFeed } from './load-feed.js';
 
 export const DEFAULT_SYNC_COMPONENT = 'router';
 
@@ -44,6 +45,11 @@ export type DecisionListener = (component: string, decision: RouteDecision) => v
 export class KvRouterHub {
   /** Routing-decision listeners; empty (the usual case) costs one size check per request. */
   readonly decisionListeners = new Set<DecisionListener>();
+  /**
+   * The process's `load_metrics` feed: every service reads it, and so does a frontend's
+   * dashboard, so each worker component is subscribed once.
+   */
+  readonly loads: LoadFeed;
   private readonly services = new Map<string, Promise<KvRouterService>>();
   private readonly ready = new Map<string, KvRouterService>();
   private readonly outbox = new Map<string, ActiveSequenceUpdate[]>();
@@ -56,7 +62,9 @@ export class KvRouterHub {
   private constructor(
     readonly runtime: DistributedRuntime,
     readonly options: KvRouterHubOptions,
-  ) {}
+  ) {
+    this.loads = new LoadFeed(runtime, options.namespace);
+  }
 
   static async start(runtime: DistributedRuntime, options: KvRouterHubOptions): Promise<KvRouterHub> {
     const hub = new KvRouterHub(runtime, options);
@@ -90,6 +98,7 @@ export class KvRouterHub {
         component,
         blockSize,
         cards,
+        loads: this.loads,
         router: { ...this.options.router, replicaId: this.replicaId },
         ...this.options.service,
         ...(this.options.replicaSync ? { publishSync: (u: ActiveSequenceUpdate[]) => this.enqueue(component, u) } : {}),
@@ -136,6 +145,7 @@ export class KvRouterHub {
     const all = await Promise.allSettled([...this.services.values()]);
     await Promise.all(all.map((r) => (r.status === 'fulfilled' ? r.value.close() : undefined)));
     (await this.ownedFeed?.catch(() => undefined))?.close();
+    await this.loads.close();
   }
 
   /** The shared card feed: the given one, or one started here on first use. */

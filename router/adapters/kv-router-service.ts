@@ -4,7 +4,7 @@
  *
  *   discovery {ns}/{component}/kv_events instances ─▶ addWorker / removeWorker
  *   event plane kv_events (KvEvent[] batches)      ─▶ applyEvent ─┐
- *   event plane load_metrics                       ─▶ latest LoadMetrics per worker
+ *   event plane load_metrics (the process's LoadFeed) ─▶ latest LoadMetrics per worker
  *   model cards of the component (card feed)       ─▶ KV pool size per worker (overload check
  *                                                     before a worker has reported any load)
  *   RecoveryAction (replay / dump) ─▶ request plane {component}/kv_events, direct to the worker
@@ -36,6 +36,7 @@ import type { Logger } from '../../runtime/index.js';
 import type { ActiveSequenceUpdate, WorkerActiveLoad } from '../active-sequences.js';
 import { KvRouter, type KvRouterConfig, type RouteDecision, type RouteRequest, type RouteResult, type WorkerCandidate } from '../kv-router.js';
 import type { RecoveryAction } from '../recovery-protocol.js';
+import { LoadFeed } from './load-feed.js';
 import { RouterMetrics } from './router-metrics.js';
 
 export interface KvRouterServiceOptions {
@@ -46,6 +47,8 @@ export interface KvRouterServiceOptions {
   blockSize: number;
   /** The process's card feed (KV pool sizes); the service starts and closes its own without it. */
   cards?: ModelCardFeed;
+  /** The process's `load_metrics` feed (shared with its dashboard); the service opens its own without it. */
+  loads?: LoadFeed;
   router?: Partial<KvRouterConfig>;
   /** Housekeeping period (expiry, recovery retries, gauges). */
   tickIntervalMs?: number;
@@ -82,6 +85,8 @@ export class KvRouterService {
   private readonly totalBlocks = new Map<InstanceId, number>();
   private unsubscribeCards: (() => void) | undefined;
   private ownedFeed: ModelCardFeed | undefined;
+  private ownedLoads: LoadFeed | undefined;
+  private stopLoads: (() => void) | undefined;
   private readonly inflight = new Map<string, Promise<void>>();
   private readonly subscriptions: Subscription[] = [];
   private readonly metrics: RouterMetrics;
@@ -174,8 +179,10 @@ export class KvRouterService {
     return this.router.workerLoad(workerId);
   }
 
-  /** Latest load report of a worker, when one came. */
+  /** Latest load report of a worker, while it is current (see `loadStaleMs`). */
   reportedLoad(workerId: InstanceId): LoadMetrics | undefined {
+    const at = this.loadsAt.get(workerId);
+    if (at === undefined || at < this.clock() - (this.options.loadStaleMs ?? KV_ROUTER_SERVICE_DEFAULTS.loadStaleMs)) return undefined;
     return this.loads.get(workerId);
   }
 
@@ -210,7 +217,9 @@ export class KvRouterService {
     if (this.timer) clearInterval(this.timer);
     this.unwatch?.();
     this.unsubscribeCards?.();
+    this.stopLoads?.();
     this.ownedFeed?.close();
+    await this.ownedLoads?.close();
     this.kvClient?.close();
     await Promise.all(this.subscriptions.map((s) => s.close().catch(() => undefined)));
   }
@@ -222,7 +231,8 @@ export class KvRouterService {
     if (useEvents) {
       this.subscriptions.push(await component.subscribe<unknown>(TOPICS.kvEvents, (e) => this.onKvEvents(e.payload)));
     }
-    this.subscriptions.push(await component.subscribe<unknown>(TOPICS.loadMetrics, (e) => this.onLoad(e.payload)));
+    const loads = this.options.loads ?? (this.ownedLoads = new LoadFeed(this.runtime, namespace, this.log));
+    this.stopLoads = await loads.listen(name, (m) => this.onLoad(m));
     const cards = this.options.cards ?? (this.ownedFeed = await ModelCardFeed.start(this.runtime.discovery, namespace, this.log));
     this.unsubscribeCards = cards.subscribe(
       (e) => {
@@ -307,9 +317,8 @@ export class KvRouterService {
     }
   }
 
-  private onLoad(payload: unknown): void {
-    const m = payload as LoadMetrics | null;
-    if (typeof m !== 'object' || m === null || typeof m.workerId !== 'string' || !this.members.has(m.workerId)) return;
+  private onLoad(m: LoadMetrics): void {
+    if (this.closed || !this.members.has(m.workerId)) return;
     this.loads.set(m.workerId, m);
     this.loadsAt.set(m.workerId, this.clock());
   }

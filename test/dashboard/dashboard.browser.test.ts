@@ -170,9 +170,12 @@ suite(`dashboard in chromium (${CHROMIUM ?? 'missing'})`, () => {
     let clickedId: string | null = null;
     await expect
       .poll(async () => {
-        const link = page.locator('[data-testid="routing-decisions"] a[data-inspect]').last();
-        clickedId = await link.getAttribute('data-inspect');
-        await link.click();
+        // One element for both reads: the panel re-renders every second, and a locator read twice
+        // can name one request and click the next. A handle detached by a re-render fails the
+        // click, and the poll tries again.
+        const link = await page.locator('[data-testid="routing-decisions"] a[data-inspect]').last().elementHandle();
+        clickedId = (await link?.getAttribute('data-inspect')) ?? null;
+        await link?.click({ timeout: 2_000 });
         await expect.poll(() => attr(page, 'inspect-result', 'data-found'), { timeout: 5_000 }).not.toBe('');
         return attr(page, 'inspect-result', 'data-found');
       }, { timeout: 20_000, interval: 1_000 })

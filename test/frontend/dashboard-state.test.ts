@@ -1,6 +1,7 @@
 /** DashboardState, the pure aggregator behind /dashboard: fleet states, bounds, percentiles. */
 import { describe, expect, it } from 'vitest';
-import { DashboardState, DRAIN_SILENCE_MS } from '../../frontend/dashboard/dashboard-state.js';
+import { DashboardState, DRAIN_SILENCE_MS, GONE_RETENTION_MS } from '../../frontend/dashboard/dashboard-state.js';
+import { LOAD_REPORT_STALE_MS } from '../../proto/wire.js';
 import { REQUEST_RING_SIZE, ROUTING_DECISIONS_KEPT } from '../../frontend/dashboard/snapshot.js';
 import { percentiles } from '../../frontend/dashboard/ring.js';
 
@@ -12,7 +13,7 @@ function state(): DashboardState {
 }
 
 function worker(s: DashboardState, id: string, t: number) {
-  return s.snapshot(t).models.flatMap((m) => m.pools.flatMap((p) => p.workers)).find((w) => w.instanceId === id);
+  return s.view(t).models.flatMap((m) => m.pools.flatMap((p) => p.workers)).find((w) => w.instanceId === id);
 }
 
 describe('DashboardState', () => {
@@ -28,7 +29,7 @@ describe('DashboardState', () => {
     // An idle worker whose card goes is gone at once.
     s.cardRemoved(B, 1300);
     expect(worker(s, B, 1300)?.state).toBe('gone');
-    expect(s.snapshot(1300).models[0]!.pools.map((p) => p.role)).toEqual(['aggregated', 'decode']);
+    expect(s.view(1300).models[0]!.pools.map((p) => p.role)).toEqual(['aggregated', 'decode']);
   });
 
   it('percentiles are nearest-rank: p50 of 1..10 is 5, p90 is 9, p99 is 10', () => {
@@ -44,7 +45,7 @@ describe('DashboardState', () => {
     s.firstToken('r1', 1100);
     // 11 tokens, last at 1600: (1600 − 1100) / 10 = 50 ms between tokens.
     s.requestEnded('r1', { finishReason: 'length', promptTokens: 64, completionTokens: 11, cachedTokens: 32 }, 1600);
-    const snap = s.snapshot(1600);
+    const snap = s.view(1600);
     expect(snap.traffic.ttft.p50).toBe(100);
     expect(snap.traffic.itl.p50).toBe(50);
     expect(worker(s, A, 1600)?.prefixHitRate).toBe(0.5);
@@ -59,7 +60,7 @@ describe('DashboardState', () => {
       s.requestStarted({ requestId: `r${i}`, model: 'm', arrivedAt: i, instanceId: A }, i);
       s.requestEnded(`r${i}`, { finishReason: 'stop', promptTokens: 1, completionTokens: 1, cachedTokens: 0 }, i);
     }
-    expect(s.snapshot(n).routing.decisions).toHaveLength(ROUTING_DECISIONS_KEPT);
+    expect(s.view(n).routing.decisions).toHaveLength(ROUTING_DECISIONS_KEPT);
     expect(s.request('r0')).toBeUndefined();
     expect(s.request(`r${n - 1}`)).toBeDefined();
     expect(s.request(`r${n - REQUEST_RING_SIZE}`)).toBeDefined();
@@ -76,7 +77,7 @@ describe('DashboardState', () => {
     end('f1', true);
     s.requestStarted({ requestId: 'a1', model: 'm', arrivedAt: 0, instanceId: B }, 0);
     s.requestEnded('a1', { finishReason: 'stop', promptTokens: 10, completionTokens: 2, cachedTokens: 0 }, 500);
-    const snap = s.snapshot(1000);
+    const snap = s.view(1000);
     expect(snap.disagg.share).toBe(0.5);
     expect(snap.disagg.fallbacks).toBe(1);
     expect(snap.disagg.transferLatencyMs.p50).toBe(10);
@@ -85,9 +86,60 @@ describe('DashboardState', () => {
 
   it('planner status appears once a planner publishes', () => {
     const s = state();
-    expect(s.snapshot(0).planner).toBeUndefined();
+    expect(s.view(0).planner).toBeUndefined();
     s.plannerStatus('p000000000000000', { timestampMs: 5, pools: [{ name: 'decode', current: 1, desired: 2 }], decisions: [{ pool: 'decode', from: 1, to: 2, reason: 'kv usage 0.9 > 0.8' }] }, 10);
-    expect(s.snapshot(10).planner).toMatchObject({ pools: [{ name: 'decode', current: 1, desired: 2 }], decisions: [{ pool: 'decode', to: 2, reason: 'kv usage 0.9 > 0.8' }] });
+    expect(s.view(10).planner).toMatchObject({ pools: [{ name: 'decode', current: 1, desired: 2 }], decisions: [{ pool: 'decode', to: 2, reason: 'kv usage 0.9 > 0.8' }] });
+  });
+});
+
+describe('DashboardState: truthful numbers', () => {
+  it('a load report expires: running 3 at 1100 shows 3 until 1100 + 3000 ms, then 0 (the worker went silent)', () => {
+    const s = state();
+    s.cardAdded('m', 'decode', A, 100, 1000);
+    s.load({ workerId: A, numRunning: 3, numWaiting: 2, activeBlocks: 40, totalBlocks: 100 }, 1100);
+    expect(worker(s, A, 1100 + LOAD_REPORT_STALE_MS - 1)).toMatchObject({ running: 3, waiting: 2, kvUsedBlocks: 40, loadFresh: true });
+    expect(worker(s, A, 1100 + LOAD_REPORT_STALE_MS)).toMatchObject({ state: 'ready', running: 0, waiting: 0, kvUsedBlocks: 0, kvTotalBlocks: 100, loadFresh: false });
+    expect(s.view(1100 + LOAD_REPORT_STALE_MS).traffic.queued).toBe(0);
+    // A heartbeat brings it back.
+    s.load({ workerId: A, numRunning: 0, numWaiting: 0, activeBlocks: 5, totalBlocks: 100 }, 5000);
+    expect(worker(s, A, 5000)).toMatchObject({ running: 0, kvUsedBlocks: 5, loadFresh: true });
+  });
+
+  it('view changes nothing: 2 requests in (1000, 2000], read 5 times at 1500 by new clients, still 2 req/s at the 2000 tick', () => {
+    const s = state();
+    s.advance(1000);
+    s.requestStarted({ requestId: 'a', model: 'm', arrivedAt: 1100, instanceId: A }, 1100);
+    for (let i = 0; i < 5; i++) s.view(1500); // page loads, /dashboard/api/snapshot
+    s.requestStarted({ requestId: 'b', model: 'm', arrivedAt: 1900, instanceId: A }, 1900);
+    s.advance(2000);
+    expect(s.view(2000).traffic.requestRate).toBe(2);
+    // A read between ticks reports the last completed window, not a shorter one of its own.
+    expect(s.view(2400).traffic.requestRate).toBe(2);
+  });
+
+  it('view does not forget; advance does: a worker gone at 1000 is listed until 1000 + 60 s, then dropped by the tick', () => {
+    const s = state();
+    s.cardAdded('m', 'agg', A, 10, 0);
+    s.cardRemoved(A, 1000);
+    const after = 1001 + GONE_RETENTION_MS;
+    expect(worker(s, A, after)).toBeUndefined();
+    expect(worker(s, A, 1000)?.state).toBe('gone'); // still there: the view evicted nothing
+    s.advance(after);
+    expect(worker(s, A, 1000)).toBeUndefined();
+  });
+
+  it('the disaggregated share matches the count: 2 disaggregated of 4 finished is 50 %, also a minute after the load', () => {
+    const s = state();
+    for (const [id, disagg] of [['d1', { fallback: false }], ['d2', { fallback: false }], ['f1', { fallback: true }], ['a1', undefined]] as const) {
+      s.requestStarted({ requestId: id, model: 'm', arrivedAt: 0, instanceId: B }, 0);
+      s.requestEnded(id, { finishReason: 'stop', promptTokens: 10, completionTokens: 2, cachedTokens: 0, ...(disagg ? { disagg } : {}) }, 500);
+    }
+    s.advance(1000);
+    s.advance(61_000);
+    const snap = s.view(61_000);
+    expect(snap.disagg.disaggregatedTotal).toBe(2);
+    expect(snap.traffic.finishedTotal).toBe(4);
+    expect(snap.disagg.share).toBe(0.5);
   });
 });
 
@@ -98,6 +150,6 @@ describe('DashboardState: late routing decisions', () => {
     s.remoteDecision('0123456789abcdef', { requestId: 'r', component: 'backend', instanceId: A, promptBlocks: 3, candidates: [{ instanceId: A, overlapBlocks: 1, cost: 2 }, { instanceId: B, overlapBlocks: 0, cost: 5 }], timestampMs: 1 });
     s.requestEnded('r', { finishReason: 'stop', promptTokens: 48, completionTokens: 1, cachedTokens: 0 }, 2);
     expect(s.request('r')?.routing).toMatchObject({ decidedBy: '0123456789abcdef', winner: A, promptBlocks: 3 });
-    expect(s.snapshot(3).routing.decisions[0]?.candidates).toHaveLength(2);
+    expect(s.view(3).routing.decisions[0]?.candidates).toHaveLength(2);
   });
 });

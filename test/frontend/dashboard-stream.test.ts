@@ -68,7 +68,7 @@ describe('dashboard event stream', () => {
   it('a client that stops reading is skipped, bounded, then dropped', async () => {
     const stream = t.frontend.dashboard!.stream;
     const before = stream.stats();
-    const frameBytes = JSON.stringify(t.frontend.dashboard!.state.snapshot(Date.now())).length + 64;
+    const frameBytes = JSON.stringify(t.frontend.dashboard!.state.view(Date.now())).length + 64;
     expect(frameBytes).toBeGreaterThan(4000);
     const c = await rawEvents(t.url);
     c.socket.pause();

@@ -13,6 +13,8 @@ export const NATS_SERVER_BIN = process.env.NATS_SERVER_BIN ?? '/usr/sbin/nats-se
 export interface NatsHarness {
   url: string;
   port: number;
+  /** The monitoring endpoint (`/subsz`, `/connz`…), when started with `monitor: true`. */
+  monitorUrl?: string;
   /** Kill the server (SIGKILL: an outage, not a clean shutdown). The store dir is kept. */
   halt(): Promise<void>;
   /** Start it again on the same port with the same store. */
@@ -25,6 +27,8 @@ export interface NatsHarness {
 
 export interface StartNatsOptions {
   jetstream?: boolean;
+  /** Serve nats-server's HTTP monitoring endpoint on a free port (`monitorUrl`). */
+  monitor?: boolean;
 }
 
 const live = new Set<ChildProcess>();
@@ -32,9 +36,10 @@ process.once('exit', () => {
   for (const child of live) child.kill('SIGKILL');
 });
 
-function launch(port: number, storeDir: string, jetstream: boolean): Promise<ChildProcess> {
+function launch(port: number, storeDir: string, jetstream: boolean, monitorPort?: number): Promise<ChildProcess> {
   const args = ['-a', '127.0.0.1', '-p', String(port)];
   if (jetstream) args.push('-js', '-sd', storeDir);
+  if (monitorPort !== undefined) args.push('-m', String(monitorPort));
   const child = spawn(NATS_SERVER_BIN, args, { stdio: ['ignore', 'ignore', 'pipe'] });
   live.add(child);
   child.once('exit', () => live.delete(child));
@@ -73,16 +78,18 @@ export async function startNats(options: StartNatsOptions = {}): Promise<NatsHar
   const jetstream = options.jetstream ?? false;
   const storeDir = mkdtempSync(join(tmpdir(), 'tandem-nats-'));
   const port = await freePort();
-  let child: ChildProcess | undefined = await launch(port, storeDir, jetstream);
+  const monitorPort = options.monitor ? await freePort() : undefined;
+  let child: ChildProcess | undefined = await launch(port, storeDir, jetstream, monitorPort);
   const harness: NatsHarness = {
     url: `nats://127.0.0.1:${port}`,
     port,
+    ...(monitorPort !== undefined ? { monitorUrl: `http://127.0.0.1:${monitorPort}` } : {}),
     halt: async () => {
       if (child) await killed(child);
       child = undefined;
     },
     start: async () => {
-      if (!child) child = await launch(port, storeDir, jetstream);
+      if (!child) child = await launch(port, storeDir, jetstream, monitorPort);
     },
     restart: async (downMs = 0) => {
       await harness.halt();

@@ -156,6 +156,34 @@ describe('EngineLoop', () => {
     await loop.close();
   });
 
+  it('a request cancelled while its step hangs reports the lower load at once, with no step to carry it', async () => {
+    let release: (() => void) | undefined;
+    class HangingEngine implements Engine {
+      readonly info = { kind: 'mocker' as const, vocabSize: 10, kvBytesPerToken: 0, numBlocks: 16, blockSize: 16 };
+      step(batch: StepBatch): Promise<StepResult> {
+        return new Promise((resolve) => {
+          release = () => resolve({ sampled: batch.sequences.map(() => ({ tokenId: 1 })) } as unknown as StepResult);
+        });
+      }
+      async close(): Promise<void> {}
+    }
+    const reports: LoadMetrics[] = [];
+    const loop = new EngineLoop({ engine: new HangingEngine(), sinks: { onLoadMetrics: (m) => reports.push(m) } });
+    const ac = new AbortController();
+    const stream = loop.generate(request('a', range(1, 20), 5), ac.signal);
+    const first = stream.next();
+    await sleep(5);
+    expect(release).toBeDefined(); // the step is in flight
+    expect(reports).toHaveLength(0);
+    ac.abort();
+    expect((await first).value).toMatchObject({ finishReason: 'cancelled' });
+    // The report a dashboard or router would otherwise never get: nothing runs any more.
+    expect(reports.at(-1)).toMatchObject({ numRunning: 0, numWaiting: 0, activeBlocks: 0 });
+    expect(loop.loadMetrics()).toMatchObject({ numRunning: 0, totalBlocks: 16 });
+    release!(); // the step comes back; its result for the aborted sequence is skipped
+    await loop.close();
+  });
+
   it('close fails open streams as unavailable so the frontend can migrate them', async () => {
     const loop = mockerLoop(64, 10);
     const outcome = collect(loop.generate(request('a', range(1, 20), 900), new AbortController().signal)).then(

@@ -192,6 +192,11 @@ export class EngineLoop {
     };
   }
 
+  /** The load report of this moment (what the sink gets after a step). */
+  loadMetrics(): LoadMetrics {
+    return { workerId: this.kvEventLog.workerId, ...this.scheduler.load(), timestampMs: Date.now() };
+  }
+
   /**
    * Frees the blocks a pinOnFinish sequence kept (the prefill hand-off is over or timed out),
    * and lets waiting sequences use them. False if the sequence holds no pinned blocks.
@@ -301,7 +306,7 @@ export class EngineLoop {
       safeCall(() => this.sinks.onKvEvents?.(events));
     }
     if (this.sinks.onLoadMetrics !== undefined) {
-      const metrics: LoadMetrics = { workerId: this.kvEventLog.workerId, ...this.scheduler.load(), timestampMs: Date.now() };
+      const metrics = this.loadMetrics();
       safeCall(() => this.sinks.onLoadMetrics?.(metrics));
     }
   }
@@ -317,6 +322,8 @@ export class EngineLoop {
       queue.finish('cancelled', usage);
       // Freed blocks may let a blocked waiting sequence in.
       this.kick();
+      // With nothing left to run no step follows: report the freed blocks and the lower load now.
+      if (!this.scheduler.hasWork) this.publish();
     }
   }
 

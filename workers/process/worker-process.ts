@@ -26,7 +26,7 @@ import type {
   TokenDelta,
   WorkerRole,
 } from '../../proto/wire.js';
-import { GENERATE_ENDPOINT, KV_EVENTS_ENDPOINT, KV_RELEASE_ENDPOINT, TOPICS } from '../../proto/wire.js';
+import { GENERATE_ENDPOINT, KV_EVENTS_ENDPOINT, KV_RELEASE_ENDPOINT, LOAD_REPORT_HEARTBEAT_MS, TOPICS } from '../../proto/wire.js';
 import { modelKey } from '../../runtime/index.js';
 import type { DistributedRuntime } from '../../runtime/index.js';
 import { ConfigError, TandemError } from '../../runtime/errors.js';
@@ -56,6 +56,7 @@ import { GrammarCache } from '../../grammar/index.js';
 import { workerGrammarProvider } from './grammar-provider.js';
 import { GrammarClassifier } from './grammar-classifier.js';
 import { loadWorkerVocabulary } from './vocabulary-loader.js';
+import { LoadPublisher } from './load-publisher.js';
 
 export const COMPONENT_FOR_ROLE: Record<WorkerRole, string> = { agg: 'backend', prefill: 'prefill', decode: 'decode' };
 /** Wire names, defined in proto/ and re-exported for the worker's callers. */
@@ -204,7 +205,12 @@ export async function startWorker(runtime: DistributedRuntime, options: WorkerOp
 
   const disagg = kv === undefined ? undefined : await startDisagg(runtime, options, kv, modelName, log, () => loop);
 
-  let lastLoadPublish = 0;
+  const loadPublisher = new LoadPublisher({
+    minIntervalMs: options.loadMetricsIntervalMs,
+    heartbeatMs: LOAD_REPORT_HEARTBEAT_MS,
+    sample: () => loop.loadMetrics(),
+    publish: (m) => void component.publish(TOPICS.loadMetrics, m).catch((err: unknown) => log.debug({ err }, 'load metrics publish failed')),
+  });
   const loop: EngineLoop = new EngineLoop({
     engine,
     workerId: runtime.instanceId,
@@ -218,10 +224,7 @@ export async function startWorker(runtime: DistributedRuntime, options: WorkerOp
       onLoadMetrics: (m: LoadMetrics) => {
         metrics.steps.inc({ model_name: modelName });
         metrics.update(loop.stats(m));
-        const now = Date.now();
-        if (now - lastLoadPublish < options.loadMetricsIntervalMs) return;
-        lastLoadPublish = now;
-        void component.publish(TOPICS.loadMetrics, m).catch((err: unknown) => log.debug({ err }, 'load metrics publish failed'));
+        loadPublisher.offer(m);
       },
     },
   });
@@ -287,6 +290,7 @@ export async function startWorker(runtime: DistributedRuntime, options: WorkerOp
   runtime.trackRegistration(cardKey, true);
   metrics.update(loop.stats());
   const shutdownKv = async (): Promise<void> => {
+    loadPublisher.close();
     disagg?.pinned?.releaseAll();
     await loop.close();
     disagg?.close();

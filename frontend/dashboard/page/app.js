@@ -217,8 +217,10 @@ function renderFleet(models) {
           const rows = p.workers
             .map((w) => {
               const share = w.kvTotalBlocks > 0 ? Math.min(100, (100 * w.kvUsedBlocks) / w.kvTotalBlocks) : 0;
-              return `<tr data-testid="worker-${esc(w.instanceId)}" data-state="${esc(w.state)}" data-running="${num(w.running)}" data-waiting="${num(w.waiting)}" data-kv-used="${num(w.kvUsedBlocks)}" data-kv-total="${num(w.kvTotalBlocks)}">
-<td class="wid" title="${esc(w.instanceId)}">${esc(w.instanceId)}</td>
+              // A stale report (the worker stopped reporting) shows as no load, dimmed, never its last numbers.
+              const stale = w.state !== 'gone' && w.loadFresh === false;
+              return `<tr data-testid="worker-${esc(w.instanceId)}" data-state="${esc(w.state)}" data-running="${num(w.running)}" data-waiting="${num(w.waiting)}" data-kv-used="${num(w.kvUsedBlocks)}" data-kv-total="${num(w.kvTotalBlocks)}" data-load-fresh="${w.loadFresh === false ? 'false' : 'true'}"${stale ? ' class="stale" title="no current load report from this worker"' : ''}>
+<td class="wid" title="${esc(w.instanceId)}">${esc(shortId(w.instanceId))}</td>
 <td><span class="state ${esc(w.state)}">${esc(w.state)}</span></td>
 <td>${num(w.running)}</td><td>${num(w.waiting)}</td>
 <td><span class="kvbar" title="${share.toFixed(1)}%"><i style="width:${share.toFixed(1)}%"></i></span><span class="kvtext">${num(w.kvUsedBlocks)}/${num(w.kvTotalBlocks)}</span></td>
@@ -227,7 +229,7 @@ function renderFleet(models) {
             .join('');
           return `<div class="pool" data-testid="pool-${esc(p.role)}" data-model="${esc(m.name)}" data-worker-count="${live}" data-gone-count="${gone}">
 <h4>${esc(p.role)} · ${live} worker${live === 1 ? '' : 's'}${gone ? ` · ${gone} gone` : ''}</h4>
-<table class="grid"><thead><tr><th>instance</th><th>state</th><th>running</th><th>waiting</th><th>KV blocks</th><th>prefix hit</th></tr></thead><tbody>${rows}</tbody></table></div>`;
+<table class="grid workers"><thead><tr><th>instance</th><th>state</th><th>running</th><th>waiting</th><th>KV blocks</th><th>prefix hit</th></tr></thead><tbody>${rows}</tbody></table></div>`;
         })
         .join('');
       return `<div class="model" data-testid="model-${esc(m.name)}"><h3>${esc(m.name)}</h3><div class="pools">${pools}</div></div>`;
@@ -272,8 +274,12 @@ function renderRouting(r) {
     .join('');
 }
 
-function renderDisagg(d) {
+function renderDisagg(d, finishedTotal) {
+  // Share and count are over the same requests: everything finished since the frontend started.
   setStat('stat-disagg-share', d.share, pct(d.share));
+  const finished = $('stat-disagg-share');
+  finished.dataset.finished = String(num(finishedTotal));
+  $('stat-disagg-finished').textContent = `of ${num(finishedTotal)} finished`;
   setStat('stat-disagg-total', d.disaggregatedTotal);
   setStat('stat-transfer-gbps', d.transferGBps, fmt(d.transferGBps, 3));
   $('stat-transfer-latency').textContent = `${fmt(d.transferLatencyMs.p50)} / ${fmt(d.transferLatencyMs.p99)}`;
@@ -328,7 +334,7 @@ function onSnapshot(s) {
   renderFleet(s.models);
   renderTraffic(s);
   renderRouting(s.routing);
-  renderDisagg(s.disagg);
+  renderDisagg(s.disagg, s.traffic.finishedTotal ?? 0);
   renderPlanner(s.planner);
   redrawCharts();
 }

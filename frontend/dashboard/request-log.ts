@@ -1,0 +1,162 @@
+/**
+ * RequestLog: requests while they run (pending), their routing decisions, and the finished
+ * records the inspector serves. Pure and bounded: at most `MAX_PENDING` running requests and
+ * `MAX_PENDING_ROUTES` decisions waiting for their request (oldest dropped), the last
+ * `REQUEST_RING_SIZE` finished records, the last `ROUTING_DECISIONS_KEPT` decisions.
+ *
+ * The finished records are an insertion-ordered Map trimmed from the front (a bounded
+ * oldest-first cache); a shared LRU module is being made elsewhere and may replace it.
+ */
+import type { RouterDecisionEvent } from '../../proto/wire.js';
+import { Ring } from './ring.js';
+import { REQUEST_RING_SIZE, ROUTING_DECISIONS_KEPT, type RequestRecord, type RoutingCandidate, type RoutingDecision } from './snapshot.js';
+
+const MAX_PENDING = 8192;
+/** Kv-selector candidate lists waiting for their request's start. */
+const MAX_PENDING_ROUTES = 1024;
+
+export interface RequestStart {
+  requestId: string;
+  model: string;
+  /** Arrival, ms since epoch. */
+  arrivedAt: number;
+  /** The worker the request went to (decode worker when disaggregated). */
+  instanceId: string;
+  prefillInstanceId?: string;
+}
+
+export interface RequestEnd {
+  finishReason: string | null;
+  error?: string;
+  promptTokens: number;
+  completionTokens: number;
+  cachedTokens: number;
+  /**
+   * Times the stream moved to another worker. The request path passes it when the pipeline
+   * reports one per request; until then records say 0 (the fleet-wide count is `migrated()`).
+   */
+  migrations?: number;
+  /** Disaggregated: remote prefill seconds, KV hand-off seconds and bytes, and whether it fell back. */
+  disagg?: { prefillSeconds?: number; transferSeconds?: number; transferBytes?: number; fallback: boolean; decodeInstanceId?: string; prefillInstanceId?: string };
+}
+
+interface Pending {
+  requestId: string;
+  model: string;
+  startedAt: number;
+  routedAt: number;
+  workers: string[];
+  prefillWorker?: string;
+  firstTokenAt?: number;
+  routing?: RoutingDecision;
+}
+
+/** What a finished request tells the traffic counters and the fleet. */
+export interface Finished {
+  record: RequestRecord;
+  firstTokenAt: number | undefined;
+  /** The worker that served it last (prefix-hit accounting). */
+  servedBy: string;
+}
+
+export class RequestLog {
+  private readonly pending = new Map<string, Pending>();
+  private readonly routeCandidates = new Map<string, { candidates: RoutingCandidate[]; promptBlocks: number; decidedBy: string; winner: string }>();
+  private readonly finished = new Map<string, RequestRecord>();
+  private readonly decisionRing = new Ring<RoutingDecision>(ROUTING_DECISIONS_KEPT);
+
+  /** The kv selector's view of a routing decision; joined with the request at its start. */
+  routingDecided(requestId: string, winner: string, candidates: RoutingCandidate[], promptBlocks: number, decidedBy: string): void {
+    // A standalone router's decision may arrive over the event plane after the request started.
+    const known = this.pending.get(requestId)?.routing ?? this.finished.get(requestId)?.routing;
+    if (known !== undefined) {
+      known.winner = winner;
+      known.candidates = candidates;
+      known.promptBlocks = promptBlocks;
+      known.decidedBy = decidedBy;
+      return;
+    }
+    if (this.routeCandidates.size >= MAX_PENDING_ROUTES) this.routeCandidates.delete(this.routeCandidates.keys().next().value!);
+    this.routeCandidates.set(requestId, { candidates, promptBlocks, decidedBy, winner });
+  }
+
+  /** A standalone router's decision from the event plane. */
+  remoteDecision(source: string, e: RouterDecisionEvent): void {
+    this.routingDecided(e.requestId, e.instanceId, e.candidates.map((c) => ({ ...c })), e.promptBlocks, source);
+  }
+
+  started(s: RequestStart, now: number): void {
+    if (this.pending.size >= MAX_PENDING) this.pending.delete(this.pending.keys().next().value!);
+    const p: Pending = { requestId: s.requestId, model: s.model, startedAt: s.arrivedAt, routedAt: now, workers: [s.instanceId] };
+    if (s.prefillInstanceId !== undefined) p.prefillWorker = s.prefillInstanceId;
+    const route = this.routeCandidates.get(s.requestId);
+    this.routeCandidates.delete(s.requestId);
+    const decision: RoutingDecision = {
+      t: now,
+      requestId: s.requestId,
+      model: s.model,
+      decidedBy: route?.decidedBy ?? 'frontend',
+      promptBlocks: route?.promptBlocks ?? 0,
+      candidates: route?.candidates ?? [{ instanceId: s.instanceId, overlapBlocks: 0, cost: null }],
+      // The kv selector's pick (the decode leg's when disaggregated: the header's worker).
+      winner: route?.winner ?? s.instanceId,
+    };
+    p.routing = decision;
+    this.decisionRing.push(decision);
+    this.pending.set(s.requestId, p);
+  }
+
+  /** The request's TTFT (ms) the first time it is called for it; undefined after, or when unknown. */
+  firstToken(requestId: string, now: number): number | undefined {
+    const p = this.pending.get(requestId);
+    if (!p || p.firstTokenAt !== undefined) return undefined;
+    p.firstTokenAt = now;
+    return now - p.startedAt;
+  }
+
+  ended(requestId: string, end: RequestEnd, now: number): Finished | undefined {
+    const p = this.pending.get(requestId);
+    if (!p) return undefined;
+    this.pending.delete(requestId);
+    const d = end.disagg;
+    if (d && !d.fallback) {
+      if (d.prefillInstanceId !== undefined) p.prefillWorker = d.prefillInstanceId;
+      if (d.decodeInstanceId !== undefined && p.workers[p.workers.length - 1] !== d.decodeInstanceId) p.workers.push(d.decodeInstanceId);
+    }
+    const record: RequestRecord = {
+      requestId,
+      model: p.model,
+      workers: p.workers,
+      promptTokens: end.promptTokens,
+      completionTokens: end.completionTokens,
+      cachedTokens: end.cachedTokens,
+      timings: {
+        queueMs: p.routedAt - p.startedAt,
+        prefillMs: d?.prefillSeconds !== undefined ? d.prefillSeconds * 1000 : null,
+        transferMs: d?.transferSeconds !== undefined ? d.transferSeconds * 1000 : null,
+        decodeMs: p.firstTokenAt !== undefined ? now - p.firstTokenAt : null,
+        ttftMs: p.firstTokenAt !== undefined ? p.firstTokenAt - p.startedAt : null,
+        totalMs: now - p.startedAt,
+      },
+      finishReason: end.finishReason,
+      migrations: end.migrations ?? 0,
+      startedAt: p.startedAt,
+    };
+    if (p.prefillWorker !== undefined) record.prefillWorker = p.prefillWorker;
+    if (p.routing) record.routing = p.routing;
+    if (end.error !== undefined) record.error = end.error;
+    // A Map iterates in insertion order: its first key is the oldest record.
+    if (this.finished.size >= REQUEST_RING_SIZE) this.finished.delete(this.finished.keys().next().value!);
+    this.finished.set(requestId, record);
+    return { record, firstTokenAt: p.firstTokenAt, servedBy: p.workers[p.workers.length - 1]! };
+  }
+
+  request(requestId: string): RequestRecord | undefined {
+    return this.finished.get(requestId);
+  }
+
+  /** Newest last. */
+  decisions(): RoutingDecision[] {
+    return this.decisionRing.toArray();
+  }
+}
