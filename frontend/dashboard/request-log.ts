@@ -31,10 +31,7 @@ export interface RequestEnd {
   promptTokens: number;
   completionTokens: number;
   cachedTokens: number;
-  /**
-   * Times the stream moved to another worker. The request path passes it when the pipeline
-   * reports one per request; until then records say 0 (the fleet-wide count is `migrated()`).
-   */
+  /** Times the request moved to another worker (`PreparedGeneration.migrations`). */
   migrations?: number;
   /** Disaggregated: remote prefill seconds, KV hand-off seconds and bytes, and whether it fell back. */
   disagg?: { prefillSeconds?: number; transferSeconds?: number; transferBytes?: number; fallback: boolean; decodeInstanceId?: string; prefillInstanceId?: string };

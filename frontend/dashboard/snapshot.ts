@@ -222,11 +222,7 @@ export interface RequestRecord {
   finishReason: string | null;
   /** Error code when it failed. */
   error?: string;
-  /**
-   * Moves of this request to another worker, when the request path reports them; the
-   * pipeline does not report a per-request count yet, so this is 0 today. The fleet-wide
-   * count is `traffic.migrations`.
-   */
+  /** Moves of this request to another worker; the fleet-wide count is `traffic.migrations`. */
   migrations: number;
   startedAt: number;
 }

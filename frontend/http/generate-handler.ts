@@ -144,6 +144,7 @@ function recordEnd(dashboard: DashboardState, prepared: PreparedGeneration | und
       finishReason: outcome.finishReason ?? null,
       ...(errorCode !== undefined ? { error: errorCode } : {}),
       ...usage,
+      migrations: prepared.migrations,
       ...(trace
         ? {
             disagg: {

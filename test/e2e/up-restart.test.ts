@@ -52,7 +52,7 @@ async function expectOutageCostsAPause(up: Up, victim: string): Promise<void> {
   let onKilled: () => void = () => undefined;
   const killedNow = new Promise<void>((resolve) => (onKilled = resolve));
   const streams = Array.from({ length: STREAMS }, async (_, i) => {
-    const stream = await client.chat.completions.create({
+    const { data: stream, response } = await client.chat.completions.create({
       model: MODEL,
       messages: [{ role: 'user', content: `stream ${i}: tell me a story` }],
       max_tokens: MAX_TOKENS,
@@ -60,7 +60,8 @@ async function expectOutageCostsAPause(up: Up, victim: string): Promise<void> {
       stream: true,
       stream_options: { include_usage: true },
       ...({ ignore_eos: true } as object), // vLLM's extension, not in the SDK's types
-    });
+    }).withResponse();
+    const requestId = response.headers.get('x-request-id');
     let finish: string | null | undefined;
     let completionTokens: number | undefined;
     let last = performance.now();
@@ -77,7 +78,7 @@ async function expectOutageCostsAPause(up: Up, victim: string): Promise<void> {
         onKilled();
       }
     }
-    return { finish, completionTokens };
+    return { finish, completionTokens, requestId };
   });
   // New requests while the pool is empty: each must get its whole answer, not an error.
   const during = (async () => {
@@ -99,8 +100,16 @@ async function expectOutageCostsAPause(up: Up, victim: string): Promise<void> {
   for (const r of results) {
     if (r.status === 'rejected') expect(String(r.reason)).not.toMatch(LEAKS);
     expect(r.status).toBe('fulfilled');
-    if (r.status === 'fulfilled') expect(r.value).toEqual({ finish: 'length', completionTokens: MAX_TOKENS });
+    if (r.status === 'fulfilled') expect({ finish: r.value.finish, completionTokens: r.value.completionTokens }).toEqual({ finish: 'length', completionTokens: MAX_TOKENS });
   }
+  // The dashboard's request inspector counts each stream's own moves.
+  let inspectedMoves = 0;
+  for (const r of results) {
+    if (r.status !== 'fulfilled') continue;
+    const record = (await (await fetch(`${up.url}/dashboard/api/requests/${r.value.requestId}`)).json()) as { migrations: number };
+    inspectedMoves += record.migrations;
+  }
+  expect(inspectedMoves).toBeGreaterThanOrEqual(STREAMS);
   for (const answer of await during) {
     expect(answer.text).not.toMatch(LEAKS);
     expect(answer.status).toBe(200);
