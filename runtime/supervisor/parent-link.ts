@@ -1,0 +1,60 @@
+/**
+ * How a child notices that its supervisor died, even by kill -9, when nothing else would tell
+ * it (`runtime up` starts its children in their own sessions, so no terminal hang-up reaches
+ * them either).
+ *
+ * The supervisor hands each child one end of a socket pair as file descriptor 3 and names it in
+ * TANDEM_PARENT_LINK_FD; it never writes to it. The kernel closes the supervisor's end when its
+ * process ends, however it ends, and the child reads end-of-file at once. A child that runs
+ * `watchParentLink` then stops exactly as on SIGTERM: it sends SIGTERM to itself, so whatever
+ * drain handler it installed runs (or, before it installed one, the default action ends it).
+ *
+ * Children that never call `watchParentLink` (etcd, nats-server) just hold an idle descriptor.
+ */
+import { Socket } from 'node:net';
+import { dropLogOutput } from '../logging.js';
+
+/** The child's file descriptor of the link (stdio index 3: after stdin, stdout, stderr). */
+export const PARENT_LINK_FD = 3;
+/** Set by the supervisor in each child's environment; the child removes it so its own children do not inherit a stale number. */
+export const PARENT_LINK_ENV = 'TANDEM_PARENT_LINK_FD';
+
+/**
+ * Watch the link named in the environment; `onGone` runs once when the parent's end closes.
+ * Returns false (and watches nothing) when this process was not started by the supervisor.
+ */
+export function watchParentLink(onGone: () => void = stopAsOnSigterm, env: NodeJS.ProcessEnv = process.env): boolean {
+  const raw = env[PARENT_LINK_ENV];
+  delete env[PARENT_LINK_ENV];
+  const fd = Number(raw);
+  if (raw === undefined || !Number.isInteger(fd) || fd < 0) return false;
+  let link: Socket;
+  try {
+    link = new Socket({ fd, readable: true, writable: false });
+  } catch {
+    return false; // not an open socket or pipe: started some other way
+  }
+  let gone = false;
+  const fire = () => {
+    if (gone) return;
+    gone = true;
+    link.destroy();
+    onGone();
+  };
+  link.on('end', fire);
+  link.on('close', fire);
+  link.on('error', fire);
+  link.resume(); // the parent never writes; reading is how end-of-file arrives
+  link.unref(); // the link alone never keeps this process running
+  return true;
+}
+
+/** The parent is gone: nobody reads our output any more, and we stop as if told to. */
+function stopAsOnSigterm(): void {
+  // Writes to the dead parent's sockets fail (EPIPE, or EAGAIN forever); they must neither crash
+  // the drain nor hold the exit.
+  dropLogOutput();
+  process.stdout.on('error', () => undefined);
+  process.stderr.on('error', () => undefined);
+  process.kill(process.pid, 'SIGTERM');
+}
