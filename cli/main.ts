@@ -9,7 +9,7 @@ import { Command, CommanderError } from 'commander';
 import { bindEnvironment } from '../runtime/index.js';
 import { TandemError } from '../runtime/errors.js';
 import { EXIT_CODES, type ExitCode } from '../runtime/index.js';
-import { watchParentLink } from '../runtime/supervisor/index.js';
+import { watchParentLink } from '../runtime/index.js';
 import { registerCommands } from './commands.js';
 
 export function buildProgram(): Command {
