@@ -16,6 +16,7 @@ import {
   SupervisedProcess,
   Supervisor,
   recordWithMsg,
+  watchParentLink,
   type RestartPolicy,
   type SupervisorEvent,
 } from '../../runtime/supervisor/index.js';
@@ -111,6 +112,36 @@ describe('a crashing parent', () => {
     expect(parent.output()).toContain('parent crashed on purpose');
     // The child ignores SIGTERM; only the parent's exit hook (SIGKILL) ends it.
     await pollUntil('child gone', () => !isAlive(childPid), 5000);
+  });
+});
+
+describe('a parent killed with SIGKILL', () => {
+  it('its child reads end-of-file on the parent link and stops as on SIGTERM (drains), within 2 s', async () => {
+    const dir = await mkdtemp(join(tmpdir(), 'tandem-parent-link-'));
+    const marker = join(dir, 'marker');
+    let childPid: number | undefined;
+    const parent = new SupervisedProcess({ name: 'parent', args: ['--import', 'tsx', fileURLToPath(new URL('./fixtures/supervised-parent.ts', import.meta.url)), 'hold', marker] });
+    try {
+      const line = await parent.waitForLine(/"childPid"/, 30_000);
+      const ready = JSON.parse(line) as { childPid: number; linked: boolean };
+      childPid = ready.childPid;
+      expect(ready.linked).toBe(true);
+      expect(isAlive(childPid)).toBe(true);
+      parent.kill('SIGKILL'); // no exit hook runs: only the kernel closing the link can tell the child
+      await parent.exited();
+      await pollUntil('child gone', () => !isAlive(childPid), 2_000);
+      expect(await readFile(marker, 'utf8')).toBe('drained\n');
+    } finally {
+      // Without a working link nothing else would end them.
+      parent.killNow();
+      if (isAlive(childPid)) process.kill(childPid!, 'SIGKILL');
+      await rm(dir, { recursive: true, force: true });
+    }
+  });
+
+  it('a process the supervisor did not start has no link to watch', () => {
+    expect(watchParentLink(() => undefined, {})).toBe(false);
+    expect(watchParentLink(() => undefined, { TANDEM_PARENT_LINK_FD: 'x' })).toBe(false);
   });
 });
 
