@@ -5,4 +5,4 @@ export { RestartBackoff, backoffDelayMs, DEFAULT_RESTART_POLICY, type RestartPol
 export { MemoryLog, FileLog, PrefixedLog, type LogSink } from './log-sink.js';
 export { ChildExitedError, ChildStartTimeoutError } from './errors.js';
 export { RUNTIME_BIN, REPO_ROOT, runtimeCommand, jsonRecord, recordWithMsg } from './runtime-command.js';
-export { watchParentLink, PARENT_LINK_ENV, PARENT_LINK_FD } from './parent-link.js';
+export { watchParentLink, onParentGone, PARENT_LINK_ENV, PARENT_LINK_FD } from './parent-link.js';

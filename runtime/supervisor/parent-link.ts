@@ -6,8 +6,9 @@
  * The supervisor hands each child one end of a socket pair as file descriptor 3 and names it in
  * TANDEM_PARENT_LINK_FD; it never writes to it. The kernel closes the supervisor's end when its
  * process ends, however it ends, and the child reads end-of-file at once. A child that runs
- * `watchParentLink` then stops exactly as on SIGTERM: it sends SIGTERM to itself, so whatever
- * drain handler it installed runs (or, before it installed one, the default action ends it).
+ * `watchParentLink` then stops as on SIGTERM: through the handler it set with `onParentGone`
+ * (the runtime's drain), else by a SIGTERM to itself, so whatever signal handler it installed
+ * runs (or, before it installed one, the default action ends it).
  *
  * Children that never call `watchParentLink` (etcd, nats-server) just hold an idle descriptor.
  */
@@ -49,6 +50,17 @@ export function watchParentLink(onGone: () => void = stopAsOnSigterm, env: NodeJ
   return true;
 }
 
+let stopHandler: (() => void) | undefined;
+
+/**
+ * How this process stops when its parent dies, instead of a SIGTERM to itself. The runtime sets
+ * its own shutdown here: the same drain as on SIGTERM, but not counted as a second signal, so a
+ * drain already under way (the supervisor was stopping us when it died) runs on to its end.
+ */
+export function onParentGone(handler: () => void): void {
+  stopHandler = handler;
+}
+
 /** The parent is gone: nobody reads our output any more, and we stop as if told to. */
 function stopAsOnSigterm(): void {
   // Writes to the dead parent's sockets fail (EPIPE, or EAGAIN forever); they must neither crash
@@ -56,5 +68,6 @@ function stopAsOnSigterm(): void {
   dropLogOutput();
   process.stdout.on('error', () => undefined);
   process.stderr.on('error', () => undefined);
-  process.kill(process.pid, 'SIGTERM');
+  if (stopHandler) stopHandler();
+  else process.kill(process.pid, 'SIGTERM');
 }

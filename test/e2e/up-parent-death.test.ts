@@ -3,7 +3,8 @@
  * signal reaches them, but each holds the supervisor's parent link (runtime/supervisor/
  * parent-link.ts), reads end-of-file the moment `up` dies, drains and exits. Every kind of child
  * is there: the frontend, an aggregated, a prefill and a decode worker, with the planner running.
- * A stream in flight at the kill finishes in full: the children drained, they did not just die.
+ * A stream in flight at the kill finishes in full: the children drained, they did not just die;
+ * also when `up` was already stopping them (the dead parent is not a second signal).
  * The port is free afterwards: a second `up` on it starts and serves.
  *
  * Needs `npm run build` (spawns bin/runtime.js).
@@ -89,5 +90,30 @@ describe('runtime up killed with SIGKILL', () => {
     });
     expect(answer.status).toBe(200);
     expect((await again.proc.stop(20_000)).code).toBe(0);
+  });
+
+  it('while it was stopping: the drain under way is not cut short, its stream still ends in full', async () => {
+    const up = await startUp(cacheDir, ['--engine', 'mocker', '--model', 'tiny', '--workers', '1', '--http-port', '0']);
+    started.push(up);
+    const children = reportedPids(up.proc.output());
+    expect(children).toHaveLength(2);
+    const res = await fetch(`${up.url}/v1/completions`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ model: 'tiny-llama', prompt: 'a stream that outlives runtime up', max_tokens: STREAM_TOKENS, ignore_eos: true, stream: true, stream_options: { include_usage: true } }),
+    });
+    expect(res.status).toBe(200);
+    const stream = await readSse(res, async (_chunk, index) => {
+      if (index !== 0) return;
+      // Ctrl-C: `up` has the frontend drain first; it dies while the frontend drains.
+      up.proc.kill('SIGTERM');
+      await up.proc.waitForLine(/^\[frontend\] .*shutting down: deregistering/, 10_000);
+      up.proc.kill('SIGKILL');
+      await up.proc.exited();
+    });
+    // The parent's death was not a second signal (which exits at once and cuts the stream).
+    expect(stream.done).toBe(true);
+    expect(stream.chunks.map((c) => (c.usage as { completion_tokens?: number } | undefined)?.completion_tokens).find((n) => n !== undefined)).toBe(STREAM_TOKENS);
+    await pollUntil(`children ${children.join(', ')} gone`, () => children.every((pid) => !isAlive(pid)), GONE_WITHIN_MS);
   });
 });
