@@ -4,6 +4,7 @@
  * first, SIGTERM → SIGKILL escalation, exit codes, where the output goes. Restarts with backoff
  * through the spawn seam, with a fake child and a fake clock.
  */
+import { spawnSync } from 'node:child_process';
 import { mkdtemp, readFile, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -115,6 +116,12 @@ describe('a crashing parent', () => {
   });
 });
 
+/** A pid no process has: a short-lived child's, after it was reaped. */
+function deadPid(): number {
+  const pid = spawnSync(process.execPath, ['-e', 'process.stdout.write(String(process.pid))'], { encoding: 'utf8' }).stdout;
+  return Number(pid);
+}
+
 describe('a parent killed with SIGKILL', () => {
   it('its child reads end-of-file on the parent link and stops as on SIGTERM (drains), within 2 s', async () => {
     const dir = await mkdtemp(join(tmpdir(), 'tandem-parent-link-'));
@@ -141,7 +148,20 @@ describe('a parent killed with SIGKILL', () => {
 
   it('a process the supervisor did not start has no link to watch', () => {
     expect(watchParentLink(() => undefined, {})).toBe(false);
-    expect(watchParentLink(() => undefined, { TANDEM_PARENT_LINK_FD: 'x' })).toBe(false);
+    expect(watchParentLink(() => undefined, { TANDEM_PARENT_LINK: 'x' })).toBe(false);
+    // Inherited from an ancestor that still runs (this test process): fd 3 here is not the link.
+    const env: NodeJS.ProcessEnv = { TANDEM_PARENT_LINK: `3:${process.pid}` };
+    let gone = false;
+    expect(watchParentLink(() => (gone = true), env, process.ppid)).toBe(false);
+    expect(gone).toBe(false);
+    expect(env.TANDEM_PARENT_LINK).toBeUndefined(); // and not passed further down
+  });
+
+  it('a child whose supervisor died before it started watching stops at once', () => {
+    // The supervisor's pid is gone and this process was reparented: nothing to wait for.
+    let gone = false;
+    expect(watchParentLink(() => (gone = true), { TANDEM_PARENT_LINK: `3:${deadPid()}` }, 1)).toBe(true);
+    expect(gone).toBe(true);
   });
 });
 
