@@ -9,6 +9,7 @@ import { Command, CommanderError } from 'commander';
 import { bindEnvironment } from '../runtime/index.js';
 import { TandemError } from '../runtime/errors.js';
 import { EXIT_CODES, type ExitCode } from '../runtime/index.js';
+import { watchParentLink } from '../runtime/index.js';
 import { registerCommands } from './commands.js';
 
 export function buildProgram(): Command {
@@ -28,6 +29,9 @@ export function buildProgram(): Command {
 }
 
 export async function main(argv: string[]): Promise<void> {
+  // Started by a supervisor (`runtime up`, a bench, a test)? Then its death is our SIGTERM,
+  // even when it was kill -9 and no signal reaches us (runtime/supervisor/parent-link.ts).
+  watchParentLink();
   const program = buildProgram();
   try {
     await program.parseAsync(argv);

@@ -14,6 +14,7 @@ import { DistributedRuntime, DEFAULT_NAMESPACE, etcdEndpointsFromEnv, natsServer
 import { LocalConnector, buildConfig, loadPlannerPerf, loadPlannerProfile, readPlannerConfigFile, startLivePlanner, type LivePlanner, type LocalWorker, type PlannerConfig, type PoolName } from '../planner/index.js';
 import { DEFAULT_RESTART_POLICY, Supervisor, recordWithMsg, runtimeCommand, type RestartPolicy} from '../runtime/index.js';
 import { resolveModel } from '../workers/index.js';
+import { checkChildArgs } from './child-args.js';
 
 interface UpFlags {
   engine: 'mocker' | 'native';
@@ -143,6 +144,7 @@ export function registerUpCommand(program: Command): void {
       flags.workers ??= flags.prefill + flags.decode > 0 ? 0 : onGpu ? 1 : 2;
       if (flags.workers + flags.prefill + flags.decode === 0) throw new ConfigError('runtime up needs at least one worker (--workers, --prefill or --decode)');
       if (flags.prefill > 0 && flags.decode === 0) throw new ConfigError('--prefill needs --decode workers too');
+      checkForwardedFlags(cmd.parent!, flags, cmd.args);
       if (flags.perfProfile !== undefined) {
         if (flags.engine !== 'mocker') throw new ConfigError('--perf-profile is for the mocker engine');
         await loadPlannerPerf(flags.perfProfile); // a bad file is exit 2 here, not a worker dying at start
@@ -171,16 +173,18 @@ export function gpuMemoryShare(flags: Pick<UpFlags, 'engine' | 'device' | 'gpuMe
 /** pino's level names and numbers. */
 const PINO_LEVELS: Record<string, number> = { trace: 10, debug: 20, info: 30, warn: 40, error: 50, fatal: 60, silent: 100 };
 
-async function runUp(flags: UpFlags, frontendExtra: string[], plan?: { config: PlannerConfig; perf: Awaited<ReturnType<typeof loadPlannerPerf>> }): Promise<void> {
-  const modelDir = await resolveModel(flags.model, (dir) => process.stderr.write(`runtime up: generating the tiny model in ${dir}\n`));
-  const discoveryDir = mkdtempSync(join(tmpdir(), 'tandem-up-'));
+/**
+ * The command lines of `up`'s children. Built once for checking (before anything starts, with
+ * the flags as given) and once for starting (with the model and discovery paths resolved): the
+ * same function, so what is checked is what runs.
+ */
+function childArgs(flags: UpFlags, frontendExtra: string[], paths: { modelDir: string; discoveryDir: string }): { frontend: string[]; worker: (pool: string) => string[] } {
   // Children log at info at least: `up` waits on their info-level start-up records, and shows only
   // the lines at the asked level (a quieter --log-level must not hide "worker ready" from `up`).
-  const shownLevel = PINO_LEVELS[flags.logLevel] ?? 30;
-  const childLevel = shownLevel > 30 ? 'info' : flags.logLevel;
+  const childLevel = shownLevel(flags) > 30 ? 'info' : flags.logLevel;
   const common = ['--discovery', flags.discovery, '--event-plane', flags.eventPlane, '--log-level', childLevel];
-  if (flags.discovery === 'file') common.push('--discovery-dir', discoveryDir);
-  const workerFlags = ['--engine', flags.engine, '--model', modelDir];
+  if (flags.discovery === 'file') common.push('--discovery-dir', paths.discoveryDir);
+  const workerFlags = ['--engine', flags.engine, '--model', paths.modelDir];
   const passthrough: Array<[keyof UpFlags, string]> = [
     ['speedupRatio', '--speedup-ratio'],
     ['numGpuBlocks', '--num-gpu-blocks'],
@@ -197,6 +201,28 @@ async function runUp(flags: UpFlags, frontendExtra: string[], plan?: { config: P
   if (flags.enforceEager === true) workerFlags.push('--enforce-eager');
   const gpuShare = gpuMemoryShare(flags);
   if (gpuShare !== undefined) workerFlags.push('--gpu-memory-utilization', gpuShare);
+  return {
+    frontend: ['frontend', ...common, '--http-port', String(flags.httpPort), '--host', flags.host, ...frontendExtra],
+    worker: (pool) => ['worker', ...common, ...workerFlags, '--mode', pool],
+  };
+}
+
+/** The pino level of `up`'s own --log-level: lines of the children below it are not shown. */
+function shownLevel(flags: UpFlags): number {
+  return PINO_LEVELS[flags.logLevel] ?? 30;
+}
+
+/** Every flag `up` passes on, checked by the child that would read it: exit 2 before anything starts. */
+function checkForwardedFlags(program: Command, flags: UpFlags, frontendExtra: string[]): void {
+  const args = childArgs(flags, frontendExtra, { modelDir: flags.model, discoveryDir: 'unused' });
+  checkChildArgs(program, 'frontend', args.frontend.slice(1), 'runtime up passes flags it does not know to the frontend');
+  for (const pool of ['agg', 'prefill', 'decode']) checkChildArgs(program, 'worker', args.worker(pool).slice(1), 'runtime up passes it to every worker');
+}
+
+async function runUp(flags: UpFlags, frontendExtra: string[], plan?: { config: PlannerConfig; perf: Awaited<ReturnType<typeof loadPlannerPerf>> }): Promise<void> {
+  const modelDir = await resolveModel(flags.model, (dir) => process.stderr.write(`runtime up: generating the tiny model in ${dir}\n`));
+  const discoveryDir = mkdtempSync(join(tmpdir(), 'tandem-up-'));
+  const argv = childArgs(flags, frontendExtra, { modelDir, discoveryDir });
   const graceMs = drainTimeoutMs(frontendExtra) + STOP_SLACK_MS;
 
   let phase: 'starting' | 'serving' | 'stopping' = 'starting';
@@ -219,7 +245,7 @@ async function runUp(flags: UpFlags, frontendExtra: string[], plan?: { config: P
   // Own process group (detached): a terminal's Ctrl-C reaches only `up`, which stops each child
   // once (in the terminal's group a child would get SIGINT and then our SIGTERM: a second signal, no drain).
   const start = (name: string, args: string[]) =>
-    supervisor.start({ name, ...runtimeCommand(args), detached: true, log: { stderrPrefix: true, stderrMinLevel: shownLevel }, stopGraceMs: graceMs, restart: UP_RESTART_POLICY });
+    supervisor.start({ name, ...runtimeCommand(args), detached: true, log: { stderrPrefix: true, stderrMinLevel: shownLevel(flags) }, stopGraceMs: graceMs, restart: UP_RESTART_POLICY });
 
   const workerNames: string[] = [];
   let planner: { live: LivePlanner; runtime: DistributedRuntime } | undefined;
@@ -254,7 +280,7 @@ async function runUp(flags: UpFlags, frontendExtra: string[], plan?: { config: P
   process.on('SIGTERM', onSignal);
   process.on('SIGHUP', onSignal); // terminal closed: children no longer share its group
 
-  const frontend = start('frontend', ['frontend', ...common, '--http-port', String(flags.httpPort), '--host', flags.host, ...frontendExtra]);
+  const frontend = start('frontend', argv.frontend);
   const roles: Array<[string, number]> = [
     ['agg', flags.workers ?? 0],
     ['prefill', flags.prefill],
@@ -264,7 +290,7 @@ async function runUp(flags: UpFlags, frontendExtra: string[], plan?: { config: P
   const initial: Partial<Record<PoolName, LocalWorker[]>> = {};
   const startWorker = (pool: string, name: string): LocalWorker => {
     workerNames.push(name);
-    const child = start(name, ['worker', ...common, ...workerFlags, '--mode', pool]);
+    const child = start(name, argv.worker(pool));
     workers.push(child);
     return { name, stop: () => child.stop() };
   };

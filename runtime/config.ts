@@ -29,7 +29,8 @@ export function bindEnvironment(command: Command): void {
   command.hook('preAction', (_root, action) => applyEnvironment(action));
 }
 
-function applyEnvironment(cmd: Command, env: NodeJS.ProcessEnv = process.env): void {
+/** Set the options of `cmd` not given on its command line from their TANDEM_* variables; a bad value is a usage error (exit 2). */
+export function applyEnvironment(cmd: Command, env: NodeJS.ProcessEnv = process.env): void {
   for (const option of cmd.options) {
     const name = option.envVar;
     if (!name || env[name] === undefined) continue;

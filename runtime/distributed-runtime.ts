@@ -16,6 +16,7 @@ import { createLogger, type Logger } from './logging.js';
 import { GrpcRequestPlaneClient, GrpcRequestPlaneServer } from './request-plane/index.js';
 import type { RequestPlaneClient, RequestPlaneServer, StreamHandler } from './request-plane/types.js';
 import { StatusServer } from './status-server.js';
+import { onParentGone } from './supervisor/parent-link.js';
 
 export interface RuntimeConfig {
   /** Process role for logs, e.g. 'worker' or 'frontend'. */
@@ -200,16 +201,22 @@ export class DistributedRuntime {
         this.logger.warn({ signal }, 'second signal: exiting now');
         process.exit(EXIT_CODES.interrupted);
       }
-      void this.shutdown(signal).then(
-        () => process.exit(EXIT_CODES.ok),
-        (err: unknown) => {
-          this.logger.error({ err }, 'shutdown failed');
-          process.exit(EXIT_CODES.internal);
-        },
-      );
+      this.drainAndExit(signal);
     };
     process.on('SIGTERM', onSignal);
     process.on('SIGINT', onSignal);
+    // The supervisor died (supervisor/parent-link.ts): the same drain, but not a second signal.
+    onParentGone(() => this.drainAndExit('parent gone'));
+  }
+
+  private drainAndExit(reason: string): void {
+    void this.shutdown(reason).then(
+      () => process.exit(EXIT_CODES.ok),
+      (err: unknown) => {
+        this.logger.error({ err }, 'shutdown failed');
+        process.exit(EXIT_CODES.internal);
+      },
+    );
   }
 
   /** @internal bookkeeping for deregistration. */

@@ -24,5 +24,24 @@ export function createLogger(options: LoggerOptions): Logger {
       transport: { target: 'pino-pretty', options: { destination: 2, colorize: true, translateTime: 'SYS:HH:MM:ss.l' } },
     });
   }
-  return pino({ name: options.name, level }, pino.destination({ fd: 2, sync: false }));
+  return pino({ name: options.name, level }, stderrDestination());
+}
+
+/** One buffered writer of stderr per process, shared by every logger (pino flushes it on exit). */
+let stderr: ReturnType<typeof pino.destination> | undefined;
+function stderrDestination(): ReturnType<typeof pino.destination> {
+  stderr ??= pino.destination({ fd: 2, sync: false });
+  return stderr;
+}
+
+/**
+ * Nobody reads our stderr any more (the supervisor that held its other end died): drop log
+ * lines from now on. Otherwise the flush on exit can retry a write that never completes (EAGAIN
+ * on the orphaned socket) and hold the process forever.
+ */
+export function dropLogOutput(): void {
+  if (!stderr) return;
+  stderr.write = () => true;
+  stderr.flushSync = () => undefined;
+  stderr.end = () => undefined;
 }

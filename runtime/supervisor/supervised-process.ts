@@ -10,6 +10,7 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import { createInterface } from 'node:readline';
 import { ChildExitedError, ChildStartTimeoutError } from './errors.js';
 import { FileLog, MemoryLog, PrefixedLog, type LogSink } from './log-sink.js';
+import { parentLinkEnv } from './parent-link.js';
 
 /** After 'exit', how long to wait for the pipes to close (a grandchild may hold them). */
 const PIPE_CLOSE_GRACE_MS = 1000;
@@ -97,8 +98,9 @@ export class SupervisedProcess {
     this.proc = spawn(spec.command ?? process.execPath, spec.args, {
       cwd: spec.cwd,
       detached: spec.detached ?? false,
-      stdio: ['ignore', 'pipe', 'pipe'],
-      env: { ...process.env, ...spec.env },
+      // fd 3: the parent link (parent-link.ts); it closes when this process dies, even by SIGKILL.
+      stdio: ['ignore', 'pipe', 'pipe', 'pipe'],
+      env: { ...process.env, ...spec.env, ...parentLinkEnv() },
     });
     live.add(this);
     for (const stream of [this.proc.stdout, this.proc.stderr]) {

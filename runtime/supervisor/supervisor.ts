@@ -2,6 +2,10 @@
  * A set of named children, each optionally restarted when it exits on its own (backoff from
  * `RestartBackoff`). A child that `stop()` ended is never restarted. Events say what happened
  * (started, exited, restarting, gave up) so the owner can log them its own way.
+ *
+ * Two seams, for tests: `spawn` makes a run (default: a real `SupervisedProcess`) and `clock`
+ * reads the time and schedules restarts (default: the real one). A restart test passes a fake
+ * child and a fake clock and steps through crashes and backoffs without sleeping.
  */
 import { RestartBackoff, type RestartPolicy } from './restart-policy.js';
 import { SupervisedProcess, type ExitInfo, type ProcessSpec } from './supervised-process.js';
@@ -11,32 +15,62 @@ export interface ChildSpec extends ProcessSpec {
   restart?: RestartPolicy;
 }
 
+/** What the supervisor needs of one run of a child; `SupervisedProcess` is the real one. */
+export interface ChildRun {
+  readonly pid: number | undefined;
+  readonly startedAtMs: number;
+  /** Resolves once the run has exited (its output flushed). */
+  exited(): Promise<ExitInfo>;
+  /** SIGTERM, then SIGKILL after `graceMs`; resolves with how it exited. */
+  stop(graceMs?: number): Promise<ExitInfo>;
+  /** SIGKILL now, synchronously. */
+  killNow(): void;
+}
+
+/** Time as the supervisor reads it, and the one timer it sets (the restart delay). */
+export interface SupervisorClock {
+  now(): number;
+  setTimeout(fn: () => void, ms: number): unknown;
+  clearTimeout(handle: unknown): void;
+}
+
+export const SYSTEM_CLOCK: SupervisorClock = {
+  now: () => Date.now(),
+  setTimeout: (fn, ms) => setTimeout(fn, ms),
+  clearTimeout: (handle) => clearTimeout(handle as NodeJS.Timeout),
+};
+
 export type SupervisorEvent =
   | { type: 'started'; name: string; pid: number | undefined; /** 0 for the first run */ restarts: number }
   | { type: 'exited'; name: string; pid: number | undefined; code: number | null; signal: NodeJS.Signals | null; /** stop() asked for it */ expected: boolean; ranMs: number }
   | { type: 'restarting'; name: string; attempt: number; delayMs: number }
   | { type: 'gave_up'; name: string; crashes: number };
 
-export interface SupervisorOptions {
+export interface SupervisorOptions<R extends ChildRun = SupervisedProcess> {
   onEvent?: (event: SupervisorEvent) => void;
-  /** Clock for run lengths (tests). */
-  now?: () => number;
+  /** Start one run of a child (default: spawn a real process). */
+  spawn?: (spec: ChildSpec, now: () => number) => R;
+  /** Run lengths and restart delays (default: the system clock). */
+  clock?: SupervisorClock;
 }
 
 /** One named child across its runs. */
-export class SupervisedChild {
-  private run: SupervisedProcess;
+export class SupervisedChild<R extends ChildRun = SupervisedProcess> {
+  private run: R;
   private runs = 0;
   private stopped = false;
-  private restartTimer: NodeJS.Timeout | undefined;
+  private restartTimer: unknown;
   private readonly backoff: RestartBackoff | undefined;
-  private readonly runListeners = new Set<(run: SupervisedProcess) => void>();
+  private readonly runListeners = new Set<(run: R) => void>();
+  private readonly now: () => number;
 
   constructor(
     readonly spec: ChildSpec,
     private readonly emit: (event: SupervisorEvent) => void,
-    private readonly now: () => number,
+    private readonly spawnRun: (spec: ChildSpec, now: () => number) => R,
+    private readonly clock: SupervisorClock,
   ) {
+    this.now = () => clock.now();
     this.backoff = spec.restart ? new RestartBackoff(spec.restart) : undefined;
     this.run = this.spawn();
   }
@@ -46,7 +80,7 @@ export class SupervisedChild {
   }
 
   /** The current (or last) run. */
-  get current(): SupervisedProcess {
+  get current(): R {
     return this.run;
   }
 
@@ -65,7 +99,7 @@ export class SupervisedChild {
   }
 
   /** Called with each new run after a restart. */
-  onRestart(listener: (run: SupervisedProcess) => void): () => void {
+  onRestart(listener: (run: R) => void): () => void {
     this.runListeners.add(listener);
     return () => this.runListeners.delete(listener);
   }
@@ -73,26 +107,30 @@ export class SupervisedChild {
   /** Stop for good: cancel a pending restart, SIGTERM, SIGKILL after the grace period. */
   stop(graceMs?: number): Promise<ExitInfo> {
     this.stopped = true;
-    if (this.restartTimer) clearTimeout(this.restartTimer);
-    this.restartTimer = undefined;
+    this.cancelRestart();
     return this.run.stop(graceMs);
   }
 
   killNow(): void {
     this.stopped = true;
-    if (this.restartTimer) clearTimeout(this.restartTimer);
+    this.cancelRestart();
     this.run.killNow();
   }
 
-  private spawn(): SupervisedProcess {
-    const run = new SupervisedProcess(this.spec, this.now);
+  private cancelRestart(): void {
+    if (this.restartTimer !== undefined) this.clock.clearTimeout(this.restartTimer);
+    this.restartTimer = undefined;
+  }
+
+  private spawn(): R {
+    const run = this.spawnRun(this.spec, this.now);
     this.runs += 1;
     this.emit({ type: 'started', name: this.name, pid: run.pid, restarts: this.runs - 1 });
     void run.exited().then((info) => this.onExit(run, info));
     return run;
   }
 
-  private onExit(run: SupervisedProcess, info: ExitInfo): void {
+  private onExit(run: R, info: ExitInfo): void {
     const exitedAt = this.now();
     this.emit({ type: 'exited', name: this.name, pid: run.pid, code: info.code, signal: info.signal, expected: this.stopped, ranMs: exitedAt - run.startedAtMs });
     if (this.stopped || !this.backoff) {
@@ -106,7 +144,7 @@ export class SupervisedChild {
       return;
     }
     this.emit({ type: 'restarting', name: this.name, attempt: decision.attempt, delayMs: decision.delayMs });
-    this.restartTimer = setTimeout(() => {
+    this.restartTimer = this.clock.setTimeout(() => {
       this.restartTimer = undefined;
       if (this.stopped) return;
       this.run = this.spawn();
@@ -115,35 +153,38 @@ export class SupervisedChild {
   }
 }
 
-export class Supervisor {
-  private readonly byName = new Map<string, SupervisedChild>();
+export class Supervisor<R extends ChildRun = SupervisedProcess> {
+  private readonly byName = new Map<string, SupervisedChild<R>>();
   private readonly onEvent: (event: SupervisorEvent) => void;
-  private readonly now: () => number;
+  private readonly spawnRun: (spec: ChildSpec, now: () => number) => R;
+  private readonly clock: SupervisorClock;
 
-  constructor(options: SupervisorOptions = {}) {
+  constructor(options: SupervisorOptions<R> = {}) {
     this.onEvent = options.onEvent ?? (() => {});
-    this.now = options.now ?? Date.now;
+    // Without a spawn seam R is its default, SupervisedProcess.
+    this.spawnRun = options.spawn ?? ((spec, now) => new SupervisedProcess(spec, now) as unknown as R);
+    this.clock = options.clock ?? SYSTEM_CLOCK;
   }
 
   /** Spawn a child now. Names are unique within a supervisor. */
-  start(spec: ChildSpec): SupervisedChild {
+  start(spec: ChildSpec): SupervisedChild<R> {
     if (this.byName.has(spec.name)) throw new Error(`supervisor: a child named '${spec.name}' already exists`);
-    const child = new SupervisedChild(spec, (e) => this.onEvent(e), this.now);
+    const child = new SupervisedChild(spec, (e) => this.onEvent(e), this.spawnRun, this.clock);
     this.byName.set(spec.name, child);
     return child;
   }
 
-  child(name: string): SupervisedChild | undefined {
+  child(name: string): SupervisedChild<R> | undefined {
     return this.byName.get(name);
   }
 
-  children(): SupervisedChild[] {
+  children(): Array<SupervisedChild<R>> {
     return [...this.byName.values()];
   }
 
   /** Stop the named children (default all) at once; resolves when every one has exited. */
   async stop(names?: string[], graceMs?: number): Promise<void> {
-    const targets = names === undefined ? this.children() : names.map((n) => this.byName.get(n)).filter((c): c is SupervisedChild => c !== undefined);
+    const targets = names === undefined ? this.children() : names.map((n) => this.byName.get(n)).filter((c): c is SupervisedChild<R> => c !== undefined);
     await Promise.all(targets.map((c) => c.stop(graceMs)));
   }
 

@@ -9,10 +9,10 @@
  *   await etcd.restart();   // same ports + data dir, resolves once healthy
  *   await etcd.stop();      // SIGTERM and delete the data dir (use in afterAll)
  */
-import { spawn, type ChildProcess } from 'node:child_process';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { SupervisedProcess } from '../../runtime/supervisor/index.js';
 import { freePorts } from './ports.js';
 
 export interface EtcdServer {
@@ -44,18 +44,11 @@ export interface StartEtcdOptions {
 
 const ETCD_BIN = process.env.ETCD_BIN ?? '/usr/bin/etcd';
 const LOG_LINES = 60;
-const running = new Set<ChildProcess>();
 
-// A crashed test must not leave etcd members behind on a shared machine.
-process.once('exit', () => {
-  for (const child of running) child.kill('SIGKILL');
-});
-
+/** One member across its runs; each run is a supervised process (SIGKILLed if the test process exits). */
 class EtcdProcess implements EtcdServer {
   readonly endpoint: string;
-  private child: ChildProcess | undefined;
-  private exited: Promise<void> = Promise.resolve();
-  private readonly log: string[] = [];
+  private proc: SupervisedProcess | undefined;
   private stopped = false;
 
   constructor(
@@ -68,7 +61,7 @@ class EtcdProcess implements EtcdServer {
   }
 
   get pid(): number | undefined {
-    return this.child?.pid;
+    return this.proc?.running ? this.proc.pid : undefined;
   }
 
   async start(): Promise<void> {
@@ -88,33 +81,16 @@ class EtcdProcess implements EtcdServer {
       '--logger', 'zap',
       '--log-level', 'warn',
     ];
-    const child = spawn(ETCD_BIN, args, { stdio: ['ignore', 'pipe', 'pipe'] });
-    this.child = child;
-    running.add(child);
-    const onData = (chunk: Buffer): void => {
-      for (const line of chunk.toString('utf8').split('\n')) {
-        if (line.length === 0) continue;
-        this.log.push(line);
-        if (this.log.length > LOG_LINES) this.log.shift();
-      }
-    };
-    child.stdout?.on('data', onData);
-    child.stderr?.on('data', onData);
-    this.exited = new Promise((resolve) => {
-      child.once('exit', () => {
-        running.delete(child);
-        if (this.child === child) this.child = undefined;
-        resolve();
-      });
-    });
-    await this.waitHealthy(child);
+    this.proc = new SupervisedProcess({ name: `etcd :${this.clientPort}`, command: ETCD_BIN, args, log: { memoryLines: LOG_LINES } });
+    await this.waitHealthy(this.proc);
   }
 
-  private async waitHealthy(child: ChildProcess): Promise<void> {
+  private async waitHealthy(proc: SupervisedProcess): Promise<void> {
     const deadline = Date.now() + this.readyTimeoutMs;
     while (Date.now() < deadline) {
-      if (child.exitCode !== null || child.signalCode !== null) {
-        throw new Error(`etcd exited during start (code ${child.exitCode}, signal ${child.signalCode}):\n${this.logTail()}`);
+      if (!proc.running) {
+        const exit = proc.exitInfo!;
+        throw new Error(`etcd exited during start (code ${exit.code}, signal ${exit.signal}):\n${this.logTail()}`);
       }
       try {
         const res = await fetch(`${this.endpoint}/health`, { signal: AbortSignal.timeout(500) });
@@ -125,16 +101,17 @@ class EtcdProcess implements EtcdServer {
       }
       await new Promise((r) => setTimeout(r, 50));
     }
-    child.kill('SIGKILL');
+    proc.killNow();
+    await proc.exited();
     throw new Error(`etcd not healthy after ${this.readyTimeoutMs} ms:\n${this.logTail()}`);
   }
 
   async kill(): Promise<void> {
-    const child = this.child;
-    if (child === undefined) return;
-    child.kill('SIGCONT'); // a paused process still dies on SIGKILL, but be explicit
-    child.kill('SIGKILL');
-    await this.exited;
+    const proc = this.proc;
+    if (proc === undefined) return;
+    proc.kill('SIGCONT'); // a paused process still dies on SIGKILL, but be explicit
+    proc.killNow();
+    await proc.exited();
   }
 
   async restart(): Promise<void> {
@@ -144,29 +121,27 @@ class EtcdProcess implements EtcdServer {
   }
 
   pause(): void {
-    this.child?.kill('SIGSTOP');
+    this.proc?.kill('SIGSTOP');
   }
 
   resume(): void {
-    this.child?.kill('SIGCONT');
+    this.proc?.kill('SIGCONT');
   }
 
   async stop(): Promise<void> {
     if (this.stopped) return;
     this.stopped = true;
-    const child = this.child;
-    if (child !== undefined) {
-      child.kill('SIGCONT');
-      child.kill('SIGTERM');
-      const timer = setTimeout(() => child.kill('SIGKILL'), 3000);
-      await this.exited;
-      clearTimeout(timer);
+    const proc = this.proc;
+    if (proc !== undefined) {
+      proc.kill('SIGCONT');
+      await proc.stop(3000);
     }
     await rm(this.dataDir, { recursive: true, force: true });
   }
 
+  /** The last lines etcd wrote in its current (or last) run. */
   logTail(): string {
-    return this.log.join('\n');
+    return this.proc?.output().trimEnd() ?? '';
   }
 }
 

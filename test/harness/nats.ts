@@ -2,10 +2,10 @@
  * A real nats-server for tests: free loopback port, temp JetStream store dir, and restart on the
  * same port (so clients with reconnect enabled find it again).
  */
-import { spawn, type ChildProcess } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { SupervisedProcess } from '../../runtime/supervisor/index.js';
 import { freePort } from './ports.js';
 
 export const NATS_SERVER_BIN = process.env.NATS_SERVER_BIN ?? '/usr/sbin/nats-server';
@@ -31,47 +31,24 @@ export interface StartNatsOptions {
   monitor?: boolean;
 }
 
-const live = new Set<ChildProcess>();
-process.once('exit', () => {
-  for (const child of live) child.kill('SIGKILL');
-});
-
-function launch(port: number, storeDir: string, jetstream: boolean, monitorPort?: number): Promise<ChildProcess> {
+/** One run of nats-server through the supervisor (which SIGKILLs it if the test process exits); resolves once it is ready. */
+async function launch(port: number, storeDir: string, jetstream: boolean, monitorPort?: number): Promise<SupervisedProcess> {
   const args = ['-a', '127.0.0.1', '-p', String(port)];
   if (jetstream) args.push('-js', '-sd', storeDir);
   if (monitorPort !== undefined) args.push('-m', String(monitorPort));
-  const child = spawn(NATS_SERVER_BIN, args, { stdio: ['ignore', 'ignore', 'pipe'] });
-  live.add(child);
-  child.once('exit', () => live.delete(child));
-  return new Promise((resolve, reject) => {
-    let log = '';
-    const timer = setTimeout(() => {
-      child.kill('SIGKILL');
-      reject(new Error(`nats-server did not become ready on port ${port}:\n${log}`));
-    }, 10_000);
-    const onData = (chunk: Buffer) => {
-      log += chunk.toString();
-      if (log.includes('Server is ready')) {
-        clearTimeout(timer);
-        child.stderr!.off('data', onData);
-        child.stderr!.resume();
-        resolve(child);
-      }
-    };
-    child.stderr!.on('data', onData);
-    child.once('exit', (code) => {
-      clearTimeout(timer);
-      reject(new Error(`nats-server exited with ${code} before ready:\n${log}`));
-    });
-  });
+  const proc = new SupervisedProcess({ name: `nats-server :${port}`, command: NATS_SERVER_BIN, args, log: { memoryLines: 200 } });
+  try {
+    await proc.waitForLine(/Server is ready/, 10_000);
+    return proc;
+  } catch (err) {
+    await killed(proc);
+    throw err;
+  }
 }
 
-function killed(child: ChildProcess): Promise<void> {
-  if (child.exitCode !== null || child.signalCode !== null) return Promise.resolve();
-  return new Promise((resolve) => {
-    child.once('exit', () => resolve());
-    child.kill('SIGKILL');
-  });
+async function killed(proc: SupervisedProcess): Promise<void> {
+  proc.killNow();
+  await proc.exited();
 }
 
 export async function startNats(options: StartNatsOptions = {}): Promise<NatsHarness> {
@@ -79,7 +56,7 @@ export async function startNats(options: StartNatsOptions = {}): Promise<NatsHar
   const storeDir = mkdtempSync(join(tmpdir(), 'tandem-nats-'));
   const port = await freePort();
   const monitorPort = options.monitor ? await freePort() : undefined;
-  let child: ChildProcess | undefined = await launch(port, storeDir, jetstream, monitorPort);
+  let child: SupervisedProcess | undefined = await launch(port, storeDir, jetstream, monitorPort);
   const harness: NatsHarness = {
     url: `nats://127.0.0.1:${port}`,
     port,

@@ -4,6 +4,7 @@
  * (runtime/supervisor), which also SIGKILLs every child still running when the test process
  * exits, even after a crash.
  */
+import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { REPO_ROOT, RUNTIME_BIN, SupervisedProcess, runtimeCommand } from '../../runtime/supervisor/index.js';
 
@@ -42,13 +43,23 @@ export function spawnCli(args: string[], env: NodeJS.ProcessEnv = {}): Spawned {
   return spawnNode(command.args, { ...command.env, ...env });
 }
 
-/** Whether a process with this pid exists (signal 0 probes without sending anything). */
+/**
+ * Whether a process with this pid runs (signal 0 probes without sending anything). A zombie
+ * counts as gone: an orphan that exited stays one here, where pid 1 does not reap.
+ */
 export function isAlive(pid: number | undefined): boolean {
   if (pid === undefined) return false;
   try {
     process.kill(pid, 0);
-    return true;
   } catch {
     return false;
+  }
+  try {
+    // /proc/<pid>/stat: "pid (comm) state ..."; comm may hold spaces or parentheses.
+    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+    return stat.slice(stat.lastIndexOf(')') + 2, stat.lastIndexOf(')') + 3) !== 'Z';
+  } catch (err) {
+    // Gone between the probe and the read; or no procfs, where the signal probe is all we have.
+    return (err as NodeJS.ErrnoException).code !== 'ENOENT' || existsSync('/proc/self/stat') === false;
   }
 }
