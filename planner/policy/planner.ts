@@ -16,7 +16,7 @@
  */
 import type { PerfModel } from '../../perf-model/index.js';
 import { makePredictor, type Predictor } from '../predictors/index.js';
-import { validatePlannerConfig, type PlannerConfig } from './config.js';
+import { configuredPools, validatePlannerConfig, type PlannerConfig } from './config.js';
 import { applyBudget, constrainPool, freshPoolState, type BudgetEntry, type PoolState } from './constraints.js';
 import { CorrectionFactors } from './corrections.js';
 import type { Decision, Prediction, Rule } from './decision.js';
@@ -60,7 +60,7 @@ export class Planner {
     this.rate = makePredictor(config.predictor);
     this.isl = makePredictor(config.predictor);
     this.osl = makePredictor(config.predictor);
-    this.pools = (['agg', 'prefill', 'decode'] as const).filter((p) => config.pools[p] !== undefined);
+    this.pools = configuredPools(config);
     for (const p of this.pools) this.state.set(p, freshPoolState());
   }
 
