@@ -7,7 +7,7 @@
 import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { Tokenizer } from '@huggingface/tokenizers';
-import { byteLevelToBytes } from './byte-level.js';
+import { byteLevelToBytes } from '../../grammar/byte-level.js';
 import { isObject } from '../../proto/wire.js';
 import { TokenizerLoadError } from './errors.js';
 import { bytesPerTokenBound } from './token-bound.js';

@@ -38,6 +38,8 @@ function surfacesOf(top: string): string[] {
   if (top === 'proto') return ['proto/wire.ts'];
   if (top === 'router') return ['router/index.ts', 'router/adapters/index.ts'];
   if (top === 'runtime') return ['runtime/index.ts', 'runtime/errors.ts'];
+  // grammar/byte-level.ts: GPT-2's byte table for preprocessing threads and the tiny tokenizer, without the engine.
+  if (top === 'grammar') return ['grammar/index.ts', 'grammar/byte-level.ts'];
   if (top === 'bench') return ['bench/loadgen/index.ts'];
   return [`${top}/index.ts`];
 }
