@@ -3,7 +3,8 @@
  * live once, and this reads the shipped code so a new copy fails here instead of in review.
  *   - GPT-2's byte↔unicode table: grammar/byte-level.ts;
  *   - `isObject`: proto/json.ts;
- *   - the planner's pool names: POOL_NAMES in planner/policy/observation.ts.
+ *   - the planner's pool names: POOL_NAMES in planner/policy/observation.ts;
+ *   - the seeded random generator: runtime/random.ts (shipped code and benches).
  */
 import { readdirSync, readFileSync, statSync } from 'node:fs';
 import { join, relative } from 'node:path';
@@ -45,6 +46,12 @@ describe('one of each', () => {
 
   it('isObject is defined once (proto/json.ts)', () => {
     expect(holders((t) => /\b(function|const|let)\s+isObject\b/.test(t))).toEqual(['proto/json.ts']);
+  });
+
+  it('one seeded random generator (runtime/random.ts): no other xoshiro, mulberry32 or xorshift step', () => {
+    // Each generator's signature constants: xoshiro128**'s `<< 9` and rotl 11, mulberry32's 0x6d2b79f5, xorshift's 13/17/5.
+    const step = (t: string) => /0x6d2b79f5/i.test(t) || (/<< 9\b/.test(t) && /\b11\)/.test(t)) || (/<< 13;/.test(t) && />>> 17;/.test(t));
+    expect(holders(step)).toEqual(['runtime/random.ts']);
   });
 
   it("the planner spells its pool names once (POOL_NAMES)", () => {
