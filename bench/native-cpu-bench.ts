@@ -17,6 +17,7 @@ import { performance } from 'node:perf_hooks';
 import { parseArgs } from 'node:util';
 import type { StepSequence } from '../workers/engines/engine.js';
 import { benchSequences } from './fixtures/step-sequences.js';
+import { SeededRandom } from '../runtime/random.js';
 import { createNativeEngine, type NativeEngine } from '../workers/engines/native/index.js';
 
 const SHAPE = { hidden: 896, layers: 24, heads: 14, kvHeads: 2, headDim: 64, inter: 4864, vocab: 151936 };
@@ -72,7 +73,7 @@ async function writeRandomModel(dir: string, dtype: 'bf16' | 'f32'): Promise<voi
   head.writeBigUInt64LE(BigInt(json.length));
   await file.write(head);
   await file.write(json);
-  let state = 0x9e3779b9;
+  const rng = new SeededRandom(0x9e3779b9);
   for (const [name, shape] of specs) {
     const n = shape.reduce((a, b) => a * b, 1);
     const isNorm = name.endsWith('norm.weight');
@@ -85,10 +86,7 @@ async function writeRandomModel(dir: string, dtype: 'bf16' | 'f32'): Promise<voi
     for (let at = 0; at < n; at += chunk) {
       const m = Math.min(chunk, n - at);
       for (let i = 0; i < m; i++) {
-        state ^= state << 13;
-        state ^= state >>> 17;
-        state ^= state << 5;
-        f[i] = (isNorm ? 1 : 0) + scale * ((state >>> 0) / 4294967296 - 0.5) * 3.46; // unit variance x scale
+        f[i] = (isNorm ? 1 : 0) + scale * (rng.next() - 0.5) * 3.46; // unit variance x scale
       }
       if (dtype === 'bf16') {
         for (let i = 0; i < m; i++) bf[i] = halves[2 * i + 1]!; // truncate f32 -> bf16 (high half, little-endian)

@@ -23,11 +23,11 @@ import { blockHashes } from '../router/hashing.js';
 import { formatU64, u64ToBigint } from '../router/u64-decimal.js';
 import { KvRouter } from '../router/kv-router.js';
 import { RadixIndexer } from '../router/radix-indexer.js';
-import { SeededRng } from '../router/random.js';
+import { SeededRandom } from '../runtime/random.js';
 
 const QUICK = process.argv.includes('--quick');
 const LOAD_AT_START = os.loadavg()[0]!;
-const rng = new SeededRng(20240611);
+const rng = new SeededRandom(20240611);
 const gc = (globalThis as { gc?: () => void }).gc;
 
 const u32 = () => Math.floor(rng.next() * 4294967296);

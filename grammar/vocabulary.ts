@@ -5,7 +5,7 @@
  *
  * What a token appends to the output, by tokenizer kind:
  *   - byte-level BPE (GPT-2, Llama 3, Qwen: a ByteLevel decoder or pre-tokenizer): each char of
- *     the token string is one byte through GPT-2's byte↔unicode table (workers/models/byte-level.ts);
+ *     the token string is one byte through GPT-2's byte↔unicode table (grammar/byte-level.ts);
  *   - SentencePiece-style (Llama 2, Mistral: a Metaspace or Replace("▁", " ") decoder): `▁` is a
  *     space, and byte-fallback tokens `<0xNN>` are the single byte NN;
  *   - otherwise the token string's UTF-8 bytes.
@@ -15,6 +15,7 @@
  * modelled: a grammar would see one space the user does not. Documented in docs/structured-output.md.
  */
 import { createHash } from 'node:crypto';
+import { charCodeToByte } from './byte-level.js';
 import type { Vocabulary } from './contract.js';
 
 export interface VocabularyOptions {
@@ -26,18 +27,6 @@ export interface VocabularyOptions {
    */
   vocabSize?: number;
 }
-
-/** GPT-2's unicode char → byte (inverse of BYTE_TO_CHAR), built once. */
-const CHAR_TO_BYTE: ReadonlyMap<number, number> = (() => {
-  const printable = (b: number): boolean => (b >= 0x21 && b <= 0x7e) || (b >= 0xa1 && b <= 0xac) || (b >= 0xae && b <= 0xff);
-  const map = new Map<number, number>();
-  let n = 0;
-  for (let b = 0; b < 256; b++) {
-    if (printable(b)) map.set(b, b);
-    else map.set(256 + n++, b);
-  }
-  return map;
-})();
 
 type Kind = 'byte_level' | 'metaspace' | 'plain';
 
@@ -105,7 +94,7 @@ function pieceBytes(piece: string, kind: Kind, byteFallback: boolean): Uint8Arra
   if (kind === 'byte_level') {
     const out = new Uint8Array(piece.length);
     for (let i = 0; i < piece.length; i++) {
-      const b = CHAR_TO_BYTE.get(piece.charCodeAt(i));
+      const b = charCodeToByte(piece.charCodeAt(i));
       // A char outside the table: not a byte-level token (a stray added piece); never allowed.
       if (b === undefined) return null;
       out[i] = b;

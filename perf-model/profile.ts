@@ -12,6 +12,7 @@
  * "version" may be left out (read as 1, the files written before it existed); any other
  * version is refused rather than misread.
  */
+import { isObject } from '../proto/wire.js';
 import { PerfProfileError } from './errors.js';
 import { InterpolatedPerfModel } from './interpolated.js';
 
@@ -64,10 +65,6 @@ export function parsePerfProfile(raw: unknown): PerfProfile {
 /** Validates a parsed profile (from JSON) into a model; PerfProfileError on a bad shape. */
 export function perfModelFromProfile(raw: unknown): InterpolatedPerfModel {
   return new InterpolatedPerfModel(parsePerfProfile(raw));
-}
-
-function isObject(v: unknown): v is Record<string, unknown> {
-  return typeof v === 'object' && v !== null && !Array.isArray(v);
 }
 
 function points(v: unknown, what: string, ok: (x: number) => boolean, rule: string): number[] {

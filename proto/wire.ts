@@ -171,4 +171,5 @@ export * from './kv-release.js';
 export * from './router.js';
 export * from './structured-output.js';
 export * from './dashboard.js';
+export * from './json.js';
 import type { StructuredOutputSpec } from './structured-output.js';

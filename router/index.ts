@@ -12,6 +12,6 @@ export * from './router-sync.js';
 export * from './cost.js';
 export * from './overload.js';
 export * from './selector.js';
-export * from './random.js';
+export type { Rng } from '../runtime/random.js';
 export * from './kv-router.js';
 export * from './errors.js';

@@ -17,7 +17,7 @@ import { BlockHasher } from './block-hasher.js';
 import type { IndexStats, KvIndexer } from './indexer.js';
 import { DEFAULT_OVERLOAD_POLICY, overloadReason, type OverloadPolicy } from './overload.js';
 import { RadixIndexer } from './radix-indexer.js';
-import { SeededRng, type Rng } from './random.js';
+import { SeededRandom, type Rng } from '../runtime/random.js';
 import type { KvDumpResponse, KvReplayResponse, RouterSyncMessage } from '../proto/wire.js';
 import type { RecoveryAction } from './recovery-protocol.js';
 import { updateFromWire, updateToWire } from './router-sync.js';
@@ -126,7 +126,7 @@ export class KvRouter {
     else this.index = this.approx = new ApproxIndexer({ ttlMs: this.config.approxTtlMs });
     this.sequencer = new EventSequencer(this.config.sequencer);
     this.active = new ActiveSequences({ blockSize: this.config.blockSize, ttlMs: this.config.activeSequenceTtlMs });
-    this.rng = rng ?? new SeededRng(this.config.seed);
+    this.rng = rng ?? new SeededRandom(this.config.seed);
     this.hasher = new BlockHasher(this.config.blockSize);
   }
 

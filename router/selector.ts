@@ -7,7 +7,7 @@
  *                    drawn with probability ∝ exp(−normalized / temperature); low temperature
  *                    approaches argmin, high temperature approaches uniform
  */
-import type { Rng } from './random.js';
+import type { Rng } from '../runtime/random.js';
 
 /** Relative tolerance under which two costs count as tied (float noise from the weights). */
 const TIE_EPSILON = 1e-9;

@@ -3,6 +3,7 @@ export * from './config.js';
 export * from './distributed-runtime.js';
 export * from './endpoint-client.js';
 export * from './errors.js';
+export { SeededRandom, type Rng } from './random.js';
 export * from './logging.js';
 export * from './runtime-options.js';
 export * from './status-server.js';

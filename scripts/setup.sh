@@ -1,9 +1,35 @@
 #!/usr/bin/env bash
 # One-step setup for a fresh Debian/Ubuntu machine with Node 20+: system packages (etcd, NATS,
 # UCX, cmake, a C++ compiler), npm dependencies, the TypeScript build and the native addon.
-# Idempotent and quiet when everything is already in place.
+# Idempotent, quiet and quick when everything is already in place: each step is skipped when
+# its inputs are unchanged (npm: package-lock.json against what node_modules holds; TypeScript:
+# `tsc -b` with its build info in dist/; native addons: a hash of their inputs stamped in their
+# build directories, see scripts/setup-state.mjs).
+#
+#   bash scripts/setup.sh           set up, skipping what is up to date
+#   bash scripts/setup.sh --clean   rebuild everything: remove dist/ and the native stamps first
+#                                   (what a fresh clone does anyway; .ci/run uses it)
+#   TANDEM_SETUP_TIMES=1            print each step's time
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+clean=0
+for arg in "$@"; do
+  case "$arg" in
+    --clean) clean=1 ;;
+    *) echo "setup: unknown option $arg (usage: bash scripts/setup.sh [--clean])" >&2; exit 2 ;;
+  esac
+done
+
+step_started=$(date +%s%N)
+step_done() {
+  if [ "${TANDEM_SETUP_TIMES:-}" = 1 ]; then
+    local now
+    now=$(date +%s%N)
+    printf 'setup: %-8s %6d ms\n' "$1" $(( (now - step_started) / 1000000 ))
+    step_started=$now
+  fi
+}
 
 need_node_major=20
 node_major=$(node -p 'process.versions.node.split(".")[0]' 2>/dev/null || echo 0)
@@ -43,18 +69,50 @@ if [ "${#missing[@]}" -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
 
-if [ ! -d node_modules ] || [ package-lock.json -nt node_modules/.package-lock.json ]; then
-  echo "setup: installing npm dependencies"
-  npm install --no-audit --no-fund --loglevel=error
-else
-  # Already installed: rebuild, and show the compilers' output only if something fails.
+step_done apt
+
+if [ "$clean" = 1 ]; then
+  rm -rf dist native/build/.tandem-inputs native/ucx/build/.tandem-inputs
+fi
+
+# Run a build step with its output hidden unless it fails.
+quietly() {
+  local log
   log=$(mktemp)
-  if ! { npm run --silent build && npm run --silent build:native; } >"$log" 2>&1; then
+  if ! "$@" >"$log" 2>&1; then
     cat "$log" >&2
     rm -f "$log"
-    echo "setup: the build failed (output above)" >&2
+    echo "setup: $* failed (output above)" >&2
     exit 1
   fi
   rm -f "$log"
+}
+
+if [ ! -d node_modules ] || ! node scripts/setup-state.mjs check npm; then
+  # npm install runs the package's prepare hook, which builds TypeScript and both addons.
+  echo "setup: installing npm dependencies"
+  npm install --no-audit --no-fund --loglevel=error
+  step_done npm
+  node scripts/setup-state.mjs record native
+  node scripts/setup-state.mjs record ucx
+else
+  step_done npm
+  # Incremental: `tsc -b` re-checks and re-emits only what changed since dist/.tsbuildinfo.
+  quietly npm run --silent build
+  step_done tsc
+  if node scripts/setup-state.mjs check native; then
+    step_done native
+  else
+    quietly node native/scripts/build.js
+    node scripts/setup-state.mjs record native
+    step_done native
+  fi
+  if node scripts/setup-state.mjs check ucx; then
+    step_done ucx
+  else
+    quietly node native/ucx/build.js
+    node scripts/setup-state.mjs record ucx
+    step_done ucx
+  fi
 fi
 echo "setup: ready"

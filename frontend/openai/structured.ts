@@ -12,7 +12,7 @@
  * `ForcedToolCalls` and becomes a `tool_calls` spec in `resolveModelParsers`, at prepare time.
  */
 import { GrammarError, detectToolCallFormat, validateSpec as compileAndCheck } from '../../grammar/index.js';
-import type { StructuredOutputSpec, ToolCallFormatName } from '../../proto/wire.js';
+import { isObject, type StructuredOutputSpec, type ToolCallFormatName } from '../../proto/wire.js';
 import { ApiError, badRequest, quoteInput } from '../errors.js';
 
 /** `--tool-call-parser`: a model family's format, or `auto` (read from the chat template). */
@@ -53,7 +53,6 @@ export interface OutputConstraint {
 
 type Body = Record<string, unknown>;
 
-const isObject = (value: unknown): value is Body => typeof value === 'object' && value !== null && !Array.isArray(value);
 const present = (body: Body, key: string): boolean => body[key] !== undefined && body[key] !== null;
 
 /** vLLM's legacy field names, each one constraint kind. */

@@ -3,7 +3,7 @@
  * a normalized GenerationRequest out, or an ApiError naming the offending `param`. `null` is
  * treated as absent, as OpenAI clients send it for unset fields.
  */
-import type { SamplingOptions, StructuredOutputSpec, ToolCallFormatName } from '../../proto/wire.js';
+import { isObject, type SamplingOptions, type StructuredOutputSpec, type ToolCallFormatName } from '../../proto/wire.js';
 import type { ChatMessage } from '../codec.js';
 import { ApiError, badRequest, quoteInput } from '../errors.js';
 import { type ForcedToolCalls, type ToolChoice, forcedToolCalls, parseOutputConstraint, parseToolChoice, parseTools, validateSpec } from './structured.js';
@@ -71,10 +71,6 @@ type Body = Record<string, unknown>;
 
 function present(body: Body, key: string): boolean {
   return body[key] !== undefined && body[key] !== null;
-}
-
-function isObject(value: unknown): value is Body {
-  return typeof value === 'object' && value !== null && !Array.isArray(value);
 }
 
 function number(body: Body, key: string, min: number, max: number): number | undefined {

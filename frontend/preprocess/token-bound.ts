@@ -20,6 +20,7 @@
  * Anything else gets no bound (undefined): such prompts are always tokenized in full (off the
  * event loop) and checked exactly.
  */
+import { isObject } from '../../proto/wire.js';
 import type { TokenBytesTable } from './tokenizer.js';
 
 /** Factor by which a normalizer may shrink UTF-8 text, or undefined when it may drop text. */
@@ -111,8 +112,4 @@ export function bytesPerTokenBound(tokenizerJson: Record<string, unknown>, table
 /** Fewest tokens a text of `utf8Bytes` bytes can encode to, given a bytesPerTokenBound. */
 export function minTokensForBytes(utf8Bytes: number, bytesPerToken: number): number {
   return Math.ceil(utf8Bytes / bytesPerToken);
-}
-
-function isObject(value: unknown): value is Record<string, unknown> {
-  return typeof value === 'object' && value !== null && !Array.isArray(value);
 }

@@ -7,7 +7,8 @@
 import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { Tokenizer } from '@huggingface/tokenizers';
-import { byteLevelToBytes } from './byte-level.js';
+import { byteLevelToBytes } from '../../grammar/byte-level.js';
+import { isObject } from '../../proto/wire.js';
 import { TokenizerLoadError } from './errors.js';
 import { bytesPerTokenBound } from './token-bound.js';
 
@@ -131,10 +132,6 @@ export async function readJsonFile(path: string, required: boolean): Promise<Rec
   } catch (cause) {
     throw new TokenizerLoadError(`${path} is not a valid JSON object`, { cause });
   }
-}
-
-function isObject(value: unknown): value is Record<string, unknown> {
-  return typeof value === 'object' && value !== null && !Array.isArray(value);
 }
 
 /** tokenizer_config stores special tokens as strings or as {content: ...} AddedToken dicts. */

@@ -9,7 +9,7 @@ import type { DistributedRuntime } from '../../runtime/index.js';
 import type { PlannerConfig } from '../policy/config.js';
 import type { PoolConnector } from '../policy/connector.js';
 import { Planner } from '../policy/planner.js';
-import { POOL_NAMES } from '../policy/observation.js';
+import { configuredPools } from '../policy/config.js';
 import { LiveObservationSource } from './event-source.js';
 import { PlannerLoop, type LoopLog } from './loop.js';
 import { PlannerMetrics } from './metrics.js';
@@ -32,7 +32,7 @@ export interface LivePlanner {
 }
 
 export async function startLivePlanner(o: LivePlannerOptions): Promise<LivePlanner> {
-  const pools = POOL_NAMES.filter((p) => o.config.pools[p] !== undefined);
+  const pools = configuredPools(o.config);
   const source = await LiveObservationSource.start({ runtime: o.runtime, namespace: o.namespace, pools, intervalS: o.config.intervalS, ...(o.frontendMetricsUrl ? { frontendMetricsUrl: o.frontendMetricsUrl } : {}) });
   const metrics = new PlannerMetrics(o.runtime.metrics);
   const planner = new Planner(o.config, o.perf);

@@ -5,6 +5,7 @@
  * is logged, counted and taken back (`Planner.actionFailed`), so the next interval retries it:
  * nothing a connector or a metrics source throws ends the loop.
  */
+import { configuredPools } from '../policy/config.js';
 import type { PoolConnector, ObservationSource } from '../policy/connector.js';
 import type { Decision } from '../policy/decision.js';
 import type { Observation, PoolName } from '../policy/observation.js';
@@ -34,7 +35,7 @@ export class PlannerLoop {
   private readonly expected = new Map<PoolName, number>();
 
   constructor(private readonly o: PlannerLoopOptions) {
-    this.pools = (['agg', 'prefill', 'decode'] as const).filter((p) => o.planner.config.pools[p] !== undefined);
+    this.pools = configuredPools(o.planner.config);
   }
 
   /** One interval. Resolves with the decisions (empty when no observation could be made). */

@@ -4,8 +4,9 @@
  * ConfigError naming the field (the CLI maps that to exit 2).
  */
 import { ConfigError } from '../../runtime/errors.js';
+import { isObject } from '../../proto/wire.js';
 import { isPredictorName, type PredictorName } from '../predictors/index.js';
-import { isPoolName, type PoolName } from './observation.js';
+import { isPoolName, POOL_NAMES, type PoolName } from './observation.js';
 
 export interface PoolBounds {
   min: number;
@@ -86,6 +87,11 @@ export interface PlannerConfig {
 
 export const DEFAULT_POOL: PoolBounds = { min: 1, max: 1000, gpusPerWorker: 1, allowZero: false };
 
+/** The pools `c` sizes, in POOL_NAMES order (agg, prefill, decode). */
+export function configuredPools(c: Pick<PlannerConfig, 'pools'>): PoolName[] {
+  return POOL_NAMES.filter((p) => c.pools[p] !== undefined);
+}
+
 export function defaultPlannerConfig(): PlannerConfig {
   return {
     mode: 'sla',
@@ -106,7 +112,7 @@ export function validatePlannerConfig(c: PlannerConfig): PlannerConfig {
   if (c.mode !== 'sla' && c.mode !== 'load') bad('mode', `must be sla or load, got ${JSON.stringify(c.mode)}`);
   positive('intervalS', c.intervalS);
   const names = Object.keys(c.pools);
-  for (const name of names) if (!isPoolName(name)) bad(`pools.${name}`, 'unknown pool (known: agg, prefill, decode)');
+  for (const name of names) if (!isPoolName(name)) bad(`pools.${name}`, `unknown pool (known: ${POOL_NAMES.join(', ')})`);
   const agg = c.pools.agg !== undefined;
   const disagg = c.pools.prefill !== undefined || c.pools.decode !== undefined;
   if (agg && disagg) bad('pools', 'either agg, or prefill and decode, not both');
@@ -167,16 +173,12 @@ export function parsePlannerConfig(raw: unknown, base: PlannerConfig = defaultPl
     if (!isObject(raw['pools'])) bad('pools', 'expected an object');
     c.pools = {};
     for (const [name, p] of Object.entries(raw['pools'])) {
-      if (!isPoolName(name)) bad(`pools.${name}`, 'unknown pool (known: agg, prefill, decode)');
+      if (!isPoolName(name)) bad(`pools.${name}`, `unknown pool (known: ${POOL_NAMES.join(', ')})`);
       if (!isObject(p)) bad(`pools.${name}`, 'expected an object');
       c.pools[name] = { ...DEFAULT_POOL, ...(p as Partial<PoolBounds>) };
     }
   }
   return validatePlannerConfig(c);
-}
-
-function isObject(v: unknown): v is Record<string, unknown> {
-  return typeof v === 'object' && v !== null && !Array.isArray(v);
 }
 
 function bad(field: string, why: string): never {

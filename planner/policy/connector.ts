@@ -1,8 +1,9 @@
 /**
- * The two edges the live planner will plug in (issue 13, not built yet): where observations
- * come from and who carries out a decision. The policy core needs neither: the simulator drives
- * `Planner.step` directly. Kept here so the local, virtual and kubernetes connectors implement
- * one contract.
+ * The two edges the live planner (live/loop.ts) plugs in: where observations come from
+ * (live/event-source.ts) and who carries out a decision (connectors/: local, virtual,
+ * kubernetes; the simulator applies targets itself). The policy core needs neither: the
+ * simulator drives `Planner.step` directly. test/planner/pool-connector.contract.ts checks every
+ * connector against this one contract.
  *
  *   loop every intervalS:  obs = await source.observe()
  *                          for d of planner.step(obs) if d.action !== 'hold': await connector.scale(d.pool, d.target, d)

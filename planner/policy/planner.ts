@@ -16,19 +16,25 @@
  */
 import type { PerfModel } from '../../perf-model/index.js';
 import { makePredictor, type Predictor } from '../predictors/index.js';
-import { validatePlannerConfig, type PlannerConfig } from './config.js';
+import { configuredPools, validatePlannerConfig, type PlannerConfig } from './config.js';
 import { applyBudget, constrainPool, freshPoolState, type BudgetEntry, type PoolState } from './constraints.js';
 import { CorrectionFactors } from './corrections.js';
 import type { Decision, Prediction, Rule } from './decision.js';
 import { loadDecision } from './load-policy.js';
 import type { Observation, PoolName, PoolObservation } from './observation.js';
-import { decodeContext, expectedItlMs, expectedTtftMs, sizeAgg, sizeDecode, sizePrefill } from './sla-sizing.js';
+import { decodeContext, expectedItlMs, expectedTtftMs, sizeAgg, sizeDecode, sizePrefill, type AggSizing, type DecodeSizing, type PrefillSizing } from './sla-sizing.js';
 
 interface Ask {
   desired: number;
   rule: Rule;
   reason: string;
 }
+
+/** The sizing case `Planner.chooseSizing` picked for one pool, with the numbers its reason quotes. */
+type SizingChoice =
+  | { rule: 'sla.prefill'; surge: boolean; s: PrefillSizing; rate: number; ttftMs: number; drain: number }
+  | { rule: 'sla.decode'; surge: boolean; s: DecodeSizing; rate: number; itlMs: number }
+  | { rule: 'sla.agg'; surge: boolean; s: AggSizing; ttftMs: number; itlMs: number; drain: number };
 
 const ceil = (x: number) => Math.max(0, Math.ceil(x - 1e-9));
 /**
@@ -60,7 +66,7 @@ export class Planner {
     this.rate = makePredictor(config.predictor);
     this.isl = makePredictor(config.predictor);
     this.osl = makePredictor(config.predictor);
-    this.pools = (['agg', 'prefill', 'decode'] as const).filter((p) => config.pools[p] !== undefined);
+    this.pools = configuredPools(config);
     for (const p of this.pools) this.state.set(p, freshPoolState());
   }
 
@@ -142,48 +148,43 @@ export class Planner {
     const c = this.config;
     if (c.mode === 'load') return loadDecision(pool, seen, c.load.thresholds, c.load.contextLength);
     if (p === undefined) return { desired: seen.replicas, rule: 'no_signal', reason: 'no traffic observed yet: keep' };
+    const choice = this.chooseSizing(pool, seen, p);
+    const drain = 'drain' in choice ? choice.drain : 0;
+    return { desired: ceil(choice.s.replicas + drain), rule: choice.rule, reason: sizingReason(choice, p, seen) };
+  }
+
+  /**
+   * The SLA sizing case for one pool: the forecast (planned rate at the margin-scaled,
+   * corrected targets) or the surge (rate × (1 + surge) at the full targets), whichever needs
+   * more workers, plus the prefill backlog for pools that prefill.
+   */
+  private chooseSizing(pool: PoolName, seen: PoolObservation, p: Prediction): SizingChoice {
+    const c = this.config;
     const m = c.sla.targetMargin;
     const ttft = (m * c.sla.ttftMs) / (c.sla.corrections ? this.corrections.ttft : 1);
     const itl = (m * c.sla.itlMs) / (c.sla.corrections ? this.corrections.itl : 1);
-    const head = `predicted ${f1(p.rate)} req/s (sized for ${f1(p.plannedRate)}), ISL ${Math.round(p.isl)}, OSL ${Math.round(p.osl)}`;
-    // The surge case: rate × (1 + surge) at the full targets (corrections still apply).
     const surgeRate = p.rate * (1 + p.surge);
     const fullTtft = c.sla.ttftMs / (c.sla.corrections ? this.corrections.ttft : 1);
     const fullItl = c.sla.itlMs / (c.sla.corrections ? this.corrections.itl : 1);
-    const surgeHead = `surge ×${(1 + p.surge).toFixed(2)} → ${f1(surgeRate)} req/s at the full targets`;
     if (pool === 'prefill') {
       const base = sizePrefill(this.perf, p.plannedRate, p.isl, ttft, c.sla.maxUtilization);
       const burst = p.surge > 0 ? sizePrefill(this.perf, surgeRate, p.isl, fullTtft, c.sla.maxUtilization) : base;
-      const [s, rate, target, what] = burst.replicas > base.replicas ? [burst, surgeRate, fullTtft, `${head}; ${surgeHead}`] : [base, p.plannedRate, ttft, head];
-      const flag = s.feasible ? '' : ` [TTFT target ${f1(target)} ms ≤ one prefill ${f1(s.serviceMs)} ms: infeasible, sized at ρ ${s.utilization}]`;
-      const drain = backlogReplicas(seen, p.isl, s.serviceMs, c.intervalS);
-      const drainText = drain > 0 ? ` + backlog ${Math.round(seen.queuedPrefillTokens)} tokens drained in one interval ${drain.toFixed(2)}` : '';
-      return { desired: ceil(s.replicas + drain), rule: 'sla.prefill', reason: `${what}: ${f1(rate)} × ${f1(s.serviceMs)} ms ÷ ρ ${s.utilization.toFixed(3)} (TTFT ${f1(target)} ms) = ${s.replicas.toFixed(2)}${drainText}${flag}` };
+      const surge = burst.replicas > base.replicas;
+      const s = surge ? burst : base;
+      return { rule: 'sla.prefill', surge, s, rate: surge ? surgeRate : p.plannedRate, ttftMs: surge ? fullTtft : ttft, drain: backlogReplicas(seen, p.isl, s.serviceMs, c.intervalS) };
     }
     if (pool === 'decode') {
       const base = sizeDecode(this.perf, p.plannedRate, p.isl, p.osl, itl, c.sla.kvCapacityTokens);
       const burst = p.surge > 0 ? sizeDecode(this.perf, surgeRate, p.isl, p.osl, fullItl, c.sla.kvCapacityTokens) : base;
-      const [s, rate, target, what] = burst.replicas > base.replicas ? [burst, surgeRate, fullItl, `${head}; ${surgeHead}`] : [base, p.plannedRate, itl, head];
-      const pt = s.point;
-      const flag = pt.feasible ? '' : ` [ITL target ${f1(target)} ms below batch-1 step ${f1(pt.itlMs)} ms: infeasible]`;
-      return {
-        desired: ceil(s.replicas),
-        rule: 'sla.decode',
-        reason: `${what}: ${Math.round(rate * p.osl)} tok/s ÷ ${f1(pt.tokensPerS)} tok/s/worker (batch ${pt.batch}, KV ${pt.kvUsage.toFixed(2)}, ITL ${f1(pt.itlMs)} ≤ ${f1(target)} ms at context ${Math.round(s.contextTokens)}) = ${s.replicas.toFixed(2)}${flag}`,
-      };
+      const surge = burst.replicas > base.replicas;
+      return { rule: 'sla.decode', surge, s: surge ? burst : base, rate: surge ? surgeRate : p.plannedRate, itlMs: surge ? fullItl : itl };
     }
     const targets = { ttftMs: ttft, itlMs: itl, kvCapacityTokens: c.sla.kvCapacityTokens, maxUtilization: c.sla.maxUtilization };
     const base = sizeAgg(this.perf, p.plannedRate, p.isl, p.osl, targets);
     const burst = p.surge > 0 ? sizeAgg(this.perf, surgeRate, p.isl, p.osl, { ...targets, ttftMs: fullTtft, itlMs: fullItl }) : base;
-    const [s, tt, it, what] = burst.replicas > base.replicas ? [burst, fullTtft, fullItl, `${head}; ${surgeHead}`] : [base, ttft, itl, head];
-    const flag = s.feasible ? '' : ' [targets not reachable at any size]';
-    const drain = backlogReplicas(seen, p.isl, s.serviceMs, c.intervalS);
-    const drainText = drain > 0 ? ` + backlog ${Math.round(seen.queuedPrefillTokens)} tokens drained in one interval ${drain.toFixed(2)}` : '';
-    return {
-      desired: ceil(s.replicas + drain),
-      rule: 'sla.agg',
-      reason: `${what}: ${s.replicas} workers → prefill share ${s.prefillShare.toFixed(3)}, decode batch ${s.point.batch} at ${f1(s.point.itlMs)} ms/step (TTFT ${f1(tt)}, ITL ${f1(it)} ms)${drainText}${flag}`,
-    };
+    const surge = burst.replicas > base.replicas;
+    const s = surge ? burst : base;
+    return { rule: 'sla.agg', surge, s, ttftMs: surge ? fullTtft : ttft, itlMs: surge ? fullItl : itl, drain: backlogReplicas(seen, p.isl, s.serviceMs, this.config.intervalS) };
   }
 
   /**
@@ -240,4 +241,30 @@ function draining(pool: PoolObservation, isl: number): boolean {
 export function backlogReplicas(pool: PoolObservation, isl: number, serviceMs: number, intervalS: number): number {
   if (pool.queuedPrefillTokens <= 0) return 0;
   return ((pool.queuedPrefillTokens / Math.max(1, isl)) * serviceMs) / 1000 / intervalS;
+}
+
+/** The decision's reason: the forecast (and the surge, when it won), then the sizing arithmetic. */
+function sizingReason(choice: SizingChoice, p: Prediction, seen: PoolObservation): string {
+  const head = `predicted ${f1(p.rate)} req/s (sized for ${f1(p.plannedRate)}), ISL ${Math.round(p.isl)}, OSL ${Math.round(p.osl)}`;
+  const surgeHead = `surge ×${(1 + p.surge).toFixed(2)} → ${f1(p.rate * (1 + p.surge))} req/s at the full targets`;
+  const what = choice.surge ? `${head}; ${surgeHead}` : head;
+  const drainText = (drain: number) => (drain > 0 ? ` + backlog ${Math.round(seen.queuedPrefillTokens)} tokens drained in one interval ${drain.toFixed(2)}` : '');
+  switch (choice.rule) {
+    case 'sla.prefill': {
+      const { s, rate, ttftMs } = choice;
+      const flag = s.feasible ? '' : ` [TTFT target ${f1(ttftMs)} ms ≤ one prefill ${f1(s.serviceMs)} ms: infeasible, sized at ρ ${s.utilization}]`;
+      return `${what}: ${f1(rate)} × ${f1(s.serviceMs)} ms ÷ ρ ${s.utilization.toFixed(3)} (TTFT ${f1(ttftMs)} ms) = ${s.replicas.toFixed(2)}${drainText(choice.drain)}${flag}`;
+    }
+    case 'sla.decode': {
+      const { s, rate, itlMs } = choice;
+      const pt = s.point;
+      const flag = pt.feasible ? '' : ` [ITL target ${f1(itlMs)} ms below batch-1 step ${f1(pt.itlMs)} ms: infeasible]`;
+      return `${what}: ${Math.round(rate * p.osl)} tok/s ÷ ${f1(pt.tokensPerS)} tok/s/worker (batch ${pt.batch}, KV ${pt.kvUsage.toFixed(2)}, ITL ${f1(pt.itlMs)} ≤ ${f1(itlMs)} ms at context ${Math.round(s.contextTokens)}) = ${s.replicas.toFixed(2)}${flag}`;
+    }
+    case 'sla.agg': {
+      const { s, ttftMs, itlMs } = choice;
+      const flag = s.feasible ? '' : ' [targets not reachable at any size]';
+      return `${what}: ${s.replicas} workers → prefill share ${s.prefillShare.toFixed(3)}, decode batch ${s.point.batch} at ${f1(s.point.itlMs)} ms/step (TTFT ${f1(ttftMs)}, ITL ${f1(itlMs)} ms)${drainText(choice.drain)}${flag}`;
+    }
+  }
 }

@@ -11,7 +11,7 @@
  */
 import type { PreprocessedRequest, TokenDelta } from '../../proto/wire.js';
 import type { CallTarget, RequestPlaneClient } from '../../runtime/index.js';
-import { SeededRandom } from '../simulator/rng.js';
+import { SeededRandom } from '../../runtime/random.js';
 import type { DecodePoint, PrefillPoint } from './sweep.js';
 
 export interface ProfileTarget extends CallTarget {

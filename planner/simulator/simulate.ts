@@ -12,7 +12,7 @@
  * admission spread over their tokens.
  */
 import type { PerfModel } from '../../perf-model/index.js';
-import type { PlannerConfig } from '../policy/config.js';
+import { configuredPools, type PlannerConfig } from '../policy/config.js';
 import type { Decision } from '../policy/decision.js';
 import type { Observation, PoolName, PoolObservation } from '../policy/observation.js';
 import { Planner } from '../policy/planner.js';
@@ -89,7 +89,7 @@ export function simulate(o: SimOptions): SimReport {
   const { trace, config, perf } = o;
   const dt = trace.tickS;
   const T = trace.count.length;
-  const names = (['agg', 'prefill', 'decode'] as const).filter((p) => config.pools[p] !== undefined);
+  const names = configuredPools(config);
   const topology = config.pools.agg ? 'agg' : 'disagg';
   const model = new FleetModel(perf, config.sla.kvCapacityTokens, topology);
   const every = Math.max(1, Math.round(config.intervalS / dt));

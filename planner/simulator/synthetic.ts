@@ -9,7 +9,7 @@
  * Counts per tick are Poisson around the rate. Per-request ISL and OSL have a 30% coefficient of
  * variation, so a tick's mean of c requests varies by 0.3/√c around its mean.
  */
-import { SeededRandom } from './rng.js';
+import { SeededRandom } from '../../runtime/random.js';
 import { emptyBins, type TraceBins } from './trace.js';
 
 export const SYNTHETIC_SHAPES = ['constant', 'step', 'diurnal', 'diurnal-bursty'] as const;

@@ -5,7 +5,7 @@
  */
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import { BYTE_TO_CHAR, BYTE_VOCAB_ORDER, toByteLevel } from '../../workers/models/byte-level.js';
+import { BYTE_TO_CHAR, BYTE_VOCAB_ORDER, toByteLevel } from '../../grammar/byte-level.js';
 import { trainByteLevelBpe, type BpeModel, type BpeTrainOptions } from '../../workers/models/bpe-trainer.js';
 import { TINY_CORPUS } from '../../workers/models/corpus.js';
 

@@ -4,7 +4,7 @@
  */
 import { describe, expect, it } from 'vitest';
 import { HoltPredictor, KalmanPredictor, PREDICTOR_NAMES, makePredictor, type PredictorName } from '../../planner/index.js';
-import { SeededRandom } from '../../planner/simulator/rng.js';
+import { SeededRandom } from '../../runtime/random.js';
 
 const N = 576; // two "days" of 5-minute intervals
 const STEP_AT = 100;

@@ -8,7 +8,7 @@ import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { HfTokenizer, loadPromptModel, loadTokenizer, minPromptTokens, tokenizePrompt, type PromptModel } from '../../frontend/preprocess/index.js';
-import { Prng } from '../../workers/models/prng.js';
+import { SeededRandom } from '../../runtime/random.js';
 import { sentencePieceTokenizer, tinyModels } from './fixtures.js';
 
 let models: Awaited<ReturnType<typeof tinyModels>>;
@@ -32,7 +32,7 @@ const PIECES = [
   '    ', '\n\n\n', '\t', '<|im_start|>', '<|im_end|>', '<|endoftext|>', '<|begin_of_text|>', '0123456789', '!!!???', 'ß', 'İ', '\u0000',
 ];
 
-function randomText(rng: Prng, maxPieces: number): string {
+function randomText(rng: SeededRandom, maxPieces: number): string {
   const n = 1 + Math.floor(rng.nextUnit() * maxPieces);
   let s = '';
   for (let i = 0; i < n; i++) {
@@ -54,7 +54,7 @@ describe('bytes-per-token bound', () => {
   });
 
   it('never exceeds the real token count: 3000 seeded hostile strings, both tokenizers, with and without specials', () => {
-    const rng = new Prng(20261124);
+    const rng = new SeededRandom(20261124);
     for (const arch of ['qwen3', 'llama'] as const) {
       const tok = tokenizers[arch]!;
       for (let i = 0; i < 1500; i++) {
@@ -75,7 +75,7 @@ describe('bytes-per-token bound', () => {
   });
 
   it('tokenizePrompt refuses by the bound without encoding, and never refuses a prompt that fits exactly', () => {
-    const rng = new Prng(7);
+    const rng = new SeededRandom(7);
     for (let i = 0; i < 300; i++) {
       const text = randomText(rng, 60);
       const real = qwenModel.tokenizer.encode(text, { addSpecialTokens: false }).length;

@@ -3,7 +3,7 @@ import { describe, expect, it } from 'vitest';
 import { BlockHasher } from '../../router/block-hasher.js';
 import { blockHashes, chainHash, KV_HASH_SEED, localBlockHashes, sequenceHashes, xxh3Seeded } from '../../router/hashing.js';
 import { Xxh3Wasm } from '../../router/xxh3-wasm.js';
-import { SeededRng } from '../../router/random.js';
+import { SeededRandom } from '../../runtime/random.js';
 
 const PRIME32 = 2654435761n;
 const PRIME64 = 11400714785074694797n;
@@ -133,7 +133,7 @@ describe('Xxh3Wasm (batched XXH3-64 for 9–128-byte inputs)', () => {
 
   it('equals @node-rs/xxhash (seed 1337) for every length 9–128 at unaligned offsets', () => {
     const w = Xxh3Wasm.create(KV_HASH_SEED)!;
-    const rng = new SeededRng(5);
+    const rng = new SeededRandom(5);
     const bytes = new Uint8Array(w.u32.buffer);
     for (let len = 9; len <= 128; len++) {
       for (let k = 0; k < 4; k++) {
@@ -156,7 +156,7 @@ describe('BlockHasher (the router hot path)', () => {
   });
 
   it.each([3, 4, 8, 16, 32, 33, 64])('block size %i: WASM (3–32 tokens) and per-block native paths agree with the reference', (bs) => {
-    const rng = new SeededRng(bs);
+    const rng = new SeededRandom(bs);
     // Token values that u32 encoding must handle: 0, 2^32 − 1, negatives and > 2^32 wrap like `>>> 0`.
     const toks = Array.from({ length: bs * 40 + bs - 1 }, (_, i) => (i % 97 === 0 ? -1 : i % 89 === 0 ? 2 ** 32 + 5 : i % 83 === 0 ? 0xffffffff : Math.floor(rng.next() * 200000)));
     const ref = blockHashes(toks, bs);
@@ -173,7 +173,7 @@ describe('BlockHasher (the router hot path)', () => {
   });
 
   it('grows its memory for long prompts (128k tokens) and stays correct afterwards', () => {
-    const rng = new SeededRng(11);
+    const rng = new SeededRandom(11);
     const long = Array.from({ length: 131072 }, () => Math.floor(rng.next() * 150000));
     const hasher = new BlockHasher(16);
     const ref = blockHashes(long, 16);

@@ -13,7 +13,7 @@
 import { describe, expect, it } from 'vitest';
 import type { KvIndexer } from '../../router/indexer.js';
 import { blockHashes } from '../../router/hashing.js';
-import { SeededRng } from '../../router/random.js';
+import { SeededRandom } from '../../runtime/random.js';
 import { prompt, tokens } from './fixtures.js';
 
 /** A mode's answer for an operation it does not have; `unsupported` says why. */
@@ -178,7 +178,7 @@ export function kvIndexerContract(name: string, harness: () => KvIndexerContract
      * and at the end against the model: per registered worker, the blocks it holds now.
      */
     const walk = (d: KvIndexerDriver, check: (held: ReadonlyMap<string, ReadonlySet<string>>) => void) => {
-      const rng = new SeededRng(2024);
+      const rng = new SeededRandom(2024);
       const pick = <T>(xs: readonly T[]): T => xs[Math.floor(rng.next() * xs.length)]!;
       const ids = ['w0', 'w1', 'w2', 'w3', 'w4'];
       const ttl = h.ttlMs ?? Infinity;

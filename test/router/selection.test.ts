@@ -7,7 +7,7 @@ import { describe, expect, it } from 'vitest';
 import type { LoadMetrics } from '../../proto/wire.js';
 import { workerCost } from '../../router/cost.js';
 import { KvRouter, type KvRouterConfig, type RouteResult } from '../../router/kv-router.js';
-import { SeededRng } from '../../router/random.js';
+import { SeededRandom } from '../../runtime/random.js';
 import { lowestCostIndex, softmaxIndex, softmaxProbabilities } from '../../router/selector.js';
 import { FakeKvWorker, tokens } from './fixtures.js';
 
@@ -131,7 +131,7 @@ describe('selector', () => {
 describe('tie-break and temperature', () => {
   it('exact ties are broken at random, reproducibly from the seed', () => {
     const pick = (seed: number) => {
-      const rng = new SeededRng(seed);
+      const rng = new SeededRandom(seed);
       return Array.from({ length: 1000 }, () => lowestCostIndex([5, 3, 3, 9], rng));
     };
     const picks = pick(42);
@@ -146,7 +146,7 @@ describe('tie-break and temperature', () => {
     const p = softmaxProbabilities([0, 10], 1);
     expect(p[0]).toBeCloseTo(1 / (1 + Math.exp(-1)), 6);
     expect(p[0]).toBeCloseTo(0.7311, 4);
-    const rng = new SeededRng(7);
+    const rng = new SeededRandom(7);
     let first = 0;
     for (let i = 0; i < 4000; i++) if (softmaxIndex([0, 10], 1, rng) === 0) first++;
     expect(first / 4000).toBeGreaterThan(0.7);

@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { formatU64, U64Parser, u64ToBigint } from '../../router/u64-decimal.js';
 import { KeyTable } from '../../router/u64-table.js';
-import { SeededRng } from '../../router/random.js';
+import { SeededRandom } from '../../runtime/random.js';
 
 const U64_MAX = (1n << 64n) - 1n;
 const parser = new U64Parser();
@@ -23,7 +23,7 @@ describe('U64Parser / formatU64 (wire decimal ↔ u32 halves)', () => {
   });
 
   it('round-trips random u64 values of every magnitude', () => {
-    const rng = new SeededRng(99);
+    const rng = new SeededRandom(99);
     for (let i = 0; i < 5000; i++) {
       const v = ((BigInt(Math.floor(rng.next() * 2 ** 32)) << 32n) | BigInt(Math.floor(rng.next() * 2 ** 32))) >> BigInt(i % 64);
       expect(parse(v.toString())).toBe(v);
@@ -53,7 +53,7 @@ describe('KeyTable (open addressing, backward-shift delete)', () => {
   };
 
   it('agrees with a Map through random inserts, overwrites and deletes, across growth', () => {
-    const rng = new SeededRng(7);
+    const rng = new SeededRandom(7);
     const table = new KeyTable(4);
     const model = new Map<string, number>();
     // Few distinct his and los, so many keys share home slots and runs wrap and shift.

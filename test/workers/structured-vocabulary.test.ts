@@ -5,7 +5,7 @@
  */
 import { describe, expect, it } from 'vitest';
 import { vocabularyFromTokenizerJson } from '../../grammar/vocabulary.js';
-import { BYTE_TO_CHAR } from '../../workers/models/byte-level.js';
+import { BYTE_TO_CHAR } from '../../grammar/byte-level.js';
 import { buildTinyTokenizer } from '../../workers/models/tiny-tokenizer.js';
 
 const text = (b: Uint8Array | null | undefined): string | null => (b == null ? null : new TextDecoder().decode(b));

@@ -10,7 +10,7 @@
  * entries are skipped when popped. The result is exactly what recounting every pair on every
  * merge gives (test/models/bpe-trainer.test.ts keeps that naive trainer as the reference).
  */
-import { BYTE_TO_CHAR, BYTE_VOCAB_ORDER, toByteLevel } from './byte-level.js';
+import { BYTE_TO_CHAR, BYTE_VOCAB_ORDER, toByteLevel } from '../../grammar/byte-level.js';
 
 export interface BpeModel {
   /** Token strings by id: the 256 byte tokens first, then one per new merged token. */

@@ -8,7 +8,7 @@ import { mkdir, writeFile } from 'node:fs/promises';
 import { join, resolve } from 'node:path';
 import { WEIGHT_DTYPE_INFO, encodeWeights, type WeightDtype } from './dtype.js';
 import { ModelFormatError } from './errors.js';
-import { Prng } from './prng.js';
+import { SeededRandom } from '../../runtime/random.js';
 import { encodeSafetensors, numel, type TensorData } from './safetensors.js';
 import { TINY_DIMS, buildConfigJson, tensorSpecs } from './tiny-arch.js';
 import { TINY_ARCHS, buildTinyTokenizer, type TinyArch } from './tiny-tokenizer.js';
@@ -62,7 +62,7 @@ export async function makeTinyModel(options: MakeTinyModelOptions): Promise<Tiny
     transformers_version: '4.51.0',
   };
 
-  const prng = new Prng(seed);
+  const prng = new SeededRandom(seed);
   const tensors: TensorData[] = [];
   let numParameters = 0;
   for (const spec of tensorSpecs(arch, tok.vocabSize)) {
