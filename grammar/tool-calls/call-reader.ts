@@ -101,7 +101,20 @@ class CompactJson {
 /** The head of a streamable call: `{ "name" : "<name>" , "arguments"|"parameters" : ` then `{`. */
 type Head = { kind: 'match'; name: string; argsAt: number } | 'wait' | 'other';
 
+/**
+ * A head longer than this is not a tool call's (names are short); it is read whole instead.
+ * The cap also keeps re-reading the head on every push linear in the output.
+ */
+const MAX_HEAD_CHARS = 1024;
+
 function readHead(text: string, start: number): Head {
+  // Decided on the first MAX_HEAD_CHARS only, so the answer does not depend on the chunking.
+  const capped = text.length - start > MAX_HEAD_CHARS;
+  const head = readHeadIn(capped ? text.slice(0, start + MAX_HEAD_CHARS) : text, start);
+  return head === 'wait' && capped ? 'other' : head;
+}
+
+function readHeadIn(text: string, start: number): Head {
   let i = start + 1; // past '{'
   const key = readString(text, skip(text, i));
   if (key === 'wait' || key === 'other') return key;

@@ -202,6 +202,13 @@ describe('createToolCallStreamParser', () => {
     expect(parser.push(' fun')).toEqual({ content: ' fun', toolCalls: [] });
   });
 
+  it('a head longer than 1024 characters is read whole, the same in any chunking', () => {
+    const long = 'n'.repeat(5000);
+    const text = `<tool_call>{"name": "${long}", "arguments": {"a": 1}}</tool_call>`;
+    expect(parse('hermes', text)).toEqual({ content: '', toolCalls: [{ id: 'call_0', name: long, arguments: '{"a":1}' }] });
+    expect(stream('hermes', Array.from(text)).toolCalls).toEqual([{ id: 'call_0', name: long, arguments: '{"a":1}' }]);
+  });
+
   it('streams the arguments piece by piece, before the call is complete', () => {
     const parser = createToolCallStreamParser('hermes', counterIds());
     expect(parser.push('<tool_call>\n{"name": "get_weather", "arg')).toEqual({ content: '', toolCalls: [] });
