@@ -21,6 +21,7 @@
  */
 import { isUtf8 } from 'node:buffer';
 import type { IncomingMessage } from 'node:http';
+import { setImmediate as yieldToLoop } from 'node:timers/promises';
 import { ApiError } from '../errors.js';
 import { type JsonFault, JsonScanner } from './json-scan.js';
 import { parseJsonSliced } from './json-sliced-parse.js';
@@ -80,10 +81,10 @@ export async function readJsonBody(req: IncomingMessage, maxBytes: number): Prom
     req.on('error', onError);
     req.on('close', onClose);
   });
-  // Most bodies arrive in one chunk: decode it in place rather than copying it first.
   const large = total >= SLICED_PARSE_BYTES;
   // A large body's copy and UTF-8 check are a few ms each: let waiting work in between.
   if (large) await yieldToLoop();
+  // Most bodies arrive in one chunk: decode it in place rather than copying it first.
   const bytes = chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks, total);
   chunks.length = 0;
   if (large) await yieldToLoop();
@@ -137,10 +138,6 @@ export function isJsonContentType(header: string | undefined): boolean {
  */
 export function findJsonFault(bytes: Uint8Array, limit: number): JsonFault | undefined {
   return new JsonScanner(bytes, limit).finish();
-}
-
-function yieldToLoop(): Promise<void> {
-  return new Promise((resolve) => setImmediate(resolve));
 }
 
 function tooLarge(maxBytes: number): ApiError {

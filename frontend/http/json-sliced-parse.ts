@@ -14,6 +14,7 @@
  * message) is decoded in pieces too, cut between characters and never inside an escape; a
  * surrogate pair cut in two joins again when the pieces are concatenated.
  */
+import { setImmediate as yieldToLoop } from 'node:timers/promises';
 import { type BigPiece, type ContainerNode, type JsonFault, JsonScanner, type RunPiece } from './json-scan.js';
 
 export interface SlicedParseOptions {
@@ -28,16 +29,13 @@ export interface SlicedParseOptions {
 /** What went wrong: a fault the scan found, or JSON.parse's error. */
 export type SlicedParseResult = { ok: true; value: unknown } | { ok: false; fault: JsonFault } | { ok: false; syntax: string };
 
+/** Small scan steps: a JS loop over bytes is slower per byte than JSON.parse. */
 const SCAN_STEP_BYTES = 64 * 1024;
-
-const yieldToLoop = () => new Promise<void>((resolve) => setImmediate(resolve));
 
 export async function parseJsonSliced(bytes: Buffer, options: SlicedParseOptions): Promise<SlicedParseResult> {
   const scanner = new JsonScanner(bytes, options.depthLimit, options.pieceBytes);
   const clock = new SliceClock(options.sliceMs);
-  await clock.maybeYield();
   while (!scanner.done) {
-    // Small steps: a JS loop over bytes is slower per byte than JSON.parse.
     scanner.step(SCAN_STEP_BYTES);
     await clock.maybeYield();
   }
