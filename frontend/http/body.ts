@@ -10,12 +10,33 @@
  * - JSON nesting deeper than MAX_JSON_DEPTH is a 400, found by one scan of the bytes before
  *   parsing, so no recursive walk downstream (validation, templates, logging) can overflow
  *   the stack on `[[[[…]]]]`.
+ * - the body must be valid UTF-8 and its strings valid Unicode, else 400 `invalid_json` like any
+ *   other malformed body: invalid bytes would otherwise be replaced by U+FFFD without a word, and
+ *   a lone surrogate escape (`"\ud800"`) names no character, so no tokenizer can encode it
+ *   (Python servers fail on it inside the tokenizer, with a 500). A pair (`"\ud83d\ude00"`) is fine.
+ *
+ * A body of SLICED_PARSE_BYTES or more is scanned and parsed a slice at a time
+ * (json-sliced-parse.ts), so a 16 MB body never holds the event loop (`/live`, other streams)
+ * for the 30–100 ms one JSON.parse of it takes.
  */
+import { isUtf8 } from 'node:buffer';
 import type { IncomingMessage } from 'node:http';
+import { setImmediate as yieldToLoop } from 'node:timers/promises';
 import { ApiError } from '../errors.js';
+import { type JsonFault, JsonScanner } from './json-scan.js';
+import { parseJsonSliced } from './json-sliced-parse.js';
 
 /** Deepest accepted nesting of arrays and objects; real requests (tool schemas) stay far below. */
 export const MAX_JSON_DEPTH = 64;
+
+/**
+ * Bodies from this size on are parsed a slice at a time (json-sliced-parse.ts), yielding to the
+ * event loop between slices; smaller ones parse in one go, in well under a millisecond or two.
+ */
+export const SLICED_PARSE_BYTES = 1024 * 1024;
+/** About how much of a large body one JSON.parse call takes, and how long a slice may run. */
+const SLICE_PIECE_BYTES = 128 * 1024;
+const SLICE_MS = 4;
 
 export async function readJsonBody(req: IncomingMessage, maxBytes: number): Promise<unknown> {
   if (!isJsonContentType(req.headers['content-type'])) {
@@ -60,15 +81,39 @@ export async function readJsonBody(req: IncomingMessage, maxBytes: number): Prom
     req.on('error', onError);
     req.on('close', onClose);
   });
+  const large = total >= SLICED_PARSE_BYTES;
+  // A large body's copy and UTF-8 check are a few ms each: let waiting work in between.
+  if (large) await yieldToLoop();
   // Most bodies arrive in one chunk: decode it in place rather than copying it first.
   const bytes = chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks, total);
-  if (jsonDepthExceeds(bytes, MAX_JSON_DEPTH)) throw new ApiError('invalid_json', `request body nests arrays or objects deeper than ${MAX_JSON_DEPTH} levels`);
+  chunks.length = 0;
+  if (large) await yieldToLoop();
+  if (!isUtf8(bytes)) throw new ApiError('invalid_json', 'request body is not valid UTF-8');
+  if (large) {
+    const result = await parseJsonSliced(bytes, { depthLimit: MAX_JSON_DEPTH, pieceBytes: SLICE_PIECE_BYTES, sliceMs: SLICE_MS });
+    if (result.ok) return result.value;
+    if ('fault' in result) throw faultError(result.fault);
+    throw new ApiError('invalid_json', `request body is not valid JSON: ${result.syntax}`);
+  }
+  const fault = findJsonFault(bytes, MAX_JSON_DEPTH);
+  if (fault) throw faultError(fault);
   const text = bytes.toString('utf8');
   if (text.trim().length === 0) throw new ApiError('invalid_json', 'request body is empty; expected a JSON object');
   try {
     return JSON.parse(text) as unknown;
   } catch (err) {
     throw new ApiError('invalid_json', `request body is not valid JSON: ${(err as Error).message}`);
+  }
+}
+
+function faultError(fault: JsonFault): ApiError {
+  switch (fault.kind) {
+    case 'too_deep':
+      return new ApiError('invalid_json', `request body nests arrays or objects deeper than ${MAX_JSON_DEPTH} levels`);
+    case 'lone_surrogate':
+      return new ApiError('invalid_json', `request body has a lone UTF-16 surrogate escape at byte ${fault.offset}; send a character as a surrogate pair or as UTF-8`);
+    case 'malformed':
+      return new ApiError('invalid_json', `request body is not valid JSON: unexpected character at byte ${fault.offset}`);
   }
 }
 
@@ -87,23 +132,12 @@ export function isJsonContentType(header: string | undefined): boolean {
 }
 
 /**
- * True when `[`/`{` nest deeper than `limit` outside strings. A byte scan: brackets and quotes
- * are ASCII, and UTF-8 continuation bytes never equal them. Malformed JSON is left to JSON.parse.
+ * One scan of the bytes for what JSON.parse accepts but the frontend must not: `[`/`{` nested
+ * deeper than `limit` outside strings, and a `\uD800`–`\uDFFF` escape that is not half of a
+ * high-then-low pair (json-scan.ts). Malformed JSON is left to JSON.parse.
  */
-export function jsonDepthExceeds(bytes: Uint8Array, limit: number): boolean {
-  let depth = 0;
-  let inString = false;
-  for (let i = 0; i < bytes.length; i++) {
-    const b = bytes[i]!;
-    if (inString) {
-      if (b === 0x5c) i++; // backslash: skip the escaped byte
-      else if (b === 0x22) inString = false;
-    } else if (b === 0x22) inString = true;
-    else if (b === 0x5b || b === 0x7b) {
-      if (++depth > limit) return true;
-    } else if (b === 0x5d || b === 0x7d) depth--;
-  }
-  return false;
+export function findJsonFault(bytes: Uint8Array, limit: number): JsonFault | undefined {
+  return new JsonScanner(bytes, limit).finish();
 }
 
 function tooLarge(maxBytes: number): ApiError {

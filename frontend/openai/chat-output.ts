@@ -40,6 +40,8 @@ export interface ChatOutput {
 /** The request fields that choose the parsers (set by the request side at prepare time). */
 export interface ChatOutputOptions {
   toolCallFormat?: ToolCallFormatName;
+  /** A grammar forces the output to be calls: what is left unfinished at the end is dropped, never content. */
+  forcedToolCalls?: boolean;
   reasoningParser?: 'think';
   reasoningStartsInPrompt?: boolean;
 }
@@ -54,7 +56,7 @@ export class ChatOutputParser {
 
   constructor(input: ChatOutputOptions, newId?: () => string) {
     this.reasoningParser = input.reasoningParser === 'think' ? createReasoningParser({ startsInReasoning: input.reasoningStartsInPrompt ?? false }) : undefined;
-    this.toolParser = input.toolCallFormat !== undefined ? createToolCallStreamParser(input.toolCallFormat, newId) : undefined;
+    this.toolParser = input.toolCallFormat !== undefined ? createToolCallStreamParser(input.toolCallFormat, { ...(newId ? { newId } : {}), forced: input.forcedToolCalls ?? false }) : undefined;
   }
 
   /** Whether `reasoning_content` belongs in the response. */
@@ -123,7 +125,7 @@ export function chatOutputParser(input: GenerationRequest, newId?: () => string)
   if (!callsTools && input.reasoningParser !== 'think') return undefined;
   return new ChatOutputParser(
     {
-      ...(callsTools ? { toolCallFormat: input.toolCallFormat } : {}),
+      ...(callsTools ? { toolCallFormat: input.toolCallFormat, forcedToolCalls: input.forcedToolCalls !== undefined } : {}),
       ...(input.reasoningParser ? { reasoningParser: input.reasoningParser } : {}),
       ...(input.reasoningStartsInPrompt !== undefined ? { reasoningStartsInPrompt: input.reasoningStartsInPrompt } : {}),
     },

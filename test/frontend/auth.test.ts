@@ -9,7 +9,7 @@ import { join } from 'node:path';
 import OpenAI from 'openai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ApiKeySet, checkAccess, corsHeaders, parseKeyFile, parseKeyList, presentedKey } from '../../frontend/http/auth.js';
-import { isJsonContentType, jsonDepthExceeds } from '../../frontend/http/body.js';
+import { isJsonContentType, findJsonFault } from '../../frontend/http/body.js';
 import { spawnCli } from '../harness/processes.js';
 import { pollUntil } from '../harness/http.js';
 import { startTestFrontend, type TestFrontend } from './harness.js';
@@ -65,10 +65,20 @@ describe('auth: pure pieces', () => {
   });
 
   it('JSON depth: brackets inside strings and escaped quotes do not count', () => {
-    expect(jsonDepthExceeds(Buffer.from('[[[1]]]'), 3)).toBe(false);
-    expect(jsonDepthExceeds(Buffer.from('[[[[1]]]]'), 3)).toBe(true);
-    expect(jsonDepthExceeds(Buffer.from('{"a":"[[[[[\\"[[[["}'), 1)).toBe(false);
-    expect(jsonDepthExceeds(Buffer.from('{"a":{"b":[]}}'), 2)).toBe(true);
+    expect(findJsonFault(Buffer.from('[[[1]]]'), 3)).toBeUndefined();
+    expect(findJsonFault(Buffer.from('[[[[1]]]]'), 3)).toEqual({ kind: 'too_deep' });
+    expect(findJsonFault(Buffer.from('{"a":"[[[[[\\"[[[["}'), 1)).toBeUndefined();
+    expect(findJsonFault(Buffer.from('{"a":{"b":[]}}'), 2)).toEqual({ kind: 'too_deep' });
+  });
+
+  it('JSON surrogate escapes: a high-then-low pair passes, either half alone is a fault at its backslash', () => {
+    expect(findJsonFault(Buffer.from('["\\ud83d\\uDE00", "\\u00e9\\\\ud800"]'), 8)).toBeUndefined();
+    expect(findJsonFault(Buffer.from('["ab\\ud800"]'), 8)).toEqual({ kind: 'lone_surrogate', offset: 4 });
+    expect(findJsonFault(Buffer.from('["\\ud800\\u0041"]'), 8)).toEqual({ kind: 'lone_surrogate', offset: 2 });
+    expect(findJsonFault(Buffer.from('["\\udc00\\ud800"]'), 8)).toEqual({ kind: 'lone_surrogate', offset: 2 });
+    expect(findJsonFault(Buffer.from('{"\\ud800": 1}'), 8)).toEqual({ kind: 'lone_surrogate', offset: 2 });
+    // Outside a string it is not an escape at all (JSON.parse rejects the text).
+    expect(findJsonFault(Buffer.from('[1] \\ud800'), 8)).toBeUndefined();
   });
 
   it('CORS: off without origins; listed origins echoed, others get nothing', () => {

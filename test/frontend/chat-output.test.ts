@@ -96,13 +96,16 @@ describe('ChatOutputParser', () => {
     const steps = [...Array.from(text, (c) => parser.push(c)), parser.finish()];
     expect(steps.map((s) => s.reasoning).join('')).toBe(whole.reasoning);
     expect(steps.map((s) => s.content).join('')).toBe(whole.content);
-    const calls = steps.flatMap((s) => s.toolCalls);
-    expect(calls).toEqual([
+    const deltas = steps.flatMap((s) => s.toolCalls);
+    // Each call opens with id and name, then its arguments arrive a character at a time.
+    expect(deltas.filter((d) => d.id !== undefined)).toEqual([
       { index: 0, id: 'call_0', name: 'a', arguments: '' },
-      { index: 0, arguments: '{"q":"}"}' },
       { index: 1, id: 'call_1', name: 'b', arguments: '' },
-      { index: 1, arguments: '{}' },
     ]);
+    expect(deltas.filter((d) => d.index === 0 && d.id === undefined).map((d) => d.arguments)).toEqual(['{', '"', 'q', '"', ':', '"', '}', '"', '}']);
+    const args = [0, 1].map((i) => deltas.filter((d) => d.index === i).map((d) => d.arguments).join(''));
+    expect(args).toEqual(whole.toolCalls.map((c) => c.arguments));
+    expect(args).toEqual(['{"q":"}"}', '{}']);
     expect(parser.toolCallCount).toBe(2);
   });
 });

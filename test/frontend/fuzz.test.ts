@@ -2,7 +2,8 @@
  * Fuzz: hostile OpenAI requests against a real `runtime up` (built CLI: run `npm run build`
  * first) with one mocker worker and an API key. fast-check generates methods, paths, headers,
  * content types and bodies: wrong types in every field, deep nesting, huge and odd strings,
- * invalid UTF-8, truncated JSON. Every answer must be < 500 (a 200 stream must not carry an
+ * invalid UTF-8 and lone surrogate escapes (never a 200), truncated JSON, bodies over 1 MiB (the
+ * sliced parse) with a byte replaced. Every answer must be < 500 (a 200 stream must not carry an
  * internal error frame), the frontend must never crash or restart, and a normal request must
  * still be served afterwards.
  *
@@ -10,6 +11,7 @@
  * failure message; reproduce with TANDEM_FUZZ_SEED=<seed> (and TANDEM_FUZZ_PATH=<path> to
  * replay one counterexample).
  */
+import { isUtf8 } from 'node:buffer';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { request as httpRequest } from 'node:http';
 import { tmpdir } from 'node:os';
@@ -17,6 +19,7 @@ import { join } from 'node:path';
 import fc from 'fast-check';
 import OpenAI from 'openai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { findJsonFault } from '../../frontend/http/body.js';
 import { isAlive } from '../harness/processes.js';
 import { reportedPids, startUp, stopAll, type Up } from '../e2e/up.js';
 
@@ -165,6 +168,17 @@ const body: fc.Arbitrary<Buffer | undefined> = fc.oneof(
   // Invalid UTF-8 inside a string and outside one.
   { weight: 1, arbitrary: fc.uint8Array({ minLength: 1, maxLength: 64 }).map((bytes) => Buffer.concat([Buffer.from('{"model":"MODEL","prompt":"'), Buffer.from(bytes), Buffer.from('","max_tokens":2}')])) },
   { weight: 1, arbitrary: fc.uint8Array({ maxLength: 256 }).map((b) => Buffer.from(b)) },
+  // Lone UTF-16 surrogate escapes (and valid pairs beside them) in a message.
+  { weight: 1, arbitrary: fc.array(fc.constantFrom('\\ud800', '\\udfff', '\\ud83d\\ude00', '\\udbff', 'a', '\\u0041'), { minLength: 1, maxLength: 6 }).map((parts) => Buffer.from(`{"model":"MODEL","messages":[{"role":"user","content":"${parts.join('')}"}],"max_tokens":2}`)) },
+  // Bodies over 1 MiB take the sliced parse: many messages, one byte of it replaced at random.
+  {
+    weight: 1,
+    arbitrary: fc.tuple(fc.integer({ min: 7_000, max: 20_000 }), fc.nat(), fc.constantFrom(-1, 0x2c, 0x5d, 0x7d, 0x22, 0x5c, 0x3a, 0xff)).map(([n, at, byte]) => {
+      const bytes = Buffer.from(JSON.stringify({ model: 'MODEL', messages: Array.from({ length: n }, (_, i) => ({ role: 'user', content: `message ${i} with some words in it, é and 🦊` })), max_tokens: 2 }));
+      if (byte >= 0) bytes[at % bytes.length] = byte;
+      return bytes;
+    }),
+  },
   // Huge strings (under the 16 MiB cap): a long prompt and a long model name.
   { weight: 1, arbitrary: fc.integer({ min: 100_000, max: 3_000_000 }).map((n) => Buffer.from(JSON.stringify({ model: 'MODEL', prompt: 'é'.repeat(n), max_tokens: 2 }))) },
   { weight: 1, arbitrary: fc.integer({ min: 10_000, max: 1_000_000 }).map((n) => Buffer.from(JSON.stringify({ model: 'm'.repeat(n), prompt: 'x' }))) },
@@ -264,6 +278,10 @@ describe('fuzz: hostile OpenAI requests against runtime up', () => {
       }
       if (answer.status >= 500) throw new Error(`${what} → ${answer.status}: ${answer.text.slice(0, 300)}`);
       if (answer.status === 200 && /"type":"internal_error"/.test(answer.text)) throw new Error(`${what} → 200 with an internal error frame: ${answer.text.slice(-300)}`);
+      // Invalid UTF-8 and lone surrogate escapes are refused, never silently replaced (issue 23).
+      if (answer.status === 200 && real.body && /^\/v1\/(chat\/)?completions$/.test(real.path) && (!isUtf8(real.body) || findJsonFault(real.body, 1e9) !== undefined)) {
+        throw new Error(`${what} → 200 for a body that is not valid UTF-8 or has a lone surrogate escape`);
+      }
     });
     const path = process.env.TANDEM_FUZZ_PATH;
     try {

@@ -3,6 +3,7 @@
  * inputs (bad JSON, wrong types, huge bodies), /health, /live and /metrics.
  */
 import { request as httpRequest } from 'node:http';
+import { connect } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { parseSse, postRaw, startTestFrontend, type TestFrontend } from './harness.js';
 
@@ -70,6 +71,47 @@ describe('frontend: HTTP surface', () => {
       expect(typeof parsed.error.type).toBe('string');
     });
   }
+
+  /** One HTTP/1.1 exchange written byte for byte on a socket: status and body of the answer. */
+  async function postBytes(path: string, body: Buffer): Promise<{ status: number; body: string }> {
+    const port = new URL(t.url).port;
+    const head = `POST ${path} HTTP/1.1\r\nHost: 127.0.0.1:${port}\r\nContent-Type: application/json\r\nContent-Length: ${body.length}\r\nConnection: close\r\n\r\n`;
+    const raw = await new Promise<string>((resolve, reject) => {
+      const socket = connect(Number(port), '127.0.0.1', () => socket.write(Buffer.concat([Buffer.from(head, 'latin1'), body])));
+      const parts: Buffer[] = [];
+      socket.on('data', (d) => parts.push(d));
+      socket.on('end', () => resolve(Buffer.concat(parts).toString('utf8')));
+      socket.on('error', reject);
+    });
+    const [status] = raw.match(/^HTTP\/1\.1 (\d{3})/)!.slice(1);
+    return { status: Number(status), body: raw.slice(raw.indexOf('\r\n\r\n') + 4) };
+  }
+
+  const utf8Cases: Array<[string, Buffer]> = [
+    ['a lone continuation byte in a string', Buffer.concat([Buffer.from('{"model":"fake-model","messages":[{"role":"user","content":"a'), Buffer.from([0x80]), Buffer.from('b"}]}')])],
+    ['a truncated 3-byte sequence', Buffer.concat([Buffer.from('{"model":"fake-model","messages":[{"role":"user","content":"'), Buffer.from([0xe2, 0x82]), Buffer.from('"}]}')])],
+    ['an encoded surrogate (CESU-8)', Buffer.concat([Buffer.from('{"model":"fake-model","messages":[{"role":"user","content":"'), Buffer.from([0xed, 0xa0, 0x80]), Buffer.from('"}]}')])],
+    ['an overlong encoding of "/"', Buffer.concat([Buffer.from('{"model":"fake-model","messages":[{"role":"user","content":"'), Buffer.from([0xc0, 0xaf]), Buffer.from('"}]}')])],
+    ['a lone \\ud800 escape', Buffer.from('{"model":"fake-model","messages":[{"role":"user","content":"x\\ud800y"}]}')],
+    ['a lone \\udfff escape in a key', Buffer.from('{"model":"fake-model","\\udfff":1,"messages":[{"role":"user","content":"x"}]}')],
+  ];
+  for (const [what, body] of utf8Cases) {
+    it(`answers 400 invalid_json, as for malformed JSON, for ${what} (raw bytes on a socket)`, async () => {
+      const res = await postBytes('/v1/chat/completions', body);
+      expect(res.status).toBe(400);
+      const parsed = JSON.parse(res.body);
+      expect(Object.keys(parsed)).toEqual(['error']);
+      expect(parsed.error).toMatchObject({ type: 'invalid_request_error', param: null, code: 'invalid_json' });
+      expect(parsed.error.message).toMatch(/UTF-8|surrogate/);
+    });
+  }
+
+  it('accepts multi-byte UTF-8 and a surrogate-pair escape (raw bytes on a socket)', async () => {
+    const body = Buffer.from('{"model":"fake-model","messages":[{"role":"user","content":"é€😀 \\ud83d\\ude00"}]}', 'utf8');
+    const res = await postBytes('/v1/chat/completions', body);
+    expect(res.status).toBe(200);
+    expect(JSON.parse(res.body).choices[0].message.content).toBe('abc');
+  });
 
   it('refuses a body over the limit with 413 and keeps serving', async () => {
     const huge = JSON.stringify({ model: 'fake-model', prompt: 'x'.repeat(200 * 1024) });

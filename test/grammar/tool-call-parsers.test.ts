@@ -69,17 +69,42 @@ describe('parseToolCalls: hermes (<tool_call> blocks)', () => {
     expect(parse('hermes', '<tool_call>{"name":"f"}</tool_call>').toolCalls).toEqual([call('f', {})]);
   });
 
-  it('keeps malformed call text as content', () => {
+  it('keeps text that is not a call in a call\'s shape as content', () => {
     for (const text of [
-      '<tool_call>\n{"name": "f", "arguments": {bad json}}\n</tool_call>',
       '<tool_call>{"arguments":{}}</tool_call>',
       '<tool_call>{"name":"f","arguments":[1]}</tool_call>',
-      '<tool_call>{"name":"f","arguments":{}} trailing</tool_call>',
-      'text <tool_call>{"name":"f","arguments":{"a":',
+      '<tool_call>{"name":"","arguments":{}}</tool_call>',
+      '<tool_call>{"name":"f","arguments":"{bad"}</tool_call>',
       '<tool_call>not json</tool_call>',
     ]) {
       expect(parse('hermes', text), text).toEqual({ content: text.trim(), toolCalls: [] });
     }
+  });
+
+  it('once the name and the arguments object have begun it is a call, whatever follows', () => {
+    // Cut by max_tokens: a partial call (OpenAI's shape), never the markup as content.
+    expect(parse('hermes', 'text <tool_call>{"name":"f","arguments":{"a":')).toEqual({ content: 'text', toolCalls: [{ id: 'call_0', name: 'f', arguments: '{"a":' }] });
+    // Arguments that are not JSON reach the client as they were generated (OpenAI does not check them either).
+    expect(parse('hermes', '<tool_call>\n{"name": "f", "arguments": {bad json}}\n</tool_call>')).toEqual({ content: '', toolCalls: [{ id: 'call_0', name: 'f', arguments: '{badjson}' }] });
+    // Text after the object that is not the closing tag is content again.
+    expect(parse('hermes', '<tool_call>{"name":"f","arguments":{}} trailing')).toEqual({ content: 'trailing', toolCalls: [{ id: 'call_0', name: 'f', arguments: '{}' }] });
+  });
+
+  it('drops a block cut before its call was known: the markup never becomes content', () => {
+    for (const text of ['ok <tool_call>', 'ok <tool_call>\n{"na', 'ok <tool_call>\n{"name": "get_wea', 'ok <tool_call>{"name":"f","argu']) {
+      expect(parse('hermes', text), text).toEqual({ content: 'ok', toolCalls: [] });
+    }
+    expect(parse('mistral', 'ok [TOOL_CALLS][{"name"')).toEqual({ content: 'ok', toolCalls: [] });
+    expect(parse('mistral', '[TOOL_CALLS][{"name":"a","arguments":{}}, {"name":"b')).toEqual({ content: '', toolCalls: [{ id: 'call_0', name: 'a', arguments: '{}' }] });
+    expect(parse('llama3_json', '<|python_tag|>{"name": "get_wea')).toEqual({ content: '', toolCalls: [] });
+    expect(parse('llama3_json', '{"name":"a","parameters":{}}; {"name": "b')).toEqual({ content: '', toolCalls: [{ id: 'call_0', name: 'a', arguments: '{}' }] });
+  });
+
+  it('with forced calls, a marker cut short at the end is dropped too; without, it is text', () => {
+    expect(parseToolCalls('hermes', '<tool_', { newId: counterIds(), forced: true })).toEqual({ content: '', toolCalls: [] });
+    expect(parseToolCalls('hermes', 'a <tool_', { newId: counterIds() })).toEqual({ content: 'a <tool_', toolCalls: [] });
+    expect(parseToolCalls('llama3_json', '{"name": "get_wea', { newId: counterIds(), forced: true })).toEqual({ content: '', toolCalls: [] });
+    expect(parseToolCalls('llama3_json', '<|pyth', { newId: counterIds(), forced: true })).toEqual({ content: '', toolCalls: [] });
   });
 
   it('keeps the text between and after calls as content, less the whitespace right after a call', () => {
@@ -108,7 +133,7 @@ describe('parseToolCalls: llama3_json (bare JSON)', () => {
       'The answer is {"name": "f", "parameters": {}}',
       '{"name": "Bob", "age": 3}',
       '{"city": "Oslo"}',
-      '{"name": "f", "parameters": {',
+      '{"name": "Bob", "age"',
       '[1, 2]',
     ]) {
       expect(parse('llama3_json', text), text).toEqual({ content: text, toolCalls: [] });
@@ -149,7 +174,7 @@ describe('createToolCallStreamParser', () => {
     expect(out.contentChunks).toEqual(['a', ' <b> c', ' <toolbox>']);
   });
 
-  it('emits a call as two deltas once it is complete: id and name, then the compact arguments', () => {
+  it('emits id and name once the arguments begin, then the compact arguments as they arrive', () => {
     const parser = createToolCallStreamParser('mistral', counterIds());
     expect(parser.push('[TOOL_CALLS][{"name": "a", ')).toEqual({ content: '', toolCalls: [] });
     expect(parser.push('"arguments": {"k": [1, 2]}}')).toEqual({
@@ -177,9 +202,21 @@ describe('createToolCallStreamParser', () => {
     expect(parser.push(' fun')).toEqual({ content: ' fun', toolCalls: [] });
   });
 
-  it('turns an unfinished call into content at the end', () => {
-    const out = stream('hermes', ['ok <tool_call>{"name":', '"f","argu']);
-    expect(out).toMatchObject({ content: 'ok <tool_call>{"name":"f","argu', toolCalls: [] });
+  it('a head longer than 1024 characters is read whole, the same in any chunking', () => {
+    const long = 'n'.repeat(5000);
+    const text = `<tool_call>{"name": "${long}", "arguments": {"a": 1}}</tool_call>`;
+    expect(parse('hermes', text)).toEqual({ content: '', toolCalls: [{ id: 'call_0', name: long, arguments: '{"a":1}' }] });
+    expect(stream('hermes', Array.from(text)).toolCalls).toEqual([{ id: 'call_0', name: long, arguments: '{"a":1}' }]);
+  });
+
+  it('streams the arguments piece by piece, before the call is complete', () => {
+    const parser = createToolCallStreamParser('hermes', counterIds());
+    expect(parser.push('<tool_call>\n{"name": "get_weather", "arg')).toEqual({ content: '', toolCalls: [] });
+    expect(parser.push('uments": {"ci')).toEqual({ content: '', toolCalls: [{ index: 0, id: 'call_0', name: 'get_weather', arguments: '' }, { index: 0, arguments: '{"ci' }] });
+    expect(parser.push('ty": "Pa')).toEqual({ content: '', toolCalls: [{ index: 0, arguments: 'ty":"Pa' }] });
+    expect(parser.push('ris"}')).toEqual({ content: '', toolCalls: [{ index: 0, arguments: 'ris"}' }] });
+    expect(parser.push('}\n</tool')).toEqual({ content: '', toolCalls: [] });
+    expect(parser.finish()).toEqual({ content: '', toolCalls: [] });
   });
 });
 
@@ -259,6 +296,45 @@ describe('tool-call parsers: streamed result equals unary result for any chunkin
           expect({ content: streamed.content, toolCalls: streamed.toolCalls }).toEqual(unary);
         }),
         { numRuns: 400, seed: 16 },
+      );
+    });
+  }
+
+  /** Markup of every format; none of it may ever reach content. */
+  const MARKUP = ['<tool_call>', '</tool_call>', '[TOOL_CALLS]', '<|python_tag|>', '{"name"'];
+
+  for (const format of FORMATS) {
+    it(`${format}: arguments stream as they are generated, and output cut anywhere in a call never leaks markup`, () => {
+      fc.assert(
+        fc.property(fc.array(toolCall, { minLength: 1, maxLength: 3 }), fc.double({ min: 0, max: 1, noNaN: true }), fc.array(fc.double({ min: 0, max: 1, noNaN: true }), { maxLength: 8 }), fc.boolean(), (calls, where, points, forced) => {
+          const f = TOOL_CALL_FORMATS[format];
+          const text = f.open + calls.map((c) => renderCall(format, c)).join(f.separator) + f.close;
+          const full = parse(format, text).toolCalls;
+          // max_tokens ends the output somewhere: streamed (any chunking) equals unary, no markup in content,
+          // and every call begun is a prefix of the finished one.
+          const prefix = text.slice(0, Math.floor(where * text.length));
+          const opts = { newId: counterIds(), forced };
+          const unary = parseToolCalls(format, prefix, opts);
+          const parser = createToolCallStreamParser(format, { newId: counterIds(), forced });
+          const steps = [...cut(prefix, points).map((c) => parser.push(c)), parser.finish()];
+          const args: string[] = [];
+          for (const d of steps.flatMap((st) => st.toolCalls)) args[d.index] = (args[d.index] ?? '') + (d.arguments ?? '');
+          expect(args, JSON.stringify(prefix)).toEqual(unary.toolCalls.map((c) => c.arguments));
+          expect(steps.map((st) => st.content).join('')).toBe(unary.content);
+          if (format !== 'llama3_json' || forced) expect(unary.content, JSON.stringify(prefix)).toBe('');
+          for (const m of MARKUP) expect(unary.content).not.toContain(m);
+          unary.toolCalls.forEach((c, i) => {
+            expect(c.name).toBe(full[i]!.name);
+            expect(full[i]!.arguments.startsWith(c.arguments), `${c.arguments} vs ${full[i]!.arguments}`).toBe(true);
+          });
+          // Incremental: once the text reaches the last brace of a call's arguments, those arguments
+          // are out in full, before the call object closes.
+          const first = JSON.stringify({ name: calls[0]!.name, [f.argumentsKey]: calls[0]!.args }, null, calls[0]!.pretty ? 1 : undefined);
+          const untilArgsEnd = f.open + f.callPrefix + first.slice(0, first.lastIndexOf('}'));
+          const early = createToolCallStreamParser(format, counterIds()).push(untilArgsEnd).toolCalls;
+          expect(early.map((d) => d.arguments).join('')).toBe(full[0]!.arguments);
+        }),
+        { numRuns: 300, seed: 23 },
       );
     });
   }
