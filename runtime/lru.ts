@@ -82,7 +82,7 @@ export class LruMap<K, V> {
 
   private evict(): void {
     for (const [key, entry] of this.map) {
-      if (this.map.size <= this.maxEntries && this.total <= this.maxWeight) return;
+      if (this.map.size <= 1 || (this.map.size <= this.maxEntries && this.total <= this.maxWeight)) return;
       this.map.delete(key);
       this.total -= entry.weight;
       this.options.onEvict?.(key, entry.value);
