@@ -8,7 +8,7 @@ import type { GrammarMatcher, Vocabulary } from '../contract.js';
 import { compileSpec } from '../compile/index.js';
 import type { StructuredOutputSpec } from '../../proto/wire.js';
 import { type Automaton, buildAutomaton } from './automaton.js';
-import { type ClassifiedNode, CompiledGrammar } from './matcher.js';
+import { CompiledGrammar } from './matcher.js';
 import { automatonBytes } from './packed-classes.js';
 import type { CompileBudget } from '../budget.js';
 import { LruMap } from '../../runtime/lru.js';
@@ -60,16 +60,16 @@ export class GrammarCache {
   }
 
   /**
-   * Cache a grammar compiled and classified on another thread (its automaton and packed token
-   * classes), weighed with its classes. Returns the grammar.
+   * Cache a grammar compiled and classified on another thread (its automaton and its token
+   * classes packed in one buffer, decoded per node on use), weighed with its classes.
    */
-  adopt(spec: StructuredOutputSpec, vocab: Vocabulary, automaton: Automaton, classes: readonly ClassifiedNode[]): CompiledGrammar {
+  adopt(spec: StructuredOutputSpec, vocab: Vocabulary, automaton: Automaton, packedClasses: ArrayBuffer): CompiledGrammar {
     const key = `${vocab.id}\n${JSON.stringify(spec)}`;
     const hit = this.compiled.get(key);
     if (hit) return hit;
     this.misses++;
     const g = new CompiledGrammar(automaton, vocab);
-    g.install(classes);
+    g.installPacked(packedClasses);
     this.compiled.set(key, g);
     return g;
   }

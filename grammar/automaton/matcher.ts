@@ -14,7 +14,7 @@ import { type NodeClasses, adoptLocalClasses, nodeClasses, survives } from './to
 import { ANY_BYTE, Mode, StackTable, Stepper, ThreadSet } from './threads.js';
 import { tokenTrie } from './token-trie.js';
 import type { CompileBudget } from '../budget.js';
-import { automatonBytes, classesBytes, packClasses } from './packed-classes.js';
+import { automatonBytes, classesBytes, indexPacked, packClasses, unpackAt } from './packed-classes.js';
 
 /** One node's token classes, as they cross a thread boundary. */
 export interface ClassifiedNode {
@@ -42,6 +42,8 @@ export class CompiledGrammar {
   readonly exact: Stepper;
   private readonly relaxed: Stepper;
   private readonly classes: Array<NodeClasses | undefined>;
+  /** Classes computed on a compile thread, decoded per node on first use (installPacked). */
+  private packed: { buffer: ArrayBuffer; offsets: Int32Array } | undefined;
   private readonly memo = new Map<number, Int32Array>();
   private readonly lookahead = new Map<string, number>();
   private readonly scratch: [ThreadSet, ThreadSet] = [new ThreadSet(), new ThreadSet()];
@@ -61,6 +63,10 @@ export class CompiledGrammar {
   /** `budget`: a compile's budget, charged for what is classified (off-thread compiles). */
   classesOf(node: number, budget?: CompileBudget): NodeClasses {
     let c = this.classes[node];
+    if (c === undefined && this.packed !== undefined && this.packed.offsets[node]! >= 0) {
+      c = unpackAt(this.packed.buffer, this.packed.offsets[node]!);
+      this.classes[node] = c;
+    }
     if (c === undefined) {
       budget?.tick();
       c = nodeClasses(this.automaton, node, this.vocab, this.relaxed, this.scratch);
@@ -79,7 +85,8 @@ export class CompiledGrammar {
   unclassified(): number[] {
     const a = this.automaton;
     const out: number[] = [];
-    for (let n = 0; n < a.numNodes; n++) if (a.edgeStart[n + 1]! > a.edgeStart[n]! && this.classes[n] === undefined) out.push(n);
+    const packed = this.packed?.offsets;
+    for (let n = 0; n < a.numNodes; n++) if (a.edgeStart[n + 1]! > a.edgeStart[n]! && this.classes[n] === undefined && !(packed !== undefined && packed[n]! >= 0)) out.push(n);
     return out;
   }
 
@@ -103,9 +110,17 @@ export class CompiledGrammar {
     }
   }
 
+  /**
+   * Adopt classes a compile thread packed (exportPacked) for this same (grammar, vocabulary):
+   * indexed now, each node decoded on first use, so the event loop pays one pass over headers.
+   */
+  installPacked(buffer: ArrayBuffer): void {
+    this.packed = { buffer, offsets: indexPacked(buffer, this.automaton.numNodes) };
+  }
+
   /** Bytes held: the automaton's arrays and the token classes known so far (the cache's weight). */
   bytes(): number {
-    let n = automatonBytes(this.automaton);
+    let n = automatonBytes(this.automaton) + (this.packed?.buffer.byteLength ?? 0);
     for (const c of this.classes) if (c !== undefined) n += classesBytes(c);
     return n;
   }

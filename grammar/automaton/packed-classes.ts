@@ -4,6 +4,8 @@
  *   node, flags (1: accepted as a mask), numAccepted, acceptedLen, leavingLen, uncertainLen,
  *   then the accepted mask or list, the leaving list, the uncertain list.
  * Unpacked classes are views into the buffer (no copy); the buffer lives as long as they do.
+ * A receiver indexes the buffer (one pass over the headers) and decodes a node's classes when
+ * it is first met, so adopting a big grammar costs the event loop next to nothing.
  */
 import type { Automaton } from './automaton.js';
 import type { ClassifiedNode } from './matcher.js';
@@ -52,26 +54,36 @@ export function packClasses(classes: readonly ClassifiedNode[]): ArrayBuffer {
   return out.buffer;
 }
 
+/** Word offset of each node's record in `buffer` (-1: not in it), for `unpackAt`. */
+export function indexPacked(buffer: ArrayBuffer, numNodes: number): Int32Array {
+  const words = new Int32Array(buffer);
+  const offsets = new Int32Array(numNodes).fill(-1);
+  for (let at = 0; at < words.length; at += HEADER + words[at + 3]! + words[at + 4]! + words[at + 5]!) offsets[words[at]!] = at;
+  return offsets;
+}
+
+/** The classes of the record at word offset `at`, as views into `buffer`. */
+export function unpackAt(buffer: ArrayBuffer, at: number): NodeClasses {
+  const words = new Int32Array(buffer, at * 4, HEADER);
+  const isMask = words[1] === 1;
+  const numAccepted = words[2]!;
+  const acceptedLen = words[3]!;
+  const leavingLen = words[4]!;
+  const uncertainLen = words[5]!;
+  let o = at + HEADER;
+  const acceptedMask = isMask ? new Uint32Array(buffer, o * 4, acceptedLen) : null;
+  const acceptedList = isMask ? null : new Int32Array(buffer, o * 4, acceptedLen);
+  o += acceptedLen;
+  const leaving = new Int32Array(buffer, o * 4, leavingLen);
+  o += leavingLen;
+  const uncertain = new Int32Array(buffer, o * 4, uncertainLen);
+  return { local: { acceptedMask, acceptedList, numAccepted, leaving }, uncertain };
+}
+
+/** Every record of `buffer`, decoded (tests). */
 export function unpackClasses(buffer: ArrayBuffer): ClassifiedNode[] {
   const words = new Int32Array(buffer);
   const out: ClassifiedNode[] = [];
-  let at = 0;
-  while (at < words.length) {
-    const node = words[at]!;
-    const isMask = words[at + 1] === 1;
-    const numAccepted = words[at + 2]!;
-    const acceptedLen = words[at + 3]!;
-    const leavingLen = words[at + 4]!;
-    const uncertainLen = words[at + 5]!;
-    at += HEADER;
-    const acceptedMask = isMask ? new Uint32Array(buffer, at * 4, acceptedLen) : null;
-    const acceptedList = isMask ? null : new Int32Array(buffer, at * 4, acceptedLen);
-    at += acceptedLen;
-    const leaving = new Int32Array(buffer, at * 4, leavingLen);
-    at += leavingLen;
-    const uncertain = new Int32Array(buffer, at * 4, uncertainLen);
-    at += uncertainLen;
-    out.push({ node, classes: { local: { acceptedMask, acceptedList, numAccepted, leaving }, uncertain } });
-  }
+  for (let at = 0; at < words.length; at += HEADER + words[at + 3]! + words[at + 4]! + words[at + 5]!) out.push({ node: words[at]!, classes: unpackAt(buffer, at) });
   return out;
 }

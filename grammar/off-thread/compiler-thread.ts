@@ -27,7 +27,10 @@ parentPort!.on('message', (job: CompileJob) => {
     const g = new CompiledGrammar(automaton, vocab);
     const packed = g.exportPacked(g.unclassified(), budget);
     budget.check();
-    parentPort!.postMessage({ id: job.id, automaton, packed, used: budget.used } satisfies CompileReply, [packed]);
+    // Transferred, not cloned: the event loop receives them without a copy.
+    const buffers = new Set<ArrayBuffer>([packed]);
+    for (const v of Object.values(automaton)) if (ArrayBuffer.isView(v)) buffers.add(v.buffer as ArrayBuffer);
+    parentPort!.postMessage({ id: job.id, automaton, packed, used: budget.used } satisfies CompileReply, [...buffers]);
   } catch (err) {
     const e = err as { code?: unknown; message?: unknown } | null;
     const error = {

@@ -25,7 +25,6 @@ import { GrammarError } from '../contract.js';
 import { type CompileLimits, compileTimeExceeded } from '../budget.js';
 import type { Automaton } from '../automaton/automaton.js';
 import type { GrammarCache } from '../automaton/cache.js';
-import { unpackClasses } from '../automaton/packed-classes.js';
 import { packVocabulary } from '../vocabulary.js';
 import type { StructuredOutputSpec } from '../../proto/wire.js';
 import { CancelledError, TandemError, UnavailableError } from '../../runtime/errors.js';
@@ -270,7 +269,7 @@ export class GrammarCompiler {
       if (job.key.length <= CHECKED_MAX_KEY_CHARS) this.checked.set(job.key, true);
       return;
     }
-    target.cache.adopt(job.spec, target.vocab, reply.automaton!, unpackClasses(reply.packed!));
+    target.cache.adopt(job.spec, target.vocab, reply.automaton!, reply.packed!);
   }
 
   private recycle(slot: Slot): void {

@@ -68,7 +68,7 @@ async function compiles(outcome: string): Promise<number> {
 describe('grammar compile budget', () => {
   it('the pathological regex is a 400 naming the budget, unary and streamed, within the budget plus slack', async () => {
     const t0 = performance.now();
-    const res = await ask(pathological(1000));
+    const res = await ask(pathological(2000));
     const ms = performance.now() - t0;
     expect(res.status).toBe(400);
     const body = (await res.json()) as { error: { message: string; code: string } };
@@ -76,7 +76,7 @@ describe('grammar compile budget', () => {
     expect(ms).toBeLessThan(BUDGET_MS + 3000);
 
     // Streamed: the stream opens with the first token, so the refusal is still an HTTP 400.
-    const streamed = client.chat.completions.create({ model: stack.model, messages: [{ role: 'user', content: 'hi' }], max_tokens: 5, stream: true, structured_outputs: { regex: pathological(1000, 'u') } } as never);
+    const streamed = client.chat.completions.create({ model: stack.model, messages: [{ role: 'user', content: 'hi' }], max_tokens: 5, stream: true, structured_outputs: { regex: pathological(2000, 'u') } } as never);
     await expect(streamed).rejects.toMatchObject({ status: 400, message: expect.stringMatching(/time budget/) });
     expect(await compiles('budget_exceeded')).toBeGreaterThanOrEqual(2);
   }, 30_000);
@@ -94,10 +94,12 @@ describe('grammar compile budget', () => {
       }
     };
     const pollers = [poll(stack.url), poll(worker.statusUrl)];
-    const answers = await Promise.all(['w', 'x', 'y', 'v'].map((last) => ask(pathological(1000, last)).then((r) => r.status)));
+    // And one big grammar that fits the budget: its classes reach the worker's event loop.
+    const fits = ask(pathological(400, 's')).then((r) => r.status);
+    const answers = await Promise.all(['w', 'x', 'y', 'v'].map((last) => ask(pathological(2000, last)).then((r) => r.status)));
+    const fitting = await fits;
     polling = false;
     await Promise.all(pollers);
-    expect(answers).toEqual([400, 400, 400, 400]);
     // Generous: this machine's cores are shared with the compile threads (and other suites);
     // before the fix the worker's loop stalled for seconds.
     process.stderr.write(`worst /live latency: frontend ${worst.get(stack.url)!.toFixed(0)} ms, worker ${worst.get(worker.statusUrl)!.toFixed(0)} ms\n`);
@@ -105,6 +107,8 @@ describe('grammar compile budget', () => {
     expect(worker.proc.running).toBe(true);
     expect(worker.proc.output()).not.toMatch(/LeaseLost|heartbeat not refreshed/);
     await stack.waitForRoutable(1, { timeoutMs: 3000 });
+    expect(answers).toEqual([400, 400, 400, 400]);
+    expect([200, 400]).toContain(fitting);
   }, 120_000);
 
   it('a client that goes away cancels the compile: counted as cancelled, and the worker goes idle', async () => {
@@ -112,7 +116,7 @@ describe('grammar compile budget', () => {
     const requests = async (): Promise<number> => metricValue(await scrape(worker.statusUrl), 'tandem_worker_requests_total') ?? 0;
     const accepted = await requests();
     const controller = new AbortController();
-    const pending = ask(pathological(1000, 't'), {}, controller.signal).catch((err: unknown) => err);
+    const pending = ask(pathological(2000, 't'), {}, controller.signal).catch((err: unknown) => err);
     // Past the frontend's check: the request reached the worker, which is classifying.
     await pollUntil('the request on the worker', async () => (await requests()) > accepted, 5000);
     await new Promise((r) => setTimeout(r, 500));

@@ -1,6 +1,7 @@
 /**
  * New grammars are compiled off the event loop: GrammarCompiler builds a grammar's automaton and
- * token classes on its thread (nothing classified on this one), installs them, and masks then equal
+ * token classes on its thread (nothing classified on this one), adopts them (packed, decoded per
+ * node on use), and masks then equal
  * those of a grammar classified lazily here. In the engine loop, a constrained request whose
  * grammar is still being prepared waits outside the batch while other requests run to the end.
  */
