@@ -4,8 +4,10 @@
  * what they keep; past either limit the compile stops with a GrammarError (HTTP 400) that names
  * the budget, and a set cancel flag (the client went away) stops it with CancelledError.
  *
- * Memory is counted, not measured: STATE_BYTES per automaton state (its CSR rows, closure,
- * distance and builder lists) plus the bytes of every token class the compile computes.
+ * Memory is counted (STATE_BYTES per automaton state, plus the bytes of every token class the
+ * compile computes) and, where a `memoryProbe` is given (a compile thread: its isolate's heap
+ * plus external memory), also measured at every check against the probe's value at the start:
+ * counting alone misses the transient lists and stack tables, ~10x of what is kept.
  * The cancel flag is an Int32Array, shared with the thread that compiles, so a thread busy in
  * a loop still sees it.
  */
@@ -35,11 +37,15 @@ export class CompileBudget {
   /** Bytes charged so far. */
   used = 0;
 
+  private readonly base: number;
+
   constructor(
     readonly limits: CompileLimits,
     private readonly cancelFlag?: Int32Array,
+    private readonly memoryProbe?: () => number,
   ) {
     this.deadline = performance.now() + limits.timeoutMs;
+    this.base = memoryProbe?.() ?? 0;
   }
 
   /** One unit of work done; every TICKS_PER_CHECK units the clock and the cancel flag are read. */
@@ -50,6 +56,11 @@ export class CompileBudget {
   check(): void {
     if (this.cancelFlag !== undefined && Atomics.load(this.cancelFlag, 0) !== 0) throw new CancelledError('grammar compile cancelled: the request went away');
     if (performance.now() > this.deadline) throw compileTimeExceeded(this.limits.timeoutMs);
+    if (this.memoryProbe !== undefined) {
+      const held = this.memoryProbe() - this.base;
+      if (held > this.used) this.used = held;
+      if (this.used > this.limits.memoryBytes) throw compileMemoryExceeded(this.limits.memoryBytes);
+    }
   }
 
   charge(bytes: number): void {

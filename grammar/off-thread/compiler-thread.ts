@@ -6,6 +6,7 @@
  * grammars; rule classifications shared across grammars stay in this thread's bounded cache
  * until the thread is recycled.
  */
+import { getHeapStatistics } from 'node:v8';
 import { parentPort, workerData } from 'node:worker_threads';
 import { CompileBudget } from '../budget.js';
 import { GrammarError } from '../contract.js';
@@ -16,8 +17,14 @@ import type { CompileJob, CompileReply } from './compiler.js';
 
 const vocab = workerData === null ? undefined : unpackVocabulary(workerData as PackedVocabulary);
 
+/** This thread's memory: its isolate's heap and the ArrayBuffers it holds. */
+function heldBytes(): number {
+  const h = getHeapStatistics();
+  return h.used_heap_size + h.external_memory;
+}
+
 parentPort!.on('message', (job: CompileJob) => {
-  const budget = new CompileBudget(job.limits, job.cancel);
+  const budget = new CompileBudget(job.limits, job.cancel, heldBytes);
   try {
     const automaton = buildAutomatonFor(job.spec, budget);
     if (vocab === undefined) {
