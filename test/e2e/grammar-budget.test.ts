@@ -130,6 +130,22 @@ describe('grammar compile budget', () => {
     expect(cpuTicks(pid) - t0).toBeLessThan(30); // < 0.3 s of CPU at 100 ticks/s
   }, 30_000);
 
+  it('memory comes back after a big compile: the worker does not keep what the compile used', async () => {
+    const rss = (): number => Number(/VmRSS:\s+(\d+) kB/.exec(readFileSync(`/proc/${worker.proc.pid}/status`, 'utf8'))![1]) / 1024;
+    // The issue's 380 KB request: 3,000 strings of 120 characters (~360k automaton states).
+    const choices = Array.from({ length: 3000 }, (_, i) => `choice number ${i} `.padEnd(120, 'abcdefghij'));
+    const res = await fetch(`${stack.url}/v1/completions`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ model: stack.model, prompt: 'pick', max_tokens: 5, structured_outputs: { choice: choices } }),
+    });
+    const body = (await res.json()) as { error?: { message: string } };
+    expect(res.status).toBe(400);
+    expect(body.error!.message).toMatch(/budget of/);
+    await pollUntil('the worker back under 250 MB', () => rss() < 250, 10_000);
+    process.stderr.write(`worker RSS after a 3,000-choice compile: ${rss().toFixed(0)} MB\n`);
+  }, 60_000);
+
   it("the frontend's check of a 50,000-entry choice list runs off its event loop", async () => {
     const choices = Array.from({ length: 50_000 }, (_, i) => `option-${i}-${'x'.repeat(i % 7)}`);
     let worst = 0;
