@@ -27,10 +27,9 @@ import type { Automaton } from '../automaton/automaton.js';
 import type { GrammarCache } from '../automaton/cache.js';
 import { packVocabulary } from '../vocabulary.js';
 import type { StructuredOutputSpec } from '../../proto/wire.js';
-import { CancelledError, TandemError, UnavailableError } from '../../runtime/errors.js';
-import { LruMap } from '../../runtime/lru.js';
-import type { Logger } from '../../runtime/logging.js';
-import { threadEntry } from '../../runtime/thread-entry.js';
+// The main thread's side only (the thread's entry imports nothing of it but types), which has
+// the whole runtime loaded anyway.
+import { CancelledError, LruMap, TandemError, UnavailableError, threadEntry, type Logger } from '../../runtime/index.js';
 
 /** Main thread → compile thread. */
 export interface CompileJob {
