@@ -15,8 +15,8 @@
  *    what a server sees once a schema has been used.
  *  - mask, first use, classified inline: the first pass, each node classified on first visit
  *    (after the worker-start preparation: token trie and the generic JSON rules' classes). A
- *    worker does not pay this inside a step: it classifies a new grammar on a thread while the
- *    request waits (workers/process/grammar-classifier.ts), which is the cold compile below.
+ *    worker does not pay this inside a step: it compiles a new grammar on a thread while the
+ *    request waits (grammar/off-thread/compiler.ts), which is the cold compile below.
  *  - compile, cold: spec → IR → automaton plus classifying every byte-reading node, with the
  *    shared (cross-grammar) classes dropped first; cold (lazy): the automaton only, what the
  *    first request waits for before its first mask.

@@ -13,6 +13,7 @@ import { FRONTEND_DEFAULTS, startFrontend } from './frontend.js';
 import { DEFAULT_CONNECTION_LIMITS } from './http/connection-limits.js';
 import { ROUTER_MODES, type RouterMode } from './routing.js';
 import { DEFAULT_MODEL_PARSERS, REASONING_PARSERS, TOOL_CALL_PARSERS, type ReasoningParserOption, type ToolCallParserOption } from './openai/structured.js';
+import { DEFAULT_COMPILE_MEMORY_MB, DEFAULT_COMPILE_TIMEOUT_MS, compileLimits } from '../grammar/index.js';
 
 export interface FrontendFlags extends RuntimeFlags, KvRouterFlags {
   routerEndpoint?: string;
@@ -24,6 +25,8 @@ export interface FrontendFlags extends RuntimeFlags, KvRouterFlags {
   maxBodyBytes: number;
   retryAfter: number;
   preprocessThreads?: number;
+  grammarCompileTimeoutMs: number;
+  grammarCompileMemoryMb: number;
   disaggMinPrefillTokens: number;
   enforceDisagg: boolean;
   apiKey?: string[];
@@ -61,7 +64,9 @@ export function registerFrontendCommand(program: Command): Command {
     .addOption(new Option('--max-inflight-requests <n>', 'generation requests in flight before answering 503').argParser(positiveInt).default(FRONTEND_DEFAULTS.maxInflightRequests))
     .addOption(new Option('--max-body-bytes <n>', 'largest accepted request body').argParser(intInRange(1024)).default(FRONTEND_DEFAULTS.maxBodyBytes))
     .addOption(new Option('--retry-after <seconds>', 'Retry-After sent with overload answers').argParser(intInRange(0, 3600)).default(FRONTEND_DEFAULTS.retryAfterSeconds))
-    .addOption(new Option('--preprocess-threads <n>', 'threads that render chat templates and tokenize large prompts (default: the number of cores)').argParser(positiveInt));
+    .addOption(new Option('--preprocess-threads <n>', 'threads that render chat templates and tokenize large prompts (default: the number of cores)').argParser(positiveInt))
+    .addOption(new Option('--grammar-compile-timeout-ms <ms>', 'structured output: most wall time the check of one new grammar may take (then 400)').argParser(intInRange(1, 3_600_000)).default(DEFAULT_COMPILE_TIMEOUT_MS))
+    .addOption(new Option('--grammar-compile-memory-mb <mb>', 'structured output: most memory the automaton of one new grammar may need (then 400)').argParser(numberInRange(0.001)).default(DEFAULT_COMPILE_MEMORY_MB));
   cmd.option('--router-endpoint <component[/endpoint]>', "kv: delegate routing to standalone `runtime router` replicas (e.g. 'router')");
   addKvRouterOptions(cmd);
   cmd
@@ -123,6 +128,7 @@ export function registerFrontendCommand(program: Command): Command {
       maxBodyBytes: flags.maxBodyBytes,
       retryAfterSeconds: flags.retryAfter,
       ...(flags.preprocessThreads !== undefined ? { preprocessThreads: flags.preprocessThreads } : {}),
+      grammarLimits: compileLimits(flags.grammarCompileTimeoutMs, flags.grammarCompileMemoryMb),
       ...(flags.apiKey !== undefined ? { apiKeys: flags.apiKey } : {}),
       ...(flags.apiKeyFile !== undefined ? { apiKeyFile: flags.apiKeyFile } : {}),
       ...(flags.metricsAuth !== undefined ? { metricsAuth: flags.metricsAuth } : {}),

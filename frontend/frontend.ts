@@ -28,6 +28,7 @@ import { createSelector, type RouterMode, type WorkerSelector } from './routing.
 import { WorkerHealth } from './worker-health.js';
 import { runtimeConnector, type RuntimeLike, type WorkerConnector } from './worker-client.js';
 import { WorkerClients } from './worker-clients.js';
+import { DEFAULT_COMPILE_LIMITS, GrammarCompiler, type CompileLimits } from '../grammar/index.js';
 
 export interface FrontendRuntime extends RuntimeLike {
   readonly discovery: Discovery;
@@ -68,6 +69,8 @@ export interface FrontendOptions {
   codecLoader?: CodecLoader;
   /** Threads that render and tokenize large prompts (default codec only); default: the cores. */
   preprocessThreads?: number;
+  /** Budget of each new output grammar's check (`--grammar-compile-timeout-ms`, `--grammar-compile-memory-mb`). */
+  grammarLimits?: CompileLimits;
   /** HTTP timeouts, connection cap and header size; unset fields keep DEFAULT_CONNECTION_LIMITS. */
   limits?: Partial<ConnectionLimits>;
   registry?: Registry;
@@ -195,7 +198,10 @@ export async function startFrontend(options: FrontendOptions): Promise<FrontendH
           },
           options.dashboard ?? {},
         );
+  // Output grammars are compiled off the event loop: two threads, so one slow grammar does not hold up the rest.
+  const grammar = new GrammarCompiler({ limits: options.grammarLimits ?? DEFAULT_COMPILE_LIMITS, threads: 2, log });
   const pipeline = new GenerationPipeline({
+    grammar,
     models,
     codecs,
     selector,
@@ -237,6 +243,7 @@ export async function startFrontend(options: FrontendOptions): Promise<FrontendH
     clients.close();
     cards.close();
     await preprocess?.pool.close();
+    await grammar.close();
   };
   const host = options.host ?? FRONTEND_DEFAULTS.host;
   try {

@@ -19,7 +19,8 @@ export interface Vocabulary {
 }
 
 /** Why a spec could not be compiled. The message names the feature or the position. */
-export type GrammarErrorKind = 'invalid_schema' | 'unsupported_feature' | 'invalid_regex' | 'invalid_grammar';
+/** `budget_exceeded`: the compile ran past its time or memory budget (grammar/budget.ts). */
+export type GrammarErrorKind = 'invalid_schema' | 'unsupported_feature' | 'invalid_regex' | 'invalid_grammar' | 'budget_exceeded';
 
 export class GrammarError extends TandemError {
   override readonly name = 'GrammarError';

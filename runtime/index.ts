@@ -20,3 +20,4 @@ export { EXIT_CODES, type ExitCode } from './exit-codes.js';
 export { createDiscovery, type CreateDiscoveryOptions } from './discovery/create-discovery.js';
 export { GrpcRequestPlaneClient, type GrpcClientOptions } from './request-plane/grpc-client.js';
 export { threadEntry, type ThreadEntry } from './thread-entry.js';
+export { LruMap, type LruOptions } from './lru.js';

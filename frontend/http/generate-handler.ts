@@ -165,11 +165,19 @@ function recordEnd(dashboard: DashboardState, prepared: PreparedGeneration | und
 async function streamResponse(ctx: GenerateContext, prepared: PreparedGeneration, res: ServerResponse, signal: AbortSignal, metrics: ModelMetrics, outcome: Outcome): Promise<void> {
   const sse = new SseWriter(res);
   const chunks = new ChunkWriter(prepared);
-  sse.open({ 'x-request-id': prepared.id, [DIRECT_ROUTE_HEADER]: prepared.firstInstance, ...disaggHeaders(prepared) });
-  const role = chunks.roleChunk();
-  if (role) sse.send(role);
+  let opened = false;
+  const open = (): void => {
+    opened = true;
+    sse.open({ 'x-request-id': prepared.id, [DIRECT_ROUTE_HEADER]: prepared.firstInstance, ...disaggHeaders(prepared) });
+    const role = chunks.roleChunk();
+    if (role) sse.send(role);
+  };
+  // A constrained request's grammar compiles on the worker before its first token, within a
+  // budget: the stream opens with that token, so a refused grammar is still an HTTP 400.
+  if (prepared.request.structured === undefined) open();
   try {
     for await (const event of ctx.pipeline.run(prepared, signal, metrics)) {
+      if (!opened) open();
       if (sse.closed) return;
       // send() queues; it returns a promise only while the client is not keeping up.
       let backpressure: Promise<void> | undefined;
@@ -189,9 +197,12 @@ async function streamResponse(ctx: GenerateContext, prepared: PreparedGeneration
     }
   } catch (err) {
     // Frames already produced go out before the error frame handleGenerate writes.
-    sse.flush();
+    if (opened) sse.flush();
     throw err;
   }
+  // Cancelled before the first token of a constrained request: nothing was sent, nothing to end.
+  if (!opened && signal.aborted) return;
+  if (!opened) open();
   // The pipeline stops quietly on abort; a drain cut must still end in an error frame (handleGenerate).
   if (signal.reason === DRAIN_CUT) {
     sse.flush();

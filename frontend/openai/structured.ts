@@ -4,14 +4,15 @@
  *   - vLLM's `structured_outputs: {json | regex | choice | grammar | json_object}` and its
  *     older `guided_json` / `guided_regex` / `guided_choice` / `guided_grammar` (vLLM <= 0.10);
  *   - `tools` with `tool_choice: "required"` or a named function (a forced tool call).
- * At most one source per request. Every spec is compiled here, so a schema the grammar engine
- * cannot honour is a 400 naming the feature and the request field, before any routing.
+ * At most one source per request. Every spec is compiled before routing (checkRequestGrammar,
+ * on a thread, within the compile budget), so a schema the grammar engine cannot honour is a
+ * 400 naming the feature and the request field.
  *
  * The tool-call format depends on the served model (its chat template, or
  * `--tool-call-parser`), which validation does not know yet: a forced call is kept as
  * `ForcedToolCalls` and becomes a `tool_calls` spec in `resolveModelParsers`, at prepare time.
  */
-import { GrammarError, detectToolCallFormat, validateSpec as compileAndCheck } from '../../grammar/index.js';
+import { GrammarError, detectToolCallFormat } from '../../grammar/index.js';
 import { isObject, type StructuredOutputSpec, type ToolCallFormatName } from '../../proto/wire.js';
 import { ApiError, badRequest, quoteInput } from '../errors.js';
 
@@ -67,8 +68,8 @@ const STRUCTURED_OUTPUT_OPTIONS = new Set(['disable_fallback', 'disable_any_whit
 
 /**
  * The request's output constraint, from `response_format`, `structured_outputs` or a
- * `guided_*` field, checked for shape; undefined when there is none. `validateSpec` then
- * compiles it (kept apart so that cheaper conflicts are reported before a compile).
+ * `guided_*` field, checked for shape; undefined when there is none. `checkRequestGrammar`
+ * compiles it later, off the event loop.
  */
 export function parseOutputConstraint(body: Body): OutputConstraint | undefined {
   const found: OutputConstraint[] = [];
@@ -195,39 +196,61 @@ function choiceList(value: unknown, at: string, param: string): string[] {
 }
 
 /**
- * Specs that compiled recently, by their JSON text: clients send the same schema with every
- * request, and building its automaton again costs up to milliseconds of event loop. Bounded in
- * entries and key size, so neither many nor huge schemas grow it past a few MB.
+ * Where specs are compiled to prove them valid: off the event loop, within the compile budget
+ * (a GrammarCompiler without a vocabulary: grammar/off-thread/compiler.ts). Undefined: known good.
  */
-const VALIDATED_CACHE_ENTRIES = 256;
-const VALIDATED_CACHE_MAX_KEY_CHARS = 32 * 1024;
-const validated = new Set<string>();
+export interface GrammarChecker {
+  prepare(spec: StructuredOutputSpec, signal?: AbortSignal): Promise<void> | undefined;
+}
 
-/** Compile and check a spec once (grammar and automaton, no vocabulary); throws GrammarError. */
-function checkSpec(spec: StructuredOutputSpec): void {
-  const key = JSON.stringify(spec);
-  const cacheable = key.length <= VALIDATED_CACHE_MAX_KEY_CHARS;
-  if (cacheable && validated.has(key)) {
-    // Re-insert: the Set's order is recency, so the oldest entry is evicted first.
-    validated.delete(key);
-    validated.add(key);
-    return;
-  }
-  compileAndCheck(spec);
-  if (!cacheable) return;
-  validated.add(key);
-  if (validated.size > VALIDATED_CACHE_ENTRIES) validated.delete(validated.values().next().value!);
+/** What of a request is compiled before it is routed. */
+export interface GrammarFields {
+  structured?: StructuredOutputSpec;
+  /** The request field `structured` came from (for the 400's `param`). */
+  structuredParam?: string;
+  forcedToolCalls?: ForcedToolCalls;
+  /** The request's `tools` as sent (forced-call refusals name the index). */
+  tools?: unknown[];
 }
 
 /**
- * Compile the spec (grammar and automaton, no vocabulary); the grammar engine's refusal
- * (naming the feature) becomes a 400 on `param`.
+ * Compile the request's output constraint, or the grammar of its forced tool calls, on the
+ * checker's threads. The grammar engine's refusal (naming the feature, or the budget) becomes a
+ * 400 on the field it came from. Resolves early when `signal` aborts (the caller checks it).
  */
-export function validateSpec(spec: StructuredOutputSpec, param: string): void {
+export async function checkRequestGrammar(request: GrammarFields, checker: GrammarChecker, signal?: AbortSignal): Promise<void> {
+  if (request.structured !== undefined && request.forcedToolCalls === undefined) {
+    try {
+      await checker.prepare(request.structured, signal);
+    } catch (err) {
+      throw grammarBadRequest(err, request.structuredParam ?? 'response_format', '');
+    }
+  }
+  if (request.forcedToolCalls !== undefined) await checkForcedToolCalls(request.forcedToolCalls, request.tools ?? [], checker, signal);
+}
+
+/**
+ * The calls a `tool_choice` forces, compiled as one grammar: a 400 on
+ * `tools[i].function.parameters` when one tool's schema is at fault, else on `tools`.
+ */
+async function checkForcedToolCalls(forced: ForcedToolCalls, rawTools: readonly unknown[], checker: GrammarChecker, signal: AbortSignal | undefined): Promise<void> {
   try {
-    checkSpec(spec);
+    // The model's format is not known yet; its framing is literal text, which cannot change
+    // whether the schemas compile, so any format proves the spec valid.
+    await checker.prepare({ kind: 'tool_calls', format: 'hermes', ...forced }, signal);
   } catch (err) {
-    throw grammarBadRequest(err, param, '');
+    if (!(err instanceof GrammarError) || err.kind === 'budget_exceeded') throw grammarBadRequest(err, 'tools', "'tools' (forced by 'tool_choice'): ");
+    for (const tool of forced.tools) {
+      if (tool.parameters === undefined) continue;
+      const i = rawTools.findIndex((t) => isObject(t) && isObject(t.function) && t.function.name === tool.name);
+      try {
+        await checker.prepare({ kind: 'json_schema', schema: tool.parameters }, signal);
+      } catch (toolErr) {
+        throw grammarBadRequest(toolErr, `tools[${i}].function.parameters`, `'tools[${i}].function.parameters' (function '${quoteInput(tool.name)}'): `);
+      }
+    }
+    // Every schema compiles alone: together they are too large.
+    throw grammarBadRequest(err, 'tools', "'tools' (forced by 'tool_choice'): ");
   }
 }
 
@@ -283,33 +306,13 @@ export function parseToolChoice(value: unknown, tools: readonly ToolSignature[] 
 }
 
 /**
- * The calls a `tool_choice` forces, compiled as one grammar (a 400 naming the unsupported
- * feature, on `tools[i].function.parameters` when one tool's schema is at fault, else on
- * `tools`); undefined for 'none'/'auto'. A named function is called exactly once, as OpenAI does.
+ * The calls a `tool_choice` forces; undefined for 'none'/'auto'. A named function is called
+ * exactly once, as OpenAI does. Compiled later, off the event loop (checkRequestGrammar).
  */
 export function forcedToolCalls(choice: ToolChoice, tools: readonly ToolSignature[], parallelToolCalls: boolean): ForcedToolCalls | undefined {
   if (choice === 'none' || choice === 'auto') return undefined;
   const indexes = choice === 'required' ? tools.map((_, i) => i) : [tools.findIndex((t) => t.name === choice.name)];
-  const forced: ForcedToolCalls = { tools: indexes.map((i) => tools[i]!), parallel: choice === 'required' && parallelToolCalls };
-  try {
-    // The model's format is not known yet; its framing is literal text, which cannot change
-    // whether the schemas compile, so any format proves the spec valid.
-    checkSpec({ kind: 'tool_calls', format: 'hermes', ...forced });
-  } catch (err) {
-    if (!(err instanceof GrammarError)) throw err;
-    for (const i of indexes) {
-      const tool = tools[i]!;
-      if (tool.parameters === undefined) continue;
-      try {
-        checkSpec({ kind: 'json_schema', schema: tool.parameters });
-      } catch (toolErr) {
-        throw grammarBadRequest(toolErr, `tools[${i}].function.parameters`, `'tools[${i}].function.parameters' (function '${quoteInput(tool.name)}'): `);
-      }
-    }
-    // Every schema compiles alone: together they are too large.
-    throw grammarBadRequest(err, 'tools', "'tools' (forced by 'tool_choice'): ");
-  }
-  return forced;
+  return { tools: indexes.map((i) => tools[i]!), parallel: choice === 'required' && parallelToolCalls };
 }
 
 // ---- the served model's parsers -----------------------------------------------------------

@@ -6,7 +6,7 @@
 import { isObject, type SamplingOptions, type StructuredOutputSpec, type ToolCallFormatName } from '../../proto/wire.js';
 import type { ChatMessage } from '../codec.js';
 import { ApiError, badRequest, quoteInput } from '../errors.js';
-import { type ForcedToolCalls, type ToolChoice, forcedToolCalls, parseOutputConstraint, parseToolChoice, parseTools, validateSpec } from './structured.js';
+import { type ForcedToolCalls, type ToolChoice, forcedToolCalls, parseOutputConstraint, parseToolChoice, parseTools } from './structured.js';
 
 export const MAX_TOP_LOGPROBS = 20;
 const MAX_STOP_STRINGS = 64;
@@ -35,10 +35,12 @@ interface GenerationBase {
   user?: string;
   /**
    * What the output must match (response_format, structured_outputs, guided_*, or a forced
-   * tool call), compiled once to prove it valid. A chat request's forced tool call is set here
-   * at prepare time, once the model's tool-call format is known.
+   * tool call), compiled off the event loop at prepare time to prove it valid. A chat request's
+   * forced tool call is set here at prepare time, once the model's tool-call format is known.
    */
   structured?: StructuredOutputSpec;
+  /** The request field `structured` came from, for a 400's `param`. */
+  structuredParam?: string;
 }
 
 export interface ChatGenerationRequest extends GenerationBase {
@@ -286,8 +288,8 @@ export function parseChatRequest(body: unknown): ChatGenerationRequest {
     throw badRequest(`'tool_choice' forces a tool call, which cannot be combined with '${constraint.param}': send only one of them`, 'tool_choice');
   }
   if (constraint) {
-    validateSpec(constraint.spec, constraint.param);
     request.structured = constraint.spec;
+    request.structuredParam = constraint.param;
   }
   const forced = forcedToolCalls(toolChoice, tools ?? [], parallelToolCalls);
   if (forced) request.forcedToolCalls = forced;
@@ -307,8 +309,8 @@ export function parseCompletionRequest(body: unknown): CompletionGenerationReque
   if (logprobs !== undefined) request.logprobs = logprobs;
   const constraint = parseOutputConstraint(body);
   if (constraint) {
-    validateSpec(constraint.spec, constraint.param);
     request.structured = constraint.spec;
+    request.structuredParam = constraint.param;
   }
   return request;
 }

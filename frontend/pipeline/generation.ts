@@ -14,7 +14,9 @@ import type { DisaggPrepared, Disaggregator } from '../disagg/disaggregator.js';
 import { ApiError, badRequest, modelNotFound } from '../errors.js';
 import type { ModelMetrics } from '../metrics.js';
 import type { ModelWatcher, ServedModel } from '../model-watcher.js';
-import { DEFAULT_MODEL_PARSERS, promptOpensReasoning, resolveModelParsers, type ModelParserOptions } from '../openai/structured.js';
+import { DEFAULT_MODEL_PARSERS, checkRequestGrammar, promptOpensReasoning, resolveModelParsers, type GrammarChecker, type ModelParserOptions } from '../openai/structured.js';
+import { DEFAULT_COMPILE_LIMITS, GrammarCompiler } from '../../grammar/index.js';
+import { CancelledError } from '../../runtime/index.js';
 import type { GenerationRequest } from '../openai/validate.js';
 import type { WorkerSelector } from '../routing.js';
 import type { WorkerHealth } from '../worker-health.js';
@@ -72,6 +74,15 @@ export interface PipelineConfig {
   disagg?: Disaggregator;
   /** `--tool-call-parser` / `--reasoning-parser`; default: auto-detected tool calls, no reasoning split. */
   parsers?: ModelParserOptions;
+  /** Compiles output grammars off the event loop within the compile budget; default: shared, default budget. */
+  grammar?: GrammarChecker;
+}
+
+let sharedChecker: GrammarCompiler | undefined;
+/** For pipelines built without one (tests, embedders): threads start on first use and are unref'd while idle. */
+function defaultGrammarChecker(): GrammarCompiler {
+  sharedChecker ??= new GrammarCompiler({ limits: DEFAULT_COMPILE_LIMITS, threads: 2 });
+  return sharedChecker;
 }
 
 export const DIRECT_ROUTE_HEADER = 'x-worker-instance-id';
@@ -113,6 +124,9 @@ export class GenerationPipeline {
     const model = this.model(input.model);
     const card = model.primaryCard();
     if (!card) throw modelNotFound(input.model);
+    // The output grammar compiles on a thread, within its budget: a 400 before any routing.
+    await checkRequestGrammar(input, this.config.grammar ?? defaultGrammarChecker(), signal);
+    if (signal?.aborted) throw new CancelledError('request cancelled while its output grammar compiled');
     const codec = await this.config.codecs.get(card);
     const contextLength = model.contextLength();
     // Without max_tokens the completion may use the rest of the context, but at least 1 token.

@@ -14,6 +14,7 @@ import { GrammarError } from '../contract.js';
 import type { Expr, Grammar } from '../ir.js';
 import { complementRanges, normalizeRanges } from '../compile/char-set.js';
 import { utf8Sequences } from './utf8.js';
+import { type CompileBudget, STATE_BYTES } from '../budget.js';
 
 /** More NFA nodes than this is a grammar we refuse (a huge `{m,n}` or maxLength expansion). */
 export const MAX_AUTOMATON_NODES = 400_000;
@@ -60,10 +61,17 @@ class Builder {
   rule = 0;
   private readonly sequences = new WeakMap<Expr, Array<Array<[number, number]>>>();
 
-  constructor(private readonly ruleIndex: Map<string, number>) {}
+  constructor(
+    private readonly ruleIndex: Map<string, number>,
+    private readonly budget: CompileBudget | undefined,
+  ) {}
 
   node(): number {
     if (this.numNodes >= MAX_AUTOMATON_NODES) throw tooLarge();
+    if (this.budget !== undefined) {
+      this.budget.tick();
+      this.budget.charge(STATE_BYTES);
+    }
     this.ruleOf.push(this.rule);
     return this.numNodes++;
   }
@@ -261,7 +269,8 @@ function structuralKeys(grammar: Grammar, names: readonly string[]): string[] {
   });
 }
 
-export function buildAutomaton(grammar: Grammar): Automaton {
+/** `budget`: the request's compile budget (time, memory, cancellation); none = unbounded but MAX_AUTOMATON_NODES. */
+export function buildAutomaton(grammar: Grammar, budget?: CompileBudget): Automaton {
   if (!grammar.rules.has(grammar.root)) throw new GrammarError('invalid_grammar', `the start rule "${grammar.root}" is not defined`);
   // Only rules reachable from the root, in a stable order.
   const names: string[] = [grammar.root];
@@ -280,7 +289,7 @@ export function buildAutomaton(grammar: Grammar): Automaton {
   let bound = 0;
   for (const name of names) bound += sizeBound(grammar.rules.get(name)!) + 2;
   if (bound > MAX_AUTOMATON_NODES * 4) throw tooLarge();
-  const b = new Builder(ruleIndex);
+  const b = new Builder(ruleIndex, budget);
   const ruleStart = new Int32Array(names.length);
   const ruleEnd = new Int32Array(names.length);
   for (let r = 0; r < names.length; r++) {
@@ -312,6 +321,7 @@ export function buildAutomaton(grammar: Grammar): Automaton {
   const tailRet = new Uint8Array(n);
   const todo: number[] = [];
   for (let v = 0; v < n; v++) {
+    budget?.tick();
     closStart[v] = closList.length;
     todo.length = 0;
     todo.push(v);
@@ -363,8 +373,9 @@ export function buildAutomaton(grammar: Grammar): Automaton {
     dist: new Float64Array(n),
     ruleKeys: structuralKeys(grammar, names),
   };
+  budget?.check();
   rejectLeftRecursion(a, epsStart, epsTo);
-  computeDistances(a, epsStart, epsTo);
+  computeDistances(a, epsStart, epsTo, budget);
   return a;
 }
 
@@ -421,12 +432,13 @@ function rejectLeftRecursion(a: Automaton, epsStart: Int32Array, epsTo: Int32Arr
 }
 
 /** dist[n]: fewest bytes from n to its rule's end, calls costing the callee's minimum (fixpoint). */
-function computeDistances(a: Automaton, epsStart: Int32Array, epsTo: Int32Array): void {
+function computeDistances(a: Automaton, epsStart: Int32Array, epsTo: Int32Array, budget: CompileBudget | undefined): void {
   const d = a.dist;
   d.fill(Infinity);
   for (const e of a.ruleEnd) d[e] = 0;
   for (let changed = true; changed; ) {
     changed = false;
+    budget?.check();
     for (let n = a.numNodes - 1; n >= 0; n--) {
       let best = d[n]!;
       for (let k = epsStart[n]!; k < epsStart[n + 1]!; k++) if (d[epsTo[k]!]! < best) best = d[epsTo[k]!]!;

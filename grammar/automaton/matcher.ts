@@ -13,6 +13,8 @@ import type { Automaton } from './automaton.js';
 import { type NodeClasses, adoptLocalClasses, nodeClasses, survives } from './token-classes.js';
 import { ANY_BYTE, Mode, StackTable, Stepper, ThreadSet } from './threads.js';
 import { tokenTrie } from './token-trie.js';
+import type { CompileBudget } from '../budget.js';
+import { automatonBytes, classesBytes, indexPacked, packClasses, unpackAt } from './packed-classes.js';
 
 /** One node's token classes, as they cross a thread boundary. */
 export interface ClassifiedNode {
@@ -40,6 +42,8 @@ export class CompiledGrammar {
   readonly exact: Stepper;
   private readonly relaxed: Stepper;
   private readonly classes: Array<NodeClasses | undefined>;
+  /** Classes computed on a compile thread, decoded per node on first use (installPacked). */
+  private packed: { buffer: ArrayBuffer; offsets: Int32Array } | undefined;
   private readonly memo = new Map<number, Int32Array>();
   private readonly lookahead = new Map<string, number>();
   private readonly scratch: [ThreadSet, ThreadSet] = [new ThreadSet(), new ThreadSet()];
@@ -56,57 +60,45 @@ export class CompiledGrammar {
     this.words = bitmaskWords(vocab.size);
   }
 
-  classesOf(node: number): NodeClasses {
+  /** `budget`: a compile's budget, charged for what is classified (off-thread compiles). */
+  classesOf(node: number, budget?: CompileBudget): NodeClasses {
     let c = this.classes[node];
+    if (c === undefined && this.packed !== undefined && this.packed.offsets[node]! >= 0) {
+      c = unpackAt(this.packed.buffer, this.packed.offsets[node]!);
+      this.classes[node] = c;
+    }
     if (c === undefined) {
+      budget?.tick();
       c = nodeClasses(this.automaton, node, this.vocab, this.relaxed, this.scratch);
+      budget?.charge(classesBytes(c));
       this.classes[node] = c;
     }
     return c;
   }
 
   /** Classifies every byte-reading node now (what a cold compile costs when nothing is lazy). */
-  classifyAll(): void {
-    for (const n of this.unclassified()) this.classesOf(n);
+  classifyAll(budget?: CompileBudget): void {
+    for (const n of this.unclassified()) this.classesOf(n, budget);
   }
 
   /** Byte-reading nodes whose token classes are not known yet. */
   unclassified(): number[] {
     const a = this.automaton;
     const out: number[] = [];
-    for (let n = 0; n < a.numNodes; n++) if (a.edgeStart[n + 1]! > a.edgeStart[n]! && this.classes[n] === undefined) out.push(n);
+    const packed = this.packed?.offsets;
+    for (let n = 0; n < a.numNodes; n++) if (a.edgeStart[n + 1]! > a.edgeStart[n]! && this.classes[n] === undefined && !(packed !== undefined && packed[n]! >= 0)) out.push(n);
     return out;
   }
 
   /**
-   * Classes of `nodes` as copies that can be transferred to another thread (that thread keeps
-   * its own), with the buffers to transfer.
+   * Classes of `nodes` (classified now where needed, within `budget`) packed into one buffer to
+   * transfer to another thread: one buffer, not thousands of small arrays, because cloning or
+   * transferring each array costs the receiving event loop seconds on big grammars.
    */
-  exportClasses(nodes: readonly number[]): { classes: ClassifiedNode[]; transfer: ArrayBuffer[] } {
+  exportPacked(nodes: readonly number[], budget?: CompileBudget): ArrayBuffer {
     const classes: ClassifiedNode[] = [];
-    const transfer: ArrayBuffer[] = [];
-    const copy = <T extends Int32Array | Uint32Array>(x: T): T => {
-      const c = x.slice() as T;
-      transfer.push(c.buffer as ArrayBuffer);
-      return c;
-    };
-    for (const node of nodes) {
-      const c = this.classesOf(node);
-      const l = c.local;
-      classes.push({
-        node,
-        classes: {
-          local: {
-            acceptedMask: l.acceptedMask === null ? null : copy(l.acceptedMask),
-            acceptedList: l.acceptedList === null ? null : copy(l.acceptedList),
-            numAccepted: l.numAccepted,
-            leaving: copy(l.leaving),
-          },
-          uncertain: copy(c.uncertain),
-        },
-      });
-    }
-    return { classes, transfer };
+    for (const node of nodes) classes.push({ node, classes: this.classesOf(node, budget) });
+    return packClasses(classes);
   }
 
   /** Install classes computed by another thread for this same (grammar, vocabulary). */
@@ -116,6 +108,21 @@ export class CompiledGrammar {
       const local = adoptLocalClasses(this.automaton, node, this.vocab, classes.local);
       this.classes[node] = { local, uncertain: classes.uncertain };
     }
+  }
+
+  /**
+   * Adopt classes a compile thread packed (exportPacked) for this same (grammar, vocabulary):
+   * indexed now, each node decoded on first use, so the event loop pays one pass over headers.
+   */
+  installPacked(buffer: ArrayBuffer): void {
+    this.packed = { buffer, offsets: indexPacked(buffer, this.automaton.numNodes) };
+  }
+
+  /** Bytes held: the automaton's arrays and the token classes known so far (the cache's weight). */
+  bytes(): number {
+    let n = automatonBytes(this.automaton) + (this.packed?.buffer.byteLength ?? 0);
+    for (const c of this.classes) if (c !== undefined) n += classesBytes(c);
+    return n;
   }
 
   /** The uncertain tokens of `node` that the real stack `stack` accepts (memoized). */

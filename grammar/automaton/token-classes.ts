@@ -15,6 +15,7 @@ import type { Automaton } from './automaton.js';
 import { Mode, type Stepper, type ThreadSet } from './threads.js';
 import { type TokenTrie, tokenTrie } from './token-trie.js';
 import { localDfa } from './local-dfa.js';
+import { LruMap } from '../../runtime/lru.js';
 
 export interface LocalClasses {
   /** Bitmask of accepted tokens when that is smaller than a list, else null. */
@@ -33,8 +34,7 @@ export interface NodeClasses {
 
 /** Bound on the shared local classifications, in bytes of masks and lists. */
 const SHARED_BYTES_LIMIT = 256 * 1024 * 1024;
-const shared = new Map<string, LocalClasses>();
-let sharedBytes = 0;
+const shared = new LruMap<string, LocalClasses>({ maxWeight: SHARED_BYTES_LIMIT, weigh: sizeOf });
 
 function sizeOf(c: LocalClasses): number {
   return (c.acceptedMask?.byteLength ?? 0) + (c.acceptedList?.byteLength ?? 0) + c.leaving.byteLength + 64;
@@ -48,44 +48,38 @@ function sharedKey(a: Automaton, node: number, vocab: Vocabulary): string {
   return `${vocab.id}|${a.ruleKeys[rule]}|${node - a.ruleStart[rule]!}`;
 }
 
-/** Adopt a classification computed elsewhere (another thread), unless one is already shared. */
+/**
+ * Adopt a classification computed elsewhere (another thread), unless one is already shared.
+ * The shared copy owns its arrays: `c` may be a view into a grammar's transfer buffer, which
+ * must not outlive that grammar.
+ */
 export function adoptLocalClasses(a: Automaton, node: number, vocab: Vocabulary, c: LocalClasses): LocalClasses {
   const key = sharedKey(a, node, vocab);
-  const hit = shared.get(key);
+  const hit = shared.peek(key);
   if (hit) return hit;
-  putShared(key, c);
-  return c;
-}
-
-function putShared(key: string, c: LocalClasses): void {
-  shared.set(key, c);
-  sharedBytes += sizeOf(c);
-  for (const [k, v] of shared) {
-    if (sharedBytes <= SHARED_BYTES_LIMIT) break;
-    shared.delete(k);
-    sharedBytes -= sizeOf(v);
-  }
+  const own: LocalClasses = {
+    acceptedMask: c.acceptedMask?.slice() ?? null,
+    acceptedList: c.acceptedList?.slice() ?? null,
+    numAccepted: c.numAccepted,
+    leaving: c.leaving.slice(),
+  };
+  shared.set(key, own);
+  return own;
 }
 
 export function localClassesFor(a: Automaton, node: number, vocab: Vocabulary): LocalClasses {
   const key = sharedKey(a, node, vocab);
   const hit = shared.get(key);
-  if (hit) {
-    // Refresh recency: Map order is the eviction order.
-    shared.delete(key);
-    shared.set(key, hit);
-    return hit;
-  }
+  if (hit) return hit;
   const c = classifyLocal(a, node, vocab);
   localClassifications++;
-  putShared(key, c);
+  shared.set(key, c);
   return c;
 }
 
 /** Drops every shared classification (tests and benchmarks measuring cold compiles). */
 export function clearSharedTokenClasses(): void {
   shared.clear();
-  sharedBytes = 0;
 }
 
 function classifyLocal(a: Automaton, node: number, vocab: Vocabulary): LocalClasses {

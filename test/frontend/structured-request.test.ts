@@ -3,9 +3,10 @@
  * and every refusal as a 400 naming the parameter and the problem (issue 16). Unit level: no
  * socket (validation.test.ts sends the same through a real frontend).
  */
-import { describe, expect, it } from 'vitest';
+import { afterAll, describe, expect, it } from 'vitest';
+import { DEFAULT_COMPILE_LIMITS, GrammarCompiler } from '../../grammar/index.js';
 import { ApiError } from '../../frontend/errors.js';
-import { promptOpensReasoning, resolveModelParsers, resolveToolCallFormat } from '../../frontend/openai/structured.js';
+import { checkRequestGrammar, promptOpensReasoning, resolveModelParsers, resolveToolCallFormat, type GrammarFields } from '../../frontend/openai/structured.js';
 import { parseChatRequest, parseCompletionRequest, type ChatGenerationRequest } from '../../frontend/openai/validate.js';
 import { LLAMA3_CHAT_TEMPLATE, QWEN2_CHAT_TEMPLATE, QWEN3_CHAT_TEMPLATE } from '../../workers/models/chat-templates.js';
 
@@ -31,6 +32,21 @@ function expect400(fn: () => unknown, param: string, message: RegExp): void {
   expect(err.message).toMatch(message);
 }
 
+const checker = new GrammarCompiler({ limits: DEFAULT_COMPILE_LIMITS });
+afterAll(() => checker.close());
+
+/** The grammar check (off the event loop, at prepare time) refuses with a 400 on `param`. */
+async function expect400Compiled(request: GrammarFields, param: string, message: RegExp): Promise<void> {
+  const err = await checkRequestGrammar(request, checker).then(
+    () => undefined,
+    (e: unknown) => e,
+  );
+  expect(err).toBeInstanceOf(ApiError);
+  expect((err as ApiError).status).toBe(400);
+  expect((err as ApiError).param).toBe(param);
+  expect((err as ApiError).message).toMatch(message);
+}
+
 const weather = { type: 'function', function: { name: 'get_weather', description: 'weather', parameters: { type: 'object', properties: { city: { type: 'string' } }, required: ['city'] } } };
 const time = { type: 'function', function: { name: 'now' } };
 const schema = { type: 'object', properties: { a: { type: 'integer' } }, required: ['a'] };
@@ -54,14 +70,14 @@ describe('structured request: response_format', () => {
     expect400(() => chat({ response_format: { type: 'json_schema', json_schema: { name: 'x', schema, strict: 'yes' } } }), 'response_format', /strict' must be a boolean/);
   });
 
-  it('an unsupported schema feature is a 400 naming the feature and where it sits', () => {
+  it('an unsupported schema feature is a 400 naming the feature and where it sits', async () => {
     const unique = { type: 'object', properties: { tags: { type: 'array', items: { type: 'string' }, uniqueItems: true } } };
-    expect400(() => chat({ response_format: { type: 'json_schema', json_schema: { name: 'x', schema: unique } } }), 'response_format', /"uniqueItems" is not supported.*#\/properties\/tags/);
+    await expect400Compiled(chat({ response_format: { type: 'json_schema', json_schema: { name: 'x', schema: unique } } }), 'response_format', /"uniqueItems" is not supported.*#\/properties\/tags/);
   });
 
-  it('an invalid schema is a 400 that says what is wrong', () => {
-    expect400(() => chat({ response_format: { type: 'json_schema', json_schema: { name: 'x', schema: { $ref: '#/$defs/missing' } } } }), 'response_format', /\$ref.*does not exist/);
-    expect400(() => chat({ response_format: { type: 'json_schema', json_schema: { name: 'x', schema: { type: 'wizard' } } } }), 'response_format', /wizard/);
+  it('an invalid schema is a 400 that says what is wrong', async () => {
+    await expect400Compiled(chat({ response_format: { type: 'json_schema', json_schema: { name: 'x', schema: { $ref: '#/$defs/missing' } } } }), 'response_format', /\$ref.*does not exist/);
+    await expect400Compiled(chat({ response_format: { type: 'json_schema', json_schema: { name: 'x', schema: { type: 'wizard' } } } }), 'response_format', /wizard/);
   });
 });
 
@@ -86,11 +102,11 @@ describe('structured request: vLLM fields', () => {
     expect(chat({ guided_regex: null }).structured).toBeUndefined();
   });
 
-  it('they work on /v1/completions too', () => {
+  it('they work on /v1/completions too', async () => {
     expect(completion({ structured_outputs: { choice: ['x', 'y'] } }).structured).toEqual({ kind: 'choice', choices: ['x', 'y'] });
     expect(completion({ guided_regex: 'a+' }).structured).toEqual({ kind: 'regex', pattern: 'a+' });
     expect(completion({ response_format: { type: 'json_object' } }).structured).toEqual({ kind: 'json_object' });
-    expect400(() => completion({ guided_json: { type: 'array', uniqueItems: true } }), 'guided_json', /"uniqueItems" is not supported/);
+    await expect400Compiled(completion({ guided_json: { type: 'array', uniqueItems: true } }), 'guided_json', /"uniqueItems" is not supported/);
   });
 
   it('bad values are 400s on the field they came in', () => {
@@ -106,16 +122,16 @@ describe('structured request: vLLM fields', () => {
     expect400(() => chat({ guided_regex: '' }), 'guided_regex', /non-empty string/);
   });
 
-  it('a spec whose automaton would be too large is refused at the frontend, not at the worker', () => {
-    expect400(() => chat({ guided_json: { type: 'array', minItems: 1_000_000 } }), 'guided_json', /too large/);
+  it('a spec whose automaton would be too large is refused at the frontend (its grammar check), not at the worker', async () => {
+    await expect400Compiled(chat({ guided_json: { type: 'array', minItems: 1_000_000 } }), 'guided_json', /too large/);
     // The same refusal every time (refusals are never cached as valid).
-    expect400(() => chat({ guided_json: { type: 'array', minItems: 1_000_000 } }), 'guided_json', /too large/);
+    await expect400Compiled(chat({ guided_json: { type: 'array', minItems: 1_000_000 } }), 'guided_json', /too large/);
   });
 
-  it('a regex or grammar the engine cannot compile is a 400 naming the problem', () => {
-    expect400(() => chat({ structured_outputs: { regex: '(unclosed' } }), 'structured_outputs', /regex/i);
-    expect400(() => chat({ guided_regex: 'a(?=b)' }), 'guided_regex', /regex/i);
-    expect400(() => chat({ guided_grammar: 'root ::= missing' }), 'guided_grammar', /missing/);
+  it('a regex or grammar the engine cannot compile is a 400 naming the problem', async () => {
+    await expect400Compiled(chat({ structured_outputs: { regex: '(unclosed' } }), 'structured_outputs', /regex/i);
+    await expect400Compiled(chat({ guided_regex: 'a(?=b)' }), 'guided_regex', /regex/i);
+    await expect400Compiled(chat({ guided_grammar: 'root ::= missing' }), 'guided_grammar', /missing/);
   });
 
   it('two sources of constraint are a 400 naming both', () => {
@@ -175,10 +191,10 @@ describe('structured request: tools and tool_choice', () => {
     expect400(() => chat({ tools: [weather], parallel_tool_calls: 'no' }), 'parallel_tool_calls', /must be a boolean/);
   });
 
-  it("a forced tool's unsupported parameters schema is a 400 on tools[i].function.parameters", () => {
+  it("a forced tool's unsupported parameters schema is a 400 on tools[i].function.parameters", async () => {
     const bad = { type: 'function', function: { name: 'tag', parameters: { type: 'object', properties: { t: { type: 'array', uniqueItems: true } } } } };
-    expect400(() => chat({ tools: [weather, bad], tool_choice: 'required' }), 'tools[1].function.parameters', /function 'tag'.*"uniqueItems" is not supported/);
-    expect400(() => chat({ tools: [weather, bad], tool_choice: { type: 'function', function: { name: 'tag' } } }), 'tools[1].function.parameters', /"uniqueItems"/);
+    await expect400Compiled(chat({ tools: [weather, bad], tool_choice: 'required' }), 'tools[1].function.parameters', /function 'tag'.*"uniqueItems" is not supported/);
+    await expect400Compiled(chat({ tools: [weather, bad], tool_choice: { type: 'function', function: { name: 'tag' } } }), 'tools[1].function.parameters', /"uniqueItems"/);
     // Not forced: the schema only reaches the template, so nothing is compiled or refused.
     expect(chat({ tools: [weather, bad], tool_choice: 'auto' }).forcedToolCalls).toBeUndefined();
     // A forced call of another tool does not compile this one.

@@ -1,6 +1,9 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { compileSpec } from '../../grammar/compile/index.js';
+import { CompileBudget, GrammarError, validateSpec } from '../../grammar/index.js';
+import type { StructuredOutputSpec } from '../../proto/wire.js';
+import { CancelledError } from '../../runtime/errors.js';
 import { matches, randomInstance, rng, makeAjv } from './compile-ir-tools.js';
 import { SCHEMA_CORPUS } from './schema-corpus.js';
 
@@ -39,5 +42,52 @@ describe('compiled JSON schemas: random members of the IR language validate (fas
         { numRuns: 100, seed: 16 },
       );
     }
+  });
+});
+
+describe('compile budgets (issue 23): random grammars under random budgets', () => {
+  /** A regex of `alts` branches `[a-z]{k}qN` with k up to `width`: states grow with both. */
+  const regexOf = (alts: number, width: number): StructuredOutputSpec => ({
+    kind: 'regex',
+    pattern: '(' + Array.from({ length: alts }, (_, i) => `[a-z]{${i % (width + 1)}}q${i}`).join('|') + ')',
+  });
+  const noTimeLimit = 60_000;
+
+  it('a compile either succeeds or is refused with a GrammarError: a memory budget names itself, and more memory never refuses what less allowed', () => {
+    fc.assert(
+      fc.property(fc.integer({ min: 1, max: 120 }), fc.integer({ min: 0, max: 30 }), fc.integer({ min: 1, max: 2_000_000 }), (alts, width, bytes) => {
+        const spec = regexOf(alts, width);
+        const run = (memoryBytes: number): unknown => {
+          try {
+            validateSpec(spec, new CompileBudget({ timeoutMs: noTimeLimit, memoryBytes }));
+            return undefined;
+          } catch (err) {
+            return err;
+          }
+        };
+        const err = run(bytes);
+        if (err !== undefined) {
+          expect(err).toBeInstanceOf(GrammarError);
+          expect((err as GrammarError).kind).toBe('budget_exceeded');
+          expect((err as GrammarError).message).toMatch(/memory budget of [\d.]+ MB \(--grammar-compile-memory-mb\)/);
+        } else {
+          expect(run(bytes * 2)).toBeUndefined();
+        }
+      }),
+      { numRuns: 80, seed: 23 },
+    );
+  });
+
+  it('a set cancel flag stops any compile with CancelledError; an expired deadline with the time budget named', () => {
+    fc.assert(
+      fc.property(fc.integer({ min: 1, max: 200 }), fc.integer({ min: 0, max: 40 }), (alts, width) => {
+        const spec = regexOf(alts, width);
+        const flag = new Int32Array(new SharedArrayBuffer(4));
+        Atomics.store(flag, 0, 1);
+        expect(() => validateSpec(spec, new CompileBudget({ timeoutMs: noTimeLimit, memoryBytes: 1 << 30 }, flag))).toThrow(CancelledError);
+        expect(() => validateSpec(spec, new CompileBudget({ timeoutMs: -1, memoryBytes: 1 << 30 }))).toThrow(/time budget of -1 ms \(--grammar-compile-timeout-ms\)/);
+      }),
+      { numRuns: 40, seed: 23 },
+    );
   });
 });

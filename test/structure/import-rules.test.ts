@@ -31,13 +31,14 @@ const MAY_IMPORT: Record<string, readonly string[]> = {
 };
 
 /**
- * Public surfaces. `runtime/errors.ts` is a second, light entry: a preprocessing thread or a pure
- * core needs the typed errors without loading the whole runtime (gRPC, etcd, NATS clients).
+ * Public surfaces. `runtime/errors.ts` and `runtime/lru.ts` are light entries: a preprocessing or
+ * compile thread, or a pure core, needs the typed errors or the LRU map without loading the
+ * whole runtime (gRPC, etcd, NATS clients).
  */
 function surfacesOf(top: string): string[] {
   if (top === 'proto') return ['proto/wire.ts'];
   if (top === 'router') return ['router/index.ts', 'router/adapters/index.ts'];
-  if (top === 'runtime') return ['runtime/index.ts', 'runtime/errors.ts', 'runtime/random.ts'];
+  if (top === 'runtime') return ['runtime/index.ts', 'runtime/errors.ts', 'runtime/lru.ts', 'runtime/random.ts'];
   // grammar/byte-level.ts: GPT-2's byte table for preprocessing threads and the tiny tokenizer, without the engine.
   if (top === 'grammar') return ['grammar/index.ts', 'grammar/byte-level.ts'];
   if (top === 'bench') return ['bench/loadgen/index.ts'];

@@ -122,8 +122,8 @@ export class EngineLoop {
       return;
     }
     const stop = request.prefillOnly ? { ...request.stop, maxTokens: 1 } : request.stop;
-    // A grammar new to this worker is classified off the event loop first; the batch runs on.
-    const ready = request.structured !== undefined ? this.structured?.ready(request.structured) : undefined;
+    // A grammar new to this worker is compiled off the event loop first; the batch runs on.
+    const ready = request.structured !== undefined ? this.structured?.ready(request.structured, signal) : undefined;
     if (ready !== undefined) {
       await ready;
       if (this.closed) throw new UnavailableError('engine loop is shut down');

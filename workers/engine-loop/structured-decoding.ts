@@ -16,7 +16,7 @@
  * thread overlaps the compute.
  */
 import type { GrammarMatcher } from '../../grammar/index.js';
-import { bitmaskWords } from '../../grammar/index.js';
+import { GrammarError, bitmaskWords } from '../../grammar/index.js';
 import type { StructuredOutputSpec } from '../../proto/wire.js';
 import { TandemError } from '../../runtime/errors.js';
 import type { StepBatch, StepResult } from '../engines/engine.js';
@@ -28,11 +28,12 @@ export interface GrammarProvider {
   /** A fresh matcher at the start of the output; throws GrammarError (invalid_argument). */
   matcherFor(spec: StructuredOutputSpec): GrammarMatcher;
   /**
-   * Optional: make `spec`'s grammar ready off the event loop (its token classes computed on
-   * another thread). Undefined when it already is; never rejects (the matcher falls back to
-   * classifying lazily); throws GrammarError for a spec that does not compile.
+   * Optional: compile `spec`'s grammar off the event loop, within its budget. Undefined when it
+   * is ready; the promise resolves when it is (or when `signal` aborts, which cancels the
+   * compile) and rejects with a GrammarError for a spec that does not compile or runs past
+   * its budget.
    */
-  prepare?(spec: StructuredOutputSpec): Promise<void> | undefined;
+  prepare?(spec: StructuredOutputSpec, signal?: AbortSignal): Promise<void> | undefined;
 }
 
 /**
@@ -109,14 +110,22 @@ export class StructuredDecoding {
   }
 
   /** The provider's off-loop preparation for a new request's grammar (see GrammarProvider.prepare). */
-  ready(spec: StructuredOutputSpec): Promise<void> | undefined {
+  ready(spec: StructuredOutputSpec, signal?: AbortSignal): Promise<void> | undefined {
     if (this.provider.prepare === undefined) return undefined;
+    const asRequestError = (err: unknown): unknown => {
+      if (err instanceof GrammarError) return new TandemError('invalid_argument', `structured output: ${err.message}`, { cause: err });
+      if (err instanceof TandemError) return err;
+      return new TandemError('invalid_argument', `structured output: ${(err as Error)?.message ?? String(err)}`, { cause: err });
+    };
+    let ready: Promise<void> | undefined;
     try {
-      return this.provider.prepare(spec);
+      ready = this.provider.prepare(spec, signal);
     } catch (err) {
-      if (err instanceof TandemError) throw err;
-      throw new TandemError('invalid_argument', `structured output: ${(err as Error)?.message ?? String(err)}`, { cause: err });
+      throw asRequestError(err);
     }
+    return ready?.catch((err: unknown) => {
+      throw asRequestError(err);
+    });
   }
 
   register(seqId: number, matcher: GrammarMatcher, budget: number): void {

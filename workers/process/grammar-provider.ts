@@ -12,15 +12,15 @@ export interface MatcherSource {
   matcherFor(spec: StructuredOutputSpec, vocab: Vocabulary): GrammarMatcher;
 }
 
-/** Off-loop preparation of new grammars (grammar-classifier.ts). */
+/** Off-loop compilation of new grammars (grammar-compiler.ts); `signal` cancels it. */
 export interface GrammarPreparer {
-  prepare(spec: StructuredOutputSpec): Promise<void> | undefined;
+  prepare(spec: StructuredOutputSpec, signal?: AbortSignal): Promise<void> | undefined;
 }
 
 export function workerGrammarProvider(vocab: Vocabulary, source: MatcherSource, preparer?: GrammarPreparer): GrammarProvider {
   return {
     vocabSize: vocab.size,
     matcherFor: (spec) => source.matcherFor(spec, vocab),
-    ...(preparer !== undefined ? { prepare: (spec: StructuredOutputSpec) => preparer.prepare(spec) } : {}),
+    ...(preparer !== undefined ? { prepare: (spec: StructuredOutputSpec, signal?: AbortSignal) => preparer.prepare(spec, signal) } : {}),
   };
 }

@@ -20,6 +20,8 @@ export class WorkerMetrics {
   readonly requests: Counter;
   readonly generatedTokens: Counter;
   readonly steps: Counter;
+  /** New grammars compiled off the event loop, by outcome (compiled, budget_exceeded, invalid, cancelled, failed). */
+  readonly grammarCompiles: Counter;
   private readonly labels: { model_name: string };
   private lastQueries = 0;
   private lastHits = 0;
@@ -37,6 +39,7 @@ export class WorkerMetrics {
     this.requests = counter('tandem_worker_requests_total', 'Requests accepted by this worker');
     this.generatedTokens = counter('tandem_worker_generated_tokens_total', 'Tokens sampled by this worker');
     this.steps = counter('tandem_worker_steps_total', 'Engine steps run');
+    this.grammarCompiles = new Counter({ name: 'tandem_worker_grammar_compiles_total', help: 'New structured-output grammars compiled, by outcome', labelNames: ['model_name', 'outcome'], registers: [registry] });
     this.vllmRunning = gauge('vllm:num_requests_running', 'Number of requests in model execution batches');
     this.vllmWaiting = gauge('vllm:num_requests_waiting', 'Number of requests waiting to be processed');
     this.vllmKvUsage = gauge('vllm:kv_cache_usage_perc', 'KV-cache usage; 1 means 100 percent usage');

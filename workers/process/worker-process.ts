@@ -52,9 +52,8 @@ import { MockerEngine } from '../engines/mocker/index.js';
 import { loadPerfProfile, PerfProfileError, type PerfModel } from '../../perf-model/index.js';
 import { readModelConfig, type ModelConfig } from '../models/index.js';
 import { DisaggMetrics, WorkerMetrics } from './worker-metrics.js';
-import { GrammarCache } from '../../grammar/index.js';
+import { DEFAULT_COMPILE_LIMITS, GrammarCache, GrammarCompiler, type CompileLimits } from '../../grammar/index.js';
 import { workerGrammarProvider } from './grammar-provider.js';
-import { GrammarClassifier } from './grammar-classifier.js';
 import { loadWorkerVocabulary } from './vocabulary-loader.js';
 import { LoadPublisher } from './load-publisher.js';
 
@@ -87,6 +86,8 @@ export interface WorkerOptions {
   cudaGraphs?: boolean;
   /** Publish load metrics at most this often (ms); 0 publishes after every step. */
   loadMetricsIntervalMs: number;
+  /** Each new grammar's compile budget (`--grammar-compile-timeout-ms`, `--grammar-compile-memory-mb`). */
+  grammarLimits?: CompileLimits;
   /** prefill/decode, mocker: bytes of KV per token in the host pool (default 1024). */
   kvBytesPerToken?: number;
   /** prefill: free pinned blocks no decode worker released after this long (default 30 s). */
@@ -197,7 +198,15 @@ export async function startWorker(runtime: DistributedRuntime, options: WorkerOp
   const metrics = new WorkerMetrics(runtime.metrics, modelName);
   const log = runtime.logger.child({ component: componentName, model: modelName });
   const grammarCache = new GrammarCache();
-  const classifier = vocab !== undefined ? new GrammarClassifier(vocab, grammarCache, log) : undefined;
+  const grammarCompiler =
+    vocab !== undefined
+      ? new GrammarCompiler({
+          limits: options.grammarLimits ?? DEFAULT_COMPILE_LIMITS,
+          target: { vocab, cache: grammarCache },
+          log,
+          onOutcome: (outcome) => metrics.grammarCompiles.inc({ model_name: modelName, outcome }),
+        })
+      : undefined;
   if (vocab !== undefined) {
     const ms = grammarCache.warm(vocab);
     log.debug({ vocabSize: vocab.size, ms: Math.round(ms) }, 'structured output: vocabulary prepared');
@@ -216,7 +225,7 @@ export async function startWorker(runtime: DistributedRuntime, options: WorkerOp
     workerId: runtime.instanceId,
     ...(disagg?.importer !== undefined ? { kvImporter: disagg.importer } : {}),
     scheduler: { maxNumBatchedTokens: options.maxNumBatchedTokens, maxNumSeqs: options.maxNumSeqs },
-    ...(vocab !== undefined ? { grammar: workerGrammarProvider(vocab, grammarCache, classifier) } : {}),
+    ...(vocab !== undefined ? { grammar: workerGrammarProvider(vocab, grammarCache, grammarCompiler) } : {}),
     sinks: {
       onKvEvents: (events: KvEvent[]) => {
         void component.publish(TOPICS.kvEvents, events).catch((err: unknown) => log.debug({ err }, 'kv event publish failed'));
@@ -294,7 +303,7 @@ export async function startWorker(runtime: DistributedRuntime, options: WorkerOp
     disagg?.pinned?.releaseAll();
     await loop.close();
     disagg?.close();
-    await classifier?.close();
+    await grammarCompiler?.close();
   };
   runtime.onShutdown(shutdownKv);
   const device = (engine as Partial<NativeEngine>).deviceDescription;

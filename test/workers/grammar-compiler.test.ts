@@ -1,15 +1,15 @@
 /**
- * New grammars are classified off the event loop: GrammarClassifier computes a grammar's token
- * classes on its thread (nothing classified on this one), installs them, and masks then equal
+ * New grammars are compiled off the event loop: GrammarCompiler builds a grammar's automaton and
+ * token classes on its thread (nothing classified on this one), adopts them (packed, decoded per
+ * node on use), and masks then equal
  * those of a grammar classified lazily here. In the engine loop, a constrained request whose
  * grammar is still being prepared waits outside the batch while other requests run to the end.
  */
 import { afterAll, describe, expect, it } from 'vitest';
-import { GrammarCache, GrammarError, bitmaskWords, localClassifications, type Vocabulary } from '../../grammar/index.js';
+import { DEFAULT_COMPILE_LIMITS, GrammarCache, GrammarCompiler, GrammarError, bitmaskWords, localClassifications, type Vocabulary } from '../../grammar/index.js';
 import type { PreprocessedRequest, StructuredOutputSpec, TokenDelta } from '../../proto/wire.js';
 import { EngineLoop } from '../../workers/engine-loop/engine-loop.js';
 import { MockerEngine } from '../../workers/engines/mocker/mocker-engine.js';
-import { GrammarClassifier } from '../../workers/process/grammar-classifier.js';
 import { workerGrammarProvider } from '../../workers/process/grammar-provider.js';
 import { allowedIds, testVocabulary } from '../grammar/automaton-tools.js';
 import { rng } from '../grammar/compile-ir-tools.js';
@@ -21,17 +21,17 @@ const spec: StructuredOutputSpec = {
 };
 
 const cache = new GrammarCache();
-const classifier = new GrammarClassifier(vocab, cache);
+const classifier = new GrammarCompiler({ limits: DEFAULT_COMPILE_LIMITS, target: { vocab, cache } });
 afterAll(() => classifier.close());
 
-describe('GrammarClassifier', () => {
+describe('GrammarCompiler', () => {
   it("classifies a new grammar on its thread; the masks equal a lazily classified grammar's", async () => {
     const before = localClassifications;
     const ready = classifier.prepare(spec);
     expect(ready).toBeInstanceOf(Promise);
     expect(classifier.prepare(spec)).toBe(ready); // one job per grammar in flight
     await ready;
-    expect(classifier.classifiedOffThread).toBe(1);
+    expect(classifier.compiled).toBe(1);
     const g = cache.compile(spec, vocab);
     expect(g.unclassified()).toEqual([]);
     expect(localClassifications).toBe(before); // nothing walked on this thread
@@ -55,9 +55,24 @@ describe('GrammarClassifier', () => {
     }
   });
 
-  it('a spec that does not compile throws at once, naming the problem', () => {
-    expect(() => classifier.prepare({ kind: 'json_schema', schema: { type: 'array', uniqueItems: true } })).toThrow(GrammarError);
-    expect(() => classifier.prepare({ kind: 'json_schema', schema: { type: 'array', uniqueItems: true } })).toThrow(/uniqueItems/);
+  it('a spec that does not compile rejects, naming the problem', async () => {
+    await expect(classifier.prepare({ kind: 'json_schema', schema: { type: 'array', uniqueItems: true } })).rejects.toThrow(GrammarError);
+    await expect(classifier.prepare({ kind: 'json_schema', schema: { type: 'array', uniqueItems: true } })).rejects.toThrow(/uniqueItems/);
+  });
+
+  it('a compile past its time budget rejects naming the budget; an abandoned one is cancelled', async () => {
+    const tight = new GrammarCompiler({ limits: { timeoutMs: 50, memoryBytes: 1 << 30 }, target: { vocab, cache: new GrammarCache() } });
+    const big = { kind: 'regex', pattern: '(' + Array.from({ length: 400 }, (_, i) => `[a-z]{${i % 40}}q${i}`).join('|') + ')' } as const;
+    await expect(tight.prepare(big)).rejects.toThrow(/time budget of 50 ms/);
+    const controller = new AbortController();
+    const waiting = tight.prepare({ ...big, pattern: big.pattern + 'x' }, controller.signal)!;
+    controller.abort();
+    await waiting;
+    await expect.poll(() => tight.cancelled).toBe(1);
+    await tight.close();
+    const small = new GrammarCompiler({ limits: { timeoutMs: 10_000, memoryBytes: 4096 }, target: { vocab, cache: new GrammarCache() } });
+    await expect(small.prepare(big)).rejects.toThrow(/memory budget of 0 MB/);
+    await small.close();
   });
 });
 
