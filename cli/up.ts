@@ -39,6 +39,10 @@ interface UpFlags {
   kvBytesPerToken?: string;
   kvReleaseTimeout?: string;
   perfProfile?: string;
+  contextLength?: string;
+  kvCacheMemory?: string;
+  grammarCompileTimeoutMs?: string;
+  grammarCompileMemoryMb?: string;
   logLevel: string;
   planner?: 'load' | 'sla';
   maxWorkers?: number;
@@ -124,6 +128,10 @@ export function registerUpCommand(program: Command): void {
     .option('--threads <n>', 'native engine compute threads per worker')
     .option('--kv-bytes-per-token <bytes>', 'prefill/decode with the mocker: KV bytes per token of its host pool (131072 = 8B-shaped)')
     .option('--kv-release-timeout <seconds>', 'prefill: free pinned KV blocks no decode worker released after this long')
+    .option('--context-length <n>', 'cap the model context length of every worker')
+    .option('--kv-cache-memory <bytes>', 'native: KV pool budget in bytes per worker when --num-gpu-blocks is not set')
+    .option('--grammar-compile-timeout-ms <ms>', 'structured output: most wall time one new grammar may take to compile, in the frontend\'s check and in each worker (then 400)')
+    .option('--grammar-compile-memory-mb <mb>', 'structured output: most memory one new grammar may need, in the frontend\'s check and in each worker (then 400)')
     .option('--perf-profile <file>', 'mocker: every worker runs this perf profile (`runtime profile --out`); also the planner\'s unless --planner-profile')
     .option('--log-level <level>', 'log level of the children', 'info')
     .addOption(new Option('--planner <mode>', 'run the planner in-process (local connector): load | sla').argParser(oneOf(['load', 'sla'] as const)))
@@ -196,14 +204,20 @@ function childArgs(flags: UpFlags, frontendExtra: string[], paths: { modelDir: s
     ['kvBytesPerToken', '--kv-bytes-per-token'],
     ['kvReleaseTimeout', '--kv-release-timeout'],
     ['perfProfile', '--perf-profile'],
+    ['contextLength', '--context-length'],
+    ['kvCacheMemory', '--kv-cache-memory'],
   ];
+  // The grammar budgets bound both compiles of a request: the frontend's check and the worker's.
+  const budgets: string[] = [];
+  if (flags.grammarCompileTimeoutMs !== undefined) budgets.push('--grammar-compile-timeout-ms', flags.grammarCompileTimeoutMs);
+  if (flags.grammarCompileMemoryMb !== undefined) budgets.push('--grammar-compile-memory-mb', flags.grammarCompileMemoryMb);
   for (const [key, flag] of passthrough) if (flags[key] !== undefined) workerFlags.push(flag, String(flags[key]));
   if (flags.enforceEager === true) workerFlags.push('--enforce-eager');
   const gpuShare = gpuMemoryShare(flags);
   if (gpuShare !== undefined) workerFlags.push('--gpu-memory-utilization', gpuShare);
   return {
-    frontend: ['frontend', ...common, '--http-port', String(flags.httpPort), '--host', flags.host, ...frontendExtra],
-    worker: (pool) => ['worker', ...common, ...workerFlags, '--mode', pool],
+    frontend: ['frontend', ...common, '--http-port', String(flags.httpPort), '--host', flags.host, ...budgets, ...frontendExtra],
+    worker: (pool) => ['worker', ...common, ...workerFlags, ...budgets, '--mode', pool],
   };
 }
 

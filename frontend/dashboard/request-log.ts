@@ -4,10 +4,11 @@
  * `MAX_PENDING_ROUTES` decisions waiting for their request (oldest dropped), the last
  * `REQUEST_RING_SIZE` finished records, the last `ROUTING_DECISIONS_KEPT` decisions.
  *
- * The finished records are an insertion-ordered Map trimmed from the front (a bounded
- * oldest-first cache); a shared LRU module is being made elsewhere and may replace it.
+ * All three maps are `LruMap`s read with `peek`, so reads do not refresh: the oldest entry
+ * goes first when a bound is reached.
  */
 import type { RouterDecisionEvent } from '../../proto/wire.js';
+import { LruMap } from '../../runtime/lru.js';
 import { Ring } from './ring.js';
 import { REQUEST_RING_SIZE, ROUTING_DECISIONS_KEPT, type RequestRecord, type RoutingCandidate, type RoutingDecision } from './snapshot.js';
 
@@ -57,15 +58,15 @@ export interface Finished {
 }
 
 export class RequestLog {
-  private readonly pending = new Map<string, Pending>();
-  private readonly routeCandidates = new Map<string, { candidates: RoutingCandidate[]; promptBlocks: number; decidedBy: string; winner: string }>();
-  private readonly finished = new Map<string, RequestRecord>();
+  private readonly pending = new LruMap<string, Pending>({ maxEntries: MAX_PENDING });
+  private readonly routeCandidates = new LruMap<string, { candidates: RoutingCandidate[]; promptBlocks: number; decidedBy: string; winner: string }>({ maxEntries: MAX_PENDING_ROUTES });
+  private readonly finished = new LruMap<string, RequestRecord>({ maxEntries: REQUEST_RING_SIZE });
   private readonly decisionRing = new Ring<RoutingDecision>(ROUTING_DECISIONS_KEPT);
 
   /** The kv selector's view of a routing decision; joined with the request at its start. */
   routingDecided(requestId: string, winner: string, candidates: RoutingCandidate[], promptBlocks: number, decidedBy: string): void {
     // A standalone router's decision may arrive over the event plane after the request started.
-    const known = this.pending.get(requestId)?.routing ?? this.finished.get(requestId)?.routing;
+    const known = this.pending.peek(requestId)?.routing ?? this.finished.peek(requestId)?.routing;
     if (known !== undefined) {
       known.winner = winner;
       known.candidates = candidates;
@@ -73,7 +74,6 @@ export class RequestLog {
       known.decidedBy = decidedBy;
       return;
     }
-    if (this.routeCandidates.size >= MAX_PENDING_ROUTES) this.routeCandidates.delete(this.routeCandidates.keys().next().value!);
     this.routeCandidates.set(requestId, { candidates, promptBlocks, decidedBy, winner });
   }
 
@@ -83,10 +83,9 @@ export class RequestLog {
   }
 
   started(s: RequestStart, now: number): void {
-    if (this.pending.size >= MAX_PENDING) this.pending.delete(this.pending.keys().next().value!);
     const p: Pending = { requestId: s.requestId, model: s.model, startedAt: s.arrivedAt, routedAt: now, workers: [s.instanceId] };
     if (s.prefillInstanceId !== undefined) p.prefillWorker = s.prefillInstanceId;
-    const route = this.routeCandidates.get(s.requestId);
+    const route = this.routeCandidates.peek(s.requestId);
     this.routeCandidates.delete(s.requestId);
     const decision: RoutingDecision = {
       t: now,
@@ -105,14 +104,14 @@ export class RequestLog {
 
   /** The request's TTFT (ms) the first time it is called for it; undefined after, or when unknown. */
   firstToken(requestId: string, now: number): number | undefined {
-    const p = this.pending.get(requestId);
+    const p = this.pending.peek(requestId);
     if (!p || p.firstTokenAt !== undefined) return undefined;
     p.firstTokenAt = now;
     return now - p.startedAt;
   }
 
   ended(requestId: string, end: RequestEnd, now: number): Finished | undefined {
-    const p = this.pending.get(requestId);
+    const p = this.pending.peek(requestId);
     if (!p) return undefined;
     this.pending.delete(requestId);
     const d = end.disagg;
@@ -143,13 +142,12 @@ export class RequestLog {
     if (p.routing) record.routing = p.routing;
     if (end.error !== undefined) record.error = end.error;
     // A Map iterates in insertion order: its first key is the oldest record.
-    if (this.finished.size >= REQUEST_RING_SIZE) this.finished.delete(this.finished.keys().next().value!);
     this.finished.set(requestId, record);
     return { record, firstTokenAt: p.firstTokenAt, servedBy: p.workers[p.workers.length - 1]! };
   }
 
   request(requestId: string): RequestRecord | undefined {
-    return this.finished.get(requestId);
+    return this.finished.peek(requestId);
   }
 
   /** Newest last. */

@@ -48,6 +48,8 @@ describe('runtime up refuses a bad forwarded flag before starting anything', () 
     { what: 'an unknown flag with a value, after known forwarded ones', args: ['--router-mode', 'kv', '--bogus-flag', '7'], line: /^runtime: unknown option '--bogus-flag' / },
     { what: 'a bad value of a forwarded frontend flag', args: ['--router-mode', 'fastest'], line: /^runtime: option '--router-mode <mode>' argument 'fastest' is invalid\..* \(runtime up passes flags it does not know to the frontend\)$/ },
     { what: 'a bad value of a worker flag', args: ['--num-gpu-blocks', 'many'], line: /^runtime: option '--num-gpu-blocks <n>' argument 'many' is invalid\..* \(runtime up passes it to every worker\)$/ },
+    { what: 'a bad grammar compile budget (passed to the frontend and every worker)', args: ['--grammar-compile-timeout-ms', '0'], line: /^runtime: option '--grammar-compile-timeout-ms <ms>' argument '0' is invalid\./ },
+    { what: 'a bad --context-length (passed to every worker)', args: ['--context-length', '-4'], line: /^runtime: option '--context-length <n>' argument '-4' is invalid\..* \(runtime up passes it to every worker\)$/ },
     { what: 'a bad --log-level (passed to every child)', args: ['--log-level', 'loud'], line: /^runtime: option '--log-level <level>' argument 'loud' is invalid\./ },
     { what: 'a forwarded flag missing its value', args: ['--migration-limit'], line: /^runtime: option '--migration-limit <n>' argument missing / },
     { what: 'a stray argument', args: ['serve'], line: /^runtime: unexpected argument 'serve' / },

@@ -4,7 +4,8 @@
  *   - GPT-2's byte↔unicode table: grammar/byte-level.ts;
  *   - `isObject`: proto/json.ts;
  *   - the planner's pool names: POOL_NAMES in planner/policy/observation.ts;
- *   - the seeded random generator: runtime/random.ts (shipped code and benches).
+ *   - the seeded random generator: runtime/random.ts (shipped code and benches);
+ *   - the bounded LRU/oldest-first map: LruMap in runtime/lru.ts.
  */
 import { readdirSync, readFileSync, statSync } from 'node:fs';
 import { join, relative } from 'node:path';
@@ -52,6 +53,10 @@ describe('one of each', () => {
     // Each generator's signature constants: xoshiro128**'s `<< 9` and rotl 11, mulberry32's 0x6d2b79f5, xorshift's 13/17/5.
     const step = (t: string) => /0x6d2b79f5/i.test(t) || (/<< 9\b/.test(t) && /\b11\)/.test(t)) || (/<< 13;/.test(t) && />>> 17;/.test(t));
     expect(holders(step)).toEqual(['runtime/random.ts']);
+  });
+
+  it('one bounded map (runtime/lru.ts): no other Map trimmed by hand from its oldest key', () => {
+    expect(holders((t) => /\.keys\(\)\.next\(\)\.value/.test(t))).toEqual([]);
   });
 
   it("the planner spells its pool names once (POOL_NAMES)", () => {
