@@ -131,7 +131,7 @@ const FAULT_MESSAGES: Partial<Record<ApiErrorCode, string>> = {
 
 /** Network addresses (IPv4, [IPv6], host:port, unix sockets) and socket error names. */
 const INTERNAL_DETAIL = [
-  /\[[0-9a-f:.%]+\](?::\d+)?/gi,
+  /\[[0-9a-f.%]*:[0-9a-f:.%]*\](?::\d+)?/gi, // an IPv6 literal has a colon; `tools[0]` is not one
   /\b\d{1,3}(?:\.\d{1,3}){3}(?::\d+)?\b/g,
   /\b(?:localhost|[a-z0-9-]+(?:\.[a-z0-9-]+)+):\d{2,5}\b/gi,
   /\bunix:\S+/gi,

@@ -31,4 +31,9 @@ describe('errorBody', () => {
     expect(errorBody(new ApiError('unavailable', 'the frontend is shutting down; retry the request')).error.message).toBe('the frontend is shutting down; retry the request');
     expect(errorBody(toApiError(new NoInstancesError("no workers available for model 'm'"))).error.message).toBe("no workers available for model 'm'");
   });
+
+  it('JSON paths with indices are not addresses: a 400 still names its parameter', () => {
+    const text = "'tools[0].function.parameters' (function 'tag'): \"uniqueItems\" is not supported (at #/properties/tags/items[12])";
+    expect(errorBody(new ApiError('invalid_argument', text, 'tools[0].function.parameters')).error.message).toBe(text);
+  });
 });
