@@ -100,19 +100,14 @@ else
   # Incremental: `tsc -b` re-checks and re-emits only what changed since dist/.tsbuildinfo.
   quietly npm run --silent build
   step_done tsc
-  if node scripts/setup-state.mjs check native; then
-    step_done native
-  else
-    quietly node native/scripts/build.js
-    node scripts/setup-state.mjs record native
-    step_done native
-  fi
-  if node scripts/setup-state.mjs check ucx; then
-    step_done ucx
-  else
-    quietly node native/ucx/build.js
-    node scripts/setup-state.mjs record ucx
-    step_done ucx
-  fi
+  # An addon rebuilds only when the hash of its inputs differs from its stamp.
+  for addon in "native native/scripts/build.js" "ucx native/ucx/build.js"; do
+    set -- $addon
+    if ! node scripts/setup-state.mjs check "$1"; then
+      quietly node "$2"
+      node scripts/setup-state.mjs record "$1"
+    fi
+    step_done "$1"
+  done
 fi
 echo "setup: ready"

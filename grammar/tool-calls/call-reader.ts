@@ -9,6 +9,8 @@
  * whatever the chunking. An object in any other shape (keys in another order, double-encoded
  * arguments, no arguments key) is read whole once it closes, as `readCall` decides.
  */
+import { skipJsonSpace } from '../stream-text.js';
+
 export interface CallValue {
   name: string;
   arguments: string;
@@ -116,37 +118,27 @@ function readHead(text: string, start: number): Head {
 
 function readHeadIn(text: string, start: number): Head {
   let i = start + 1; // past '{'
-  const key = readString(text, skip(text, i));
+  const key = readString(text, skipJsonSpace(text, i));
   if (key === 'wait' || key === 'other') return key;
   if (key.value !== 'name') return 'other';
-  i = skip(text, key.end);
+  i = skipJsonSpace(text, key.end);
   if (i >= text.length) return 'wait';
   if (text[i] !== ':') return 'other';
-  const name = readString(text, skip(text, i + 1));
+  const name = readString(text, skipJsonSpace(text, i + 1));
   if (name === 'wait' || name === 'other') return name;
   if (name.value.length === 0) return 'other';
-  i = skip(text, name.end);
+  i = skipJsonSpace(text, name.end);
   if (i >= text.length) return 'wait';
   if (text[i] !== ',') return 'other';
-  const args = readString(text, skip(text, i + 1));
+  const args = readString(text, skipJsonSpace(text, i + 1));
   if (args === 'wait' || args === 'other') return args;
   if (args.value !== 'arguments' && args.value !== 'parameters') return 'other';
-  i = skip(text, args.end);
+  i = skipJsonSpace(text, args.end);
   if (i >= text.length) return 'wait';
   if (text[i] !== ':') return 'other';
-  i = skip(text, i + 1);
+  i = skipJsonSpace(text, i + 1);
   if (i >= text.length) return 'wait';
   return text[i] === '{' ? { kind: 'match', name: name.value, argsAt: i } : 'other';
-}
-
-function skip(text: string, from: number): number {
-  let i = from;
-  while (i < text.length) {
-    const c = text.charCodeAt(i);
-    if (c !== 0x20 && c !== 0x0a && c !== 0x0d && c !== 0x09) break;
-    i++;
-  }
-  return i;
 }
 
 /** A complete JSON string at `at`: its value and the index past its closing quote. */

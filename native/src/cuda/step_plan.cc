@@ -16,7 +16,7 @@ int32_t choose_decode_splits(int32_t num_decode, int32_t num_kv_heads, int32_t m
   const int64_t blocks = static_cast<int64_t>(num_decode) * std::max(1, num_kv_heads);
   int64_t splits = (2 * static_cast<int64_t>(std::max(1, sm_count)) + blocks - 1) / blocks;
   splits = std::min<int64_t>(splits, std::max(1, max_splits));
-  splits = std::min<int64_t>(splits, std::max<int64_t>(1, (max_kv_len + 63) / 64));
+  splits = std::min<int64_t>(splits, std::max<int64_t>(1, (max_kv_len + kAttentionChunk - 1) / kAttentionChunk));
   return static_cast<int32_t>(std::max<int64_t>(1, splits));
 }
 

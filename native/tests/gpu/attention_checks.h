@@ -198,7 +198,20 @@ inline void test_attention_prefill(Gpu& g) {
               cases.size(), sequences, g.name.c_str(), secs);
 }
 
+// The split heuristic: blocks to fill the SMs twice, at least one 32-key chunk each, capped.
+inline void test_decode_splits() {
+  using tandem::gpu::choose_decode_splits;
+  // Batch 1, 2 KV heads (Qwen2-0.5B), a 144-key table on 132 SMs: one split per chunk, 5.
+  CHECK(choose_decode_splits(1, 2, 144, 132, 16) == 5, "short batch-1 context: %d splits", choose_decode_splits(1, 2, 144, 132, 16));
+  CHECK(choose_decode_splits(1, 2, 4096, 132, 16) == 16, "long context: capped at max_splits");
+  CHECK(choose_decode_splits(2, 2, 4096, 132, 16) == 16, "the worked example: 16 splits");
+  CHECK(choose_decode_splits(256, 8, 4096, 132, 16) == 1, "a full batch fills the device alone");
+  CHECK(choose_decode_splits(1, 2, 20, 132, 16) == 1, "one chunk: one split");
+  CHECK(choose_decode_splits(0, 2, 20, 132, 16) == 1, "no decode rows");
+}
+
 inline void test_attention(Gpu& g) {
+  test_decode_splits();
   const std::vector<GpuAttnCase> cases = {
       {8, 4, 2, 4}, {16, 7, 1, 1}, {64, 14, 2, 16}, {128, 4, 1, 16}, {80, 8, 8, 4}, {256, 8, 2, 16}, {128, 32, 4, 16}, {40, 2, 2, 4},
   };
