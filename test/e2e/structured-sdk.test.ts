@@ -12,18 +12,15 @@
  * Fleets: tiny-llama (Llama 3 JSON tool calls) for the AI SDK; a tiny Qwen3 (Hermes
  * `<tool_call>`, `<think>` reasoning) under `--reasoning-parser think` for the openai SDK.
  */
-import { mkdtemp, rm } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createOpenAICompatible } from '@ai-sdk/openai-compatible';
 import { generateObject, generateText, stepCountIs, streamObject, streamText, tool } from 'ai';
 import OpenAI from 'openai';
 import { zodFunction, zodResponseFormat } from 'openai/helpers/zod';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { beforeAll, describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import { makeTinyModel } from '../../workers/models/index.js';
-import { freePort } from '../harness/ports.js';
-import { startUp, stopAll, type Up } from './up.js';
+import { upForBlock } from './up.js';
 
 /** A mocker worker that answers at once: these tests measure shapes, not timing. */
 const MOCKER = ['--engine', 'mocker', '--workers', '1', '--speedup-ratio', '100', '--log-level', 'warn'];
@@ -47,19 +44,9 @@ const WeatherInput = z.object({
 });
 const TimeInput = z.object({ zone: z.enum(['utc', 'local']) });
 
-/** A fleet under `runtime up`, its cache dir removed afterwards. */
+/** A fleet under `runtime up` (one mocker worker), its cache dir removed afterwards. */
 function fleet(prefix: string, args: (cacheDir: string) => Promise<string[]>): { url: () => string } {
-  let cacheDir: string | undefined;
-  let up: Up | undefined;
-  beforeAll(async () => {
-    cacheDir = await mkdtemp(join(tmpdir(), prefix));
-    up = await startUp(cacheDir, [...(await args(cacheDir)), ...MOCKER, '--http-port', String(await freePort())]);
-  }, 120_000);
-  afterAll(async () => {
-    if (up !== undefined) await stopAll([up]);
-    if (cacheDir !== undefined) await rm(cacheDir, { recursive: true, force: true });
-  }, 60_000);
-  return { url: () => up!.url };
+  return upForBlock(prefix, async (cacheDir) => [...(await args(cacheDir)), ...MOCKER]);
 }
 
 describe('Vercel AI SDK against runtime up (tiny-llama, mocker)', () => {

@@ -9,16 +9,13 @@
  * to the unary arguments for the same seed (the mocker's tokens are a function of seed and
  * position, so a seed repeats an output).
  */
-import { mkdtemp, rm } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { AIMessageChunk } from '@langchain/core/messages';
 import { ChatOpenAI } from '@langchain/openai';
 import OpenAI from 'openai';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { beforeAll, describe, expect, it } from 'vitest';
 import { makeTinyModel } from '../../workers/models/index.js';
-import { freePort } from '../harness/ports.js';
-import { startUp, stopAll, type Up } from './up.js';
+import { upForBlock } from './up.js';
 
 const MOCKER = ['--engine', 'mocker', '--workers', '1', '--speedup-ratio', '100', '--log-level', 'warn'];
 /** Every format's call markup: none of it may reach content. */
@@ -38,19 +35,9 @@ const WEATHER = {
   },
 };
 
-/** A fleet under `runtime up` for one describe block, its cache dir removed afterwards. */
+/** A fleet under `runtime up` (one mocker worker) for one describe block. */
 function fleet(args: (cacheDir: string) => Promise<string[]>): { url: () => string } {
-  let cacheDir: string | undefined;
-  let up: Up | undefined;
-  beforeAll(async () => {
-    cacheDir = await mkdtemp(join(tmpdir(), 'tandem-tool-stream-'));
-    up = await startUp(cacheDir, [...(await args(cacheDir)), ...MOCKER, '--http-port', String(await freePort())]);
-  }, 120_000);
-  afterAll(async () => {
-    if (up !== undefined) await stopAll([up]);
-    if (cacheDir !== undefined) await rm(cacheDir, { recursive: true, force: true });
-  }, 60_000);
-  return { url: () => up!.url };
+  return upForBlock('tandem-tool-stream-', async (cacheDir) => [...(await args(cacheDir)), ...MOCKER]);
 }
 
 async function tinyModel(cacheDir: string, arch: 'qwen2' | 'llama', name: string): Promise<string> {

@@ -3,7 +3,12 @@
  * test can send SIGINT to the whole group the way Ctrl-C does), through the shipped supervisor
  * (test/harness/processes.ts), ready once it prints "Press Ctrl-C to stop".
  */
+import { mkdtemp, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, beforeAll } from 'vitest';
 import { REPO_ROOT, SupervisedProcess, runtimeCommand } from '../../runtime/supervisor/index.js';
+import { freePort } from '../harness/ports.js';
 import { isAlive } from '../harness/processes.js';
 
 export interface Up {
@@ -35,4 +40,22 @@ export async function stopAll(ups: Up[]): Promise<void> {
     await up.proc.stop(20_000);
     for (const pid of reportedPids(up.proc.output())) if (isAlive(pid)) process.kill(pid, 'SIGKILL');
   }
+}
+
+/**
+ * A fleet under `runtime up` for one describe block: started in its beforeAll on a free port with
+ * `args(cacheDir)`, stopped and its cache dir (prefix `prefix`) removed in its afterAll.
+ */
+export function upForBlock(prefix: string, args: (cacheDir: string) => Promise<string[]>): { url: () => string } {
+  let cacheDir: string | undefined;
+  let up: Up | undefined;
+  beforeAll(async () => {
+    cacheDir = await mkdtemp(join(tmpdir(), prefix));
+    up = await startUp(cacheDir, [...(await args(cacheDir)), '--http-port', String(await freePort())]);
+  }, 120_000);
+  afterAll(async () => {
+    if (up !== undefined) await stopAll([up]);
+    if (cacheDir !== undefined) await rm(cacheDir, { recursive: true, force: true });
+  }, 60_000);
+  return { url: () => up!.url };
 }
