@@ -32,12 +32,15 @@ async function metric(url: string, name: string): Promise<number> {
   return Number(line.slice(line.lastIndexOf(' ') + 1));
 }
 
+// The last row runs the prefill worker at --block-size 32 against a decode worker at 16: every
+// hand-off is read into staging and converted (workers/disagg/converting-pull.ts).
 const TRANSPORTS = [
-  { name: 'tcp', tls: 'tcp' },
-  { name: 'shared memory', tls: 'sm,self' },
+  { name: 'tcp', tls: 'tcp', prefillBlock: 16 },
+  { name: 'shared memory', tls: 'sm,self', prefillBlock: 16 },
+  { name: 'tcp, prefill block 32 → decode block 16', tls: 'tcp', prefillBlock: 32 },
 ];
 
-describe.skipIf(!isNativeBuilt() || !isUcxBuilt()).each(TRANSPORTS)('prefill and decode worker processes over UCX $name', ({ tls }) => {
+describe.skipIf(!isNativeBuilt() || !isUcxBuilt()).each(TRANSPORTS)('prefill and decode worker processes over UCX $name', ({ tls, prefillBlock }) => {
   let dir: string;
   let modelDir: string;
   let driver: DistributedRuntime;
@@ -72,7 +75,7 @@ describe.skipIf(!isNativeBuilt() || !isUcxBuilt()).each(TRANSPORTS)('prefill and
     modelDir = join(dir, 'qwen2');
     await makeTinyModel({ arch: 'qwen2', outDir: modelDir, dtype: 'f32', seed: 11 });
     [prefill, decode] = await Promise.all([
-      spawnWorker('prefill', ['--kv-release-timeout', String(RELEASE_TIMEOUT_S)]),
+      spawnWorker('prefill', ['--kv-release-timeout', String(RELEASE_TIMEOUT_S), '--block-size', String(prefillBlock)]),
       spawnWorker('decode', ['--kv-pull-timeout', '1']),
     ]);
     const fileRuntime = (name: string) =>
@@ -108,9 +111,10 @@ describe.skipIf(!isNativeBuilt() || !isUcxBuilt()).each(TRANSPORTS)('prefill and
     expect(first.tokens).toEqual(expected[0]);
     const all = await Promise.all(requests.map((r) => disagg(clients, { ...r, requestId: `${r.requestId}-b` }, decode.instanceId)));
     all.forEach((got, i) => expect(got.tokens, `request ${i}`).toEqual(expected[i]));
-    expect(all[1]!.prefill.usage!.cachedTokens).toBe(32); // two full shared blocks hit on the prefill worker
+    expect(all[1]!.prefill.usage!.cachedTokens).toBe(32); // the full shared blocks (2 × 16 or 1 × 32) hit on the prefill worker
     expect(await metric(decode.statusUrl, 'tandem_worker_kv_transfer_bytes_total')).toBeGreaterThan(0);
     expect(await metric(decode.statusUrl, 'tandem_worker_kv_recompute_fallbacks_total')).toBe(0);
+    if (prefillBlock !== 16) expect(await metric(decode.statusUrl, 'tandem_worker_kv_layout_conversions_total')).toBe(5);
     await waitFor(async () => (await metric(prefill.statusUrl, 'tandem_worker_kv_pinned_blocks')) === 0, 3_000, 'pins released');
     expect(await metric(prefill.statusUrl, 'tandem_worker_kv_active_blocks')).toBe(0);
     expect(await metric(decode.statusUrl, 'tandem_worker_kv_active_blocks')).toBe(0);
@@ -121,7 +125,7 @@ describe.skipIf(!isNativeBuilt() || !isUcxBuilt()).each(TRANSPORTS)('prefill and
     const request = greedy(tokens(50, 26), 400);
     const pre = await collect(clients.prefill.generate<PreprocessedRequest, TokenDelta>({ ...request, prefillOnly: true }));
     const params = pre.deltas[0]!.kvTransfer!;
-    expect(await metric(prefill.statusUrl, 'tandem_worker_kv_pinned_blocks')).toBe(4);
+    expect(await metric(prefill.statusUrl, 'tandem_worker_kv_pinned_blocks')).toBe(Math.ceil(50 / prefillBlock));
     const stream = clients.decode.generate<PreprocessedRequest, TokenDelta>(
       { ...request, tokenIds: [...request.tokenIds, ...pre.tokens], kvTransfer: params, stop: { ...request.stop, maxTokens: 399 }, numPriorOutputTokens: 1 },
       { routing: { mode: 'direct', instanceId: decode.instanceId } },
