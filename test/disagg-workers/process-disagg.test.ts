@@ -162,4 +162,53 @@ describe.skipIf(!isNativeBuilt() || !isUcxBuilt()).each(TRANSPORTS)('prefill and
     await waitFor(async () => (await metric(decode.statusUrl, 'tandem_worker_kv_active_blocks')) === 0, 2_000, 'decode blocks freed');
     expect(await metric(decode.statusUrl, 'tandem_worker_kv_transfers_inflight')).toBe(0);
   }, 40_000);
+  // A frozen prefill process (SIGSTOP) holds a tcp pull in flight for as long as the test
+  // wants, so the kill lands mid-pull every time. Over shared memory the decode side copies
+  // without the prefill's CPU, so nothing freezes there.
+  const prefillArgs = ['--kv-release-timeout', String(RELEASE_TIMEOUT_S), '--block-size', String(prefillBlock)];
+  const pullingDecode = (request: PreprocessedRequest, pre: { tokens: number[]; deltas: TokenDelta[] }, maxTokens: number) =>
+    collect(
+      clients.decode.generate<PreprocessedRequest, TokenDelta>(
+        { ...request, tokenIds: [...request.tokenIds, ...pre.tokens], kvTransfer: pre.deltas[0]!.kvTransfer!, stop: { ...request.stop, maxTokens }, numPriorOutputTokens: 1 },
+        { routing: { mode: 'direct', instanceId: decode.instanceId } },
+      ),
+    );
+
+  it.skipIf(tls !== 'tcp')('kill -9 of the prefill worker mid-pull: the decode worker recomputes and leaks no blocks', async () => {
+    prefill = await spawnWorker('prefill', prefillArgs);
+    await waitFor(() => clients.prefill.instance(prefill.instanceId) !== undefined, 10_000, 'new prefill worker');
+    const request = greedy(tokens(70, 28), 6);
+    const expected = await aggregated(request);
+    const pre = await collect(clients.prefill.generate<PreprocessedRequest, TokenDelta>({ ...request, prefillOnly: true }, { routing: { mode: 'direct', instanceId: prefill.instanceId } }));
+    const fallbacks = await metric(decode.statusUrl, 'tandem_worker_kv_recompute_fallbacks_total');
+    prefill.proc.kill('SIGSTOP');
+    const dec = pullingDecode(request, pre, 5);
+    await waitFor(async () => (await metric(decode.statusUrl, 'tandem_worker_kv_transfers_inflight')) === 1, 2_000, 'pull in flight');
+    prefill.proc.kill('SIGKILL');
+    await prefill.proc.exited();
+    expect([...pre.tokens, ...(await dec).tokens]).toEqual(expected);
+    expect(await metric(decode.statusUrl, 'tandem_worker_kv_recompute_fallbacks_total')).toBe(fallbacks + 1);
+    await waitFor(async () => (await metric(decode.statusUrl, 'tandem_worker_kv_active_blocks')) === 0, 2_000, 'decode blocks freed');
+    expect(await metric(decode.statusUrl, 'tandem_worker_kv_transfers_inflight')).toBe(0);
+  }, 40_000);
+
+  it.skipIf(tls !== 'tcp')('kill -9 of the decode worker mid-pull: the prefill pins are freed by --kv-release-timeout', async () => {
+    prefill = await spawnWorker('prefill', prefillArgs);
+    await waitFor(() => clients.prefill.instance(prefill.instanceId) !== undefined, 10_000, 'new prefill worker');
+    const request = greedy(tokens(70, 29), 6);
+    const pre = await collect(clients.prefill.generate<PreprocessedRequest, TokenDelta>({ ...request, prefillOnly: true }, { routing: { mode: 'direct', instanceId: prefill.instanceId } }));
+    expect(await metric(prefill.statusUrl, 'tandem_worker_kv_pinned_blocks')).toBe(Math.ceil(70 / prefillBlock));
+    prefill.proc.kill('SIGSTOP');
+    const dec = pullingDecode(request, pre, 5).catch((err: unknown) => err);
+    await waitFor(async () => (await metric(decode.statusUrl, 'tandem_worker_kv_transfers_inflight')) === 1, 2_000, 'pull in flight');
+    decode.proc.kill('SIGKILL');
+    await decode.proc.exited();
+    const killedAt = Date.now();
+    prefill.proc.kill('SIGCONT');
+    expect(await dec).toBeInstanceOf(Error);
+    await waitFor(async () => (await metric(prefill.statusUrl, 'tandem_worker_kv_pinned_blocks')) === 0, (RELEASE_TIMEOUT_S + 2) * 1000, 'pins freed by timeout');
+    expect(Date.now() - killedAt).toBeLessThan((RELEASE_TIMEOUT_S + 2) * 1000);
+    expect(await metric(prefill.statusUrl, 'tandem_worker_kv_release_timeouts_total')).toBe(1);
+    await waitFor(async () => (await metric(prefill.statusUrl, 'tandem_worker_kv_active_blocks')) === 0, 2_000, 'prefill blocks freed');
+  }, 40_000);
 });
