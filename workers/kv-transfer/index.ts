@@ -2,7 +2,7 @@
 export type { KvTransferAgent, KvPool, PoolSpec, PullOptions, PullResult } from './transfer-agent.js';
 export { UcxTransferAgent, type UcxTransferAgentOptions } from './ucx-transfer-agent.js';
 export { checkDescriptor, type KvTransferDescriptor } from './descriptor.js';
-export { blockRanges, rangeBytes, rangeCount, RANGE_STRIDE } from './ranges.js';
+export { blockRanges, blockSliceRanges, rangeBytes, rangeCount, RANGE_STRIDE } from './ranges.js';
 export {
   KvTransferCounters,
   TRANSFER_SECONDS_BUCKETS,
