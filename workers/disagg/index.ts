@@ -8,3 +8,4 @@ export { setupKvTransfer, setupNativeKvTransfer, kvCardFields, DEFAULT_MOCKER_KV
 export { pullConverted, type ConvertingPull } from './converting-pull.js';
 export { LayerCopyPlanner, hiddenCopyReport, type LayerRange, type LayerPlanOptions, type TimedCopy, type HiddenCopyReport } from './layer-stream.js';
 export { LayerProgressBoard, PolledLayerSource, mockerLayerHook, streamLayers, type LayerReadySource, type LayerStreamResult } from './layer-ready.js';
+export { LayerProgressRegion, remoteLayerSource, LAYER_PROGRESS_LAYOUT, type RemoteLayerProgress } from './layer-progress-region.js';
