@@ -6,7 +6,7 @@
  */
 import fc from 'fast-check';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { LayerProgressBoard, mockerLayerHook, streamLayers } from '../../workers/disagg/layer-ready.js';
+import { LayerProgressBoard, layersReadyForPass, mockerLayerHook, streamLayers } from '../../workers/disagg/layer-ready.js';
 import { LayerCopyPlanner, hiddenCopyReport, type LayerRange } from '../../workers/disagg/layer-stream.js';
 import type { StepBatch, StepSequence } from '../../workers/engines/engine.js';
 import { MockerEngine } from '../../workers/engines/mocker/index.js';
@@ -117,6 +117,13 @@ describe('mockerLayerHook', () => {
     await waiting;
     expect(seen.at(-1)).toBe(4);
     expect(seen).toEqual([...seen].sort((a, b) => a - b));
+  });
+
+  it('native progress [passes begun, layers of the latest]: pass 7 of a 24-layer model', () => {
+    expect(layersReadyForPass(BigInt64Array.of(6n, 24n), 7n, 24)).toBe(0); // our pass has not begun
+    expect(layersReadyForPass(BigInt64Array.of(7n, 20n), 7n, 24)).toBe(20); // computing layer 20
+    expect(layersReadyForPass(BigInt64Array.of(8n, 3n), 7n, 24)).toBe(24); // a later pass began: ours is done
+    expect(layersReadyForPass(null, 7n, 24)).toBe(0);
   });
 
   it('a failed prefill rejects the waiting decode side', async () => {

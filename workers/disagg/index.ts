@@ -7,5 +7,5 @@ export { StampedKvPool, StampingEngine, stampedLayoutName, STAMP_MAGIC } from '.
 export { setupKvTransfer, setupNativeKvTransfer, kvCardFields, DEFAULT_MOCKER_KV_BYTES_PER_TOKEN, type KvTransferSetup, type KvTransferSetupOptions } from './kv-pool-setup.js';
 export { pullConverted, type ConvertingPull } from './converting-pull.js';
 export { LayerCopyPlanner, hiddenCopyReport, type LayerRange, type LayerPlanOptions, type TimedCopy, type HiddenCopyReport } from './layer-stream.js';
-export { LayerProgressBoard, PolledLayerSource, mockerLayerHook, streamLayers, type LayerReadySource, type LayerStreamResult } from './layer-ready.js';
+export { LayerProgressBoard, PolledLayerSource, layersReadyForPass, mockerLayerHook, streamLayers, type LayerReadySource, type LayerStreamResult } from './layer-ready.js';
 export { LayerProgressRegion, remoteLayerSource, LAYER_PROGRESS_LAYOUT, type RemoteLayerProgress } from './layer-progress-region.js';

@@ -137,6 +137,22 @@ export class PolledLayerSource implements LayerReadySource {
   }
 }
 
+/**
+ * Layers ready for a hand-off from a native engine's live progress `[passes begun, layers
+ * written by the latest pass]` (NativeEngine.layerProgress()), where the hand-off's last
+ * prompt chunk ran in pass number `pass` (the passes-begun count once it started): a later
+ * pass means all layers are written; that very pass, as many as it wrote; an earlier one, none.
+ * Null progress (the backend does not report it) reads as nothing ready: the caller pulls
+ * whole blocks after the step instead.
+ */
+export function layersReadyForPass(progress: ArrayLike<bigint> | null, pass: bigint, numLayers: number): number {
+  if (progress === null || progress.length < 2) return 0;
+  const begun = progress[0]!;
+  if (begun > pass) return numLayers;
+  if (begun < pass) return 0;
+  return Math.min(numLayers, Math.max(0, Number(progress[1]!)));
+}
+
 export interface LayerStreamResult {
   copies: TimedCopy[];
   /** Layers ready when each copy was issued (for checks: range.end ≤ readyAtIssue). */
