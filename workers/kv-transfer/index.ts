@@ -32,5 +32,5 @@ export {
   type LayoutParse,
 } from './layout-descriptor.js';
 export { bf16BitsToF32, blocksCovering, convertTokens, f32BitsToBf16, type BlockSpan } from './block-convert.js';
-export { KV_TRANSPORTS, chooseTransport, legacyPlacement, sameNode, servableTransports, type KvPlacement, type KvTransport, type TransportChoice } from './transport-choice.js';
+export { KV_TRANSPORTS, chooseTransport, legacyPlacement, parsePlacement, sameNode, servableTransports, type KvPlacement, type KvTransport, type TransportChoice } from './transport-choice.js';
 export { localPlacement, readBootId, type PlacementInput } from './placement.js';
