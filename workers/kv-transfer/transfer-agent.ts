@@ -24,6 +24,11 @@ export interface KvPool {
 export interface PullOptions {
   /** Fail with 'deadline_exceeded' (and drop the peer's endpoint) after this long. */
   timeoutMs?: number;
+  /**
+   * Copy only this byte slice of each block (e.g. a layer range of block_major blocks, for
+   * layer-wise streaming); the whole block when unset.
+   */
+  slice?: { offset: number; bytes: number };
 }
 
 export interface PullResult {
@@ -39,6 +44,8 @@ export interface KvTransferAgent {
   /** This worker's UCX address, hex: goes on the model card. */
   readonly workerAddress: string;
   readonly counters: KvTransferCounters;
+  /** The UCX build can register device (CUDA) memory; decides the transport (transport-choice.ts). */
+  readonly cudaSupported: boolean;
 
   /** Registers memory the caller owns (kept alive by the agent until release/close). */
   registerPool(memory: ArrayBuffer | ArrayBufferView, spec: PoolSpec): KvPool;
