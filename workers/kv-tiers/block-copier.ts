@@ -10,6 +10,8 @@
 export interface BlockCopier {
   /** Bytes of one block. */
   readonly blockBytes: number;
+  /** No real bytes move (the mocker): reads return empty arrays and the host tier keeps no slab. */
+  readonly virtual?: boolean;
   /** Copies of G1 blocks `blockIds`, in order. Resolves once the bytes are safe from the next step. */
   readBlocks(blockIds: readonly number[]): Promise<Uint8Array[]>;
   /** Writes `data[i]` into G1 block `blockIds[i]`. `data` may be reused once this resolves. */
@@ -43,4 +45,35 @@ export class HostPoolCopier implements BlockCopier {
     }
     return Promise.resolve();
   }
+}
+
+/**
+ * The mocker's copier: no bytes, only time. An onboard write takes blocks × blockBytes over the
+ * host→device bandwidth (divided by the speedup ratio); an offload read is free, as a device
+ * offload overlaps the step on a side stream.
+ */
+export class SimulatedCopier implements BlockCopier {
+  readonly virtual = true;
+  /** Simulated (unscaled) milliseconds spent onboarding. */
+  simulatedMs = 0;
+
+  constructor(
+    readonly blockBytes: number,
+    private readonly bytesPerSec: number,
+    private readonly speedupRatio = 1,
+  ) {}
+
+  readBlocks(blockIds: readonly number[]): Promise<Uint8Array[]> {
+    return Promise.resolve(blockIds.map(() => new Uint8Array(0)));
+  }
+
+  async writeBlocks(blockIds: ArrayLike<number>): Promise<void> {
+    const ms = ((blockIds.length * this.blockBytes) / this.bytesPerSec) * 1000;
+    this.simulatedMs += ms;
+    await sleepMs(ms / this.speedupRatio);
+  }
+}
+
+export function sleepMs(ms: number): Promise<void> {
+  return ms >= 1 ? new Promise((r) => setTimeout(r, ms)) : new Promise((r) => setImmediate(r));
 }

@@ -4,10 +4,10 @@
  */
 import { PolynomialPerfModel, type PerfModel } from '../../perf-model/index.js';
 import { KvTierPolicy } from '../block-manager/kv-tier-policy.js';
-import { HostPoolCopier, type BlockCopier } from './block-copier.js';
-import { DiskBlockStore } from './disk-block-store.js';
+import { HostPoolCopier, SimulatedCopier, type BlockCopier } from './block-copier.js';
+import { DiskBlockStore, SimulatedDiskStore, type BlockStore } from './disk-block-store.js';
 import { KvTierManager } from './kv-tier-manager.js';
-import { onboardCosts, type TierBandwidths, CPU_TIER_BANDWIDTHS } from './tier-costs.js';
+import { onboardCosts, type TierBandwidths, CPU_TIER_BANDWIDTHS, H100_TIER_BANDWIDTHS } from './tier-costs.js';
 
 export interface KvTierOptions {
   /** G2 size in bytes (0 or absent: no tiers). */
@@ -25,6 +25,8 @@ export interface KvTierTarget {
   dtype: string;
   perfModel?: PerfModel;
   bandwidths?: TierBandwidths;
+  /** G3 storage other than files under diskCacheDir (the mocker's simulated disk). */
+  disk?: BlockStore;
 }
 
 /** The tiers, or undefined when no host cache is configured (G3 needs G2 above it). */
@@ -32,11 +34,12 @@ export async function createKvTiers(options: KvTierOptions, target: KvTierTarget
   const bb = target.copier.blockBytes;
   const hostBlocks = Math.floor((options.hostCacheBytes ?? 0) / bb);
   if (hostBlocks <= 0) return undefined;
-  const diskBlocks = options.diskCacheDir !== undefined ? Math.floor((options.diskCacheBytes ?? 0) / bb) : 0;
+  const hasDisk = options.diskCacheDir !== undefined || target.disk !== undefined;
+  const diskBlocks = hasDisk ? Math.floor((options.diskCacheBytes ?? 0) / bb) : 0;
   const policy = new KvTierPolicy({ hostBlocks, diskBlocks, ...(options.diskMinReuse !== undefined ? { diskMinReuse: options.diskMinReuse } : {}) });
   const disk =
     diskBlocks > 0
-      ? new DiskBlockStore({ dir: options.diskCacheDir!, model: target.model, layout: target.layout, dtype: target.dtype, blockBytes: bb })
+      ? (target.disk ?? new DiskBlockStore({ dir: options.diskCacheDir!, model: target.model, layout: target.layout, dtype: target.dtype, blockBytes: bb }))
       : undefined;
   const manager = new KvTierManager({
     policy,
@@ -61,5 +64,21 @@ export function hostPoolTierTarget(
     model,
     layout: engine.kvLayoutName,
     dtype: engine.model.kvDtype ?? 'f32',
+  };
+}
+
+/**
+ * The mocker's tier target: blocks of `kvBytesPerBlock` notional bytes that cost time at
+ * `bandwidths` (H100-like by default), scaled by the mocker's speedup ratio; no bytes move.
+ */
+export function simulatedTierTarget(kvBytesPerBlock: number, speedupRatio: number, perfModel: PerfModel, bandwidths: TierBandwidths = H100_TIER_BANDWIDTHS): KvTierTarget {
+  return {
+    copier: new SimulatedCopier(kvBytesPerBlock, bandwidths.hostBytesPerSec, speedupRatio),
+    disk: new SimulatedDiskStore(kvBytesPerBlock, bandwidths.diskBytesPerSec, speedupRatio),
+    model: 'mocker',
+    layout: 'none',
+    dtype: 'none',
+    perfModel,
+    bandwidths,
   };
 }

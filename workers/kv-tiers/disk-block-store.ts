@@ -17,6 +17,7 @@
 import { mkdir, open, readdir, readFile, rename, rm, stat, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { crc32 } from 'node:zlib';
+import { sleepMs } from './block-copier.js';
 
 export interface DiskBlockStoreConfig {
   dir: string;
@@ -47,7 +48,17 @@ const VERSION = 1;
 const PREFIX = 12;
 const SUFFIX = '.kvb';
 
-export class DiskBlockStore {
+/** What G3 needs from its storage; DiskBlockStore is the real one, SimulatedDiskStore the mocker's. */
+export interface BlockStore {
+  readonly numErrors: number;
+  open(): Promise<DiskBlockInfo[]>;
+  write(hash: bigint, tokens: Int32Array, reuse: number, bytes: Uint8Array): Promise<boolean>;
+  read(hash: bigint, tokens: Int32Array): Promise<Uint8Array | undefined>;
+  delete(hash: bigint): Promise<void>;
+  flush(): Promise<void>;
+}
+
+export class DiskBlockStore implements BlockStore {
   /** Failed writes, reads of bad files, failed deletes. */
   numErrors = 0;
   bytesWritten = 0;
@@ -76,7 +87,7 @@ export class DiskBlockStore {
       }
       if (!name.endsWith(SUFFIX)) continue;
       const header = await this.readHeader(path).catch(() => undefined);
-      if (header === undefined || !this.matches(header) || this.fileOf(BigInt(header.hash)) !== path) {
+      if (header === undefined || !this.matches(header) || !/^\d{1,20}$/.test(header.hash) || this.fileOf(BigInt(header.hash)) !== path) {
         this.numErrors++;
         await rm(path, { force: true });
         continue;
@@ -210,4 +221,41 @@ export class DiskBlockStore {
 
 async function writeAll(path: string, data: Buffer): Promise<void> {
   await writeFile(path, data);
+}
+
+/**
+ * The mocker's G3: no files, only time. A write takes blockBytes over the disk write bandwidth,
+ * a read over the read bandwidth (both divided by the speedup ratio); one queue, like a disk.
+ */
+export class SimulatedDiskStore implements BlockStore {
+  readonly numErrors = 0;
+  private queue: Promise<unknown> = Promise.resolve();
+
+  constructor(
+    private readonly blockBytes: number,
+    private readonly bytesPerSec: number,
+    private readonly speedupRatio = 1,
+  ) {}
+
+  open(): Promise<DiskBlockInfo[]> {
+    return Promise.resolve([]);
+  }
+  write(): Promise<boolean> {
+    const next = this.queue.then(() => sleepMs(this.ms()).then(() => true));
+    this.queue = next;
+    return next;
+  }
+  async read(): Promise<Uint8Array | undefined> {
+    await sleepMs(this.ms());
+    return new Uint8Array(0);
+  }
+  delete(): Promise<void> {
+    return Promise.resolve();
+  }
+  async flush(): Promise<void> {
+    await this.queue;
+  }
+  private ms(): number {
+    return ((this.blockBytes / this.bytesPerSec) * 1000) / this.speedupRatio;
+  }
 }

@@ -16,13 +16,13 @@
 import type { KvTierPolicy, OnboardCosts, EvictedBlock, TierOp } from '../block-manager/kv-tier-policy.js';
 import type { KvOnboardStart } from '../scheduler/types.js';
 import type { BlockCopier } from './block-copier.js';
-import type { DiskBlockStore } from './disk-block-store.js';
+import type { BlockStore } from './disk-block-store.js';
 
 export interface KvTierManagerConfig {
   policy: KvTierPolicy;
   costs: OnboardCosts;
   copier: BlockCopier;
-  disk?: DiskBlockStore;
+  disk?: BlockStore;
 }
 
 export interface KvTierStats {
@@ -45,7 +45,8 @@ export class KvTierManager {
   readonly policy: KvTierPolicy;
   readonly costs: OnboardCosts;
   private readonly copier: BlockCopier;
-  private readonly disk: DiskBlockStore | undefined;
+  private readonly disk: BlockStore | undefined;
+  private readonly virtual: boolean;
   private readonly slab: Uint8Array;
   private readonly blockBytes: number;
   private counts = { offloadBytes: 0, onboardBytes: 0, onboardFailures: 0, diskWriteBytes: 0 };
@@ -58,7 +59,8 @@ export class KvTierManager {
     this.disk = config.policy.disk.capacity > 0 ? config.disk : undefined;
     if (config.policy.disk.capacity > 0 && config.disk === undefined) throw new RangeError('a disk tier needs a DiskBlockStore');
     this.blockBytes = config.copier.blockBytes;
-    this.slab = new Uint8Array(config.policy.host.capacity * this.blockBytes);
+    this.virtual = config.copier.virtual === true;
+    this.slab = new Uint8Array(this.virtual ? 0 : config.policy.host.capacity * this.blockBytes);
   }
 
   /** Registers the blocks the disk directory already holds (a restart keeps G3). */
@@ -123,7 +125,7 @@ export class KvTierManager {
   private onboard(ob: KvOnboardStart, settle: (seqId: number, ok: boolean) => void): Promise<void> {
     const bb = this.blockBytes;
     const parts: Array<Uint8Array | Promise<Uint8Array | undefined>> = ob.sources.map((s) => {
-      if (s.tier === 'host') return this.slab.slice(s.slot * bb, (s.slot + 1) * bb);
+      if (s.tier === 'host') return this.virtual ? new Uint8Array(0) : this.slab.slice(s.slot * bb, (s.slot + 1) * bb);
       const tokens = this.policy.disk.peek(s.hash)?.tokens;
       if (this.disk === undefined || tokens === undefined) return Promise.resolve(undefined);
       return this.disk.read(s.hash, tokens).then((b) => {
@@ -157,7 +159,7 @@ export class KvTierManager {
     for (const op of ops) {
       if (op.op === 'device-to-host') {
         const src = staged?.get(op.hash);
-        if (src !== undefined) this.slab.set(src, op.hostSlot * bb);
+        if (src !== undefined && !this.virtual) this.slab.set(src, op.hostSlot * bb);
         this.counts.offloadBytes += bb;
       } else if (op.op === 'host-to-disk') {
         const disk = this.disk;
@@ -166,7 +168,7 @@ export class KvTierManager {
           continue;
         }
         const reuse = this.policy.disk.peek(op.hash)?.reuse ?? 0;
-        const snapshot = this.slab.slice(op.hostSlot * bb, (op.hostSlot + 1) * bb);
+        const snapshot = this.virtual ? new Uint8Array(0) : this.slab.slice(op.hostSlot * bb, (op.hostSlot + 1) * bb);
         this.track(
           disk.write(op.hash, op.tokens, reuse, snapshot).then((ok) => {
             if (ok) this.counts.diskWriteBytes += bb;
