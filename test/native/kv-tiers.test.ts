@@ -5,6 +5,8 @@
  * onboarded KV bytes are the ones computed; a prefill split 40 + 1 instead of 41 sums in another
  * order, so it differs from the cold run in the last float bits).
  */
+import { readdir, readFile, rm, truncate, writeFile } from 'node:fs/promises';
+import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createNativeEngine } from '../../workers/engines/native/index.js';
 import { EngineLoop } from '../../workers/engine-loop/engine-loop.js';
@@ -108,6 +110,43 @@ describe('KV tiers on the native CPU engine', () => {
       expect(again.tokenIds).toEqual(cold.tokenIds);
       expect(again.logprobs).toEqual(warm.logprobs);
       again.logprobs.forEach((lp, i) => expect(lp).toBeCloseTo(cold.logprobs[i]!, 4));
+    } finally {
+      await loop.close();
+    }
+  });
+
+  it('a corrupt, truncated or deleted disk tier only costs a recompute: every request is served, output unchanged', async () => {
+    const dir = `${tmp.dir}/g3-faults`;
+    const { loop, tiers } = await tieredLoop({ hostCacheBytes: 12 * blockBytes, diskCacheDir: dir, diskCacheBytes: 500 * blockBytes, diskMinReuse: 0 });
+    try {
+      await generate(loop, 'first', prompt);
+      for (const [i, f] of fillers.entries()) await generate(loop, `fill-${i}`, f);
+      await tiers.idle();
+      // Damage every block file of the disk tier: truncate half, flip a payload byte in the rest.
+      const files = (await readdir(dir)).filter((n) => n.endsWith('.kvb')).sort();
+      expect(files.length).toBeGreaterThan(10);
+      for (const [i, name] of files.entries()) {
+        const path = join(dir, name);
+        if (i % 2 === 0) await truncate(path, 40);
+        else {
+          const bytes = await readFile(path);
+          bytes[bytes.length - 8]! ^= 0x5a;
+          await writeFile(path, bytes);
+        }
+      }
+      const again = await generate(loop, 'again', prompt);
+      expect(tiers.stats().onboardFailures).toBe(1);
+      expect(again.cachedTokens).toBe(0);
+      expect(again.tokenIds).toEqual(cold.tokenIds);
+      expect(again.logprobs).toEqual(cold.logprobs);
+      // The damaged blocks are forgotten; the directory itself goes away and comes back.
+      await tiers.idle();
+      await rm(dir, { recursive: true, force: true });
+      for (const [i, f] of fillers.entries()) await generate(loop, `refill-${i}`, f);
+      const last = await generate(loop, 'last', prompt);
+      expect(last.tokenIds).toEqual(cold.tokenIds);
+      await tiers.idle();
+      expect((await readdir(dir)).some((n) => n.endsWith('.kvb'))).toBe(true);
     } finally {
       await loop.close();
     }
