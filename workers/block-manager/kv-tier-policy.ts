@@ -15,6 +15,8 @@
  * - Tiers are inclusive: an onboarded block stays where it was, so evicting it again from G1
  *   copies nothing.
  */
+import type { KvEventData } from '../../proto/wire.js';
+import { localBlockHashes } from '../../router/hashing.js';
 import { TierIndex, type TierBlock } from './tier-index.js';
 
 export type KvTierName = 'host' | 'disk';
@@ -82,6 +84,8 @@ export class KvTierPolicy {
     droppedBlocks: 0,
   };
   private nextWriteId = 1;
+  /** Tier moves as KV events (medium 'cpu' / 'disk'), queued in the order they happened. */
+  private events: KvEventData[] = [];
 
   constructor(config: KvTierPolicyConfig) {
     this.host = new TierIndex(config.hostBlocks);
@@ -107,8 +111,12 @@ export class KvTierPolicy {
       const onDisk = this.disk.peek(e.hash);
       const reuse = Math.max(e.reuse, onDisk !== undefined && sameTokens(onDisk.tokens, e.tokens) ? onDisk.reuse : 0);
       const ins = this.host.insert(e.hash, e.tokens, reuse)!;
-      for (const out of ins.evicted) this.demote(out, ops);
+      for (const out of ins.evicted) {
+        this.demote(out, ops);
+        this.events.push({ type: 'removed', blockHashes: [out.hash.toString()], medium: 'cpu' });
+      }
       ops.push({ op: 'device-to-host', hash: e.hash, blockId: e.blockId, hostSlot: ins.block.slot });
+      this.events.push(storedEvent(e.hash, e.tokens, 'cpu'));
       this.counters.offloadedBlocks++;
     }
     return ops;
@@ -125,12 +133,14 @@ export class KvTierPolicy {
     }
     this.counters.diskWriteErrors++;
     this.disk.delete(hash);
+    this.events.push({ type: 'removed', blockHashes: [hash.toString()], medium: 'disk' });
     return [{ op: 'drop-disk', hash }];
   }
 
   /** The adapter found the disk copy of `hash` unreadable (torn, corrupt, gone): forget it. */
   diskReadFailed(hash: bigint): TierOp[] {
     if (this.disk.delete(hash) === undefined) return [];
+    this.events.push({ type: 'removed', blockHashes: [hash.toString()], medium: 'disk' });
     return [{ op: 'drop-disk', hash }];
   }
 
@@ -138,7 +148,29 @@ export class KvTierPolicy {
   adoptDiskBlock(hash: bigint, tokens: Int32Array, reuse: number): TierOp[] {
     if (this.disk.capacity === 0 || this.disk.has(hash)) return [];
     const ins = this.disk.insert(hash, tokens, reuse)!;
-    return ins.evicted.map((b) => ({ op: 'drop-disk', hash: b.hash }) as TierOp);
+    this.events.push(storedEvent(hash, tokens, 'disk'));
+    return ins.evicted.map((b) => {
+      this.events.push({ type: 'removed', blockHashes: [b.hash.toString()], medium: 'disk' });
+      return { op: 'drop-disk', hash: b.hash } as TierOp;
+    });
+  }
+
+  /**
+   * Forgets host blocks whose bytes never arrived (the G1 read failed): an index entry without
+   * its bytes would serve garbage.
+   */
+  discardHost(hashes: readonly bigint[]): void {
+    for (const h of hashes) {
+      if (this.host.delete(h) !== undefined) this.events.push({ type: 'removed', blockHashes: [h.toString()], medium: 'cpu' });
+    }
+  }
+
+  /** Takes the queued tier events, oldest first. */
+  drainEvents(): KvEventData[] {
+    if (this.events.length === 0) return [];
+    const out = this.events;
+    this.events = [];
+    return out;
   }
 
   /**
@@ -179,6 +211,10 @@ export class KvTierPolicy {
   /** Forgets both tiers (the prefix cache was reset); disk files go too. */
   clear(): TierOp[] {
     const ops: TierOp[] = this.disk.blocks().map((b) => ({ op: 'drop-disk', hash: b.hash }) as TierOp);
+    const host = this.host.blocks().map((b) => b.hash.toString());
+    const disk = this.disk.blocks().map((b) => b.hash.toString());
+    if (host.length > 0) this.events.push({ type: 'removed', blockHashes: host, medium: 'cpu' });
+    if (disk.length > 0) this.events.push({ type: 'removed', blockHashes: disk, medium: 'disk' });
     this.host.clear();
     this.disk.clear();
     return ops;
@@ -197,7 +233,13 @@ export class KvTierPolicy {
     const writeId = this.nextWriteId++;
     const ins = this.disk.insert(block.hash, block.tokens, block.reuse, true)!;
     ins.block.writeId = writeId;
-    for (const out of ins.evicted) ops.push({ op: 'drop-disk', hash: out.hash });
+    // Announced now, before the host copy goes: the router never sees the block vanish between
+    // tiers. (The worker serves it once the write is confirmed; a failed write is a Removed.)
+    this.events.push(storedEvent(block.hash, block.tokens, 'disk'));
+    for (const out of ins.evicted) {
+      ops.push({ op: 'drop-disk', hash: out.hash });
+      this.events.push({ type: 'removed', blockHashes: [out.hash.toString()], medium: 'disk' });
+    }
     ops.push({ op: 'host-to-disk', hash: block.hash, hostSlot: block.slot, writeId, tokens: block.tokens });
   }
 }
@@ -216,6 +258,11 @@ export function onboardCount(sources: readonly OnboardSource[], costs: OnboardCo
     if (copyMs < recomputeMs) best = k;
   }
   return best;
+}
+
+function storedEvent(hash: bigint, tokens: Int32Array, medium: 'cpu' | 'disk'): KvEventData {
+  const local = localBlockHashes(tokens, tokens.length)[0]!;
+  return { type: 'stored', blocks: [{ blockHash: hash.toString(), tokensHash: local.toString() }], medium };
 }
 
 function sameTokens(a: Int32Array, b: Int32Array): boolean {

@@ -332,7 +332,11 @@ export class EngineLoop {
   }
 
   private publish(): void {
-    const data = this.scheduler.blockManager.drainEvents();
+    // Tier moves first: a block offloaded this step is announced in its new tier before its
+    // device Removed, so a router never sees it vanish from the worker in between.
+    const tierData = this.kvTiers?.policy.drainEvents();
+    const deviceData = this.scheduler.blockManager.drainEvents();
+    const data = tierData !== undefined && tierData.length > 0 ? [...tierData, ...deviceData] : deviceData;
     if (data.length > 0) {
       const events = this.kvEventLog.append(data);
       safeCall(() => this.sinks.onKvEvents?.(events));

@@ -81,17 +81,24 @@ export class KvTierManager {
       staged = Promise.reject(err);
     }
     for (const ob of onboards) void this.onboard(ob, settle);
+    // Decided (and its events queued) before anything awaits, so the tier events reach the log
+    // ahead of the device Removed events of the same blocks; the bytes move once staged.
+    const ops = this.policy.offload(evicted);
     let bytes: Uint8Array[] = [];
     try {
       bytes = staged !== undefined ? await staged : [];
     } catch {
-      // Without the bytes the blocks are simply not offloaded: never index what was not copied.
+      bytes = [];
+    }
+    if (bytes.length !== evicted.length) {
+      // Without the bytes the blocks are not kept: never index what was not copied.
+      this.policy.discardHost(ops.flatMap((o) => (o.op === 'device-to-host' ? [o.hash] : [])));
+      this.run(ops.filter((o) => o.op !== 'device-to-host'));
       return;
     }
-    if (bytes.length !== evicted.length) return;
     const byHash = new Map<bigint, Uint8Array>();
     evicted.forEach((e, i) => byHash.set(e.hash, bytes[i]!));
-    this.run(this.policy.offload(evicted), byHash);
+    this.run(ops, byHash);
   }
 
   /** Resolves when every disk write and onboard started so far has finished; for tests and shutdown. */
