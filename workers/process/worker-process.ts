@@ -57,6 +57,7 @@ import { workerGrammarProvider } from './grammar-provider.js';
 import { loadWorkerVocabulary } from './vocabulary-loader.js';
 import { LoadPublisher } from './load-publisher.js';
 import { setupWorkerKvTiers, type WorkerKvTierOptions } from './kv-tiers-setup.js';
+import { KvTierMetrics } from './kv-tier-metrics.js';
 
 export const COMPONENT_FOR_ROLE: Record<WorkerRole, string> = { agg: 'backend', prefill: 'prefill', decode: 'decode' };
 /** Wire names, defined in proto/ and re-exported for the worker's callers. */
@@ -224,6 +225,7 @@ export async function startWorker(runtime: DistributedRuntime, options: WorkerOp
     publish: (m) => void component.publish(TOPICS.loadMetrics, m).catch((err: unknown) => log.debug({ err }, 'load metrics publish failed')),
   });
   const kvTiers = options.kvTiers !== undefined ? await setupWorkerKvTiers(engine, options.kvTiers, modelName) : undefined;
+  if (kvTiers !== undefined) new KvTierMetrics(runtime.metrics, modelName, kvTiers, engine.info.blockSize);
   const loop: EngineLoop = new EngineLoop({
     engine,
     workerId: runtime.instanceId,
