@@ -16,7 +16,7 @@
  *   copies nothing.
  */
 import type { KvEventData } from '../../proto/wire.js';
-import { localBlockHashes } from '../../router/hashing.js';
+import { localBlockHashes } from '../../router/index.js';
 import { TierIndex, type TierBlock } from './tier-index.js';
 
 export type KvTierName = 'host' | 'disk';

@@ -3,9 +3,10 @@
  * seq hash, in LRU order, bounded in blocks. Pure bookkeeping: the bytes live in an adapter
  * (a host slab, a directory) at the slot this index hands out.
  *
- * Slots are reused: inserting into a full index evicts the least recently used block and gives
- * its slot to the newcomer, so a caller that needs the evicted bytes must read them first (the
- * tier policy orders its copy plan that way).
+ * Slots are reused: there is one slot more than the capacity, so a newcomer takes a free slot
+ * before the LRU pushes the oldest block out; the next insert may take that block's slot, so a
+ * caller that needs evicted bytes reads them before it writes the later newcomers (the tier
+ * policy orders its copy plan that way).
  */
 import { LruMap } from '../../runtime/lru.js';
 
@@ -31,6 +32,8 @@ export interface TierInsert {
 
 export class TierIndex {
   readonly capacity: number;
+  /** Slots the adapter provides: capacity + 1 (0 without capacity). */
+  readonly slotCount: number;
   private readonly lru: LruMap<bigint, TierBlock>;
   private readonly freeSlots: number[] = [];
   private evictedNow: TierBlock[] = [];
@@ -38,7 +41,8 @@ export class TierIndex {
   constructor(capacityBlocks: number) {
     if (!Number.isInteger(capacityBlocks) || capacityBlocks < 0) throw new RangeError('tier capacity must be a non-negative integer');
     this.capacity = capacityBlocks;
-    for (let s = capacityBlocks - 1; s >= 0; s--) this.freeSlots.push(s);
+    this.slotCount = capacityBlocks > 0 ? capacityBlocks + 1 : 0;
+    for (let s = this.slotCount - 1; s >= 0; s--) this.freeSlots.push(s);
     this.lru = new LruMap<bigint, TierBlock>({
       maxEntries: Math.max(1, capacityBlocks),
       onEvict: (_key, block) => {
@@ -73,19 +77,10 @@ export class TierIndex {
   insert(hash: bigint, tokens: Int32Array, reuse: number, pending = false): TierInsert | undefined {
     if (this.capacity === 0) return undefined;
     if (this.lru.has(hash)) throw new Error(`block ${hash} is already in this tier`);
-    // Evict first when full, so the newcomer takes the freed slot.
-    const evicted: TierBlock[] = [];
-    if (this.lru.size >= this.capacity) {
-      const oldest = this.lru.keys().next().value as bigint;
-      const block = this.lru.peek(oldest)!;
-      this.lru.delete(oldest);
-      this.freeSlots.push(block.slot);
-      evicted.push(block);
-    }
     const block: TierBlock = { hash, tokens, reuse, slot: this.freeSlots.pop()!, pending };
     this.evictedNow = [];
     this.lru.set(hash, block);
-    evicted.push(...this.evictedNow);
+    const evicted = this.evictedNow;
     this.evictedNow = [];
     return { block, evicted };
   }

@@ -60,7 +60,7 @@ export class KvTierManager {
     if (config.policy.disk.capacity > 0 && config.disk === undefined) throw new RangeError('a disk tier needs a DiskBlockStore');
     this.blockBytes = config.copier.blockBytes;
     this.virtual = config.copier.virtual === true;
-    this.slab = new Uint8Array(this.virtual ? 0 : config.policy.host.capacity * this.blockBytes);
+    this.slab = new Uint8Array(this.virtual ? 0 : config.policy.host.slotCount * this.blockBytes);
   }
 
   /** Registers the blocks the disk directory already holds (a restart keeps G3). */
