@@ -33,6 +33,8 @@ interface Workload {
   sessions: number;
   turns: number;
   userTokens: number;
+  /** Tokens of the first turn (a document or tool context), default userTokens. */
+  firstTurnTokens?: number;
   outputTokens: number;
   thinkMs: number;
   vocab: number;
@@ -76,7 +78,8 @@ async function runWorkload(loop: EngineLoop, w: Workload, timeScale: number, con
       // Sessions start spread over one think time, so they do not move in lock step.
       await sleep((rng.next() * w.thinkMs) / timeScale);
       for (let t = 0; t < w.turns; t++) {
-        for (let i = 0; i < w.userTokens; i++) history.push(Math.floor(rng.next() * w.vocab));
+        const n = t === 0 ? (w.firstTurnTokens ?? w.userTokens) : w.userTokens;
+        for (let i = 0; i < n; i++) history.push(Math.floor(rng.next() * w.vocab));
         const req: PreprocessedRequest = {
           requestId: `s${s}-t${t}`,
           model: 'bench',
@@ -176,7 +179,8 @@ async function main(): Promise<void> {
     const mw: Workload = quick
       ? { sessions: 8, turns: 6, userTokens: 1024, outputTokens: 16, thinkMs: 3000, vocab: 32000, blockSize: BS }
       : { sessions: 6, turns: 6, userTokens: 2048, outputTokens: 16, thinkMs: 3000, vocab: 32000, blockSize: BS };
-    const workingSet = mw.sessions * mw.turns * (mw.userTokens + mw.outputTokens);
+    const workingSetOf = (w: Workload) => w.sessions * ((w.firstTurnTokens ?? w.userTokens) + (w.turns - 1) * w.userTokens + w.turns * w.outputTokens);
+    const workingSet = workingSetOf(mw);
     const speedup = 1;
     const perf = new PolynomialPerfModel();
     const gib = 1024 ** 3;
@@ -195,6 +199,22 @@ async function main(): Promise<void> {
     );
     report.mocker = { g3DiskMinReuse: G3_MIN_REUSE, workload: mw, g1Tokens: mockBlocks * BS, workingSetTokens: workingSet, kvBytesPerToken, bandwidths: 'H100_TIER_BANDWIDTHS (host 25 GB/s, disk 3 GB/s)', speedupRatio: speedup, results: mocker };
     console.log(table('mocker (H100-like tiers; TTFT in simulated ms)', mocker));
+
+    // Agentic: a long first context (an 8k-token document or tool state), then short turns.
+    if (!args.includes('--skip-agentic')) {
+      const aBlocks = 1400; // G1 = 22400 tokens
+      const aw: Workload = { sessions: 8, turns: 8, firstTurnTokens: 8192, userTokens: 256, outputTokens: 16, thinkMs: 3000, vocab: 32000, blockSize: BS };
+      const aws = workingSetOf(aw);
+      const agenticConfigs: Configs = [
+        { name: 'G1' },
+        { name: 'G1+G2', tiers: { hostCacheBytes: Math.ceil((aws / BS) * 1.25) * blockBytes } },
+        { name: 'G1+G2+G3', tiers: { hostCacheBytes: aBlocks * blockBytes, diskCacheBytes: 64 * gib, diskMinReuse: G3_MIN_REUSE } },
+      ];
+      console.error(`mocker agentic: ${aw.sessions} sessions × ${aw.turns} turns, working set ${aws} tokens = ${(aws / (aBlocks * BS)).toFixed(1)}× G1`);
+      const agentic = await runConfigs(agenticConfigs, async () => new MockerEngine({ numBlocks: aBlocks, blockSize: BS, speedupRatio: speedup, perfModel: perf }), () => simulatedTierTarget(blockBytes, speedup, perf), aw, speedup);
+      report.mockerAgentic = { g3DiskMinReuse: G3_MIN_REUSE, workload: aw, g1Tokens: aBlocks * BS, workingSetTokens: aws, kvBytesPerToken, speedupRatio: speedup, results: agentic };
+      console.log(table('mocker agentic (8k-token first turn, 256-token turns; simulated ms)', agentic));
+    }
 
     // ---- native CPU engine: tiny model, real copies, a real disk tier ----
     if (!skipNative) {
