@@ -43,6 +43,10 @@ interface UpFlags {
   kvCacheMemory?: string;
   grammarCompileTimeoutMs?: string;
   grammarCompileMemoryMb?: string;
+  kvHostCacheGb?: string;
+  kvDiskCacheDir?: string;
+  kvDiskCacheGb?: string;
+  kvDiskMinReuse?: string;
   logLevel: string;
   planner?: 'load' | 'sla';
   maxWorkers?: number;
@@ -133,6 +137,10 @@ export function registerUpCommand(program: Command): void {
     .option('--grammar-compile-timeout-ms <ms>', 'structured output: most wall time one new grammar may take to compile, in the frontend\'s check and in each worker (then 400)')
     .option('--grammar-compile-memory-mb <mb>', 'structured output: most memory one new grammar may need, in the frontend\'s check and in each worker (then 400)')
     .option('--perf-profile <file>', 'mocker: every worker runs this perf profile (`runtime profile --out`); also the planner\'s unless --planner-profile')
+    .option('--kv-host-cache-gb <gib>', 'KV tier G2: host memory per worker for blocks evicted from its pool')
+    .option('--kv-disk-cache-dir <dir>', 'KV tier G3: directory for blocks pushed out of the host tier (one per worker: give each fleet its own)')
+    .option('--kv-disk-cache-gb <gib>', 'KV tier G3: disk space per worker')
+    .option('--kv-disk-min-reuse <n>', 'KV tier G3: prefix hits a block needs before it is written to disk (default 2)')
     .option('--log-level <level>', 'log level of the children', 'info')
     .addOption(new Option('--planner <mode>', 'run the planner in-process (local connector): load | sla').argParser(oneOf(['load', 'sla'] as const)))
     .addOption(new Option('--max-workers <n>', 'planner: total workers over all pools (also each pool\'s max)').argParser(nonNegativeInt))
@@ -206,6 +214,10 @@ function childArgs(flags: UpFlags, frontendExtra: string[], paths: { modelDir: s
     ['perfProfile', '--perf-profile'],
     ['contextLength', '--context-length'],
     ['kvCacheMemory', '--kv-cache-memory'],
+    ['kvHostCacheGb', '--kv-host-cache-gb'],
+    ['kvDiskCacheDir', '--kv-disk-cache-dir'],
+    ['kvDiskCacheGb', '--kv-disk-cache-gb'],
+    ['kvDiskMinReuse', '--kv-disk-min-reuse'],
   ];
   // The grammar budgets bound both compiles of a request: the frontend's check and the worker's.
   const budgets: string[] = [];

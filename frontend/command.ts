@@ -120,6 +120,8 @@ export function registerFrontendCommand(program: Command): Command {
         routerReplicaSync: flags.routerReplicaSync,
         kvEvents: flags.kvEvents,
         ...(flags.routerEndpoint !== undefined ? { routerEndpoint: flags.routerEndpoint } : {}),
+        ...(flags.routerHostHitWeight !== undefined ? { routerHostHitWeight: flags.routerHostHitWeight } : {}),
+        ...(flags.routerDiskHitWeight !== undefined ? { routerDiskHitWeight: flags.routerDiskHitWeight } : {}),
       },
       disagg: { minPrefillTokens: flags.disaggMinPrefillTokens, enforce: flags.enforceDisagg },
       migrationLimit: flags.migrationLimit,

@@ -125,10 +125,22 @@ export interface KvStoredBlock {
   tokensHash: string;
 }
 
+/**
+ * Which tier an event is about (vLLM's `medium`): absent, 'gpu' or 'device' = the engine pool;
+ * 'cpu' = the worker's host tier (G2); 'disk' = its disk tier (G3). Consumers that know only
+ * the device tier skip the others.
+ */
+export type KvMedium = 'gpu' | 'device' | 'cpu' | 'disk';
+
 export type KvEventData =
-  | { type: 'stored'; parentHash?: string; blocks: KvStoredBlock[] }
-  | { type: 'removed'; blockHashes: string[] }
+  | { type: 'stored'; parentHash?: string; blocks: KvStoredBlock[]; medium?: KvMedium }
+  | { type: 'removed'; blockHashes: string[]; medium?: KvMedium }
   | { type: 'cleared' };
+
+/** True for an event about a tier below the engine pool (medium 'cpu' or 'disk'). */
+export function isLowerTierEvent(data: KvEventData): boolean {
+  return data.type !== 'cleared' && (data.medium === 'cpu' || data.medium === 'disk');
+}
 
 /** Published on topic `kv_events`; ids are gap-free per worker from 0. */
 export interface KvEvent {

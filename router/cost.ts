@@ -25,15 +25,37 @@ import type { InstanceId } from '../proto/wire.js';
 export interface CostWeights {
   prefillLoadScale: number;
   overlapScoreCredit: number;
+  /**
+   * KV tiers: the share of a block's prefill that a hit in the worker's host (G2) or disk (G3)
+   * tier saves (`--router-host-hit-weight`, `--router-disk-hit-weight`):
+   *   prefill = max(0, new − credit·device − host_weight·host − disk_weight·disk)
+   * Defaults: 1 − copy time / recompute time from the default perf model and H100-like
+   * bandwidths (docs/kv-tiers.md): a 2 MiB block (8B model, bf16) copies over PCIe in 0.084 ms
+   * against 0.243 ms to recompute its 16 tokens → 0.65; from NVMe at 3 GB/s it takes 0.70 ms,
+   * slower than recomputing → 0 (the worker would not onboard it either).
+   */
+  hostHitWeight?: number;
+  diskHitWeight?: number;
 }
 
-export const DEFAULT_COST_WEIGHTS: CostWeights = { prefillLoadScale: 1, overlapScoreCredit: 1 };
+export const DEFAULT_HOST_HIT_WEIGHT = 0.65;
+export const DEFAULT_DISK_HIT_WEIGHT = 0;
+
+export const DEFAULT_COST_WEIGHTS: CostWeights = {
+  prefillLoadScale: 1,
+  overlapScoreCredit: 1,
+  hostHitWeight: DEFAULT_HOST_HIT_WEIGHT,
+  diskHitWeight: DEFAULT_DISK_HIT_WEIGHT,
+};
 
 export interface WorkerCostInput {
   instanceId: InstanceId;
   cachedBlocks: number;
   pendingPrefillBlocks: number;
   activeDecodeBlocks: number;
+  /** Request blocks after the cached ones that the worker holds in its host / disk tier. */
+  hostBlocks?: number;
+  diskBlocks?: number;
 }
 
 /** One line of the cost table a decision carries (and logs). */
@@ -55,13 +77,20 @@ export function requestBlocksOf(promptTokens: number, blockSize: number): number
 
 export function workerCost(requestBlocks: number, w: WorkerCostInput, weights: CostWeights, overloaded = false): CostRow {
   const newPrefillBlocks = requestBlocks + w.pendingPrefillBlocks;
-  const prefillBlocks = Math.max(0, newPrefillBlocks - weights.overlapScoreCredit * w.cachedBlocks);
+  const hostBlocks = w.hostBlocks ?? 0;
+  const diskBlocks = w.diskBlocks ?? 0;
+  const tierCredit =
+    (hostBlocks > 0 ? (weights.hostHitWeight ?? DEFAULT_HOST_HIT_WEIGHT) * hostBlocks : 0) +
+    (diskBlocks > 0 ? (weights.diskHitWeight ?? DEFAULT_DISK_HIT_WEIGHT) * diskBlocks : 0);
+  const prefillBlocks = Math.max(0, newPrefillBlocks - weights.overlapScoreCredit * w.cachedBlocks - tierCredit);
   // An explicit literal, not a spread: this runs per candidate per decision.
   return {
     instanceId: w.instanceId,
     cachedBlocks: w.cachedBlocks,
     pendingPrefillBlocks: w.pendingPrefillBlocks,
     activeDecodeBlocks: w.activeDecodeBlocks,
+    hostBlocks,
+    diskBlocks,
     newPrefillBlocks,
     prefillBlocks,
     cost: weights.prefillLoadScale * prefillBlocks + w.activeDecodeBlocks,

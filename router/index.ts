@@ -15,3 +15,4 @@ export * from './selector.js';
 export type { Rng } from '../runtime/random.js';
 export * from './kv-router.js';
 export * from './errors.js';
+export * from './tier-index.js';

@@ -17,6 +17,8 @@ import { BlockHasher } from './block-hasher.js';
 import type { IndexStats, KvIndexer } from './indexer.js';
 import { DEFAULT_OVERLOAD_POLICY, overloadReason, type OverloadPolicy } from './overload.js';
 import { RadixIndexer } from './radix-indexer.js';
+import { LowerTierIndex } from './tier-index.js';
+import { isLowerTierEvent } from '../proto/wire.js';
 import { SeededRandom, type Rng } from '../runtime/random.js';
 import type { KvDumpResponse, KvReplayResponse, RouterSyncMessage } from '../proto/wire.js';
 import type { RecoveryAction } from './recovery-protocol.js';
@@ -111,6 +113,8 @@ export interface KvRouterStats {
 export class KvRouter {
   readonly config: KvRouterConfig;
   private readonly events: RadixIndexer | undefined;
+  /** Host/disk tier blocks per worker (event mode). */
+  readonly tiers = new LowerTierIndex();
   private readonly approx: ApproxIndexer | undefined;
   private readonly index: KvIndexer;
   private readonly sequencer: EventSequencer;
@@ -147,11 +151,15 @@ export class KvRouter {
       // A prefix still being prefilled there is not in the index yet (events follow the
       // prefill), but it will be cached by the time this request is scheduled.
       const inflight = booked.activeSequences > 0 ? this.active.sharedPrefixBlocks(c.instanceId, seq) : 0;
+      const cachedBlocks = Math.min(Math.max(indexed, inflight), requestBlocks);
+      // The prefix continues in the worker's host / disk tier: it onboards those blocks.
+      const lower = this.events !== undefined && !req.noOverlapCredit ? this.tiers.hits(c.instanceId, seq, cachedBlocks) : undefined;
       const input = {
         instanceId: c.instanceId,
-        cachedBlocks: Math.min(Math.max(indexed, inflight), requestBlocks),
+        cachedBlocks,
         pendingPrefillBlocks: booked.pendingPrefillBlocks,
         activeDecodeBlocks: booked.activeBlocks,
+        ...(lower !== undefined && lower.hostBlocks + lower.diskBlocks > 0 ? { hostBlocks: lower.hostBlocks, diskBlocks: lower.diskBlocks } : {}),
       };
       const row = workerCost(requestBlocks, input, weights, busy);
       row.indexedBlocks = indexed;
@@ -238,6 +246,7 @@ export class KvRouter {
   /** A worker's instance went away: drop its blocks and bookings. */
   removeWorker(workerId: InstanceId): void {
     this.index.removeWorker(workerId);
+    this.tiers.removeWorker(workerId);
     this.sequencer.forget(workerId);
     this.active.removeWorker(workerId);
   }
@@ -255,6 +264,8 @@ export class KvRouter {
     const verdict = this.sequencer.acceptDump(dump.workerId, dump.nextEventId, nowMs);
     if (!verdict.accepted) return verdict.actions;
     this.events.loadWorker(dump.workerId, dump.events);
+    this.tiers.removeWorker(dump.workerId);
+    for (const e of dump.events) if (isLowerTierEvent(e)) this.tiers.applyEvent(dump.workerId, e);
     this.applyReady(verdict.ready);
     return verdict.actions;
   }
@@ -303,7 +314,8 @@ export class KvRouter {
 
   private applyReady(ready: readonly KvEvent[]): void {
     for (const e of ready) {
-      this.events!.applyEvent(e.workerId, e.data);
+      if (isLowerTierEvent(e.data)) this.tiers.applyEvent(e.workerId, e.data);
+      else this.events!.applyEvent(e.workerId, e.data);
       this.counters.eventsApplied++;
     }
   }

@@ -13,7 +13,7 @@
  *
  * Events are applied in the order given; ordering and gaps are the `EventSequencer`'s job.
  */
-import type { InstanceId, KvEventData, KvStoredBlock } from '../proto/wire.js';
+import { isLowerTierEvent, type InstanceId, type KvEventData, type KvStoredBlock } from '../proto/wire.js';
 import type { BlockHashInput, IndexDump, IndexStats, KvIndexer, OverlapScores, WorkerBlocksDump } from './indexer.js';
 import { toBigints } from './indexer.js';
 import { MatchBuffer, NONE, PrefixArena, ROOT } from './prefix-arena.js';
@@ -57,6 +57,8 @@ export class RadixIndexer implements KvIndexer {
 
   /** Apply one event's data for `workerId` (registering the worker if new). */
   applyEvent(workerId: InstanceId, data: KvEventData): void {
+    // Host and disk tier events (medium 'cpu' / 'disk') are not the device pool's blocks.
+    if (isLowerTierEvent(data)) return;
     const slot = this.slotFor(workerId);
     switch (data.type) {
       case 'stored':

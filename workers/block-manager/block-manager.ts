@@ -14,6 +14,7 @@ import type { KvEventData, KvStoredBlock } from '../../proto/wire.js';
 import { chainHash, localBlockHashes } from '../../router/index.js';
 import type { Sequence } from '../sequence.js';
 import { FreeBlockQueue } from './free-block-queue.js';
+import type { EvictedBlock } from './kv-tier-policy.js';
 
 export interface BlockManagerConfig {
   numBlocks: number;
@@ -21,6 +22,8 @@ export interface BlockManagerConfig {
   blockSize?: number;
   /** Default true. When false, nothing is hashed, hit or reported. */
   enablePrefixCaching?: boolean;
+  /** Keep evicted cached blocks (hash, tokens, reuse) for drainEvicted(): the KV tiers' offload feed. */
+  trackEvictions?: boolean;
 }
 
 /** A prefix-cache lookup: the leading blocks of a sequence that are already in the cache. */
@@ -49,6 +52,10 @@ export class BlockManager {
   private readonly events: KvEventData[] = [];
   private pendingRemoved: string[] = [];
   private numActive = 0;
+  /** Prefix hits each registered block served since it was registered (gates disk promotion). */
+  private readonly hitCount: Int32Array;
+  private readonly trackEvictions: boolean;
+  private evicted: EvictedBlock[] = [];
 
   constructor(config: BlockManagerConfig) {
     this.numBlocks = config.numBlocks;
@@ -60,6 +67,8 @@ export class BlockManager {
     this.freeQueue = new FreeBlockQueue(this.numBlocks);
     this.blockHash = new Array(this.numBlocks).fill(undefined);
     this.blockTokens = new Int32Array(this.enablePrefixCaching ? this.numBlocks * this.blockSize : 0);
+    this.hitCount = new Int32Array(this.numBlocks);
+    this.trackEvictions = (config.trackEvictions ?? false) && this.enablePrefixCaching;
   }
 
   /** Blocks with refcount 0 (empty or cached-and-evictable). */
@@ -127,6 +136,7 @@ export class BlockManager {
     if (!this.canAllocate(seq, hit, numNewTokens)) return false;
     for (const id of hit.blockIds) {
       this.takeRef(id);
+      this.hitCount[id]!++;
       seq.pushBlock(id);
     }
     seq.numCommittedBlocks = hit.blockIds.length;
@@ -211,6 +221,22 @@ export class BlockManager {
     this.events.push({ type: 'cleared' });
   }
 
+  /**
+   * Cached blocks evicted since the last call (with trackEvictions), oldest first. Their bytes
+   * stay intact until the next engine step writes into the blocks: copy them out before it.
+   */
+  drainEvicted(): EvictedBlock[] {
+    if (this.evicted.length === 0) return [];
+    const out = this.evicted;
+    this.evicted = [];
+    return out;
+  }
+
+  /** Token ids of a registered block (a copy); for tests. */
+  blockTokensOf(blockId: number): Int32Array {
+    return this.blockTokens.slice(blockId * this.blockSize, (blockId + 1) * this.blockSize);
+  }
+
   /** Takes the queued KV events, oldest first. */
   drainEvents(): KvEventData[] {
     if (this.events.length === 0) return [];
@@ -261,7 +287,9 @@ export class BlockManager {
       this.cached.delete(hash);
       this.blockHash[id] = undefined;
       this.pendingRemoved.push(hash.toString());
+      if (this.trackEvictions) this.evicted.push({ hash, blockId: id, tokens: this.blockTokensOf(id), reuse: this.hitCount[id]! });
     }
+    this.hitCount[id] = 0;
     this.refCount[id] = 1;
     this.numActive++;
     return id;

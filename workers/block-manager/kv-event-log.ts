@@ -4,7 +4,7 @@
  * router a full dump. The mirror is built from the events themselves, so "apply the dump, then
  * the events after dump.nextEventId" always lands on the same set as "replay from 0".
  */
-import type { InstanceId, KvEvent, KvEventData, KvStoredBlock } from '../../proto/wire.js';
+import { isLowerTierEvent, type InstanceId, type KvEvent, type KvEventData, type KvStoredBlock } from '../../proto/wire.js';
 
 export interface KvEventLogConfig {
   workerId: InstanceId;
@@ -35,6 +35,8 @@ export class KvEventLog {
   private readonly ring: Array<KvEvent | undefined>;
   private nextId = 0;
   private readonly blocks = new Map<string, MirrorBlock>();
+  /** Blocks in the lower tiers (medium 'cpu' / 'disk'): hash → tokens hash, per medium. */
+  private readonly lower = { cpu: new Map<string, string>(), disk: new Map<string, string>() };
 
   constructor(config: KvEventLogConfig) {
     this.workerId = config.workerId;
@@ -108,6 +110,11 @@ export class KvEventLog {
           : { type: 'stored', parentHash: first.parentHash, blocks: chain },
       );
     }
+    for (const medium of ['cpu', 'disk'] as const) {
+      const blocks: KvStoredBlock[] = [];
+      for (const [blockHash, tokensHash] of this.lower[medium]) blocks.push({ blockHash, tokensHash });
+      if (blocks.length > 0) events.push({ type: 'stored', blocks, medium });
+    }
     return { nextEventId: this.nextId, events };
   }
 
@@ -117,6 +124,12 @@ export class KvEventLog {
   }
 
   private applyToMirror(data: KvEventData): void {
+    if (isLowerTierEvent(data) && data.type !== 'cleared') {
+      const tier = this.lower[data.medium as 'cpu' | 'disk'];
+      if (data.type === 'stored') for (const b of data.blocks) tier.set(b.blockHash, b.tokensHash);
+      else for (const h of data.blockHashes) tier.delete(h);
+      return;
+    }
     switch (data.type) {
       case 'stored': {
         let parent = data.parentHash;

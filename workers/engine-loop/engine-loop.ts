@@ -18,6 +18,7 @@ import { Scheduler } from '../scheduler/scheduler.js';
 import type { KvImportStart, SchedulePlan, SchedulerConfig, SchedulerLoad, StepOutcome } from '../scheduler/types.js';
 import { OutputQueue } from './output-queue.js';
 import { StructuredDecoding, type GrammarProvider } from './structured-decoding.js';
+import type { KvTierManager } from '../kv-tiers/kv-tier-manager.js';
 
 /** Where the loop reports; the worker process publishes these on the event plane. */
 export interface EngineLoopSinks {
@@ -61,6 +62,8 @@ export interface EngineLoopConfig {
   kvEventCapacity?: number;
   /** Structured output: matchers over this worker's vocabulary; without it such requests are refused. */
   grammar?: GrammarProvider;
+  /** KV tiers below the engine pool (G2 host, G3 disk): offload on eviction, onboard on a prefix hit. */
+  kvTiers?: KvTierManager;
 }
 
 /** The scheduler's load snapshot plus the loop's running totals (what `/metrics` shows). */
@@ -91,7 +94,9 @@ export class EngineLoop {
   private readonly importSources = new Map<number, KvTransferParams>();
   private looping: Promise<void> | undefined;
   private closed = false;
+  private kickAgain = false;
   private numRequestsTotal = 0;
+  readonly kvTiers: KvTierManager | undefined;
 
   constructor(config: EngineLoopConfig) {
     this.engine = config.engine;
@@ -100,7 +105,9 @@ export class EngineLoop {
       ...config.scheduler,
       numBlocks: config.scheduler?.numBlocks ?? info.numBlocks,
       blockSize: config.scheduler?.blockSize ?? info.blockSize,
+      ...(config.kvTiers !== undefined ? { kvTiers: { policy: config.kvTiers.policy, costs: config.kvTiers.costs } } : {}),
     });
+    this.kvTiers = config.kvTiers;
     this.kvEventLog = new KvEventLog({
       workerId: config.workerId ?? '0000000000000000',
       capacity: config.kvEventCapacity ?? 1024,
@@ -222,15 +229,24 @@ export class EngineLoop {
       queue.fail(new UnavailableError('worker shutting down'));
     }
     await this.idle();
+    await this.kvTiers?.idle();
     await this.engine.close();
   }
 
   // ---- internals ----
 
   private kick(): void {
-    if (this.looping !== undefined || this.closed) return;
+    if (this.closed) return;
+    if (this.looping !== undefined) {
+      // The run may be past its last look at the queues (an onboard settling while the run
+      // winds down): look again once it ends.
+      this.kickAgain = true;
+      return;
+    }
+    this.kickAgain = false;
     this.looping = this.run().finally(() => {
       this.looping = undefined;
+      if (this.kickAgain) this.kick();
     });
   }
 
@@ -239,6 +255,8 @@ export class EngineLoop {
     await Promise.resolve();
     while (this.scheduler.hasWork && !this.closed) {
       const plan = this.scheduler.schedule();
+      // Evicted blocks are read out before anything (an import, the step) writes into them.
+      if (this.kvTiers !== undefined) await this.moveTiers(plan);
       for (const t of plan.transfers) this.startImport(t);
       if (plan.batch.sequences.length === 0) {
         // Nothing fits now (blocks held by pinned sequences): wait for an add, abort or release.
@@ -262,6 +280,20 @@ export class EngineLoop {
       if (rejected !== undefined) outcome = this.failRejected(outcome, rejected);
       this.deliver(outcome);
       this.publish();
+    }
+  }
+
+  private async moveTiers(plan: SchedulePlan): Promise<void> {
+    const evicted = this.scheduler.blockManager.drainEvicted();
+    const settle = (seqId: number, ok: boolean): void => {
+      this.scheduler.completeTransfer(seqId, ok);
+      this.kick();
+      this.publish();
+    };
+    try {
+      await this.kvTiers!.afterSchedule(evicted, plan.onboards, settle);
+    } catch {
+      // A failed G1 read loses only the offload of those blocks; the step runs on.
     }
   }
 
@@ -300,7 +332,11 @@ export class EngineLoop {
   }
 
   private publish(): void {
-    const data = this.scheduler.blockManager.drainEvents();
+    // Tier moves first: a block offloaded this step is announced in its new tier before its
+    // device Removed, so a router never sees it vanish from the worker in between.
+    const tierData = this.kvTiers?.policy.drainEvents();
+    const deviceData = this.scheduler.blockManager.drainEvents();
+    const data = tierData !== undefined && tierData.length > 0 ? [...tierData, ...deviceData] : deviceData;
     if (data.length > 0) {
       const events = this.kvEventLog.append(data);
       safeCall(() => this.sinks.onKvEvents?.(events));

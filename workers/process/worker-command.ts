@@ -6,6 +6,7 @@ import { DEFAULT_KV_BLOCK_SIZE } from '../models/index.js';
 import { DEFAULT_KV_RELEASE_TIMEOUT_MS, DEFAULT_MOCKER_KV_BYTES_PER_TOKEN, DEFAULT_PULL_TIMEOUT_MS } from '../disagg/index.js';
 import { DEFAULT_COMPILE_MEMORY_MB, DEFAULT_COMPILE_TIMEOUT_MS, compileLimits } from '../../grammar/index.js';
 import { startWorker, type WorkerOptions } from './worker-process.js';
+import { GIB } from './kv-tiers-setup.js';
 
 /** Flags that carry a WorkerOptions field under the same name and unit. */
 type SameAsOptions =
@@ -36,6 +37,10 @@ interface WorkerFlags extends RuntimeFlags, Pick<WorkerOptions, SameAsOptions> {
   kvPullTimeout: number;
   grammarCompileTimeoutMs: number;
   grammarCompileMemoryMb: number;
+  kvHostCacheGb?: number;
+  kvDiskCacheDir?: string;
+  kvDiskCacheGb?: number;
+  kvDiskMinReuse: number;
 }
 
 function workerOptionsFromFlags(flags: WorkerFlags): WorkerOptions {
@@ -63,6 +68,17 @@ function workerOptionsFromFlags(flags: WorkerFlags): WorkerOptions {
     kvReleaseTimeoutMs: Math.round(flags.kvReleaseTimeout * 1000),
     kvPullTimeoutMs: Math.round(flags.kvPullTimeout * 1000),
     grammarLimits: compileLimits(flags.grammarCompileTimeoutMs, flags.grammarCompileMemoryMb),
+    ...(flags.kvHostCacheGb !== undefined || flags.kvDiskCacheDir !== undefined || flags.kvDiskCacheGb !== undefined
+      ? {
+          kvTiers: {
+            hostCacheBytes: Math.floor((flags.kvHostCacheGb ?? 0) * GIB),
+            ...(flags.kvDiskCacheDir !== undefined ? { diskCacheDir: flags.kvDiskCacheDir } : {}),
+            diskCacheBytes: Math.floor((flags.kvDiskCacheGb ?? 0) * GIB),
+            diskMinReuse: flags.kvDiskMinReuse,
+            kvBytesPerToken: flags.kvBytesPerToken,
+          },
+        }
+      : {}),
   };
 }
 
@@ -98,7 +114,11 @@ export function registerWorkerCommand(program: Command): void {
     .addOption(new Option('--kv-release-timeout <seconds>', 'prefill: free pinned KV blocks no decode worker released after this long').argParser(numberInRange(0.001)).default(DEFAULT_KV_RELEASE_TIMEOUT_MS / 1000))
     .addOption(new Option('--kv-pull-timeout <seconds>', 'decode: give up a KV pull and compute the prompt after this long (keep below --kv-release-timeout)').argParser(numberInRange(0.001)).default(DEFAULT_PULL_TIMEOUT_MS / 1000))
     .addOption(new Option('--grammar-compile-timeout-ms <ms>', 'structured output: most wall time one new grammar may take to compile (then 400)').argParser(intInRange(1, 3_600_000)).default(DEFAULT_COMPILE_TIMEOUT_MS))
-    .addOption(new Option('--grammar-compile-memory-mb <mb>', 'structured output: most memory one new grammar may need, automaton and token classes (then 400)').argParser(numberInRange(0.001)).default(DEFAULT_COMPILE_MEMORY_MB));
+    .addOption(new Option('--grammar-compile-memory-mb <mb>', 'structured output: most memory one new grammar may need, automaton and token classes (then 400)').argParser(numberInRange(0.001)).default(DEFAULT_COMPILE_MEMORY_MB))
+    .addOption(new Option('--kv-host-cache-gb <gib>', 'KV tier G2: host memory (GiB) that keeps blocks evicted from the engine pool (docs/kv-tiers.md)').argParser(numberInRange(0)))
+    .option('--kv-disk-cache-dir <dir>', 'KV tier G3: directory for blocks pushed out of the host tier (survives restarts)')
+    .addOption(new Option('--kv-disk-cache-gb <gib>', 'KV tier G3: most disk space (GiB) it uses, LRU').argParser(numberInRange(0)))
+    .addOption(new Option('--kv-disk-min-reuse <n>', 'KV tier G3: prefix hits a block needs before it is written to disk').argParser(intInRange(0, 1_000_000)).default(2));
   addRuntimeOptions(cmd).action(async (flags: WorkerFlags) => {
     const runtime = await createRuntimeFromOptions(flags, `worker-${flags.mode}`);
     const options = workerOptionsFromFlags(flags);

@@ -57,6 +57,8 @@ import { DEFAULT_COMPILE_LIMITS, GrammarCache, GrammarCompiler, type CompileLimi
 import { workerGrammarProvider } from './grammar-provider.js';
 import { loadWorkerVocabulary } from './vocabulary-loader.js';
 import { LoadPublisher } from './load-publisher.js';
+import { setupWorkerKvTiers, type WorkerKvTierOptions } from './kv-tiers-setup.js';
+import { KvTierMetrics } from './kv-tier-metrics.js';
 
 export const COMPONENT_FOR_ROLE: Record<WorkerRole, string> = { agg: 'backend', prefill: 'prefill', decode: 'decode' };
 /** Wire names, defined in proto/ and re-exported for the worker's callers. */
@@ -95,6 +97,8 @@ export interface WorkerOptions {
   kvReleaseTimeoutMs?: number;
   /** decode: give up a pull (and recompute) after this long (default 10 s). */
   kvPullTimeoutMs?: number;
+  /** KV tiers below the engine pool (`--kv-host-cache-gb`, `--kv-disk-cache-*`); docs/kv-tiers.md. */
+  kvTiers?: WorkerKvTierOptions;
   /** prefill/decode: UCX config overrides without the UCX_ prefix; UCX_* env applies otherwise. */
   ucxConfig?: Record<string, string>;
 }
@@ -221,9 +225,12 @@ export async function startWorker(runtime: DistributedRuntime, options: WorkerOp
     sample: () => loop.loadMetrics(),
     publish: (m) => void component.publish(TOPICS.loadMetrics, m).catch((err: unknown) => log.debug({ err }, 'load metrics publish failed')),
   });
+  const kvTiers = options.kvTiers !== undefined ? await setupWorkerKvTiers(engine, options.kvTiers, modelName) : undefined;
+  if (kvTiers !== undefined) new KvTierMetrics(runtime.metrics, modelName, kvTiers, engine.info.blockSize);
   const loop: EngineLoop = new EngineLoop({
     engine,
     workerId: runtime.instanceId,
+    ...(kvTiers !== undefined ? { kvTiers } : {}),
     ...(disagg?.importer !== undefined ? { kvImporter: disagg.importer } : {}),
     scheduler: { maxNumBatchedTokens: options.maxNumBatchedTokens, maxNumSeqs: options.maxNumSeqs },
     ...(vocab !== undefined ? { grammar: workerGrammarProvider(vocab, grammarCache, grammarCompiler) } : {}),

@@ -5,6 +5,7 @@ export type {
   AddSequenceResult,
   CompleteTransferResult,
   KvImportStart,
+  KvOnboardStart,
   FinishedSequence,
   SchedulePlan,
   SchedulerConfig,

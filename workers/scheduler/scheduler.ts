@@ -23,6 +23,7 @@ import {
   type AddSequenceResult,
   type CompleteTransferResult,
   type KvImportStart,
+  type KvOnboardStart,
   type FinishedSequence,
   type SchedulePlan,
   type SchedulerConfig,
@@ -31,6 +32,7 @@ import {
   type StepOutcome,
 } from './types.js';
 import type { FinishReason } from '../../proto/wire.js';
+import { onboardCount, type OnboardSource } from '../block-manager/kv-tier-policy.js';
 
 interface PlannedSeq {
   seq: Sequence;
@@ -61,6 +63,9 @@ export class Scheduler {
   private nextSeqId = 1;
   /** Undefined when deferral is off (by config, or without prefix caching). */
   private readonly sharedPrefill: SharedPrefillGate | undefined;
+  private readonly kvTiers: SchedulerConfig['kvTiers'];
+  /** Prefix tokens onboarded from the KV tiers, and their blocks per tier (counters). */
+  numOnboardedTokens = 0;
 
   constructor(config: SchedulerConfig) {
     this.blockSize = config.blockSize ?? SCHEDULER_DEFAULTS.blockSize;
@@ -71,7 +76,9 @@ export class Scheduler {
       numBlocks: config.numBlocks,
       blockSize: this.blockSize,
       enablePrefixCaching: config.enablePrefixCaching ?? true,
+      trackEvictions: config.kvTiers?.policy.enabled ?? false,
     });
+    this.kvTiers = config.kvTiers?.policy.enabled ? config.kvTiers : undefined;
     const maxDeferSteps = config.maxDeferSteps ?? SCHEDULER_DEFAULTS.maxDeferSteps;
     if (!Number.isInteger(maxDeferSteps) || maxDeferSteps < 0) throw new RangeError('maxDeferSteps must be a non-negative integer');
     const defer = (config.deferSharedPrefill ?? SCHEDULER_DEFAULTS.deferSharedPrefill) && this.blockManager.enablePrefixCaching;
@@ -141,6 +148,7 @@ export class Scheduler {
     const plannedBySeq = new Map<Sequence, PlannedSeq>();
     const preemptedSeqIds: number[] = [];
     const transfers: KvImportStart[] = [];
+    const onboards: KvOnboardStart[] = [];
     let budget = this.maxNumBatchedTokens;
 
     const plan = (seq: Sequence, numNewTokens: number): void => {
@@ -223,6 +231,23 @@ export class Scheduler {
         });
         continue;
       }
+      const fromTiers = this.onboardSources(seq, hit.blockIds.length);
+      if (fromTiers.length > 0) {
+        const numOnboard = fromTiers.length * this.blockSize;
+        if (!bm.allocate(seq, hit, numOnboard)) break;
+        takeWaiting();
+        const firstAdmission = !seq.hasBeenAdmitted;
+        this.admit(seq, hit.numTokens);
+        if (firstAdmission) seq.numCachedTokens += numOnboard;
+        this.kvTiers!.policy.commitOnboard(fromTiers);
+        this.numOnboardedTokens += numOnboard;
+        seq.numRemoteTokens = hit.numTokens + numOnboard;
+        seq.status = SEQUENCE_STATUS.transferring;
+        this.transferring.set(seq.seqId, seq);
+        const first = hit.blockIds.length;
+        onboards.push({ seqId: seq.seqId, localBlockIds: seq.blockTableView().slice(first, first + fromTiers.length), firstBlock: first, sources: fromTiers });
+        continue;
+      }
       if (gate?.leaderFor(seq, hit) !== undefined) {
         seq.numDeferredSteps++;
         this.numDeferrals++;
@@ -245,7 +270,7 @@ export class Scheduler {
     const live = planned.filter((p) => !p.dropped);
     this.inFlight = live;
     this.numSteps++;
-    return this.toPlan(live, preemptedSeqIds, deferredSeqIds, transfers);
+    return this.toPlan(live, preemptedSeqIds, deferredSeqIds, transfers, onboards);
   }
 
   /**
@@ -266,7 +291,11 @@ export class Scheduler {
     }
     seq.status = SEQUENCE_STATUS.running;
     this.running.push(seq);
-    if (!ok) return 'recompute';
+    if (!ok) {
+      // An onboard that failed is recomputed: its blocks were not cached after all.
+      seq.numCachedTokens = Math.min(seq.numCachedTokens, seq.numComputedTokens);
+      return 'recompute';
+    }
     seq.numComputedTokens = Math.max(seq.numComputedTokens, numRemote);
     this.blockManager.commitComputed(seq);
     return 'running';
@@ -422,7 +451,33 @@ export class Scheduler {
     this.running.length = w;
   }
 
-  private toPlan(live: PlannedSeq[], preemptedSeqIds: number[], deferredSeqIds: number[], transfers: KvImportStart[]): SchedulePlan {
+  /**
+   * The blocks after the G1 hit that the KV tiers hold and that are cheaper to copy than to
+   * recompute (at least one prompt token is always left to compute).
+   */
+  private onboardSources(seq: Sequence, numHitBlocks: number): OnboardSource[] {
+    const tiers = this.kvTiers;
+    if (tiers === undefined || seq.numRemoteTokens > 0) return [];
+    const bs = this.blockSize;
+    const maxBlocks = Math.floor((seq.numTokens - 1) / bs);
+    if (maxBlocks <= numHitBlocks) return [];
+    this.blockManager.seqHashAt(seq, maxBlocks - 1);
+    const sources = tiers.policy.match(seq.seqHashes.slice(0, maxBlocks), numHitBlocks, (b, tokens) => {
+      for (let i = 0; i < bs; i++) if (tokens[i] !== seq.tokenAt(b * bs + i)) return false;
+      return true;
+    });
+    if (sources.length === 0) return sources;
+    const rest = seq.numTokens - (numHitBlocks + sources.length) * bs;
+    return sources.slice(0, onboardCount(sources, tiers.costs, bs, rest));
+  }
+
+  private toPlan(
+    live: PlannedSeq[],
+    preemptedSeqIds: number[],
+    deferredSeqIds: number[],
+    transfers: KvImportStart[],
+    onboards: KvOnboardStart[] = [],
+  ): SchedulePlan {
     const sequences: StepSequence[] = new Array(live.length);
     let numScheduledTokens = 0;
     let numPrefillTokens = 0;
@@ -455,6 +510,7 @@ export class Scheduler {
       preemptedSeqIds,
       deferredSeqIds,
       transfers,
+      onboards,
     };
   }
 }

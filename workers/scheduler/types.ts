@@ -4,6 +4,7 @@
  */
 import type { FinishReason, LoadMetrics } from '../../proto/wire.js';
 import type { SampledToken, StepBatch } from '../engines/engine.js';
+import type { KvTierPolicy, OnboardCosts, OnboardSource } from '../block-manager/kv-tier-policy.js';
 
 export interface SchedulerConfig {
   numBlocks: number;
@@ -25,6 +26,11 @@ export interface SchedulerConfig {
   deferSharedPrefill?: boolean;
   /** Most steps one sequence may be deferred that way in its life; default 64. */
   maxDeferSteps?: number;
+  /**
+   * KV tiers below the pool (G2 host, G3 disk): evicted blocks are tracked for offload, and a
+   * prefix that misses the pool is onboarded from them when copying beats recomputing.
+   */
+  kvTiers?: { policy: KvTierPolicy; costs: OnboardCosts };
 }
 
 export const SCHEDULER_DEFAULTS = {
@@ -55,6 +61,19 @@ export interface SchedulePlan {
    * They are not in the batch; the caller pulls, then calls completeTransfer().
    */
   transfers: KvImportStart[];
+  /**
+   * Sequences admitted this step whose next prefix blocks come from the KV tiers. Like
+   * transfers: not in the batch; the caller copies the sources in, then completeTransfer().
+   */
+  onboards: KvOnboardStart[];
+}
+
+/** A sequence whose blocks firstBlock.. are copied in from G2/G3 (sources[i] → localBlockIds[i]). */
+export interface KvOnboardStart {
+  seqId: number;
+  localBlockIds: Int32Array;
+  firstBlock: number;
+  sources: OnboardSource[];
 }
 
 /** A remote-prefill sequence that got its blocks: import KV into them, then completeTransfer. */

@@ -1,0 +1,42 @@
+/**
+ * The worker's KV tiers from its flags: G2 host memory and G3 disk below the engine pool.
+ * The native CPU engine copies real blocks out of its host pool; the mocker simulates the copies
+ * with H100-like bandwidths (its `--kv-bytes-per-token` sizes a block).
+ */
+import { ConfigError } from '../../runtime/errors.js';
+import { PolynomialPerfModel, type PerfModel } from '../../perf-model/index.js';
+import type { Engine } from '../engines/engine.js';
+import type { NativeEngine } from '../engines/native/index.js';
+import { MockerEngine } from '../engines/mocker/index.js';
+import { createKvTiers, hostPoolTierTarget, simulatedTierTarget, type KvTierManager, type KvTierOptions } from '../kv-tiers/index.js';
+
+export interface WorkerKvTierOptions extends KvTierOptions {
+  /** Mocker: bytes of KV per token, for the simulated copy times. */
+  kvBytesPerToken?: number;
+}
+
+export const GIB = 1024 ** 3;
+
+export async function setupWorkerKvTiers(engine: Engine, options: WorkerKvTierOptions, modelName: string, perfModel?: PerfModel): Promise<KvTierManager | undefined> {
+  if (!((options.hostCacheBytes ?? 0) > 0)) {
+    if (options.diskCacheDir !== undefined || (options.diskCacheBytes ?? 0) > 0) {
+      throw new ConfigError('--kv-disk-cache-dir / --kv-disk-cache-gb need --kv-host-cache-gb: the disk tier sits below the host tier');
+    }
+    return undefined;
+  }
+  if ((options.diskCacheBytes ?? 0) > 0 && options.diskCacheDir === undefined && !(engine instanceof MockerEngine)) {
+    throw new ConfigError('--kv-disk-cache-gb needs --kv-disk-cache-dir');
+  }
+  if (engine instanceof MockerEngine) {
+    const bytes = (options.kvBytesPerToken ?? 131072) * engine.info.blockSize;
+    return createKvTiers(options, simulatedTierTarget(bytes, engine.speedupRatio, perfModel ?? engine.perfModel));
+  }
+  const native = engine as NativeEngine;
+  let target;
+  try {
+    target = hostPoolTierTarget(native, modelName);
+  } catch (err) {
+    throw new ConfigError(`--kv-host-cache-gb: the engine's KV pool is not host memory (${(err as Error).message}); device pools need the device block copier, not built yet`);
+  }
+  return createKvTiers(options, { ...target, perfModel: perfModel ?? new PolynomialPerfModel() });
+}
