@@ -5,6 +5,7 @@
  * (runtime/discovery/model-card-feed.ts) and never trusts a field it did not check.
  */
 import type { EngineKind, InstanceId, WorkerRole } from './wire.js';
+import { embeddingCapabilityError, WORKER_TASKS, type EmbeddingCapability, type WorkerTask } from './embedding.js';
 
 /** Discovery value under `v1/models/{ns}/{model_name}/{instance_id_hex}`. */
 export interface ModelCard {
@@ -29,6 +30,15 @@ export interface ModelCard {
   /** Bytes of KV per token (all layers), used to size transfers. */
   kvBytesPerToken?: number;
   eosTokenIds: number[];
+  /** What the worker serves; absent = 'generate'. An 'embed' card's `endpoint` is `embed` (proto/embedding.ts). */
+  task?: WorkerTask;
+  /** Present exactly when task is 'embed'. */
+  embedding?: EmbeddingCapability;
+}
+
+/** True for a card that serves generation (every card without `task`). */
+export function servesGeneration(card: Pick<ModelCard, 'task'>): boolean {
+  return card.task === undefined || card.task === 'generate';
 }
 
 export const WORKER_ROLES: readonly WorkerRole[] = ['agg', 'prefill', 'decode'];
@@ -59,6 +69,12 @@ export function parseModelCard(value: unknown): ModelCardParse {
   if (!Array.isArray(v.eosTokenIds) || !v.eosTokenIds.every((t) => isInt(t) && t >= 0)) return fail('eosTokenIds must be an array of token ids');
   if (v.ucxWorkerAddress !== undefined && typeof v.ucxWorkerAddress !== 'string') return fail('ucxWorkerAddress must be a string');
   if (v.kvBytesPerToken !== undefined && (typeof v.kvBytesPerToken !== 'number' || !(v.kvBytesPerToken >= 0))) return fail('kvBytesPerToken must be a non-negative number');
+  if (v.task !== undefined && !WORKER_TASKS.includes(v.task as WorkerTask)) return fail(`task must be one of ${WORKER_TASKS.join(', ')}`);
+  if ((v.task === 'embed') !== (v.embedding !== undefined)) return fail("embedding must be present exactly when task is 'embed'");
+  if (v.embedding !== undefined) {
+    const reason = embeddingCapabilityError(v.embedding);
+    if (reason !== undefined) return fail(reason);
+  }
   // Every field of ModelCard was checked above; the cast only forgets the index signature.
   return { ok: true, card: value as ModelCard };
 }

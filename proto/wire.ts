@@ -172,4 +172,5 @@ export * from './router.js';
 export * from './structured-output.js';
 export * from './dashboard.js';
 export * from './json.js';
+export * from './embedding.js';
 import type { StructuredOutputSpec } from './structured-output.js';

@@ -1,0 +1,144 @@
+/**
+ * `runtime worker --task embed`: an embedding worker. No scheduler, KV events or load
+ * metrics: the engine's whole KV pool is the pooling step's scratch (Engine::embed), requests
+ * are batched by EmbedBatcher, and the worker serves `{ns}/{component}/embed` (proto/embedding.ts)
+ * under a model card with `task: 'embed'` and its `embedding` capability.
+ *
+ *   gRPC embed(EmbedRequest) ─▶ check tokens ─▶ EmbedBatcher ─▶ Embedder (native pooling │ mocker hash)
+ *                             ◀─ EmbedResponse {dimensions, f32 LE vectors}
+ */
+import { basename, resolve } from 'node:path';
+import { Counter, type Registry } from 'prom-client';
+import type { EmbeddingCapability, EmbeddingPooling, EmbedRequest, EmbedResponse, ModelCard } from '../../proto/wire.js';
+import { EMBED_ENDPOINT, EMBEDDING_COMPONENT } from '../../proto/wire.js';
+import { modelKey, type DistributedRuntime, type RequestContext } from '../../runtime/index.js';
+import { ConfigError, TandemError } from '../../runtime/errors.js';
+import { readModelConfig } from '../models/index.js';
+import { readEmbeddingConfig } from '../models/embedding-config.js';
+import { EmbedBatcher } from './embed-batcher.js';
+import { MockEmbedder, NativeEmbedder, type Embedder } from './embedder.js';
+
+export interface EmbeddingWorkerOptions {
+  engine: 'mocker' | 'native';
+  modelDir: string;
+  modelName?: string;
+  namespace: string;
+  component?: string;
+  /** Overrides the model's sentence-transformers pooling; default there, else 'last'. */
+  pooling?: EmbeddingPooling;
+  /** Tokens per engine call (the KV pool is sized for it). */
+  maxNumBatchedTokens: number;
+  blockSize: number;
+  contextLength?: number;
+  device: string;
+  threads?: number;
+}
+
+export interface RunningEmbeddingWorker {
+  card: ModelCard;
+  batcher: EmbedBatcher;
+  close(): Promise<void>;
+}
+
+export async function startEmbeddingWorker(runtime: DistributedRuntime, options: EmbeddingWorkerOptions): Promise<RunningEmbeddingWorker> {
+  const modelDir = resolve(options.modelDir);
+  const config = await readModelConfig(modelDir);
+  const st = await readEmbeddingConfig(modelDir);
+  const pooling = options.pooling ?? st.pooling ?? 'last';
+  const modelName = options.modelName ?? basename(modelDir);
+  const componentName = options.component ?? EMBEDDING_COMPONENT;
+  const contextLength = Math.min(options.contextLength ?? config.contextLength, config.contextLength);
+  const log = runtime.logger.child({ component: componentName, model: modelName });
+  const embedder = await createEmbedder(options, config.hiddenSize, contextLength, pooling, st.normalize);
+  const batcher = new EmbedBatcher(embedder, options.maxNumBatchedTokens);
+  const metrics = new EmbeddingMetrics(runtime.metrics, modelName);
+
+  async function* embed(request: EmbedRequest, ctx: RequestContext): AsyncGenerator<EmbedResponse> {
+    const inputs = request?.inputs;
+    if (!Array.isArray(inputs) || inputs.length === 0) throw new TandemError('invalid_argument', 'embed: no inputs');
+    inputs.forEach((tokens, i) => {
+      if (!Array.isArray(tokens) || tokens.length === 0) throw new TandemError('invalid_argument', `input ${i} has no tokens`);
+      if (tokens.length > contextLength) throw new TandemError('invalid_argument', `input ${i} has ${tokens.length} tokens, more than the context length ${contextLength}`);
+      for (const t of tokens) {
+        if (!Number.isInteger(t) || t < 0 || t >= config.vocabSize) throw new TandemError('invalid_argument', `input ${i}: token id ${t} is outside the vocabulary (0..${config.vocabSize - 1})`);
+      }
+    });
+    if (ctx.signal.aborted) return;
+    const vectors = await batcher.submit(inputs);
+    metrics.requests.inc(metrics.labels);
+    metrics.inputs.inc(metrics.labels, inputs.length);
+    yield { dimensions: embedder.dimensions, vectors: new Uint8Array(vectors.buffer, vectors.byteOffset, vectors.byteLength) };
+  }
+
+  const component = runtime.namespace(options.namespace).component(componentName);
+  const served = await component.endpoint(EMBED_ENDPOINT).serve(embed, { metadata: { model: modelName, role: 'agg', task: 'embed' } });
+  const capability: EmbeddingCapability = {
+    dimensions: embedder.dimensions,
+    pooling,
+    normalize: st.normalize,
+    matryoshka: st.matryoshka,
+    ...(st.matryoshkaDimensions ? { matryoshkaDimensions: st.matryoshkaDimensions } : {}),
+  };
+  const card: ModelCard = {
+    name: modelName,
+    modelPath: modelDir,
+    tokenizerSource: modelDir,
+    chatTemplateSource: modelDir,
+    contextLength,
+    kvBlockSize: options.blockSize,
+    totalKvBlocks: 0,
+    maxNumBatchedTokens: options.maxNumBatchedTokens,
+    role: 'agg',
+    engine: options.engine,
+    component: componentName,
+    endpoint: EMBED_ENDPOINT,
+    instanceId: runtime.instanceId,
+    eosTokenIds: config.eosTokenIds,
+    task: 'embed',
+    embedding: capability,
+  };
+  const cardKey = modelKey(options.namespace, modelName, runtime.instanceId);
+  await runtime.discovery.put(cardKey, card);
+  runtime.trackRegistration(cardKey, true);
+  runtime.onShutdown(() => embedder.close());
+  log.info(
+    { instanceId: runtime.instanceId, address: served.record.address, engine: options.engine, task: 'embed', pooling, poolingFrom: options.pooling ? 'flag' : st.source, dimensions: embedder.dimensions },
+    'worker ready',
+  );
+  return {
+    card,
+    batcher,
+    close: async () => {
+      await runtime.discovery.delete(cardKey).catch(() => undefined);
+      await served.stop().catch(() => undefined);
+      await embedder.close();
+    },
+  };
+}
+
+async function createEmbedder(options: EmbeddingWorkerOptions, hiddenSize: number, contextLength: number, pooling: EmbeddingPooling, normalize: boolean): Promise<Embedder> {
+  if (options.engine === 'mocker') return new MockEmbedder(hiddenSize, pooling, normalize);
+  if (options.device !== 'cpu') {
+    throw new ConfigError(`--task embed with --device ${options.device}: the pooling step is built for the CPU backend only; use --device cpu`);
+  }
+  const { createNativeEngine } = await import('../engines/native/index.js');
+  // The pool is the pooling step's scratch: one batch of maxNumBatchedTokens, or one longest input.
+  const tokens = Math.max(options.maxNumBatchedTokens, contextLength);
+  const numBlocks = Math.ceil(tokens / options.blockSize) + 64;
+  const engine = await createNativeEngine({ modelDir: options.modelDir, device: 'cpu', blockSize: options.blockSize, numBlocks, ...(options.threads !== undefined ? { threads: options.threads } : {}) });
+  return new NativeEmbedder(engine, pooling, normalize);
+}
+
+class EmbeddingMetrics {
+  readonly labels: { model_name: string };
+  readonly requests: Counter;
+  readonly inputs: Counter;
+
+  constructor(registry: Registry, model: string) {
+    this.labels = { model_name: model };
+    this.requests = new Counter({ name: 'tandem_worker_embedding_requests_total', help: 'Embedding calls answered', labelNames: ['model_name'], registers: [registry] });
+    this.inputs = new Counter({ name: 'tandem_worker_embedding_inputs_total', help: 'Inputs embedded', labelNames: ['model_name'], registers: [registry] });
+    this.requests.inc(this.labels, 0);
+    this.inputs.inc(this.labels, 0);
+  }
+}
