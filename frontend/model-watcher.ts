@@ -6,6 +6,7 @@
  * cache as cards come and go; the watcher only reads them.
  */
 import type { InstanceId, ModelCard, PreprocessedRequest, TokenDelta } from '../proto/wire.js';
+import { servesGeneration } from '../proto/wire.js';
 import type { CardEvent, ModelCardFeed } from '../runtime/index.js';
 import { TandemError, UnavailableError } from '../runtime/errors.js';
 import { ModelCatalog, type CatalogChange } from './model-catalog.js';
@@ -104,7 +105,7 @@ export class ModelWatcher {
         let live: Set<InstanceId> | undefined;
         let liveFor: WorkerClient | undefined;
         for (const [id, card] of cards) {
-          if (card.role === 'prefill') continue;
+          if (card.role === 'prefill' || !servesGeneration(card)) continue;
           const client = watcher.clientFor(card);
           if (!client) continue;
           if (client !== liveFor) {
