@@ -5,7 +5,7 @@
  */
 import type { EmbeddingPooling } from '../../proto/wire.js';
 import type { NativeEngine } from '../engines/native/index.js';
-import { xxh3Seeded } from '../../router/hashing.js';
+import { xxh3Seeded } from '../../router/index.js';
 import { SeededRandom } from '../../runtime/random.js';
 
 export interface Embedder {
