@@ -85,3 +85,31 @@ describe.each(['qwen3', 'qwen2'] as const)('native embed (%s, f32)', (arch) => {
     await expect(engine.embed(long, Int32Array.of(65), 'last', true)).rejects.toMatchObject({ code: 'invalid_argument', message: expect.stringContaining('sequence 0') });
   });
 });
+
+describe('native embed on the CUDA backend, SIMT harness (bf16 weights, 48 tokens per pass: 1 + 9 + 40 runs as two passes)', () => {
+  let engine: NativeEngine;
+  let ref: ReferenceEmbedder;
+  const inputs = prompts(6, [1, 9, 40], 512);
+
+  beforeAll(async () => {
+    const dir = join(tmp.dir, 'simt');
+    await makeTinyModel({ arch: 'qwen3', outDir: dir, dtype: 'f32', seed: 21, embedding: 'mean' });
+    engine = await createNativeEngine({ modelDir: dir, device: 'simt', numBlocks: 8, blockSize: 16, threads: 2, maxBatchTokens: 48, maxSeqs: 8 });
+    ref = await ReferenceEmbedder.load(dir);
+  }, 60_000);
+  afterAll(async () => {
+    await engine?.close();
+  });
+
+  for (const pooling of ['mean', 'last'] as const) {
+    it(`${pooling} pooling equals the reference within bf16 rounding`, async () => {
+      const { tokens, lengths } = pack(inputs);
+      const got = await engine.embed(tokens, lengths, pooling, true);
+      inputs.forEach((input, i) => expect(maxAbsDiff(got.subarray(i * 64, (i + 1) * 64), ref.embed(input, pooling))).toBeLessThan(2e-2));
+    });
+  }
+
+  it('refuses an input longer than the tokens per pass, naming both', async () => {
+    await expect(engine.embed(new Int32Array(49).fill(2), Int32Array.of(49), 'mean', true)).rejects.toMatchObject({ code: 'invalid_argument', message: expect.stringContaining('maxBatchTokens 48') });
+  });
+});

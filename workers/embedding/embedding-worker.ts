@@ -12,7 +12,7 @@ import { Counter, type Registry } from 'prom-client';
 import type { EmbeddingCapability, EmbeddingPooling, EmbedRequest, EmbedResponse, ModelCard } from '../../proto/wire.js';
 import { EMBED_ENDPOINT, EMBEDDING_COMPONENT } from '../../proto/wire.js';
 import { modelKey, type DistributedRuntime, type RequestContext } from '../../runtime/index.js';
-import { ConfigError, TandemError } from '../../runtime/errors.js';
+import { TandemError } from '../../runtime/errors.js';
 import { readModelConfig } from '../models/index.js';
 import { readEmbeddingConfig } from '../models/embedding-config.js';
 import { EmbedBatcher } from './embed-batcher.js';
@@ -118,14 +118,19 @@ export async function startEmbeddingWorker(runtime: DistributedRuntime, options:
 
 async function createEmbedder(options: EmbeddingWorkerOptions, hiddenSize: number, contextLength: number, pooling: EmbeddingPooling, normalize: boolean): Promise<Embedder> {
   if (options.engine === 'mocker') return new MockEmbedder(hiddenSize, pooling, normalize);
-  if (options.device !== 'cpu') {
-    throw new ConfigError(`--task embed with --device ${options.device}: the pooling step is built for the CPU backend only; use --device cpu`);
-  }
   const { createNativeEngine } = await import('../engines/native/index.js');
   // The pool is the pooling step's scratch: one batch of maxNumBatchedTokens, or one longest input.
   const tokens = Math.max(options.maxNumBatchedTokens, contextLength);
   const numBlocks = Math.ceil(tokens / options.blockSize) + 64;
-  const engine = await createNativeEngine({ modelDir: options.modelDir, device: 'cpu', blockSize: options.blockSize, numBlocks, ...(options.threads !== undefined ? { threads: options.threads } : {}) });
+  const engine = await createNativeEngine({
+    modelDir: options.modelDir,
+    device: options.device,
+    blockSize: options.blockSize,
+    numBlocks,
+    // A GPU sizes its activations for the largest pass (Engine::embed packs up to this many tokens).
+    maxBatchTokens: tokens,
+    ...(options.threads !== undefined ? { threads: options.threads } : {}),
+  });
   return new NativeEmbedder(engine, pooling, normalize);
 }
 

@@ -18,9 +18,6 @@ void Backend::pool_hidden(const ForwardBatch&, Pooling, float*) {
 
 namespace {
 
-// Bounds the activations of one pass; longer batches run in several passes.
-constexpr int64_t kMaxTokensPerPass = 16384;
-
 void l2_normalize(float* v, int64_t n) {
   double sum = 0;
   for (int64_t i = 0; i < n; ++i) sum += static_cast<double>(v[i]) * v[i];
@@ -44,6 +41,9 @@ EmbedOutput Engine::embed(const EmbedInput& in) {
     if (n > config_.max_position_embeddings) {
       bad(who + std::to_string(n) + " tokens exceed max_position_embeddings " + std::to_string(config_.max_position_embeddings));
     }
+    if (n > max_pass_tokens_) {
+      bad(who + std::to_string(n) + " tokens exceed the engine's tokens per pass (maxBatchTokens " + std::to_string(max_pass_tokens_) + ")");
+    }
     if ((n + kv.block_size - 1) / kv.block_size > kv.num_blocks) {
       bad(who + std::to_string(n) + " tokens need more KV blocks than the pool's " + std::to_string(kv.num_blocks));
     }
@@ -61,13 +61,14 @@ EmbedOutput Engine::embed(const EmbedInput& in) {
   size_t first = 0;
   int64_t offset = 0;  // token offset of sequence `first` in in.tokens
   while (first < in.lengths.size()) {
-    // Greedy packing in order: as many whole sequences as the pool's blocks and the pass cap hold.
+    // Greedy packing in order: as many whole sequences as the pool's blocks and the backend's
+    // activations (max_batch_tokens) hold.
     size_t end = first;
     int64_t tokens = 0, blocks = 0;
     while (end < in.lengths.size()) {
       const int64_t n = in.lengths[end];
       const int64_t need = (n + kv.block_size - 1) / kv.block_size;
-      if (end > first && (blocks + need > kv.num_blocks || tokens + n > kMaxTokensPerPass)) break;
+      if (end > first && (blocks + need > kv.num_blocks || tokens + n > max_pass_tokens_)) break;
       tokens += n;
       blocks += need;
       ++end;

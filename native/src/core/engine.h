@@ -170,6 +170,7 @@ class Engine {
   std::unique_ptr<ThreadPool> pool_;
   std::unique_ptr<Backend> backend_;
   bool kv_pool_external_ = false;
+  int64_t max_pass_tokens_ = 8192;  // embed(): tokens per forward pass (BackendOptions::max_batch_tokens)
   std::mutex step_mu_;  // steps are serialized; the TS side sends one at a time anyway
 };
 
