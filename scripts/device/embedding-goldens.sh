@@ -4,7 +4,8 @@
 # scripts/device/pack.sh at .device-bundle/ (its node makes the tiny models). Writes the
 # fixtures test/native/embedding-goldens.test.ts reads to $OUT/embedding-goldens/*.json and a
 # one-line $OUT/embedding-goldens.json summary; commit the fixtures under
-# test/fixtures/embedding-goldens/. About 30 s; CPU only (sentence-transformers on device cpu).
+# test/fixtures/embedding-goldens/. Then embed-check.mjs runs the pooling step on cuda against
+# the CPU backend (TANDEM_CHECK_DEVICE=simt for a dry run on the host). About 30 s.
 set -uo pipefail
 repo=$(pwd)
 OUT=${OUT:-$repo/.device-out}
@@ -23,6 +24,9 @@ for spec in "mean 31" "last 32"; do
     --make-tiny "runtime model make-tiny --arch qwen3 --out DIR --dtype f32 --seed $seed --embedding $pooling" \
     --out "$OUT/embedding-goldens/qwen3-embed-$pooling.json" || status=fail
 done
-printf '{"status": "%s", "sentence_transformers": "%s"}\n' "$status" "$(python3 -c 'import sentence_transformers as s; print(s.__version__)' 2>/dev/null)" >"$OUT/embedding-goldens.json"
+# The pooling step on the GPU against the CPU backend (unverified until this runs on one).
+cp "$repo/scripts/device/embed-check.mjs" "$work/"
+cuda=$(cd "$work" && node embed-check.mjs "$work/models/qwen3-embed-mean" "${TANDEM_CHECK_DEVICE:-cuda}") || status=fail
+printf '{"status": "%s", "sentence_transformers": "%s", "cuda_embed": %s}\n' "$status" "$(python3 -c 'import sentence_transformers as s; print(s.__version__)' 2>/dev/null)" "${cuda:-null}" >"$OUT/embedding-goldens.json"
 cat "$OUT/embedding-goldens.json"
 [ "$status" = pass ]
