@@ -154,8 +154,4 @@ function linear(x: Float64Array, w: Float64Array, out: number, b?: Float64Array)
   return y;
 }
 
-export function maxAbsDiff(a: ArrayLike<number>, b: ArrayLike<number>): number {
-  let m = 0;
-  for (let i = 0; i < a.length; i++) m = Math.max(m, Math.abs(a[i]! - b[i]!));
-  return m;
-}
+export { maxAbsDiff } from './helpers.js';
