@@ -14,7 +14,7 @@ import { beforeAll, describe, expect, it } from 'vitest';
 import { makeTinyModel } from '../../workers/models/index.js';
 import { metricValue } from '../harness/http.js';
 import { maxAbsDiff, normalized, ReferenceEmbedder } from '../native/embedding-reference.js';
-import { upForBlock } from './up.js';
+import { reportedPids, upForBlock } from './up.js';
 
 const KEY = 'embed-secret';
 const QUIET = ['--log-level', 'warn'];
@@ -133,6 +133,16 @@ describe('embeddings on a mixed mocker fleet (1 generation + 2 embedding workers
     const text = await (await fetch(`${served.url()}/metrics`, { headers: { authorization: `Bearer ${KEY}` } })).text();
     expect(metricValue(text, 'tandem_frontend_requests_total', { endpoint: 'embeddings', status: '200' })).toBeGreaterThan(5);
     expect(metricValue(text, 'tandem_frontend_requests_total', { endpoint: 'embeddings', status: '400' })).toBeGreaterThan(0);
+  });
+  // Last: it disturbs the fleet. The dead worker's card outlives it until its lease expires.
+  it('kill -9 of an embedding worker: every request is still answered, by the other one', async () => {
+    const pid = reportedPids(served.output(), 'embed-0')[0]!;
+    const before = await openai.embeddings.create({ model: 'tiny-embed', input: 'survivor', encoding_format: 'float' });
+    process.kill(pid, 'SIGKILL');
+    for (let i = 0; i < 6; i++) {
+      const res = await openai.embeddings.create({ model: 'tiny-embed', input: 'survivor', encoding_format: 'float' });
+      expect(res.data[0]!.embedding).toEqual(before.data[0]!.embedding);
+    }
   });
 });
 
