@@ -10,6 +10,7 @@ import { describe, expect, it } from 'vitest';
 import { EmbedBatcher, MockEmbedder, type Embedder } from '../../workers/embedding/index.js';
 import { makeTinyModel, readEmbeddingConfig } from '../../workers/models/index.js';
 import { parseModelCard, servesGeneration } from '../../proto/wire.js';
+import { PolynomialPerfModel } from '../../perf-model/index.js';
 
 describe('MockEmbedder', () => {
   it('same tokens, same normalized vector, alone or in a batch', async () => {
@@ -19,6 +20,14 @@ describe('MockEmbedder', () => {
     expect(Array.from(batch.subarray(16))).toEqual(Array.from(one));
     expect(Math.hypot(...batch.subarray(0, 16))).toBeCloseTo(1, 6);
     expect(Array.from(batch.subarray(0, 16))).not.toEqual(Array.from(one));
+  });
+
+  it('with a perf model it accounts the prefill time of the batch (divided by the speedup when it waits) and returns the same vectors', async () => {
+    const perfModel = new PolynomialPerfModel();
+    const timed = new MockEmbedder(16, 'mean', true, { perfModel, speedupRatio: 1e6 });
+    const got = await timed.embed([[1, 2, 3], [4, 5]]);
+    expect(timed.simulatedMs).toBe(perfModel.prefillMs(5));
+    expect(Array.from(got)).toEqual(Array.from(await new MockEmbedder(16, 'mean', true).embed([[1, 2, 3], [4, 5]])));
   });
 
   it('last-token pooling depends on the order of the tokens, mean pooling does not', async () => {

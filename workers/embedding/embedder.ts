@@ -7,6 +7,7 @@ import type { EmbeddingPooling } from '../../proto/wire.js';
 import type { NativeEngine } from '../engines/native/index.js';
 import { xxh3Seeded } from '../../router/index.js';
 import { SeededRandom } from '../../runtime/random.js';
+import type { PerfModel } from '../../perf-model/index.js';
 
 export interface Embedder {
   /** Length of every vector. */
@@ -51,6 +52,13 @@ export class NativeEmbedder implements Embedder {
   }
 }
 
+export interface MockEmbedderTiming {
+  /** The prefill time of a batch's tokens is what one embedding call takes (default: none). */
+  perfModel: PerfModel;
+  /** Simulated time is divided by this (the mocker's --speedup-ratio). */
+  speedupRatio: number;
+}
+
 /**
  * Deterministic vectors from a hash of the tokens (the router's XXH3 seeds the project's one
  * generator): mean pooling averages per-token vectors seeded by each token id (so inputs that
@@ -58,13 +66,25 @@ export class NativeEmbedder implements Embedder {
  * Normalized like the native engine. Same tokens, same vector, in any batch.
  */
 export class MockEmbedder implements Embedder {
+  /** Milliseconds of simulated compute so far (before the speedup ratio). */
+  simulatedMs = 0;
+
   constructor(
     readonly dimensions: number,
     private readonly pooling: EmbeddingPooling,
     private readonly normalize: boolean,
+    /** Spend the time the perf model predicts for a prefill of the batch's tokens, like the mocker engine. */
+    private readonly timing?: MockEmbedderTiming,
   ) {}
 
   async embed(inputs: readonly ArrayLike<number>[]): Promise<Float32Array> {
+    if (this.timing !== undefined) {
+      let tokens = 0;
+      for (const input of inputs) tokens += input.length;
+      const ms = this.timing.perfModel.prefillMs(tokens);
+      this.simulatedMs += ms;
+      await new Promise<void>((resolve) => setTimeout(resolve, ms / this.timing!.speedupRatio));
+    }
     const d = this.dimensions;
     const out = new Float32Array(inputs.length * d);
     const acc = new Float64Array(d);

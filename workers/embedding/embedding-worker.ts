@@ -16,6 +16,8 @@ import { TandemError } from '../../runtime/errors.js';
 import { readModelConfig } from '../models/index.js';
 import { readEmbeddingConfig } from '../models/embedding-config.js';
 import { EmbedBatcher } from './embed-batcher.js';
+import { PolynomialPerfModel } from '../../perf-model/index.js';
+import { loadMockerProfile } from '../process/worker-process.js';
 import { MockEmbedder, NativeEmbedder, type Embedder } from './embedder.js';
 
 export interface EmbeddingWorkerOptions {
@@ -32,6 +34,9 @@ export interface EmbeddingWorkerOptions {
   contextLength?: number;
   device: string;
   threads?: number;
+  /** mocker: divide the simulated time by this; and a measured profile instead of the polynomial model. */
+  speedupRatio: number;
+  perfProfile?: string;
 }
 
 export interface RunningEmbeddingWorker {
@@ -117,7 +122,10 @@ export async function startEmbeddingWorker(runtime: DistributedRuntime, options:
 }
 
 async function createEmbedder(options: EmbeddingWorkerOptions, hiddenSize: number, contextLength: number, pooling: EmbeddingPooling, normalize: boolean): Promise<Embedder> {
-  if (options.engine === 'mocker') return new MockEmbedder(hiddenSize, pooling, normalize);
+  if (options.engine === 'mocker') {
+    const perfModel = options.perfProfile !== undefined ? await loadMockerProfile(options.perfProfile) : new PolynomialPerfModel();
+    return new MockEmbedder(hiddenSize, pooling, normalize, { perfModel, speedupRatio: options.speedupRatio });
+  }
   const { createNativeEngine } = await import('../engines/native/index.js');
   // The pool is the pooling step's scratch: one batch of maxNumBatchedTokens, or one longest input.
   const tokens = Math.max(options.maxNumBatchedTokens, contextLength);
