@@ -120,13 +120,15 @@ export class ModelWatcher {
       primaryCard() {
         const cards = catalog.cards(name);
         if (!cards) return undefined;
-        for (const card of cards.values()) if (card.role !== 'prefill') return card;
+        for (const card of cards.values()) if (card.role !== 'prefill' && servesGeneration(card)) return card;
         return cards.values().next().value;
       },
       contextLength() {
         let min = Infinity;
         let prefillMin = Infinity;
         for (const card of catalog.cards(name)?.values() ?? []) {
+          // An embedding worker's context (one pass) does not bound generation.
+          if (!servesGeneration(card)) continue;
           if (card.role !== 'prefill') min = Math.min(min, card.contextLength);
           else prefillMin = Math.min(prefillMin, card.contextLength);
         }

@@ -43,7 +43,8 @@ describe('embeddings on a mixed mocker fleet (1 generation + 2 embedding workers
   const served = upForBlock('tandem-embed-mock-', async (cacheDir) => {
     const dir = join(cacheDir, 'tiny-embed');
     await makeTinyModel({ arch: 'qwen3', outDir: dir, dtype: 'f32', seed: 3, embedding: 'last' });
-    return ['--engine', 'mocker', '--model', dir, '--workers', '1', '--embedding-workers', '2', '--speedup-ratio', '100', '--api-key', KEY, ...QUIET];
+    // 64 tokens per pass: an embedding input may not be longer, a generation prompt may.
+    return ['--engine', 'mocker', '--model', dir, '--workers', '1', '--embedding-workers', '2', '--max-num-batched-tokens', '64', '--speedup-ratio', '100', '--api-key', KEY, ...QUIET];
   });
   let openai: OpenAI;
   beforeAll(() => {
@@ -117,6 +118,16 @@ describe('embeddings on a mixed mocker fleet (1 generation + 2 embedding workers
   it('needs the API key like every other route', async () => {
     const res = await fetch(`${served.url()}/v1/embeddings`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ model: 'tiny-embed', input: 'x' }) });
     expect(res.status).toBe(401);
+  });
+
+  it("an input longer than an embedding worker's pass is a 400; the generation context is not capped by it", async () => {
+    const long = Array.from({ length: 65 }, (_, i) => i + 1);
+    const err = await rejection(openai.embeddings.create({ model: 'tiny-embed', input: [long] }));
+    expect(err.status).toBe(400);
+    expect(err.param).toBe('input');
+    expect(err.message).toContain('maximum context length of 64 tokens');
+    const gen = await openai.completions.create({ model: 'tiny-embed', prompt: long, max_tokens: 2 });
+    expect(gen.usage!.prompt_tokens).toBe(65);
   });
 
   it('generation on the same model goes only to the generation worker', async () => {

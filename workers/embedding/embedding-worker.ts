@@ -28,8 +28,10 @@ export interface EmbeddingWorkerOptions {
   component?: string;
   /** Overrides the model's sentence-transformers pooling; default there, else 'last'. */
   pooling?: EmbeddingPooling;
-  /** Tokens per engine call (the KV pool is sized for it). */
+  /** Tokens per forward pass: the KV pool is sized for it, and no input may be longer. */
   maxNumBatchedTokens: number;
+  /** native: KV blocks instead of one pass's worth (ceil(maxNumBatchedTokens / blockSize) + 64). */
+  numGpuBlocks?: number;
   blockSize: number;
   contextLength?: number;
   device: string;
@@ -52,9 +54,11 @@ export async function startEmbeddingWorker(runtime: DistributedRuntime, options:
   const pooling = options.pooling ?? st.pooling ?? 'last';
   const modelName = options.modelName ?? basename(modelDir);
   const componentName = options.component ?? EMBEDDING_COMPONENT;
-  const contextLength = Math.min(options.contextLength ?? config.contextLength, config.contextLength);
+  // One input runs in one forward pass, so it may not be longer than a pass: the frontend then
+  // refuses it with context_length_exceeded (the pool of a 32k-context model stays pass-sized).
+  const contextLength = Math.min(options.contextLength ?? config.contextLength, config.contextLength, options.maxNumBatchedTokens);
   const log = runtime.logger.child({ component: componentName, model: modelName });
-  const embedder = await createEmbedder(options, config.hiddenSize, contextLength, pooling, st.normalize);
+  const embedder = await createEmbedder(options, config.hiddenSize, pooling, st.normalize);
   const batcher = new EmbedBatcher(embedder, options.maxNumBatchedTokens);
   const metrics = new EmbeddingMetrics(runtime.metrics, modelName);
 
@@ -121,15 +125,16 @@ export async function startEmbeddingWorker(runtime: DistributedRuntime, options:
   };
 }
 
-async function createEmbedder(options: EmbeddingWorkerOptions, hiddenSize: number, contextLength: number, pooling: EmbeddingPooling, normalize: boolean): Promise<Embedder> {
+async function createEmbedder(options: EmbeddingWorkerOptions, hiddenSize: number, pooling: EmbeddingPooling, normalize: boolean): Promise<Embedder> {
   if (options.engine === 'mocker') {
     const perfModel = options.perfProfile !== undefined ? await loadMockerProfile(options.perfProfile) : new PolynomialPerfModel();
     return new MockEmbedder(hiddenSize, pooling, normalize, { perfModel, speedupRatio: options.speedupRatio });
   }
   const { createNativeEngine } = await import('../engines/native/index.js');
-  // The pool is the pooling step's scratch: one batch of maxNumBatchedTokens, or one longest input.
-  const tokens = Math.max(options.maxNumBatchedTokens, contextLength);
-  const numBlocks = Math.ceil(tokens / options.blockSize) + 64;
+  // The pool is the pooling step's scratch: one pass of maxNumBatchedTokens (+ slack for the
+  // partial last block of each packed sequence; Engine::embed starts a new pass when it is full).
+  const tokens = options.maxNumBatchedTokens;
+  const numBlocks = options.numGpuBlocks ?? Math.ceil(tokens / options.blockSize) + 64;
   const engine = await createNativeEngine({
     modelDir: options.modelDir,
     device: options.device,
