@@ -14,6 +14,10 @@ import { readJsonBody } from '../http/body.js';
 import { sendError, sendJson } from '../http/respond.js';
 import { dimensionsError, embeddingsBody, truncateVectors } from './embedding-output.js';
 import { parseEmbeddingsRequest } from './embeddings-request.js';
+import { DIRECT_ROUTE_HEADER } from '../pipeline/generation.js';
+import { badRequest } from '../errors.js';
+import type { InstanceId } from '../../proto/wire.js';
+import { parseInstanceId } from '../../runtime/index.js';
 import type { EmbeddingsService } from './embeddings-service.js';
 
 export interface EmbeddingsContext {
@@ -64,7 +68,9 @@ export async function handleEmbeddings(ctx: EmbeddingsContext, req: IncomingMess
     }
     const inputs = await ctx.embeddings.tokenize(request, targets.contextLength, controller.signal);
     const requestId = randomUUID();
-    const result = await ctx.embeddings.embed(request.model, requestId, inputs, controller.signal);
+    const header = req.headers[DIRECT_ROUTE_HEADER];
+    const pinned = pinnedInstance(Array.isArray(header) ? header[0] : header);
+    const result = await ctx.embeddings.embed(request.model, requestId, inputs, controller.signal, pinned);
     inflight.isl.observe(result.promptTokens);
     const dim = request.dimensions ?? result.dimensions;
     const vectors = truncateVectors(result.vectors, result.dimensions, dim, cap.normalize);
@@ -72,7 +78,7 @@ export async function handleEmbeddings(ctx: EmbeddingsContext, req: IncomingMess
       status = 499;
       return;
     }
-    sendJson(res, 200, embeddingsBody(request.model, vectors, dim, request.encodingFormat, result.promptTokens), { 'x-request-id': requestId });
+    sendJson(res, 200, embeddingsBody(request.model, vectors, dim, request.encodingFormat, result.promptTokens), { 'x-request-id': requestId, [DIRECT_ROUTE_HEADER]: result.instanceId });
   } catch (err) {
     const drainCut = controller.signal.reason === DRAIN_CUT;
     const apiError = drainCut ? new ApiError('unavailable', 'the frontend shut down before this request finished (drain timeout expired); retry it') : toApiError(err);
@@ -91,4 +97,12 @@ export async function handleEmbeddings(ctx: EmbeddingsContext, req: IncomingMess
     }
     ctx.metrics.requests.inc({ model: modelLabel, endpoint: 'embeddings', status: String(status) });
   }
+}
+
+/** The `x-worker-instance-id` header, parsed as the generation routes parse it, or a 400 naming it. */
+function pinnedInstance(header: string | undefined): InstanceId | undefined {
+  if (header === undefined) return undefined;
+  const id = parseInstanceId(header);
+  if (id === undefined) throw badRequest(`header ${DIRECT_ROUTE_HEADER} must be a hex instance id`, DIRECT_ROUTE_HEADER);
+  return id;
 }

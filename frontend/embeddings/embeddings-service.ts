@@ -12,6 +12,7 @@ import { ApiError, badRequest, modelNotFound, quoteInput, toApiError } from '../
 import type { WorkerHealth } from '../worker-health.js';
 import type { WorkerClients } from '../worker-clients.js';
 import type { EmbeddingsRequest } from './embeddings-request.js';
+import { DIRECT_ROUTE_HEADER } from '../pipeline/generation.js';
 
 /** Distinct instances one request may try before giving up. */
 const MAX_ATTEMPTS = 3;
@@ -90,13 +91,20 @@ export class EmbeddingsService {
     return out;
   }
 
-  /** One `embed` call, moved to another instance when one is unavailable. */
-  async embed(model: string, requestId: string, inputs: number[][], signal: AbortSignal): Promise<EmbeddingResult> {
+  /**
+   * One `embed` call, moved to another instance when one is unavailable; `pinned` (the
+   * `x-worker-instance-id` header) sends it to that instance only (404 when it does not embed
+   * this model).
+   */
+  async embed(model: string, requestId: string, inputs: number[][], signal: AbortSignal, pinned?: InstanceId): Promise<EmbeddingResult> {
     const tried = new Set<InstanceId>();
     let last: unknown;
-    for (let attempt = 0; attempt < MAX_ATTEMPTS; attempt++) {
+    if (pinned !== undefined && !this.targets(model).instances.includes(pinned)) {
+      throw new ApiError('instance_not_found', `instance ${pinned} does not serve embeddings for '${quoteInput(model)}'`, DIRECT_ROUTE_HEADER);
+    }
+    for (let attempt = 0; attempt < (pinned !== undefined ? 1 : MAX_ATTEMPTS); attempt++) {
       const { instances } = this.targets(model);
-      const choices = instances.filter((id) => !tried.has(id));
+      const choices = pinned !== undefined ? [pinned] : instances.filter((id) => !tried.has(id));
       if (choices.length === 0) break;
       const instanceId = choices[this.cursor++ % choices.length]!;
       tried.add(instanceId);

@@ -115,6 +115,18 @@ describe('embeddings on a mixed mocker fleet (1 generation + 2 embedding workers
     expect(missing.status).toBe(404);
   });
 
+  it('x-worker-instance-id pins the request to an embedding worker; the answer names the worker', async () => {
+    const post = (headers: Record<string, string>) =>
+      fetch(`${served.url()}/v1/embeddings`, { method: 'POST', headers: { 'content-type': 'application/json', authorization: `Bearer ${KEY}`, ...headers }, body: JSON.stringify({ model: 'tiny-embed', input: 'pin' }) });
+    const first = await post({});
+    const id = first.headers.get('x-worker-instance-id')!;
+    expect(id).toMatch(/^[0-9a-f]{16}$/);
+    for (let i = 0; i < 3; i++) expect((await post({ 'x-worker-instance-id': id })).headers.get('x-worker-instance-id')).toBe(id);
+    const other = await post({ 'x-worker-instance-id': '00000000000000ff' });
+    expect(other.status).toBe(404);
+    expect(((await other.json()) as { error: { param: string } }).error.param).toBe('x-worker-instance-id');
+  });
+
   it('needs the API key like every other route', async () => {
     const res = await fetch(`${served.url()}/v1/embeddings`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ model: 'tiny-embed', input: 'x' }) });
     expect(res.status).toBe(401);

@@ -105,6 +105,16 @@ describe('EmbeddingsService', () => {
     expect([...calls].sort()).toEqual(ids);
   });
 
+  it('a pinned instance (x-worker-instance-id) gets the call, without retry; one that does not embed the model is a 404', async () => {
+    const ids = ['00000000000000a1', '00000000000000a2'];
+    const { svc, calls } = await service([...ids.map((id) => card('e', id, EMBED)), card('e', '00000000000000b1', {})], [...ids, '00000000000000b1'], ['00000000000000a2']);
+    const signal = new AbortController().signal;
+    expect((await svc.embed('e', 'r', [[1]], signal, '00000000000000a1')).instanceId).toBe('00000000000000a1');
+    await expect(svc.embed('e', 'r', [[1]], signal, '00000000000000a2')).rejects.toMatchObject({ code: 'unavailable' });
+    expect(calls).toEqual(['00000000000000a1', '00000000000000a2']);
+    await expect(svc.embed('e', 'r', [[1]], signal, '00000000000000b1')).rejects.toMatchObject({ code: 'instance_not_found', param: 'x-worker-instance-id' });
+  });
+
   it('token inputs longer than the context are a 400 naming the input', async () => {
     const { svc } = await service([card('e', '00000000000000a1', EMBED)], ['00000000000000a1']);
     const request = { model: 'e', inputs: { kind: 'tokens' as const, tokens: [[1], Array(9).fill(1)] }, encodingFormat: 'float' as const };
