@@ -54,6 +54,9 @@ interface UpFlags {
   plannerInterval: number;
   plannerConfig?: string;
   plannerProfile?: string;
+  /** Embedding workers (`worker --task embed`); with them and no --workers, no generation workers. */
+  embeddingWorkers: number;
+  pooling?: string;
 }
 
 /**
@@ -148,6 +151,8 @@ export function registerUpCommand(program: Command): void {
     .addOption(new Option('--planner-interval <seconds>', 'planner: seconds between decisions').argParser(Number).default(10))
     .option('--planner-config <file>', 'planner: config file (YAML or JSON, see docs/planner.md); the flags above override it')
     .option('--planner-profile <file>', 'planner, sla mode: perf profile JSON (default: the polynomial model)')
+    .addOption(new Option('--embedding-workers <n>', 'embedding workers (`worker --task embed`) serving /v1/embeddings; without --workers, the fleet is embedding-only').argParser(nonNegativeInt).default(0))
+    .option('--pooling <mode>', "embedding workers: last | mean (default: the model's sentence-transformers config, else last)")
     .allowUnknownOption(true)
     .allowExcessArguments(true)
     .addHelpText(
@@ -157,8 +162,8 @@ export function registerUpCommand(program: Command): void {
     )
     .action(async (flags: UpFlags, cmd: Command) => {
       const onGpu = flags.engine === 'native' && flags.device !== undefined && flags.device !== 'cpu';
-      flags.workers ??= flags.prefill + flags.decode > 0 ? 0 : onGpu ? 1 : 2;
-      if (flags.workers + flags.prefill + flags.decode === 0) throw new ConfigError('runtime up needs at least one worker (--workers, --prefill or --decode)');
+      flags.workers ??= flags.prefill + flags.decode + flags.embeddingWorkers > 0 ? 0 : onGpu ? 1 : 2;
+      if (flags.workers + flags.prefill + flags.decode + flags.embeddingWorkers === 0) throw new ConfigError('runtime up needs at least one worker (--workers, --prefill or --decode)');
       if (flags.prefill > 0 && flags.decode === 0) throw new ConfigError('--prefill needs --decode workers too');
       checkForwardedFlags(cmd.parent!, flags, cmd.args);
       if (flags.perfProfile !== undefined) {
@@ -194,7 +199,7 @@ const PINO_LEVELS: Record<string, number> = { trace: 10, debug: 20, info: 30, wa
  * the flags as given) and once for starting (with the model and discovery paths resolved): the
  * same function, so what is checked is what runs.
  */
-function childArgs(flags: UpFlags, frontendExtra: string[], paths: { modelDir: string; discoveryDir: string }): { frontend: string[]; worker: (pool: string) => string[] } {
+function childArgs(flags: UpFlags, frontendExtra: string[], paths: { modelDir: string; discoveryDir: string }): { frontend: string[]; worker: (pool: string) => string[]; embedWorker: string[] } {
   // Children log at info at least: `up` waits on their info-level start-up records, and shows only
   // the lines at the asked level (a quieter --log-level must not hide "worker ready" from `up`).
   const childLevel = shownLevel(flags) > 30 ? 'info' : flags.logLevel;
@@ -230,6 +235,7 @@ function childArgs(flags: UpFlags, frontendExtra: string[], paths: { modelDir: s
   return {
     frontend: ['frontend', ...common, '--http-port', String(flags.httpPort), '--host', flags.host, ...budgets, ...frontendExtra],
     worker: (pool) => ['worker', ...common, ...workerFlags, ...budgets, '--mode', pool],
+    embedWorker: ['worker', ...common, ...workerFlags, '--task', 'embed', ...(flags.pooling !== undefined ? ['--pooling', flags.pooling] : [])],
   };
 }
 
@@ -243,6 +249,7 @@ function checkForwardedFlags(program: Command, flags: UpFlags, frontendExtra: st
   const args = childArgs(flags, frontendExtra, { modelDir: flags.model, discoveryDir: 'unused' });
   checkChildArgs(program, 'frontend', args.frontend.slice(1), 'runtime up passes flags it does not know to the frontend');
   for (const pool of ['agg', 'prefill', 'decode']) checkChildArgs(program, 'worker', args.worker(pool).slice(1), 'runtime up passes it to every worker');
+  if (flags.embeddingWorkers > 0) checkChildArgs(program, 'worker', args.embedWorker.slice(1), 'runtime up passes it to every embedding worker');
 }
 
 async function runUp(flags: UpFlags, frontendExtra: string[], plan?: { config: PlannerConfig; perf: Awaited<ReturnType<typeof loadPlannerPerf>> }): Promise<void> {
@@ -323,6 +330,10 @@ async function runUp(flags: UpFlags, frontendExtra: string[], plan?: { config: P
   for (const [mode, count] of roles) {
     for (let i = 0; i < count; i++) (initial[mode as PoolName] ??= []).push(startWorker(mode, `${mode}-${i}`));
   }
+  for (let i = 0; i < flags.embeddingWorkers; i++) {
+    workerNames.push(`embed-${i}`);
+    workers.push(start(`embed-${i}`, argv.embedWorker));
+  }
 
   const configuredUrl = `http://${flags.host === '0.0.0.0' ? '127.0.0.1' : flags.host}:${flags.httpPort}`;
   // The frontend says where it listens; with --http-port 0 that is the only way to know the port.
@@ -346,7 +357,7 @@ async function runUp(flags: UpFlags, frontendExtra: string[], plan?: { config: P
         })
         .catch(() => undefined); // it crashed again: the supervisor says so
     });
-    const model = await waitForModel(urlOf, 120_000, () => startupFailure, Math.max(1, (flags.workers ?? 0) + flags.decode));
+    const model = await waitForModel(urlOf, 120_000, () => startupFailure, Math.max(1, (flags.workers ?? 0) + flags.decode + flags.embeddingWorkers));
     if (startupFailure) throw startupFailure;
     phase = 'serving';
     const url = urlOf();
@@ -354,7 +365,7 @@ async function runUp(flags: UpFlags, frontendExtra: string[], plan?: { config: P
       [
         '',
         `Tandem is serving ${model} at ${url}`,
-        `  workers: ${[flags.workers ? `${flags.workers} aggregated` : '', flags.prefill ? `${flags.prefill} prefill` : '', flags.decode ? `${flags.decode} decode` : ''].filter(Boolean).join(' + ')}`,
+        `  workers: ${[flags.workers ? `${flags.workers} aggregated` : '', flags.prefill ? `${flags.prefill} prefill` : '', flags.decode ? `${flags.decode} decode` : '', flags.embeddingWorkers ? `${flags.embeddingWorkers} embedding` : ''].filter(Boolean).join(' + ')}`,
         '',
         'Try:',
         `  curl -N ${url}/v1/chat/completions -H 'content-type: application/json' \\`,

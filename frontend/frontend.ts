@@ -28,6 +28,7 @@ import { createSelector, type RouterMode, type WorkerSelector } from './routing.
 import { WorkerHealth } from './worker-health.js';
 import { runtimeConnector, type RuntimeLike, type WorkerConnector } from './worker-client.js';
 import { WorkerClients } from './worker-clients.js';
+import { EmbeddingsService } from './embeddings/index.js';
 import { DEFAULT_COMPILE_LIMITS, GrammarCompiler, type CompileLimits } from '../grammar/index.js';
 
 export interface FrontendRuntime extends RuntimeLike {
@@ -233,6 +234,7 @@ export async function startFrontend(options: FrontendOptions): Promise<FrontendH
     corsOrigins: new Set(options.corsOrigins ?? []),
     limits: { ...DEFAULT_CONNECTION_LIMITS, ...options.limits },
     ...(dashboard ? { dashboard: dashboard.state, dashboardRoutes: dashboard } : {}),
+    embeddings: new EmbeddingsService(cards, clients, codecs, health),
   });
   const closeParts = async () => {
     keyFile?.close();

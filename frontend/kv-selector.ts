@@ -17,7 +17,7 @@
  * for load reports to drop); then it fails with `AllWorkersBusyError` (429 + Retry-After). Each model is routed by the component and block size of
  * its model card, read from the process's card feed (runtime/discovery/model-card-feed.ts).
  */
-import { ROUTE_ENDPOINT, type InstanceId, type RouteTarget } from '../proto/wire.js';
+import { ROUTE_ENDPOINT, servesGeneration, type InstanceId, type RouteTarget } from '../proto/wire.js';
 import { KvRouterHub } from '../router/adapters/index.js';
 import { kvRouterConfigFromFlags, type KvRouterFlags } from '../router/adapters/index.js';
 import { LocalKvBackend, RemoteKvBackend, type KvRoutingBackend } from '../router/adapters/index.js';
@@ -96,6 +96,8 @@ export class KvSelector implements WorkerSelector {
           if (e.type === 'removed') return;
           targets = selector.targets.get(model);
         }
+        // Embedding workers share the model name but route nothing here (frontend/embeddings/).
+        if (!servesGeneration(e.entry.card)) return;
         if (targets === undefined) selector.targets.set(model, (targets = new Map()));
         targets.set(key, { component: e.entry.card.component, blockSize: e.entry.card.kvBlockSize });
       },

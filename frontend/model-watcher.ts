@@ -6,6 +6,7 @@
  * cache as cards come and go; the watcher only reads them.
  */
 import type { InstanceId, ModelCard, PreprocessedRequest, TokenDelta } from '../proto/wire.js';
+import { servesGeneration } from '../proto/wire.js';
 import type { CardEvent, ModelCardFeed } from '../runtime/index.js';
 import { TandemError, UnavailableError } from '../runtime/errors.js';
 import { ModelCatalog, type CatalogChange } from './model-catalog.js';
@@ -104,7 +105,7 @@ export class ModelWatcher {
         let live: Set<InstanceId> | undefined;
         let liveFor: WorkerClient | undefined;
         for (const [id, card] of cards) {
-          if (card.role === 'prefill') continue;
+          if (card.role === 'prefill' || !servesGeneration(card)) continue;
           const client = watcher.clientFor(card);
           if (!client) continue;
           if (client !== liveFor) {
@@ -119,13 +120,15 @@ export class ModelWatcher {
       primaryCard() {
         const cards = catalog.cards(name);
         if (!cards) return undefined;
-        for (const card of cards.values()) if (card.role !== 'prefill') return card;
+        for (const card of cards.values()) if (card.role !== 'prefill' && servesGeneration(card)) return card;
         return cards.values().next().value;
       },
       contextLength() {
         let min = Infinity;
         let prefillMin = Infinity;
         for (const card of catalog.cards(name)?.values() ?? []) {
+          // An embedding worker's context (one pass) does not bound generation.
+          if (!servesGeneration(card)) continue;
           if (card.role !== 'prefill') min = Math.min(min, card.contextLength);
           else prefillMin = Math.min(prefillMin, card.contextLength);
         }

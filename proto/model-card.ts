@@ -5,6 +5,7 @@
  * (runtime/discovery/model-card-feed.ts) and never trusts a field it did not check.
  */
 import type { EngineKind, InstanceId, WorkerRole } from './wire.js';
+import { embeddingCapabilityError, WORKER_TASKS, type EmbeddingCapability, type WorkerTask } from './embedding.js';
 
 /** Discovery value under `v1/models/{ns}/{model_name}/{instance_id_hex}`. */
 export interface ModelCard {
@@ -40,6 +41,15 @@ export interface ModelCard {
   /** Where this worker's KV pool lives; a peer picks the transport from both placements. */
   kvPlacement?: KvPlacement;
   eosTokenIds: number[];
+  /** What the worker serves; absent = 'generate'. An 'embed' card's `endpoint` is `embed` (proto/embedding.ts). */
+  task?: WorkerTask;
+  /** Present exactly when task is 'embed'. */
+  embedding?: EmbeddingCapability;
+}
+
+/** True for a card that serves generation (every card without `task`). */
+export function servesGeneration(card: Pick<ModelCard, 'task'>): boolean {
+  return card.task === undefined || card.task === 'generate';
 }
 
 /** A block_major.v1 KV pool's shape: what a peer needs to copy or convert its blocks. */
@@ -110,6 +120,12 @@ export function parseModelCard(value: unknown): ModelCardParse {
   // Unknown transport names are dropped by readers, not refused: a newer worker may serve more.
   if (v.kvTransports !== undefined && (!Array.isArray(v.kvTransports) || !v.kvTransports.every((t) => typeof t === 'string'))) return fail('kvTransports must be an array of strings');
   if (v.kvPlacement !== undefined && (typeof v.kvPlacement !== 'object' || v.kvPlacement === null || Array.isArray(v.kvPlacement))) return fail('kvPlacement must be an object');
+  if (v.task !== undefined && !WORKER_TASKS.includes(v.task as WorkerTask)) return fail(`task must be one of ${WORKER_TASKS.join(', ')}`);
+  if ((v.task === 'embed') !== (v.embedding !== undefined)) return fail("embedding must be present exactly when task is 'embed'");
+  if (v.embedding !== undefined) {
+    const reason = embeddingCapabilityError(v.embedding);
+    if (reason !== undefined) return fail(reason);
+  }
   // Every field of ModelCard was checked above; the cast only forgets the index signature.
   return { ok: true, card: value as ModelCard };
 }

@@ -188,5 +188,6 @@ export * from './router.js';
 export * from './structured-output.js';
 export * from './dashboard.js';
 export * from './json.js';
+export * from './embedding.js';
 import type { StructuredOutputSpec } from './structured-output.js';
 import type { KvLayoutDescriptor, KvPlacement } from './model-card.js';

@@ -1,6 +1,7 @@
 /**
  * The OpenAI-compatible HTTP server on plain node:http. Routes:
  *   POST /v1/chat/completions, POST /v1/completions   generation (generate-handler.ts)
+ *   POST /v1/embeddings                               embeddings (frontend/embeddings/)
  *   GET  /v1/models, GET /v1/models/{id}             models from discovery
  *   GET  /health                                      200 when some model has a routable worker (503 while draining)
  *   GET  /live                                        200 while the process runs
@@ -18,6 +19,7 @@ import { applyConnectionLimits, DEFAULT_CONNECTION_LIMITS, serverOptions, type C
 import { handleGenerate, type GenerateContext } from './generate-handler.js';
 import { dashboardKey, handleDashboard, isDashboardPath, type DashboardRoutes } from '../dashboard/index.js';
 import { sendError, sendJson } from './respond.js';
+import { handleEmbeddings, type EmbeddingsService } from '../embeddings/index.js';
 
 export interface HttpServerContext extends GenerateContext {
   models: ModelWatcher;
@@ -32,6 +34,8 @@ export interface HttpServerContext extends GenerateContext {
   corsOrigins?: ReadonlySet<string>;
   /** The dashboard's routes; absent = no `/dashboard`. */
   dashboardRoutes?: DashboardRoutes;
+  /** `/v1/embeddings` (frontend/embeddings/); absent = no such route. */
+  embeddings?: EmbeddingsService;
 }
 
 export function createHttpServer(ctx: HttpServerContext): Server {
@@ -85,6 +89,10 @@ async function route(ctx: HttpServerContext, req: IncomingMessage, res: ServerRe
     case '/v1/completions':
       if (method !== 'POST') return methodNotAllowed(ctx, res, 'POST');
       return handleGenerate(ctx, path === '/v1/chat/completions' ? 'chat' : 'completion', req, res);
+    case '/v1/embeddings':
+      if (!ctx.embeddings) break;
+      if (method !== 'POST') return methodNotAllowed(ctx, res, 'POST');
+      return handleEmbeddings({ ...ctx, embeddings: ctx.embeddings }, req, res);
     case '/v1/models':
       if (method !== 'GET') return methodNotAllowed(ctx, res, 'GET');
       return sendJson(res, 200, { object: 'list', data: ctx.models.names().map((name) => modelEntry(ctx, name)) });
@@ -139,7 +147,7 @@ function modelEntry(ctx: HttpServerContext, name: string): object {
 /** Ready = at least one model has at least one routable worker, and not draining; the body says which. */
 function health(ctx: HttpServerContext, res: ServerResponse): void {
   if (ctx.gate.draining) return sendJson(res, 503, { status: 'draining', inflight: ctx.gate.inflight });
-  const models = ctx.models.names().map((name) => ({ name, instances: ctx.models.model(name)?.candidates().length ?? 0 }));
+  const models = ctx.models.names().map((name) => ({ name, instances: (ctx.models.model(name)?.candidates().length ?? 0) + (ctx.embeddings?.instanceCount(name) ?? 0) }));
   const ready = models.some((m) => m.instances > 0);
   sendJson(res, ready ? 200 : 503, { status: ready ? 'ready' : 'not_ready', models, inflight: ctx.gate.inflight });
 }

@@ -175,6 +175,13 @@ export interface RawEngineHandle {
    * Throws `invalid_argument` on a size mismatch.
    */
   adoptKvPool(buffer: ArrayBuffer): void;
+  /**
+   * Embeddings: runs each sequence (`lengths[i]` tokens of `tokens`, back to back) from
+   * position 0, pools its final-norm hidden states (`pooling` 0 = last token, 1 = mean) and
+   * L2-normalizes when asked; [lengths.length][hiddenSize]. Overwrites the KV pool's first
+   * blocks: only for an engine that serves no generation.
+   */
+  embed(tokens: Int32Array, lengths: Int32Array, pooling: 0 | 1, normalize: boolean): Promise<Float32Array>;
   /** Frees the engine (after any step in flight finishes). */
   close(): void;
 }

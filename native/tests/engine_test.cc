@@ -27,6 +27,7 @@
 #include "../src/core/engine.h"
 #include "../src/core/error.h"
 #include "../src/core/json.h"
+#include "../src/core/safetensors.h"
 #include "../src/cuda/gpu_backend.h"
 #include "attention_checks.h"
 #include "check.h"
@@ -397,6 +398,76 @@ void expect_error(const char* label, const char* code, F&& fn) {
   }
 }
 
+// Engine::embed: the last-token pooled vector (unnormalized) is the final-norm hidden state the
+// lm_head reads, so with tied embeddings E . v must equal step()'s logits; a batch split over
+// several passes by a 6-block pool equals its sequences one by one; normalization gives unit
+// vectors; mean pooling of one token equals last-token pooling.
+void test_embed(const std::string& dir, const char* label) {
+  auto e = load(dir, 6);
+  const int64_t V = e->config().vocab_size, H = e->config().hidden_size;
+  const float tol = consistency_tolerance();
+  const auto prompt = seq(5, 11, static_cast<int32_t>(V));
+  StepBuilder b;
+  b.add(prompt, 0, {0, 1, 2}, true);
+  auto logits = e->step(b.in).logits;
+  EmbedInput one;
+  one.tokens = prompt;
+  one.lengths = {static_cast<int32_t>(prompt.size())};
+  one.pooling = Pooling::kLast;
+  one.normalize = false;
+  auto v = e->embed(one).vectors;
+  auto store = SafetensorsStore::open_dir(dir);
+  const TensorView& t = store->require("model.embed_tokens.weight", {V, H});
+  std::vector<float> emb(static_cast<size_t>(V * H));
+  convert_to_f32(t, emb.data());
+  float worst = 0;
+  for (int64_t r = 0; r < V; ++r) {
+    double dot = 0;
+    for (int64_t j = 0; j < H; ++j) dot += static_cast<double>(emb[static_cast<size_t>(r * H + j)]) * v[static_cast<size_t>(j)];
+    worst = std::max(worst, std::fabs(static_cast<float>(dot) - logits[static_cast<size_t>(r)]));
+  }
+  CHECK(worst < tol * 10, "%s embed: E . last-token vector vs step logits differ by %g", label, worst);
+
+  // 9 + 4 + 11 + 1 tokens need 3 + 1 + 3 + 1 blocks of 4: more than the pool's 6, so two passes.
+  EmbedInput batch;
+  batch.pooling = Pooling::kMean;
+  const std::vector<std::vector<int32_t>> seqs{seq(1, 9, static_cast<int32_t>(V)), seq(2, 4, static_cast<int32_t>(V)), prompt, {7}};
+  for (const auto& s : seqs) {
+    batch.tokens.insert(batch.tokens.end(), s.begin(), s.end());
+    batch.lengths.push_back(static_cast<int32_t>(s.size()));
+  }
+  auto all = e->embed(batch);
+  CHECK(all.dim == H && all.vectors.size() == seqs.size() * static_cast<size_t>(H), "%s embed: output shape", label);
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    EmbedInput single;
+    single.tokens = seqs[i];
+    single.lengths = {static_cast<int32_t>(seqs[i].size())};
+    single.pooling = Pooling::kMean;
+    auto alone = e->embed(single).vectors;
+    const float d = max_abs_diff(all.vectors.data() + i * static_cast<size_t>(H), alone.data(), static_cast<size_t>(H));
+    CHECK(d < tol, "%s embed: sequence %zu in a batch differs from alone by %g", label, i, d);
+    double norm = 0;
+    for (float x : alone) norm += static_cast<double>(x) * x;
+    CHECK(std::fabs(std::sqrt(norm) - 1.0) < 1e-5, "%s embed: norm %g", label, std::sqrt(norm));
+  }
+  EmbedInput last1 = batch;
+  last1.tokens = {7};
+  last1.lengths = {1};
+  EmbedInput mean1 = last1;
+  last1.pooling = Pooling::kLast;
+  const float d1 = max_abs_diff(e->embed(last1).vectors.data(), e->embed(mean1).vectors.data(), static_cast<size_t>(H));
+  CHECK(d1 < 1e-6f, "%s embed: one token, mean vs last differ by %g", label, d1);
+  bool refused = false;
+  try {
+    EmbedInput bad = last1;
+    bad.tokens = {static_cast<int32_t>(V)};
+    e->embed(bad);
+  } catch (const NativeError& err) {
+    refused = err.code() == ErrorCode::kInvalidArgument;
+  }
+  CHECK(refused, "%s embed: a token outside the vocabulary is refused", label);
+}
+
 void test_errors(const std::string& root) {
   expect_error("missing dir", "not_found", [&] { load(root + "/does-not-exist"); });
   TinySpec bad;
@@ -522,6 +593,7 @@ int main(int argc, char** argv) {
     qwen3.head_dim = 16;
     write_tiny_model(root + "/qwen3", qwen3, 8);
     test_consistency(root + "/qwen3", "qwen3");
+    test_embed(root + "/qwen3", "qwen3");
     TinySpec qwen2;
     qwen2.arch = "Qwen2ForCausalLM";
     qwen2.tie = true;

@@ -18,3 +18,23 @@ for spec in "llama f32 11" "qwen2 f32 12" "qwen3 f32 13" "llama bf16 14"; do
     --make-tiny "$cmd" --out "$out/$arch-$dtype.json"
 done
 ls -l "$out"
+
+# Embedding goldens (issue 26): sentence-transformers on make-tiny embedding models, written to
+# test/fixtures/embedding-goldens/. Only where sentence-transformers is installed (the GPU
+# machine has it: scripts/device/embedding-goldens.sh); elsewhere this says what is missing.
+emb_out=test/fixtures/embedding-goldens
+if python3 -c 'import sentence_transformers, torch' 2>/dev/null; then
+  mkdir -p "$emb_out"
+  for spec in "mean 31" "last 32"; do
+    set -- $spec
+    pooling=$1 seed=$2
+    dir="$tmp/qwen3-embed-$pooling"
+    cmd="runtime model make-tiny --arch qwen3 --out DIR --dtype f32 --seed $seed --embedding $pooling"
+    node bin/runtime.js model make-tiny --arch qwen3 --out "$dir" --dtype f32 --seed "$seed" --embedding "$pooling" >/dev/null
+    python3 scripts/goldens/make_embedding_goldens.py --model "$dir" --label "qwen3-embed-$pooling" \
+      --make-tiny "$cmd" --out "$emb_out/qwen3-embed-$pooling.json"
+  done
+  ls -l "$emb_out"
+else
+  echo "embedding goldens skipped: python3 cannot import sentence_transformers and torch here (pip install sentence-transformers, or run scripts/device/embedding-goldens.sh on the GPU machine)" >&2
+fi

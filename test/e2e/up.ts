@@ -46,7 +46,7 @@ export async function stopAll(ups: Up[]): Promise<void> {
  * A fleet under `runtime up` for one describe block: started in its beforeAll on a free port with
  * `args(cacheDir)`, stopped and its cache dir (prefix `prefix`) removed in its afterAll.
  */
-export function upForBlock(prefix: string, args: (cacheDir: string) => Promise<string[]>): { url: () => string } {
+export function upForBlock(prefix: string, args: (cacheDir: string) => Promise<string[]>): { url: () => string; output: () => string } {
   let cacheDir: string | undefined;
   let up: Up | undefined;
   beforeAll(async () => {
@@ -57,5 +57,5 @@ export function upForBlock(prefix: string, args: (cacheDir: string) => Promise<s
     if (up !== undefined) await stopAll([up]);
     if (cacheDir !== undefined) await rm(cacheDir, { recursive: true, force: true });
   }, 60_000);
-  return { url: () => up!.url };
+  return { url: () => up!.url, output: () => up!.proc.output() };
 }

@@ -1,6 +1,6 @@
 /**
  * Fuzz: hostile OpenAI requests against a real `runtime up` (built CLI: run `npm run build`
- * first) with one mocker worker and an API key. fast-check generates methods, paths, headers,
+ * first) with one mocker worker, one embedding worker (so /v1/embeddings is served) and an API key. fast-check generates methods, paths, headers,
  * content types and bodies: wrong types in every field, deep nesting, huge and odd strings,
  * invalid UTF-8 and lone surrogate escapes (never a 200), truncated JSON, bodies over 1 MiB (the
  * sliced parse) with a byte replaced. Every answer must be < 500 (a 200 stream must not carry an
@@ -83,6 +83,7 @@ const FIELDS = [
   'repetition_penalty', 'logit_bias', 'suffix', 'user', 'tools', 'tool_choice', 'response_format', 'chat_template_kwargs', 'add_generation_prompt',
   'return_tokens_as_token_ids', '__proto__', 'constructor',
   'structured_outputs', 'guided_json', 'guided_regex', 'guided_choice', 'guided_grammar', 'parallel_tool_calls',
+  'input', 'dimensions', 'encoding_format',
 ];
 const ROLES = ['system', 'developer', 'user', 'assistant', 'tool', '', 'wizard', 'USER', 'function'];
 const ODD_STRINGS = ['', ' ', '\u0000', '\u202e', '🦊'.repeat(100), '\\', '"', '{{ raise_exception("x") }}', '{% for x in y %}', '%ZZ', 'a'.repeat(10_000), 'token_id:1'];
@@ -156,8 +157,16 @@ const requestObject: fc.Arbitrary<Record<string, unknown>> = fc
     fc.dictionary(fc.constantFrom(...FIELDS), hostileValue, { maxKeys: 6 }),
     fc.record({ max_tokens: fc.integer({ min: 1, max: 8 }), stream: fc.boolean() }),
     fc.option(constraint, { freq: 3 }),
+    // /v1/embeddings: strings, token ids (some outside the vocabulary), nested arrays, or anything.
+    fc.oneof(
+      fc.string({ maxLength: 50 }),
+      fc.array(fc.string({ maxLength: 20 }), { maxLength: 4 }),
+      fc.array(fc.integer({ min: -2, max: 1000 }), { maxLength: 8 }),
+      fc.array(fc.array(fc.integer({ min: 0, max: 600 }), { maxLength: 6 }), { maxLength: 4 }),
+      hostileValue,
+    ),
   )
-  .map(([model, messages, fields, sane, constrained]) => ({ ...sane, model, messages, prompt: 'hello', ...fields, ...(constrained ?? {}) }));
+  .map(([model, messages, fields, sane, constrained, input]) => ({ ...sane, model, messages, prompt: 'hello', input, ...fields, ...(constrained ?? {}) }));
 
 /** The body bytes: JSON of a hostile request, or raw junk that is not JSON at all. */
 const body: fc.Arbitrary<Buffer | undefined> = fc.oneof(
@@ -194,6 +203,7 @@ const CONTENT_TYPES = [
 const PATHS = [
   '/v1/chat/completions', '/v1/chat/completions', '/v1/completions', '/v1/completions', '/v1/models', '/v1/models/MODEL', '/v1/models/%ZZ', '/v1/models/%',
   '/v1/models/%C0%AF', '/health', '/live', '/metrics', '/', '/v1', '/v1/chat/completions/', '/v1//completions', '/v1/completions?x=%ZZ', '/dashboard', '/../etc/passwd',
+  '/v1/embeddings', '/v1/embeddings',
 ];
 const tokenChars = fc.constantFrom(...'abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.!#$%&\'*+^`|~'.split(''));
 const headerToken = fc.string({ unit: tokenChars, minLength: 1, maxLength: 20 });
@@ -242,7 +252,7 @@ describe('fuzz: hostile OpenAI requests against runtime up', () => {
 
   beforeAll(async () => {
     cacheDir = await mkdtemp(join(tmpdir(), 'tandem-fuzz-'));
-    up = await startUp(cacheDir, ['--engine', 'mocker', '--model', 'tiny', '--workers', '1', '--http-port', '0', '--speedup-ratio', '1000', '--api-key', KEY]);
+    up = await startUp(cacheDir, ['--engine', 'mocker', '--model', 'tiny', '--workers', '1', '--embedding-workers', '1', '--http-port', '0', '--speedup-ratio', '1000', '--api-key', KEY]);
     model = /Tandem is serving (\S+) at/.exec(up.proc.output())![1]!;
   }, 120_000);
   afterAll(async () => {
@@ -310,5 +320,7 @@ describe('fuzz: hostile OpenAI requests against runtime up', () => {
     const res = await client.chat.completions.create({ model, messages: [{ role: 'user', content: 'still there?' }], max_tokens: 5, ignore_eos: true } as OpenAI.ChatCompletionCreateParamsNonStreaming);
     expect(res.choices[0]!.finish_reason).toBe('length');
     expect(res.usage!.completion_tokens).toBe(5);
+    const emb = await client.embeddings.create({ model, input: ['still', 'there?'] });
+    expect(emb.data.map((d) => d.embedding.length)).toEqual([64, 64]);
   }, 180_000);
 });

@@ -19,8 +19,17 @@ export function registerModelCommand(program: Command): Command {
     .requiredOption('--out <dir>', 'output directory (created if missing)')
     .option('--dtype <dtype>', 'weight dtype: bf16 | f32', oneOf<WeightDtype>(['bf16', 'f32']), 'bf16')
     .option('--seed <n>', 'weight PRNG seed', parseSeed, 0)
-    .action(async (opts: { arch: TinyArch; out: string; dtype: WeightDtype; seed: number }) => {
-      const info = await makeTinyModel({ arch: opts.arch, outDir: opts.out, dtype: opts.dtype, seed: opts.seed });
+    .option('--embedding <pooling>', 'also write sentence-transformers files (an embedding model): last | mean', oneOf(['last', 'mean'] as const))
+    .option('--matryoshka', 'declare Matryoshka embeddings (config.json is_matryoshka): /v1/embeddings then accepts `dimensions`')
+    .action(async (opts: { arch: TinyArch; out: string; dtype: WeightDtype; seed: number; embedding?: 'last' | 'mean'; matryoshka?: boolean }) => {
+      const info = await makeTinyModel({
+        arch: opts.arch,
+        outDir: opts.out,
+        dtype: opts.dtype,
+        seed: opts.seed,
+        ...(opts.embedding !== undefined ? { embedding: opts.embedding } : {}),
+        ...(opts.matryoshka === true ? { matryoshka: true } : {}),
+      });
       process.stdout.write(
         `wrote ${info.arch} (${info.dtype}, seed ${info.seed}) to ${info.outDir}: ` +
           `${info.numParameters} parameters, vocab ${info.vocabSize}, ${info.totalBytes} bytes\n`,

@@ -32,3 +32,4 @@ export {
   type SafetensorsDtype,
 } from './dtype.js';
 export { ModelFormatError } from './errors.js';
+export { readEmbeddingConfig, writeSentenceTransformersFiles, type EmbeddingConfig } from './embedding-config.js';

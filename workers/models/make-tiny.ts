@@ -12,6 +12,8 @@ import { SeededRandom } from '../../runtime/random.js';
 import { encodeSafetensors, numel, type TensorData } from './safetensors.js';
 import { TINY_DIMS, buildConfigJson, tensorSpecs } from './tiny-arch.js';
 import { TINY_ARCHS, buildTinyTokenizer, type TinyArch } from './tiny-tokenizer.js';
+import { writeSentenceTransformersFiles } from './embedding-config.js';
+import type { EmbeddingPooling } from '../../proto/wire.js';
 
 export interface MakeTinyModelOptions {
   arch: TinyArch;
@@ -20,6 +22,10 @@ export interface MakeTinyModelOptions {
   dtype?: WeightDtype;
   /** PRNG seed for the weights; default 0. The tokenizer does not depend on it. */
   seed?: number;
+  /** Also write sentence-transformers files (Transformer → Pooling → Normalize): an embedding model. */
+  embedding?: EmbeddingPooling;
+  /** Declare Matryoshka embeddings in config.json (`is_matryoshka`): `dimensions` is then allowed. */
+  matryoshka?: boolean;
 }
 
 export interface TinyModelInfo {
@@ -73,6 +79,7 @@ export async function makeTinyModel(options: MakeTinyModelOptions): Promise<Tiny
     tensors.push({ name: spec.name, dtype: WEIGHT_DTYPE_INFO[dtype].safetensors, shape: spec.shape, data: encodeWeights(values, dtype) });
   }
 
+  if (options.matryoshka === true) config.is_matryoshka = true;
   const files: Record<string, Uint8Array | string> = {
     'config.json': json(config),
     'generation_config.json': json(generationConfig),
@@ -88,6 +95,7 @@ export async function makeTinyModel(options: MakeTinyModelOptions): Promise<Tiny
     sizes[name] = typeof content === 'string' ? Buffer.byteLength(content) : content.length;
     totalBytes += sizes[name]!;
   }
+  if (options.embedding !== undefined) await writeSentenceTransformersFiles(outDir, options.embedding, dims.hiddenSize, dims.maxPositionEmbeddings);
   return {
     outDir,
     arch,

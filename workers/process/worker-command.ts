@@ -7,6 +7,7 @@ import { DEFAULT_KV_RELEASE_TIMEOUT_MS, DEFAULT_MOCKER_KV_BYTES_PER_TOKEN, DEFAU
 import { DEFAULT_COMPILE_MEMORY_MB, DEFAULT_COMPILE_TIMEOUT_MS, compileLimits } from '../../grammar/index.js';
 import { startWorker, type WorkerOptions } from './worker-process.js';
 import { GIB } from './kv-tiers-setup.js';
+import { startEmbeddingWorker } from '../embedding/index.js';
 
 /** Flags that carry a WorkerOptions field under the same name and unit. */
 type SameAsOptions =
@@ -41,6 +42,8 @@ interface WorkerFlags extends RuntimeFlags, Pick<WorkerOptions, SameAsOptions> {
   kvDiskCacheDir?: string;
   kvDiskCacheGb?: number;
   kvDiskMinReuse: number;
+  task: 'generate' | 'embed';
+  pooling?: 'last' | 'mean';
 }
 
 function workerOptionsFromFlags(flags: WorkerFlags): WorkerOptions {
@@ -118,12 +121,15 @@ export function registerWorkerCommand(program: Command): void {
     .addOption(new Option('--kv-host-cache-gb <gib>', 'KV tier G2: host memory (GiB) that keeps blocks evicted from the engine pool (docs/kv-tiers.md)').argParser(numberInRange(0)))
     .option('--kv-disk-cache-dir <dir>', 'KV tier G3: directory for blocks pushed out of the host tier (survives restarts)')
     .addOption(new Option('--kv-disk-cache-gb <gib>', 'KV tier G3: most disk space (GiB) it uses, LRU').argParser(numberInRange(0)))
-    .addOption(new Option('--kv-disk-min-reuse <n>', 'KV tier G3: prefix hits a block needs before it is written to disk').argParser(intInRange(0, 1_000_000)).default(2));
+    .addOption(new Option('--kv-disk-min-reuse <n>', 'KV tier G3: prefix hits a block needs before it is written to disk').argParser(intInRange(0, 1_000_000)).default(2))
+    .addOption(new Option('--task <task>', 'generate | embed (an embedding worker: serves /v1/embeddings through the `embed` endpoint, docs/embeddings.md)').argParser(oneOf(['generate', 'embed'] as const)).default('generate'))
+    .addOption(new Option('--pooling <mode>', "--task embed: last | mean (default: the model's sentence-transformers Pooling module, else last)").argParser(oneOf(['last', 'mean'] as const)));
   addRuntimeOptions(cmd).action(async (flags: WorkerFlags) => {
     const runtime = await createRuntimeFromOptions(flags, `worker-${flags.mode}`);
     const options = workerOptionsFromFlags(flags);
     try {
-      await startWorker(runtime, options);
+      if (flags.task === 'embed') await startEmbeddingWorker(runtime, { ...options, ...(flags.pooling ? { pooling: flags.pooling } : {}) });
+      else await startWorker(runtime, options);
     } catch (err) {
       await runtime.shutdown('start-up failed');
       throw err;

@@ -136,7 +136,7 @@ async function createEngine(options: WorkerOptions, config: ModelConfig): Promis
 }
 
 /** perf-model imports no runtime: its error becomes the ConfigError that exits the CLI with 2. */
-async function loadMockerProfile(path: string): Promise<PerfModel> {
+export async function loadMockerProfile(path: string): Promise<PerfModel> {
   try {
     return await loadPerfProfile(path);
   } catch (err) {

@@ -81,6 +81,9 @@ struct BackendOptions {
   size_t kv_pool_bytes = 0;
 };
 
+/** How an embedding step reduces a sequence's final hidden states (after the final norm) to one vector. */
+enum class Pooling : int32_t { kLast = 0, kMean = 1 };
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -106,6 +109,12 @@ class Backend {
    * dropping the backend's own allocation. Only between steps; the contents are not copied.
    */
   virtual void adopt_kv_pool(void* base) = 0;
+  /**
+   * Embeddings: after forward(), writes per sequence of `batch` (in order) its new tokens'
+   * hidden states after the final norm, pooled (the last token's, or the mean over its tokens),
+   * into dst [num_seqs][hidden_size], unnormalized. Backends without it throw.
+   */
+  virtual void pool_hidden(const ForwardBatch& batch, Pooling pooling, float* dst);
   /** One line for logs and info(): the device and how it computes. */
   virtual std::string description() const { return name(); }
 };

@@ -75,6 +75,7 @@ std::unique_ptr<Engine> Engine::load(const EngineOptions& options) {
     backend.num_blocks = want.num_blocks;
     e->kv_pool_external_ = true;
   }
+  e->max_pass_tokens_ = std::max<int64_t>(1, backend.max_batch_tokens);
   auto store = SafetensorsStore::open_dir(options.model_dir);
   int threads = options.threads > 0 ? options.threads
                                     : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));

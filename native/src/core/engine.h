@@ -97,6 +97,23 @@ struct StepOutput {
   std::vector<float> logits;          // [num_sampled][vocab] when return_logits
 };
 
+/**
+ * An embedding batch: sequences back to back in `tokens`, `lengths` tokens each. Each is run
+ * from position 0 on its own (no prefix cache), so the engine must serve no generation.
+ */
+struct EmbedInput {
+  std::vector<int32_t> tokens;
+  std::vector<int32_t> lengths;
+  Pooling pooling = Pooling::kLast;
+  bool normalize = true;  // L2-normalize each vector (sentence-transformers' Normalize module)
+};
+
+/** One vector per input sequence, in order: [num_seqs][dim]. */
+struct EmbedOutput {
+  int32_t dim = 0;
+  std::vector<float> vectors;
+};
+
 class Engine {
  public:
   /**
@@ -137,6 +154,14 @@ class Engine {
   /** Runs one batched step. Bad inputs -> NativeError(invalid_argument); the pool is untouched. */
   StepOutput step(const StepInput& input);
 
+  /**
+   * Embeddings (embedding.cc): runs the sequences in as few forward passes as the KV pool
+   * holds (each from position 0, through blocks 0..n of the pool, which it overwrites), pools
+   * the final-norm hidden states and optionally L2-normalizes. Bad inputs ->
+   * NativeError(invalid_argument) naming the sequence.
+   */
+  EmbedOutput embed(const EmbedInput& input);
+
  private:
   Engine() = default;
   void validate(const StepInput& input) const;
@@ -145,6 +170,7 @@ class Engine {
   std::unique_ptr<ThreadPool> pool_;
   std::unique_ptr<Backend> backend_;
   bool kv_pool_external_ = false;
+  int64_t max_pass_tokens_ = 8192;  // embed(): tokens per forward pass (BackendOptions::max_batch_tokens)
   std::mutex step_mu_;  // steps are serialized; the TS side sends one at a time anyway
 };
 

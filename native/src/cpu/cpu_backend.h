@@ -22,6 +22,7 @@ class CpuBackend final : public Backend {
   void forward(const ForwardBatch& batch) override;
   void sample(const std::vector<SampleRow>& rows, SampledRows& out) override;
   void read_logits(float* dst, int32_t rows) override;
+  void pool_hidden(const ForwardBatch& batch, Pooling pooling, float* dst) override;
   void* kv_pool_base() override { return kv_base_; }
   void adopt_kv_pool(void* base) override;
 

@@ -229,6 +229,11 @@ void GpuBackend::load_weights(const SafetensorsStore& w, ThreadPool& pool) {
   lm_head_ = c.tie_word_embeddings ? embed_ : upload_bf16(w, {{"lm_head.weight", {c.vocab_size, h}}}, pool);
   final_norm_ = upload_f32(w, {"model.norm.weight"}, {h});
   {
+    const TensorView& t = w.require("model.norm.weight", {h});
+    final_norm_host_.resize(static_cast<size_t>(h));
+    convert_to_f32(t, final_norm_host_.data());
+  }
+  {
     const std::vector<float> inv = rope_inv_freq(c);
     inv_freq_ = static_cast<float*>(alloc(inv.size() * sizeof(float)));
     device_->upload(inv_freq_, inv.data(), inv.size() * sizeof(float));
@@ -667,6 +672,34 @@ void GpuBackend::read_logits(float* dst, int32_t rows) {
   for (int32_t r = 0; r < rows; ++r) {
     std::memcpy(dst + static_cast<size_t>(r) * vocab, host.data() + static_cast<size_t>(r) * static_cast<size_t>(logit_stride_),
                 vocab * sizeof(float));
+  }
+}
+
+// Embeddings: the residual stream (act_.x, f32, rows in batch token order) comes to the host,
+// where the final norm and pooling run in f32 as on the CPU backend. One download per pass;
+// embedding passes are prefill-sized, so this is small beside the forward.
+void GpuBackend::pool_hidden(const ForwardBatch& batch, Pooling pooling, float* dst) {
+  const int64_t h = config_.hidden_size;
+  const float eps = static_cast<float>(config_.rms_norm_eps);
+  std::vector<float> x(static_cast<size_t>(batch.num_tokens) * static_cast<size_t>(h));
+  device_->download(x.data(), act_.x, x.size() * sizeof(float));
+  device_->synchronize();
+  std::vector<double> sum(static_cast<size_t>(h));
+  auto norm_row = [&](const float* row, double weight) {
+    double ss = 0;
+    for (int64_t j = 0; j < h; ++j) ss += static_cast<double>(row[j]) * row[j];
+    const float inv = 1.0f / std::sqrt(static_cast<float>(ss / static_cast<double>(h)) + eps);
+    for (int64_t j = 0; j < h; ++j) sum[static_cast<size_t>(j)] += weight * (row[j] * inv * final_norm_host_[static_cast<size_t>(j)]);
+  };
+  for (size_t si = 0; si < batch.seqs.size(); ++si) {
+    const ForwardSeq& s = batch.seqs[si];
+    std::fill(sum.begin(), sum.end(), 0.0);
+    if (pooling == Pooling::kLast) {
+      norm_row(x.data() + static_cast<size_t>(s.token_offset + s.num_tokens - 1) * static_cast<size_t>(h), 1.0);
+    } else {
+      for (int32_t i = 0; i < s.num_tokens; ++i) norm_row(x.data() + static_cast<size_t>(s.token_offset + i) * static_cast<size_t>(h), 1.0 / s.num_tokens);
+    }
+    for (int64_t j = 0; j < h; ++j) dst[static_cast<int64_t>(si) * h + j] = static_cast<float>(sum[static_cast<size_t>(j)]);
   }
 }
 

@@ -41,6 +41,7 @@ class GpuBackend final : public Backend {
   void forward(const ForwardBatch& batch) override;
   void sample(const std::vector<SampleRow>& rows, SampledRows& out) override;
   void read_logits(float* dst, int32_t rows) override;
+  void pool_hidden(const ForwardBatch& batch, Pooling pooling, float* dst) override;
   void* kv_pool_base() override { return kv_; }
   bool kv_pool_on_host() const override { return false; }
   void adopt_kv_pool(void* base) override;
@@ -109,6 +110,7 @@ class GpuBackend final : public Backend {
   gpu::bf16_bits* embed_ = nullptr;
   gpu::bf16_bits* lm_head_ = nullptr;  // == embed_ when tied
   float* final_norm_ = nullptr;
+  std::vector<float> final_norm_host_;  // embeddings: the final norm runs on the host (pool_hidden)
   float* inv_freq_ = nullptr;
   std::vector<Layer> layers_;
   gpu::bf16_bits* kv_ = nullptr;

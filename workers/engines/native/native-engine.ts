@@ -187,6 +187,23 @@ export class NativeEngine implements Engine {
     });
   }
 
+  /**
+   * Embedding worker only (it overwrites the KV pool): pooled, optionally normalized vectors
+   * of each sequence, [lengths.length][hiddenSize], computed on a native thread. Serialized
+   * with steps.
+   */
+  embed(tokens: Int32Array, lengths: Int32Array, pooling: 'last' | 'mean', normalize: boolean): Promise<Float32Array> {
+    return this.enqueue(async () => {
+      const handle = this.handle;
+      if (handle === undefined) throw new NativeEngineError('unavailable', 'native engine is closed');
+      try {
+        return await handle.embed(tokens, lengths, pooling === 'last' ? 0 : 1, normalize);
+      } catch (err) {
+        throw fromNativeError(err);
+      }
+    });
+  }
+
   async close(): Promise<void> {
     await this.tail.catch(() => undefined);
     this.handle?.close();
