@@ -1,6 +1,9 @@
 /**
  * The OpenAI-compatible HTTP server on plain node:http. Routes:
- *   POST /v1/chat/completions, POST /v1/completions   generation (generate-handler.ts)
+ *   POST /v1/chat/completions, POST /v1/completions   generation (generate-handler.ts), one
+ *                                                     ApiCodec per route (GENERATION_ROUTES)
+ *   POST /v1/messages                                 Anthropic Messages (api/anthropic/)
+ *   POST /tokenize, /detokenize, /v1/messages/count_tokens   counting (tokenize-handler.ts)
  *   GET  /v1/models, GET /v1/models/{id}             models from discovery
  *   GET  /health                                      200 when some model has a routable worker (503 while draining)
  *   GET  /live                                        200 while the process runs
@@ -16,6 +19,11 @@ import { checkAccess, corsHeaders, PREFLIGHT_HEADERS, UNAUTHORIZED_HEADERS, type
 import type { ModelWatcher } from '../model-watcher.js';
 import { applyConnectionLimits, DEFAULT_CONNECTION_LIMITS, serverOptions, type ConnectionLimits } from './connection-limits.js';
 import { handleGenerate, type GenerateContext } from './generate-handler.js';
+import type { ApiCodec } from '../api/codec.js';
+import { chatCodec, completionCodec } from '../api/openai-codecs.js';
+import { messagesCodec } from '../api/anthropic/messages-codec.js';
+import { COUNT_ROUTES, handleCount } from './tokenize-handler.js';
+import { handleInMemory, type MemoryRequest, type MemoryResponse } from './in-memory.js';
 import { dashboardKey, handleDashboard, isDashboardPath, type DashboardRoutes } from '../dashboard/index.js';
 import { sendError, sendJson } from './respond.js';
 
@@ -34,17 +42,35 @@ export interface HttpServerContext extends GenerateContext {
   dashboardRoutes?: DashboardRoutes;
 }
 
-export function createHttpServer(ctx: HttpServerContext): Server {
-  const limits = ctx.limits ?? DEFAULT_CONNECTION_LIMITS;
-  const server = createServer(serverOptions(limits), (req, res) => {
+/** The generation routes: path → the codec that speaks its API. Every one runs handleGenerate. */
+export const GENERATION_ROUTES: ReadonlyMap<string, ApiCodec> = new Map<string, ApiCodec>([
+  ['/v1/chat/completions', chatCodec],
+  ['/v1/completions', completionCodec],
+  ['/v1/messages', messagesCodec],
+]);
+
+/** One request, whole: routed, answered, every failure caught (the server's request listener). */
+export function createRequestHandler(ctx: HttpServerContext): (req: IncomingMessage, res: ServerResponse) => Promise<void> {
+  return (req, res) =>
     route(ctx, req, res).catch((err: unknown) => {
       ctx.log.error({ err }, 'unhandled error in HTTP handler');
       if (!res.headersSent) sendError(res, toApiError(err), ctx.retryAfterSeconds);
       else res.destroy();
     });
-  });
+}
+
+export function createHttpServer(ctx: HttpServerContext): Server {
+  const limits = ctx.limits ?? DEFAULT_CONNECTION_LIMITS;
+  const handler = createRequestHandler(ctx);
+  const server = createServer(serverOptions(limits), (req, res) => void handler(req, res));
   applyConnectionLimits(server, limits, ctx.log);
   return server;
+}
+
+/** The socket-free `handle()`: one request through the same handler, in memory (in-memory.ts). */
+export function createMemoryHandle(ctx: HttpServerContext): (request: MemoryRequest) => Promise<MemoryResponse> {
+  const handler = createRequestHandler(ctx);
+  return (request) => handleInMemory(handler, request);
 }
 
 function pathOf(req: IncomingMessage): string {
@@ -77,14 +103,21 @@ async function route(ctx: HttpServerContext, req: IncomingMessage, res: ServerRe
     if (denied) {
       req.resume();
       for (const [name, value] of Object.entries(UNAUTHORIZED_HEADERS)) res.setHeader(name, value);
-      return sendError(res, denied, ctx.retryAfterSeconds);
+      // A generation route answers in its own API's error shape (Anthropic clients parse theirs).
+      return sendError(res, denied, ctx.retryAfterSeconds, GENERATION_ROUTES.get(path)?.errorBody ?? (path.startsWith('/v1/messages') ? messagesCodec.errorBody : undefined));
     }
   }
+  const codec = GENERATION_ROUTES.get(path);
+  if (codec !== undefined) {
+    if (method !== 'POST') return methodNotAllowed(ctx, res, 'POST', codec);
+    return handleGenerate(ctx, codec, req, res);
+  }
+  const count = COUNT_ROUTES.get(path);
+  if (count !== undefined) {
+    if (method !== 'POST') return methodNotAllowed(ctx, res, 'POST', count === 'count_tokens' ? messagesCodec : undefined);
+    return handleCount(ctx, count, req, res);
+  }
   switch (path) {
-    case '/v1/chat/completions':
-    case '/v1/completions':
-      if (method !== 'POST') return methodNotAllowed(ctx, res, 'POST');
-      return handleGenerate(ctx, path === '/v1/chat/completions' ? 'chat' : 'completion', req, res);
     case '/v1/models':
       if (method !== 'GET') return methodNotAllowed(ctx, res, 'GET');
       return sendJson(res, 200, { object: 'list', data: ctx.models.names().map((name) => modelEntry(ctx, name)) });
@@ -119,9 +152,9 @@ function decodePathSegment(segment: string): string | undefined {
   }
 }
 
-function methodNotAllowed(ctx: HttpServerContext, res: ServerResponse, allowed: string): void {
+function methodNotAllowed(ctx: HttpServerContext, res: ServerResponse, allowed: string, codec?: ApiCodec): void {
   res.setHeader('allow', allowed);
-  sendError(res, new ApiError('method_not_allowed', `use ${allowed}`), ctx.retryAfterSeconds);
+  sendError(res, new ApiError('method_not_allowed', `use ${allowed}`), ctx.retryAfterSeconds, codec?.errorBody);
 }
 
 function modelEntry(ctx: HttpServerContext, name: string): object {
