@@ -16,6 +16,9 @@ const present = (body: Body, key: string): boolean => body[key] !== undefined &&
 /** Chat field → the Messages field it came from, for the `param` of a 400 raised by chat validation. */
 const PARAM_NAMES: Readonly<Record<string, string>> = { stop: 'stop_sequences', max_completion_tokens: 'max_tokens', tool_choice: 'tool_choice', tools: 'tools' };
 
+/** Fields beyond Anthropic's that pass to the chat request as they are (documented in docs/). */
+const EXTENSIONS = ['seed', 'structured_outputs', 'chat_template_kwargs'] as const;
+
 /** Block types Tandem cannot take as input: a 400 that names the block. */
 const UNSUPPORTED_BLOCKS = new Set(['image', 'document', 'search_result', 'container_upload', 'server_tool_use', 'web_search_tool_result']);
 
@@ -170,6 +173,16 @@ export function parseMessagesRequest(body: unknown, countOnly = false): ChatGene
   if (present(body, 'stop_sequences')) {
     if (!Array.isArray(body.stop_sequences)) throw badRequest("'stop_sequences' must be an array of strings", 'stop_sequences');
     chat.stop = body.stop_sequences;
+  }
+  // Tandem's extensions, as on chat: a seed, a vLLM output constraint, template variables.
+  for (const key of EXTENSIONS) if (present(body, key)) chat[key] = body[key];
+  if (present(body, 'thinking')) {
+    // Extended thinking on or off is the chat template's switch (Qwen3's `enable_thinking`).
+    if (!isObject(body.thinking) || (body.thinking.type !== 'enabled' && body.thinking.type !== 'disabled')) {
+      throw badRequest("'thinking' must be {type: 'enabled', budget_tokens} or {type: 'disabled'}", 'thinking');
+    }
+    const kwargs = isObject(chat.chat_template_kwargs) ? chat.chat_template_kwargs : {};
+    chat.chat_template_kwargs = { enable_thinking: body.thinking.type === 'enabled', ...kwargs };
   }
   if (present(body, 'tools')) chat.tools = translateTools(body.tools);
   if (present(body, 'tool_choice')) {
