@@ -18,6 +18,7 @@ import { ApiKeyFile, keySource, type MetricsAuth } from './http/auth.js';
 import { DEFAULT_CONNECTION_LIMITS, type ConnectionLimits } from './http/connection-limits.js';
 import { createHttpServer, createMemoryHandle, type HttpServerContext } from './http/server.js';
 import type { MemoryRequest, MemoryResponse } from './http/in-memory.js';
+import { RESPONSE_STORE_DEFAULTS, ResponseStore, type ResponseStoreOptions } from './api/responses/response-store.js';
 import { startDashboard, type Dashboard, type DashboardOptions } from './dashboard/index.js';
 import { LocalKvBackend } from '../router/adapters/index.js';
 import { FrontendMetrics } from './metrics.js';
@@ -90,6 +91,8 @@ export interface FrontendOptions {
   toolCallParser?: ToolCallParserOption;
   /** 'think': split `<think>…</think>` into `reasoning_content`; default 'none'. */
   reasoningParser?: ReasoningParserOption;
+  /** The Responses API's stored responses (`--responses-store-size`, `--responses-store-ttl`); default RESPONSE_STORE_DEFAULTS. */
+  responsesStore?: ResponseStoreOptions;
 }
 
 export interface FrontendHandle {
@@ -236,6 +239,7 @@ export async function startFrontend(options: FrontendOptions): Promise<FrontendH
     corsOrigins: new Set(options.corsOrigins ?? []),
     limits: { ...DEFAULT_CONNECTION_LIMITS, ...options.limits },
     ...(dashboard ? { dashboard: dashboard.state, dashboardRoutes: dashboard } : {}),
+    responses: new ResponseStore(options.responsesStore ?? RESPONSE_STORE_DEFAULTS),
   };
   const server = createHttpServer(httpContext);
   const handle = createMemoryHandle(httpContext);

@@ -27,6 +27,8 @@ export interface StreamEncoder {
   finish(reason: OpenAiFinishReason, usage: Usage, out: FrameSink): { finishReason: string; backpressure: Promise<void> | undefined };
   /** The framed tail of a stream that ended well (`data: [DONE]`, or '' for APIs with none). */
   done(): string;
+  /** The framed error and end of this stream, when it depends on what was sent (Responses' sequence numbers); default: the codec's `streamError`. */
+  error?(err: ApiError): string;
 }
 
 /** One unary response. */
@@ -41,8 +43,13 @@ export interface ApiCodec {
   readonly endpoint: string;
   /** The untrusted body (and headers) in, a validated request out; an ApiError naming the field otherwise. */
   parse(body: unknown, headers: IncomingHttpHeaders): GenerationRequest;
-  /** The request id's prefix (`chatcmpl`, `msg`, …). */
+  /** The request id's prefix, separator included (`chatcmpl-`, `msg_`, …). */
   readonly idPrefix: string;
+  /**
+   * Called once the request is prepared, with a way to end it early (`cancel` aborts it; the
+   * client gets the given error). Returns what to call when it ends. Responses' `/cancel` uses it.
+   */
+  track?(prepared: PreparedGeneration, cancel: (err: ApiError) => void): () => void;
   streamEncoder(prepared: PreparedGeneration): StreamEncoder;
   unaryEncoder(prepared: PreparedGeneration): UnaryEncoder;
   /** The error body of a response that has not started. */

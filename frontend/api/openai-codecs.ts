@@ -54,7 +54,7 @@ const openAiErrors = {
 
 export const chatCodec: ApiCodec = {
   endpoint: 'chat_completions',
-  idPrefix: 'chatcmpl',
+  idPrefix: 'chatcmpl-',
   parse: (body) => parseChatRequest(body),
   streamEncoder: openAiStream,
   unaryEncoder: openAiUnary,
@@ -63,7 +63,7 @@ export const chatCodec: ApiCodec = {
 
 export const completionCodec: ApiCodec = {
   endpoint: 'completions',
-  idPrefix: 'cmpl',
+  idPrefix: 'cmpl-',
   parse: (body) => parseCompletionRequest(body),
   streamEncoder: openAiStream,
   unaryEncoder: openAiUnary,

@@ -30,6 +30,8 @@ export interface GenerateContext {
 
 /** What the response loops learn for the dashboard: the first token's time and the finish. */
 interface Outcome {
+  /** The started stream's own error frame, when its encoder has one. */
+  streamError?: (err: ApiError) => string;
   firstTokenAt?: number;
   finishReason?: string;
   usage?: { promptTokens: number; completionTokens: number; cachedTokens: number };
@@ -63,6 +65,7 @@ export async function handleGenerate(ctx: GenerateContext, codec: ApiCodec, req:
   let prepared: PreparedGeneration | undefined;
   let errorCode: string | undefined;
   const outcome: Outcome = {};
+  let untrack: (() => void) | undefined;
   try {
     const body = await readJsonBody(req, ctx.maxBodyBytes);
     const verdict = ctx.gate.tryAdmit();
@@ -85,6 +88,7 @@ export async function handleGenerate(ctx: GenerateContext, codec: ApiCodec, req:
     modelMetrics.inflight.inc();
     const header = req.headers[DIRECT_ROUTE_HEADER];
     prepared = await ctx.pipeline.prepare(input, Array.isArray(header) ? header[0] : header, startedAt, controller.signal, codec.idPrefix);
+    untrack = codec.track?.(prepared, (err) => controller.abort(err));
     if (ctx.dashboard) {
       const now = Date.now();
       ctx.dashboard.requestStarted(
@@ -96,6 +100,8 @@ export async function handleGenerate(ctx: GenerateContext, codec: ApiCodec, req:
     else await unaryResponse(ctx, codec, prepared, res, controller.signal, modelMetrics, outcome);
     // Cut by the drain timeout: the client gets an error, never a response that just stops.
     if (controller.signal.reason === DRAIN_CUT) throw DRAIN_CUT;
+    // Ended by the API (a Responses cancel): the client is still there and is told why.
+    if (controller.signal.reason instanceof ApiError) throw controller.signal.reason;
     if (controller.signal.aborted) status = 499;
   } catch (err) {
     const drainCut = controller.signal.reason === DRAIN_CUT;
@@ -105,8 +111,9 @@ export async function handleGenerate(ctx: GenerateContext, codec: ApiCodec, req:
     if (status >= 500 && status !== 503) ctx.log.error({ err, cause: apiError.cause }, 'request failed');
     else ctx.log.debug({ code: apiError.code, message: apiError.message }, 'request rejected');
     if (!res.headersSent) sendError(res, apiError, ctx.retryAfterSeconds, codec.errorBody);
-    else if (!res.writableEnded && !res.destroyed) res.end(codec.streamError(apiError));
+    else if (!res.writableEnded && !res.destroyed) res.end((outcome.streamError ?? codec.streamError)(apiError));
   } finally {
+    untrack?.();
     res.off('close', onClose);
     ctx.gate.offCut(controller);
     // Whatever happened, the worker stream must not outlive the HTTP exchange.
@@ -170,6 +177,7 @@ async function streamResponse(
 ): Promise<void> {
   const sse = new SseWriter(res);
   const encoder = codec.streamEncoder(prepared);
+  if (encoder.error) outcome.streamError = (err) => encoder.error!(err);
   let opened = false;
   const open = (): void => {
     opened = true;
@@ -205,8 +213,8 @@ async function streamResponse(
   // Cancelled before the first token of a constrained request: nothing was sent, nothing to end.
   if (!opened && signal.aborted) return;
   if (!opened) open();
-  // The pipeline stops quietly on abort; a drain cut must still end in an error frame (handleGenerate).
-  if (signal.reason === DRAIN_CUT) {
+  // The pipeline stops quietly on abort; a drain cut or a cancel must still end in an error frame (handleGenerate).
+  if (signal.reason === DRAIN_CUT || signal.reason instanceof ApiError) {
     sse.flush();
     return;
   }

@@ -3,6 +3,8 @@
  *   POST /v1/chat/completions, POST /v1/completions   generation (generate-handler.ts), one
  *                                                     ApiCodec per route (GENERATION_ROUTES)
  *   POST /v1/messages                                 Anthropic Messages (api/anthropic/)
+ *   POST /v1/responses; GET, DELETE /v1/responses/{id}; POST /v1/responses/{id}/cancel
+ *                                                     OpenAI Responses (api/responses/)
  *   POST /tokenize, /detokenize, /v1/messages/count_tokens   counting (tokenize-handler.ts)
  *   GET  /v1/models, GET /v1/models/{id}             models from discovery
  *   GET  /health                                      200 when some model has a routable worker (503 while draining)
@@ -23,6 +25,9 @@ import type { ApiCodec } from '../api/codec.js';
 import { chatCodec, completionCodec } from '../api/openai-codecs.js';
 import { messagesCodec } from '../api/anthropic/messages-codec.js';
 import { COUNT_ROUTES, handleCount } from './tokenize-handler.js';
+import { ResponseStore } from '../api/responses/response-store.js';
+import { responsesCodec } from '../api/responses/responses-codec.js';
+import { RESPONSES_PREFIX, responsesRoute, sendResponsesRoute } from '../api/responses/responses-routes.js';
 import { handleInMemory, type MemoryRequest, type MemoryResponse } from './in-memory.js';
 import { dashboardKey, handleDashboard, isDashboardPath, type DashboardRoutes } from '../dashboard/index.js';
 import { sendError, sendJson } from './respond.js';
@@ -40,19 +45,31 @@ export interface HttpServerContext extends GenerateContext {
   corsOrigins?: ReadonlySet<string>;
   /** The dashboard's routes; absent = no `/dashboard`. */
   dashboardRoutes?: DashboardRoutes;
+  /** The Responses API's stored responses; absent = a default-sized store of this server's own. */
+  responses?: ResponseStore;
 }
 
 /** The generation routes: path → the codec that speaks its API. Every one runs handleGenerate. */
-export const GENERATION_ROUTES: ReadonlyMap<string, ApiCodec> = new Map<string, ApiCodec>([
-  ['/v1/chat/completions', chatCodec],
-  ['/v1/completions', completionCodec],
-  ['/v1/messages', messagesCodec],
-]);
+export function generationRoutes(responses: ResponseStore): ReadonlyMap<string, ApiCodec> {
+  return new Map<string, ApiCodec>([
+    ['/v1/chat/completions', chatCodec],
+    ['/v1/completions', completionCodec],
+    ['/v1/responses', responsesCodec(responses)],
+    ['/v1/messages', messagesCodec],
+  ]);
+}
+
+interface Routes {
+  generation: ReadonlyMap<string, ApiCodec>;
+  responses: ResponseStore;
+}
 
 /** One request, whole: routed, answered, every failure caught (the server's request listener). */
 export function createRequestHandler(ctx: HttpServerContext): (req: IncomingMessage, res: ServerResponse) => Promise<void> {
+  const responses = ctx.responses ?? new ResponseStore();
+  const routes: Routes = { generation: generationRoutes(responses), responses };
   return (req, res) =>
-    route(ctx, req, res).catch((err: unknown) => {
+    route(ctx, routes, req, res).catch((err: unknown) => {
       ctx.log.error({ err }, 'unhandled error in HTTP handler');
       if (!res.headersSent) sendError(res, toApiError(err), ctx.retryAfterSeconds);
       else res.destroy();
@@ -80,7 +97,7 @@ function pathOf(req: IncomingMessage): string {
   return path.length > 1 && path.endsWith('/') ? path.slice(0, -1) : path;
 }
 
-async function route(ctx: HttpServerContext, req: IncomingMessage, res: ServerResponse): Promise<void> {
+async function route(ctx: HttpServerContext, routes: Routes, req: IncomingMessage, res: ServerResponse): Promise<void> {
   const path = pathOf(req);
   const method = req.method ?? 'GET';
   if (ctx.corsOrigins && ctx.corsOrigins.size > 0) {
@@ -104,10 +121,10 @@ async function route(ctx: HttpServerContext, req: IncomingMessage, res: ServerRe
       req.resume();
       for (const [name, value] of Object.entries(UNAUTHORIZED_HEADERS)) res.setHeader(name, value);
       // A generation route answers in its own API's error shape (Anthropic clients parse theirs).
-      return sendError(res, denied, ctx.retryAfterSeconds, GENERATION_ROUTES.get(path)?.errorBody ?? (path.startsWith('/v1/messages') ? messagesCodec.errorBody : undefined));
+      return sendError(res, denied, ctx.retryAfterSeconds, routes.generation.get(path)?.errorBody ?? (path.startsWith('/v1/messages') ? messagesCodec.errorBody : undefined));
     }
   }
-  const codec = GENERATION_ROUTES.get(path);
+  const codec = routes.generation.get(path);
   if (codec !== undefined) {
     if (method !== 'POST') return methodNotAllowed(ctx, res, 'POST', codec);
     return handleGenerate(ctx, codec, req, res);
@@ -133,6 +150,13 @@ async function route(ctx: HttpServerContext, req: IncomingMessage, res: ServerRe
     }
   }
   if (ctx.dashboardRoutes && isDashboardPath(path)) return handleDashboard(ctx.dashboardRoutes, path, req, res);
+  if (path.startsWith(RESPONSES_PREFIX)) {
+    req.resume();
+    return sendResponsesRoute(res, responsesRoute(routes.responses, method, path.slice(RESPONSES_PREFIX.length)), {
+      json: (status, body) => sendJson(res, status, body),
+      error: (err) => sendError(res, err, ctx.retryAfterSeconds),
+    });
+  }
   if (path.startsWith('/v1/models/') && method === 'GET') {
     const name = decodePathSegment(path.slice('/v1/models/'.length));
     if (name === undefined) return sendError(res, new ApiError('invalid_argument', 'the model id in the path is not valid percent-encoding', 'model'), ctx.retryAfterSeconds);

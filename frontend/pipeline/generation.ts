@@ -120,7 +120,7 @@ export class GenerationPipeline {
     return model;
   }
 
-  /** `idPrefix`: the API's id prefix (the codec's); default `chatcmpl` / `cmpl` by the request's kind. */
+  /** `idPrefix`: the API's id prefix (the codec's, separator included); default `chatcmpl-` / `cmpl-` by the request's kind. */
   async prepare(input: GenerationRequest, directHeader: string | undefined, startedAt: number, signal?: AbortSignal, idPrefix?: string): Promise<PreparedGeneration> {
     const model = this.model(input.model);
     const card = model.primaryCard();
@@ -137,7 +137,7 @@ export class GenerationPipeline {
     const maxTokens = input.maxTokens ?? contextLength - tokenIds.length;
     if (tokenIds.length + Math.max(1, maxTokens) > contextLength) throw contextLengthExceeded(input, contextLength, tokenIds.length, false);
     const stopTokenIds = input.ignoreEos ? input.stopTokenIds : [...new Set([...card.eosTokenIds, ...input.stopTokenIds])];
-    const id = `${idPrefix ?? (input.kind === 'chat' ? 'chatcmpl' : 'cmpl')}-${randomUUID().replace(/-/g, '')}`;
+    const id = `${idPrefix ?? (input.kind === 'chat' ? 'chatcmpl-' : 'cmpl-')}${randomUUID().replace(/-/g, '')}`;
     const request: PreprocessedRequest = {
       requestId: id,
       model: input.model,

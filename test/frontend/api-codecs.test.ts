@@ -112,6 +112,50 @@ const CONTRACTS: Contract[] = [
     invalid: { body: { model: 'plain-model', prompt: 5 }, names: 'prompt' },
   },
   {
+    name: 'openai responses',
+    path: '/v1/responses',
+    endpoint: 'responses',
+    parsed: true,
+    body: (model, stream, tools) => ({ model, input: 'hi', max_output_tokens: 200, stream, ...(tools ? { tools: [{ type: 'function', ...TOOL }] } : {}) }),
+    unary(body) {
+      expect(body).toMatchObject({ object: 'response', id: expect.stringMatching(/^resp_/), usage: { input_tokens: expect.any(Number) } });
+      const said: Said = { reasoning: '', text: '', calls: [], finish: '' };
+      for (const item of body.output) {
+        if (item.type === 'reasoning') said.reasoning += item.content[0].text;
+        if (item.type === 'message') said.text += item.content[0].text;
+        if (item.type === 'function_call') said.calls.push({ name: item.name, args: JSON.parse(item.arguments) });
+      }
+      said.finish = said.calls.length > 0 ? 'tool_calls' : body.status === 'completed' ? 'stop' : body.status;
+      return said;
+    },
+    stream(text) {
+      const events = sseEvents(text).map((e) => ({ event: e.event!, data: JSON.parse(e.data) }));
+      events.forEach((e, i) => {
+        expect(e.data.type).toBe(e.event);
+        expect(e.data.sequence_number).toBe(i);
+      });
+      expect(events.slice(0, 2).map((e) => e.event)).toEqual(['response.created', 'response.in_progress']);
+      const last = events.at(-1)!;
+      expect(last.event).toBe('response.completed');
+      const said: Said = { reasoning: '', text: '', calls: [], finish: '' };
+      const args: string[] = [];
+      for (const { event, data } of events) {
+        if (event === 'response.reasoning_text.delta') said.reasoning += data.delta;
+        if (event === 'response.output_text.delta') said.text += data.delta;
+        if (event === 'response.output_item.added' && data.item.type === 'function_call') said.calls.push({ name: data.item.name, args: undefined });
+        if (event === 'response.function_call_arguments.delta') args[said.calls.length - 1] = (args[said.calls.length - 1] ?? '') + data.delta;
+      }
+      said.calls.forEach((c, i) => (c.args = JSON.parse(args[i]!)));
+      // The streamed items end as the completed response's output.
+      expect(this.unary(last.data.response)).toEqual({ ...said, finish: said.calls.length > 0 ? 'tool_calls' : 'stop' });
+      said.finish = said.calls.length > 0 ? 'tool_calls' : 'stop';
+      return said;
+    },
+    finish: { stop: 'stop', toolCalls: 'tool_calls' },
+    error: openAiError,
+    invalid: { body: { model: 'plain-model', input: [{ role: 'user', content: [{ type: 'input_image', image_url: 'https://x/y.png' }] }] }, names: 'input_image' },
+  },
+  {
     name: 'anthropic messages',
     path: '/v1/messages',
     endpoint: 'messages',

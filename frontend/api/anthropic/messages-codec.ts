@@ -31,7 +31,7 @@ function usageBody(usage: Usage): MessagesUsage {
 }
 
 function messageId(prepared: PreparedGeneration): string {
-  return prepared.id.replace(/^msg-/, 'msg_');
+  return prepared.id;
 }
 
 /** A tool call's argument text as the `input` object (a cut-off call's prefix becomes {}). */
@@ -163,7 +163,7 @@ export function messagesErrorBody(err: ApiError): object {
 
 export const messagesCodec: ApiCodec = {
   endpoint: 'messages',
-  idPrefix: 'msg',
+  idPrefix: 'msg_',
   parse: (body) => parseMessagesRequest(body),
   streamEncoder: (prepared) => new MessagesStream(prepared),
   unaryEncoder: (prepared) => new MessagesUnary(prepared),
