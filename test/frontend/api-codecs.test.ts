@@ -38,6 +38,7 @@ const TOOL = { name: 'get_weather', description: 'Weather', parameters: { type: 
 const REASONING = 'the user wants a greeting';
 const ANSWER = 'Hello there.';
 const PLAIN_TEXT = `<think>${REASONING}</think>${ANSWER}`;
+const MIGRATED = 'abcdefgh';
 const TOOL_TEXT = `<think>${REASONING}</think>Checking.\n<tool_call>\n{"name":"get_weather","arguments":{"city":"Oslo"}}\n</tool_call>`;
 
 /** `data:` frames, or `event:` + `data:` frames, strictly. */
@@ -223,11 +224,13 @@ const CONTRACTS: Contract[] = [
 describe('ApiCodec contract: every generation route, through handle()', () => {
   let t: TestFrontend;
   beforeAll(async () => {
-    t = await startTestFrontend({ toolCallParser: 'hermes', reasoningParser: 'think' }, async (cluster) => {
+    t = await startTestFrontend({ toolCallParser: 'hermes', reasoningParser: 'think', unavailableCooldownMs: 0, migrationWaitMs: 0 }, async (cluster) => {
       await cluster.addWorker({ text: PLAIN_TEXT }, { name: 'plain-model' });
       await cluster.addWorker({ text: TOOL_TEXT }, { name: 'tool-model' });
+      // Each call dies after 3 tokens: 8 letters and EOS take three workers' turns (two migrations, never back to a worker that failed).
+      for (let i = 0; i < 3; i++) await cluster.addWorker({ text: MIGRATED, dieAfterTokens: 3 }, { name: 'dying-model' });
     });
-    await waitFor(() => t.frontend.models.names().length === 2);
+    await waitFor(() => t.frontend.models.names().length === 3);
   });
   afterAll(() => t.close());
 
@@ -274,6 +277,16 @@ describe('ApiCodec contract: every generation route, through handle()', () => {
         const get = await t.frontend.handle({ method: 'GET', path: c.path });
         expect(get.status).toBe(405);
         c.error(get.json(), 405);
+      });
+
+      it('migration: workers dying mid-stream are invisible to the client, streamed and unary', async () => {
+        for (const stream of [false, true]) {
+          const res = await post(c.path, c.body('dying-model', stream, false));
+          expect(res.status).toBe(200);
+          const said = stream ? c.stream(res.text) : c.unary(res.json());
+          expect(said).toEqual({ reasoning: '', text: MIGRATED, calls: [], finish: c.finish.stop });
+          expect(t.frontend.dashboard!.state.request(res.headers['x-request-id']!)!.migrations).toBe(2);
+        }
       });
 
       it('counts under its own endpoint label', async () => {
