@@ -17,7 +17,7 @@ const present = (body: Body, key: string): boolean => body[key] !== undefined &&
 const PARAM_NAMES: Readonly<Record<string, string>> = { stop: 'stop_sequences', max_completion_tokens: 'max_tokens', tool_choice: 'tool_choice', tools: 'tools' };
 
 /** Fields beyond Anthropic's that pass to the chat request as they are (documented in docs/). */
-const EXTENSIONS = ['seed', 'structured_outputs', 'chat_template_kwargs'] as const;
+const EXTENSIONS = ['seed', 'structured_outputs', 'chat_template_kwargs', 'ignore_eos', 'min_tokens'] as const;
 
 /** Block types Tandem cannot take as input: a 400 that names the block. */
 const UNSUPPORTED_BLOCKS = new Set(['image', 'document', 'search_result', 'container_upload', 'server_tool_use', 'web_search_tool_result']);

@@ -56,7 +56,7 @@ const BUILT_IN_TOOLS = new Set([
 ]);
 
 /** Tandem's extensions, as on chat. */
-const EXTENSIONS = ['seed', 'structured_outputs', 'chat_template_kwargs', 'top_k'] as const;
+const EXTENSIONS = ['seed', 'structured_outputs', 'chat_template_kwargs', 'top_k', 'ignore_eos', 'min_tokens'] as const;
 
 function contentText(value: unknown, at: string): string {
   if (typeof value === 'string') return value;
