@@ -97,7 +97,8 @@ class MessagesStream implements StreamEncoder {
   private deltaIn(out: FrameSink, kind: BlockKind, text: string): Promise<void> | undefined {
     if (this.open_ !== kind) this.startBlock(out, kind);
     const spec = BLOCKS[kind];
-    return this.send(out, 'content_block_delta', { index: this.index, delta: { type: spec.delta, [spec.field]: text } });
+    // The per-token frame: built from strings so only the text goes through JSON.stringify.
+    return out.frame(`event: content_block_delta\ndata: {"type":"content_block_delta","index":${this.index},"delta":{"type":"${spec.delta}","${spec.field}":${JSON.stringify(text)}}}\n\n`);
   }
 
   private step(out: FrameSink, step: ChatOutputStep): Promise<void> | undefined {

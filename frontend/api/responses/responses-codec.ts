@@ -153,8 +153,11 @@ class ResponsesStream implements StreamEncoder {
     if (this.current?.kind !== kind) this.openItem(out, kind);
     const c = this.current!;
     c.text += text;
-    const body = ITEMS[kind].part ? { item_id: c.id, output_index: c.index, content_index: 0, delta: text, ...(kind === 'message' ? { logprobs: [] } : {}) } : { item_id: c.id, output_index: c.index, delta: text };
-    return this.send(out, ITEMS[kind].delta, body);
+    // The per-token frame: built from strings so only the text goes through JSON.stringify.
+    const event = ITEMS[kind].delta;
+    const where = ITEMS[kind].part ? `,"item_id":"${c.id}","output_index":${c.index},"content_index":0` : `,"item_id":"${c.id}","output_index":${c.index}`;
+    const tail = kind === 'message' ? ',"logprobs":[]}' : '}';
+    return out.frame(`event: ${event}\ndata: {"type":"${event}","sequence_number":${this.seq++}${where},"delta":${JSON.stringify(text)}${tail}\n\n`);
   }
 
   private step(out: FrameSink, step: ChatOutputStep): Promise<void> | undefined {
