@@ -4,10 +4,15 @@
  * frontend` process in front of mocker workers at a very high speedup (simulated compute ~0),
  * so what differs between endpoints is only the codec (parse, translation, per-token framing).
  *
- *   TTFT      concurrency 1, 2 output tokens, requests rotate chat → responses → messages so all
- *             three see the same load; p50 and p90 per endpoint.
+ *   TTFT      concurrency 1, 2 output tokens, in blocks of one endpoint rotating chat → responses
+ *             → messages so all three see the same load; p50 and p90 per endpoint.
  *   tokens/s  64 streams × 512 tokens (ignore_eos) per endpoint, rounds in rotating order;
  *             the sum of streamed output tokens over the wall time of each round, best round.
+ *
+ *   CPU       the frontend process's CPU time (utime + stime from /proc) per request in the TTFT
+ *             phase and per streamed token in the tokens/s phase: on a shared, loaded machine the
+ *             wall-clock numbers swing by tens of percent between rounds, the CPU charged to the
+ *             frontend per unit of work much less.
  *
  * Aim (issue 26): every endpoint within 5% of chat. Text and usage are read from each API's own
  * events by the loadgen SSE client (bench/loadgen/sse-client.ts), so the client's parse cost is
@@ -15,7 +20,7 @@
  * Run:  npm run build && node --import tsx bench/api-overhead.ts [--quick]
  * Writes bench/results/api-overhead.json (or --out FILE) and prints a table.
  */
-import { mkdirSync, writeFileSync } from 'node:fs';
+import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { dirname } from 'node:path';
 import { performance } from 'node:perf_hooks';
 import { parseArgs } from 'node:util';
@@ -55,6 +60,13 @@ function request(endpoint: Endpoint, model: string, maxTokens: number, seed: num
   }
 }
 
+/** CPU seconds (user + system) the process has used, from /proc (Linux); clock ticks are 1/100 s. */
+function cpuSeconds(pid: number): number {
+  const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+  const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+  return (Number(fields[11]) + Number(fields[12])) / 100;
+}
+
 const fleet = await startFleet({ workers: config.workers, speedupRatio: config.speedup_ratio, extraFrontendArgs: ['--max-inflight-requests', '100000'] });
 const client = new SseClient(fleet.url);
 const result: Record<string, unknown> = { config, machine: machineLoad() };
@@ -68,22 +80,32 @@ try {
   // Warm-up: tokenizer, template, connections.
   for (const e of ENDPOINTS) for (let i = 0; i < 20; i++) await send(e, 2, i);
 
+  const pid = fleet.frontendPid!;
   const ttft: Record<Endpoint, number[]> = { chat: [], responses: [], messages: [] };
-  for (let i = 0; i < config.ttft.requests_per_endpoint; i++) {
+  const cpuPerRequestMs: Record<Endpoint, number> = { chat: 0, responses: 0, messages: 0 };
+  // Blocks of one endpoint (for its CPU account), rotating through the endpoints so each sees the same load over time.
+  for (let block = 0; block < 8; block++) {
     for (let k = 0; k < ENDPOINTS.length; k++) {
-      const e = ENDPOINTS[(i + k) % ENDPOINTS.length]!;
-      const out = await send(e, config.ttft.max_tokens, i);
-      ttft[e].push(out.chunkTimes[0]! - out.sentAt);
+      const e = ENDPOINTS[(block + k) % ENDPOINTS.length]!;
+      const before = cpuSeconds(pid);
+      const n = config.ttft.requests_per_endpoint / 8;
+      for (let i = 0; i < n; i++) {
+        const out = await send(e, config.ttft.max_tokens, i);
+        ttft[e].push(out.chunkTimes[0]! - out.sentAt);
+      }
+      cpuPerRequestMs[e] += ((cpuSeconds(pid) - before) * 1000) / config.ttft.requests_per_endpoint;
     }
   }
 
   const tokensPerSecond: Record<Endpoint, number[]> = { chat: [], responses: [], messages: [] };
+  const cpuTokens: Record<Endpoint, { cpu: number; tokens: number }> = { chat: { cpu: 0, tokens: 0 }, responses: { cpu: 0, tokens: 0 }, messages: { cpu: 0, tokens: 0 } };
   for (let round = 0; round < config.stream.rounds; round++) {
     for (let k = 0; k < ENDPOINTS.length; k++) {
       const e = ENDPOINTS[(round + k) % ENDPOINTS.length]!;
       let next = 0;
       let tokens = 0;
       const start = performance.now();
+      const cpuBefore = cpuSeconds(pid);
       await Promise.all(
         Array.from({ length: config.stream.concurrency }, async () => {
           while (next < config.stream.streams) {
@@ -94,20 +116,37 @@ try {
         }),
       );
       tokensPerSecond[e].push(tokens / ((performance.now() - start) / 1000));
+      cpuTokens[e].cpu += cpuSeconds(pid) - cpuBefore;
+      cpuTokens[e].tokens += tokens;
     }
   }
 
   const rows = ENDPOINTS.map((e) => {
     const s = summarize(ttft[e]);
-    return { endpoint: e, ttft_p50_ms: s.p50, ttft_p90_ms: s.p90, tokens_per_s: Math.max(...tokensPerSecond[e]) };
+    return {
+      endpoint: e,
+      ttft_p50_ms: s.p50,
+      ttft_p90_ms: s.p90,
+      tokens_per_s: Math.max(...tokensPerSecond[e]),
+      cpu_ms_per_request: cpuPerRequestMs[e],
+      cpu_us_per_token: (cpuTokens[e].cpu * 1e6) / cpuTokens[e].tokens,
+    };
   });
   const chat = rows[0]!;
-  const table = rows.map((r) => ({ ...r, ttft_p50_vs_chat: r.ttft_p50_ms / chat.ttft_p50_ms, tokens_per_s_vs_chat: r.tokens_per_s / chat.tokens_per_s }));
+  const table = rows.map((r) => ({
+    ...r,
+    ttft_p50_vs_chat: r.ttft_p50_ms / chat.ttft_p50_ms,
+    tokens_per_s_vs_chat: r.tokens_per_s / chat.tokens_per_s,
+    cpu_per_request_vs_chat: r.cpu_ms_per_request / chat.cpu_ms_per_request,
+    cpu_per_token_vs_chat: r.cpu_us_per_token / chat.cpu_us_per_token,
+  }));
   result.results = table;
   result.samples = { tokens_per_s: tokensPerSecond };
-  console.log('endpoint   TTFT p50 ms  TTFT p90 ms   tok/s (best)   TTFT vs chat  tok/s vs chat');
+  console.log('endpoint   TTFT p50 ms  TTFT p90 ms  tok/s (best)  CPU ms/req  CPU us/token  TTFT/chat  tok/s/chat  CPU req/chat  CPU tok/chat');
   for (const r of table) {
-    console.log(`${r.endpoint.padEnd(10)} ${r.ttft_p50_ms.toFixed(3).padStart(11)} ${r.ttft_p90_ms.toFixed(3).padStart(12)} ${r.tokens_per_s.toFixed(0).padStart(14)} ${r.ttft_p50_vs_chat.toFixed(3).padStart(14)} ${r.tokens_per_s_vs_chat.toFixed(3).padStart(14)}`);
+    console.log(
+      `${r.endpoint.padEnd(10)} ${r.ttft_p50_ms.toFixed(3).padStart(11)} ${r.ttft_p90_ms.toFixed(3).padStart(12)} ${r.tokens_per_s.toFixed(0).padStart(13)} ${r.cpu_ms_per_request.toFixed(3).padStart(11)} ${r.cpu_us_per_token.toFixed(2).padStart(13)} ${r.ttft_p50_vs_chat.toFixed(3).padStart(10)} ${r.tokens_per_s_vs_chat.toFixed(3).padStart(11)} ${r.cpu_per_request_vs_chat.toFixed(3).padStart(13)} ${r.cpu_per_token_vs_chat.toFixed(3).padStart(13)}`,
+    );
   }
 } finally {
   client.close();
