@@ -1,23 +1,21 @@
 /**
  * Codecs 1 and 2: OpenAI Chat Completions and Completions. Their frames and bodies are built by
- * openai/format.ts (ChunkWriter, UnaryCollector); this file only adapts them to ApiCodec.
+ * openai/format.ts (ChatChunkWriter / CompletionChunkWriter, ChatUnaryCollector /
+ * CompletionUnaryCollector); this file only adapts them to ApiCodec.
  */
 import { errorBody, type ApiError } from '../errors.js';
 import { disaggNvext } from '../disagg/response.js';
-import { ChunkWriter, UnaryCollector } from '../openai/format.js';
+import { ChatChunkWriter, ChatUnaryCollector, CompletionChunkWriter, CompletionUnaryCollector } from '../openai/format.js';
 import { parseChatRequest, parseCompletionRequest } from '../openai/validate.js';
 import type { PreparedGeneration } from '../pipeline/generation.js';
 import { dataFrame, type ApiCodec, type StreamEncoder, type UnaryEncoder } from './codec.js';
 
 const DONE_FRAME = 'data: [DONE]\n\n';
 
-function openAiStream(prepared: PreparedGeneration): StreamEncoder {
-  const chunks = new ChunkWriter(prepared);
+function chatStream(prepared: PreparedGeneration): StreamEncoder {
+  const chunks = new ChatChunkWriter(prepared);
   return {
-    open(out) {
-      const role = chunks.roleChunk();
-      if (role) out.frame(dataFrame(role));
-    },
+    open: (out) => void out.frame(dataFrame(chunks.roleChunk())),
     delta(text, logprobs, out) {
       if (chunks.output === undefined) return out.frame(dataFrame(chunks.delta(text, logprobs)));
       let backpressure: Promise<void> | undefined;
@@ -26,17 +24,30 @@ function openAiStream(prepared: PreparedGeneration): StreamEncoder {
     },
     finish(reason, usage, out) {
       if (chunks.output !== undefined) for (const chunk of chunks.outputEnd()) out.frame(dataFrame(chunk));
-      const finishReason = chunks.output ? chunks.output.finishReason(reason) : reason;
       let backpressure = out.frame(dataFrame(chunks.finish(reason)));
       if (prepared.input.includeUsage) backpressure = out.frame(dataFrame(chunks.usage(usage)));
-      return { finishReason, backpressure };
+      return { finishReason: chunks.finishReason(reason), backpressure };
     },
     done: () => DONE_FRAME,
   };
 }
 
-function openAiUnary(prepared: PreparedGeneration): UnaryEncoder {
-  const collector = new UnaryCollector(prepared);
+function completionStream(prepared: PreparedGeneration): StreamEncoder {
+  const chunks = new CompletionChunkWriter(prepared);
+  return {
+    open: () => undefined,
+    delta: (text, logprobs, out) => out.frame(dataFrame(chunks.delta(text, logprobs))),
+    finish(reason, usage, out) {
+      let backpressure = out.frame(dataFrame(chunks.finish(reason)));
+      if (prepared.input.includeUsage) backpressure = out.frame(dataFrame(chunks.usage(usage)));
+      return { finishReason: reason, backpressure };
+    },
+    done: () => DONE_FRAME,
+  };
+}
+
+/** Either collector as a UnaryEncoder; the finish reason is the one the body reports. */
+function unary(collector: ChatUnaryCollector | CompletionUnaryCollector): UnaryEncoder {
   return {
     add: (text, logprobs) => collector.add(text, logprobs),
     body(reason, usage) {
@@ -56,8 +67,8 @@ export const chatCodec: ApiCodec = {
   endpoint: 'chat_completions',
   idPrefix: 'chatcmpl-',
   parse: (body) => parseChatRequest(body),
-  streamEncoder: openAiStream,
-  unaryEncoder: openAiUnary,
+  streamEncoder: chatStream,
+  unaryEncoder: (prepared) => unary(new ChatUnaryCollector(prepared)),
   ...openAiErrors,
 };
 
@@ -65,7 +76,7 @@ export const completionCodec: ApiCodec = {
   endpoint: 'completions',
   idPrefix: 'cmpl-',
   parse: (body) => parseCompletionRequest(body),
-  streamEncoder: openAiStream,
-  unaryEncoder: openAiUnary,
+  streamEncoder: completionStream,
+  unaryEncoder: (prepared) => unary(new CompletionUnaryCollector(prepared)),
   ...openAiErrors,
 };
