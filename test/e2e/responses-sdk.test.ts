@@ -205,3 +205,23 @@ describe('OpenAI clients against runtime up, Responses API (tiny-qwen3, --reason
     });
   });
 });
+
+describe('Responses API under --router-mode kv (two mocker workers)', () => {
+  const served = upForBlock('tandem-responses-kv-', async () => ['--model', 'tiny', '--engine', 'mocker', '--workers', '2', '--speedup-ratio', '100', '--log-level', 'warn', '--router-mode', 'kv']);
+
+  it('a follow-up turn through previous_response_id goes to the worker that holds the previous turn’s KV', async () => {
+    const client = new OpenAI({ baseURL: `${served.url()}/v1`, apiKey: 'unused', maxRetries: 0, timeout: 60_000 });
+    // A long first turn: its prompt's blocks are the overlap the router scores the second turn by.
+    const long = Array.from({ length: 60 }, (_, i) => `fact ${i}: the river runs north past the mill.`).join(' ');
+    for (let trial = 0; trial < 4; trial++) {
+      const first = await client.responses.create({ model: 'tiny-llama', input: `${trial} ${long}`, max_output_tokens: 8, seed: trial } as Params).withResponse();
+      const second = await client.responses
+        .create({ model: 'tiny-llama', input: 'And the mill?', previous_response_id: first.data.id, max_output_tokens: 8, seed: trial } as Params)
+        .withResponse();
+      expect(second.response.headers.get('x-worker-instance-id')).toBe(first.response.headers.get('x-worker-instance-id'));
+      // The second prompt begins with the first: most of it is served from that worker's cache.
+      expect(second.data.usage!.input_tokens_details.cached_tokens).toBeGreaterThan(first.data.usage!.input_tokens / 2);
+    }
+  });
+});
+
