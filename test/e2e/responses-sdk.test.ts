@@ -206,13 +206,14 @@ describe('OpenAI clients against runtime up, Responses API (tiny-qwen3, --reason
   });
 });
 
-describe('Responses API under --router-mode kv (two mocker workers)', () => {
-  const served = upForBlock('tandem-responses-kv-', async () => ['--model', 'tiny', '--engine', 'mocker', '--workers', '2', '--speedup-ratio', '100', '--log-level', 'warn', '--router-mode', 'kv']);
+describe('Responses API under --router-mode kv (two mocker workers), --responses-store-size 1', () => {
+  const served = upForBlock('tandem-responses-kv-', async () => ['--model', 'tiny', '--engine', 'mocker', '--workers', '2', '--speedup-ratio', '100', '--log-level', 'warn', '--router-mode', 'kv', '--responses-store-size', '1']);
 
   it('a follow-up turn through previous_response_id goes to the worker that holds the previous turn’s KV', async () => {
     const client = new OpenAI({ baseURL: `${served.url()}/v1`, apiKey: 'unused', maxRetries: 0, timeout: 60_000 });
     // A long first turn: its prompt's blocks are the overlap the router scores the second turn by.
     const long = Array.from({ length: 60 }, (_, i) => `fact ${i}: the river runs north past the mill.`).join(' ');
+    const firsts: string[] = [];
     for (let trial = 0; trial < 4; trial++) {
       const first = await client.responses.create({ model: 'tiny-llama', input: `${trial} ${long}`, max_output_tokens: 8, seed: trial } as Params).withResponse();
       const second = await client.responses
@@ -221,7 +222,10 @@ describe('Responses API under --router-mode kv (two mocker workers)', () => {
       expect(second.response.headers.get('x-worker-instance-id')).toBe(first.response.headers.get('x-worker-instance-id'));
       // The second prompt begins with the first: most of it is served from that worker's cache.
       expect(second.data.usage!.input_tokens_details.cached_tokens).toBeGreaterThan(first.data.usage!.input_tokens / 2);
+      firsts.push(first.data.id);
     }
+    // The store holds one response (the flag reached the frontend through `up`): every first turn was evicted by its follow-up.
+    for (const id of firsts) expect(await client.responses.retrieve(id).catch((e: unknown) => e)).toBeInstanceOf(OpenAI.NotFoundError);
   });
 });
 
