@@ -23,8 +23,8 @@ export interface StreamEncoder {
   open(out: FrameSink): void;
   /** The frames for one piece of text; returns the last send's backpressure. */
   delta(text: string, logprobs: readonly TokenLogprob[] | undefined, out: FrameSink): Promise<void> | undefined;
-  /** Frames for what parsers held back, the finish and the usage. Returns the reason the client was told. */
-  finish(reason: OpenAiFinishReason, usage: Usage, out: FrameSink): { finishReason: string; backpressure: Promise<void> | undefined };
+  /** Frames for what parsers held back, the finish and the usage (`stopString`: the stop string that ended it). Returns the reason the client was told. */
+  finish(reason: OpenAiFinishReason, usage: Usage, out: FrameSink, stopString?: string): { finishReason: string; backpressure: Promise<void> | undefined };
   /** The framed tail of a stream that ended well (`data: [DONE]`, or '' for APIs with none). */
   done(): string;
   /** The framed error and end of this stream, when it depends on what was sent (Responses' sequence numbers); default: the codec's `streamError`. */
@@ -35,7 +35,7 @@ export interface StreamEncoder {
 export interface UnaryEncoder {
   add(text: string, logprobs: readonly TokenLogprob[] | undefined): void;
   /** The body and the finish reason it reports (the same one a stream of the request reports). */
-  body(reason: OpenAiFinishReason, usage: Usage): { body: object; finishReason: string };
+  body(reason: OpenAiFinishReason, usage: Usage, stopString?: string): { body: object; finishReason: string };
 }
 
 export interface ApiCodec {

@@ -199,7 +199,7 @@ async function streamResponse(
       } else {
         outcome.usage = event.usage;
         outcome.firstTokenAt ??= Date.now();
-        const end = encoder.finish(event.finishReason, event.usage, sse);
+        const end = encoder.finish(event.finishReason, event.usage, sse, event.stopString);
         outcome.finishReason = end.finishReason;
         backpressure = end.backpressure;
       }
@@ -241,7 +241,7 @@ async function unaryResponse(
     outcome.firstTokenAt ??= Date.now();
     if (res.destroyed) return;
     // The reason the body reports, the same one a stream of this request reports (tool_calls, not stop).
-    const { body, finishReason } = encoder.body(event.finishReason, event.usage);
+    const { body, finishReason } = encoder.body(event.finishReason, event.usage, event.stopString);
     outcome.finishReason = finishReason;
     const extras = codec.unaryExtras?.(prepared);
     const json = JSON.stringify(extras ? { ...body, ...extras } : body);

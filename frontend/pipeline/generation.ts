@@ -33,7 +33,8 @@ export interface Usage {
 
 export type GenerationEvent =
   | { type: 'delta'; text: string; tokenIds: readonly number[]; logprobs: TokenLogprob[] | undefined }
-  | { type: 'finish'; finishReason: OpenAiFinishReason; usage: Usage };
+  /** `stopString`: the stop string that ended the output, when one did (Messages reports it). */
+  | { type: 'finish'; finishReason: OpenAiFinishReason; usage: Usage; stopString?: string };
 
 export interface PreparedGeneration {
   id: string;
@@ -312,6 +313,7 @@ export class GenerationPipeline {
       }
       const step = detokenizer.push(textEnd === ids.length ? ids : ids.slice(0, textEnd));
       let text = step.text;
+      const stopString = step.stopped ? step.stopString : undefined;
       if (step.stopped) finish = 'stop';
       else if (finish === undefined && delta.finishReason !== undefined) finish = delta.finishReason === 'length' ? 'length' : 'stop';
       if (finish !== undefined && !step.stopped) text += detokenizer.flush();
@@ -326,7 +328,7 @@ export class GenerationPipeline {
           metrics.osl.observe(completionTokens);
           metrics.kvHitRate.observe(usage.promptTokens > 0 ? usage.cachedTokens / usage.promptTokens : 0);
         }
-        yield { type: 'finish', finishReason: finish, usage };
+        yield { type: 'finish', finishReason: finish, usage, ...(stopString !== undefined ? { stopString } : {}) };
         return;
       }
     }

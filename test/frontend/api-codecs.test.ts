@@ -298,6 +298,18 @@ describe('ApiCodec contract: every generation route, through handle()', () => {
     });
   }
 
+  it('Messages names the stop sequence that ended the output (stop_reason stop_sequence), unary and streamed', async () => {
+    const body = { model: 'plain-model', max_tokens: 200, stop_sequences: ['xyz', 'there'], messages: [{ role: 'user', content: 'hi' }] };
+    const unary = (await post('/v1/messages', body)).json<any>();
+    expect(unary).toMatchObject({ stop_reason: 'stop_sequence', stop_sequence: 'there' });
+    expect(unary.content.at(-1).text).not.toContain('there');
+    const streamed = await post('/v1/messages', { ...body, stream: true });
+    const delta = sseEvents(streamed.text).map((e) => JSON.parse(e.data)).find((e) => e.type === 'message_delta');
+    expect(delta.delta).toEqual({ stop_reason: 'stop_sequence', stop_sequence: 'there' });
+    // Without a match the turn simply ends.
+    expect((await post('/v1/messages', { ...body, stop_sequences: ['xyz'] })).json<any>()).toMatchObject({ stop_reason: 'end_turn', stop_sequence: null });
+  });
+
   it('handle() and a real socket are the same handler: identical bodies for the same seeded request', async () => {
     for (const c of CONTRACTS) {
       const viaHandle = c.unary((await post(c.path, c.body('plain-model', false, false))).json());

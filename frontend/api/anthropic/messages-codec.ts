@@ -13,7 +13,7 @@ import { errorBody, type ApiError } from '../../errors.js';
 import { chatOutputParser, type ChatOutputParser, type ChatOutputStep } from '../../openai/chat-output.js';
 import type { OpenAiFinishReason, PreparedGeneration, Usage } from '../../pipeline/generation.js';
 import { eventFrame, type ApiCodec, type FrameSink, type StreamEncoder, type UnaryEncoder } from '../codec.js';
-import { BLOCKS, ERROR_TYPES, STOP_REASONS, type BlockKind } from './messages-events.js';
+import { BLOCKS, ERROR_TYPES, STOP_REASONS, STOP_SEQUENCE, type BlockKind } from './messages-events.js';
 import { parseMessagesRequest } from './messages-request.js';
 
 /** Anthropic's tool-use ids look like `toolu_01…`; clients echo them back in tool_result. */
@@ -48,8 +48,11 @@ function passThrough(text: string): ChatOutputStep {
   return { reasoning: '', content: text, toolCalls: [] };
 }
 
-function stopReason(parser: ChatOutputParser | undefined, reason: OpenAiFinishReason): string {
-  return STOP_REASONS[parser ? parser.finishReason(reason) : reason];
+/** `stop_reason` and `stop_sequence`: a matched stop sequence is named, unless the turn ended in tool calls. */
+function stopReason(parser: ChatOutputParser | undefined, reason: OpenAiFinishReason, stopString: string | undefined): { reason: string; sequence: string | null } {
+  const chat = parser ? parser.finishReason(reason) : reason;
+  if (chat === 'stop' && stopString !== undefined) return { reason: STOP_SEQUENCE, sequence: stopString };
+  return { reason: STOP_REASONS[chat], sequence: null };
 }
 
 class MessagesStream implements StreamEncoder {
@@ -116,13 +119,13 @@ class MessagesStream implements StreamEncoder {
     return this.step(out, this.parser ? this.parser.push(text) : passThrough(text));
   }
 
-  finish(reason: OpenAiFinishReason, usage: Usage, out: FrameSink): { finishReason: string; backpressure: Promise<void> | undefined } {
+  finish(reason: OpenAiFinishReason, usage: Usage, out: FrameSink, stopString?: string): { finishReason: string; backpressure: Promise<void> | undefined } {
     if (this.parser) this.step(out, this.parser.finish());
     this.stopBlock(out);
-    const finishReason = stopReason(this.parser, reason);
-    this.send(out, 'message_delta', { delta: { stop_reason: finishReason, stop_sequence: null }, usage: { output_tokens: usage.completionTokens } });
+    const stop = stopReason(this.parser, reason, stopString);
+    this.send(out, 'message_delta', { delta: { stop_reason: stop.reason, stop_sequence: stop.sequence }, usage: { output_tokens: usage.completionTokens } });
     const backpressure = this.send(out, 'message_stop', {});
-    return { finishReason, backpressure };
+    return { finishReason: stop.reason, backpressure };
   }
 
   done(): string {
@@ -138,7 +141,7 @@ class MessagesUnary implements UnaryEncoder {
     this.text += text;
   }
 
-  body(reason: OpenAiFinishReason, usage: Usage): { body: object; finishReason: string } {
+  body(reason: OpenAiFinishReason, usage: Usage, stopString?: string): { body: object; finishReason: string } {
     const parser = chatOutputParser(this.prepared.input, newToolUseId);
     const content: object[] = [];
     if (parser) {
@@ -149,10 +152,10 @@ class MessagesUnary implements UnaryEncoder {
     } else if (this.text.length > 0) {
       content.push({ ...BLOCKS.text.start, text: this.text });
     }
-    const finishReason = stopReason(parser, reason);
+    const stop = stopReason(parser, reason, stopString);
     return {
-      body: { id: messageId(this.prepared), type: 'message', role: 'assistant', model: this.prepared.input.model, content, stop_reason: finishReason, stop_sequence: null, usage: usageBody(usage) },
-      finishReason,
+      body: { id: messageId(this.prepared), type: 'message', role: 'assistant', model: this.prepared.input.model, content, stop_reason: stop.reason, stop_sequence: stop.sequence, usage: usageBody(usage) },
+      finishReason: stop.reason,
     };
   }
 }

@@ -24,6 +24,9 @@ export const BLOCKS: Readonly<Record<BlockKind, BlockSpec>> = {
   tool_use: { start: { type: 'tool_use', input: {} }, delta: 'input_json_delta', field: 'partial_json' },
 };
 
+/** `stop_reason` when one of the request's `stop_sequences` ended the output. */
+export const STOP_SEQUENCE = 'stop_sequence';
+
 /** The pipeline's (and chat's) finish reason → `stop_reason`. */
 export const STOP_REASONS: Readonly<Record<ChatFinishReason, string>> = { stop: 'end_turn', length: 'max_tokens', tool_calls: 'tool_use' };
 
