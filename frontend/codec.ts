@@ -28,6 +28,8 @@ export interface DetokenizerStep {
   text: string;
   /** A stop string matched; nothing after it is ever emitted. */
   stopped: boolean;
+  /** Which one, when the detokenizer knows. */
+  stopString?: string;
 }
 
 /** Per-request incremental detokenizer. */

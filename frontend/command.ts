@@ -13,6 +13,7 @@ import { FRONTEND_DEFAULTS, startFrontend } from './frontend.js';
 import { DEFAULT_CONNECTION_LIMITS } from './http/connection-limits.js';
 import { ROUTER_MODES, type RouterMode } from './routing.js';
 import { DEFAULT_MODEL_PARSERS, REASONING_PARSERS, TOOL_CALL_PARSERS, type ReasoningParserOption, type ToolCallParserOption } from './openai/structured.js';
+import { RESPONSE_STORE_DEFAULTS } from './api/responses/response-store.js';
 import { DEFAULT_COMPILE_MEMORY_MB, DEFAULT_COMPILE_TIMEOUT_MS, compileLimits } from '../grammar/index.js';
 
 export interface FrontendFlags extends RuntimeFlags, KvRouterFlags {
@@ -40,6 +41,8 @@ export interface FrontendFlags extends RuntimeFlags, KvRouterFlags {
   maxHeaderBytes: number;
   toolCallParser: ToolCallParserOption;
   reasoningParser: ReasoningParserOption;
+  responsesStoreSize: number;
+  responsesStoreTtl: number;
 }
 
 const DAY_SECONDS = 86_400;
@@ -102,6 +105,16 @@ export function registerFrontendCommand(program: Command): Command {
       new Option('--reasoning-parser <parser>', `${REASONING_PARSERS.join(' | ')}; think: <think>…</think> in the output becomes reasoning_content (DeepSeek-R1, Qwen3)`)
         .argParser(oneOf(REASONING_PARSERS))
         .default(DEFAULT_MODEL_PARSERS.reasoningParser),
+    )
+    .addOption(
+      new Option('--responses-store-size <n>', 'Responses API: most stored responses kept for GET and previous_response_id (least recently used go first)')
+        .argParser(positiveInt)
+        .default(RESPONSE_STORE_DEFAULTS.maxEntries),
+    )
+    .addOption(
+      new Option('--responses-store-ttl <seconds>', 'Responses API: how long a stored response is kept after it was written')
+        .argParser(numberInRange(1, 30 * DAY_SECONDS))
+        .default(RESPONSE_STORE_DEFAULTS.ttlMs / 1000),
     );
   addRuntimeOptions(cmd);
   cmd.action(async (flags: FrontendFlags) => {
@@ -137,6 +150,7 @@ export function registerFrontendCommand(program: Command): Command {
       ...(flags.corsOrigins !== undefined ? { corsOrigins: flags.corsOrigins } : {}),
       toolCallParser: flags.toolCallParser,
       reasoningParser: flags.reasoningParser,
+      responsesStore: { maxEntries: flags.responsesStoreSize, ttlMs: toMs(flags.responsesStoreTtl) },
       limits: {
         headerTimeoutMs: toMs(flags.httpHeaderTimeout),
         requestTimeoutMs: toMs(flags.httpRequestTimeout),

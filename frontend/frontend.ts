@@ -16,7 +16,9 @@ import { CodecCache, type CodecLoader } from './codec.js';
 import { startDisaggregation, type DisaggOptions } from './disagg/index.js';
 import { ApiKeyFile, keySource, type MetricsAuth } from './http/auth.js';
 import { DEFAULT_CONNECTION_LIMITS, type ConnectionLimits } from './http/connection-limits.js';
-import { createHttpServer } from './http/server.js';
+import { createHttpServer, createMemoryHandle, type HttpServerContext } from './http/server.js';
+import type { MemoryRequest, MemoryResponse } from './http/in-memory.js';
+import { RESPONSE_STORE_DEFAULTS, ResponseStore, type ResponseStoreOptions } from './api/responses/response-store.js';
 import { startDashboard, type Dashboard, type DashboardOptions } from './dashboard/index.js';
 import { LocalKvBackend } from '../router/adapters/index.js';
 import { FrontendMetrics } from './metrics.js';
@@ -90,6 +92,8 @@ export interface FrontendOptions {
   toolCallParser?: ToolCallParserOption;
   /** 'think': split `<think>…</think>` into `reasoning_content`; default 'none'. */
   reasoningParser?: ReasoningParserOption;
+  /** The Responses API's stored responses (`--responses-store-size`, `--responses-store-ttl`); default RESPONSE_STORE_DEFAULTS. */
+  responsesStore?: ResponseStoreOptions;
 }
 
 export interface FrontendHandle {
@@ -100,6 +104,8 @@ export interface FrontendHandle {
   admission: AdmissionGate;
   /** The live dashboard, unless turned off. */
   dashboard?: Dashboard;
+  /** One request through the HTTP routes without a socket (http/in-memory.ts): tests of a route. */
+  handle(request: MemoryRequest): Promise<MemoryResponse>;
   /**
    * Graceful stop (SIGTERM): refuse new generation requests (503 + Retry-After, /health 503),
    * let admitted ones finish for up to `timeoutMs`, then end the rest with an error (an SSE
@@ -220,7 +226,7 @@ export async function startFrontend(options: FrontendOptions): Promise<FrontendH
       log.warn({ model, from, generated, err: cause }, 'worker failed mid-stream: migrating request');
     },
   });
-  const server = createHttpServer({
+  const httpContext: HttpServerContext = {
     pipeline,
     gate: admission,
     metrics,
@@ -234,8 +240,11 @@ export async function startFrontend(options: FrontendOptions): Promise<FrontendH
     corsOrigins: new Set(options.corsOrigins ?? []),
     limits: { ...DEFAULT_CONNECTION_LIMITS, ...options.limits },
     ...(dashboard ? { dashboard: dashboard.state, dashboardRoutes: dashboard } : {}),
+    responses: new ResponseStore(options.responsesStore ?? RESPONSE_STORE_DEFAULTS),
     embeddings: new EmbeddingsService(cards, clients, codecs, health),
-  });
+  };
+  const server = createHttpServer(httpContext);
+  const handle = createMemoryHandle(httpContext);
   const closeParts = async () => {
     keyFile?.close();
     await dashboard?.close();
@@ -279,6 +288,7 @@ export async function startFrontend(options: FrontendOptions): Promise<FrontendH
     metrics,
     admission,
     ...(dashboard ? { dashboard } : {}),
+    handle,
     drain,
     close() {
       closing ??= (async () => {

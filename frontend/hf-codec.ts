@@ -97,6 +97,7 @@ export class HfCodec implements ModelCodec {
       push(tokenIds) {
         step.text = inner.pushMany(tokenIds);
         step.stopped = inner.isFinished;
+        if (step.stopped && typeof inner.stopReason === 'string') step.stopString = inner.stopReason;
         return step;
       },
       flush: () => inner.flush(),

@@ -84,6 +84,8 @@ export interface Fleet {
   workerStatusUrls: string[];
   workers: FleetWorker[];
   frontendLogFile: string;
+  /** The frontend process (its CPU time is what frontend benchmarks charge per request). */
+  frontendPid: number | undefined;
   /** Stop every process (SIGTERM, SIGKILL after a grace period) and remove temp files. Idempotent. */
   stop(): Promise<void>;
 }
@@ -199,6 +201,7 @@ export async function startFleet(options: FleetOptions = {}): Promise<Fleet> {
       workerStatusUrls: workers.map((w) => w.statusUrl),
       workers,
       frontendLogFile: frontend.logFile!,
+      frontendPid: frontend.pid,
       stop: stopAll,
     };
   } catch (err) {

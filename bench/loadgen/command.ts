@@ -158,7 +158,7 @@ export function registerBenchCommand(program: Command): Command {
     .option('--url <url>', 'server base URL, e.g. http://127.0.0.1:8000')
     .option('--model <name>', 'model name to request')
     .addOption(new Option('--workload <name>', 'workload (default random; trace when --trace-file is given)').choices(WORKLOAD_NAMES))
-    .addOption(new Option('--endpoint <kind>', 'API (default completions; chat for multi-turn)').choices(['completions', 'chat']))
+    .addOption(new Option('--endpoint <kind>', 'API (default completions; chat, responses or messages for multi-turn)').choices(['completions', 'chat', 'responses', 'messages']))
     .addOption(new Option('--prompt-format <format>', 'completions prompt as text or token ids (default text)').choices(['text', 'ids']))
     .option('--tokenizer <dir>', "model directory with the served model's tokenizer.json (exact prompt lengths)")
     .option('--isl <n>', 'input tokens (random) / new user tokens per turn (multi-turn)', positiveInt)

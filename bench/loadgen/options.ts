@@ -110,9 +110,9 @@ export function resolveBenchOptions(o: BenchOptions): ResolvedBenchOptions {
   else need(!o.traceFile, `--trace-file is only used by --workload trace (got --workload ${workload})`);
 
   const endpoint = o.endpoint ?? (workload === 'multi-turn' ? 'chat' : 'completions');
-  need(!(workload === 'multi-turn' && endpoint !== 'chat'), '--workload multi-turn sends conversations: it needs --endpoint chat');
+  need(!(workload === 'multi-turn' && endpoint === 'completions'), '--workload multi-turn sends conversations: it needs --endpoint chat, responses or messages');
   const promptFormat = o.promptFormat ?? 'text';
-  need(!(promptFormat === 'ids' && endpoint === 'chat'), '--prompt-format ids needs --endpoint completions (chat messages are text)');
+  need(!(promptFormat === 'ids' && endpoint !== 'completions'), `--prompt-format ids needs --endpoint completions (${endpoint} messages are text)`);
 
   need(!(o.rate !== undefined && workload === 'trace'), '--rate does not apply to --workload trace: arrivals follow the trace timestamps (use --speedup)');
   need(o.rate === undefined || o.rate > 0, '--rate must be > 0');

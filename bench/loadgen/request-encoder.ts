@@ -7,7 +7,7 @@
 import type { TokenSpace } from './token-space.js';
 import type { TurnSpec } from './workloads/workload.js';
 
-export type EndpointKind = 'completions' | 'chat';
+export type EndpointKind = 'completions' | 'chat' | 'responses' | 'messages';
 export type PromptFormat = 'ids' | 'text';
 
 export interface EncoderOptions {
@@ -31,6 +31,8 @@ export interface EncodedRequest {
 export const ENDPOINT_PATHS: Readonly<Record<EndpointKind, string>> = {
   completions: '/v1/completions',
   chat: '/v1/chat/completions',
+  responses: '/v1/responses',
+  messages: '/v1/messages',
 };
 
 export function encodeTurn(turn: TurnSpec, maxTokens: number, options: EncoderOptions, tokens: TokenSpace): EncodedRequest {
@@ -59,9 +61,20 @@ export function encodeTurn(turn: TurnSpec, maxTokens: number, options: EncoderOp
     }
   } else {
     const messages = turn.messages.map((m) => ({ role: m.role, content: m.text ?? tokens.render(m.ids ?? []) }));
-    payload = { ...common, messages };
     expected = turn.inputTokens;
+    if (options.endpoint === 'chat') payload = { ...common, messages };
+    else {
+      // Responses and Messages: their own field names, usage always at the end, no stream_options.
+      const { max_tokens: _max, stream_options: _so, ...rest } = common;
+      if (options.endpoint === 'responses') payload = { ...rest, max_output_tokens: maxTokens, input: messages.filter((m) => m.role !== 'system'), ...systemField(messages, 'instructions') };
+      else payload = { ...rest, max_tokens: maxTokens, messages: messages.filter((m) => m.role !== 'system'), ...systemField(messages, 'system') };
+    }
   }
   if (options.extraBody) payload = { ...payload, ...options.extraBody };
   return { path: ENDPOINT_PATHS[options.endpoint], body: JSON.stringify(payload), expectedPromptTokens: expected };
+}
+
+function systemField(messages: Array<{ role: string; content: string }>, field: string): Record<string, string> {
+  const system = messages.filter((m) => m.role === 'system').map((m) => m.content);
+  return system.length > 0 ? { [field]: system.join('\n') } : {};
 }

@@ -101,9 +101,29 @@ export class SseClient {
           req.destroy();
           return;
         }
-        if (event.error) {
+        if (event.error && event.type === undefined) {
           finish('stream_error', typeof event.error === 'string' ? event.error : (event.error.message ?? JSON.stringify(event.error)));
           req.destroy();
+          return;
+        }
+        // The Responses and Messages APIs name their events in `type` and end without [DONE].
+        if (typeof event.type === 'string') {
+          const piece = vendorEvent(event, outcome);
+          if (piece === FAILED) {
+            finish('stream_error', (typeof event.error === 'object' ? event.error?.message : undefined) ?? event.response?.error?.message ?? `${event.type} event`);
+            req.destroy();
+            return;
+          }
+          if (piece === ENDED) done = true;
+          else if (piece !== undefined && piece.length > 0) {
+            if (count === times.length) {
+              const grown = new Float64Array(times.length * 2);
+              grown.set(times);
+              times = grown;
+            }
+            times[count++] = now;
+            if (text !== undefined) text += piece;
+          }
           return;
         }
         const choice = event.choices?.[0];
@@ -200,10 +220,66 @@ export class SseClient {
   }
 }
 
+interface VendorUsage {
+  input_tokens?: number;
+  output_tokens?: number;
+  input_tokens_details?: { cached_tokens?: number };
+  cache_read_input_tokens?: number;
+}
+
 interface ChunkJson {
   choices?: { text?: string; delta?: { content?: string | null; reasoning_content?: string | null }; finish_reason?: string | null }[];
-  usage?: { prompt_tokens?: number; completion_tokens?: number; prompt_tokens_details?: { cached_tokens?: number } | null } | null;
+  usage?: ({ prompt_tokens?: number; completion_tokens?: number; prompt_tokens_details?: { cached_tokens?: number } | null } & VendorUsage) | null;
   error?: { message?: string } | string;
+  /** Responses and Messages events. */
+  type?: string;
+  delta?: string | { text?: string; thinking?: string; partial_json?: string; stop_reason?: string | null };
+  response?: { status?: string; usage?: VendorUsage | null; error?: { message?: string } | null; incomplete_details?: { reason?: string } | null };
+  message?: { usage?: VendorUsage };
+}
+
+const ENDED = Symbol('ended');
+const FAILED = Symbol('failed');
+
+/**
+ * One Responses or Messages event: the generated text it carries, ENDED at the terminal event
+ * (usage recorded into `outcome`), FAILED for an error event, else undefined.
+ */
+function vendorEvent(event: ChunkJson, outcome: StreamOutcome): string | typeof ENDED | typeof FAILED | undefined {
+  const usage = (u: VendorUsage | null | undefined) => {
+    if (!u) return;
+    if (typeof u.input_tokens === 'number') outcome.promptTokens = u.input_tokens;
+    if (typeof u.output_tokens === 'number') outcome.completionTokens = u.output_tokens;
+    const cached = u.input_tokens_details?.cached_tokens ?? u.cache_read_input_tokens;
+    if (typeof cached === 'number') outcome.cachedTokens = cached;
+  };
+  switch (event.type) {
+    case 'response.output_text.delta':
+    case 'response.reasoning_text.delta':
+    case 'response.function_call_arguments.delta':
+      return typeof event.delta === 'string' ? event.delta : undefined;
+    case 'content_block_delta':
+      return typeof event.delta === 'object' ? (event.delta.text ?? event.delta.thinking ?? event.delta.partial_json) : undefined;
+    case 'message_start':
+      usage(event.message?.usage);
+      return undefined;
+    case 'message_delta':
+      usage(event.usage);
+      if (typeof event.delta === 'object' && event.delta.stop_reason) outcome.finishReason = event.delta.stop_reason === 'max_tokens' ? 'length' : 'stop';
+      return undefined;
+    case 'message_stop':
+      return ENDED;
+    case 'response.completed':
+    case 'response.incomplete':
+      usage(event.response?.usage);
+      outcome.finishReason = event.type === 'response.incomplete' ? 'length' : 'stop';
+      return ENDED;
+    case 'response.failed':
+    case 'error':
+      return FAILED;
+    default:
+      return undefined;
+  }
 }
 
 function describeKind(kind: string): string {

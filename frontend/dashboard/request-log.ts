@@ -19,6 +19,8 @@ const MAX_PENDING_ROUTES = 1024;
 export interface RequestStart {
   requestId: string;
   model: string;
+  /** The API (the codec's metrics label). */
+  endpoint?: string;
   /** Arrival, ms since epoch. */
   arrivedAt: number;
   /** The worker the request went to (decode worker when disaggregated). */
@@ -41,6 +43,7 @@ export interface RequestEnd {
 interface Pending {
   requestId: string;
   model: string;
+  endpoint?: string;
   startedAt: number;
   routedAt: number;
   workers: string[];
@@ -85,6 +88,7 @@ export class RequestLog {
   started(s: RequestStart, now: number): void {
     const p: Pending = { requestId: s.requestId, model: s.model, startedAt: s.arrivedAt, routedAt: now, workers: [s.instanceId] };
     if (s.prefillInstanceId !== undefined) p.prefillWorker = s.prefillInstanceId;
+    if (s.endpoint !== undefined) p.endpoint = s.endpoint;
     const route = this.routeCandidates.peek(s.requestId);
     this.routeCandidates.delete(s.requestId);
     const decision: RoutingDecision = {
@@ -122,6 +126,7 @@ export class RequestLog {
     const record: RequestRecord = {
       requestId,
       model: p.model,
+      ...(p.endpoint !== undefined ? { endpoint: p.endpoint } : {}),
       workers: p.workers,
       promptTokens: end.promptTokens,
       completionTokens: end.completionTokens,

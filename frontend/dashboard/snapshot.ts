@@ -194,6 +194,8 @@ export interface DashboardSnapshot {
 export interface RequestRecord {
   requestId: string;
   model: string;
+  /** The API it came in through (`chat_completions`, `messages`, …: the metrics' `endpoint` label). */
+  endpoint?: string;
   /**
    * The worker the request was routed to (decode worker when disaggregated), then the decode
    * worker that actually served if it differs. Migration targets are not listed yet: the

@@ -1,17 +1,16 @@
 /**
- * POST /v1/chat/completions and POST /v1/completions: read → admit → validate → prepare →
- * stream (SSE) or collect (unary). A client that disconnects aborts the request's signal, which
- * cancels the worker stream. Errors before the first byte are OpenAI-shaped HTTP errors; errors
- * after it are an SSE `error` frame followed by `[DONE]`.
+ * Every generation route (one ApiCodec each, frontend/api/): read → admit → parse (the codec) →
+ * prepare → stream (SSE) or collect (unary). A client that disconnects aborts the request's
+ * signal, which cancels the worker stream. Errors before the first byte are HTTP errors in the
+ * codec's error shape; errors after it are the codec's stream error frame and terminator.
  */
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Logger } from 'pino';
 import { DRAIN_CUT, type AdmissionGate } from '../admission.js';
-import { ApiError, errorBody, toApiError } from '../errors.js';
+import type { ApiCodec } from '../api/codec.js';
+import { ApiError, toApiError } from '../errors.js';
 import type { FrontendMetrics, ModelMetrics } from '../metrics.js';
-import { ChunkWriter, UnaryCollector } from '../openai/format.js';
-import { parseChatRequest, parseCompletionRequest } from '../openai/validate.js';
-import { disaggHeaders, disaggNvext } from '../disagg/response.js';
+import { disaggHeaders } from '../disagg/response.js';
 import { DIRECT_ROUTE_HEADER, type GenerationPipeline, type PreparedGeneration } from '../pipeline/generation.js';
 import { readJsonBody } from './body.js';
 import { sendError } from './respond.js';
@@ -31,12 +30,12 @@ export interface GenerateContext {
 
 /** What the response loops learn for the dashboard: the first token's time and the finish. */
 interface Outcome {
+  /** The started stream's own error frame, when its encoder has one. */
+  streamError?: (err: ApiError) => string;
   firstTokenAt?: number;
   finishReason?: string;
   usage?: { promptTokens: number; completionTokens: number; cachedTokens: number };
 }
-
-export type GenerateKind = 'chat' | 'completion';
 
 const UNKNOWN_MODEL_LABEL = '_unknown';
 /**
@@ -51,9 +50,9 @@ function drainCutError(): ApiError {
   return new ApiError('unavailable', 'the frontend shut down before this request finished (drain timeout expired); retry it');
 }
 
-export async function handleGenerate(ctx: GenerateContext, kind: GenerateKind, req: IncomingMessage, res: ServerResponse): Promise<void> {
+export async function handleGenerate(ctx: GenerateContext, codec: ApiCodec, req: IncomingMessage, res: ServerResponse): Promise<void> {
   const startedAt = performance.now();
-  const endpoint = kind === 'chat' ? 'chat_completions' : 'completions';
+  const endpoint = codec.endpoint;
   const controller = new AbortController();
   const onClose = () => {
     if (!res.writableFinished) controller.abort();
@@ -66,6 +65,7 @@ export async function handleGenerate(ctx: GenerateContext, kind: GenerateKind, r
   let prepared: PreparedGeneration | undefined;
   let errorCode: string | undefined;
   const outcome: Outcome = {};
+  let untrack: (() => void) | undefined;
   try {
     const body = await readJsonBody(req, ctx.maxBodyBytes);
     const verdict = ctx.gate.tryAdmit();
@@ -81,24 +81,27 @@ export async function handleGenerate(ctx: GenerateContext, kind: GenerateKind, r
     }
     admitted = true;
     ctx.gate.onCut(controller);
-    const input = kind === 'chat' ? parseChatRequest(body) : parseCompletionRequest(body);
+    const input = codec.parse(body, req.headers);
     const model = ctx.pipeline.model(input.model);
     modelLabel = model.name;
     modelMetrics = ctx.metrics.forModel(model.name);
     modelMetrics.inflight.inc();
     const header = req.headers[DIRECT_ROUTE_HEADER];
-    prepared = await ctx.pipeline.prepare(input, Array.isArray(header) ? header[0] : header, startedAt, controller.signal);
+    prepared = await ctx.pipeline.prepare(input, Array.isArray(header) ? header[0] : header, startedAt, controller.signal, codec.idPrefix);
+    untrack = codec.track?.(prepared, (err) => controller.abort(err));
     if (ctx.dashboard) {
       const now = Date.now();
       ctx.dashboard.requestStarted(
-        { requestId: prepared.id, model: model.name, arrivedAt: now - (performance.now() - startedAt), instanceId: prepared.firstInstance, ...(prepared.disagg ? { prefillInstanceId: prepared.disagg.route.prefillInstance } : {}) },
+        { requestId: prepared.id, model: model.name, endpoint, arrivedAt: now - (performance.now() - startedAt), instanceId: prepared.firstInstance, ...(prepared.disagg ? { prefillInstanceId: prepared.disagg.route.prefillInstance } : {}) },
         now,
       );
     }
-    if (input.stream) await streamResponse(ctx, prepared, res, controller.signal, modelMetrics, outcome);
-    else await unaryResponse(ctx, prepared, res, controller.signal, modelMetrics, outcome);
+    if (input.stream) await streamResponse(ctx, codec, prepared, res, controller.signal, modelMetrics, outcome);
+    else await unaryResponse(ctx, codec, prepared, res, controller.signal, modelMetrics, outcome);
     // Cut by the drain timeout: the client gets an error, never a response that just stops.
     if (controller.signal.reason === DRAIN_CUT) throw DRAIN_CUT;
+    // Ended by the API (a Responses cancel): the client is still there and is told why.
+    if (controller.signal.reason instanceof ApiError) throw controller.signal.reason;
     if (controller.signal.aborted) status = 499;
   } catch (err) {
     const drainCut = controller.signal.reason === DRAIN_CUT;
@@ -107,9 +110,10 @@ export async function handleGenerate(ctx: GenerateContext, kind: GenerateKind, r
     errorCode = status === 499 ? 'cancelled' : apiError.code;
     if (status >= 500 && status !== 503) ctx.log.error({ err, cause: apiError.cause }, 'request failed');
     else ctx.log.debug({ code: apiError.code, message: apiError.message }, 'request rejected');
-    if (!res.headersSent) sendError(res, apiError, ctx.retryAfterSeconds);
-    else if (!res.writableEnded && !res.destroyed) res.end(`data: ${JSON.stringify(errorBody(apiError))}\n\ndata: [DONE]\n\n`);
+    if (!res.headersSent) sendError(res, apiError, ctx.retryAfterSeconds, codec.errorBody);
+    else if (!res.writableEnded && !res.destroyed) res.end((outcome.streamError ?? codec.streamError)(apiError));
   } finally {
+    untrack?.();
     res.off('close', onClose);
     ctx.gate.offCut(controller);
     // Whatever happened, the worker stream must not outlive the HTTP exchange.
@@ -162,15 +166,23 @@ function recordEnd(dashboard: DashboardState, prepared: PreparedGeneration | und
   );
 }
 
-async function streamResponse(ctx: GenerateContext, prepared: PreparedGeneration, res: ServerResponse, signal: AbortSignal, metrics: ModelMetrics, outcome: Outcome): Promise<void> {
+async function streamResponse(
+  ctx: GenerateContext,
+  codec: ApiCodec,
+  prepared: PreparedGeneration,
+  res: ServerResponse,
+  signal: AbortSignal,
+  metrics: ModelMetrics,
+  outcome: Outcome,
+): Promise<void> {
   const sse = new SseWriter(res);
-  const chunks = new ChunkWriter(prepared);
+  const encoder = codec.streamEncoder(prepared);
+  if (encoder.error) outcome.streamError = (err) => encoder.error!(err);
   let opened = false;
   const open = (): void => {
     opened = true;
     sse.open({ 'x-request-id': prepared.id, [DIRECT_ROUTE_HEADER]: prepared.firstInstance, ...disaggHeaders(prepared) });
-    const role = chunks.roleChunk();
-    if (role) sse.send(role);
+    encoder.open(sse);
   };
   // A constrained request's grammar compiles on the worker before its first token, within a
   // budget: the stream opens with that token, so a refused grammar is still an HTTP 400.
@@ -179,19 +191,17 @@ async function streamResponse(ctx: GenerateContext, prepared: PreparedGeneration
     for await (const event of ctx.pipeline.run(prepared, signal, metrics)) {
       if (!opened) open();
       if (sse.closed) return;
-      // send() queues; it returns a promise only while the client is not keeping up.
+      // frame() queues; it returns a promise only while the client is not keeping up.
       let backpressure: Promise<void> | undefined;
       if (event.type === 'delta') {
         if (outcome.firstTokenAt === undefined) outcome.firstTokenAt = Date.now();
-        if (chunks.output === undefined) backpressure = sse.send(chunks.delta(event.text, event.logprobs));
-        else for (const chunk of chunks.outputDeltas(event.text, event.logprobs)) backpressure = sse.send(chunk);
+        backpressure = encoder.delta(event.text, event.logprobs, sse);
       } else {
         outcome.usage = event.usage;
         outcome.firstTokenAt ??= Date.now();
-        if (chunks.output !== undefined) for (const chunk of chunks.outputEnd()) sse.send(chunk);
-        outcome.finishReason = chunks.output ? chunks.output.finishReason(event.finishReason) : event.finishReason;
-        backpressure = sse.send(chunks.finish(event.finishReason));
-        if (prepared.input.includeUsage) backpressure = sse.send(chunks.usage(event.usage));
+        const end = encoder.finish(event.finishReason, event.usage, sse, event.stopString);
+        outcome.finishReason = end.finishReason;
+        backpressure = end.backpressure;
       }
       if (backpressure) await backpressure;
     }
@@ -203,28 +213,38 @@ async function streamResponse(ctx: GenerateContext, prepared: PreparedGeneration
   // Cancelled before the first token of a constrained request: nothing was sent, nothing to end.
   if (!opened && signal.aborted) return;
   if (!opened) open();
-  // The pipeline stops quietly on abort; a drain cut must still end in an error frame (handleGenerate).
-  if (signal.reason === DRAIN_CUT) {
+  // The pipeline stops quietly on abort; a drain cut or a cancel must still end in an error frame (handleGenerate).
+  if (signal.reason === DRAIN_CUT || signal.reason instanceof ApiError) {
     sse.flush();
     return;
   }
-  sse.done();
+  sse.end(encoder.done());
 }
 
-async function unaryResponse(ctx: GenerateContext, prepared: PreparedGeneration, res: ServerResponse, signal: AbortSignal, metrics: ModelMetrics, outcome: Outcome): Promise<void> {
-  const collector = new UnaryCollector(prepared);
+async function unaryResponse(
+  ctx: GenerateContext,
+  codec: ApiCodec,
+  prepared: PreparedGeneration,
+  res: ServerResponse,
+  signal: AbortSignal,
+  metrics: ModelMetrics,
+  outcome: Outcome,
+): Promise<void> {
+  const encoder = codec.unaryEncoder(prepared);
   for await (const event of ctx.pipeline.run(prepared, signal, metrics)) {
     if (event.type === 'delta') {
       if (outcome.firstTokenAt === undefined) outcome.firstTokenAt = Date.now();
-      collector.add(event.text, event.logprobs);
+      encoder.add(event.text, event.logprobs);
       continue;
     }
-    outcome.finishReason = event.finishReason;
     outcome.usage = event.usage;
     outcome.firstTokenAt ??= Date.now();
     if (res.destroyed) return;
-    const body = collector.body(event.finishReason, event.usage);
-    const json = JSON.stringify(prepared.disagg ? { ...body, nvext: disaggNvext(prepared.disagg) } : body);
+    // The reason the body reports, the same one a stream of this request reports (tool_calls, not stop).
+    const { body, finishReason } = encoder.body(event.finishReason, event.usage, event.stopString);
+    outcome.finishReason = finishReason;
+    const extras = codec.unaryExtras?.(prepared);
+    const json = JSON.stringify(extras ? { ...body, ...extras } : body);
     res.writeHead(200, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(json), 'x-request-id': prepared.id, [DIRECT_ROUTE_HEADER]: prepared.firstInstance, ...disaggHeaders(prepared) });
     res.end(json);
     return;

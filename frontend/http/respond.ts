@@ -8,11 +8,12 @@ export function sendJson(res: ServerResponse, status: number, body: unknown, hea
   res.end(json);
 }
 
-export function sendError(res: ServerResponse, err: ApiError, retryAfterSeconds: number): void {
+/** `shape`: the API's error body (the codec's); default OpenAI's. */
+export function sendError(res: ServerResponse, err: ApiError, retryAfterSeconds: number, shape: (err: ApiError) => object = errorBody): void {
   if (res.destroyed || res.writableEnded) return;
   const headers: Record<string, string> = {};
   if (isRetryable(err)) headers['retry-after'] = String(retryAfterSeconds);
   // After a refused body we may not have read the rest of the upload: do not reuse the socket.
   if (err.code === 'body_too_large') headers.connection = 'close';
-  sendJson(res, err.status, errorBody(err), headers);
+  sendJson(res, err.status, shape(err), headers);
 }

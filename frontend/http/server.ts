@@ -1,6 +1,11 @@
 /**
  * The OpenAI-compatible HTTP server on plain node:http. Routes:
- *   POST /v1/chat/completions, POST /v1/completions   generation (generate-handler.ts)
+ *   POST /v1/chat/completions, POST /v1/completions   generation (generate-handler.ts), one
+ *                                                     ApiCodec per route (GENERATION_ROUTES)
+ *   POST /v1/messages                                 Anthropic Messages (api/anthropic/)
+ *   POST /v1/responses; GET, DELETE /v1/responses/{id}; POST /v1/responses/{id}/cancel
+ *                                                     OpenAI Responses (api/responses/)
+ *   POST /tokenize, /detokenize, /v1/messages/count_tokens   counting (tokenize-handler.ts)
  *   POST /v1/embeddings                               embeddings (frontend/embeddings/)
  *   GET  /v1/models, GET /v1/models/{id}             models from discovery
  *   GET  /health                                      200 when some model has a routable worker (503 while draining)
@@ -17,6 +22,14 @@ import { checkAccess, corsHeaders, PREFLIGHT_HEADERS, UNAUTHORIZED_HEADERS, type
 import type { ModelWatcher } from '../model-watcher.js';
 import { applyConnectionLimits, DEFAULT_CONNECTION_LIMITS, serverOptions, type ConnectionLimits } from './connection-limits.js';
 import { handleGenerate, type GenerateContext } from './generate-handler.js';
+import type { ApiCodec } from '../api/codec.js';
+import { chatCodec, completionCodec } from '../api/openai-codecs.js';
+import { messagesCodec } from '../api/anthropic/messages-codec.js';
+import { COUNT_ROUTES, handleCount } from './tokenize-handler.js';
+import { ResponseStore } from '../api/responses/response-store.js';
+import { responsesCodec } from '../api/responses/responses-codec.js';
+import { RESPONSES_PREFIX, responsesRoute, sendResponsesRoute } from '../api/responses/responses-routes.js';
+import { handleInMemory, type MemoryRequest, type MemoryResponse } from './in-memory.js';
 import { dashboardKey, handleDashboard, isDashboardPath, type DashboardRoutes } from '../dashboard/index.js';
 import { sendError, sendJson } from './respond.js';
 import { handleEmbeddings, type EmbeddingsService } from '../embeddings/index.js';
@@ -36,19 +49,49 @@ export interface HttpServerContext extends GenerateContext {
   dashboardRoutes?: DashboardRoutes;
   /** `/v1/embeddings` (frontend/embeddings/); absent = no such route. */
   embeddings?: EmbeddingsService;
+  /** The Responses API's stored responses; absent = a default-sized store of this server's own. */
+  responses?: ResponseStore;
 }
 
-export function createHttpServer(ctx: HttpServerContext): Server {
-  const limits = ctx.limits ?? DEFAULT_CONNECTION_LIMITS;
-  const server = createServer(serverOptions(limits), (req, res) => {
-    route(ctx, req, res).catch((err: unknown) => {
+/** The generation routes: path → the codec that speaks its API. Every one runs handleGenerate. */
+export function generationRoutes(responses: ResponseStore): ReadonlyMap<string, ApiCodec> {
+  return new Map<string, ApiCodec>([
+    ['/v1/chat/completions', chatCodec],
+    ['/v1/completions', completionCodec],
+    ['/v1/responses', responsesCodec(responses)],
+    ['/v1/messages', messagesCodec],
+  ]);
+}
+
+interface Routes {
+  generation: ReadonlyMap<string, ApiCodec>;
+  responses: ResponseStore;
+}
+
+/** One request, whole: routed, answered, every failure caught (the server's request listener). */
+export function createRequestHandler(ctx: HttpServerContext): (req: IncomingMessage, res: ServerResponse) => Promise<void> {
+  const responses = ctx.responses ?? new ResponseStore();
+  const routes: Routes = { generation: generationRoutes(responses), responses };
+  return (req, res) =>
+    route(ctx, routes, req, res).catch((err: unknown) => {
       ctx.log.error({ err }, 'unhandled error in HTTP handler');
       if (!res.headersSent) sendError(res, toApiError(err), ctx.retryAfterSeconds);
       else res.destroy();
     });
-  });
+}
+
+export function createHttpServer(ctx: HttpServerContext): Server {
+  const limits = ctx.limits ?? DEFAULT_CONNECTION_LIMITS;
+  const handler = createRequestHandler(ctx);
+  const server = createServer(serverOptions(limits), (req, res) => void handler(req, res));
   applyConnectionLimits(server, limits, ctx.log);
   return server;
+}
+
+/** The socket-free `handle()`: one request through the same handler, in memory (in-memory.ts). */
+export function createMemoryHandle(ctx: HttpServerContext): (request: MemoryRequest) => Promise<MemoryResponse> {
+  const handler = createRequestHandler(ctx);
+  return (request) => handleInMemory(handler, request);
 }
 
 function pathOf(req: IncomingMessage): string {
@@ -58,7 +101,7 @@ function pathOf(req: IncomingMessage): string {
   return path.length > 1 && path.endsWith('/') ? path.slice(0, -1) : path;
 }
 
-async function route(ctx: HttpServerContext, req: IncomingMessage, res: ServerResponse): Promise<void> {
+async function route(ctx: HttpServerContext, routes: Routes, req: IncomingMessage, res: ServerResponse): Promise<void> {
   const path = pathOf(req);
   const method = req.method ?? 'GET';
   if (ctx.corsOrigins && ctx.corsOrigins.size > 0) {
@@ -81,14 +124,21 @@ async function route(ctx: HttpServerContext, req: IncomingMessage, res: ServerRe
     if (denied) {
       req.resume();
       for (const [name, value] of Object.entries(UNAUTHORIZED_HEADERS)) res.setHeader(name, value);
-      return sendError(res, denied, ctx.retryAfterSeconds);
+      // A generation route answers in its own API's error shape (Anthropic clients parse theirs).
+      return sendError(res, denied, ctx.retryAfterSeconds, routes.generation.get(path)?.errorBody ?? (path.startsWith('/v1/messages') ? messagesCodec.errorBody : undefined));
     }
   }
+  const codec = routes.generation.get(path);
+  if (codec !== undefined) {
+    if (method !== 'POST') return methodNotAllowed(ctx, res, 'POST', codec);
+    return handleGenerate(ctx, codec, req, res);
+  }
+  const count = COUNT_ROUTES.get(path);
+  if (count !== undefined) {
+    if (method !== 'POST') return methodNotAllowed(ctx, res, 'POST', count === 'count_tokens' ? messagesCodec : undefined);
+    return handleCount(ctx, count, req, res);
+  }
   switch (path) {
-    case '/v1/chat/completions':
-    case '/v1/completions':
-      if (method !== 'POST') return methodNotAllowed(ctx, res, 'POST');
-      return handleGenerate(ctx, path === '/v1/chat/completions' ? 'chat' : 'completion', req, res);
     case '/v1/embeddings':
       if (!ctx.embeddings) break;
       if (method !== 'POST') return methodNotAllowed(ctx, res, 'POST');
@@ -108,6 +158,13 @@ async function route(ctx: HttpServerContext, req: IncomingMessage, res: ServerRe
     }
   }
   if (ctx.dashboardRoutes && isDashboardPath(path)) return handleDashboard(ctx.dashboardRoutes, path, req, res);
+  if (path.startsWith(RESPONSES_PREFIX)) {
+    req.resume();
+    return sendResponsesRoute(res, responsesRoute(routes.responses, method, path.slice(RESPONSES_PREFIX.length)), {
+      json: (status, body) => sendJson(res, status, body),
+      error: (err) => sendError(res, err, ctx.retryAfterSeconds),
+    });
+  }
   if (path.startsWith('/v1/models/') && method === 'GET') {
     const name = decodePathSegment(path.slice('/v1/models/'.length));
     if (name === undefined) return sendError(res, new ApiError('invalid_argument', 'the model id in the path is not valid percent-encoding', 'model'), ctx.retryAfterSeconds);
@@ -127,9 +184,9 @@ function decodePathSegment(segment: string): string | undefined {
   }
 }
 
-function methodNotAllowed(ctx: HttpServerContext, res: ServerResponse, allowed: string): void {
+function methodNotAllowed(ctx: HttpServerContext, res: ServerResponse, allowed: string, codec?: ApiCodec): void {
   res.setHeader('allow', allowed);
-  sendError(res, new ApiError('method_not_allowed', `use ${allowed}`), ctx.retryAfterSeconds);
+  sendError(res, new ApiError('method_not_allowed', `use ${allowed}`), ctx.retryAfterSeconds, codec?.errorBody);
 }
 
 function modelEntry(ctx: HttpServerContext, name: string): object {

@@ -56,8 +56,13 @@ export class SseWriter {
    * is not keeping up; await it before producing more.
    */
   send(json: string): Promise<void> | undefined {
+    return this.frame(`data: ${json}\n\n`);
+  }
+
+  /** Queue one already-framed event (`event: …\ndata: …\n\n` for the APIs that name events); as `send`. */
+  frame(frame: string): Promise<void> | undefined {
     if (this.closed) return undefined;
-    this.queued += `data: ${json}\n\n`;
+    this.queued += frame;
     if (!this.flushScheduled) {
       this.flushScheduled = true;
       // nextTick runs after the microtasks of this tick, so every frame the pipeline produces

@@ -1,7 +1,8 @@
 /**
- * OpenAI response shapes: streaming chunks and unary bodies for chat and completions, and the
- * two logprob layouts. The per-token path serializes plain-text chunks from a precomputed
- * head and tail, so only the text itself goes through JSON.stringify.
+ * OpenAI response shapes: streaming chunks and unary bodies, one writer and one collector each
+ * for chat and for completions (the codecs in api/openai-codecs.ts pick theirs), and the two
+ * logprob layouts. The per-token path serializes plain-text chunks from a precomputed head and
+ * tail, so only the text itself goes through JSON.stringify.
  *
  * A chat response whose request has tools to call or whose model has a reasoning parser runs
  * its text through a ChatOutputParser (chat-output.ts) first: its chunks then carry
@@ -92,54 +93,54 @@ export function appendCompletionLogprobs(out: CompletionLogprobs, entries: reado
   return offset;
 }
 
-/** Builds the SSE chunks of one streamed response. */
-export class ChunkWriter {
-  private readonly head: string;
-  private readonly textTail: string;
-  private readonly namer: TokenNamer;
-  private textOffset = 0;
-  /** Set when the chat text must be split into reasoning, content and tool calls: use `outputDeltas`. */
-  readonly output: ChatOutputParser | undefined;
+/** What both OpenAI streams share: the chunk head (id, object, created, model), the usage chunk, logprob naming. */
+abstract class OpenAiChunks {
+  protected readonly head: string;
+  /** `,"usage":null` on every chunk when the request asked for usage (OpenAI's shape), else ''. */
+  protected readonly usageNull: string;
+  protected readonly namer: TokenNamer;
 
   constructor(
-    private readonly prepared: PreparedGeneration,
-    newToolCallId?: () => string,
+    protected readonly prepared: PreparedGeneration,
+    object: string,
   ) {
-    this.output = chatOutputParser(prepared.input, newToolCallId);
-    const chat = prepared.input.kind === 'chat';
-    const usageNull = prepared.input.includeUsage ? ',"usage":null' : '';
-    const object = chat ? 'chat.completion.chunk' : 'text_completion';
+    this.usageNull = prepared.input.includeUsage ? ',"usage":null' : '';
     this.head = `{"id":${JSON.stringify(prepared.id)},"object":"${object}","created":${prepared.created},"model":${JSON.stringify(prepared.input.model)}`;
-    this.textTail = chat ? `},"logprobs":null,"finish_reason":null}]${usageNull}}` : `,"logprobs":null,"finish_reason":null}]${usageNull}}`;
     this.namer = new TokenNamer(prepared.codec, prepared.input.returnTokensAsTokenIds);
   }
 
-  private get isChat(): boolean {
-    return this.prepared.input.kind === 'chat';
+  protected wantsLogprobs(logprobs: readonly TokenLogprob[] | undefined): logprobs is readonly TokenLogprob[] {
+    return logprobs !== undefined && this.prepared.input.logprobs !== undefined;
   }
 
-  private usageField(): string {
-    return this.prepared.input.includeUsage ? ',"usage":null' : '';
+  usage(usage: Usage): string {
+    return `${this.head},"choices":[],"usage":${JSON.stringify(usageBody(usage))}}`;
+  }
+}
+
+/**
+ * The SSE chunks of one streamed chat completion. The per-token path serializes plain-text
+ * chunks from a precomputed head and tail, so only the text goes through JSON.stringify.
+ */
+export class ChatChunkWriter extends OpenAiChunks {
+  private readonly textTail: string;
+  /** Set when the chat text must be split into reasoning, content and tool calls: use `outputDeltas`. */
+  readonly output: ChatOutputParser | undefined;
+
+  constructor(prepared: PreparedGeneration, newToolCallId?: () => string) {
+    super(prepared, 'chat.completion.chunk');
+    this.output = chatOutputParser(prepared.input, newToolCallId);
+    this.textTail = `},"logprobs":null,"finish_reason":null}]${this.usageNull}}`;
   }
 
-  /** Chat streams open with the assistant role; completions have no such chunk. */
-  roleChunk(): string | undefined {
-    if (!this.isChat) return undefined;
-    return `${this.head},"choices":[{"index":0,"delta":{"role":"assistant","content":""},"logprobs":null,"finish_reason":null}]${this.usageField()}}`;
+  /** Chat streams open with the assistant role. */
+  roleChunk(): string {
+    return `${this.head},"choices":[{"index":0,"delta":{"role":"assistant","content":""},"logprobs":null,"finish_reason":null}]${this.usageNull}}`;
   }
 
   delta(text: string, logprobs: readonly TokenLogprob[] | undefined): string {
-    if (logprobs === undefined || this.prepared.input.logprobs === undefined) {
-      return this.isChat ? `${this.head},"choices":[{"index":0,"delta":{"content":${JSON.stringify(text)}${this.textTail}` : `${this.head},"choices":[{"index":0,"text":${JSON.stringify(text)}${this.textTail}`;
-    }
-    if (this.isChat) {
-      return `${this.head},"choices":[{"index":0,"delta":{"content":${JSON.stringify(text)}},"logprobs":${JSON.stringify({ content: chatLogprobs(logprobs, this.namer) })},"finish_reason":null}]${this.usageField()}}`;
-    }
-    const lp = emptyCompletionLogprobs();
-    const start = this.textOffset;
-    appendCompletionLogprobs(lp, logprobs, this.namer, start);
-    this.textOffset += text.length;
-    return `${this.head},"choices":[{"index":0,"text":${JSON.stringify(text)},"logprobs":${JSON.stringify(lp)},"finish_reason":null}]${this.usageField()}}`;
+    if (!this.wantsLogprobs(logprobs)) return `${this.head},"choices":[{"index":0,"delta":{"content":${JSON.stringify(text)}${this.textTail}`;
+    return `${this.head},"choices":[{"index":0,"delta":{"content":${JSON.stringify(text)}},"logprobs":${JSON.stringify({ content: chatLogprobs(logprobs, this.namer) })},"finish_reason":null}]${this.usageNull}}`;
   }
 
   /**
@@ -158,33 +159,52 @@ export class ChunkWriter {
   private stepChunks(step: ChatOutputStep, logprobs: readonly TokenLogprob[] | undefined): string[] {
     const chunks: string[] = [];
     if (step.reasoning.length > 0) chunks.push(this.deltaChunk(`{"reasoning_content":${JSON.stringify(step.reasoning)}}`));
-    if (step.content.length > 0 || (logprobs !== undefined && logprobs.length > 0 && this.prepared.input.logprobs !== undefined)) {
-      chunks.push(this.delta(step.content, logprobs));
-    }
+    if (step.content.length > 0 || (this.wantsLogprobs(logprobs) && logprobs.length > 0)) chunks.push(this.delta(step.content, logprobs));
     for (const call of step.toolCalls) chunks.push(this.deltaChunk(`{"tool_calls":[${JSON.stringify(toolCallDeltaBody(call))}]}`));
     return chunks;
   }
 
   private deltaChunk(delta: string): string {
-    return `${this.head},"choices":[{"index":0,"delta":${delta},"logprobs":null,"finish_reason":null}]${this.usageField()}}`;
+    return `${this.head},"choices":[{"index":0,"delta":${delta},"logprobs":null,"finish_reason":null}]${this.usageNull}}`;
+  }
+
+  /** The reason this stream reports: a response that called tools stopped to call them. */
+  finishReason(pipelineReason: OpenAiFinishReason): ChatFinishReason {
+    return this.output ? this.output.finishReason(pipelineReason) : pipelineReason;
   }
 
   finish(pipelineReason: OpenAiFinishReason): string {
-    const reason: ChatFinishReason = this.output ? this.output.finishReason(pipelineReason) : pipelineReason;
-    const choice = this.isChat ? `{"index":0,"delta":{},"logprobs":null,"finish_reason":"${reason}"}` : `{"index":0,"text":"","logprobs":null,"finish_reason":"${reason}"}`;
-    return `${this.head},"choices":[${choice}]${this.usageField()}}`;
-  }
-
-  usage(usage: Usage): string {
-    return `${this.head},"choices":[],"usage":${JSON.stringify(usageBody(usage))}}`;
+    return `${this.head},"choices":[{"index":0,"delta":{},"logprobs":null,"finish_reason":"${this.finishReason(pipelineReason)}"}]${this.usageNull}}`;
   }
 }
 
-/** Accumulates a unary response. */
-export class UnaryCollector {
+/** The SSE chunks of one streamed text completion. */
+export class CompletionChunkWriter extends OpenAiChunks {
+  private readonly textTail: string;
+  private textOffset = 0;
+
+  constructor(prepared: PreparedGeneration) {
+    super(prepared, 'text_completion');
+    this.textTail = `,"logprobs":null,"finish_reason":null}]${this.usageNull}}`;
+  }
+
+  delta(text: string, logprobs: readonly TokenLogprob[] | undefined): string {
+    if (!this.wantsLogprobs(logprobs)) return `${this.head},"choices":[{"index":0,"text":${JSON.stringify(text)}${this.textTail}`;
+    const lp = emptyCompletionLogprobs();
+    appendCompletionLogprobs(lp, logprobs, this.namer, this.textOffset);
+    this.textOffset += text.length;
+    return `${this.head},"choices":[{"index":0,"text":${JSON.stringify(text)},"logprobs":${JSON.stringify(lp)},"finish_reason":null}]${this.usageNull}}`;
+  }
+
+  finish(reason: OpenAiFinishReason): string {
+    return `${this.head},"choices":[{"index":0,"text":"","logprobs":null,"finish_reason":"${reason}"}]${this.usageNull}}`;
+  }
+}
+
+/** A unary chat completion, accumulated. */
+export class ChatUnaryCollector {
   private text = '';
-  private readonly chatEntries: ChatLogprobEntry[] = [];
-  private readonly completionLp = emptyCompletionLogprobs();
+  private readonly entries: ChatLogprobEntry[] = [];
   private readonly namer: TokenNamer;
   private readonly output: ChatOutputParser | undefined;
 
@@ -197,41 +217,27 @@ export class UnaryCollector {
   }
 
   add(text: string, logprobs: readonly TokenLogprob[] | undefined): void {
-    if (logprobs !== undefined && this.prepared.input.logprobs !== undefined) {
-      if (this.prepared.input.kind === 'chat') this.chatEntries.push(...chatLogprobs(logprobs, this.namer));
-      else appendCompletionLogprobs(this.completionLp, logprobs, this.namer, this.text.length);
-    }
+    if (logprobs !== undefined && this.prepared.input.logprobs !== undefined) this.entries.push(...chatLogprobs(logprobs, this.namer));
     this.text += text;
   }
 
   body(reason: OpenAiFinishReason, usage: Usage): object {
     const { prepared } = this;
-    const wantsLogprobs = prepared.input.logprobs !== undefined;
-    if (prepared.input.kind === 'chat') {
-      // Parsed first: the finish reason depends on whether it found tool calls.
-      const message = this.output ? this.parsedMessage() : { role: 'assistant', content: this.text };
-      return {
-        id: prepared.id,
-        object: 'chat.completion',
-        created: prepared.created,
-        model: prepared.input.model,
-        choices: [
-          {
-            index: 0,
-            message,
-            logprobs: wantsLogprobs ? { content: this.chatEntries } : null,
-            finish_reason: this.output ? this.output.finishReason(reason) : reason,
-          },
-        ],
-        usage: usageBody(usage),
-      };
-    }
+    // Parsed first: the finish reason depends on whether it found tool calls.
+    const message = this.output ? this.parsedMessage() : { role: 'assistant', content: this.text };
     return {
       id: prepared.id,
-      object: 'text_completion',
+      object: 'chat.completion',
       created: prepared.created,
       model: prepared.input.model,
-      choices: [{ index: 0, text: this.text, logprobs: wantsLogprobs ? this.completionLp : null, finish_reason: reason }],
+      choices: [
+        {
+          index: 0,
+          message,
+          logprobs: prepared.input.logprobs !== undefined ? { content: this.entries } : null,
+          finish_reason: this.output ? this.output.finishReason(reason) : reason,
+        },
+      ],
       usage: usageBody(usage),
     };
   }
@@ -248,3 +254,34 @@ export class UnaryCollector {
     };
   }
 }
+
+/** A unary text completion, accumulated. */
+export class CompletionUnaryCollector {
+  private text = '';
+  private readonly lp = emptyCompletionLogprobs();
+  private readonly namer: TokenNamer;
+
+  constructor(private readonly prepared: PreparedGeneration) {
+    this.namer = new TokenNamer(prepared.codec, prepared.input.returnTokensAsTokenIds);
+  }
+
+  add(text: string, logprobs: readonly TokenLogprob[] | undefined): void {
+    if (logprobs !== undefined && this.prepared.input.logprobs !== undefined) appendCompletionLogprobs(this.lp, logprobs, this.namer, this.text.length);
+    this.text += text;
+  }
+
+  body(reason: OpenAiFinishReason, usage: Usage): object {
+    const { prepared } = this;
+    return {
+      id: prepared.id,
+      object: 'text_completion',
+      created: prepared.created,
+      model: prepared.input.model,
+      choices: [{ index: 0, text: this.text, logprobs: prepared.input.logprobs !== undefined ? this.lp : null, finish_reason: reason }],
+      usage: usageBody(usage),
+    };
+  }
+}
+
+/** The chat writers under their names from before the completion writers were split off. */
+export { ChatChunkWriter as ChunkWriter, ChatUnaryCollector as UnaryCollector };

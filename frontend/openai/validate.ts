@@ -41,6 +41,8 @@ interface GenerationBase {
   structured?: StructuredOutputSpec;
   /** The request field `structured` came from, for a 400's `param`. */
   structuredParam?: string;
+  /** What the API's codec keeps of the request for its response (Responses' instructions, tools, store…); the pipeline never reads it. */
+  api?: unknown;
 }
 
 export interface ChatGenerationRequest extends GenerationBase {

@@ -33,7 +33,8 @@ export interface Usage {
 
 export type GenerationEvent =
   | { type: 'delta'; text: string; tokenIds: readonly number[]; logprobs: TokenLogprob[] | undefined }
-  | { type: 'finish'; finishReason: OpenAiFinishReason; usage: Usage };
+  /** `stopString`: the stop string that ended the output, when one did (Messages reports it). */
+  | { type: 'finish'; finishReason: OpenAiFinishReason; usage: Usage; stopString?: string };
 
 export interface PreparedGeneration {
   id: string;
@@ -120,7 +121,8 @@ export class GenerationPipeline {
     return model;
   }
 
-  async prepare(input: GenerationRequest, directHeader: string | undefined, startedAt: number, signal?: AbortSignal): Promise<PreparedGeneration> {
+  /** `idPrefix`: the API's id prefix (the codec's, separator included); default `chatcmpl-` / `cmpl-` by the request's kind. */
+  async prepare(input: GenerationRequest, directHeader: string | undefined, startedAt: number, signal?: AbortSignal, idPrefix?: string): Promise<PreparedGeneration> {
     const model = this.model(input.model);
     const card = model.primaryCard();
     if (!card) throw modelNotFound(input.model);
@@ -136,7 +138,7 @@ export class GenerationPipeline {
     const maxTokens = input.maxTokens ?? contextLength - tokenIds.length;
     if (tokenIds.length + Math.max(1, maxTokens) > contextLength) throw contextLengthExceeded(input, contextLength, tokenIds.length, false);
     const stopTokenIds = input.ignoreEos ? input.stopTokenIds : [...new Set([...card.eosTokenIds, ...input.stopTokenIds])];
-    const id = `${input.kind === 'chat' ? 'chatcmpl' : 'cmpl'}-${randomUUID().replace(/-/g, '')}`;
+    const id = `${idPrefix ?? (input.kind === 'chat' ? 'chatcmpl-' : 'cmpl-')}${randomUUID().replace(/-/g, '')}`;
     const request: PreprocessedRequest = {
       requestId: id,
       model: input.model,
@@ -214,18 +216,7 @@ export class GenerationPipeline {
       }
       return input.prompt;
     }
-    const prompt: PromptInput =
-      input.kind === 'completion'
-        ? { kind: 'text', text: input.prompt as string, addSpecialTokens: true }
-        : {
-            kind: 'chat',
-            messages: input.messages,
-            options: {
-              addGenerationPrompt: input.addGenerationPrompt,
-              ...(input.tools ? { tools: input.tools } : {}),
-              ...(input.templateKwargs ? { extra: input.templateKwargs } : {}),
-            },
-          };
+    const prompt = promptInput(input);
     let result: TokenizedPrompt;
     try {
       result = await codec.tokenize(prompt, { maxPromptTokens, ...(signal ? { signal } : {}) });
@@ -236,6 +227,32 @@ export class GenerationPipeline {
     if (result.type === 'too_long') throw contextLengthExceeded(input, maxPromptTokens + Math.max(1, input.maxTokens ?? 1), result.minTokens, true);
     // Past the budget check the prompt fits the context, so this copy is bounded by it.
     return Array.isArray(result.ids) ? (result.ids as number[]) : Array.from(result.ids);
+  }
+
+  /**
+   * Count a prompt without generating (`/tokenize`, Messages' `count_tokens`): the same codec
+   * call and chat template as `prepare`, no context bound, no routing.
+   */
+  async tokenizeOnly(modelName: string, prompt: PromptInput, signal?: AbortSignal): Promise<{ tokenIds: number[]; contextLength: number; codec: ModelCodec }> {
+    const model = this.model(modelName);
+    const card = model.primaryCard();
+    if (!card) throw modelNotFound(modelName);
+    const codec = await this.config.codecs.get(card);
+    let result: TokenizedPrompt;
+    try {
+      result = await codec.tokenize(prompt, { maxPromptTokens: Number.MAX_SAFE_INTEGER, ...(signal ? { signal } : {}) });
+    } catch (err) {
+      if (prompt.kind === 'chat' && isTemplateError(err)) throw badRequest(`could not apply the chat template: ${(err as Error).message}`, 'messages');
+      throw err;
+    }
+    if (result.type === 'too_long') throw new ApiError('context_length_exceeded', `the prompt has at least ${result.minTokens} tokens`);
+    return { tokenIds: Array.from(result.ids), contextLength: model.contextLength(), codec };
+  }
+
+  /** The one served model when `model` is absent and exactly one is served (vLLM's `/tokenize` default). */
+  defaultModel(): string | undefined {
+    const names = this.config.models.names();
+    return names.length === 1 ? names[0] : undefined;
   }
 
   /** Stream text events. Aborting `signal` cancels the worker stream. */
@@ -296,6 +313,7 @@ export class GenerationPipeline {
       }
       const step = detokenizer.push(textEnd === ids.length ? ids : ids.slice(0, textEnd));
       let text = step.text;
+      const stopString = step.stopped ? step.stopString : undefined;
       if (step.stopped) finish = 'stop';
       else if (finish === undefined && delta.finishReason !== undefined) finish = delta.finishReason === 'length' ? 'length' : 'stop';
       if (finish !== undefined && !step.stopped) text += detokenizer.flush();
@@ -310,10 +328,24 @@ export class GenerationPipeline {
           metrics.osl.observe(completionTokens);
           metrics.kvHitRate.observe(usage.promptTokens > 0 ? usage.cachedTokens / usage.promptTokens : 0);
         }
-        yield { type: 'finish', finishReason: finish, usage };
+        yield { type: 'finish', finishReason: finish, usage, ...(stopString !== undefined ? { stopString } : {}) };
         return;
       }
     }
     if (!signal.aborted) throw new ApiError('internal', 'worker stream ended without a finish reason');
   }
+}
+
+/** What the codec renders and encodes for a request: its chat messages (with tools) or its prompt text. */
+export function promptInput(input: GenerationRequest): PromptInput {
+  if (input.kind === 'completion') return { kind: 'text', text: input.prompt as string, addSpecialTokens: true };
+  return {
+    kind: 'chat',
+    messages: input.messages,
+    options: {
+      addGenerationPrompt: input.addGenerationPrompt,
+      ...(input.tools ? { tools: input.tools } : {}),
+      ...(input.templateKwargs ? { extra: input.templateKwargs } : {}),
+    },
+  };
 }

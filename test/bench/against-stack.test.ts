@@ -49,6 +49,23 @@ describe('runtime bench against the frontend and mocker workers', () => {
     expect(new Set(report.requests.map((r) => r.isl)).size).toBeGreaterThan(5);
   }, 60_000);
 
+  it('--endpoint chat, responses and messages: the same workload, the same server-counted lengths on each API', async () => {
+    const run = (endpoint: 'chat' | 'responses' | 'messages') =>
+      runBench({ url, model: 'tiny-llama', workload: 'random', endpoint, tokenizer: modelDir, isl: 64, islStd: 16, osl: 12, oslStd: 4, requests: 12, concurrency: 4, seed: 11, progress: 'off' });
+    const reports = await Promise.all((['chat', 'responses', 'messages'] as const).map(async (e) => (await run(e)).report));
+    for (const report of reports) {
+      expect(report.requests).toHaveLength(12);
+      expect(report.requests.every((r) => r.ok), JSON.stringify(report.requests.find((r) => !r.ok))).toBe(true);
+      for (const r of report.requests) expect(r.osl).toBe(r.osl_requested);
+      // TTFT was measured from the API's own text events.
+      expect(report.requests.every((r) => typeof r.ttft_ms === 'number' && r.ttft_ms > 0)).toBe(true);
+    }
+    // One chat template behind all three: the prompt each request made has the same length.
+    const isl = (i: number) => reports[i]!.requests.map((r) => r.isl).sort((a, b) => (a ?? 0) - (b ?? 0));
+    expect(isl(1)).toEqual(isl(0));
+    expect(isl(2)).toEqual(isl(0));
+  }, 90_000);
+
   it('shared-prefix workload: groups × prompts, and the shared system prompt is served from cache', async () => {
     const { report } = await runBench({
       url,

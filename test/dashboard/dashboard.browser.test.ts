@@ -133,6 +133,18 @@ suite(`dashboard in chromium (${CHROMIUM ?? 'missing'})`, () => {
     await page.locator('[data-testid="inspect-go"]').click();
     await expect.poll(() => attr(page, 'inspect-result', 'data-found'), { timeout: 10_000 }).toBe('true');
     expect((await attr(page, 'inspect-workers', 'data-workers'))?.split(',')).toContain(worker);
+    expect(await page.locator('[data-testid="inspect-endpoint"]').textContent()).toBe('completions');
+    // Every API's requests are inspectable, each under its own endpoint.
+    const message = await fetch(`${up.url}/v1/messages`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ model: MODEL, max_tokens: 4, messages: [{ role: 'user', content: 'inspect me' }] }),
+    });
+    expect(message.status).toBe(200);
+    await message.json();
+    await page.locator('[data-testid="inspect-input"]').fill(message.headers.get('x-request-id')!);
+    await page.locator('[data-testid="inspect-go"]').click();
+    await expect.poll(() => page.locator('[data-testid="inspect-endpoint"]').textContent(), { timeout: 10_000 }).toBe('messages');
     // An unknown id says so instead of showing a stale path.
     await page.locator('[data-testid="inspect-input"]').fill('cmpl-not-a-request');
     await page.locator('[data-testid="inspect-go"]').click();

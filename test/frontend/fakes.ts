@@ -55,7 +55,7 @@ class ByteDetokenizer implements TextDetokenizer {
       if (at !== -1) {
         this.stopped = true;
         this.held = '';
-        return { text: text.slice(0, at), stopped: true };
+        return { text: text.slice(0, at), stopped: true, stopString: stop };
       }
     }
     let hold = 0;

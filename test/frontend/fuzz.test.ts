@@ -1,5 +1,5 @@
 /**
- * Fuzz: hostile OpenAI requests against a real `runtime up` (built CLI: run `npm run build`
+ * Fuzz: hostile OpenAI, Responses, Anthropic Messages, tokenize and embeddings requests against a real `runtime up` (built CLI: run `npm run build`
  * first) with one mocker worker, one embedding worker (so /v1/embeddings is served) and an API key. fast-check generates methods, paths, headers,
  * content types and bodies: wrong types in every field, deep nesting, huge and odd strings,
  * invalid UTF-8 and lone surrogate escapes (never a 200), truncated JSON, bodies over 1 MiB (the
@@ -84,6 +84,9 @@ const FIELDS = [
   'return_tokens_as_token_ids', '__proto__', 'constructor',
   'structured_outputs', 'guided_json', 'guided_regex', 'guided_choice', 'guided_grammar', 'parallel_tool_calls',
   'input', 'dimensions', 'encoding_format',
+  // Responses, Messages, tokenize/detokenize.
+  'instructions', 'max_output_tokens', 'previous_response_id', 'store', 'text', 'background', 'metadata', 'system', 'stop_sequences',
+  'thinking', 'tokens', 'add_special_tokens', 'return_token_strs',
 ];
 const ROLES = ['system', 'developer', 'user', 'assistant', 'tool', '', 'wizard', 'USER', 'function'];
 const ODD_STRINGS = ['', ' ', '\u0000', '\u202e', '🦊'.repeat(100), '\\', '"', '{{ raise_exception("x") }}', '{% for x in y %}', '%ZZ', 'a'.repeat(10_000), 'token_id:1'];
@@ -104,7 +107,27 @@ const hostileValue: fc.Arbitrary<unknown> = fc.oneof(
   { weight: 1, arbitrary: fc.dictionary(fc.string({ maxLength: 12 }), fc.jsonValue({ maxDepth: 2 }), { maxKeys: 5 }) },
 );
 
+/** Content blocks and input items of the Anthropic and Responses shapes, nearly right. */
+const block: fc.Arbitrary<unknown> = fc.record(
+  {
+    type: fc.oneof(fc.constantFrom('text', 'image', 'tool_use', 'tool_result', 'thinking', 'input_text', 'input_image', 'function_call', 'function_call_output', 'reasoning', 'message'), hostileValue),
+    text: hostileValue,
+    id: hostileValue,
+    name: hostileValue,
+    input: hostileValue,
+    tool_use_id: hostileValue,
+    content: hostileValue,
+    call_id: hostileValue,
+    arguments: hostileValue,
+    output: hostileValue,
+    role: fc.oneof(fc.constantFrom(...ROLES), hostileValue),
+  },
+  { requiredKeys: [] },
+);
+
 const message: fc.Arbitrary<unknown> = fc.oneof(
+  fc.record({ role: fc.constantFrom('user', 'assistant'), content: fc.array(block, { maxLength: 3 }) }),
+  block,
   fc.record(
     {
       role: fc.oneof(fc.constantFrom(...ROLES), hostileValue),
@@ -164,9 +187,10 @@ const requestObject: fc.Arbitrary<Record<string, unknown>> = fc
       fc.array(fc.integer({ min: -2, max: 1000 }), { maxLength: 8 }),
       fc.array(fc.array(fc.integer({ min: 0, max: 600 }), { maxLength: 6 }), { maxLength: 4 }),
       hostileValue,
+      fc.constant(undefined), // Responses: the messages become its input items
     ),
   )
-  .map(([model, messages, fields, sane, constrained, input]) => ({ ...sane, model, messages, prompt: 'hello', input, ...fields, ...(constrained ?? {}) }));
+  .map(([model, messages, fields, sane, constrained, input]) => ({ ...sane, model, messages, prompt: 'hello', input: input ?? messages, ...fields, ...(constrained ?? {}) }));
 
 /** The body bytes: JSON of a hostile request, or raw junk that is not JSON at all. */
 const body: fc.Arbitrary<Buffer | undefined> = fc.oneof(
@@ -204,6 +228,8 @@ const PATHS = [
   '/v1/chat/completions', '/v1/chat/completions', '/v1/completions', '/v1/completions', '/v1/models', '/v1/models/MODEL', '/v1/models/%ZZ', '/v1/models/%',
   '/v1/models/%C0%AF', '/health', '/live', '/metrics', '/', '/v1', '/v1/chat/completions/', '/v1//completions', '/v1/completions?x=%ZZ', '/dashboard', '/../etc/passwd',
   '/v1/embeddings', '/v1/embeddings',
+  '/v1/responses', '/v1/responses', '/v1/messages', '/v1/messages', '/v1/messages/count_tokens', '/tokenize', '/detokenize', '/v1/responses/resp_x',
+  '/v1/responses/resp_x/cancel', '/v1/responses//cancel', '/v1/responses/%ZZ', '/v1/responses/a/b/c',
 ];
 const tokenChars = fc.constantFrom(...'abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.!#$%&\'*+^`|~'.split(''));
 const headerToken = fc.string({ unit: tokenChars, minLength: 1, maxLength: 20 });
@@ -287,9 +313,10 @@ describe('fuzz: hostile OpenAI requests against runtime up', () => {
         return;
       }
       if (answer.status >= 500) throw new Error(`${what} → ${answer.status}: ${answer.text.slice(0, 300)}`);
-      if (answer.status === 200 && /"type":"internal_error"/.test(answer.text)) throw new Error(`${what} → 200 with an internal error frame: ${answer.text.slice(-300)}`);
+      // Internal error frames in each API's shape: OpenAI's type, Anthropic's api_error, Responses' failed event.
+      if (answer.status === 200 && /"type":"(?:internal_error|api_error)"|"code":"internal"/.test(answer.text)) throw new Error(`${what} → 200 with an internal error frame: ${answer.text.slice(-300)}`);
       // Invalid UTF-8 and lone surrogate escapes are refused, never silently replaced (issue 23).
-      if (answer.status === 200 && real.body && /^\/v1\/(chat\/)?completions$/.test(real.path) && (!isUtf8(real.body) || findJsonFault(real.body, 1e9) !== undefined)) {
+      if (answer.status === 200 && real.body && /^\/v1\/((chat\/)?completions|responses|messages)$/.test(real.path) && (!isUtf8(real.body) || findJsonFault(real.body, 1e9) !== undefined)) {
         throw new Error(`${what} → 200 for a body that is not valid UTF-8 or has a lone surrogate escape`);
       }
     });
