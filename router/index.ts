@@ -15,3 +15,6 @@ export * from './selector.js';
 export type { Rng } from '../runtime/random.js';
 export * from './kv-router.js';
 export * from './errors.js';
+export * from './latency-estimator.js';
+export * from './calibration.js';
+export * from './latency-cost.js';

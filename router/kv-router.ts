@@ -12,6 +12,7 @@ import type { InstanceId, KvEvent, LoadMetrics } from '../proto/wire.js';
 import { ActiveSequences, type ActiveSequenceUpdate, type WorkerActiveLoad } from './active-sequences.js';
 import { ApproxIndexer } from './approx-indexer.js';
 import { DEFAULT_COST_WEIGHTS, requestBlocksOf, workerCost, type CostRow, type CostWeights } from './cost.js';
+import { LatencyCost, type LatencyCostConfig, type RouterCostKind } from './latency-cost.js';
 import { EventSequencer, type EventSequencerOptions, type SequencerStats } from './event-sequencer.js';
 import { BlockHasher } from './block-hasher.js';
 import type { IndexStats, KvIndexer } from './indexer.js';
@@ -42,6 +43,10 @@ export interface KvRouterConfig {
   /** Identifies this replica in `router_sync` messages. */
   replicaId: string;
   sequencer: Partial<EventSequencerOptions>;
+  /** `--router-cost`: `blocks` (cost.ts, the default) or `latency` (latency-cost.ts, in ms). */
+  cost: RouterCostKind;
+  /** The latency cost's model, weights and targets (used with `cost: 'latency'`). */
+  latency: Partial<LatencyCostConfig>;
 }
 
 export const DEFAULT_KV_ROUTER_CONFIG: KvRouterConfig = {
@@ -56,6 +61,8 @@ export const DEFAULT_KV_ROUTER_CONFIG: KvRouterConfig = {
   seed: 0x5eed,
   replicaId: 'router-0',
   sequencer: {},
+  cost: 'blocks',
+  latency: {},
 };
 
 export interface RouteRequest {
@@ -117,6 +124,8 @@ export class KvRouter {
   private readonly active: ActiveSequences;
   private readonly rng: Rng;
   private readonly hasher: BlockHasher;
+  /** Set with `cost: 'latency'`: re-scores each cost row in ms and calibrates per worker. */
+  readonly latency: LatencyCost | undefined;
   private syncSeq = 0;
   private readonly counters = { decisions: 0, overlapBlocksRouted: 0, eventsApplied: 0, allBusy: 0 };
 
@@ -128,6 +137,7 @@ export class KvRouter {
     this.active = new ActiveSequences({ blockSize: this.config.blockSize, ttlMs: this.config.activeSequenceTtlMs });
     this.rng = rng ?? new SeededRandom(this.config.seed);
     this.hasher = new BlockHasher(this.config.blockSize);
+    if (this.config.cost === 'latency') this.latency = new LatencyCost({ ...this.config.latency, estimator: { blockSize: this.config.blockSize, maxBatchedTokens: 8192, ...this.config.latency.estimator } });
   }
 
   /** Pick a worker. No booking: follow with `admit`, or use `route` for both. */
@@ -156,11 +166,13 @@ export class KvRouter {
       const row = workerCost(requestBlocks, input, weights, busy);
       row.indexedBlocks = indexed;
       row.inflightBlocks = inflight;
+      if (this.latency !== undefined) this.scoreLatency(row, c, booked, promptTokens);
       costs[i] = row;
       if (!busy) eligible.push(i);
     }
     if (eligible.length === 0) return { kind: 'all_busy', retryAfterMs: this.config.busyRetryAfterMs, costs };
-    const pick = eligible[selectIndex(eligible.map((i) => costs[i]!.cost), this.config.temperature, this.rng)]!;
+    const pool = this.latency === undefined ? eligible : withinTargets(eligible, costs);
+    const pick = pool[selectIndex(pool.map((i) => costs[i]!.cost), this.config.temperature, this.rng)]!;
     const chosen = costs[pick]!;
     return {
       kind: 'routed',
@@ -188,6 +200,8 @@ export class KvRouter {
       overlapBlocks: decision.overlapBlocks,
     };
     if (!this.active.apply(update, nowMs)) return undefined;
+    const row = this.latency === undefined ? undefined : decision.costs.find((c) => c.instanceId === decision.instanceId);
+    if (row !== undefined) this.latency!.admitted(decision.requestId, row, nowMs);
     this.approx?.record(decision.instanceId, decision.localHashes, nowMs);
     this.counters.decisions++;
     this.counters.overlapBlocksRouted += decision.overlapBlocks;
@@ -204,12 +218,17 @@ export class KvRouter {
   }
 
   onFirstToken(requestId: string, nowMs: number): ActiveSequenceUpdate | undefined {
+    this.latency?.firstToken(requestId, nowMs);
     const u: ActiveSequenceUpdate = { type: 'prefill_done', requestId };
     return this.active.apply(u, nowMs) ? u : undefined;
   }
 
-  /** Stream ended, was cancelled, or dispatch failed (rollback of `admit`). */
-  onFinished(requestId: string, nowMs: number): ActiveSequenceUpdate | undefined {
+  /**
+   * Stream ended, was cancelled, or dispatch failed (rollback of `admit`). `outputTokens`, when
+   * known, calibrates the worker's ITL (latency cost).
+   */
+  onFinished(requestId: string, nowMs: number, outputTokens?: number): ActiveSequenceUpdate | undefined {
+    this.latency?.finished(requestId, nowMs, outputTokens);
     const u: ActiveSequenceUpdate = { type: 'free', requestId };
     return this.active.apply(u, nowMs) ? u : undefined;
   }
@@ -240,6 +259,7 @@ export class KvRouter {
     this.index.removeWorker(workerId);
     this.sequencer.forget(workerId);
     this.active.removeWorker(workerId);
+    this.latency?.removeWorker(workerId);
   }
 
   /** One KV event (live or replayed). Returns recovery requests to send. */
@@ -276,6 +296,7 @@ export class KvRouter {
   /** Drop stale active sequences and approximate-mode entries; returns expired request ids. */
   expire(nowMs: number): string[] {
     this.approx?.expire(nowMs);
+    this.latency?.expire(nowMs, this.config.activeSequenceTtlMs);
     return this.active.expire(nowMs);
   }
 
@@ -301,6 +322,27 @@ export class KvRouter {
     };
   }
 
+  /**
+   * The latency cost's live view of a worker: the router's bookings (what it sent and has not
+   * seen prefilled or finished), or the worker's own load report where that says more (another
+   * router's traffic), and this request's cached prefix.
+   */
+  private scoreLatency(row: CostRow, c: WorkerCandidate, booked: WorkerActiveLoad, promptTokens: number): void {
+    const load = c.load;
+    const total = c.totalBlocks ?? load?.totalBlocks;
+    const bookedUsage = total !== undefined && total > 0 ? booked.activeBlocks / total : 0;
+    this.latency!.score(
+      row,
+      {
+        queuedPrefillTokens: Math.max(booked.pendingPrefillTokens, load?.queuedPrefillTokens ?? 0),
+        runningSequences: Math.max(booked.activeSequences, load !== undefined ? load.numRunning + load.numWaiting : 0),
+        kvUsage: Math.max(bookedUsage, load?.kvUsage ?? 0),
+        ...(total !== undefined ? { totalBlocks: total } : {}),
+      },
+      { promptTokens, cachedTokens: Math.min(promptTokens, row.cachedBlocks * this.config.blockSize) },
+    );
+  }
+
   private applyReady(ready: readonly KvEvent[]): void {
     for (const e of ready) {
       this.events!.applyEvent(e.workerId, e.data);
@@ -318,4 +360,10 @@ export class KvRouter {
     const { local, seq } = this.hasher.both(tokens);
     return { local, seq, promptTokens: req.promptTokens ?? tokens.length };
   }
+}
+
+/** Candidates within the latency SLA targets; all of `eligible` when none is (latency-cost.ts). */
+function withinTargets(eligible: number[], costs: readonly CostRow[]): number[] {
+  const within = eligible.filter((i) => costs[i]!.latency?.overTarget !== true);
+  return within.length > 0 ? within : eligible;
 }

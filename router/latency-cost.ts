@@ -1,0 +1,144 @@
+/**
+ * `--router-cost latency`: the score of a worker is its predicted TTFT plus a weighted ITL
+ * penalty, in milliseconds, from the latency estimator (latency-estimator.ts) scaled by that
+ * worker's online calibration (calibration.ts):
+ *
+ *   ttft  = ttftRatio(worker) · estimate.ttftMs
+ *   itl   = itlRatio(worker)  · estimate.itlMs
+ *   cost  = ttft + itlWeight · itlRatio(worker) · estimate.itlImpactMs
+ *
+ * SLA targets (optional): a worker whose predicted ITL is over `itlTargetMs` (or TTFT over
+ * `ttftTargetMs`) is ineligible while some other worker is within target; when none is, the
+ * targets are ignored and the lowest cost wins (a target never turns traffic away on its own:
+ * that is the overload policy's job).
+ *
+ * It also keeps, per routed request, what it predicted and when, so the first token and the
+ * end of the stream calibrate the worker: measured TTFT = first token − admission; measured
+ * ITL = (end − first token) / (output tokens − 1). Time is an argument; entries of requests
+ * never finished are dropped by `expire`.
+ */
+import type { InstanceId } from '../proto/wire.js';
+import { LatencyCalibration, type CalibrationOptions } from './calibration.js';
+import type { CostRow } from './cost.js';
+import { DEFAULT_LATENCY_ESTIMATOR_OPTIONS, estimateLatency, type LatencyEstimatorOptions, type RequestLatencyView, type WorkerLatencyView } from './latency-estimator.js';
+import { PolynomialPerfModel, type PerfModel } from '../perf-model/index.js';
+
+export type RouterCostKind = 'blocks' | 'latency';
+export const ROUTER_COST_KINDS: readonly RouterCostKind[] = ['blocks', 'latency'];
+
+export interface LatencyCostConfig {
+  /** The step-time model (a worker profile from `runtime profile`, or the polynomial defaults). */
+  perfModel: PerfModel;
+  /** Weight of the ITL penalty against TTFT (both ms). */
+  itlWeight: number;
+  ttftTargetMs?: number;
+  itlTargetMs?: number;
+  estimator: LatencyEstimatorOptions;
+  calibration: Partial<CalibrationOptions>;
+}
+
+export const DEFAULT_LATENCY_COST: LatencyCostConfig = {
+  perfModel: new PolynomialPerfModel(),
+  itlWeight: 1,
+  estimator: DEFAULT_LATENCY_ESTIMATOR_OPTIONS,
+  calibration: {},
+};
+
+/** The predicted values a latency-scored cost row carries (and logs). */
+export interface LatencyPrediction {
+  /** Calibrated predictions, ms. */
+  ttftMs: number;
+  itlMs: number;
+  itlImpactMs: number;
+  /** Calibration ratios applied (measured / model). */
+  ttftRatio: number;
+  itlRatio: number;
+  /** Over an SLA target (ineligible while another worker is within target). */
+  overTarget: boolean;
+}
+
+interface Pending {
+  workerId: InstanceId;
+  /** Uncalibrated predictions: what the calibration compares against. */
+  rawTtftMs: number;
+  rawItlMs: number;
+  admittedAtMs: number;
+  firstTokenAtMs?: number;
+}
+
+/** A finished request's prediction next to what it measured (dashboard, tests). */
+export interface LatencyObservation {
+  requestId: string;
+  workerId: InstanceId;
+  predictedTtftMs: number;
+  measuredTtftMs: number;
+}
+
+export class LatencyCost {
+  readonly config: LatencyCostConfig;
+  readonly calibration: LatencyCalibration;
+  private readonly pending = new Map<string, Pending>();
+
+  constructor(config: Partial<LatencyCostConfig> = {}) {
+    this.config = { ...DEFAULT_LATENCY_COST, ...config, estimator: { ...DEFAULT_LATENCY_ESTIMATOR_OPTIONS, ...config.estimator } };
+    this.calibration = new LatencyCalibration(this.config.calibration);
+  }
+
+  /** Re-score one cost row (filled by `workerCost`) in milliseconds; sets `row.latency`. */
+  score(row: CostRow, worker: WorkerLatencyView, req: RequestLatencyView): LatencyPrediction {
+    const est = estimateLatency(this.config.perfModel, worker, req, this.config.estimator);
+    const cal = this.calibration.of(row.instanceId);
+    const ttftMs = cal.ttftRatio * est.ttftMs;
+    const itlMs = cal.itlRatio * est.itlMs;
+    const itlImpactMs = cal.itlRatio * est.itlImpactMs;
+    const { ttftTargetMs, itlTargetMs } = this.config;
+    const overTarget = (itlTargetMs !== undefined && itlMs > itlTargetMs) || (ttftTargetMs !== undefined && ttftMs > ttftTargetMs);
+    const prediction: LatencyPrediction = { ttftMs, itlMs, itlImpactMs, ttftRatio: cal.ttftRatio, itlRatio: cal.itlRatio, overTarget };
+    row.cost = ttftMs + this.config.itlWeight * itlImpactMs;
+    row.latency = prediction;
+    return prediction;
+  }
+
+  /** The chosen row was booked: remember its prediction until the request reports back. */
+  admitted(requestId: string, row: CostRow, nowMs: number): void {
+    const p = row.latency;
+    if (p === undefined) return;
+    this.pending.set(requestId, { workerId: row.instanceId, rawTtftMs: p.ttftMs / p.ttftRatio, rawItlMs: p.itlMs / p.itlRatio, admittedAtMs: nowMs });
+  }
+
+  /** First token: calibrates the worker's TTFT; returns the prediction next to the measurement. */
+  firstToken(requestId: string, nowMs: number): LatencyObservation | undefined {
+    const p = this.pending.get(requestId);
+    if (p === undefined || p.firstTokenAtMs !== undefined) return undefined;
+    p.firstTokenAtMs = nowMs;
+    const measured = nowMs - p.admittedAtMs;
+    const predicted = p.rawTtftMs * this.calibration.of(p.workerId).ttftRatio;
+    this.calibration.observe(p.workerId, 'ttft', p.rawTtftMs, measured);
+    return { requestId, workerId: p.workerId, predictedTtftMs: predicted, measuredTtftMs: measured };
+  }
+
+  /** End of the stream: calibrates the worker's ITL when the output length is known. */
+  finished(requestId: string, nowMs: number, outputTokens?: number): void {
+    const p = this.pending.get(requestId);
+    if (p === undefined) return;
+    this.pending.delete(requestId);
+    if (p.firstTokenAtMs === undefined || outputTokens === undefined || outputTokens < 2) return;
+    this.calibration.observe(p.workerId, 'itl', p.rawItlMs, (nowMs - p.firstTokenAtMs) / (outputTokens - 1));
+  }
+
+  /** Forget predictions older than `maxAgeMs` (requests whose end was never reported). */
+  expire(nowMs: number, maxAgeMs: number): void {
+    for (const [id, p] of this.pending) {
+      if (p.admittedAtMs + maxAgeMs > nowMs) break; // insertion order = admission order
+      this.pending.delete(id);
+    }
+  }
+
+  removeWorker(workerId: InstanceId): void {
+    this.calibration.removeWorker(workerId);
+  }
+
+  get pendingCount(): number {
+    return this.pending.size;
+  }
+}
