@@ -77,8 +77,11 @@ export class VirtualFleet {
     this.worker(workerId).spec.speed = speed;
   }
 
-  /** Route and serve `requests` (sorted by `atMs`), then run until every stream has ended. */
-  run(requests: readonly VirtualRequest[]): VirtualOutcome[] {
+  /**
+   * Route and serve `requests` (sorted by `atMs`), then run until every stream has ended.
+   * `onRouted` sees each request right after it was routed (the router's state mid-run).
+   */
+  run(requests: readonly VirtualRequest[], onRouted?: (o: VirtualOutcome) => void): VirtualOutcome[] {
     const done: VirtualOutcome[] = [];
     let next = 0;
     for (;;) {
@@ -88,7 +91,9 @@ export class VirtualFleet {
       if (arrival === Infinity && stepEnd === Infinity) break;
       if (arrival <= stepEnd) {
         this.nowMs = arrival;
-        done.push(this.arrive(requests[next++]!));
+        const o = this.arrive(requests[next++]!);
+        done.push(o);
+        onRouted?.(o);
       } else {
         this.nowMs = stepEnd;
         for (const w of busy) if (w.stepEndMs === stepEnd) this.finishStep(w);
