@@ -127,6 +127,8 @@ export class KvRouter {
   /** Set with `cost: 'latency'`: re-scores each cost row in ms and calibrates per worker. */
   readonly latency: LatencyCost | undefined;
   private syncSeq = 0;
+  /** The latest `nowMs` any call brought: `select` takes no time, the calibration's ageing needs one. */
+  private latestMs = 0;
   private readonly counters = { decisions: 0, overlapBlocksRouted: 0, eventsApplied: 0, allBusy: 0 };
 
   constructor(config: Partial<KvRouterConfig> = {}, rng?: Rng) {
@@ -218,6 +220,7 @@ export class KvRouter {
   }
 
   onFirstToken(requestId: string, nowMs: number): ActiveSequenceUpdate | undefined {
+    if (nowMs > this.latestMs) this.latestMs = nowMs;
     this.latency?.firstToken(requestId, nowMs);
     const u: ActiveSequenceUpdate = { type: 'prefill_done', requestId };
     return this.active.apply(u, nowMs) ? u : undefined;
@@ -295,6 +298,7 @@ export class KvRouter {
 
   /** Drop stale active sequences and approximate-mode entries; returns expired request ids. */
   expire(nowMs: number): string[] {
+    if (nowMs > this.latestMs) this.latestMs = nowMs;
     this.approx?.expire(nowMs);
     this.latency?.expire(nowMs, this.config.activeSequenceTtlMs);
     return this.active.expire(nowMs);
@@ -340,6 +344,7 @@ export class KvRouter {
         ...(total !== undefined ? { totalBlocks: total } : {}),
       },
       { promptTokens, cachedTokens: Math.min(promptTokens, row.cachedBlocks * this.config.blockSize) },
+      this.latestMs,
     );
   }
 

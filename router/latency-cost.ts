@@ -85,9 +85,9 @@ export class LatencyCost {
   }
 
   /** Re-score one cost row (filled by `workerCost`) in milliseconds; sets `row.latency`. */
-  score(row: CostRow, worker: WorkerLatencyView, req: RequestLatencyView): LatencyPrediction {
+  score(row: CostRow, worker: WorkerLatencyView, req: RequestLatencyView, nowMs: number): LatencyPrediction {
     const est = estimateLatency(this.config.perfModel, worker, req, this.config.estimator);
-    const cal = this.calibration.of(row.instanceId);
+    const cal = this.calibration.of(row.instanceId, nowMs);
     const ttftMs = cal.ttftRatio * est.ttftMs;
     const itlMs = cal.itlRatio * est.itlMs;
     const itlImpactMs = cal.itlRatio * est.itlImpactMs;
@@ -112,8 +112,8 @@ export class LatencyCost {
     if (p === undefined || p.firstTokenAtMs !== undefined) return undefined;
     p.firstTokenAtMs = nowMs;
     const measured = nowMs - p.admittedAtMs;
-    const predicted = p.rawTtftMs * this.calibration.of(p.workerId).ttftRatio;
-    this.calibration.observe(p.workerId, 'ttft', p.rawTtftMs, measured);
+    const predicted = p.rawTtftMs * this.calibration.of(p.workerId, nowMs).ttftRatio;
+    this.calibration.observe(p.workerId, 'ttft', p.rawTtftMs, measured, nowMs);
     return { requestId, workerId: p.workerId, predictedTtftMs: predicted, measuredTtftMs: measured };
   }
 
@@ -123,7 +123,7 @@ export class LatencyCost {
     if (p === undefined) return;
     this.pending.delete(requestId);
     if (p.firstTokenAtMs === undefined || outputTokens === undefined || outputTokens < 2) return;
-    this.calibration.observe(p.workerId, 'itl', p.rawItlMs, (nowMs - p.firstTokenAtMs) / (outputTokens - 1));
+    this.calibration.observe(p.workerId, 'itl', p.rawItlMs, (nowMs - p.firstTokenAtMs) / (outputTokens - 1), nowMs);
   }
 
   /** Forget predictions older than `maxAgeMs` (requests whose end was never reported). */

@@ -64,7 +64,7 @@ function setUp(s: Setup): KvRouter {
   }
   // The bookings above were timed arbitrarily: start calibration afresh, slow at 2×.
   for (const id of ['fast', 'slow']) router.latency?.calibration.removeWorker(id);
-  for (let i = 0; i < 40; i++) router.latency?.calibration.observe('slow', 'ttft', 10, 10 * (s.slowRatio ?? 2));
+  for (let i = 0; i < 40; i++) router.latency?.calibration.observe('slow', 'ttft', 10, 10 * (s.slowRatio ?? 2), 10);
   return router;
 }
 
@@ -132,9 +132,9 @@ describe('--router-cost latency decisions', () => {
     const d = routed(router.route(request(0), [{ instanceId: 'w' }], 1000));
     const predicted = d.costs[0]!.latency!.ttftMs;
     router.onFirstToken('r', 1000 + 2 * predicted);
-    expect(router.latency!.calibration.of('w').ttftRatio).toBeCloseTo(2 ** 0.2, 6);
+    expect(router.latency!.calibration.of('w', 1000 + 2 * predicted).ttftRatio).toBeCloseTo(2 ** 0.2, 6);
     router.onFinished('r', 1000 + 2 * predicted + 11 * 4 * d.costs[0]!.latency!.itlMs, 12);
-    expect(router.latency!.calibration.of('w').itlRatio).toBeCloseTo(4 ** 0.2, 6);
+    expect(router.latency!.calibration.of('w', 1000 + 2 * predicted).itlRatio).toBeCloseTo(4 ** 0.2, 6);
     expect(router.latency!.pendingCount).toBe(0);
   });
 });
