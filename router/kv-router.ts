@@ -341,7 +341,7 @@ export class KvRouter {
         queuedPrefillTokens: Math.max(booked.pendingPrefillTokens, load?.queuedPrefillTokens ?? 0),
         runningSequences: Math.max(booked.activeSequences, load !== undefined ? load.numRunning + load.numWaiting : 0),
         kvUsage: Math.max(bookedUsage, load?.kvUsage ?? 0),
-        ...(total !== undefined ? { totalBlocks: total } : {}),
+        ...(total !== undefined ? { totalBlocks: total, usedBlocks: Math.max(booked.activeBlocks, load?.activeBlocks ?? 0) } : {}),
       },
       { promptTokens, cachedTokens: Math.min(promptTokens, row.cachedBlocks * this.config.blockSize) },
       this.latestMs,

@@ -78,15 +78,23 @@ export class LatencyCost {
   readonly config: LatencyCostConfig;
   readonly calibration: LatencyCalibration;
   private readonly pending = new Map<string, Pending>();
+  /** Estimator options with the learned mean output length (EWMA over finished streams). */
+  private estimator: LatencyEstimatorOptions;
 
   constructor(config: Partial<LatencyCostConfig> = {}) {
     this.config = { ...DEFAULT_LATENCY_COST, ...config, estimator: { ...DEFAULT_LATENCY_ESTIMATOR_OPTIONS, ...config.estimator } };
     this.calibration = new LatencyCalibration(this.config.calibration);
+    this.estimator = this.config.estimator;
+  }
+
+  /** Mean output tokens of the streams seen to end (how long a KV-full worker takes to free blocks). */
+  get meanOutputTokens(): number {
+    return this.estimator.meanOutputTokens ?? 128;
   }
 
   /** Re-score one cost row (filled by `workerCost`) in milliseconds; sets `row.latency`. */
   score(row: CostRow, worker: WorkerLatencyView, req: RequestLatencyView, nowMs: number): LatencyPrediction {
-    const est = estimateLatency(this.config.perfModel, worker, req, this.config.estimator);
+    const est = estimateLatency(this.config.perfModel, worker, req, this.estimator);
     const cal = this.calibration.of(row.instanceId, nowMs);
     const ttftMs = cal.ttftRatio * est.ttftMs;
     const itlMs = cal.itlRatio * est.itlMs;
@@ -122,6 +130,7 @@ export class LatencyCost {
     const p = this.pending.get(requestId);
     if (p === undefined) return;
     this.pending.delete(requestId);
+    if (outputTokens !== undefined && outputTokens > 0) this.estimator = { ...this.estimator, meanOutputTokens: 0.9 * this.meanOutputTokens + 0.1 * outputTokens };
     if (p.firstTokenAtMs === undefined || outputTokens === undefined || outputTokens < 2) return;
     this.calibration.observe(p.workerId, 'itl', p.rawItlMs, (nowMs - p.firstTokenAtMs) / (outputTokens - 1), nowMs);
   }

@@ -16,7 +16,11 @@
  *   ahead    = Q − current's prompt tokens: queued behind the running step, scheduled FCFS
  *              with this request
  *   TTFT     = RESIDUAL_STEP_FRACTION · step(current) + Σ steps over (ahead + u) in chunks of B − D
- *              + onboarding of tier hits
+ *              + onboarding of tier hits + KV wait
+ *   KV wait  = when the blocks booked there plus this request's new blocks exceed the pool, the
+ *              request waits in the worker's queue for streams to end: the excess, as a share of
+ *              the blocks held, times the time a stream takes to finish (mean output tokens ×
+ *              decode step), streams' remaining lives taken as spread evenly over it
  *   ITL      = decodeMs(kvUsage after admission, D + 1): the step time once this request decodes
  *   ITL impact = (D + 1) · ITL − D · decodeMs(kvUsage, D): per-token milliseconds this placement
  *              adds to the worker's streams, its own stream included (D = 0: its own ITL)
@@ -38,6 +42,8 @@ export interface WorkerLatencyView {
   kvUsage: number;
   /** KV pool size in blocks (model card), to turn this request's blocks into KV use; unknown: no change. */
   totalBlocks?: number;
+  /** KV blocks held or booked there (running and queued sequences); with `totalBlocks`, the KV wait. */
+  usedBlocks?: number;
 }
 
 /** A cache hit on a lower KV tier (host memory, disk): not recomputed, but copied up first. */
@@ -64,9 +70,11 @@ export interface LatencyEstimatorOptions {
    * (recomputed), the worst case.
    */
   onboardMsPerToken?: Readonly<Record<string, number>>;
+  /** Mean output tokens of a stream (the latency cost learns it from finished requests): how long a KV-full worker takes to free blocks. */
+  meanOutputTokens?: number;
 }
 
-export const DEFAULT_LATENCY_ESTIMATOR_OPTIONS: LatencyEstimatorOptions = { maxBatchedTokens: 8192, blockSize: 16 };
+export const DEFAULT_LATENCY_ESTIMATOR_OPTIONS: LatencyEstimatorOptions = { maxBatchedTokens: 8192, blockSize: 16, meanOutputTokens: 128 };
 
 /**
  * The share of the running step still ahead of a request that arrives during it. Half, if every
@@ -87,6 +95,8 @@ export interface LatencyEstimate {
   itlImpactMs: number;
   /** Prompt tokens this request computes there. */
   prefillTokens: number;
+  /** Part of `ttftMs` spent waiting for KV blocks to free (0 while the pool has room). */
+  kvWaitMs: number;
 }
 
 export function estimateLatency(model: PerfModel, worker: WorkerLatencyView, req: RequestLatencyView, options: LatencyEstimatorOptions = DEFAULT_LATENCY_ESTIMATOR_OPTIONS): LatencyEstimate {
@@ -108,12 +118,24 @@ export function estimateLatency(model: PerfModel, worker: WorkerLatencyView, req
   const queued = Math.max(0, worker.queuedPrefillTokens);
   const current = Math.min(queued, chunk);
   const currentStepMs = current > 0 ? model.prefillMs(current) + decodeNow : decodeNow;
-  const ttftMs = RESIDUAL_STEP_FRACTION * currentStepMs + stepsMs(model, queued - current + prefillTokens, chunk, decodeNow) + onboardMs;
-
   const requestBlocks = Math.ceil(req.promptTokens / options.blockSize);
+  const kvWaitMs = kvWait(model, worker, requestBlocks - Math.floor((req.promptTokens - prefillTokens) / options.blockSize) + 1, kv, d, options);
+  const ttftMs = RESIDUAL_STEP_FRACTION * currentStepMs + stepsMs(model, queued - current + prefillTokens, chunk, decodeNow) + onboardMs + kvWaitMs;
+
   const kvAfter = worker.totalBlocks !== undefined && worker.totalBlocks > 0 ? clamp01(kv + requestBlocks / worker.totalBlocks) : kv;
   const itlMs = model.decodeMs(kvAfter, d + 1);
-  return { ttftMs, itlMs, itlImpactMs: (d + 1) * itlMs - d * decodeNow, prefillTokens };
+  return { ttftMs, itlMs, itlImpactMs: (d + 1) * itlMs - d * decodeNow, prefillTokens, kvWaitMs };
+}
+
+/** Waiting for `newBlocks` to fit in the worker's pool (see the header). */
+function kvWait(model: PerfModel, worker: WorkerLatencyView, newBlocks: number, kv: number, d: number, options: LatencyEstimatorOptions): number {
+  const total = worker.totalBlocks;
+  const used = worker.usedBlocks;
+  if (total === undefined || used === undefined || total <= 0 || used <= 0) return 0;
+  const excess = used + newBlocks - total;
+  if (excess <= 0) return 0;
+  const streamMs = (options.meanOutputTokens ?? 128) * model.decodeMs(kv, Math.max(1, d));
+  return (excess / used) * streamMs;
 }
 
 /** Milliseconds of the steps that compute `tokens` prompt tokens, `chunk` per step, each also decoding. */

@@ -47,6 +47,16 @@ describe('estimateLatency, worked by hand', () => {
     expect(queued.ttftMs).toBeCloseTo(0.75 * model.prefillMs(8192) + model.prefillMs(1808 + 1024), 6);
   });
 
+  it('a full KV pool: the request waits for streams to end, in proportion to the blocks it needs freed', () => {
+    const full = { queuedPrefillTokens: 0, runningSequences: 10, kvUsage: 1, totalBlocks: 1000 };
+    const req = { promptTokens: 128, cachedTokens: 0 }; // 8 blocks + 1 for its output = 9 new
+    expect(estimateLatency(model, { ...full, usedBlocks: 991 }, req, opts).kvWaitMs).toBe(0);
+    // 1000 used + 9 new − 1000 = 9 blocks to free, 9/1000 of what is held; a stream lasts 48 decode steps.
+    const e = estimateLatency(model, { ...full, usedBlocks: 1000 }, req, { ...opts, meanOutputTokens: 48 });
+    expect(e.kvWaitMs).toBeCloseTo((9 / 1000) * 48 * model.decodeMs(1, 10), 6);
+    expect(e.ttftMs).toBeCloseTo(0.75 * model.decodeMs(1, 10) + model.prefillMs(128) + model.decodeMs(1, 10) + e.kvWaitMs, 6);
+  });
+
   it('a longer prompt on a fuller worker raises the ITL it predicts for the worker streams', () => {
     const e = estimateLatency(model, { queuedPrefillTokens: 0, runningSequences: 8, kvUsage: 0.2, totalBlocks: 1000 }, { promptTokens: 1600, cachedTokens: 0 }, opts);
     expect(e.itlMs).toBeCloseTo(model.decodeMs(0.3, 9), 6);
