@@ -367,8 +367,14 @@ export class KvRouter {
   }
 }
 
-/** Candidates within the latency SLA targets; all of `eligible` when none is (latency-cost.ts). */
+/**
+ * Latency cost: candidates within the SLA targets, and among those the ones with room in their
+ * KV pool for this request (no predicted KV wait); each filter applies only while it leaves
+ * someone (latency-cost.ts).
+ */
 function withinTargets(eligible: number[], costs: readonly CostRow[]): number[] {
   const within = eligible.filter((i) => costs[i]!.latency?.overTarget !== true);
-  return within.length > 0 ? within : eligible;
+  const pool = within.length > 0 ? within : eligible;
+  const roomy = pool.filter((i) => (costs[i]!.latency?.kvWaitMs ?? 0) === 0);
+  return roomy.length > 0 ? roomy : pool;
 }

@@ -3,7 +3,7 @@
  * penalty, in milliseconds, from the latency estimator (latency-estimator.ts) scaled by that
  * worker's online calibration (calibration.ts):
  *
- *   ttft  = ttftRatio(worker) · estimate.ttftMs
+ *   ttft  = ttftRatio(worker) · (estimate.ttftMs − estimate.kvWaitMs) + itlRatio(worker) · estimate.kvWaitMs
  *   itl   = itlRatio(worker)  · estimate.itlMs
  *   cost  = ttft + itlWeight · itlRatio(worker) · estimate.itlImpactMs
  *
@@ -12,9 +12,17 @@
  * targets are ignored and the lowest cost wins (a target never turns traffic away on its own:
  * that is the overload policy's job).
  *
+ * A KV wait is streams ending, so it scales with the worker's measured ITL, not its TTFT ratio.
+ * The drain model behind it is rough (it reads the wait 2–5× short when a pool is
+ * oversubscribed, against the mocker in virtual time), so KvRouter also prefers a worker with
+ * room in its pool over one predicted to wait, whatever the milliseconds say (`withinTargets`).
+ *
  * It also keeps, per routed request, what it predicted and when, so the first token and the
  * end of the stream calibrate the worker: measured TTFT = first token − admission; measured
- * ITL = (end − first token) / (output tokens − 1). Time is an argument; entries of requests
+ * ITL = (end − first token) / (output tokens − 1). Only requests predicted to find room in the
+ * pool calibrate TTFT: the ratio is meant to capture the worker's speed, and a request that
+ * waited for KV measures the queueing model's error instead (under KV pressure that error is
+ * several times the speed difference, and it would make a loaded fast worker look slow). Time is an argument; entries of requests
  * never finished are dropped by `expire`.
  */
 import type { InstanceId } from '../proto/wire.js';
@@ -50,6 +58,9 @@ export interface LatencyPrediction {
   ttftMs: number;
   itlMs: number;
   itlImpactMs: number;
+  /** Part of `ttftMs` waiting for KV blocks (calibrated), and the prompt tokens queued ahead. */
+  kvWaitMs: number;
+  queuedTokens: number;
   /** Calibration ratios applied (measured / model). */
   ttftRatio: number;
   itlRatio: number;
@@ -60,7 +71,7 @@ export interface LatencyPrediction {
 interface Pending {
   workerId: InstanceId;
   /** Uncalibrated predictions: what the calibration compares against. */
-  rawTtftMs: number;
+  rawTtftMs: number | undefined;
   rawItlMs: number;
   admittedAtMs: number;
   firstTokenAtMs?: number;
@@ -96,12 +107,13 @@ export class LatencyCost {
   score(row: CostRow, worker: WorkerLatencyView, req: RequestLatencyView, nowMs: number): LatencyPrediction {
     const est = estimateLatency(this.config.perfModel, worker, req, this.estimator);
     const cal = this.calibration.of(row.instanceId, nowMs);
-    const ttftMs = cal.ttftRatio * est.ttftMs;
+    const kvWaitMs = cal.itlRatio * est.kvWaitMs;
+    const ttftMs = cal.ttftRatio * (est.ttftMs - est.kvWaitMs) + kvWaitMs;
     const itlMs = cal.itlRatio * est.itlMs;
     const itlImpactMs = cal.itlRatio * est.itlImpactMs;
     const { ttftTargetMs, itlTargetMs } = this.config;
     const overTarget = (itlTargetMs !== undefined && itlMs > itlTargetMs) || (ttftTargetMs !== undefined && ttftMs > ttftTargetMs);
-    const prediction: LatencyPrediction = { ttftMs, itlMs, itlImpactMs, ttftRatio: cal.ttftRatio, itlRatio: cal.itlRatio, overTarget };
+    const prediction: LatencyPrediction = { ttftMs, itlMs, itlImpactMs, kvWaitMs, queuedTokens: worker.queuedPrefillTokens, ttftRatio: cal.ttftRatio, itlRatio: cal.itlRatio, overTarget };
     row.cost = ttftMs + this.config.itlWeight * itlImpactMs;
     row.latency = prediction;
     return prediction;
@@ -111,7 +123,8 @@ export class LatencyCost {
   admitted(requestId: string, row: CostRow, nowMs: number): void {
     const p = row.latency;
     if (p === undefined) return;
-    this.pending.set(requestId, { workerId: row.instanceId, rawTtftMs: p.ttftMs / p.ttftRatio, rawItlMs: p.itlMs / p.itlRatio, admittedAtMs: nowMs });
+    // rawTtftMs undefined: waited for KV, no TTFT sample (see the header).
+    this.pending.set(requestId, { workerId: row.instanceId, rawTtftMs: p.kvWaitMs > 0 ? undefined : p.ttftMs / p.ttftRatio, rawItlMs: p.itlMs / p.itlRatio, admittedAtMs: nowMs });
   }
 
   /** First token: calibrates the worker's TTFT; returns the prediction next to the measurement. */
@@ -120,6 +133,7 @@ export class LatencyCost {
     if (p === undefined || p.firstTokenAtMs !== undefined) return undefined;
     p.firstTokenAtMs = nowMs;
     const measured = nowMs - p.admittedAtMs;
+    if (p.rawTtftMs === undefined) return undefined;
     const predicted = p.rawTtftMs * this.calibration.of(p.workerId, nowMs).ttftRatio;
     this.calibration.observe(p.workerId, 'ttft', p.rawTtftMs, measured, nowMs);
     return { requestId, workerId: p.workerId, predictedTtftMs: predicted, measuredTtftMs: measured };

@@ -19,8 +19,9 @@
  *              + onboarding of tier hits + KV wait
  *   KV wait  = when the blocks booked there plus this request's new blocks exceed the pool, the
  *              request waits in the worker's queue for streams to end: the excess, as a share of
- *              the blocks held, times the time a stream takes to finish (mean output tokens ×
- *              decode step), streams' remaining lives taken as spread evenly over it
+ *              the blocks the running streams can hold (at most the pool), times the time a
+ *              stream takes to finish (mean output tokens × decode step), streams' remaining
+ *              lives taken as spread evenly over it
  *   ITL      = decodeMs(kvUsage after admission, D + 1): the step time once this request decodes
  *   ITL impact = (D + 1) · ITL − D · decodeMs(kvUsage, D): per-token milliseconds this placement
  *              adds to the worker's streams, its own stream included (D = 0: its own ITL)
@@ -135,7 +136,7 @@ function kvWait(model: PerfModel, worker: WorkerLatencyView, newBlocks: number, 
   const excess = used + newBlocks - total;
   if (excess <= 0) return 0;
   const streamMs = (options.meanOutputTokens ?? 128) * model.decodeMs(kv, Math.max(1, d));
-  return (excess / used) * streamMs;
+  return (excess / Math.min(used, total)) * streamMs;
 }
 
 /** Milliseconds of the steps that compute `tokens` prompt tokens, `chunk` per step, each also decoding. */

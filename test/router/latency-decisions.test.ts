@@ -127,6 +127,22 @@ describe('--router-cost latency decisions', () => {
     expect(all.instanceId).toBe('fast');
   });
 
+  it('a worker whose KV pool would make the request wait is passed over while another has room, whatever the milliseconds say', () => {
+    // fast: a 145-block pool holding a 17-block stream → this 2048-token request (128 + 1
+    // blocks) is 1 block short and would wait for KV; slow (5×) has room. The ms alone favour
+    // fast (a 1-block wait reads short), the filter does not let it: KV waits are what the
+    // model reads worst.
+    const pools: WorkerCandidate[] = [{ instanceId: 'fast', totalBlocks: 145 }, { instanceId: 'slow', totalBlocks: 100_000 }];
+    const router = setUp({ fastDecoding: 1, slowRatio: 5 });
+    const d = routed(router.route(request(0), pools, 10));
+    const fast = d.costs.find((c) => c.instanceId === 'fast')!;
+    const slow = d.costs.find((c) => c.instanceId === 'slow')!;
+    expect(fast.latency!.kvWaitMs).toBeGreaterThan(0);
+    expect(slow.latency!.kvWaitMs).toBe(0);
+    expect(fast.cost).toBeLessThan(slow.cost);
+    expect(d.instanceId).toBe('slow');
+  });
+
   it('calibration follows the requests it routed: first token and stream end feed TTFT and ITL ratios', () => {
     const router = new KvRouter({ blockSize: BS, cost: 'latency' });
     const d = routed(router.route(request(0), [{ instanceId: 'w' }], 1000));
@@ -136,5 +152,15 @@ describe('--router-cost latency decisions', () => {
     router.onFinished('r', 1000 + 2 * predicted + 11 * 4 * d.costs[0]!.latency!.itlMs, 12);
     expect(router.latency!.calibration.of('w', 1000 + 2 * predicted).itlRatio).toBeCloseTo(4 ** 0.2, 6);
     expect(router.latency!.pendingCount).toBe(0);
+  });
+
+  it('a request predicted to wait for KV does not calibrate TTFT: it measures the queueing model, not the worker', () => {
+    const router = new KvRouter({ blockSize: BS, cost: 'latency' });
+    const w: WorkerCandidate[] = [{ instanceId: 'w', totalBlocks: 140 }];
+    routed(router.route({ requestId: 'held', tokens: tokens(5, 256) }, w, 0)); // 17 blocks held
+    const d = routed(router.route(request(0), w, 1)); // needs 129 more: 6 short
+    expect(d.costs[0]!.latency!.kvWaitMs).toBeGreaterThan(0);
+    router.onFirstToken('r', 1 + 10 * d.costs[0]!.latency!.ttftMs);
+    expect(router.latency!.calibration.of('w', 2000).ttftSamples).toBe(0);
   });
 });

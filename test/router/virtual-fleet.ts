@@ -47,6 +47,7 @@ interface WorkerState {
   plan: SchedulePlan | undefined;
   stepEndMs: number;
   seqToRequest: Map<number, string>;
+  nextEventId: number;
 }
 
 export class VirtualFleet {
@@ -68,8 +69,17 @@ export class VirtualFleet {
         plan: undefined,
         stepEndMs: Infinity,
         seqToRequest: new Map(),
+        nextEventId: 0,
       };
     });
+    // Event mode: the router meets each worker empty (its dump), then hears every KV event the
+    // worker's block manager queues, after each step, as the worker process would publish them.
+    if (router.config.useKvEvents) {
+      for (const w of this.workers) {
+        router.addWorker(w.spec.id, 0);
+        router.applyDump({ workerId: w.spec.id, nextEventId: 0, events: [] }, 0);
+      }
+    }
   }
 
   /** Slow a worker down (or speed it up) from now on. */
@@ -127,6 +137,9 @@ export class VirtualFleet {
     const out = w.scheduler.applyStepResult(mockResult(w.plan!));
     w.plan = undefined;
     w.stepEndMs = Infinity;
+    for (const data of w.scheduler.blockManager.drainEvents()) {
+      if (this.router.config.useKvEvents) this.router.applyEvent({ workerId: w.spec.id, eventId: w.nextEventId++, data }, this.nowMs);
+    }
     for (const o of out.outputs) {
       const outcome = this.outcomes.get(w.seqToRequest.get(o.seqId)!)!;
       if (outcome.firstTokenMs === undefined) {
