@@ -33,9 +33,10 @@
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
-import { fileURLToPath, pathToFileURL } from 'node:url';
+import { fileURLToPath } from 'node:url';
 import { machineLoad, type MachineLoad } from './fleet/machine.js';
 import { startFleet, type Fleet } from './fleet/fleet.js';
+import { snapshotWorkers as snapshot, sourceLauncher, spreadOf as ratio, type WorkerCounters } from './fleet/index.js';
 import { runBench, writeSyntheticTrace, type BenchOptions, type BenchReport } from './loadgen/index.js';
 
 const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '..');
@@ -88,13 +89,6 @@ const PLAN = {
 
 type Mode = (typeof PLAN.modes)[number];
 
-interface WorkerCounters {
-  requests: number;
-  prefixQueries: number;
-  prefixHits: number;
-  generated: number;
-}
-
 interface RunResult {
   /** Offered load as a fraction of the round-robin capacity. */
   loadFactor: number;
@@ -116,35 +110,6 @@ interface RunResult {
   /** busiest / least busy, by requests and by prefill tokens actually computed. */
   spread: { requests: number; prefillTokens: number };
   machine: { before: MachineLoad; after: MachineLoad };
-}
-
-async function scrapeWorker(statusUrl: string): Promise<WorkerCounters> {
-  const text = await (await fetch(`${statusUrl}/metrics`)).text();
-  const sum = (name: string) => {
-    let total = 0;
-    for (const line of text.split('\n')) {
-      if (!line.startsWith(name)) continue;
-      const m = /^[^ {]+(?:\{[^}]*\})? (\S+)$/.exec(line);
-      if (m && line.slice(name.length).match(/^[ {]/)) total += Number(m[1]);
-    }
-    return total;
-  };
-  return {
-    requests: sum('tandem_worker_requests_total'),
-    prefixQueries: sum('vllm:prefix_cache_queries'),
-    prefixHits: sum('vllm:prefix_cache_hits'),
-    generated: sum('tandem_worker_generated_tokens_total'),
-  };
-}
-
-async function snapshot(fleet: Fleet): Promise<WorkerCounters[]> {
-  return Promise.all(fleet.workers.map((w) => scrapeWorker(w.statusUrl)));
-}
-
-function ratio(values: number[]): number {
-  const min = Math.min(...values);
-  const max = Math.max(...values);
-  return min > 0 ? max / min : Infinity;
 }
 
 interface RunKey {
@@ -245,18 +210,6 @@ function sharedPrefixOptions(seed: number): Partial<BenchOptions> {
 function hotPrefixOptions(seed: number): Partial<BenchOptions> {
   const hp = PLAN.hotPrefix;
   return { workload: 'shared-prefix', groups: 1, promptsPerGroup: hp.requests, systemTokens: hp.systemTokens, questionTokens: hp.questionTokens, osl: hp.osl, maxTokens: hp.osl, requests: hp.requests, seed };
-}
-
-/**
- * A launcher that runs the CLI from the TypeScript sources through tsx, so a bench measures
- * the working tree without a build (startFleet runs `node <bin> ...`).
- */
-function sourceLauncher(dir: string): string {
-  const file = join(dir, 'runtime-from-source.mjs');
-  const tsxApi = pathToFileURL(join(ROOT, 'node_modules', 'tsx', 'dist', 'esm', 'api', 'index.mjs')).href;
-  const mainTs = pathToFileURL(join(ROOT, 'cli', 'main.ts')).href;
-  writeFileSync(file, `import { register } from ${JSON.stringify(tsxApi)};\nregister();\nconst { main } = await import(${JSON.stringify(mainTs)});\nawait main(process.argv);\n`);
-  return file;
 }
 
 /**

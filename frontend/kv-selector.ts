@@ -19,7 +19,7 @@
  */
 import { ROUTE_ENDPOINT, servesGeneration, type InstanceId, type RouteTarget } from '../proto/wire.js';
 import { KvRouterHub } from '../router/adapters/index.js';
-import { kvRouterConfigFromFlags, type KvRouterFlags } from '../router/adapters/index.js';
+import { loadKvRouterConfig, type KvRouterFlags } from '../router/adapters/index.js';
 import { LocalKvBackend, RemoteKvBackend, type KvRoutingBackend } from '../router/adapters/index.js';
 import { AllWorkersBusyError } from '../router/index.js';
 import type { Discovery } from '../runtime/index.js';
@@ -165,10 +165,10 @@ export class KvSelector implements WorkerSelector {
     if (booking?.instanceId === instanceId) this.options.backend.firstToken(booking.target, route.request.requestId);
   }
 
-  onFinished(route: RouteRequest, instanceId: InstanceId): void {
+  onFinished(route: RouteRequest, instanceId: InstanceId, outputTokens?: number): void {
     const booking = this.bookings.get(route.request.requestId);
     // After a migration the request is already booked elsewhere: the old attempt has nothing left.
-    if (booking?.instanceId === instanceId) this.release(route.request.requestId);
+    if (booking?.instanceId === instanceId) this.release(route.request.requestId, outputTokens);
   }
 
   /** Requests booked and not finished, as this frontend sees them. */
@@ -194,11 +194,11 @@ export class KvSelector implements WorkerSelector {
     return cards === undefined ? undefined : cards.values().next().value;
   }
 
-  private release(requestId: string): void {
+  private release(requestId: string, outputTokens?: number): void {
     const booking = this.bookings.get(requestId);
     if (booking === undefined) return;
     this.bookings.delete(requestId);
-    this.options.backend.finished(booking.target, requestId);
+    this.options.backend.finished(booking.target, requestId, outputTokens);
     // One booking ended: the oldest waiter tries again first.
     const first = this.waiters.values().next().value;
     first?.();
@@ -242,7 +242,7 @@ export async function createKvSelector(runtime: DistributedRuntime, namespace: s
   } else {
     const hub = await KvRouterHub.start(runtime, {
       namespace,
-      router: kvRouterConfigFromFlags(config, runtime.instanceId),
+      router: await loadKvRouterConfig(config, runtime.instanceId),
       ...(config.routerReplicaSync ? { replicaSync: true, announceSync: true } : {}),
       ...(deps.cards ? { cards: deps.cards } : {}),
     });

@@ -25,8 +25,11 @@ export interface WorkerSelector {
   select(route: RouteRequest, candidates: readonly InstanceId[]): InstanceId | undefined | Promise<InstanceId | undefined>;
   onRouted?(route: RouteRequest, instanceId: InstanceId): void;
   onFirstToken?(route: RouteRequest, instanceId: InstanceId): void;
-  /** Called once per routed attempt, whether it finished, failed or was cancelled. */
-  onFinished?(route: RouteRequest, instanceId: InstanceId): void;
+  /**
+   * Called once per routed attempt, whether it finished, failed or was cancelled;
+   * `outputTokens`: the tokens this attempt streamed (the latency router's ITL sample).
+   */
+  onFinished?(route: RouteRequest, instanceId: InstanceId, outputTokens?: number): void;
 }
 
 export class RoundRobinSelector implements WorkerSelector {

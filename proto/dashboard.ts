@@ -18,6 +18,9 @@ export interface RouterDecisionCandidate {
   instanceId: string;
   overlapBlocks: number;
   cost: number;
+  /** `--router-cost latency`: the calibrated predictions behind `cost` (ms). */
+  predictedTtftMs?: number;
+  predictedItlMs?: number;
 }
 
 /** Payload of `router_decisions`: one routed request. */

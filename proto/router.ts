@@ -35,7 +35,8 @@ export type RouterCall =
   /** Book a request on a worker the frontend chose itself (pinned header, migration). */
   | (RouteTarget & { type: 'book'; requestId: string; tokens: number[]; instanceId: InstanceId })
   | (RouteTarget & { type: 'first_token'; requestId: string })
-  | (RouteTarget & { type: 'finished'; requestId: string });
+  /** `outputTokens` (optional): tokens the stream produced, so the router can measure its ITL. */
+  | (RouteTarget & { type: 'finished'; requestId: string; outputTokens?: number });
 
 export type RouterAnswer =
   | { type: 'routed'; instanceId: InstanceId; overlapBlocks: number; requestBlocks: number }

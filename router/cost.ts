@@ -21,6 +21,7 @@
  * part", and a cache hit is worth exactly the blocks it saves. Lower is better.
  */
 import type { InstanceId } from '../proto/wire.js';
+import type { LatencyPrediction } from './latency-cost.js';
 
 export interface CostWeights {
   prefillLoadScale: number;
@@ -69,6 +70,8 @@ export interface CostRow extends WorkerCostInput {
   cost: number;
   /** Over its load threshold: not eligible while any candidate is not. */
   overloaded: boolean;
+  /** `--router-cost latency`: the predictions `cost` (then in ms) was made of (latency-cost.ts). */
+  latency?: LatencyPrediction;
 }
 
 export function requestBlocksOf(promptTokens: number, blockSize: number): number {

@@ -16,3 +16,6 @@ export type { Rng } from '../runtime/random.js';
 export * from './kv-router.js';
 export * from './errors.js';
 export * from './tier-index.js';
+export * from './latency-estimator.js';
+export * from './calibration.js';
+export * from './latency-cost.js';

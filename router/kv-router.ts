@@ -11,7 +11,10 @@
 import type { InstanceId, KvEvent, LoadMetrics } from '../proto/wire.js';
 import { ActiveSequences, type ActiveSequenceUpdate, type WorkerActiveLoad } from './active-sequences.js';
 import { ApproxIndexer } from './approx-indexer.js';
-import { DEFAULT_COST_WEIGHTS, requestBlocksOf, workerCost, type CostRow, type CostWeights } from './cost.js';
+import { DEFAULT_COST_WEIGHTS, DEFAULT_DISK_HIT_WEIGHT, DEFAULT_HOST_HIT_WEIGHT, requestBlocksOf, workerCost, type CostRow, type CostWeights } from './cost.js';
+import { DEFAULT_LATENCY_COST, LatencyCost, type LatencyCostConfig, type RouterCostKind } from './latency-cost.js';
+import type { TierHit } from './latency-estimator.js';
+import type { PerfModel } from '../perf-model/index.js';
 import { EventSequencer, type EventSequencerOptions, type SequencerStats } from './event-sequencer.js';
 import { BlockHasher } from './block-hasher.js';
 import type { IndexStats, KvIndexer } from './indexer.js';
@@ -44,6 +47,10 @@ export interface KvRouterConfig {
   /** Identifies this replica in `router_sync` messages. */
   replicaId: string;
   sequencer: Partial<EventSequencerOptions>;
+  /** `--router-cost`: `blocks` (cost.ts, the default) or `latency` (latency-cost.ts, in ms). */
+  cost: RouterCostKind;
+  /** The latency cost's model, weights and targets (used with `cost: 'latency'`). */
+  latency: Partial<LatencyCostConfig>;
 }
 
 export const DEFAULT_KV_ROUTER_CONFIG: KvRouterConfig = {
@@ -58,6 +65,8 @@ export const DEFAULT_KV_ROUTER_CONFIG: KvRouterConfig = {
   seed: 0x5eed,
   replicaId: 'router-0',
   sequencer: {},
+  cost: 'blocks',
+  latency: {},
 };
 
 export interface RouteRequest {
@@ -121,7 +130,11 @@ export class KvRouter {
   private readonly active: ActiveSequences;
   private readonly rng: Rng;
   private readonly hasher: BlockHasher;
+  /** Set with `cost: 'latency'`: re-scores each cost row in ms and calibrates per worker. */
+  readonly latency: LatencyCost | undefined;
   private syncSeq = 0;
+  /** The latest `nowMs` any call brought: `select` takes no time, the calibration's ageing needs one. */
+  private latestMs = 0;
   private readonly counters = { decisions: 0, overlapBlocksRouted: 0, eventsApplied: 0, allBusy: 0 };
 
   constructor(config: Partial<KvRouterConfig> = {}, rng?: Rng) {
@@ -132,6 +145,13 @@ export class KvRouter {
     this.active = new ActiveSequences({ blockSize: this.config.blockSize, ttlMs: this.config.activeSequenceTtlMs });
     this.rng = rng ?? new SeededRandom(this.config.seed);
     this.hasher = new BlockHasher(this.config.blockSize);
+    if (this.config.cost === 'latency') {
+      const perfModel = this.config.latency.perfModel ?? DEFAULT_LATENCY_COST.perfModel;
+      this.latency = new LatencyCost({
+        ...this.config.latency,
+        estimator: { blockSize: this.config.blockSize, maxBatchedTokens: 8192, onboardMsPerToken: tierOnboardMsPerToken(perfModel, this.config.weights), ...this.config.latency.estimator },
+      });
+    }
   }
 
   /** Pick a worker. No booking: follow with `admit`, or use `route` for both. */
@@ -164,11 +184,13 @@ export class KvRouter {
       const row = workerCost(requestBlocks, input, weights, busy);
       row.indexedBlocks = indexed;
       row.inflightBlocks = inflight;
+      if (this.latency !== undefined) this.scoreLatency(row, c, booked, promptTokens);
       costs[i] = row;
       if (!busy) eligible.push(i);
     }
     if (eligible.length === 0) return { kind: 'all_busy', retryAfterMs: this.config.busyRetryAfterMs, costs };
-    const pick = eligible[selectIndex(eligible.map((i) => costs[i]!.cost), this.config.temperature, this.rng)]!;
+    const pool = this.latency === undefined ? eligible : withinTargets(eligible, costs);
+    const pick = pool[selectIndex(pool.map((i) => costs[i]!.cost), this.config.temperature, this.rng)]!;
     const chosen = costs[pick]!;
     return {
       kind: 'routed',
@@ -196,6 +218,8 @@ export class KvRouter {
       overlapBlocks: decision.overlapBlocks,
     };
     if (!this.active.apply(update, nowMs)) return undefined;
+    const row = this.latency === undefined ? undefined : decision.costs.find((c) => c.instanceId === decision.instanceId);
+    if (row !== undefined) this.latency!.admitted(decision.requestId, row, nowMs);
     this.approx?.record(decision.instanceId, decision.localHashes, nowMs);
     this.counters.decisions++;
     this.counters.overlapBlocksRouted += decision.overlapBlocks;
@@ -212,12 +236,18 @@ export class KvRouter {
   }
 
   onFirstToken(requestId: string, nowMs: number): ActiveSequenceUpdate | undefined {
+    if (nowMs > this.latestMs) this.latestMs = nowMs;
+    this.latency?.firstToken(requestId, nowMs);
     const u: ActiveSequenceUpdate = { type: 'prefill_done', requestId };
     return this.active.apply(u, nowMs) ? u : undefined;
   }
 
-  /** Stream ended, was cancelled, or dispatch failed (rollback of `admit`). */
-  onFinished(requestId: string, nowMs: number): ActiveSequenceUpdate | undefined {
+  /**
+   * Stream ended, was cancelled, or dispatch failed (rollback of `admit`). `outputTokens`, when
+   * known, calibrates the worker's ITL (latency cost).
+   */
+  onFinished(requestId: string, nowMs: number, outputTokens?: number): ActiveSequenceUpdate | undefined {
+    this.latency?.finished(requestId, nowMs, outputTokens);
     const u: ActiveSequenceUpdate = { type: 'free', requestId };
     return this.active.apply(u, nowMs) ? u : undefined;
   }
@@ -249,6 +279,7 @@ export class KvRouter {
     this.tiers.removeWorker(workerId);
     this.sequencer.forget(workerId);
     this.active.removeWorker(workerId);
+    this.latency?.removeWorker(workerId);
   }
 
   /** One KV event (live or replayed). Returns recovery requests to send. */
@@ -286,7 +317,9 @@ export class KvRouter {
 
   /** Drop stale active sequences and approximate-mode entries; returns expired request ids. */
   expire(nowMs: number): string[] {
+    if (nowMs > this.latestMs) this.latestMs = nowMs;
     this.approx?.expire(nowMs);
+    this.latency?.expire(nowMs, this.config.activeSequenceTtlMs);
     return this.active.expire(nowMs);
   }
 
@@ -312,6 +345,28 @@ export class KvRouter {
     };
   }
 
+  /**
+   * The latency cost's live view of a worker: the router's bookings (what it sent and has not
+   * seen prefilled or finished), or the worker's own load report where that says more (another
+   * router's traffic), and this request's cached prefix.
+   */
+  private scoreLatency(row: CostRow, c: WorkerCandidate, booked: WorkerActiveLoad, promptTokens: number): void {
+    const load = c.load;
+    const total = c.totalBlocks ?? load?.totalBlocks;
+    const bookedUsage = total !== undefined && total > 0 ? booked.activeBlocks / total : 0;
+    this.latency!.score(
+      row,
+      {
+        queuedPrefillTokens: Math.max(booked.pendingPrefillTokens, load?.queuedPrefillTokens ?? 0),
+        runningSequences: Math.max(booked.activeSequences, load !== undefined ? load.numRunning + load.numWaiting : 0),
+        kvUsage: Math.max(bookedUsage, load?.kvUsage ?? 0),
+        ...(total !== undefined ? { totalBlocks: total, usedBlocks: Math.max(booked.activeBlocks, load?.activeBlocks ?? 0) } : {}),
+      },
+      { promptTokens, cachedTokens: Math.min(promptTokens, row.cachedBlocks * this.config.blockSize), tierHits: tierHitsOf(row, this.config.blockSize) },
+      this.latestMs,
+    );
+  }
+
   private applyReady(ready: readonly KvEvent[]): void {
     for (const e of ready) {
       if (isLowerTierEvent(e.data)) this.tiers.applyEvent(e.workerId, e.data);
@@ -330,4 +385,41 @@ export class KvRouter {
     const { local, seq } = this.hasher.both(tokens);
     return { local, seq, promptTokens: req.promptTokens ?? tokens.length };
   }
+}
+
+/**
+ * Latency cost: candidates within the SLA targets, and among those the ones with room in their
+ * KV pool for this request (no predicted KV wait); each filter applies only while it leaves
+ * someone (latency-cost.ts).
+ */
+function withinTargets(eligible: number[], costs: readonly CostRow[]): number[] {
+  const within = eligible.filter((i) => costs[i]!.latency?.overTarget !== true);
+  const pool = within.length > 0 ? within : eligible;
+  const roomy = pool.filter((i) => (costs[i]!.latency?.kvWaitMs ?? 0) === 0);
+  return roomy.length > 0 ? roomy : pool;
+}
+
+/**
+ * Onboarding cost per token of each lower KV tier for the latency cost, read off the same
+ * weights the block cost uses: a hit saves `weight` of the block's prefill, so copying it up
+ * costs the rest (docs/kv-tiers.md).
+ */
+function tierOnboardMsPerToken(model: PerfModel, weights: CostWeights): Record<string, number> {
+  const prefillMsPerToken = model.prefillMs(1024) / 1024;
+  return {
+    cpu: (1 - (weights.hostHitWeight ?? DEFAULT_HOST_HIT_WEIGHT)) * prefillMsPerToken,
+    disk: (1 - (weights.diskHitWeight ?? DEFAULT_DISK_HIT_WEIGHT)) * prefillMsPerToken,
+  };
+}
+
+const NO_TIER_HITS: readonly TierHit[] = [];
+
+function tierHitsOf(row: CostRow, blockSize: number): readonly TierHit[] {
+  const host = row.hostBlocks ?? 0;
+  const disk = row.diskBlocks ?? 0;
+  if (host + disk === 0) return NO_TIER_HITS;
+  return [
+    ...(host > 0 ? [{ tier: 'cpu', tokens: host * blockSize }] : []),
+    ...(disk > 0 ? [{ tier: 'disk', tokens: disk * blockSize }] : []),
+  ];
 }

@@ -30,6 +30,11 @@ export interface FleetOptions {
   routerMode?: string;
   /** Mocker: divide simulated step time by this. */
   speedupRatio?: number;
+  /**
+   * Mocker, a heterogeneous fleet: worker i (per role) runs at `speedupRatios[i % length]`
+   * instead of `speedupRatio`, e.g. [1, 1, 0.5, 0.5] = two fast and two half-speed workers.
+   */
+  speedupRatios?: number[];
   /** KV blocks per worker. */
   numGpuBlocks?: number;
   blockSize?: number;
@@ -174,7 +179,9 @@ export async function startFleet(options: FleetOptions = {}): Promise<Fleet> {
     const workerStarts = plan.map(async ({ role, index }): Promise<FleetWorker> => {
       const label = `${role}-${index}`;
       const extra = typeof options.extraWorkerArgs === 'function' ? options.extraWorkerArgs(role, index) : (options.extraWorkerArgs ?? []);
-      const child = spawnChild(label, ['worker', ...common, ...workerFlags, '--mode', role, ...extra]);
+      // Commander keeps the last value of a repeated flag: this worker's own ratio wins.
+      const speed = options.speedupRatios?.length ? ['--speedup-ratio', String(options.speedupRatios[index % options.speedupRatios.length])] : [];
+      const child = spawnChild(label, ['worker', ...common, ...workerFlags, '--mode', role, ...speed, ...extra]);
       const status = statusUrlOf(child);
       const ready = child.waitFor((line) => {
         const j = recordWithMsg('worker ready')(line);

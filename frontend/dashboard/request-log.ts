@@ -111,6 +111,8 @@ export class RequestLog {
     const p = this.pending.peek(requestId);
     if (!p || p.firstTokenAt !== undefined) return undefined;
     p.firstTokenAt = now;
+    // From the moment it was routed, as the router's prediction counts it.
+    if (p.routing !== undefined) p.routing.measuredTtftMs = now - p.routedAt;
     return now - p.startedAt;
   }
 

@@ -114,6 +114,9 @@ export interface RoutingCandidate {
   overlapBlocks: number;
   /** The selector's cost (lower wins); null when the mode has none (round-robin, random). */
   cost: number | null;
+  /** `--router-cost latency`: the router's predicted TTFT and ITL for this worker (ms). */
+  predictedTtftMs?: number;
+  predictedItlMs?: number;
 }
 
 export interface RoutingDecision {
@@ -125,6 +128,8 @@ export interface RoutingDecision {
   promptBlocks: number;
   candidates: RoutingCandidate[];
   winner: string;
+  /** Routed → first token, as this frontend measured it (beside the winner's predictedTtftMs). */
+  measuredTtftMs?: number;
 }
 
 export interface RoutingView {

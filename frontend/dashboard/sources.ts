@@ -12,7 +12,7 @@
  */
 import type { Logger } from 'pino';
 import { DASHBOARD_TOPICS, PLANNER_COMPONENT, type PlannerStatusEvent, type RouterDecisionEvent } from '../../proto/wire.js';
-import { LoadFeed, type DecisionListener, type KvRouterHub } from '../../router/adapters/index.js';
+import { LoadFeed, decisionCandidates, type DecisionListener, type KvRouterHub } from '../../router/adapters/index.js';
 import type { DistributedRuntime, ModelCardFeed, Subscription } from '../../runtime/index.js';
 import type { DashboardState } from './dashboard-state.js';
 
@@ -45,7 +45,7 @@ export class DashboardSources {
       o.state.routingDecided(
         d.requestId,
         d.instanceId,
-        d.costs.map((c) => ({ instanceId: c.instanceId, overlapBlocks: c.cachedBlocks, cost: c.cost })),
+        decisionCandidates(d.costs),
         d.requestBlocks,
         'frontend',
       );

@@ -68,6 +68,7 @@ export async function* streamWithMigration(plan: MigrationPlan, signal: AbortSig
           };
     const route: RouteRequest = { model: plan.model.name, request };
     const attempt = target.instanceId;
+    const generatedBefore = generated.length;
     // An attempt on the fallback pool is booked with that pool's selector.
     const hooks = target.fallback ? plan.fallback!.selector : plan.selector;
     hooks.onRouted?.(route, attempt);
@@ -103,7 +104,7 @@ export async function* streamWithMigration(plan: MigrationPlan, signal: AbortSig
       if (plan.pinned || (sawToken && spent >= plan.migrationLimit)) throw err;
       failure = err;
     } finally {
-      hooks.onFinished?.(route, attempt);
+      hooks.onFinished?.(route, attempt, generated.length - generatedBefore);
     }
     failed.add(attempt);
     migrations += 1;

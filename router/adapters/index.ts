@@ -6,5 +6,6 @@ export { LocalKvBackend, RemoteKvBackend, type KvRoutingBackend, type KvRouteOut
 export { parseRouterCall } from './route-protocol.js';
 export { startRouterServer, type RouterServerOptions, type RunningRouter } from './router-server.js';
 export { registerRouterCommand } from './router-command.js';
-export { addKvRouterOptions, kvRouterConfigFromFlags, KV_ROUTER_FLAG_DEFAULTS, type KvRouterFlags } from './kv-router-options.js';
+export { addKvRouterOptions, kvRouterConfigFromFlags, loadKvRouterConfig, KV_ROUTER_FLAG_DEFAULTS, type KvRouterFlags } from './kv-router-options.js';
 export { RouterMetrics } from './router-metrics.js';
+export { decisionCandidates } from './decision-candidates.js';

@@ -4,8 +4,11 @@
  */
 import { Option, type Command } from 'commander';
 import { numberInRange } from '../../runtime/index.js';
+import { ConfigError } from '../../runtime/errors.js';
 import { DEFAULT_KV_ROUTER_CONFIG, type KvRouterConfig } from '../kv-router.js';
 import { DEFAULT_DISK_HIT_WEIGHT, DEFAULT_HOST_HIT_WEIGHT } from '../cost.js';
+import { ROUTER_COST_KINDS, type LatencyCostConfig, type RouterCostKind } from '../latency-cost.js';
+import { loadPerfProfile } from '../../perf-model/index.js';
 
 export interface KvRouterFlags {
   kvOverlapScoreCredit: number;
@@ -17,6 +20,13 @@ export interface KvRouterFlags {
   routerMaxKvUsage: number;
   routerHostHitWeight?: number;
   routerDiskHitWeight?: number;
+  /** `--router-cost`: blocks (default) or latency (predicted ms; router/latency-cost.ts). */
+  routerCost?: RouterCostKind;
+  routerItlWeight?: number;
+  routerTtftTargetMs?: number;
+  routerItlTargetMs?: number;
+  /** Perf profile (`runtime profile --out`) the latency cost predicts from; default: the polynomial. */
+  routerPerfProfile?: string;
 }
 
 export const KV_ROUTER_FLAG_DEFAULTS: KvRouterFlags = {
@@ -38,7 +48,27 @@ export function addKvRouterOptions(cmd: Command): Command {
     .option('--router-replica-sync', 'kv: share active-sequence bookings with other router replicas over router_sync', false)
     .option('--no-kv-events', 'kv: ignore worker KV events and learn cache contents from routing decisions (approximate mode)')
     .addOption(new Option('--router-host-hit-weight <x>', `kv: prefill a block in a worker's host KV tier saves, 0..1 (default ${DEFAULT_HOST_HIT_WEIGHT}: 1 − copy/recompute time; docs/kv-tiers.md)`).argParser(numberInRange(0, 1)))
-    .addOption(new Option('--router-disk-hit-weight <x>', `kv: prefill a block in a worker's disk KV tier saves, 0..1 (default ${DEFAULT_DISK_HIT_WEIGHT})`).argParser(numberInRange(0, 1)));
+    .addOption(new Option('--router-disk-hit-weight <x>', `kv: prefill a block in a worker's disk KV tier saves, 0..1 (default ${DEFAULT_DISK_HIT_WEIGHT})`).argParser(numberInRange(0, 1)))
+    .addOption(new Option('--router-cost <kind>', 'kv: blocks = block-count cost; latency = predicted TTFT + weighted ITL in ms, calibrated per worker').choices([...ROUTER_COST_KINDS]).default('blocks'))
+    .addOption(new Option('--router-itl-weight <x>', 'kv, latency cost: weight of the ITL penalty against TTFT').argParser(numberInRange(0)).default(1))
+    .addOption(new Option('--router-ttft-target-ms <ms>', 'kv, latency cost: a worker predicted over this TTFT is skipped while another is not').argParser(numberInRange(0.001)))
+    .addOption(new Option('--router-itl-target-ms <ms>', 'kv, latency cost: a worker predicted over this ITL is skipped while another is not').argParser(numberInRange(0.001)))
+    .option('--router-perf-profile <file>', 'kv, latency cost: perf profile the predictions start from (`runtime profile --out`); default: the built-in polynomial');
+}
+
+/**
+ * `kvRouterConfigFromFlags` plus what needs I/O: the latency cost's perf profile, read once at
+ * start (a bad file is a ConfigError, exit 2).
+ */
+export async function loadKvRouterConfig(flags: Partial<KvRouterFlags>, replicaId: string): Promise<Partial<KvRouterConfig>> {
+  const config = kvRouterConfigFromFlags(flags, replicaId);
+  if (flags.routerPerfProfile === undefined || flags.routerPerfProfile === '') return config;
+  try {
+    const perfModel = await loadPerfProfile(flags.routerPerfProfile);
+    return { ...config, latency: { ...config.latency, perfModel } };
+  } catch (err) {
+    throw new ConfigError(`--router-perf-profile: ${(err as Error).message}`);
+  }
 }
 
 /** Flags → the core's config; `replicaId` names this process in router_sync. */
@@ -55,6 +85,16 @@ export function kvRouterConfigFromFlags(flags: Partial<KvRouterFlags>, replicaId
     useKvEvents: f.kvEvents,
     overload: { ...DEFAULT_KV_ROUTER_CONFIG.overload, maxKvUsage: f.routerMaxKvUsage },
     replicaId,
+    cost: f.routerCost ?? 'blocks',
+    latency: latencyFromFlags(f),
+  };
+}
+
+function latencyFromFlags(f: Partial<KvRouterFlags>): Partial<LatencyCostConfig> {
+  return {
+    ...(f.routerItlWeight !== undefined ? { itlWeight: f.routerItlWeight } : {}),
+    ...(f.routerTtftTargetMs !== undefined ? { ttftTargetMs: f.routerTtftTargetMs } : {}),
+    ...(f.routerItlTargetMs !== undefined ? { itlTargetMs: f.routerItlTargetMs } : {}),
   };
 }
 

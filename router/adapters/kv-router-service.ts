@@ -142,6 +142,8 @@ export class KvRouterService {
     if (result.kind === 'routed') {
       this.book(result.decision, now);
       this.metrics.overlapBlocks.observe(this.labels, result.decision.overlapBlocks);
+      // Latency cost: the rows with their predictions (the dashboard shows them beside the measured TTFT).
+      if (this.router.latency !== undefined) this.log.debug({ requestId: req.requestId, worker: result.decision.instanceId, costs: result.decision.costs }, 'routed by predicted latency');
     }
     this.metrics.decisions.inc({ ...this.labels, result: result.kind });
     return result;
@@ -164,8 +166,8 @@ export class KvRouterService {
   }
 
   /** Stream ended, failed or was cancelled; also the rollback of a booking never dispatched. */
-  finished(requestId: string): void {
-    this.share(this.router.onFinished(requestId, this.clock()));
+  finished(requestId: string, outputTokens?: number): void {
+    this.share(this.router.onFinished(requestId, this.clock(), outputTokens));
   }
 
   /** Another replica's bookings (router_sync). */

@@ -28,7 +28,8 @@ export interface KvRoutingBackend {
   route(target: RouteTarget, requestId: string, tokens: number[], candidates: readonly InstanceId[], options?: KvRouteOptions): Promise<KvRouteOutcome>;
   book(target: RouteTarget, requestId: string, tokens: number[], instanceId: InstanceId): void;
   firstToken(target: RouteTarget, requestId: string): void;
-  finished(target: RouteTarget, requestId: string): void;
+  /** `outputTokens`, when known, lets the latency cost measure the stream's ITL. */
+  finished(target: RouteTarget, requestId: string, outputTokens?: number): void;
   close(): Promise<void>;
 }
 
@@ -56,8 +57,8 @@ export class LocalKvBackend implements KvRoutingBackend {
     this.hub.started(target.component)?.firstToken(requestId);
   }
 
-  finished(target: RouteTarget, requestId: string): void {
-    this.hub.started(target.component)?.finished(requestId);
+  finished(target: RouteTarget, requestId: string, outputTokens?: number): void {
+    this.hub.started(target.component)?.finished(requestId, outputTokens);
   }
 
   close(): Promise<void> {
@@ -124,10 +125,10 @@ export class RemoteKvBackend implements KvRoutingBackend {
     this.enqueue(requestId, { type: 'first_token', ...target, requestId });
   }
 
-  finished(target: RouteTarget, requestId: string): void {
+  finished(target: RouteTarget, requestId: string, outputTokens?: number): void {
     const session = this.sessions.get(requestId);
     if (session === undefined) return;
-    this.enqueue(requestId, { type: 'finished', ...target, requestId });
+    this.enqueue(requestId, { type: 'finished', ...target, requestId, ...(outputTokens !== undefined ? { outputTokens } : {}) });
     const tail = session.chain;
     void tail.then(() => {
       if (this.sessions.get(requestId)?.chain === tail) this.sessions.delete(requestId);

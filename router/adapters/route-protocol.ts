@@ -39,8 +39,10 @@ export function parseRouterCall(v: unknown): RouterCall {
       return { type: 'book', ...base, tokens, instanceId: c.instanceId };
     }
     case 'first_token':
-    case 'finished':
       return { type: c.type, ...base };
+    case 'finished':
+      // Output tokens of the stream, when the frontend knows them: the latency cost's ITL sample.
+      return Number.isInteger(c.outputTokens) && (c.outputTokens as number) >= 0 ? { type: 'finished', ...base, outputTokens: c.outputTokens as number } : { type: 'finished', ...base };
     default:
       return bad(`unknown type ${String(c.type)}`);
   }

@@ -6,7 +6,7 @@
 import { Option, type Command } from 'commander';
 import { intInRange } from '../../runtime/index.js';
 import { addRuntimeOptions, createRuntimeFromOptions, type RuntimeFlags } from '../../runtime/index.js';
-import { addKvRouterOptions, kvRouterConfigFromFlags, type KvRouterFlags } from './kv-router-options.js';
+import { addKvRouterOptions, loadKvRouterConfig, type KvRouterFlags } from './kv-router-options.js';
 import { ROUTE_ENDPOINT, ROUTER_COMPONENT } from '../../proto/wire.js';
 import { startRouterServer } from './router-server.js';
 
@@ -31,7 +31,7 @@ export function registerRouterCommand(program: Command): Command {
     const running = await startRouterServer(runtime, {
       namespace: flags.namespace,
       component: flags.component,
-      router: kvRouterConfigFromFlags(flags, runtime.instanceId),
+      router: await loadKvRouterConfig(flags, runtime.instanceId),
       replicaSync: flags.routerReplicaSync,
     });
     for (const c of flags.workerComponent) await running.hub.service(c, flags.blockSize);

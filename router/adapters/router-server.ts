@@ -9,6 +9,7 @@ import type { KvRouterConfig } from '../kv-router.js';
 import { KvRouterHub, type KvRouterHubOptions } from './kv-router-hub.js';
 import { DASHBOARD_TOPICS, ROUTE_ENDPOINT, ROUTER_COMPONENT, type RouterAnswer, type RouterDecisionEvent } from '../../proto/wire.js';
 import { parseRouterCall } from './route-protocol.js';
+import { decisionCandidates } from './decision-candidates.js';
 
 export interface RouterServerOptions {
   namespace: string;
@@ -44,7 +45,7 @@ export async function startRouterServer(runtime: DistributedRuntime, options: Ro
       component: target,
       instanceId: d.instanceId,
       promptBlocks: d.requestBlocks,
-      candidates: d.costs.map((c) => ({ instanceId: c.instanceId, overlapBlocks: c.cachedBlocks, cost: c.cost })),
+      candidates: decisionCandidates(d.costs),
       timestampMs: Date.now(),
     };
     void decisions.publish(DASHBOARD_TOPICS.routerDecisions, event).catch(() => undefined);
@@ -55,7 +56,7 @@ export async function startRouterServer(runtime: DistributedRuntime, options: Ro
     if (call.type === 'first_token' || call.type === 'finished') {
       const service = hub.started(call.component);
       if (call.type === 'first_token') service?.firstToken(call.requestId);
-      else service?.finished(call.requestId);
+      else service?.finished(call.requestId, call.outputTokens);
       yield { type: 'ok' };
       return;
     }

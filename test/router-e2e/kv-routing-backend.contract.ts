@@ -60,6 +60,22 @@ export function kvRoutingBackendContract(name: string, harness: () => KvRoutingB
       return { ...b, svc: () => svc };
     };
 
+    it('latency cost: the first token and the end of the stream (with its output length) reach the router that routed it and calibrate that worker', async () => {
+      const b = await open({ cost: 'latency' });
+      const [w0] = ids();
+      const routed = await b.backend.route(TARGET, 'lat-1', fresh(4), [w0!]);
+      expect(routed).toMatchObject({ kind: 'routed', instanceId: w0 });
+      const latency = () => b.svc().router.latency!;
+      expect(latency().pendingCount).toBe(1);
+      b.backend.firstToken(TARGET, 'lat-1');
+      await waitFor('TTFT sample', () => latency().calibration.of(w0!, Date.now()).ttftSamples === 1);
+      await new Promise((r) => setTimeout(r, 20));
+      b.backend.finished(TARGET, 'lat-1', 5);
+      await waitFor('ITL sample', () => latency().calibration.of(w0!, Date.now()).itlSamples === 1);
+      expect(latency().pendingCount).toBe(0);
+      expect(latency().meanOutputTokens).toBeCloseTo(0.9 * 128 + 0.1 * 5, 6);
+    });
+
     it('route picks a candidate and books it at once, so the next request sees the booking', async () => {
       const b = await open();
       const [w0, w1] = ids();

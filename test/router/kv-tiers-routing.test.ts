@@ -92,6 +92,25 @@ describe('KV router with tiered worker caches', () => {
     for (let i = 0; i < 20; i++) expect(chosen(router.select({ requestId: `r${i}`, tokens: PROMPT }, [{ instanceId: 'g2' }, { instanceId: 'g1' }]))).toBe('g1');
   });
 
+  it('the latency cost (--router-cost latency) also counts host-tier hits: G2 over nothing, G1 over G2', async () => {
+    const tiered = await offloadedWorker('g2');
+    const empty = await worker('none', false);
+    await run(empty, FILLERS[0]!, 9);
+    const device = await worker('g1', false);
+    await run(device, PROMPT, 0);
+    const router = new KvRouter({ blockSize: BS, cost: 'latency' });
+    connect(router, [tiered, empty, device]);
+    for (let i = 0; i < 20; i++) {
+      const r = router.select({ requestId: `l${i}`, tokens: PROMPT }, [{ instanceId: 'none' }, { instanceId: 'g2' }]);
+      expect(chosen(r)).toBe('g2');
+      if (r.kind === 'routed') {
+        const [g2, none] = ['g2', 'none'].map((id) => r.decision.costs.find((c) => c.instanceId === id)!.latency!.ttftMs);
+        expect(g2!).toBeLessThan(none!);
+      }
+      expect(chosen(router.select({ requestId: `m${i}`, tokens: PROMPT }, [{ instanceId: 'g2' }, { instanceId: 'g1' }]))).toBe('g1');
+    }
+  });
+
   it('tier events replay correctly after a gap, and a dump carries the tiers', async () => {
     const w = await offloadedWorker('w');
     const reference = new KvRouter({ blockSize: BS });

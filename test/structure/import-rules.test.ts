@@ -20,7 +20,8 @@ const MAY_IMPORT: Record<string, readonly string[]> = {
   'perf-model': ['proto', 'runtime'],
   grammar: ['proto', 'runtime'],
   runtime: ['proto'],
-  router: ['proto', 'runtime'],
+  // The latency cost (router/latency-estimator.ts) reads the shared step-time model.
+  router: ['proto', 'runtime', 'perf-model'],
   workers: ['proto', 'runtime', 'router', 'native', 'perf-model', 'grammar'],
   frontend: ['proto', 'runtime', 'router', 'grammar'],
   planner: ['proto', 'runtime', 'perf-model'],

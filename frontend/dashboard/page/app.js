@@ -265,10 +265,15 @@ function renderRouting(r) {
     .map((d) => {
       const cands = [...d.candidates]
         .sort((a, b) => (a.cost ?? 0) - (b.cost ?? 0))
-        .map((c) => `<span class="cand${c.instanceId === d.winner ? ' winner' : ''}" data-testid="candidate-${esc(c.instanceId)}" title="${esc(c.instanceId)}">${esc(shortId(c.instanceId))}${d.promptBlocks > 0 ? ` · overlap ${num(c.overlapBlocks)}/${num(d.promptBlocks)}` : ''}${c.cost === null ? '' : ` · cost ${fmt(c.cost, 2)}`}</span>`)
+        .map((c) => `<span class="cand${c.instanceId === d.winner ? ' winner' : ''}" data-testid="candidate-${esc(c.instanceId)}" title="${esc(c.instanceId)}">${esc(shortId(c.instanceId))}${d.promptBlocks > 0 ? ` · overlap ${num(c.overlapBlocks)}/${num(d.promptBlocks)}` : ''}${c.cost === null ? '' : ` · cost ${fmt(c.cost, 2)}`}${c.predictedTtftMs === undefined ? '' : ` · TTFT≈${fmt(c.predictedTtftMs, 1)} ms`}</span>`)
         .join('');
-      return `<div class="decision" data-testid="decision-${esc(d.requestId)}" data-request-id="${esc(d.requestId)}" data-winner="${esc(d.winner)}">
-<div class="head"><span>${clock(d.t)}</span><a data-inspect="${esc(d.requestId)}" title="inspect">${esc(d.requestId)}</a><span>→ <b class="wid">${esc(d.winner)}</b></span><span>${esc(d.decidedBy)}</span></div>
+      // --router-cost latency: the winner's predicted TTFT beside the measured one (the model's error).
+      const won = d.candidates.find((c) => c.instanceId === d.winner);
+      const predicted = won?.predictedTtftMs;
+      const ttft = predicted === undefined ? '' : `<span class="ttft" data-testid="ttft-${esc(d.requestId)}">TTFT predicted ${fmt(predicted, 1)} / measured ${d.measuredTtftMs === undefined ? '…' : fmt(d.measuredTtftMs, 1)} ms</span>`;
+      const attrs = `${predicted === undefined ? '' : ` data-predicted-ttft-ms="${predicted}"`}${d.measuredTtftMs === undefined ? '' : ` data-measured-ttft-ms="${d.measuredTtftMs}"`}`;
+      return `<div class="decision" data-testid="decision-${esc(d.requestId)}" data-request-id="${esc(d.requestId)}" data-winner="${esc(d.winner)}"${attrs}>
+<div class="head"><span>${clock(d.t)}</span><a data-inspect="${esc(d.requestId)}" title="inspect">${esc(d.requestId)}</a><span>→ <b class="wid">${esc(d.winner)}</b></span><span>${esc(d.decidedBy)}</span>${ttft}</div>
 <div class="cands">${cands}</div></div>`;
     })
     .join('');
