@@ -1,7 +1,15 @@
 // SimtDevice: host memory as device memory, copies done at once (or recorded while a graph is
 // being captured), kernels through the SIMT harness.
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
+#include <map>
+#include <mutex>
 #include <new>
 #include <thread>
 
@@ -43,7 +51,19 @@ class SimtDevice final : public Device {
     std::memset(p, 0xA5, bytes);
     return p;
   }
-  void free(void* p) noexcept override { std::free(p); }
+  void free(void* p) noexcept override {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      auto it = shared_.find(p);
+      if (it != shared_.end()) {
+        munmap(p, it->second.bytes);
+        shm_unlink(it->second.name.c_str());
+        shared_.erase(it);
+        return;
+      }
+    }
+    std::free(p);
+  }
   void* alloc_pinned(size_t bytes) override { return alloc(bytes); }
   void free_pinned(void* p) noexcept override { std::free(p); }
   void upload(void* dst, const void* src, size_t bytes) override { copy_now(dst, src, bytes); }
@@ -58,6 +78,64 @@ class SimtDevice final : public Device {
   }
   void synchronize() override {}
   void* stream() override { return nullptr; }
+
+  // CUDA IPC, emulated honestly: the exported memory is a named POSIX shared-memory segment
+  // (/dev/shm/tandem-simt-kv-<pid>-<n>) that a peer process maps by name, so two worker
+  // processes on --device simt run the same export/map/copy path a GPU pair does. The
+  // exporter unlinks the name when it frees the memory (a process killed with -9 leaves it).
+  void* make_exportable(void* p, size_t bytes) override {
+    static std::atomic<int> counter{0};
+    const std::string name = "/tandem-simt-kv-" + std::to_string(getpid()) + "-" + std::to_string(counter++);
+    const int fd = shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
+    if (fd < 0) throw NativeError(ErrorCode::kInternal, "simt device: shm_open " + name + ": " + std::strerror(errno));
+    void* q = MAP_FAILED;
+    if (ftruncate(fd, static_cast<off_t>(bytes)) == 0) q = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    const int err = errno;
+    close(fd);
+    if (q == MAP_FAILED) {
+      shm_unlink(name.c_str());
+      throw NativeError(ErrorCode::kResourceExhausted, "simt device: cannot map " + std::to_string(bytes) + " bytes of shared memory (" +
+                                                           std::strerror(err) + ")");
+    }
+    std::memcpy(q, p, bytes);
+    free(p);
+    std::lock_guard<std::mutex> lock(mu_);
+    shared_[q] = {name, bytes};
+    return q;
+  }
+  std::string export_handle(void* p, size_t bytes) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = shared_.find(p);
+    if (it == shared_.end() || it->second.bytes != bytes) {
+      throw NativeError(ErrorCode::kInternal, "simt device: export_handle of memory that make_exportable did not return");
+    }
+    return ipc_handle_header(kind(), bytes) + it->second.name;
+  }
+  void* open_ipc(const std::string& handle, size_t bytes) override {
+    const std::string name = ipc_handle_payload(handle, kind(), bytes);
+    const int fd = shm_open(name.c_str(), O_RDWR, 0);
+    if (fd < 0) {
+      throw NativeError(ErrorCode::kUnavailable, "simt device: the peer's pool " + name + " cannot be opened (" + std::strerror(errno) +
+                                                     "; has the peer exited?)");
+    }
+    struct stat st {};
+    void* q = MAP_FAILED;
+    if (fstat(fd, &st) == 0 && static_cast<size_t>(st.st_size) >= bytes) {
+      q = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    }
+    close(fd);
+    if (q == MAP_FAILED) throw NativeError(ErrorCode::kUnavailable, "simt device: cannot map the peer's pool " + name);
+    std::lock_guard<std::mutex> lock(mu_);
+    opened_[q] = bytes;
+    return q;
+  }
+  void close_ipc(void* p) noexcept override {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = opened_.find(p);
+    if (it == opened_.end()) return;
+    munmap(p, it->second);
+    opened_.erase(it);
+  }
   size_t free_bytes() override { return info_.total_bytes; }
   std::unique_ptr<Graph> capture(const std::function<void()>& record) override {
     simt::Capture c;
@@ -81,6 +159,13 @@ class SimtDevice final : public Device {
     if (bytes > 0) std::memcpy(dst, src, bytes);
   }
   DeviceInfo info_;
+  struct Shared {
+    std::string name;
+    size_t bytes = 0;
+  };
+  std::mutex mu_;
+  std::map<void*, Shared> shared_;   // exported by this process
+  std::map<void*, size_t> opened_;   // peers' memory mapped here
 };
 
 }  // namespace
