@@ -5,7 +5,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <map>
@@ -57,7 +56,7 @@ class SimtDevice final : public Device {
       auto it = shared_.find(p);
       if (it != shared_.end()) {
         munmap(p, it->second.bytes);
-        shm_unlink(it->second.name.c_str());
+        close(it->second.fd);
         shared_.erase(it);
         return;
       }
@@ -79,28 +78,26 @@ class SimtDevice final : public Device {
   void synchronize() override {}
   void* stream() override { return nullptr; }
 
-  // CUDA IPC, emulated honestly: the exported memory is a named POSIX shared-memory segment
-  // (/dev/shm/tandem-simt-kv-<pid>-<n>) that a peer process maps by name, so two worker
-  // processes on --device simt run the same export/map/copy path a GPU pair does. The
-  // exporter unlinks the name when it frees the memory (a process killed with -9 leaves it).
+  // CUDA IPC, emulated honestly: exported memory is an anonymous shared-memory file
+  // (memfd) that a peer process maps through /proc/<pid>/fd/<fd>, so two worker processes on
+  // --device simt run the same export/map/copy path a GPU pair does. Nothing is named in
+  // /dev/shm, so nothing leaks when the exporter is killed with -9; a peer that mapped the
+  // pool keeps the memory until it unmaps it.
   void* make_exportable(void* p, size_t bytes) override {
-    static std::atomic<int> counter{0};
-    const std::string name = "/tandem-simt-kv-" + std::to_string(getpid()) + "-" + std::to_string(counter++);
-    const int fd = shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
-    if (fd < 0) throw NativeError(ErrorCode::kInternal, "simt device: shm_open " + name + ": " + std::strerror(errno));
+    const int fd = memfd_create("tandem-simt-kv", MFD_CLOEXEC);
+    if (fd < 0) throw NativeError(ErrorCode::kInternal, std::string("simt device: memfd_create: ") + std::strerror(errno));
     void* q = MAP_FAILED;
     if (ftruncate(fd, static_cast<off_t>(bytes)) == 0) q = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    const int err = errno;
-    close(fd);
     if (q == MAP_FAILED) {
-      shm_unlink(name.c_str());
+      const int err = errno;
+      close(fd);
       throw NativeError(ErrorCode::kResourceExhausted, "simt device: cannot map " + std::to_string(bytes) + " bytes of shared memory (" +
                                                            std::strerror(err) + ")");
     }
     std::memcpy(q, p, bytes);
     free(p);
     std::lock_guard<std::mutex> lock(mu_);
-    shared_[q] = {name, bytes};
+    shared_[q] = {"/proc/" + std::to_string(getpid()) + "/fd/" + std::to_string(fd), bytes, fd};
     return q;
   }
   std::string export_handle(void* p, size_t bytes) override {
@@ -113,7 +110,7 @@ class SimtDevice final : public Device {
   }
   void* open_ipc(const std::string& handle, size_t bytes) override {
     const std::string name = ipc_handle_payload(handle, kind(), bytes);
-    const int fd = shm_open(name.c_str(), O_RDWR, 0);
+    const int fd = open(name.c_str(), O_RDWR | O_CLOEXEC);
     if (fd < 0) {
       throw NativeError(ErrorCode::kUnavailable, "simt device: the peer's pool " + name + " cannot be opened (" + std::strerror(errno) +
                                                      "; has the peer exited?)");
@@ -160,8 +157,9 @@ class SimtDevice final : public Device {
   }
   DeviceInfo info_;
   struct Shared {
-    std::string name;
+    std::string name;  // what a peer opens: /proc/<pid>/fd/<fd>
     size_t bytes = 0;
+    int fd = -1;
   };
   std::mutex mu_;
   std::map<void*, Shared> shared_;   // exported by this process
