@@ -28,7 +28,53 @@ export interface ModelCard {
   ucxWorkerAddress?: string;
   /** Bytes of KV per token (all layers), used to size transfers. */
   kvBytesPerToken?: number;
+  /** The pool's layout name, as hand-offs carry it (`KvTransferParams.layout`). */
+  kvLayoutName?: string;
+  /**
+   * The pool's layout as data (workers/kv-transfer/layout-descriptor.ts); absent on older
+   * workers and on the mocker, whose layout is read from `kvLayoutName`. Checked by its reader.
+   */
+  kvLayout?: KvLayoutDescriptor;
+  /** KV transports this worker can serve to peers (workers/kv-transfer/transport-choice.ts). */
+  kvTransports?: KvTransport[];
+  /** Where this worker's KV pool lives; a peer picks the transport from both placements. */
+  kvPlacement?: KvPlacement;
   eosTokenIds: number[];
+}
+
+/** A block_major.v1 KV pool's shape: what a peer needs to copy or convert its blocks. */
+export interface KvLayoutDescriptor {
+  order: 'block_major.v1';
+  /** Tokens per block. */
+  blockSize: number;
+  dtype: 'f32' | 'bf16';
+  numLayers: number;
+  numKvHeads: number;
+  headDim: number;
+  /** Tensor-parallel degree of the pool; only 1 exists today. */
+  tp: 1;
+}
+
+/**
+ * How KV moves between two workers' pools: `ucx-host` (host pools, UCX read), `cuda-ipc`
+ * (device pools on one node), `ucx-cuda` (device pools, UCX reads GPU memory), `staged`
+ * (device pools through pinned host bounce buffers).
+ */
+export type KvTransport = 'ucx-host' | 'cuda-ipc' | 'ucx-cuda' | 'staged';
+export const KV_TRANSPORTS: readonly KvTransport[] = ['ucx-host', 'cuda-ipc', 'ucx-cuda', 'staged'];
+
+/** Where a KV pool lives, as far as choosing a transport goes. Absent = a host pool (older workers). */
+export interface KvPlacement {
+  pool: 'host' | 'device';
+  /** The device API of a device pool ('cuda'). */
+  deviceKind?: string;
+  hostname: string;
+  /** /proc/sys/kernel/random/boot_id: tells two nodes with one hostname apart. */
+  bootId?: string;
+  /** The GPU a device pool is on (ordinal or UUID). */
+  gpuId?: string;
+  /** The worker's UCX build can register CUDA memory (UcxTransferAgent.cudaSupported). */
+  ucxCuda: boolean;
 }
 
 export const WORKER_ROLES: readonly WorkerRole[] = ['agg', 'prefill', 'decode'];
@@ -59,6 +105,11 @@ export function parseModelCard(value: unknown): ModelCardParse {
   if (!Array.isArray(v.eosTokenIds) || !v.eosTokenIds.every((t) => isInt(t) && t >= 0)) return fail('eosTokenIds must be an array of token ids');
   if (v.ucxWorkerAddress !== undefined && typeof v.ucxWorkerAddress !== 'string') return fail('ucxWorkerAddress must be a string');
   if (v.kvBytesPerToken !== undefined && (typeof v.kvBytesPerToken !== 'number' || !(v.kvBytesPerToken >= 0))) return fail('kvBytesPerToken must be a non-negative number');
+  if (v.kvLayoutName !== undefined && typeof v.kvLayoutName !== 'string') return fail('kvLayoutName must be a string');
+  if (v.kvLayout !== undefined && (typeof v.kvLayout !== 'object' || v.kvLayout === null || Array.isArray(v.kvLayout))) return fail('kvLayout must be an object');
+  // Unknown transport names are dropped by readers, not refused: a newer worker may serve more.
+  if (v.kvTransports !== undefined && (!Array.isArray(v.kvTransports) || !v.kvTransports.every((t) => typeof t === 'string'))) return fail('kvTransports must be an array of strings');
+  if (v.kvPlacement !== undefined && (typeof v.kvPlacement !== 'object' || v.kvPlacement === null || Array.isArray(v.kvPlacement))) return fail('kvPlacement must be an object');
   // Every field of ModelCard was checked above; the cast only forgets the index signature.
   return { ok: true, card: value as ModelCard };
 }

@@ -67,6 +67,10 @@ export interface KvTransferParams {
   layout: string;
   /** Opaque id the prefill side uses to release the pinned blocks. */
   transferId: string;
+  /** The prefill pool's layout as data; absent from older workers (read `layout` then). */
+  kvLayout?: KvLayoutDescriptor;
+  /** Where the prefill pool lives; absent = a host pool (older workers). */
+  kvPlacement?: KvPlacement;
 }
 
 /** Endpoint name of a worker's generate call (the model card names its component and endpoint). */
@@ -173,3 +177,4 @@ export * from './structured-output.js';
 export * from './dashboard.js';
 export * from './json.js';
 import type { StructuredOutputSpec } from './structured-output.js';
+import type { KvLayoutDescriptor, KvPlacement } from './model-card.js';

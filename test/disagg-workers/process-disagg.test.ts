@@ -32,12 +32,15 @@ async function metric(url: string, name: string): Promise<number> {
   return Number(line.slice(line.lastIndexOf(' ') + 1));
 }
 
+// The last row runs the prefill worker at --block-size 32 against a decode worker at 16: every
+// hand-off is read into staging and converted (workers/disagg/converting-pull.ts).
 const TRANSPORTS = [
-  { name: 'tcp', tls: 'tcp' },
-  { name: 'shared memory', tls: 'sm,self' },
+  { name: 'tcp', tls: 'tcp', prefillBlock: 16 },
+  { name: 'shared memory', tls: 'sm,self', prefillBlock: 16 },
+  { name: 'tcp, prefill block 32 → decode block 16', tls: 'tcp', prefillBlock: 32 },
 ];
 
-describe.skipIf(!isNativeBuilt() || !isUcxBuilt()).each(TRANSPORTS)('prefill and decode worker processes over UCX $name', ({ tls }) => {
+describe.skipIf(!isNativeBuilt() || !isUcxBuilt()).each(TRANSPORTS)('prefill and decode worker processes over UCX $name', ({ tls, prefillBlock }) => {
   let dir: string;
   let modelDir: string;
   let driver: DistributedRuntime;
@@ -72,7 +75,7 @@ describe.skipIf(!isNativeBuilt() || !isUcxBuilt()).each(TRANSPORTS)('prefill and
     modelDir = join(dir, 'qwen2');
     await makeTinyModel({ arch: 'qwen2', outDir: modelDir, dtype: 'f32', seed: 11 });
     [prefill, decode] = await Promise.all([
-      spawnWorker('prefill', ['--kv-release-timeout', String(RELEASE_TIMEOUT_S)]),
+      spawnWorker('prefill', ['--kv-release-timeout', String(RELEASE_TIMEOUT_S), '--block-size', String(prefillBlock)]),
       spawnWorker('decode', ['--kv-pull-timeout', '1']),
     ]);
     const fileRuntime = (name: string) =>
@@ -108,9 +111,10 @@ describe.skipIf(!isNativeBuilt() || !isUcxBuilt()).each(TRANSPORTS)('prefill and
     expect(first.tokens).toEqual(expected[0]);
     const all = await Promise.all(requests.map((r) => disagg(clients, { ...r, requestId: `${r.requestId}-b` }, decode.instanceId)));
     all.forEach((got, i) => expect(got.tokens, `request ${i}`).toEqual(expected[i]));
-    expect(all[1]!.prefill.usage!.cachedTokens).toBe(32); // two full shared blocks hit on the prefill worker
+    expect(all[1]!.prefill.usage!.cachedTokens).toBe(32); // the full shared blocks (2 × 16 or 1 × 32) hit on the prefill worker
     expect(await metric(decode.statusUrl, 'tandem_worker_kv_transfer_bytes_total')).toBeGreaterThan(0);
     expect(await metric(decode.statusUrl, 'tandem_worker_kv_recompute_fallbacks_total')).toBe(0);
+    if (prefillBlock !== 16) expect(await metric(decode.statusUrl, 'tandem_worker_kv_layout_conversions_total')).toBe(5);
     await waitFor(async () => (await metric(prefill.statusUrl, 'tandem_worker_kv_pinned_blocks')) === 0, 3_000, 'pins released');
     expect(await metric(prefill.statusUrl, 'tandem_worker_kv_active_blocks')).toBe(0);
     expect(await metric(decode.statusUrl, 'tandem_worker_kv_active_blocks')).toBe(0);
@@ -121,7 +125,7 @@ describe.skipIf(!isNativeBuilt() || !isUcxBuilt()).each(TRANSPORTS)('prefill and
     const request = greedy(tokens(50, 26), 400);
     const pre = await collect(clients.prefill.generate<PreprocessedRequest, TokenDelta>({ ...request, prefillOnly: true }));
     const params = pre.deltas[0]!.kvTransfer!;
-    expect(await metric(prefill.statusUrl, 'tandem_worker_kv_pinned_blocks')).toBe(4);
+    expect(await metric(prefill.statusUrl, 'tandem_worker_kv_pinned_blocks')).toBe(Math.ceil(50 / prefillBlock));
     const stream = clients.decode.generate<PreprocessedRequest, TokenDelta>(
       { ...request, tokenIds: [...request.tokenIds, ...pre.tokens], kvTransfer: params, stop: { ...request.stop, maxTokens: 399 }, numPriorOutputTokens: 1 },
       { routing: { mode: 'direct', instanceId: decode.instanceId } },
@@ -157,5 +161,54 @@ describe.skipIf(!isNativeBuilt() || !isUcxBuilt()).each(TRANSPORTS)('prefill and
     expect(await metric(decode.statusUrl, 'tandem_worker_kv_recompute_fallbacks_total')).toBe(1);
     await waitFor(async () => (await metric(decode.statusUrl, 'tandem_worker_kv_active_blocks')) === 0, 2_000, 'decode blocks freed');
     expect(await metric(decode.statusUrl, 'tandem_worker_kv_transfers_inflight')).toBe(0);
+  }, 40_000);
+  // A frozen prefill process (SIGSTOP) holds a tcp pull in flight for as long as the test
+  // wants, so the kill lands mid-pull every time. Over shared memory the decode side copies
+  // without the prefill's CPU, so nothing freezes there.
+  const prefillArgs = ['--kv-release-timeout', String(RELEASE_TIMEOUT_S), '--block-size', String(prefillBlock)];
+  const pullingDecode = (request: PreprocessedRequest, pre: { tokens: number[]; deltas: TokenDelta[] }, maxTokens: number) =>
+    collect(
+      clients.decode.generate<PreprocessedRequest, TokenDelta>(
+        { ...request, tokenIds: [...request.tokenIds, ...pre.tokens], kvTransfer: pre.deltas[0]!.kvTransfer!, stop: { ...request.stop, maxTokens }, numPriorOutputTokens: 1 },
+        { routing: { mode: 'direct', instanceId: decode.instanceId } },
+      ),
+    );
+
+  it.skipIf(tls !== 'tcp')('kill -9 of the prefill worker mid-pull: the decode worker recomputes and leaks no blocks', async () => {
+    prefill = await spawnWorker('prefill', prefillArgs);
+    await waitFor(() => clients.prefill.instance(prefill.instanceId) !== undefined, 10_000, 'new prefill worker');
+    const request = greedy(tokens(70, 28), 6);
+    const expected = await aggregated(request);
+    const pre = await collect(clients.prefill.generate<PreprocessedRequest, TokenDelta>({ ...request, prefillOnly: true }, { routing: { mode: 'direct', instanceId: prefill.instanceId } }));
+    const fallbacks = await metric(decode.statusUrl, 'tandem_worker_kv_recompute_fallbacks_total');
+    prefill.proc.kill('SIGSTOP');
+    const dec = pullingDecode(request, pre, 5);
+    await waitFor(async () => (await metric(decode.statusUrl, 'tandem_worker_kv_transfers_inflight')) === 1, 2_000, 'pull in flight');
+    prefill.proc.kill('SIGKILL');
+    await prefill.proc.exited();
+    expect([...pre.tokens, ...(await dec).tokens]).toEqual(expected);
+    expect(await metric(decode.statusUrl, 'tandem_worker_kv_recompute_fallbacks_total')).toBe(fallbacks + 1);
+    await waitFor(async () => (await metric(decode.statusUrl, 'tandem_worker_kv_active_blocks')) === 0, 2_000, 'decode blocks freed');
+    expect(await metric(decode.statusUrl, 'tandem_worker_kv_transfers_inflight')).toBe(0);
+  }, 40_000);
+
+  it.skipIf(tls !== 'tcp')('kill -9 of the decode worker mid-pull: the prefill pins are freed by --kv-release-timeout', async () => {
+    prefill = await spawnWorker('prefill', prefillArgs);
+    await waitFor(() => clients.prefill.instance(prefill.instanceId) !== undefined, 10_000, 'new prefill worker');
+    const request = greedy(tokens(70, 29), 6);
+    const pre = await collect(clients.prefill.generate<PreprocessedRequest, TokenDelta>({ ...request, prefillOnly: true }, { routing: { mode: 'direct', instanceId: prefill.instanceId } }));
+    expect(await metric(prefill.statusUrl, 'tandem_worker_kv_pinned_blocks')).toBe(Math.ceil(70 / prefillBlock));
+    prefill.proc.kill('SIGSTOP');
+    const dec = pullingDecode(request, pre, 5).catch((err: unknown) => err);
+    await waitFor(async () => (await metric(decode.statusUrl, 'tandem_worker_kv_transfers_inflight')) === 1, 2_000, 'pull in flight');
+    decode.proc.kill('SIGKILL');
+    await decode.proc.exited();
+    const killedAt = Date.now();
+    prefill.proc.kill('SIGCONT');
+    expect(await dec).toBeInstanceOf(Error);
+    await waitFor(async () => (await metric(prefill.statusUrl, 'tandem_worker_kv_pinned_blocks')) === 0, (RELEASE_TIMEOUT_S + 2) * 1000, 'pins freed by timeout');
+    expect(Date.now() - killedAt).toBeLessThan((RELEASE_TIMEOUT_S + 2) * 1000);
+    expect(await metric(prefill.statusUrl, 'tandem_worker_kv_release_timeouts_total')).toBe(1);
+    await waitFor(async () => (await metric(prefill.statusUrl, 'tandem_worker_kv_active_blocks')) === 0, 2_000, 'prefill blocks freed');
   }, 40_000);
 });

@@ -4,4 +4,4 @@ export { DecodeHandler, type DecodeHandlerDeps } from './decode-handler.js';
 export { KvImportService, DEFAULT_PULL_TIMEOUT_MS, type KvImportServiceOptions, type KvImportOutcome } from './kv-importer.js';
 export { PinnedBlocks, DEFAULT_KV_RELEASE_TIMEOUT_MS, type PinnedBlocksOptions, type PinEndReason } from './pinned-blocks.js';
 export { StampedKvPool, StampingEngine, stampedLayoutName, STAMP_MAGIC } from './stamped-kv.js';
-export { setupKvTransfer, setupNativeKvTransfer, DEFAULT_MOCKER_KV_BYTES_PER_TOKEN, type KvTransferSetup, type KvTransferSetupOptions } from './kv-pool-setup.js';
+export { setupKvTransfer, setupNativeKvTransfer, kvCardFields, DEFAULT_MOCKER_KV_BYTES_PER_TOKEN, type KvTransferSetup, type KvTransferSetupOptions } from './kv-pool-setup.js';

@@ -9,9 +9,22 @@
  *      then release(source) (fire and forget; a dead prefill worker just times out its pins)
  *   request ends → settle(source): release if no pull ever ran (aborted while waiting)
  */
-import type { KvTransferParams } from '../../proto/wire.js';
+import type { KvLayoutDescriptor, KvPlacement, KvTransferParams, KvTransport } from '../../proto/wire.js';
 import type { KvImporter, KvImportJob } from '../engine-loop/index.js';
-import type { KvPool, KvTransferAgent, KvTransferDescriptor } from '../kv-transfer/index.js';
+import {
+  chooseTransport,
+  compareLayouts,
+  legacyPlacement,
+  peerLayout,
+  type KvPool,
+  type KvTransferAgent,
+  type KvTransferDescriptor,
+  type LayoutCompatibility,
+} from '../kv-transfer/index.js';
+import { pullConverted } from './converting-pull.js';
+
+/** What a pull did to the bytes: nothing, or which conversion (block-convert.ts). */
+export type KvConversion = 'none' | 'block_size' | 'dtype' | 'block_size+dtype';
 
 export interface KvImportOutcome {
   ok: boolean;
@@ -19,6 +32,9 @@ export interface KvImportOutcome {
   blocks: number;
   bytes: number;
   seconds: number;
+  /** How the bytes moved (transport-choice.ts) and whether they were converted. */
+  transport?: KvTransport;
+  conversion?: KvConversion;
   /** Why the prompt is recomputed, when it is. */
   error?: unknown;
 }
@@ -26,6 +42,14 @@ export interface KvImportOutcome {
 export interface KvImportServiceOptions {
   agent: KvTransferAgent;
   pool: KvPool;
+  /**
+   * The local pool's layout as data. With it, a hand-off from a pool of another block size or
+   * element type (same model shape) is read into staging and converted; without it (the
+   * mocker), only equal layout names pull.
+   */
+  layout?: KvLayoutDescriptor;
+  /** Where the local pool lives (for the transport named in outcomes); a host pool if unset. */
+  placement?: KvPlacement;
   /** Calls `{ns}/prefill/kv_release` on source.prefillInstanceId. Errors are reported, not thrown. */
   release(source: KvTransferParams): Promise<void>;
   /**
@@ -83,8 +107,31 @@ export class KvImportService implements KvImporter {
     const n = job.localBlockIds.length;
     const bs = this.options.pool.blockBytes;
     if (n === 0) return { ok: true, blocks: 0, bytes: 0, seconds: 0 };
+    const remote = peerLayout(source.layout, source.kvLayout);
+    const local = this.options.layout;
+    const compat = remote !== undefined && local !== undefined ? compareLayouts(remote, local) : undefined;
+    const transport = chooseTransport(source.kvPlacement ?? legacyPlacement(), this.options.placement ?? legacyPlacement()).transport;
+    const conversion = conversionOf(compat);
+    if (compat?.kind === 'convert') {
+      try {
+        const result = await pullConverted({
+          agent: this.options.agent,
+          source,
+          remote: remote!,
+          pool: this.options.pool,
+          local: local!,
+          localBlockIds: job.localBlockIds,
+          firstBlock: job.firstBlock,
+          numTokens: job.numTokens,
+          timeoutMs: this.options.pullTimeoutMs ?? DEFAULT_PULL_TIMEOUT_MS,
+        });
+        return { ok: true, blocks: n, bytes: result.bytes, seconds: result.seconds, transport, conversion };
+      } catch (err) {
+        return { ok: false, blocks: 0, bytes: 0, seconds: 0, transport, conversion, error: err };
+      }
+    }
     if (source.blockIds.length < job.firstBlock + n) {
-      return { ok: false, blocks: 0, bytes: 0, seconds: 0, error: new Error(`kvTransfer names ${source.blockIds.length} blocks, ${job.firstBlock + n} needed`) };
+      return { ok: false, blocks: 0, bytes: 0, seconds: 0, transport, conversion, error: new Error(`kvTransfer names ${source.blockIds.length} blocks, ${job.firstBlock + n} needed`) };
     }
     const descriptor: KvTransferDescriptor = {
       ucxWorkerAddress: source.ucxWorkerAddress,
@@ -103,9 +150,9 @@ export class KvImportService implements KvImporter {
         this.numVerifyFailures++;
         return { ok: false, blocks: n, bytes: result.bytes, seconds: result.seconds, error: new Error(`pulled KV is wrong at position ${bad}`) };
       }
-      return { ok: true, blocks: n, bytes: n * bs, seconds: result.seconds };
+      return { ok: true, blocks: n, bytes: n * bs, seconds: result.seconds, transport, conversion };
     } catch (err) {
-      return { ok: false, blocks: 0, bytes: 0, seconds: 0, error: err };
+      return { ok: false, blocks: 0, bytes: 0, seconds: 0, transport, conversion, error: err };
     }
   }
 
@@ -114,4 +161,10 @@ export class KvImportService implements KvImporter {
     this.released.add(source.transferId);
     this.options.release(source).catch((err: unknown) => this.options.onReleaseError?.(source, err));
   }
+}
+
+function conversionOf(compat: LayoutCompatibility | undefined): KvConversion {
+  if (compat?.kind !== 'convert') return 'none';
+  if (compat.blockSize && compat.dtype) return 'block_size+dtype';
+  return compat.blockSize ? 'block_size' : 'dtype';
 }

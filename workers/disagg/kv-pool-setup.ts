@@ -11,7 +11,16 @@ import { totalmem } from 'node:os';
 import { ConfigError } from '../../runtime/errors.js';
 import type { Engine } from '../engines/engine.js';
 import type { NativeEngine, NativeEngineOptions } from '../engines/native/index.js';
-import { UcxTransferAgent, type KvPool, type KvTransferAgent, type KvTransferCounters } from '../kv-transfer/index.js';
+import type { KvLayoutDescriptor, KvPlacement, ModelCard } from '../../proto/wire.js';
+import {
+  UcxTransferAgent,
+  localPlacement,
+  peerLayout,
+  servableTransports,
+  type KvPool,
+  type KvTransferAgent,
+  type KvTransferCounters,
+} from '../kv-transfer/index.js';
 import { StampedKvPool, StampingEngine, stampedLayoutName } from './stamped-kv.js';
 
 export interface KvTransferSetupOptions {
@@ -29,7 +38,25 @@ export interface KvTransferSetup {
   pool: KvPool;
   /** Set for the mocker: checks that pulled blocks hold the right stamps. */
   stamps?: StampedKvPool;
+  /** The pool's layout as data; undefined for the mocker's stamped pool (pulls by equal name only). */
+  layout?: KvLayoutDescriptor;
+  /** Where the pool lives, for the transport choice and the model card. */
+  placement: KvPlacement;
   close(): void;
+}
+
+/** The model card's KV fields of a prefill/decode worker: layout name and descriptor, placement, transports. */
+export function kvCardFields(kv: Pick<KvTransferSetup, 'pool' | 'layout' | 'placement'>): Pick<ModelCard, 'kvLayoutName' | 'kvLayout' | 'kvPlacement' | 'kvTransports'> {
+  return {
+    kvLayoutName: kv.pool.layout,
+    ...(kv.layout !== undefined ? { kvLayout: kv.layout } : {}),
+    kvPlacement: kv.placement,
+    kvTransports: servableTransports(kv.placement),
+  };
+}
+
+function hostPlacement(agent: KvTransferAgent): KvPlacement {
+  return localPlacement({ poolOnHost: true, ucxCuda: agent.cudaSupported });
 }
 
 export const DEFAULT_MOCKER_KV_BYTES_PER_TOKEN = 1024;
@@ -57,6 +84,11 @@ function createAgent(options: Omit<KvTransferSetupOptions, 'kvBytesPerToken'>): 
   });
 }
 
+function withLayout(pool: KvPool): { layout?: KvLayoutDescriptor } {
+  const layout = peerLayout(pool.layout);
+  return layout !== undefined ? { layout } : {};
+}
+
 function poolArrayBuffer(pool: KvPool): ArrayBuffer {
   const b = pool.buffer;
   if (b instanceof ArrayBuffer && b.byteLength === pool.numBlocks * pool.blockBytes) return b;
@@ -79,7 +111,7 @@ export async function setupNativeKvTransfer(
     assertPoolFits(layout.numBlocks, layout.kvBytesPerBlock);
     const pool = agent.allocatePool({ numBlocks: layout.numBlocks, blockBytes: layout.kvBytesPerBlock, layout: nativeKvLayoutName(layout) });
     const engine = await createNativeEngine({ ...engineOptions, numBlocks: layout.numBlocks, kvPool: poolArrayBuffer(pool) });
-    return { engine, agent, pool, close: () => agent.close() };
+    return { engine, agent, pool, ...withLayout(pool), placement: hostPlacement(agent), close: () => agent.close() };
   } catch (err) {
     agent.close();
     throw err;
@@ -95,7 +127,7 @@ export function setupKvTransfer(engine: Engine, options: KvTransferSetupOptions)
       // load over sm); an allocated pool is mapped and read by the peer directly.
       const pool = agent.allocatePool({ numBlocks: native.info.numBlocks, blockBytes: native.model.kvBytesPerBlock, layout: native.kvLayoutName });
       native.adoptKvPool(poolArrayBuffer(pool));
-      return { engine, agent, pool, close: () => agent.close() };
+      return { engine, agent, pool, ...withLayout(pool), placement: hostPlacement(agent), close: () => agent.close() };
     }
     const { blockSize, numBlocks } = engine.info;
     const bytesPerToken = options.kvBytesPerToken;
@@ -103,7 +135,7 @@ export function setupKvTransfer(engine: Engine, options: KvTransferSetupOptions)
     const pool = agent.allocatePool({ numBlocks, blockBytes: blockSize * bytesPerToken, layout: stampedLayoutName(blockSize, bytesPerToken) });
     const buffer = pool.buffer instanceof ArrayBuffer ? pool.buffer : (pool.buffer.buffer as ArrayBuffer);
     const stamps = new StampedKvPool(buffer, blockSize, bytesPerToken);
-    return { engine: new StampingEngine(engine, stamps), agent, pool, stamps, close: () => agent.close() };
+    return { engine: new StampingEngine(engine, stamps), agent, pool, stamps, placement: hostPlacement(agent), close: () => agent.close() };
   } catch (err) {
     agent.close();
     throw err;

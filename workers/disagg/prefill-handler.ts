@@ -9,7 +9,7 @@
  * A cancelled prefill (the caller left before the answer) frees its blocks through the engine
  * loop; once the answer with kvTransfer is out, only kv_release or the timeout free them.
  */
-import type { InstanceId, KvReleaseRequest, KvReleaseResponse, KvTransferParams, PreprocessedRequest, TokenDelta, TokenLogprob } from '../../proto/wire.js';
+import type { InstanceId, KvLayoutDescriptor, KvPlacement, KvReleaseRequest, KvReleaseResponse, KvTransferParams, PreprocessedRequest, TokenDelta, TokenLogprob } from '../../proto/wire.js';
 import type { RequestContext } from '../../runtime/index.js';
 import type { EngineLoop } from '../engine-loop/index.js';
 import type { KvPool, KvTransferAgent } from '../kv-transfer/index.js';
@@ -22,6 +22,9 @@ export interface PrefillHandlerDeps {
   pool: KvPool;
   pinned: PinnedBlocks;
   instanceId: InstanceId;
+  /** Sent with each hand-off so the decode side can convert and pick a transport. */
+  layout?: KvLayoutDescriptor;
+  placement?: KvPlacement;
 }
 
 export class PrefillHandler {
@@ -75,6 +78,15 @@ export class PrefillHandler {
       throw err;
     }
     const transferId = pinned.pin(seqId, blockIds.length);
-    return { prefillInstanceId: instanceId, numTokens, transferId, ...descriptor, blockIds };
+    const { layout, placement } = this.deps;
+    return {
+      prefillInstanceId: instanceId,
+      numTokens,
+      transferId,
+      ...descriptor,
+      blockIds,
+      ...(layout !== undefined ? { kvLayout: layout } : {}),
+      ...(placement !== undefined ? { kvPlacement: placement } : {}),
+    };
   }
 }

@@ -11,3 +11,26 @@ export {
 } from './metrics.js';
 export { KvTransferError, UcxUnavailableError, fromAddonError } from './errors.js';
 export { isUcxBuilt, loadUcxAddon, ucxAddonCandidates, type RawAgentStats } from './addon.js';
+export {
+  BLOCK_MAJOR_V1,
+  BLOCK_MAJOR_V1_NAME,
+  KV_DTYPES,
+  blockBytes as layoutBlockBytes,
+  bytesPerToken as layoutBytesPerToken,
+  compareLayouts,
+  dtypeBytes,
+  formatLayoutName,
+  layerBytes,
+  layoutFromName,
+  parseLayoutDescriptor,
+  peerLayout,
+  requireConvertible,
+  tokenElems,
+  type KvDtype,
+  type KvLayoutDescriptor,
+  type LayoutCompatibility,
+  type LayoutParse,
+} from './layout-descriptor.js';
+export { bf16BitsToF32, blocksCovering, convertTokens, f32BitsToBf16, type BlockSpan } from './block-convert.js';
+export { KV_TRANSPORTS, chooseTransport, legacyPlacement, sameNode, servableTransports, type KvPlacement, type KvTransport, type TransportChoice } from './transport-choice.js';
+export { localPlacement, readBootId, type PlacementInput } from './placement.js';

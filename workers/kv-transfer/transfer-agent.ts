@@ -39,6 +39,8 @@ export interface KvTransferAgent {
   /** This worker's UCX address, hex: goes on the model card. */
   readonly workerAddress: string;
   readonly counters: KvTransferCounters;
+  /** The UCX build can register device (CUDA) memory; decides the transport (transport-choice.ts). */
+  readonly cudaSupported: boolean;
 
   /** Registers memory the caller owns (kept alive by the agent until release/close). */
   registerPool(memory: ArrayBuffer | ArrayBufferView, spec: PoolSpec): KvPool;

@@ -92,6 +92,9 @@ export class DisaggMetrics {
   private readonly pinnedBlocks: Gauge;
   private readonly pinnedTransfers: Gauge;
   private readonly releaseTimeouts: Counter;
+  private readonly byTransport: Counter;
+  private readonly conversions: Counter;
+  private readonly transportInfo: Gauge;
   private readonly labels: { model_name: string };
 
   constructor(registry: Registry, model: string, secondsBuckets: readonly number[], sources: DisaggGaugeSources = {}) {
@@ -131,6 +134,24 @@ export class DisaggMetrics {
       },
     });
     this.releaseTimeouts = new Counter({ name: 'tandem_worker_kv_release_timeouts_total', help: 'Pinned hand-offs freed by the release timeout (unclaimed)', labelNames: names, registers: [registry] });
+    this.byTransport = new Counter({
+      name: 'tandem_worker_kv_transfer_by_transport_total',
+      help: 'KV hand-offs imported, by transport (ucx-host, cuda-ipc, ucx-cuda, staged) and result',
+      labelNames: ['model_name', 'transport', 'result'],
+      registers: [registry],
+    });
+    this.conversions = new Counter({
+      name: 'tandem_worker_kv_layout_conversions_total',
+      help: 'KV hand-offs converted between layouts (block_size, dtype, block_size+dtype), by result',
+      labelNames: ['model_name', 'conversion', 'result'],
+      registers: [registry],
+    });
+    this.transportInfo = new Gauge({
+      name: 'tandem_worker_kv_transport_info',
+      help: "Always 1: this worker's KV pool placement, the transports it serves and its layout",
+      labelNames: ['model_name', 'pool', 'transports', 'layout'],
+      registers: [registry],
+    });
     for (const g of [this.transferGbps, this.transfersInflight, this.pinnedBlocks, this.pinnedTransfers]) g.set(this.labels, 0);
     for (const c of [this.transferBytes, this.fallbacks, this.releaseTimeouts]) c.inc(this.labels, 0);
   }
@@ -144,6 +165,18 @@ export class DisaggMetrics {
     } else {
       this.transferFailures.inc({ ...l, code: event.code ?? 'internal' });
     }
+  }
+
+  /** One hand-off's import, however it ended. */
+  imported(outcome: { ok: boolean; transport?: string; conversion?: string }): void {
+    const result = outcome.ok ? 'ok' : 'failed';
+    this.byTransport.inc({ ...this.labels, transport: outcome.transport ?? 'ucx-host', result });
+    if (outcome.conversion !== undefined && outcome.conversion !== 'none') this.conversions.inc({ ...this.labels, conversion: outcome.conversion, result });
+  }
+
+  /** The info gauge: set once at start. `transports` comma-separated, as on the model card. */
+  describeTransport(info: { pool: string; transports: readonly string[]; layout: string }): void {
+    this.transportInfo.set({ ...this.labels, pool: info.pool, transports: info.transports.join(','), layout: info.layout }, 1);
   }
 
   fallback(): void {

@@ -43,6 +43,7 @@ import {
   PrefillHandler,
   setupKvTransfer,
   setupNativeKvTransfer,
+  kvCardFields,
   type KvTransferSetup,
 } from '../disagg/index.js';
 import { TRANSFER_SECONDS_BUCKETS } from '../kv-transfer/index.js';
@@ -251,7 +252,7 @@ export async function startWorker(runtime: DistributedRuntime, options: WorkerOp
     metrics.update(loop.stats());
   }
 
-  const prefillHandler = disagg?.pinned ? new PrefillHandler({ loop, agent: kv!.agent, pool: kv!.pool, pinned: disagg.pinned, instanceId: runtime.instanceId }) : undefined;
+  const prefillHandler = disagg?.pinned ? new PrefillHandler({ loop, agent: kv!.agent, pool: kv!.pool, pinned: disagg.pinned, instanceId: runtime.instanceId, ...(kv!.layout ? { layout: kv!.layout } : {}), placement: kv!.placement }) : undefined;
   const decodeHandler = disagg?.importer ? new DecodeHandler({ loop, importer: disagg.importer, instanceId: runtime.instanceId }) : undefined;
   const run = (request: PreprocessedRequest, ctx: RequestContext): AsyncIterable<TokenDelta> =>
     prefillHandler?.generate(request, ctx) ?? decodeHandler?.generate(request, ctx) ?? loop.generate(request, ctx.signal);
@@ -293,6 +294,7 @@ export async function startWorker(runtime: DistributedRuntime, options: WorkerOp
     kvBytesPerToken: engine.info.kvBytesPerToken,
     eosTokenIds: config.eosTokenIds,
     ...(kv !== undefined ? { ucxWorkerAddress: kv.agent.workerAddress } : {}),
+    ...(kv !== undefined ? kvCardFields(kv) : {}),
   };
   const cardKey = modelKey(options.namespace, modelName, runtime.instanceId);
   await runtime.discovery.put(cardKey, card);
@@ -361,6 +363,7 @@ async function startDisagg(
     pins: () => ({ transfers: pinned?.size ?? 0, blocks: pinned?.numBlocks ?? 0 }),
   });
   const unsubscribe = kv.agent.counters.onTransfer((e) => dm.transfer(e));
+  dm.describeTransport({ pool: kv.placement.pool, transports: kvCardFields(kv).kvTransports ?? [], layout: kv.pool.layout });
 
   if (options.mode === 'prefill') {
     pinned = new PinnedBlocks({
@@ -384,7 +387,10 @@ async function startDisagg(
       ...(stamps !== undefined
         ? { verify: (job: KvImportJob) => stamps.firstMismatch(job.localBlockIds, job.tokenIds, job.firstBlock * stamps.blockSize, job.numTokens, job.firstBlock) }
         : {}),
+      ...(kv.layout !== undefined ? { layout: kv.layout } : {}),
+      placement: kv.placement,
       onOutcome: (job, outcome) => {
+        if (outcome.blocks > 0 || !outcome.ok) dm.imported(outcome);
         if (outcome.ok) return;
         dm.fallback();
         log.warn({ requestId: job.requestId, err: outcome.error }, 'KV import failed: computing the prompt here');

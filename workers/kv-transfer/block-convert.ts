@@ -1,0 +1,104 @@
+/**
+ * Host conversion of KV between two block_major.v1 layouts of one model shape: another block
+ * size (tokens are matched by absolute index, so block 32's slot 20 lands in block 16's slot 4
+ * of the next block) and/or another element type (f32 → bf16 rounds to nearest even;
+ * bf16 → f32 is exact). Pure: byte arrays in, byte arrays out, no transfer agent.
+ *
+ *   src table: blockIds[i] holds tokens [(firstBlock+i)·Bs, (firstBlock+i+1)·Bs)
+ *   dst table: the same with the destination's block size
+ *   for each layer, K then V: copy the runs of slots that are contiguous in both
+ *
+ * Same element type: each run is one `set` of bytes. Other element type: element by element.
+ */
+import { TandemError } from '../../runtime/errors.js';
+import { blockBytes, dtypeBytes, requireConvertible, tokenElems, type KvLayoutDescriptor } from './layout-descriptor.js';
+
+/** One side of a conversion: a block-major byte array and which of its blocks hold which tokens. */
+export interface BlockSpan {
+  /** The whole pool or staging buffer; block id k starts at byte k × blockBytes(layout). */
+  bytes: Uint8Array;
+  layout: KvLayoutDescriptor;
+  /** blockIds[i] holds the tokens of absolute block index firstBlock + i. */
+  blockIds: ArrayLike<number>;
+  firstBlock: number;
+}
+
+/** The blocks of `blockSize` tokens that hold tokens [fromToken, toToken): [first, first + count). */
+export function blocksCovering(fromToken: number, toToken: number, blockSize: number): { firstBlock: number; numBlocks: number } {
+  if (toToken <= fromToken) return { firstBlock: Math.floor(fromToken / blockSize), numBlocks: 0 };
+  const firstBlock = Math.floor(fromToken / blockSize);
+  return { firstBlock, numBlocks: Math.ceil(toToken / blockSize) - firstBlock };
+}
+
+/** f32 bit pattern → bf16 bit pattern, round to nearest, ties to even; NaN stays a (quiet) NaN. */
+export function f32BitsToBf16(bits: number): number {
+  if ((bits & 0x7f800000) === 0x7f800000 && (bits & 0x007fffff) !== 0) return ((bits >>> 16) | 0x0040) & 0xffff;
+  const u = bits >>> 0;
+  return ((u + 0x7fff + ((u >>> 16) & 1)) / 0x10000) & 0xffff;
+}
+
+export function bf16BitsToF32(bits: number): number {
+  return (bits << 16) >>> 0;
+}
+
+function words(bytes: Uint8Array, size: 2 | 4): Uint16Array | Uint32Array {
+  if (bytes.byteOffset % size !== 0) throw new TandemError('invalid_argument', `KV buffer at byte offset ${bytes.byteOffset} is not ${size}-byte aligned`);
+  const n = Math.floor(bytes.byteLength / size);
+  return size === 2 ? new Uint16Array(bytes.buffer, bytes.byteOffset, n) : new Uint32Array(bytes.buffer, bytes.byteOffset, n);
+}
+
+function blockIdFor(span: BlockSpan, token: number): number {
+  const i = Math.floor(token / span.layout.blockSize) - span.firstBlock;
+  const id = i >= 0 && i < span.blockIds.length ? span.blockIds[i] : undefined;
+  if (id === undefined) throw new TandemError('invalid_argument', `token ${token} is outside the block table (blocks ${span.firstBlock}..${span.firstBlock + span.blockIds.length - 1})`);
+  const bb = blockBytes(span.layout);
+  if (!Number.isSafeInteger(id) || id < 0 || (id + 1) * bb > span.bytes.byteLength) throw new TandemError('invalid_argument', `block ${id} is outside the buffer`);
+  return id;
+}
+
+/**
+ * Writes the KV of tokens [fromToken, toToken) from `src` into `dst`, converting block size
+ * and element type. Only those tokens' slots are written. Throws `invalid_argument` for layouts
+ * of another model shape, a token outside either table or a block outside either buffer.
+ */
+export function convertTokens(src: BlockSpan, dst: BlockSpan, fromToken: number, toToken: number): void {
+  requireConvertible(src.layout, dst.layout);
+  if (toToken <= fromToken) return;
+  const s = src.layout;
+  const d = dst.layout;
+  const elems = tokenElems(s);
+  const sameType = s.dtype === d.dtype;
+  const sWords = sameType ? undefined : words(src.bytes, dtypeBytes(s.dtype) as 2 | 4);
+  const dWords = sameType ? undefined : words(dst.bytes, dtypeBytes(d.dtype) as 2 | 4);
+  // Element offsets inside a block: [layer][kv][slot][elem].
+  const sKv = s.blockSize * elems;
+  const dKv = d.blockSize * elems;
+  const sBlock = blockBytes(s) / dtypeBytes(s.dtype);
+  const dBlock = blockBytes(d) / dtypeBytes(d.dtype);
+  const sBytes = dtypeBytes(s.dtype);
+  const dBytes = dtypeBytes(d.dtype);
+
+  let t = fromToken;
+  while (t < toToken) {
+    const sSlot = t % s.blockSize;
+    const dSlot = t % d.blockSize;
+    const run = Math.min(toToken - t, s.blockSize - sSlot, d.blockSize - dSlot);
+    const sBase = blockIdFor(src, t) * sBlock + sSlot * elems;
+    const dBase = blockIdFor(dst, t) * dBlock + dSlot * elems;
+    const n = run * elems;
+    for (let layer = 0; layer < s.numLayers; layer++) {
+      for (let kv = 0; kv < 2; kv++) {
+        const so = sBase + (2 * layer + kv) * sKv;
+        const dO = dBase + (2 * layer + kv) * dKv;
+        if (sameType) {
+          dst.bytes.set(src.bytes.subarray(so * sBytes, (so + n) * sBytes), dO * dBytes);
+        } else if (s.dtype === 'f32') {
+          for (let e = 0; e < n; e++) dWords![dO + e] = f32BitsToBf16(sWords![so + e]!);
+        } else {
+          for (let e = 0; e < n; e++) dWords![dO + e] = bf16BitsToF32(sWords![so + e]!);
+        }
+      }
+    }
+    t += run;
+  }
+}
