@@ -102,7 +102,8 @@ export class KvImportService implements KvImporter {
     this.released.delete(source.transferId);
   }
 
-  private async pull(job: KvImportJob): Promise<KvImportOutcome> {
+  /** Moves the KV; DeviceKvImporter overrides it for device pools. */
+  protected async pull(job: KvImportJob): Promise<KvImportOutcome> {
     const { source } = job;
     const n = job.localBlockIds.length;
     const bs = this.options.pool.blockBytes;

@@ -25,6 +25,12 @@ export interface PrefillHandlerDeps {
   /** Sent with each hand-off so the decode side can convert and pick a transport. */
   layout?: KvLayoutDescriptor;
   placement?: KvPlacement;
+  /**
+   * A device pool (device-kv-setup.ts): copies the blocks into the host pool UCX serves before
+   * the hand-off goes out (the staged path), and the handle a same-node peer maps the pool by.
+   */
+  stage?(blockIds: number[]): Promise<void>;
+  deviceHandle?: string;
 }
 
 export class PrefillHandler {
@@ -58,6 +64,14 @@ export class PrefillHandler {
       yield answer;
       return;
     }
+    if (this.deps.stage !== undefined) {
+      try {
+        await this.deps.stage(Array.from(table.subarray(0, loop.scheduler.blockManager.blocksFor(request.tokenIds.length))));
+      } catch (err) {
+        loop.releasePinned(seqId!);
+        throw err;
+      }
+    }
     answer.kvTransfer = this.pin(seqId!, table, request.tokenIds.length);
     yield answer;
   }
@@ -87,6 +101,7 @@ export class PrefillHandler {
       blockIds,
       ...(layout !== undefined ? { kvLayout: layout } : {}),
       ...(placement !== undefined ? { kvPlacement: placement } : {}),
+      ...(this.deps.deviceHandle !== undefined ? { kvDeviceHandle: this.deps.deviceHandle } : {}),
     };
   }
 }

@@ -47,6 +47,7 @@ import {
   type KvTransferSetup,
 } from '../disagg/index.js';
 import { TRANSFER_SECONDS_BUCKETS } from '../kv-transfer/index.js';
+import { DeviceKvImporter, isDeviceKvSetup, setupDeviceKvTransfer } from '../disagg/index.js';
 import type { Engine } from '../engines/engine.js';
 import type { NativeEngine } from '../engines/native/index.js';
 import { MockerEngine } from '../engines/mocker/index.js';
@@ -165,10 +166,10 @@ function nativeEngineOptions(options: WorkerOptions) {
 async function createEngineWithTransfer(options: WorkerOptions, config: ModelConfig): Promise<{ engine: Engine; kv?: KvTransferSetup }> {
   const ucx = options.ucxConfig !== undefined ? { ucxConfig: options.ucxConfig } : {};
   if (options.mode === 'agg') return { engine: await createEngine(options, config) };
-  if (options.engine === 'native' && options.device !== 'cpu') {
-    throw new ConfigError(
-      `--mode ${options.mode} with --device ${options.device}: KV transfer between GPU workers (CUDA IPC, GPU-memory UCX, staged copies) is not built yet; run GPU workers with --mode agg, or prefill/decode on --device cpu`,
-    );
+  if (options.engine === 'native' && options.device !== undefined && options.device !== 'cpu') {
+    // A device KV pool: CUDA IPC (SIMT: shared memory) to same-node peers, staged otherwise.
+    const kv = await setupDeviceKvTransfer(nativeEngineOptions(options), options.mode, ucx);
+    return { engine: kv.engine, kv };
   }
   if (options.engine === 'native') {
     const kv = await setupNativeKvTransfer(nativeEngineOptions(options), ucx);
@@ -252,7 +253,7 @@ export async function startWorker(runtime: DistributedRuntime, options: WorkerOp
     metrics.update(loop.stats());
   }
 
-  const prefillHandler = disagg?.pinned ? new PrefillHandler({ loop, agent: kv!.agent, pool: kv!.pool, pinned: disagg.pinned, instanceId: runtime.instanceId, ...(kv!.layout ? { layout: kv!.layout } : {}), placement: kv!.placement }) : undefined;
+  const prefillHandler = disagg?.pinned ? new PrefillHandler({ loop, agent: kv!.agent, pool: kv!.pool, pinned: disagg.pinned, instanceId: runtime.instanceId, ...(kv!.layout ? { layout: kv!.layout } : {}), placement: kv!.placement, ...deviceHandoff(kv!) }) : undefined;
   const decodeHandler = disagg?.importer ? new DecodeHandler({ loop, importer: disagg.importer, instanceId: runtime.instanceId }) : undefined;
   const run = (request: PreprocessedRequest, ctx: RequestContext): AsyncIterable<TokenDelta> =>
     prefillHandler?.generate(request, ctx) ?? decodeHandler?.generate(request, ctx) ?? loop.generate(request, ctx.signal);
@@ -379,7 +380,9 @@ async function startDisagg(
     const client = await runtime.namespace(options.namespace).component(COMPONENT_FOR_ROLE.prefill).endpoint(KV_RELEASE_ENDPOINT).client();
     releaseClient = client;
     const stamps = kv.stamps;
-    importer = new KvImportService({
+    const device = isDeviceKvSetup(kv) ? kv : undefined;
+    importer = new (device !== undefined ? DeviceKvImporter : KvImportService)({
+      ...(device !== undefined ? { engine: device.engine } : {}),
       agent: kv.agent,
       pool: kv.pool,
       pullTimeoutMs: options.kvPullTimeoutMs ?? DEFAULT_PULL_TIMEOUT_MS,
@@ -398,12 +401,16 @@ async function startDisagg(
       onReleaseError: (source, err) => log.debug({ transferId: source.transferId, err }, 'kv_release call failed (the prefill worker frees by timeout)'),
     });
   }
+  // A device importer maps each prefill pool once; unmap those whose worker left discovery.
+  const unwatchPeers = importer instanceof DeviceKvImporter && releaseClient !== undefined ? releaseClient.onChange((ids) => (importer as DeviceKvImporter).retainPeers(ids)) : undefined;
   return {
     parts: { kv, ...(pinned ? { pinned } : {}), ...(importer ? { importer } : {}) },
     ...(pinned ? { pinned } : {}),
     ...(importer ? { importer } : {}),
     close: () => {
       unsubscribe();
+      unwatchPeers?.();
+      if (importer instanceof DeviceKvImporter) importer.close();
       releaseClient?.close();
       kv.close();
     },
@@ -421,4 +428,10 @@ async function callRelease(client: EndpointClient, source: KvTransferParams): Pr
   for await (const _ of stream) {
     // one answer; draining it completes the call
   }
+}
+
+/** A prefill worker on a device pool stages hand-offs into its host pool and names its export handle. */
+function deviceHandoff(kv: KvTransferSetup): { stage?: (blockIds: number[]) => Promise<void>; deviceHandle?: string } {
+  if (!isDeviceKvSetup(kv)) return {};
+  return { ...(kv.stage !== undefined ? { stage: kv.stage } : {}), ...(kv.deviceHandle !== undefined ? { deviceHandle: kv.deviceHandle } : {}) };
 }
