@@ -131,4 +131,30 @@ describe.skipIf(!isNativeBuilt() || !isUcxBuilt()).each(ROWS)('device KV pools a
     await waitFor(async () => (await metric(decode.statusUrl, 'tandem_worker_kv_active_blocks')) === 0, 2_000, 'decode blocks freed');
     expect(await metric(decode.statusUrl, 'tandem_worker_kv_transfers_inflight')).toBe(0);
   }, 60_000);
+
+  // The staged import into a device pool, killed mid-read: a frozen (SIGSTOP) prefill process
+  // holds the UCX tcp read in flight until the kill lands. Nothing reaches the device pool
+  // (kvWriteBlocks runs only after a whole read), the prompt is recomputed, nothing leaks.
+  it.skipIf(transport !== 'ucx-host')('kill -9 of the prefill worker mid-read: the device decode worker recomputes and leaks no blocks', async () => {
+    prefill = await spawnWorker('prefill', prefillDevice, ['--kv-release-timeout', '2', '--block-size', String(prefillBlock)]);
+    await waitFor(() => clients.prefill.instance(prefill.instanceId) !== undefined, 10_000, 'new prefill worker');
+    const request = greedy(tokens(70, 36), 6);
+    const expected = await aggregated(request);
+    const pre = await collect(clients.prefill.generate<PreprocessedRequest, TokenDelta>({ ...request, prefillOnly: true }, { routing: { mode: 'direct', instanceId: prefill.instanceId } }));
+    const fallbacks = await metric(decode.statusUrl, 'tandem_worker_kv_recompute_fallbacks_total');
+    prefill.proc.kill('SIGSTOP');
+    const dec = collect(
+      clients.decode.generate<PreprocessedRequest, TokenDelta>(
+        { ...request, tokenIds: [...request.tokenIds, ...pre.tokens], kvTransfer: pre.deltas[0]!.kvTransfer!, stop: { ...request.stop, maxTokens: 5 }, numPriorOutputTokens: 1 },
+        { routing: { mode: 'direct', instanceId: decode.instanceId } },
+      ),
+    );
+    await waitFor(async () => (await metric(decode.statusUrl, 'tandem_worker_kv_transfers_inflight')) === 1, 3_000, 'read in flight');
+    prefill.proc.kill('SIGKILL');
+    await prefill.proc.exited();
+    expect([...pre.tokens, ...(await dec).tokens]).toEqual(expected);
+    expect(await metric(decode.statusUrl, 'tandem_worker_kv_recompute_fallbacks_total')).toBe(fallbacks + 1);
+    await waitFor(async () => (await metric(decode.statusUrl, 'tandem_worker_kv_active_blocks')) === 0, 2_000, 'decode blocks freed');
+    expect(await metric(decode.statusUrl, 'tandem_worker_kv_transfers_inflight')).toBe(0);
+  }, 60_000);
 });
