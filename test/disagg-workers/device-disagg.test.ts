@@ -4,8 +4,8 @@
  * IPC maps a GPU pool). Rows: simt → simt on one node (the IPC path: kvExportHandle,
  * kvOpenPeer once per prefill, one kvCopyFromPeer gather per hand-off), the same across block
  * sizes 32 → 16, and the staged paths between a device and a host pool (simt prefill →
- * cpu decode: device → host on the prefill, UCX read; cpu prefill → simt decode: UCX read,
- * host → device). The reference is an aggregated worker on the decode's device, in-process.
+ * cpu decode: device → host on the prefill, UCX read; cpu prefill at block 32 → simt decode at
+ * 16: UCX read, host → device converting block size and dtype). The reference is an aggregated worker on the decode's device, in-process.
  * Faults are real: kill -9 of the prefill worker after its hand-off.
  */
 import { mkdtemp, rm } from 'node:fs/promises';
@@ -40,7 +40,7 @@ const ROWS = [
   { name: 'simt → simt (shared-memory IPC)', prefill: 'simt', decode: 'simt', prefillBlock: 16, transport: 'cuda-ipc' },
   { name: 'simt block 32 → simt block 16 (IPC, converting)', prefill: 'simt', decode: 'simt', prefillBlock: 32, transport: 'cuda-ipc' },
   { name: 'simt → cpu (staged: device → host there)', prefill: 'simt', decode: 'cpu', prefillBlock: 16, transport: 'staged' },
-  { name: 'cpu → simt (UCX host read, host → device here)', prefill: 'cpu', decode: 'simt', prefillBlock: 16, transport: 'ucx-host' },
+  { name: 'cpu block 32 → simt block 16 (UCX host read, host → device here, converting f32 → bf16)', prefill: 'cpu', decode: 'simt', prefillBlock: 32, transport: 'ucx-host' },
 ] as const;
 
 describe.skipIf(!isNativeBuilt() || !isUcxBuilt()).each(ROWS)('device KV pools across worker processes: $name', ({ prefill: prefillDevice, decode: decodeDevice, prefillBlock, transport }) => {
