@@ -102,10 +102,13 @@ describe.skipIf(!isNativeBuilt() || !isUcxBuilt()).each(ROWS)('device KV pools a
   });
 
   it('greedy output equals aggregated, over the transport the placements call for', async () => {
-    const shared = tokens(40, 31);
+    // 50 shared tokens: the second request hits 48 of them on the decode worker (3 blocks of
+    // 16), which ends inside a source block of 32, so its copy starts mid-block (srcFirstToken).
+    const shared = tokens(50, 31);
     const requests = [greedy([...shared, ...tokens(9, 32)], 8), greedy([...shared, ...tokens(25, 33)], 6), greedy(tokens(70, 34), 6)];
     const expected = await Promise.all(requests.map(aggregated));
-    const got = await Promise.all(requests.map((r) => disagg(clients, r, decode.instanceId)));
+    const got = [await disagg(clients, requests[0]!, decode.instanceId)];  // caches the shared prefix on both sides
+    got.push(...(await Promise.all(requests.slice(1).map((r) => disagg(clients, r, decode.instanceId)))));
     got.forEach((g, i) => expect(g.tokens, `request ${i}`).toEqual(expected[i]));
     expect(await metric(decode.statusUrl, 'tandem_worker_kv_recompute_fallbacks_total')).toBe(0);
     expect(await metric(decode.statusUrl, 'tandem_worker_kv_transfer_by_transport_total', `transport="${transport}"`, 'result="ok"')).toBe(3);

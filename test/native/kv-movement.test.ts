@@ -55,6 +55,34 @@ describe('native KV movement', () => {
     expect(Array.from(got.logits)).toEqual(Array.from(want.logits));
   });
 
+  it('srcFirstToken: a copy that starts mid-block in the source lands from the first slot of the destination', async () => {
+    const a = await open('cpu', 16);
+    const b = await open('cpu', 32);
+    const prompt = tokens(PROMPT, a.info.vocabSize, 9);
+    const aTable = Int32Array.from([3, 0, 6]);
+    await prefill(a, aTable, prompt);
+    const src = new Uint8Array(3 * a.model.kvBytesPerBlock);
+    await a.kvReadBlocks(aTable, src);
+    await b.kvWriteBlocks(Int32Array.from([9]), src, { blockSize: 16, dtype: 'f32' }, undefined, 16);
+    const got = new Uint8Array(b.model.kvBytesPerBlock);
+    await b.kvReadBlocks(Int32Array.from([9]), got);
+    const L = a.model.numLayers, row = a.model.numKvHeads * a.model.headDim;
+    const s = new Float32Array(src.buffer), d = new Float32Array(got.buffer);
+    let mismatches = 0;
+    for (let t = 0; t < 24; t++) {  // tokens 16..39 of the prompt: b's slots 0..23
+      const at = t + 16;
+      for (let l = 0; l < L; l++) {
+        for (let kv = 0; kv < 2; kv++) {
+          const so = Math.floor(at / 16) * L * 2 * 16 * row + l * 2 * 16 * row + kv * 16 * row + (at % 16) * row;
+          const dO = l * 2 * 32 * row + kv * 32 * row + t * row;
+          for (let j = 0; j < row; j++) if (d[dO + j] !== s[so + j]) mismatches++;
+        }
+      }
+    }
+    expect(mismatches).toBe(0);
+    await expect(b.kvWriteBlocks(Int32Array.from([9]), src, { blockSize: 16, dtype: 'f32' }, undefined, 48)).rejects.toMatchObject({ code: 'invalid_argument' });
+  });
+
   it('cpu -> simt: f32 blocks of 16 written into a bf16 pool of 32 read back as their bf16 rounding', async () => {
     const a = await open('cpu', 16);
     const b = await open('simt', 32);

@@ -82,12 +82,12 @@ export class DeviceKvImporter extends KvImportService {
       return fail(new Error(`the prefill pool's layout (${source.layout}) is not this model's`));
     }
     const conversion = remote.blockSize !== local.blockSize || remote.dtype !== local.dtype ? (remote.blockSize !== local.blockSize ? (remote.dtype !== local.dtype ? 'block_size+dtype' : 'block_size') : 'dtype') : 'none';
-    // Tokens [from, to) land in the local blocks; the copy maps token 0 of the source span to
-    // token 0 of the local span, so the span must start on a source block boundary.
+    // Tokens [from, to) land in the local blocks (those before are a local prefix hit); the
+    // source span starts at the block holding `from`, `offset` tokens into it.
     const from = job.firstBlock * local.blockSize;
     const to = Math.min(job.numTokens, (job.firstBlock + n) * local.blockSize);
     const span = blocksCovering(from, to, remote.blockSize);
-    if (from % remote.blockSize !== 0) return fail(new Error(`a prefix hit ending at token ${from} is not on a source block boundary (${remote.blockSize})`));
+    const offset = from - span.firstBlock * remote.blockSize;
     if (source.blockIds.length < span.firstBlock + span.numBlocks) {
       return fail(new Error(`kvTransfer names ${source.blockIds.length} blocks, ${span.firstBlock + span.numBlocks} needed`));
     }
@@ -101,11 +101,11 @@ export class DeviceKvImporter extends KvImportService {
         const peer = this.peer(source, remoteCopyLayout);
         // No timeout: a local device copy ends on its own, and the import must not settle while
         // the copy may still write into the job's blocks.
-        await this.device.engine.kvCopyFromPeer(peer, srcIds, dstIds);
+        await this.device.engine.kvCopyFromPeer(peer, srcIds, dstIds, undefined, offset);
         bytes = span.numBlocks * source.blockBytes;
         this.numPeerCopies++;
       } else {
-        bytes = await this.staged(source, srcIds, dstIds);
+        bytes = await this.staged(source, srcIds, dstIds, offset);
         this.numStagedCopies++;
       }
       return { ok: true, blocks: n, bytes, seconds: (performance.now() - t0) / 1000, transport, conversion };
@@ -131,7 +131,7 @@ export class DeviceKvImporter extends KvImportService {
   }
 
   /** UCX read of the source's host blocks into a staging region, then host → device here. */
-  private async staged(source: KvTransferParams, srcIds: Int32Array, dstIds: Int32Array): Promise<number> {
+  private async staged(source: KvTransferParams, srcIds: Int32Array, dstIds: Int32Array, offset: number): Promise<number> {
     const { agent } = this.device;
     const staging = agent.allocatePool({ numBlocks: srcIds.length, blockBytes: source.blockBytes, layout: source.layout });
     try {
@@ -143,7 +143,7 @@ export class DeviceKvImporter extends KvImportService {
         { timeoutMs: this.device.pullTimeoutMs ?? DEFAULT_PULL_TIMEOUT_MS },
       );
       const remote = peerLayout(source.layout, source.kvLayout)!;
-      await this.device.engine.kvWriteBlocks(dstIds, poolBytes(staging), { blockSize: remote.blockSize, dtype: remote.dtype });
+      await this.device.engine.kvWriteBlocks(dstIds, poolBytes(staging), { blockSize: remote.blockSize, dtype: remote.dtype }, undefined, offset);
       return result.bytes;
     } finally {
       try {

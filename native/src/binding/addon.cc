@@ -412,7 +412,7 @@ class EngineHandle : public Napi::ObjectWrap<EngineHandle> {
                     dst);
   }
 
-  // kvWriteBlocks(ids: Int32Array, src: Uint8Array, srcLayout?: KvLayout, layers?: [l0, l1]): Promise<void>
+  // kvWriteBlocks(ids: Int32Array, src: Uint8Array, srcLayout?: KvLayout, layers?: [l0, l1], srcFirstToken?: number): Promise<void>
   Napi::Value kvWriteBlocks(const Napi::CallbackInfo& info) {
     Napi::Env env = info.Env();
     auto engine = require_open(env);
@@ -420,11 +420,12 @@ class EngineHandle : public Napi::ObjectWrap<EngineHandle> {
     Napi::Uint8Array src = bytes_arg(env, info[1], "kvWriteBlocks: src");
     const KvLayout layout = layout_arg(env, *engine, info[2]);
     const auto [l0, l1] = layers_arg(env, info[3]);
+    const int64_t first = info[4].IsNumber() ? static_cast<int64_t>(info[4].As<Napi::Number>().DoubleValue()) : 0;
     const uint8_t* data = src.Data();
     const size_t bytes = src.ByteLength();
     return queue_kv(env,
-                    [engine, ids = std::move(ids), data, bytes, layout, l0 = l0, l1 = l1] {
-                      engine->kv_write_blocks(ids, data, bytes, layout, l0, l1);
+                    [engine, ids = std::move(ids), data, bytes, layout, l0 = l0, l1 = l1, first] {
+                      engine->kv_write_blocks(ids, data, bytes, layout, l0, l1, first);
                     },
                     src);
   }
@@ -459,7 +460,7 @@ class EngineHandle : public Napi::ObjectWrap<EngineHandle> {
     }
   }
 
-  // kvCopyFromPeer(peer: number, srcIds: Int32Array, dstIds: Int32Array, layers?: [l0, l1]): Promise<void>
+  // kvCopyFromPeer(peer: number, srcIds: Int32Array, dstIds: Int32Array, layers?: [l0, l1], srcFirstToken?: number): Promise<void>
   Napi::Value kvCopyFromPeer(const Napi::CallbackInfo& info) {
     Napi::Env env = info.Env();
     auto engine = require_open(env);
@@ -468,9 +469,10 @@ class EngineHandle : public Napi::ObjectWrap<EngineHandle> {
     auto src = int32s(env, info[1], "kvCopyFromPeer: srcIds");
     auto dst = int32s(env, info[2], "kvCopyFromPeer: dstIds");
     const auto [l0, l1] = layers_arg(env, info[3]);
+    const int64_t first = info[4].IsNumber() ? static_cast<int64_t>(info[4].As<Napi::Number>().DoubleValue()) : 0;
     return queue_kv(env,
-                    [engine, peer, src = std::move(src), dst = std::move(dst), l0 = l0, l1 = l1] {
-                      engine->kv_copy_from_peer(peer, src, dst, l0, l1);
+                    [engine, peer, src = std::move(src), dst = std::move(dst), l0 = l0, l1 = l1, first] {
+                      engine->kv_copy_from_peer(peer, src, dst, l0, l1, first);
                     },
                     env.Undefined());
   }

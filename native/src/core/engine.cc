@@ -292,7 +292,7 @@ void Engine::kv_read_blocks(const std::vector<int32_t>& ids, void* dst, size_t d
 }
 
 void Engine::kv_write_blocks(const std::vector<int32_t>& ids, const void* src, size_t src_bytes, const KvLayout& src_layout,
-                             int l0, int l1) {
+                             int l0, int l1, int64_t src_first) {
   const auto [a, b] = kv_layers(l0, l1);
   kv_check_compatible(src_layout, "kvWriteBlocks");
   kv_check_ids(ids, kv_layout(), "kvWriteBlocks");
@@ -301,8 +301,12 @@ void Engine::kv_write_blocks(const std::vector<int32_t>& ids, const void* src, s
     throw NativeError(ErrorCode::kInvalidArgument, "kvWriteBlocks: src holds " + std::to_string(src_bytes) +
                                                        " bytes, not whole blocks of " + std::to_string(bb));
   }
+  if (src_first < 0 || (src_bytes > 0 && src_first >= static_cast<int64_t>(src_bytes / bb) * src_layout.block_size)) {
+    throw NativeError(ErrorCode::kInvalidArgument, "kvWriteBlocks: srcFirstToken outside src");
+  }
   std::lock_guard<std::mutex> lock(kv_mu_);
-  backend_->kv_write_blocks(ids.data(), static_cast<int32_t>(ids.size()), src, src_layout, static_cast<int64_t>(src_bytes / bb), a, b);
+  backend_->kv_write_blocks(ids.data(), static_cast<int32_t>(ids.size()), src, src_layout, static_cast<int64_t>(src_bytes / bb), a, b,
+                            src_first);
 }
 
 std::string Engine::kv_export_handle() {
@@ -322,15 +326,19 @@ int Engine::kv_open_peer(const std::string& handle, const KvLayout& peer) {
   return id;
 }
 
-void Engine::kv_copy_from_peer(int peer, const std::vector<int32_t>& src_ids, const std::vector<int32_t>& dst_ids, int l0, int l1) {
+void Engine::kv_copy_from_peer(int peer, const std::vector<int32_t>& src_ids, const std::vector<int32_t>& dst_ids, int l0, int l1,
+                               int64_t src_first) {
   const auto [a, b] = kv_layers(l0, l1);
   kv_check_ids(dst_ids, kv_layout(), "kvCopyFromPeer (dst)");
   std::lock_guard<std::mutex> lock(kv_mu_);
   auto it = peers_.find(peer);
   if (it == peers_.end()) throw NativeError(ErrorCode::kInvalidArgument, "kvCopyFromPeer: peer " + std::to_string(peer) + " is not open");
   kv_check_ids(src_ids, it->second.layout, "kvCopyFromPeer (src)");
+  if (src_first < 0 || (!src_ids.empty() && src_first >= static_cast<int64_t>(src_ids.size()) * it->second.layout.block_size)) {
+    throw NativeError(ErrorCode::kInvalidArgument, "kvCopyFromPeer: srcFirstToken outside srcIds");
+  }
   backend_->kv_copy_from_peer(it->second.base, it->second.layout, src_ids.data(), static_cast<int32_t>(src_ids.size()),
-                              dst_ids.data(), static_cast<int32_t>(dst_ids.size()), a, b);
+                              dst_ids.data(), static_cast<int32_t>(dst_ids.size()), a, b, src_first);
 }
 
 void Engine::kv_close_peer(int peer) {

@@ -144,14 +144,15 @@ class Engine {
   // Layer ranges are [l0, l1), l1 = -1 for all layers. Bad arguments: invalid_argument.
   /** Blocks ids into dst (ids.size() whole blocks of kv_layout(), back to back; dst_bytes checked). */
   void kv_read_blocks(const std::vector<int32_t>& ids, void* dst, size_t dst_bytes, int l0, int l1);
-  /** src holds whole blocks of src_layout (num_blocks ignored); tokens land by absolute index. */
+  /** src holds whole blocks of src_layout (num_blocks ignored); its tokens from src_first land in ids from token 0. */
   void kv_write_blocks(const std::vector<int32_t>& ids, const void* src, size_t src_bytes, const KvLayout& src_layout, int l0,
-                       int l1);
+                       int l1, int64_t src_first = 0);
   /** What a peer process passes to kv_open_peer; "" when the pool is host memory (UCX reads it). */
   std::string kv_export_handle();
   /** Maps a peer's pool (its layout with num_blocks); returns an id for kv_copy_from_peer. */
   int kv_open_peer(const std::string& handle, const KvLayout& peer);
-  void kv_copy_from_peer(int peer, const std::vector<int32_t>& src_ids, const std::vector<int32_t>& dst_ids, int l0, int l1);
+  void kv_copy_from_peer(int peer, const std::vector<int32_t>& src_ids, const std::vector<int32_t>& dst_ids, int l0, int l1,
+                         int64_t src_first = 0);
   void kv_close_peer(int peer);
   /** [0] forward passes begun, [1] layers whose K/V the latest has written (see Backend). */
   const int64_t* layer_progress() const { return backend_->layer_progress(); }

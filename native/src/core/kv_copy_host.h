@@ -37,7 +37,7 @@ inline void kv_copy_host(const gpu::KvCopyArgs& a) {
   for (int64_t t = 0; t < a.num_tokens; ++t) {
     for (int layer = a.layer_begin; layer < a.layer_end; ++layer) {
       for (int kv = 0; kv < 2; ++kv) {
-        const unsigned char* s = row(a.src, t, layer, kv);
+        const unsigned char* s = row(a.src, a.src_first + t, layer, kv);
         unsigned char* d = row(a.dst, t, layer, kv);
         if (a.src.elem_bytes == a.dst.elem_bytes) {
           std::memcpy(d, s, static_cast<size_t>(width * a.dst.elem_bytes));

@@ -85,11 +85,12 @@ void CpuBackend::kv_read_blocks(const int32_t* ids, int32_t n, void* dst, int l0
 }
 
 void CpuBackend::kv_write_blocks(const int32_t* ids, int32_t n, const void* src, const KvLayout& src_layout, int64_t src_blocks,
-                                 int l0, int l1) {
+                                 int l0, int l1, int64_t src_first) {
   gpu::KvCopyArgs a;
   a.src = kv_view(src_layout, src, nullptr);
   a.dst = kv_view(layout_, kv_base_, ids);
-  a.num_tokens = kv_copy_tokens(src_blocks, src_layout.block_size, n, layout_.block_size);
+  a.num_tokens = kv_copy_tokens(src_blocks, src_layout.block_size, n, layout_.block_size, src_first);
+  a.src_first = src_first;
   a.layer_begin = l0;
   a.layer_end = l1;
   kv_copy_host(a);

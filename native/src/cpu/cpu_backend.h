@@ -26,7 +26,7 @@ class CpuBackend final : public Backend {
   void adopt_kv_pool(void* base) override;
   void kv_read_blocks(const int32_t* ids, int32_t n, void* dst, int l0, int l1) override;
   void kv_write_blocks(const int32_t* ids, int32_t n, const void* src, const KvLayout& src_layout, int64_t src_blocks, int l0,
-                       int l1) override;
+                       int l1, int64_t src_first) override;
   const int64_t* layer_progress() const override { return progress_; }
 
  private:

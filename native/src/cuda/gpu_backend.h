@@ -49,12 +49,12 @@ class GpuBackend final : public Backend {
   // KV movement (gpu_backend_kv.cc): the copy kernel on the device's side stream.
   void kv_read_blocks(const int32_t* ids, int32_t n, void* dst, int l0, int l1) override;
   void kv_write_blocks(const int32_t* ids, int32_t n, const void* src, const KvLayout& src_layout, int64_t src_blocks, int l0,
-                       int l1) override;
+                       int l1, int64_t src_first) override;
   std::string kv_export_handle() override;
   void* kv_open_peer(const std::string& handle, size_t bytes) override;
   void kv_close_peer(void* base) override;
   void kv_copy_from_peer(void* peer_base, const KvLayout& peer, const int32_t* src_ids, int32_t ns, const int32_t* dst_ids,
-                         int32_t nd, int l0, int l1) override;
+                         int32_t nd, int l0, int l1, int64_t src_first) override;
   const int64_t* layer_progress() const override { return progress_; }
 
   /** Forward passes that replayed a captured graph (tests, benchmarks). */

@@ -77,26 +77,27 @@ void GpuBackend::kv_read_blocks(const int32_t* ids, int32_t n, void* dst, int l0
   }
 }
 
-// Chunks of src tokens (a multiple of both block sizes) go src -> pinned -> the kernel, which
+// Chunks of tokens (a multiple of both block sizes) go src -> pinned -> the kernel, which
 // converts block size and dtype on the way into the pool. The host fills one half while the
-// kernel reads the other.
+// kernel reads the other. A chunk's source blocks start at the block holding its first token.
 void GpuBackend::kv_write_blocks(const int32_t* ids, int32_t n, const void* src, const KvLayout& s, int64_t src_blocks, int l0,
-                                 int l1) {
-  const int64_t tokens = kv_copy_tokens(src_blocks, s.block_size, n, layout_.block_size);
+                                 int l1, int64_t src_first) {
+  const int64_t tokens = kv_copy_tokens(src_blocks, s.block_size, n, layout_.block_size, src_first);
   if (tokens <= 0 || l1 <= l0) return;
   const size_t sbb = s.bytes_per_block();
   const size_t layer_bytes = static_cast<size_t>(s.layer_stride()) * s.elem_bytes;
   const int64_t unit = std::lcm(s.block_size, layout_.block_size);
   const int64_t unit_bytes = static_cast<int64_t>(sbb) * (unit / s.block_size);
   const int64_t chunk_tokens = unit * std::max<int64_t>(1, static_cast<int64_t>(kKvStagingHalfBytes) / unit_bytes);
-  const size_t data_bytes = align16(static_cast<size_t>(chunk_tokens / s.block_size) * sbb);
+  const size_t data_bytes = align16(static_cast<size_t>(chunk_tokens / s.block_size + 1) * sbb);
   const size_t half = data_bytes + align16(static_cast<size_t>(chunk_tokens / layout_.block_size + 1) * 4);
   auto* base = static_cast<unsigned char*>(kv_staging(2 * half));
   void* side = device_->side_stream();
+  auto first_block = [&](int64_t t0) { return (src_first + t0) / s.block_size; };
   auto fill = [&](int64_t t0, int h) {
     const int64_t t1 = std::min(tokens, t0 + chunk_tokens);
     unsigned char* data = base + h * half;
-    const int64_t b0 = t0 / s.block_size, b1 = (t1 + s.block_size - 1) / s.block_size;
+    const int64_t b0 = first_block(t0), b1 = (src_first + t1 + s.block_size - 1) / s.block_size;
     const auto* in = static_cast<const unsigned char*>(src) + static_cast<size_t>(b0) * sbb;
     if (l0 == 0 && l1 == s.num_layers) {
       std::memcpy(data, in, static_cast<size_t>(b1 - b0) * sbb);
@@ -115,6 +116,7 @@ void GpuBackend::kv_write_blocks(const int32_t* ids, int32_t n, const void* src,
     a.src = kv_view(s, data, nullptr);
     a.dst = kv_view(layout_, kv_, reinterpret_cast<const int32_t*>(data + data_bytes));
     a.num_tokens = std::min(tokens, t0 + chunk_tokens) - t0;
+    a.src_first = src_first + t0 - first_block(t0) * s.block_size;
     a.layer_begin = l0;
     a.layer_end = l1;
     kv_copy_->copy(a, side);
@@ -150,8 +152,8 @@ void GpuBackend::kv_close_peer(void* base) { device_->close_ipc(base); }
 
 // One launch for the whole table: the kernel reads the mapped peer pool and writes ours.
 void GpuBackend::kv_copy_from_peer(void* peer_base, const KvLayout& peer, const int32_t* src_ids, int32_t ns,
-                                   const int32_t* dst_ids, int32_t nd, int l0, int l1) {
-  const int64_t tokens = kv_copy_tokens(ns, peer.block_size, nd, layout_.block_size);
+                                   const int32_t* dst_ids, int32_t nd, int l0, int l1, int64_t src_first) {
+  const int64_t tokens = kv_copy_tokens(ns, peer.block_size, nd, layout_.block_size, src_first);
   if (tokens <= 0 || l1 <= l0) return;
   auto* ids = static_cast<int32_t*>(kv_staging(static_cast<size_t>(ns + nd) * 4));
   std::memcpy(ids, src_ids, static_cast<size_t>(ns) * 4);
@@ -160,6 +162,7 @@ void GpuBackend::kv_copy_from_peer(void* peer_base, const KvLayout& peer, const 
   a.src = kv_view(peer, peer_base, ids);
   a.dst = kv_view(layout_, kv_, ids + ns);
   a.num_tokens = tokens;
+  a.src_first = src_first;
   a.layer_begin = l0;
   a.layer_end = l1;
   kv_copy_->copy(a, device_->side_stream());

@@ -32,7 +32,8 @@ struct KvPoolView {
 struct KvCopyArgs {
   KvPoolView src;
   KvPoolView dst;
-  int64_t num_tokens = 0;  // tokens of the table to copy (from token 0)
+  int64_t num_tokens = 0;  // tokens to copy
+  int64_t src_first = 0;   // token 0 of the copy is token src_first of the source table (dst: token 0)
   int32_t layer_begin = 0;
   int32_t layer_end = 0;
 };
@@ -43,7 +44,8 @@ class KvCopyApi {
   virtual const char* target() const = 0;
   /**
    * Queues the copy on `stream`. The caller checked the layouts agree on layers and slot width
-   * and that every id is in range; the ids arrays hold ceil(num_tokens / block_size) entries.
+   * and that every id is in range; the ids arrays cover src_first + num_tokens (source) and
+   * num_tokens (destination) tokens.
    */
   virtual void copy(const KvCopyArgs& a, void* stream) = 0;
   /** Queues `*slot = value` on `stream` (layer progress: slot is mapped pinned host memory). */

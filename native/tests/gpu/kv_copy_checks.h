@@ -1,7 +1,7 @@
 // The KV block copy kernel (kernels/kv_copy.cuh) against the host copy (core/kv_copy_host.h):
 // every pair of source/destination block size (16, 32) and dtype (f32, bf16), whole and
 // partial layer ranges, shuffled block tables and a packed (identity) side, a token count that
-// ends mid-block. The destination starts as garbage, and every byte of it is compared, so a
+// ends mid-block, a source that starts mid-block (src_first). The destination starts as garbage, and every byte of it is compared, so a
 // write outside the copied rows fails as much as a wrong value.
 #pragma once
 
@@ -43,7 +43,9 @@ inline void test_kv_copy(Gpu& g) {
               dst = src;
               dst.block_size = dst_bs;
               dst.elem_bytes = dst_eb;
-              const int64_t src_blocks = (tokens + src_bs - 1) / src_bs, dst_blocks = (tokens + dst_bs - 1) / dst_bs;
+              // A pool source starts mid-block (src_first 7: a copy after a prefix hit at another block size).
+              const int64_t src_first = packed_src ? 0 : 7;
+              const int64_t src_blocks = (src_first + tokens + src_bs - 1) / src_bs, dst_blocks = (tokens + dst_bs - 1) / dst_bs;
               // Tables: distinct ids in a shuffled order (a packed side has none: block i is i).
               std::vector<int32_t> src_ids(pool_blocks), dst_ids(pool_blocks);
               std::iota(src_ids.begin(), src_ids.end(), 0);
@@ -81,6 +83,7 @@ inline void test_kv_copy(Gpu& g) {
               ref.dst.base = want.data();
               ref.dst.ids = dst_ids.data();
               ref.num_tokens = tokens;
+              ref.src_first = src_first;
               ref.layer_begin = range.first;
               ref.layer_end = range.second;
               tandem::kv_copy_host(ref);

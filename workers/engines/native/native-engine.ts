@@ -188,10 +188,13 @@ export class NativeEngine implements Engine {
     }
   }
 
-  /** Whole blocks of `srcLayout` (default: ours) into blocks `ids`, converting block size and dtype. */
-  async kvWriteBlocks(ids: Int32Array, src: Uint8Array, srcLayout?: RawKvCopyLayout, layers?: [number, number]): Promise<void> {
+  /**
+   * Whole blocks of `srcLayout` (default: ours) into blocks `ids`, converting block size and
+   * dtype; the source's tokens from `srcFirstToken` land from the first slot of ids[0].
+   */
+  async kvWriteBlocks(ids: Int32Array, src: Uint8Array, srcLayout?: RawKvCopyLayout, layers?: [number, number], srcFirstToken = 0): Promise<void> {
     try {
-      await this.requireHandle().kvWriteBlocks(ids, src, srcLayout, layers);
+      await this.requireHandle().kvWriteBlocks(ids, src, srcLayout, layers, srcFirstToken);
     } catch (err) {
       throw fromNativeError(err);
     }
@@ -214,9 +217,10 @@ export class NativeEngine implements Engine {
     }
   }
 
-  async kvCopyFromPeer(peer: number, srcIds: Int32Array, dstIds: Int32Array, layers?: [number, number]): Promise<void> {
+  /** The peer's tokens from `srcFirstToken` of `srcIds` into `dstIds` from its first slot. */
+  async kvCopyFromPeer(peer: number, srcIds: Int32Array, dstIds: Int32Array, layers?: [number, number], srcFirstToken = 0): Promise<void> {
     try {
-      await this.requireHandle().kvCopyFromPeer(peer, srcIds, dstIds, layers);
+      await this.requireHandle().kvCopyFromPeer(peer, srcIds, dstIds, layers, srcFirstToken);
     } catch (err) {
       throw fromNativeError(err);
     }

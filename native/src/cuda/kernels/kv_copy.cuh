@@ -47,13 +47,13 @@ TD_GLOBAL void TD_LAUNCH_BOUNDS(kKvCopyThreads) kv_copy_kernel(KvCopyArgs a) {
     const int64_t vecs = width * static_cast<int64_t>(sizeof(S)) / 16;
     for (int64_t c = threadIdx.x; c < rows * vecs; c += blockDim.x) {
       const int64_t r = c / vecs, j = c % vecs;
-      const auto* s = reinterpret_cast<const td::vec16*>(kv_row<S>(a.src, first + r, layer, kv));
+      const auto* s = reinterpret_cast<const td::vec16*>(kv_row<S>(a.src, a.src_first + first + r, layer, kv));
       reinterpret_cast<td::vec16*>(dst + r * width)[j] = s[j];
     }
   } else {
     for (int64_t e = threadIdx.x; e < rows * width; e += blockDim.x) {
       const int64_t r = e / width, j = e % width;
-      kv_store<D>(dst + r * width + j, kv_load<S>(kv_row<S>(a.src, first + r, layer, kv) + j));
+      kv_store<D>(dst + r * width + j, kv_load<S>(kv_row<S>(a.src, a.src_first + first + r, layer, kv) + j));
     }
   }
 }
