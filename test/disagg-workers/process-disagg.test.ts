@@ -115,6 +115,11 @@ describe.skipIf(!isNativeBuilt() || !isUcxBuilt()).each(TRANSPORTS)('prefill and
     expect(await metric(decode.statusUrl, 'tandem_worker_kv_transfer_bytes_total')).toBeGreaterThan(0);
     expect(await metric(decode.statusUrl, 'tandem_worker_kv_recompute_fallbacks_total')).toBe(0);
     if (prefillBlock !== 16) expect(await metric(decode.statusUrl, 'tandem_worker_kv_layout_conversions_total')).toBe(5);
+    // How a user checks the transport: the ready log line and the info gauge.
+    const ready = JSON.parse(await prefill.proc.waitForLine(/"msg":"worker ready"/)) as { kvPool: string; kvTransports: string[]; kvLayout: string };
+    expect(ready).toMatchObject({ kvPool: 'host', kvTransports: ['ucx-host'] });
+    expect(ready.kvLayout).toContain(`block=${prefillBlock};f32`);
+    expect(await metric(decode.statusUrl, 'tandem_worker_kv_transport_info')).toBe(1);
     await waitFor(async () => (await metric(prefill.statusUrl, 'tandem_worker_kv_pinned_blocks')) === 0, 3_000, 'pins released');
     expect(await metric(prefill.statusUrl, 'tandem_worker_kv_active_blocks')).toBe(0);
     expect(await metric(decode.statusUrl, 'tandem_worker_kv_active_blocks')).toBe(0);

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { blockRanges, rangeBytes, rangeCount, RANGE_STRIDE } from '../../workers/kv-transfer/index.js';
+import { blockRanges, blockSliceRanges, rangeBytes, rangeCount, RANGE_STRIDE } from '../../workers/kv-transfer/index.js';
 
 const triples = (r: Float64Array) => Array.from({ length: r.length / RANGE_STRIDE }, (_, i) => Array.from(r.subarray(i * 3, i * 3 + 3)));
 
@@ -53,5 +53,22 @@ describe('blockRanges: coalescing block copies into gets', () => {
   it('accepts typed arrays as block id lists', () => {
     const r = blockRanges(Int32Array.of(0, 1, 2, 3), Int32Array.of(4, 5, 6, 7), 8);
     expect(triples(r)).toEqual([[0, 32, 32]]);
+  });
+});
+
+describe('blockSliceRanges: one byte slice of every block (a layer range)', () => {
+  it('layers [2, 4) of 100-byte layers in 800-byte blocks: one get per block at offset 200', () => {
+    const r = blockSliceRanges([3, 4], [0, 1], 800, 200, 200);
+    expect(triples(r)).toEqual([
+      [2600, 200, 200],
+      [3400, 1000, 200],
+    ]);
+    expect(rangeBytes(r)).toBe(400);
+  });
+
+  it('the whole block coalesces like blockRanges; a slice outside the block is refused', () => {
+    expect(triples(blockSliceRanges([3, 4], [0, 1], 800, 0, 800))).toEqual([[2400, 0, 1600]]);
+    expect(() => blockSliceRanges([0], [0], 800, 700, 200)).toThrow(/not inside a block/);
+    expect(() => blockSliceRanges([0, 1], [0], 800, 0, 100)).toThrow(/differ in length/);
   });
 });

@@ -4,7 +4,7 @@
  */
 import { describe, expect, it } from 'vitest';
 import type { KvPlacement, KvTransport } from '../../proto/wire.js';
-import { chooseTransport, legacyPlacement, sameNode, servableTransports } from '../../workers/kv-transfer/transport-choice.js';
+import { chooseTransport, legacyPlacement, parsePlacement, sameNode, servableTransports } from '../../workers/kv-transfer/transport-choice.js';
 
 const cpu = (hostname: string, bootId?: string): KvPlacement => ({ pool: 'host', hostname, ...(bootId ? { bootId } : {}), ucxCuda: false });
 const gpu = (hostname: string, gpuId: string, ucxCuda = false, bootId?: string): KvPlacement => ({
@@ -48,6 +48,18 @@ describe('chooseTransport', () => {
     expect(sameNode(cpu('a', 'x'), cpu('a', 'y'))).toBe(false);
     expect(sameNode(cpu('a'), cpu('a', 'y'))).toBe(true);
     expect(sameNode(legacyPlacement(), legacyPlacement())).toBe(false);
+  });
+});
+
+describe('parsePlacement (a peer\'s placement, read at the edge)', () => {
+  it('keeps a valid placement, drops unknown fields, and refuses what it cannot read', () => {
+    const g = gpu('a', '0', true, 'x');
+    expect(parsePlacement({ ...g, extra: 1 })).toEqual(g);
+    expect(parsePlacement(cpu('a'))).toEqual(cpu('a'));
+    expect(parsePlacement({ ...g, pool: 'nvme' })).toBeUndefined();
+    expect(parsePlacement({ ...g, ucxCuda: 'yes' })).toBeUndefined();
+    expect(parsePlacement({ ...g, gpuId: 0 })).toBeUndefined();
+    expect(parsePlacement(undefined)).toBeUndefined();
   });
 });
 

@@ -15,6 +15,7 @@ import {
   chooseTransport,
   compareLayouts,
   legacyPlacement,
+  parsePlacement,
   peerLayout,
   type KvPool,
   type KvTransferAgent,
@@ -111,7 +112,7 @@ export class KvImportService implements KvImporter {
     const remote = peerLayout(source.layout, source.kvLayout);
     const local = this.options.layout;
     const compat = remote !== undefined && local !== undefined ? compareLayouts(remote, local) : undefined;
-    const transport = chooseTransport(source.kvPlacement ?? legacyPlacement(), this.options.placement ?? legacyPlacement()).transport;
+    const transport = chooseTransport(parsePlacement(source.kvPlacement) ?? legacyPlacement(), this.options.placement ?? legacyPlacement()).transport;
     const conversion = conversionOf(compat);
     if (compat?.kind === 'convert') {
       try {

@@ -2,7 +2,7 @@
 export type { KvTransferAgent, KvPool, PoolSpec, PullOptions, PullResult } from './transfer-agent.js';
 export { UcxTransferAgent, type UcxTransferAgentOptions } from './ucx-transfer-agent.js';
 export { checkDescriptor, type KvTransferDescriptor } from './descriptor.js';
-export { blockRanges, rangeBytes, rangeCount, RANGE_STRIDE } from './ranges.js';
+export { blockRanges, blockSliceRanges, rangeBytes, rangeCount, RANGE_STRIDE } from './ranges.js';
 export {
   KvTransferCounters,
   TRANSFER_SECONDS_BUCKETS,
@@ -32,5 +32,5 @@ export {
   type LayoutParse,
 } from './layout-descriptor.js';
 export { bf16BitsToF32, blocksCovering, convertTokens, f32BitsToBf16, type BlockSpan } from './block-convert.js';
-export { KV_TRANSPORTS, chooseTransport, legacyPlacement, sameNode, servableTransports, type KvPlacement, type KvTransport, type TransportChoice } from './transport-choice.js';
+export { KV_TRANSPORTS, chooseTransport, legacyPlacement, parsePlacement, sameNode, servableTransports, type KvPlacement, type KvTransport, type TransportChoice } from './transport-choice.js';
 export { localPlacement, readBootId, type PlacementInput } from './placement.js';

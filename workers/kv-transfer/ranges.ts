@@ -71,3 +71,30 @@ export function rangeBytes(ranges: Float64Array): number {
 export function rangeCount(ranges: Float64Array): number {
   return ranges.length / RANGE_STRIDE;
 }
+
+/**
+ * The same byte slice [sliceOffset, sliceOffset + sliceBytes) of every block: one triple per
+ * block, e.g. layers [a, b) of block_major blocks (offset a × layerBytes). A slice that is the
+ * whole block coalesces like blockRanges.
+ */
+export function blockSliceRanges(
+  remoteBlockIds: ArrayLike<number>,
+  localBlockIds: ArrayLike<number>,
+  blockBytes: number,
+  sliceOffset: number,
+  sliceBytes: number,
+): Float64Array {
+  if (!Number.isSafeInteger(sliceOffset) || !Number.isSafeInteger(sliceBytes) || sliceOffset < 0 || sliceBytes <= 0 || sliceOffset + sliceBytes > blockBytes) {
+    throw new TandemError('invalid_argument', `slice [${sliceOffset}, ${sliceOffset + sliceBytes}) is not inside a block of ${blockBytes} bytes`);
+  }
+  if (sliceOffset === 0 && sliceBytes === blockBytes) return blockRanges(remoteBlockIds, localBlockIds, blockBytes);
+  blockRanges(remoteBlockIds, localBlockIds, blockBytes); // the same checks of ids and lengths
+  const n = remoteBlockIds.length;
+  const out = new Float64Array(n * RANGE_STRIDE);
+  for (let i = 0; i < n; i++) {
+    out[i * RANGE_STRIDE] = remoteBlockIds[i]! * blockBytes + sliceOffset;
+    out[i * RANGE_STRIDE + 1] = localBlockIds[i]! * blockBytes + sliceOffset;
+    out[i * RANGE_STRIDE + 2] = sliceBytes;
+  }
+  return out;
+}

@@ -24,6 +24,11 @@ export interface KvPool {
 export interface PullOptions {
   /** Fail with 'deadline_exceeded' (and drop the peer's endpoint) after this long. */
   timeoutMs?: number;
+  /**
+   * Copy only this byte slice of each block (e.g. a layer range of block_major blocks, for
+   * layer-wise streaming); the whole block when unset.
+   */
+  slice?: { offset: number; bytes: number };
 }
 
 export interface PullResult {

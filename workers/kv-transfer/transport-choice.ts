@@ -34,6 +34,23 @@ export function legacyPlacement(hostname = ''): KvPlacement {
   return { pool: 'host', hostname, ucxCuda: false };
 }
 
+/** A placement read from another process (card or hand-off), or undefined when it is not one. */
+export function parsePlacement(value: unknown): KvPlacement | undefined {
+  if (typeof value !== 'object' || value === null || Array.isArray(value)) return undefined;
+  const v = value as Record<string, unknown>;
+  if (v.pool !== 'host' && v.pool !== 'device') return undefined;
+  if (typeof v.hostname !== 'string' || typeof v.ucxCuda !== 'boolean') return undefined;
+  for (const field of ['deviceKind', 'bootId', 'gpuId'] as const) if (v[field] !== undefined && typeof v[field] !== 'string') return undefined;
+  return {
+    pool: v.pool,
+    hostname: v.hostname,
+    ucxCuda: v.ucxCuda,
+    ...(typeof v.deviceKind === 'string' ? { deviceKind: v.deviceKind } : {}),
+    ...(typeof v.bootId === 'string' ? { bootId: v.bootId } : {}),
+    ...(typeof v.gpuId === 'string' ? { gpuId: v.gpuId } : {}),
+  };
+}
+
 export function sameNode(a: KvPlacement, b: KvPlacement): boolean {
   if (a.bootId !== undefined && b.bootId !== undefined) return a.bootId === b.bootId;
   return a.hostname !== '' && a.hostname === b.hostname;

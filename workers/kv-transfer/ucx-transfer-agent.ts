@@ -8,7 +8,7 @@ import { loadUcxAddon, type RawAgent, type RawAgentOptions, type RawAgentStats }
 import { checkDescriptor, type KvTransferDescriptor } from './descriptor.js';
 import { fromAddonError } from './errors.js';
 import { KvTransferCounters } from './metrics.js';
-import { RANGE_STRIDE, blockRanges } from './ranges.js';
+import { RANGE_STRIDE, blockRanges, blockSliceRanges } from './ranges.js';
 import type { KvPool, KvTransferAgent, PoolSpec, PullOptions, PullResult } from './transfer-agent.js';
 
 export interface UcxTransferAgentOptions extends RawAgentOptions {
@@ -150,7 +150,10 @@ export class UcxTransferAgent implements KvTransferAgent {
         throw new TandemError('invalid_argument', `local block ${id} is outside the pool (${pool.numBlocks} blocks)`);
       }
     }
-    const ranges = blockRanges(descriptor.blockIds, localBlockIds, pool.blockBytes);
+    const ranges =
+      options.slice === undefined
+        ? blockRanges(descriptor.blockIds, localBlockIds, pool.blockBytes)
+        : blockSliceRanges(descriptor.blockIds, localBlockIds, pool.blockBytes, options.slice.offset, options.slice.bytes);
     const blocks = descriptor.blockIds.length;
     const numRanges = ranges.length / RANGE_STRIDE;
     const timeoutMs = options.timeoutMs ?? this.defaultTimeoutMs;

@@ -319,6 +319,7 @@ export async function startWorker(runtime: DistributedRuntime, options: WorkerOp
       mode: options.mode,
       kvBytesPerToken: engine.info.kvBytesPerToken,
       ...(device !== undefined ? { device } : {}),
+      ...(kv !== undefined ? { kvPool: kv.placement.pool, kvTransports: card.kvTransports, kvLayout: kv.pool.layout } : {}),
     },
     'worker ready',
   );

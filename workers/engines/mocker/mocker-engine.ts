@@ -43,6 +43,14 @@ export interface MockerConfig {
   /** EOS ids: never sampled by chance; the first one is emitted when EOS is asked for. */
   eosTokenIds?: number[];
   eosAfterTokens?: number;
+  /** Layers the modelled forward pass is split into for `onLayers` (default 1). */
+  numLayers?: number;
+  /**
+   * Called after each modelled layer of a step with how many layers are done (1..numLayers):
+   * the step's time is spent layer by layer, so a prefill worker can publish per-layer
+   * readiness (workers/disagg/layer-ready.ts) while the step still runs.
+   */
+  onLayers?: (batch: StepBatch, layersDone: number) => void;
 }
 
 export class MockerEngine implements Engine {
@@ -52,6 +60,8 @@ export class MockerEngine implements Engine {
   private readonly seed: number;
   private readonly eosTokenIds: number[];
   private readonly eosAfterTokens: number | undefined;
+  private readonly numLayers: number;
+  private readonly onLayers: ((batch: StepBatch, layersDone: number) => void) | undefined;
   private debtMs = 0;
   private closed = false;
   /** Sum of simulated (unscaled) step time, for tests and reports. */
@@ -72,6 +82,8 @@ export class MockerEngine implements Engine {
     this.seed = config.seed ?? 0;
     this.eosTokenIds = config.eosTokenIds ?? [];
     this.eosAfterTokens = config.eosAfterTokens;
+    this.numLayers = Math.max(1, Math.floor(config.numLayers ?? 1));
+    this.onLayers = config.onLayers;
   }
 
   async step(batch: StepBatch): Promise<StepResult> {
@@ -81,7 +93,7 @@ export class MockerEngine implements Engine {
     this.numSteps++;
     // The simulated forward pass starts now; masks are filled while it "runs" (the timer),
     // then the tokens are chosen among them.
-    const forward = this.wait(ms / this.speedupRatio);
+    const forward = this.onLayers === undefined ? this.wait(ms / this.speedupRatio) : this.layerByLayer(batch, ms / this.speedupRatio, this.onLayers);
     batch.prepareSampling?.();
     const sampled: SampledToken[] = [];
     for (const s of batch.sequences) if (s.sample) sampled.push(this.sample(s));
@@ -138,6 +150,13 @@ export class MockerEngine implements Engine {
     const seed = s.sampling.seed;
     if (seed !== undefined && seed >= MOCKER_EOS_SEED_BASE) return seed - MOCKER_EOS_SEED_BASE;
     return this.eosAfterTokens;
+  }
+
+  private async layerByLayer(batch: StepBatch, ms: number, onLayers: (batch: StepBatch, layersDone: number) => void): Promise<void> {
+    for (let layer = 1; layer <= this.numLayers; layer++) {
+      await this.wait(ms / this.numLayers);
+      onLayers(batch, layer);
+    }
   }
 
   private async wait(ms: number): Promise<void> {
