@@ -174,6 +174,11 @@ class CudaDevice final : public Device {
       throw NativeError(ErrorCode::kInternal, "cuda:" + std::to_string(ordinal_) + ": a KV copy failed (" + describe(e) + ")");
     }
   }
+  void upload_side(void* dst, const void* src, size_t bytes) override {
+    if (bytes == 0) return;
+    bind();
+    check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, side_), "cudaMemcpyAsync (host to device, side)");
+  }
   // cudaMalloc memory exports as it is: the peer maps the whole allocation (the pool is one).
   void* make_exportable(void* p, size_t) override { return p; }
   std::string export_handle(void* p, size_t bytes) override {

@@ -61,6 +61,8 @@ class Device {
   virtual void* side_stream() { return stream(); }
   /** Waits for everything queued on side_stream(). */
   virtual void synchronize_side() { synchronize(); }
+  /** upload() on side_stream() (the source stays untouched until synchronize_side()). */
+  virtual void upload_side(void* device_dst, const void* host_src, size_t bytes) { upload(device_dst, host_src, bytes); }
   /**
    * Makes the alloc() `p` of `bytes` mappable by other processes and returns its address then:
    * the same on CUDA (cudaMalloc memory exports as it is), a named shared-memory copy on SIMT

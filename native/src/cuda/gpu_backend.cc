@@ -164,6 +164,7 @@ GpuBackend::~GpuBackend() {
   device_->free(sample_out_dev_);
   device_->free_pinned(sample_out_staging_);
   device_->free_pinned(kv_staging_);
+  device_->free(kv_ids_);
   device_->free_pinned(progress_);
 }
 

@@ -162,9 +162,13 @@ class GpuBackend final : public Backend {
   // KV movement (gpu_backend_kv.cc).
   /** Pinned staging of at least `bytes` (two halves for host <-> pool copies), regrown on demand. */
   void* kv_staging(size_t bytes);
+  /** Device memory for `count` block ids (the kernel reads its tables from device memory, not over PCIe). */
+  int32_t* kv_ids(size_t count);
   std::unique_ptr<gpu::KvCopyApi> kv_copy_;
   void* kv_staging_ = nullptr;  // pinned
   size_t kv_staging_bytes_ = 0;
+  int32_t* kv_ids_ = nullptr;  // device
+  size_t kv_ids_count_ = 0;
   bool kv_exported_ = false;
   // layer_progress(): pinned, [0] forwards begun (host), [1] layers written (a kernel after each
   // layer's K/V write), so a poller sees the device's progress without a CUDA call.

@@ -32,6 +32,17 @@ void* GpuBackend::kv_staging(size_t bytes) {
   return kv_staging_;
 }
 
+int32_t* GpuBackend::kv_ids(size_t count) {
+  if (count > kv_ids_count_) {
+    device_->free(kv_ids_);
+    kv_ids_ = nullptr;
+    kv_ids_count_ = 0;
+    kv_ids_ = static_cast<int32_t*>(device_->alloc(std::max<size_t>(count, 1024) * 4));
+    kv_ids_count_ = std::max<size_t>(count, 1024);
+  }
+  return kv_ids_;
+}
+
 // Chunks of whole blocks go pool -> pinned (the kernel writes the mapped pinned memory; no
 // conversion) -> dst. Two halves: the kernel fills one while the host drains the other.
 void GpuBackend::kv_read_blocks(const int32_t* ids, int32_t n, void* dst, int l0, int l1) {
@@ -41,12 +52,15 @@ void GpuBackend::kv_read_blocks(const int32_t* ids, int32_t n, void* dst, int l0
   const int32_t chunk = static_cast<int32_t>(std::max<size_t>(1, kKvStagingHalfBytes / bb));
   const size_t half = align16(static_cast<size_t>(chunk) * bb) + align16(static_cast<size_t>(chunk) * 4);
   auto* base = static_cast<unsigned char*>(kv_staging(2 * half));
+  int32_t* table = kv_ids(2 * static_cast<size_t>(chunk));
   void* side = device_->side_stream();
   auto launch = [&](int32_t first, int h) {
     const int32_t m = std::min(chunk, n - first);
     unsigned char* data = base + h * half;
-    auto* dev_ids = reinterpret_cast<int32_t*>(data + align16(static_cast<size_t>(chunk) * bb));
-    std::memcpy(dev_ids, ids + first, static_cast<size_t>(m) * 4);
+    auto* host_ids = reinterpret_cast<int32_t*>(data + align16(static_cast<size_t>(chunk) * bb));
+    std::memcpy(host_ids, ids + first, static_cast<size_t>(m) * 4);
+    int32_t* dev_ids = table + h * chunk;
+    device_->upload_side(dev_ids, host_ids, static_cast<size_t>(m) * 4);
     gpu::KvCopyArgs a;
     a.src = kv_view(layout_, kv_, dev_ids);
     a.dst = kv_view(layout_, data, nullptr);
@@ -92,6 +106,8 @@ void GpuBackend::kv_write_blocks(const int32_t* ids, int32_t n, const void* src,
   const size_t data_bytes = align16(static_cast<size_t>(chunk_tokens / s.block_size + 1) * sbb);
   const size_t half = data_bytes + align16(static_cast<size_t>(chunk_tokens / layout_.block_size + 1) * 4);
   auto* base = static_cast<unsigned char*>(kv_staging(2 * half));
+  const size_t max_ids = static_cast<size_t>(chunk_tokens / layout_.block_size + 1);
+  int32_t* table = kv_ids(2 * max_ids);
   void* side = device_->side_stream();
   auto first_block = [&](int64_t t0) { return (src_first + t0) / s.block_size; };
   auto fill = [&](int64_t t0, int h) {
@@ -112,9 +128,13 @@ void GpuBackend::kv_write_blocks(const int32_t* ids, int32_t n, const void* src,
   };
   auto launch = [&](int64_t t0, int h) {
     unsigned char* data = base + h * half;
+    const int64_t t1 = std::min(tokens, t0 + chunk_tokens);
+    const int64_t d0 = t0 / layout_.block_size, d1 = (t1 + layout_.block_size - 1) / layout_.block_size;
+    int32_t* dev_ids = table + static_cast<size_t>(h) * max_ids;
+    device_->upload_side(dev_ids, data + data_bytes, static_cast<size_t>(d1 - d0) * 4);
     gpu::KvCopyArgs a;
     a.src = kv_view(s, data, nullptr);
-    a.dst = kv_view(layout_, kv_, reinterpret_cast<const int32_t*>(data + data_bytes));
+    a.dst = kv_view(layout_, kv_, dev_ids);
     a.num_tokens = std::min(tokens, t0 + chunk_tokens) - t0;
     a.src_first = src_first + t0 - first_block(t0) * s.block_size;
     a.layer_begin = l0;
@@ -155,9 +175,11 @@ void GpuBackend::kv_copy_from_peer(void* peer_base, const KvLayout& peer, const 
                                    const int32_t* dst_ids, int32_t nd, int l0, int l1, int64_t src_first) {
   const int64_t tokens = kv_copy_tokens(ns, peer.block_size, nd, layout_.block_size, src_first);
   if (tokens <= 0 || l1 <= l0) return;
-  auto* ids = static_cast<int32_t*>(kv_staging(static_cast<size_t>(ns + nd) * 4));
-  std::memcpy(ids, src_ids, static_cast<size_t>(ns) * 4);
-  std::memcpy(ids + ns, dst_ids, static_cast<size_t>(nd) * 4);
+  auto* staged = static_cast<int32_t*>(kv_staging(static_cast<size_t>(ns + nd) * 4));
+  std::memcpy(staged, src_ids, static_cast<size_t>(ns) * 4);
+  std::memcpy(staged + ns, dst_ids, static_cast<size_t>(nd) * 4);
+  int32_t* ids = kv_ids(static_cast<size_t>(ns + nd));
+  device_->upload_side(ids, staged, static_cast<size_t>(ns + nd) * 4);
   gpu::KvCopyArgs a;
   a.src = kv_view(peer, peer_base, ids);
   a.dst = kv_view(layout_, kv_, ids + ns);
