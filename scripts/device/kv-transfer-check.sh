@@ -135,8 +135,9 @@ disagg() {
   local results="[]"
   for model in $list; do
     local name=$(basename "$model")
-    fleet "agg-$name" "$model" --workers 1 || rc=1
-    fleet "disagg-$name" "$model" --workers 0 --prefill 1 --decode 1 --enforce-disagg || rc=1
+    # 4 GiB pools: the prefill keeps a host copy of its pool for the staged path.
+    fleet "agg-$name" "$model" --workers 1 --kv-cache-memory 4294967296 || rc=1
+    fleet "disagg-$name" "$model" --workers 0 --prefill 1 --decode 1 --enforce-disagg --kv-cache-memory 4294967296 || rc=1
     results=$(python3 - "$results" "$name" "$work/answers-agg-$name.json" "$work/answers-disagg-$name.json" <<'PY'
 import json, sys
 results, name, a, d = json.loads(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4]

@@ -10,7 +10,9 @@
  *   - decode: one block of host pool names the layout; pulls stage per transfer
  *     (device-kv-importer.ts).
  */
+import { totalmem } from 'node:os';
 import type { KvPlacement } from '../../proto/wire.js';
+import { ConfigError } from '../../runtime/errors.js';
 import type { NativeEngine, NativeEngineOptions } from '../engines/native/index.js';
 import { UcxTransferAgent, localPlacement, peerLayout, type KvPool } from '../kv-transfer/index.js';
 import { poolBytes } from './converting-pull.js';
@@ -53,6 +55,14 @@ export async function setupDeviceKvTransfer(
       ...(options.counters !== undefined ? { counters: options.counters } : {}),
     });
     const blockBytes = engine.model.kvBytesPerBlock;
+    // The prefill's host copy is as large as its device pool: refuse a size this machine cannot
+    // hold instead of being OOM-killed mid-start.
+    if (mode === 'prefill' && engine.info.numBlocks * blockBytes > totalmem() / 2) {
+      throw new ConfigError(
+        `a prefill worker on ${engineOptions.device} keeps a host copy of its ${((engine.info.numBlocks * blockBytes) / 2 ** 30).toFixed(1)} GiB KV pool ` +
+          `for staged transfers, more than half of this machine's memory; bound the pool with --kv-cache-memory or --num-gpu-blocks`,
+      );
+    }
     const pool: KvPool = agent.allocatePool({ numBlocks: mode === 'prefill' ? engine.info.numBlocks : 1, blockBytes, layout: engine.kvLayoutName });
     const device = engineOptions.device ?? 'cpu';
     const deviceKind = device.startsWith('cuda') ? 'cuda' : device;
