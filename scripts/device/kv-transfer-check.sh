@@ -9,7 +9,7 @@
 #             blocks vs one cudaMemcpyDtoD of the same bytes, every copied byte checked; the
 #             staged halves (gather into pinned memory and back) vs D2H / H2D memcpy
 #   disagg    runtime up --engine native --device cuda, aggregated (--workers 1) and then
-#             --prefill 1 --decode 1 --enforce-disagg on the same GPU: greedy completions of
+#             --prefill 1 --decode 1 (every prompt disaggregated) on the same GPU: greedy completions of
 #             the tiny model and of a 0.5B-shaped random model (a ~3k-word prompt among them)
 #             must be equal token for token
 # Budget: under 5 minutes (device tool timeout_s=400). TANDEM_CHECK_STEPS=kernels,ipc,... runs a
@@ -116,8 +116,13 @@ answers = []
 for p in prompts:
     r = post("/v1/completions", {"model": model, "prompt": p, "max_tokens": 16, "temperature": 0})
     answers.append(r["choices"][0]["text"])
-json.dump(answers, open(out, "w"))
-print(f"{len(answers)} answers")
+try:  # how the frontend routed them (path="..." counts), recorded beside the answers
+    metrics = urllib.request.urlopen(base + "/metrics", timeout=30).read().decode()
+    routed = [l for l in metrics.splitlines() if l.startswith("tandem_frontend_disagg_requests_total{")]
+except Exception as e:
+    routed = [f"no /metrics: {e}"]
+json.dump({"answers": answers, "routed": routed}, open(out, "w"))
+print(f"{len(answers)} answers; routed: {routed}")
 PY
   local rc=$?
   kill -INT $up 2>/dev/null
@@ -135,15 +140,21 @@ disagg() {
   local results="[]"
   for model in $list; do
     local name=$(basename "$model")
-    # 4 GiB pools: the prefill keeps a host copy of its pool for the staged path.
-    fleet "agg-$name" "$model" --workers 1 --kv-cache-memory 4294967296 || rc=1
-    fleet "disagg-$name" "$model" --workers 0 --prefill 1 --decode 1 --enforce-disagg --kv-cache-memory 4294967296 || rc=1
+    # 4 GiB pools (64 MiB on simt): the prefill keeps a host copy of its pool for the staged path.
+    local kvmem=4294967296
+    [ "$device" = simt ] && kvmem=67108864
+    fleet "agg-$name" "$model" --workers 1 --kv-cache-memory $kvmem || rc=1
+    fleet "disagg-$name" "$model" --workers 0 --prefill 1 --decode 1 --enforce-disagg --disagg-min-prefill-tokens 1 --kv-cache-memory $kvmem || rc=1
     results=$(python3 - "$results" "$name" "$work/answers-agg-$name.json" "$work/answers-disagg-$name.json" <<'PY'
 import json, sys
 results, name, a, d = json.loads(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4]
 try:
     agg, dis = json.load(open(a)), json.load(open(d))
-    results.append({"model": name, "prompts": len(agg), "equal": agg == dis, "aggregated": agg, "disaggregated": dis})
+    remote = sum(float(l.rsplit(" ", 1)[1]) for l in dis["routed"] if 'path="disagg"' in l)
+    # Equal, and every prompt really went through a prefill worker and a KV hand-off.
+    results.append({"model": name, "prompts": len(agg["answers"]), "equal": agg["answers"] == dis["answers"] and remote == len(dis["answers"]),
+                    "disaggregated_requests": remote, "routed": dis["routed"],
+                    "aggregated": agg["answers"], "disaggregated": dis["answers"]})
 except Exception as e:
     results.append({"model": name, "equal": False, "error": str(e)})
 print(json.dumps(results))
