@@ -7,9 +7,9 @@
  *   cuda-ipc (same node)              kvOpenPeer(handle) once per prefill instance, then one
  *                                     kvCopyFromPeer per hand-off: a gather kernel reading the
  *                                     mapped peer pool on a side stream, converting on the way
- *   ucx-host / staged / ucx-cuda      UCX read of the source's host blocks (its pool, or the
- *                                     host copy a device prefill staged) into a staging region,
- *                                     then kvWriteBlocks (host → device, converting)
+ *   ucx-host / staged / ucx-cuda      UCX read of the source's host blocks (its pool, or, for a
+ *                                     device prefill, the host copy kv_stage asks it to make) into
+ *                                     a staging region, then kvWriteBlocks (host → device, converting)
  *
  * Two SIMT workers on one node take the IPC path too (their pools are shared memory mapped by
  * handle), so CI runs the code a GPU pair runs. Peers are mapped once and unmapped when the
@@ -133,6 +133,7 @@ export class DeviceKvImporter extends KvImportService {
   /** UCX read of the source's host blocks into a staging region, then host → device here. */
   private async staged(source: KvTransferParams, srcIds: Int32Array, dstIds: Int32Array, offset: number): Promise<number> {
     const { agent } = this.device;
+    if (source.kvDeviceHandle !== undefined) await this.device.stage?.(source);
     const staging = agent.allocatePool({ numBlocks: srcIds.length, blockBytes: source.blockBytes, layout: source.layout });
     try {
       const stagingIds = Array.from({ length: srcIds.length }, (_, i) => i);

@@ -4,8 +4,8 @@
  * same layout beside it:
  *   - prefill: the pool is exported (kvExportHandle: CUDA IPC, SIMT shared memory) for
  *     same-node decode workers, and `stage` copies a hand-off's blocks device → host into the
- *     host pool (same block ids) before the hand-off goes out, for the staged path (UCX reads
- *     that host copy). The host pool costs as much host memory as the device pool: sized by
+ *     host pool (same block ids) when a decode worker asks (`kv_stage`), for the staged path
+ *     (UCX reads that host copy). The host pool costs as much host memory as the device pool: sized by
  *     --num-gpu-blocks / --kv-cache-memory on real GPUs;
  *   - decode: one block of host pool names the layout; pulls stage per transfer
  *     (device-kv-importer.ts).

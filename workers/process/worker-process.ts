@@ -48,6 +48,7 @@ import {
 } from '../disagg/index.js';
 import { TRANSFER_SECONDS_BUCKETS } from '../kv-transfer/index.js';
 import { DeviceKvImporter, isDeviceKvSetup, setupDeviceKvTransfer } from '../disagg/index.js';
+import { KV_STAGE_ENDPOINT, type KvStageRequest, type KvStageResponse } from '../../proto/kv-stage.js';
 import type { Engine } from '../engines/engine.js';
 import type { NativeEngine } from '../engines/native/index.js';
 import { MockerEngine } from '../engines/mocker/index.js';
@@ -277,6 +278,10 @@ export async function startWorker(runtime: DistributedRuntime, options: WorkerOp
   const releaseServed = prefillHandler
     ? await component.endpoint(KV_RELEASE_ENDPOINT).serve<KvReleaseRequest, KvReleaseResponse>((req) => prefillHandler.release(req))
     : undefined;
+  // A device-pool prefill copies a hand-off to host memory only when a decode worker asks.
+  const stageServed = prefillHandler && isDeviceKvSetup(kv!)
+    ? await component.endpoint(KV_STAGE_ENDPOINT).serve<KvStageRequest, KvStageResponse>((req) => prefillHandler.stageBlocks(req))
+    : undefined;
 
   const card: ModelCard = {
     name: modelName,
@@ -332,6 +337,7 @@ export async function startWorker(runtime: DistributedRuntime, options: WorkerOp
       await runtime.discovery.delete(cardKey).catch(() => undefined);
       await served.stop().catch(() => undefined);
       await releaseServed?.stop().catch(() => undefined);
+      await stageServed?.stop().catch(() => undefined);
       await shutdownKv();
     },
   };
@@ -360,6 +366,7 @@ async function startDisagg(
   let pinned: PinnedBlocks | undefined;
   let importer: KvImportService | undefined;
   let releaseClient: EndpointClient | undefined;
+  let stageClient: EndpointClient | undefined;
   const dm = new DisaggMetrics(runtime.metrics, modelName, TRANSFER_SECONDS_BUCKETS, {
     inflight: () => kv.agent.counters.inflight,
     pins: () => ({ transfers: pinned?.size ?? 0, blocks: pinned?.numBlocks ?? 0 }),
@@ -380,6 +387,8 @@ async function startDisagg(
   } else {
     const client = await runtime.namespace(options.namespace).component(COMPONENT_FOR_ROLE.prefill).endpoint(KV_RELEASE_ENDPOINT).client();
     releaseClient = client;
+    const stager = await runtime.namespace(options.namespace).component(COMPONENT_FOR_ROLE.prefill).endpoint(KV_STAGE_ENDPOINT).client();
+    stageClient = stager;
     const stamps = kv.stamps;
     const device = isDeviceKvSetup(kv) ? kv : undefined;
     importer = new (device !== undefined ? DeviceKvImporter : KvImportService)({
@@ -388,6 +397,7 @@ async function startDisagg(
       pool: kv.pool,
       pullTimeoutMs: options.kvPullTimeoutMs ?? DEFAULT_PULL_TIMEOUT_MS,
       release: (source) => callRelease(client, source),
+      stage: (source) => callStage(stager, source, options.kvPullTimeoutMs ?? DEFAULT_PULL_TIMEOUT_MS),
       ...(stamps !== undefined
         ? { verify: (job: KvImportJob) => stamps.firstMismatch(job.localBlockIds, job.tokenIds, job.firstBlock * stamps.blockSize, job.numTokens, job.firstBlock) }
         : {}),
@@ -413,6 +423,7 @@ async function startDisagg(
       unwatchPeers?.();
       if (importer instanceof DeviceKvImporter) importer.close();
       releaseClient?.close();
+      stageClient?.close();
       kv.close();
     },
   };
@@ -429,6 +440,17 @@ async function callRelease(client: EndpointClient, source: KvTransferParams): Pr
   for await (const _ of stream) {
     // one answer; draining it completes the call
   }
+}
+
+/** Asks a device-pool prefill worker for the host copy of a hand-off; rejects unless it made it. */
+async function callStage(client: EndpointClient, source: KvTransferParams, timeoutMs: number): Promise<void> {
+  const id = source.prefillInstanceId;
+  for (let i = 0; i < 10 && client.instance(id) === undefined; i++) await new Promise((r) => setTimeout(r, 100));
+  let staged = false;
+  for await (const r of client.generate<KvStageRequest, KvStageResponse>({ transferId: source.transferId }, { routing: { mode: 'direct', instanceId: id }, timeoutMs })) {
+    staged ||= r.staged;
+  }
+  if (!staged) throw new Error(`prefill ${id} did not stage transfer ${source.transferId} (released or timed out)`);
 }
 
 /** A prefill worker on a device pool stages hand-offs into its host pool and names its export handle. */
