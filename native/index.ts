@@ -11,6 +11,7 @@ export {
   type RawEngineHandle,
   type RawEngineInfo,
   type RawKvLayout,
+  type RawKvCopyLayout,
   type RawStepResult,
   type LoadEngineOptions,
   type BackendStatus,

@@ -71,6 +71,12 @@ export interface KvTransferParams {
   kvLayout?: KvLayoutDescriptor;
   /** Where the prefill pool lives; absent = a host pool (older workers). */
   kvPlacement?: KvPlacement;
+  /**
+   * A device pool's export handle (base64; CUDA IPC, or the SIMT device's shared memory): a
+   * decode worker on the same node maps the pool once and copies blocks device to device.
+   * The UCX fields above then describe a host copy of the blocks (the staged path).
+   */
+  kvDeviceHandle?: string;
 }
 
 /** Endpoint name of a worker's generate call (the model card names its component and endpoint). */

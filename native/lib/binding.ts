@@ -182,8 +182,35 @@ export interface RawEngineHandle {
    * blocks: only for an engine that serves no generation.
    */
   embed(tokens: Int32Array, lengths: Int32Array, pooling: 0 | 1, normalize: boolean): Promise<Float32Array>;
+  /**
+   * KV movement between workers (issue 24), off the JS thread. Token t of a copy lives in block
+   * ids[t / blockSize], slot t % blockSize on each side, so block size and dtype may differ.
+   * Pool -> dst: ids.length whole blocks of this pool's layout; only layers [l0, l1) written.
+   */
+  kvReadBlocks(ids: Int32Array, dst: Uint8Array, layers?: [number, number]): Promise<void>;
+  /** src: whole blocks of srcLayout (default: this pool's) -> blocks ids, converting; src's tokens from srcFirstToken (default 0) land from token 0. */
+  kvWriteBlocks(ids: Int32Array, src: Uint8Array, srcLayout?: RawKvCopyLayout, layers?: [number, number], srcFirstToken?: number): Promise<void>;
+  /** Bytes a peer process maps the pool with (CUDA IPC; SIMT: shared memory); null for a host pool. */
+  kvExportHandle(): Uint8Array | null;
+  /** Maps a peer's exported pool (its layout, numBlocks included); returns a peer id. */
+  kvOpenPeer(handle: Uint8Array, peerLayout: RawKvCopyLayout & { numBlocks: number }): number;
+  /** The peer's blocks srcIds into this pool's dstIds (one kernel on a side stream). */
+  kvCopyFromPeer(peer: number, srcIds: Int32Array, dstIds: Int32Array, layers?: [number, number], srcFirstToken?: number): Promise<void>;
+  kvClosePeer(peer: number): void;
+  /** Live view: [forward passes begun, layers whose K/V the latest one has written]. */
+  layerProgress(): BigInt64Array | null;
   /** Frees the engine (after any step in flight finishes). */
   close(): void;
+}
+
+/** A pool layout for KV copies; fields left out are this engine's. */
+export interface RawKvCopyLayout {
+  blockSize?: number;
+  dtype?: 'f32' | 'bf16';
+  numBlocks?: number;
+  numLayers?: number;
+  numKvHeads?: number;
+  headDim?: number;
 }
 
 export interface NativeAddon {

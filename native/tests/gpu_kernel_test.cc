@@ -11,6 +11,7 @@
 #include "gpu/attention_checks.h"
 #include "gpu/elementwise_checks.h"
 #include "gpu/gemm_checks.h"
+#include "gpu/kv_copy_checks.h"
 #include "gpu/sampling_checks.h"
 
 int main() {
@@ -22,6 +23,7 @@ int main() {
     test_attention(g);
     test_gemm(g);
     test_sampling(g);
+    test_kv_copy(g);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "FAIL: uncaught exception: %s\n", e.what());
     ++tandem_test::g_failures;

@@ -4,8 +4,8 @@
  *    so, and otherwise carries its reason (no driver, no GPU, a build without nvcc);
  *  - `runtime worker --device cuda` where cuda is unavailable prints that reason on one line and
  *    exits 4 (skipped, with the reason, on a machine with a usable GPU);
- *  - a malformed --device exits 2; prefill/decode on a GPU is refused with exit 2 before any
- *    engine loads (KV transfer between GPUs is not built);
+ *  - a malformed --device exits 2; prefill/decode on a GPU start like agg workers (KV moves
+ *    between GPUs since issue 24), so without a usable GPU they exit 4 with the reason too;
  *  - `runtime up` splits one GPU's memory between the workers it starts on it.
  */
 import { execFile } from 'node:child_process';
@@ -75,10 +75,11 @@ describe.skipIf(!isNativeBuilt())('the CUDA backend on the command line', () => 
     expect(output).toMatch(/expected cpu, cuda or cuda:N, got 'gpu0'/);
   }, 90_000);
 
-  it('prefill on a GPU is refused before any engine loads: KV transfer between GPUs is not built (exit 2)', async () => {
+  it.skipIf(cuda?.available === true)('prefill on a GPU is no longer refused: without a usable GPU it fails like an agg worker (exit 4, the reason)', async () => {
     const { code, output } = await run(['worker', ...local, '--engine', 'native', '--device', 'cuda:1', '--mode', 'prefill', '--model', model]);
-    expect(code).toBe(EXIT_CODES.config);
-    expect(output).toMatch(/^runtime: --mode prefill with --device cuda:1: KV transfer between GPU workers .* not built yet/m);
+    expect(code).toBe(EXIT_CODES.unavailable);
+    expect(output).toContain(`runtime: device 'cuda:1': `);
+    expect(output).not.toMatch(/not built yet/);
     expect(output).not.toMatch(STACK_FRAME);
   }, 90_000);
 });

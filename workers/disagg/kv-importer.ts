@@ -58,6 +58,11 @@ export interface KvImportServiceOptions {
    * A mismatch makes the sequence recompute.
    */
   verify?(job: KvImportJob): number;
+  /**
+   * A source with a device pool (`kvDeviceHandle`) serves UCX reads from a host copy it makes
+   * on request: called before such a read (`{ns}/prefill/kv_stage`); rejects if it failed.
+   */
+  stage?(source: KvTransferParams): Promise<void>;
   /** Per pull; keep it below the prefill workers' --kv-release-timeout. Default 10 s. */
   pullTimeoutMs?: number;
   onOutcome?(job: KvImportJob, outcome: KvImportOutcome): void;
@@ -103,7 +108,8 @@ export class KvImportService implements KvImporter {
     this.released.delete(source.transferId);
   }
 
-  private async pull(job: KvImportJob): Promise<KvImportOutcome> {
+  /** Moves the KV; DeviceKvImporter overrides it for device pools. */
+  protected async pull(job: KvImportJob): Promise<KvImportOutcome> {
     const { source } = job;
     const n = job.localBlockIds.length;
     const bs = this.options.pool.blockBytes;
@@ -113,6 +119,13 @@ export class KvImportService implements KvImporter {
     const compat = remote !== undefined && local !== undefined ? compareLayouts(remote, local) : undefined;
     const transport = chooseTransport(parsePlacement(source.kvPlacement) ?? legacyPlacement(), this.options.placement ?? legacyPlacement()).transport;
     const conversion = conversionOf(compat);
+    if (source.kvDeviceHandle !== undefined && this.options.stage !== undefined) {
+      try {
+        await this.options.stage(source);
+      } catch (err) {
+        return { ok: false, blocks: 0, bytes: 0, seconds: 0, transport, conversion, error: err };
+      }
+    }
     if (compat?.kind === 'convert') {
       try {
         const result = await pullConverted({

@@ -10,6 +10,7 @@
  * loop; once the answer with kvTransfer is out, only kv_release or the timeout free them.
  */
 import type { InstanceId, KvLayoutDescriptor, KvPlacement, KvReleaseRequest, KvReleaseResponse, KvTransferParams, PreprocessedRequest, TokenDelta, TokenLogprob } from '../../proto/wire.js';
+import type { KvStageRequest, KvStageResponse } from '../../proto/kv-stage.js';
 import type { RequestContext } from '../../runtime/index.js';
 import type { EngineLoop } from '../engine-loop/index.js';
 import type { KvPool, KvTransferAgent } from '../kv-transfer/index.js';
@@ -25,9 +26,18 @@ export interface PrefillHandlerDeps {
   /** Sent with each hand-off so the decode side can convert and pick a transport. */
   layout?: KvLayoutDescriptor;
   placement?: KvPlacement;
+  /**
+   * A device pool (device-kv-setup.ts): copies blocks into the host pool UCX serves, on a decode
+   * worker's `kv_stage` call (the staged path), and the handle a same-node peer maps the pool by.
+   */
+  stage?(blockIds: number[]): Promise<void>;
+  deviceHandle?: string;
 }
 
 export class PrefillHandler {
+  /** Device pools: block ids of each open hand-off, for kv_stage. */
+  private readonly pinnedIds = new Map<string, number[]>();
+
   constructor(private readonly deps: PrefillHandlerDeps) {}
 
   /** `{ns}/prefill/generate`. A request without prefillOnly runs as an ordinary (aggregated) one. */
@@ -64,7 +74,20 @@ export class PrefillHandler {
 
   /** `{ns}/prefill/kv_release`. */
   async *release(request: KvReleaseRequest): AsyncGenerator<KvReleaseResponse> {
+    if (typeof request?.transferId === 'string') this.pinnedIds.delete(request.transferId);
     yield { released: typeof request?.transferId === 'string' && this.deps.pinned.release(request.transferId) };
+  }
+
+  /** `{ns}/prefill/kv_stage` (device pools): device → host copy of a pinned hand-off's blocks. */
+  async *stageBlocks(request: KvStageRequest): AsyncGenerator<KvStageResponse> {
+    const id = typeof request?.transferId === 'string' ? request.transferId : '';
+    const blockIds = this.pinnedIds.get(id);
+    if (this.deps.stage === undefined || blockIds === undefined || !this.deps.pinned.has(id)) {
+      yield { staged: false };
+      return;
+    }
+    await this.deps.stage(blockIds);
+    yield { staged: this.deps.pinned.has(id) };
   }
 
   private pin(seqId: number, table: Int32Array, numTokens: number): KvTransferParams {
@@ -78,6 +101,11 @@ export class PrefillHandler {
       throw err;
     }
     const transferId = pinned.pin(seqId, blockIds.length);
+    if (this.deps.stage !== undefined) {
+      // Pins end by release or timeout (PinnedBlocks); drop the ids of ended ones now and then.
+      if (this.pinnedIds.size > 2 * pinned.size + 64) for (const id of [...this.pinnedIds.keys()]) if (!pinned.has(id)) this.pinnedIds.delete(id);
+      this.pinnedIds.set(transferId, blockIds);
+    }
     const { layout, placement } = this.deps;
     return {
       prefillInstanceId: instanceId,
@@ -87,6 +115,7 @@ export class PrefillHandler {
       blockIds,
       ...(layout !== undefined ? { kvLayout: layout } : {}),
       ...(placement !== undefined ? { kvPlacement: placement } : {}),
+      ...(this.deps.deviceHandle !== undefined ? { kvDeviceHandle: this.deps.deviceHandle } : {}),
     };
   }
 }

@@ -47,6 +47,8 @@ import {
   type KvTransferSetup,
 } from '../disagg/index.js';
 import { TRANSFER_SECONDS_BUCKETS } from '../kv-transfer/index.js';
+import { DeviceKvImporter, isDeviceKvSetup, setupDeviceKvTransfer } from '../disagg/index.js';
+import { KV_STAGE_ENDPOINT, type KvStageRequest, type KvStageResponse } from '../../proto/kv-stage.js';
 import type { Engine } from '../engines/engine.js';
 import type { NativeEngine } from '../engines/native/index.js';
 import { MockerEngine } from '../engines/mocker/index.js';
@@ -169,10 +171,10 @@ function nativeEngineOptions(options: WorkerOptions) {
 async function createEngineWithTransfer(options: WorkerOptions, config: ModelConfig): Promise<{ engine: Engine; kv?: KvTransferSetup }> {
   const ucx = options.ucxConfig !== undefined ? { ucxConfig: options.ucxConfig } : {};
   if (options.mode === 'agg') return { engine: await createEngine(options, config) };
-  if (options.engine === 'native' && options.device !== 'cpu') {
-    throw new ConfigError(
-      `--mode ${options.mode} with --device ${options.device}: KV transfer between GPU workers (CUDA IPC, GPU-memory UCX, staged copies) is not built yet; run GPU workers with --mode agg, or prefill/decode on --device cpu`,
-    );
+  if (options.engine === 'native' && options.device !== undefined && options.device !== 'cpu') {
+    // A device KV pool: CUDA IPC (SIMT: shared memory) to same-node peers, staged otherwise.
+    const kv = await setupDeviceKvTransfer(nativeEngineOptions(options), options.mode, ucx);
+    return { engine: kv.engine, kv };
   }
   if (options.engine === 'native') {
     const kv = await setupNativeKvTransfer(nativeEngineOptions(options), ucx);
@@ -259,7 +261,7 @@ export async function startWorker(runtime: DistributedRuntime, options: WorkerOp
     metrics.update(loop.stats());
   }
 
-  const prefillHandler = disagg?.pinned ? new PrefillHandler({ loop, agent: kv!.agent, pool: kv!.pool, pinned: disagg.pinned, instanceId: runtime.instanceId, ...(kv!.layout ? { layout: kv!.layout } : {}), placement: kv!.placement }) : undefined;
+  const prefillHandler = disagg?.pinned ? new PrefillHandler({ loop, agent: kv!.agent, pool: kv!.pool, pinned: disagg.pinned, instanceId: runtime.instanceId, ...(kv!.layout ? { layout: kv!.layout } : {}), placement: kv!.placement, ...deviceHandoff(kv!) }) : undefined;
   const decodeHandler = disagg?.importer ? new DecodeHandler({ loop, importer: disagg.importer, instanceId: runtime.instanceId }) : undefined;
   const run = (request: PreprocessedRequest, ctx: RequestContext): AsyncIterable<TokenDelta> =>
     prefillHandler?.generate(request, ctx) ?? decodeHandler?.generate(request, ctx) ?? loop.generate(request, ctx.signal);
@@ -282,6 +284,10 @@ export async function startWorker(runtime: DistributedRuntime, options: WorkerOp
   await component.endpoint(KV_EVENTS_ENDPOINT).serve(kvEvents);
   const releaseServed = prefillHandler
     ? await component.endpoint(KV_RELEASE_ENDPOINT).serve<KvReleaseRequest, KvReleaseResponse>((req) => prefillHandler.release(req))
+    : undefined;
+  // A device-pool prefill copies a hand-off to host memory only when a decode worker asks.
+  const stageServed = prefillHandler && isDeviceKvSetup(kv!)
+    ? await component.endpoint(KV_STAGE_ENDPOINT).serve<KvStageRequest, KvStageResponse>((req) => prefillHandler.stageBlocks(req))
     : undefined;
 
   const card: ModelCard = {
@@ -338,6 +344,7 @@ export async function startWorker(runtime: DistributedRuntime, options: WorkerOp
       await runtime.discovery.delete(cardKey).catch(() => undefined);
       await served.stop().catch(() => undefined);
       await releaseServed?.stop().catch(() => undefined);
+      await stageServed?.stop().catch(() => undefined);
       await shutdownKv();
     },
   };
@@ -366,6 +373,7 @@ async function startDisagg(
   let pinned: PinnedBlocks | undefined;
   let importer: KvImportService | undefined;
   let releaseClient: EndpointClient | undefined;
+  let stageClient: EndpointClient | undefined;
   const dm = new DisaggMetrics(runtime.metrics, modelName, TRANSFER_SECONDS_BUCKETS, {
     inflight: () => kv.agent.counters.inflight,
     pins: () => ({ transfers: pinned?.size ?? 0, blocks: pinned?.numBlocks ?? 0 }),
@@ -386,12 +394,17 @@ async function startDisagg(
   } else {
     const client = await runtime.namespace(options.namespace).component(COMPONENT_FOR_ROLE.prefill).endpoint(KV_RELEASE_ENDPOINT).client();
     releaseClient = client;
+    const stager = await runtime.namespace(options.namespace).component(COMPONENT_FOR_ROLE.prefill).endpoint(KV_STAGE_ENDPOINT).client();
+    stageClient = stager;
     const stamps = kv.stamps;
-    importer = new KvImportService({
+    const device = isDeviceKvSetup(kv) ? kv : undefined;
+    importer = new (device !== undefined ? DeviceKvImporter : KvImportService)({
+      ...(device !== undefined ? { engine: device.engine } : {}),
       agent: kv.agent,
       pool: kv.pool,
       pullTimeoutMs: options.kvPullTimeoutMs ?? DEFAULT_PULL_TIMEOUT_MS,
       release: (source) => callRelease(client, source),
+      stage: (source) => callStage(stager, source, options.kvPullTimeoutMs ?? DEFAULT_PULL_TIMEOUT_MS),
       ...(stamps !== undefined
         ? { verify: (job: KvImportJob) => stamps.firstMismatch(job.localBlockIds, job.tokenIds, job.firstBlock * stamps.blockSize, job.numTokens, job.firstBlock) }
         : {}),
@@ -406,13 +419,18 @@ async function startDisagg(
       onReleaseError: (source, err) => log.debug({ transferId: source.transferId, err }, 'kv_release call failed (the prefill worker frees by timeout)'),
     });
   }
+  // A device importer maps each prefill pool once; unmap those whose worker left discovery.
+  const unwatchPeers = importer instanceof DeviceKvImporter && releaseClient !== undefined ? releaseClient.onChange((ids) => (importer as DeviceKvImporter).retainPeers(ids)) : undefined;
   return {
     parts: { kv, ...(pinned ? { pinned } : {}), ...(importer ? { importer } : {}) },
     ...(pinned ? { pinned } : {}),
     ...(importer ? { importer } : {}),
     close: () => {
       unsubscribe();
+      unwatchPeers?.();
+      if (importer instanceof DeviceKvImporter) importer.close();
       releaseClient?.close();
+      stageClient?.close();
       kv.close();
     },
   };
@@ -429,4 +447,21 @@ async function callRelease(client: EndpointClient, source: KvTransferParams): Pr
   for await (const _ of stream) {
     // one answer; draining it completes the call
   }
+}
+
+/** Asks a device-pool prefill worker for the host copy of a hand-off; rejects unless it made it. */
+async function callStage(client: EndpointClient, source: KvTransferParams, timeoutMs: number): Promise<void> {
+  const id = source.prefillInstanceId;
+  for (let i = 0; i < 10 && client.instance(id) === undefined; i++) await new Promise((r) => setTimeout(r, 100));
+  let staged = false;
+  for await (const r of client.generate<KvStageRequest, KvStageResponse>({ transferId: source.transferId }, { routing: { mode: 'direct', instanceId: id }, timeoutMs })) {
+    staged ||= r.staged;
+  }
+  if (!staged) throw new Error(`prefill ${id} did not stage transfer ${source.transferId} (released or timed out)`);
+}
+
+/** A prefill worker on a device pool stages hand-offs into its host pool and names its export handle. */
+function deviceHandoff(kv: KvTransferSetup): { stage?: (blockIds: number[]) => Promise<void>; deviceHandle?: string } {
+  if (!isDeviceKvSetup(kv)) return {};
+  return { ...(kv.stage !== undefined ? { stage: kv.stage } : {}), ...(kv.deviceHandle !== undefined ? { deviceHandle: kv.deviceHandle } : {}) };
 }

@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -96,6 +97,13 @@ class EngineHandle : public Napi::ObjectWrap<EngineHandle> {
                         InstanceMethod<&EngineHandle::adoptKvPool>("adoptKvPool"),
                         InstanceMethod<&EngineHandle::supplyMasks>("supplyMasks"),
                         InstanceMethod<&EngineHandle::embed>("embed"),
+                        InstanceMethod<&EngineHandle::kvReadBlocks>("kvReadBlocks"),
+                        InstanceMethod<&EngineHandle::kvWriteBlocks>("kvWriteBlocks"),
+                        InstanceMethod<&EngineHandle::kvExportHandle>("kvExportHandle"),
+                        InstanceMethod<&EngineHandle::kvOpenPeer>("kvOpenPeer"),
+                        InstanceMethod<&EngineHandle::kvCopyFromPeer>("kvCopyFromPeer"),
+                        InstanceMethod<&EngineHandle::kvClosePeer>("kvClosePeer"),
+                        InstanceMethod<&EngineHandle::layerProgress>("layerProgress"),
                         InstanceMethod<&EngineHandle::close>("close")});
   }
 
@@ -365,6 +373,169 @@ class EngineHandle : public Napi::ObjectWrap<EngineHandle> {
     }
     pending->supply(std::move(rows), std::move(masks));
     return env.Undefined();
+  }
+
+  // KV movement (issue 24). Copies run on libuv worker threads and settle Promises; the
+  // typed arrays they read or write stay referenced until then. Layer ranges: [l0, l1].
+  static std::vector<int32_t> int32s(Napi::Env env, Napi::Value v, const char* what) {
+    if (!v.IsTypedArray() || v.As<Napi::TypedArray>().TypedArrayType() != napi_int32_array) {
+      throw make_error(env, "invalid_argument", std::string(what) + " must be an Int32Array");
+    }
+    auto a = v.As<Napi::Int32Array>();
+    return std::vector<int32_t>(a.Data(), a.Data() + a.ElementLength());
+  }
+  static Napi::Uint8Array bytes_arg(Napi::Env env, Napi::Value v, const char* what) {
+    if (!v.IsTypedArray() || v.As<Napi::TypedArray>().TypedArrayType() != napi_uint8_array) {
+      throw make_error(env, "invalid_argument", std::string(what) + " must be a Uint8Array");
+    }
+    return v.As<Napi::Uint8Array>();
+  }
+  static std::pair<int, int> layers_arg(Napi::Env env, Napi::Value v) {
+    if (v.IsUndefined() || v.IsNull()) return {0, -1};
+    if (!v.IsArray() || v.As<Napi::Array>().Length() != 2) throw make_error(env, "invalid_argument", "layers must be [l0, l1]");
+    auto a = v.As<Napi::Array>();
+    return {a.Get(0u).ToNumber().Int32Value(), a.Get(1u).ToNumber().Int32Value()};
+  }
+  /** { blockSize, dtype: 'f32' | 'bf16', numBlocks?, numLayers?, numKvHeads?, headDim? }; missing fields: this engine's. */
+  static KvLayout layout_arg(Napi::Env env, const Engine& engine, Napi::Value v) {
+    KvLayout kv = engine.kv_layout();
+    if (v.IsUndefined() || v.IsNull()) return kv;
+    if (!v.IsObject()) throw make_error(env, "invalid_argument", "a KV layout must be an object");
+    Napi::Object o = v.As<Napi::Object>();
+    auto num = [&](const char* key, int64_t& out) {
+      if (o.Get(key).IsNumber()) out = static_cast<int64_t>(o.Get(key).As<Napi::Number>().DoubleValue());
+    };
+    num("blockSize", kv.block_size);
+    num("numBlocks", kv.num_blocks);
+    num("numLayers", kv.num_layers);
+    num("numKvHeads", kv.num_kv_heads);
+    num("headDim", kv.head_dim);
+    if (o.Get("dtype").IsString()) {
+      const std::string d = o.Get("dtype").As<Napi::String>().Utf8Value();
+      if (d != "f32" && d != "bf16") throw make_error(env, "invalid_argument", "dtype '" + d + "' (expected f32 or bf16)");
+      kv.elem_bytes = d == "f32" ? 4 : 2;
+    }
+    return kv;
+  }
+
+  class KvWorker : public PromiseWorker {
+   public:
+    KvWorker(Napi::Env env, std::function<void()> fn, Napi::Value keep)
+        : PromiseWorker(env), fn_(std::move(fn)) {
+      if (keep.IsObject()) keep_ = Napi::Persistent(keep.As<Napi::Object>());
+    }
+
+   protected:
+    void run() override { fn_(); }
+    Napi::Value result(Napi::Env env) override { return env.Undefined(); }
+
+   private:
+    std::function<void()> fn_;
+    Napi::ObjectReference keep_;
+  };
+
+  Napi::Value queue_kv(Napi::Env env, std::function<void()> fn, Napi::Value keep) {
+    auto* worker = new KvWorker(env, std::move(fn), keep);
+    Napi::Promise p = worker->promise();
+    worker->Queue();
+    return p;
+  }
+
+  // kvReadBlocks(ids: Int32Array, dst: Uint8Array, layers?: [l0, l1]): Promise<void>
+  Napi::Value kvReadBlocks(const Napi::CallbackInfo& info) {
+    Napi::Env env = info.Env();
+    auto engine = require_open(env);
+    auto ids = int32s(env, info[0], "kvReadBlocks: ids");
+    Napi::Uint8Array dst = bytes_arg(env, info[1], "kvReadBlocks: dst");
+    const auto [l0, l1] = layers_arg(env, info[2]);
+    uint8_t* data = dst.Data();
+    const size_t bytes = dst.ByteLength();
+    return queue_kv(env, [engine, ids = std::move(ids), data, bytes, l0 = l0, l1 = l1] { engine->kv_read_blocks(ids, data, bytes, l0, l1); },
+                    dst);
+  }
+
+  // kvWriteBlocks(ids: Int32Array, src: Uint8Array, srcLayout?: KvLayout, layers?: [l0, l1], srcFirstToken?: number): Promise<void>
+  Napi::Value kvWriteBlocks(const Napi::CallbackInfo& info) {
+    Napi::Env env = info.Env();
+    auto engine = require_open(env);
+    auto ids = int32s(env, info[0], "kvWriteBlocks: ids");
+    Napi::Uint8Array src = bytes_arg(env, info[1], "kvWriteBlocks: src");
+    const KvLayout layout = layout_arg(env, *engine, info[2]);
+    const auto [l0, l1] = layers_arg(env, info[3]);
+    const int64_t first = info[4].IsNumber() ? static_cast<int64_t>(info[4].As<Napi::Number>().DoubleValue()) : 0;
+    const uint8_t* data = src.Data();
+    const size_t bytes = src.ByteLength();
+    return queue_kv(env,
+                    [engine, ids = std::move(ids), data, bytes, layout, l0 = l0, l1 = l1, first] {
+                      engine->kv_write_blocks(ids, data, bytes, layout, l0, l1, first);
+                    },
+                    src);
+  }
+
+  // kvExportHandle(): Uint8Array | null. Synchronous; waits for a running step (the SIMT pool
+  // moves into shared memory on the first call), so call it once before serving.
+  Napi::Value kvExportHandle(const Napi::CallbackInfo& info) {
+    Napi::Env env = info.Env();
+    auto engine = require_open(env);
+    std::string h;
+    try {
+      h = engine->kv_export_handle();
+    } catch (const NativeError& e) {
+      throw make_error(env, e.code_name(), e.what());
+    }
+    if (h.empty()) return env.Null();
+    Napi::Uint8Array out = Napi::Uint8Array::New(env, h.size());
+    std::memcpy(out.Data(), h.data(), h.size());
+    return out;
+  }
+
+  // kvOpenPeer(handle: Uint8Array, peerLayout: KvLayout with numBlocks): number
+  Napi::Value kvOpenPeer(const Napi::CallbackInfo& info) {
+    Napi::Env env = info.Env();
+    auto engine = require_open(env);
+    Napi::Uint8Array h = bytes_arg(env, info[0], "kvOpenPeer: handle");
+    const KvLayout layout = layout_arg(env, *engine, info[1]);
+    try {
+      return Napi::Number::New(env, engine->kv_open_peer(std::string(reinterpret_cast<const char*>(h.Data()), h.ByteLength()), layout));
+    } catch (const NativeError& e) {
+      throw make_error(env, e.code_name(), e.what());
+    }
+  }
+
+  // kvCopyFromPeer(peer: number, srcIds: Int32Array, dstIds: Int32Array, layers?: [l0, l1], srcFirstToken?: number): Promise<void>
+  Napi::Value kvCopyFromPeer(const Napi::CallbackInfo& info) {
+    Napi::Env env = info.Env();
+    auto engine = require_open(env);
+    if (!info[0].IsNumber()) throw make_error(env, "invalid_argument", "kvCopyFromPeer: peer must be a number");
+    const int peer = info[0].As<Napi::Number>().Int32Value();
+    auto src = int32s(env, info[1], "kvCopyFromPeer: srcIds");
+    auto dst = int32s(env, info[2], "kvCopyFromPeer: dstIds");
+    const auto [l0, l1] = layers_arg(env, info[3]);
+    const int64_t first = info[4].IsNumber() ? static_cast<int64_t>(info[4].As<Napi::Number>().DoubleValue()) : 0;
+    return queue_kv(env,
+                    [engine, peer, src = std::move(src), dst = std::move(dst), l0 = l0, l1 = l1, first] {
+                      engine->kv_copy_from_peer(peer, src, dst, l0, l1, first);
+                    },
+                    env.Undefined());
+  }
+
+  Napi::Value kvClosePeer(const Napi::CallbackInfo& info) {
+    Napi::Env env = info.Env();
+    if (engine_ && info[0].IsNumber()) engine_->kv_close_peer(info[0].As<Napi::Number>().Int32Value());
+    return env.Undefined();
+  }
+
+  // layerProgress(): BigInt64Array [forwards begun, layers written by the latest], a live view
+  // of memory the backend writes (no copy; it holds a reference to the engine, like kvPool).
+  Napi::Value layerProgress(const Napi::CallbackInfo& info) {
+    Napi::Env env = info.Env();
+    auto engine = require_open(env);
+    const int64_t* p = engine->layer_progress();
+    if (p == nullptr) return env.Null();
+    auto* keep = new std::shared_ptr<Engine>(engine);
+    Napi::ArrayBuffer buf = Napi::ArrayBuffer::New(
+        env, const_cast<int64_t*>(p), 2 * sizeof(int64_t), [](Napi::Env, void*, std::shared_ptr<Engine>* hint) { delete hint; }, keep);
+    return Napi::BigInt64Array::New(env, 2, buf, 0);
   }
 
   Napi::Value close(const Napi::CallbackInfo& info) {

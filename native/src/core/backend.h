@@ -117,7 +117,43 @@ class Backend {
   virtual void pool_hidden(const ForwardBatch& batch, Pooling pooling, float* dst);
   /** One line for logs and info(): the device and how it computes. */
   virtual std::string description() const { return name(); }
+
+  // KV movement between workers (issue 24). Token t of a copy lives in block ids[t / block_size],
+  // slot t % block_size on each side, so block size and dtype may differ (cuda/kv_copy.h).
+  // These run beside forward() on another thread (the Engine serializes them among
+  // themselves): they touch only the blocks named, which the scheduler keeps out of steps
+  // while they move. Arguments are validated by the Engine. Defaults: unsupported.
+  /** Blocks ids[0..n) into dst: n whole blocks of this pool's layout, back to back; only layers [l0, l1) written. */
+  virtual void kv_read_blocks(const int32_t* ids, int32_t n, void* dst, int l0, int l1);
+  /**
+   * src: src_blocks whole blocks of src_layout back to back; its tokens from src_first on land in
+   * ids from token 0, as many as both sides hold. (src_first: a copy that starts mid-block in
+   * the source, e.g. after a prefix hit at another block size.)
+   */
+  virtual void kv_write_blocks(const int32_t* ids, int32_t n, const void* src, const KvLayout& src_layout, int64_t src_blocks,
+                               int l0, int l1, int64_t src_first = 0);
+  /** Bytes another process passes to kv_open_peer to map this pool; "" for a host pool (UCX reads those). */
+  virtual std::string kv_export_handle() { return ""; }
+  /** Maps a peer's exported pool of `bytes`; returns its base here. */
+  virtual void* kv_open_peer(const std::string& handle, size_t bytes);
+  virtual void kv_close_peer(void* base);
+  /** Tokens of the peer's blocks src_ids (layout `peer`, mapped at peer_base) into this pool's dst_ids. */
+  virtual void kv_copy_from_peer(void* peer_base, const KvLayout& peer, const int32_t* src_ids, int32_t ns,
+                                 const int32_t* dst_ids, int32_t nd, int l0, int l1, int64_t src_first = 0);
+  /**
+   * Layer-wise progress of the forward passes: [0] forward passes begun, [1] layers whose K/V the
+   * latest one has written. Host memory the backend updates as it goes (a GPU's kernels write it
+   * through a mapped pinned page), for the transfer protocol to poll without a call.
+   */
+  virtual const int64_t* layer_progress() const { return nullptr; }
 };
+
+/** Tokens a copy moves: the smaller of the two tables' slots (the source's from src_first). */
+inline int64_t kv_copy_tokens(int64_t src_blocks, int64_t src_block_size, int64_t dst_blocks, int64_t dst_block_size,
+                              int64_t src_first = 0) {
+  const int64_t a = src_blocks * src_block_size - src_first, b = dst_blocks * dst_block_size;
+  return a < b ? a : b;
+}
 
 /** A compiled backend and whether it can run here. */
 struct BackendStatus {

@@ -89,7 +89,10 @@ std::unique_ptr<Engine> Engine::load(const EngineOptions& options) {
   return e;
 }
 
-Engine::~Engine() = default;
+Engine::~Engine() {
+  if (!backend_) return;
+  for (auto& [id, peer] : peers_) backend_->kv_close_peer(peer.base);
+}
 
 int Engine::num_threads() const { return pool_->size(); }
 
@@ -241,6 +244,110 @@ StepOutput Engine::step(const StepInput& in) {
     backend_->read_logits(out.logits.data(), static_cast<int32_t>(rows.size()));
   }
   return out;
+}
+
+std::pair<int, int> Engine::kv_layers(int l0, int l1) const {
+  const int layers = static_cast<int>(kv_layout().num_layers);
+  if (l1 < 0) l1 = layers;
+  if (l0 < 0 || l0 > l1 || l1 > layers) {
+    throw NativeError(ErrorCode::kInvalidArgument, "layers [" + std::to_string(l0) + ", " + std::to_string(l1) +
+                                                       ") outside the model's " + std::to_string(layers) + " layers");
+  }
+  return {l0, l1};
+}
+
+void Engine::kv_check_ids(const std::vector<int32_t>& ids, const KvLayout& layout, const char* what) const {
+  for (int32_t id : ids) {
+    if (id < 0 || id >= layout.num_blocks) {
+      throw NativeError(ErrorCode::kInvalidArgument, std::string(what) + ": block id " + std::to_string(id) + " outside [0, " +
+                                                         std::to_string(layout.num_blocks) + ")");
+    }
+  }
+}
+
+void Engine::kv_check_compatible(const KvLayout& o, const char* what) const {
+  const KvLayout& kv = kv_layout();
+  if (o.num_layers != kv.num_layers || o.num_kv_heads != kv.num_kv_heads || o.head_dim != kv.head_dim) {
+    throw NativeError(ErrorCode::kInvalidArgument,
+                      std::string(what) + ": layout of " + std::to_string(o.num_layers) + " layers x " + std::to_string(o.num_kv_heads) +
+                          " KV heads x " + std::to_string(o.head_dim) + " does not match this model's " +
+                          std::to_string(kv.num_layers) + " x " + std::to_string(kv.num_kv_heads) + " x " +
+                          std::to_string(kv.head_dim) + " (a different tensor-parallel split is not supported yet)");
+  }
+  if (o.elem_bytes != 2 && o.elem_bytes != 4) throw NativeError(ErrorCode::kInvalidArgument, std::string(what) + ": dtype must be f32 or bf16");
+  if (o.block_size <= 0 || o.block_size > 1024) {
+    throw NativeError(ErrorCode::kInvalidArgument, std::string(what) + ": blockSize must be in [1, 1024]");
+  }
+}
+
+void Engine::kv_read_blocks(const std::vector<int32_t>& ids, void* dst, size_t dst_bytes, int l0, int l1) {
+  const auto [a, b] = kv_layers(l0, l1);
+  kv_check_ids(ids, kv_layout(), "kvReadBlocks");
+  const size_t want = ids.size() * kv_layout().bytes_per_block();
+  if (dst_bytes < want) {
+    throw NativeError(ErrorCode::kInvalidArgument, "kvReadBlocks: dst holds " + std::to_string(dst_bytes) + " bytes, " +
+                                                       std::to_string(ids.size()) + " blocks need " + std::to_string(want));
+  }
+  std::lock_guard<std::mutex> lock(kv_mu_);
+  backend_->kv_read_blocks(ids.data(), static_cast<int32_t>(ids.size()), dst, a, b);
+}
+
+void Engine::kv_write_blocks(const std::vector<int32_t>& ids, const void* src, size_t src_bytes, const KvLayout& src_layout,
+                             int l0, int l1, int64_t src_first) {
+  const auto [a, b] = kv_layers(l0, l1);
+  kv_check_compatible(src_layout, "kvWriteBlocks");
+  kv_check_ids(ids, kv_layout(), "kvWriteBlocks");
+  const size_t bb = src_layout.bytes_per_block();
+  if (src_bytes % bb != 0) {
+    throw NativeError(ErrorCode::kInvalidArgument, "kvWriteBlocks: src holds " + std::to_string(src_bytes) +
+                                                       " bytes, not whole blocks of " + std::to_string(bb));
+  }
+  if (src_first < 0 || (src_bytes > 0 && src_first >= static_cast<int64_t>(src_bytes / bb) * src_layout.block_size)) {
+    throw NativeError(ErrorCode::kInvalidArgument, "kvWriteBlocks: srcFirstToken outside src");
+  }
+  std::lock_guard<std::mutex> lock(kv_mu_);
+  backend_->kv_write_blocks(ids.data(), static_cast<int32_t>(ids.size()), src, src_layout, static_cast<int64_t>(src_bytes / bb), a, b,
+                            src_first);
+}
+
+std::string Engine::kv_export_handle() {
+  // The pool may move (SIMT: into shared memory): no step and no copy may run meanwhile.
+  std::lock_guard<std::mutex> step_lock(step_mu_);
+  std::lock_guard<std::mutex> lock(kv_mu_);
+  return backend_->kv_export_handle();
+}
+
+int Engine::kv_open_peer(const std::string& handle, const KvLayout& peer) {
+  kv_check_compatible(peer, "kvOpenPeer");
+  if (peer.num_blocks < 1) throw NativeError(ErrorCode::kInvalidArgument, "kvOpenPeer: the peer layout needs numBlocks");
+  std::lock_guard<std::mutex> lock(kv_mu_);
+  void* base = backend_->kv_open_peer(handle, peer.bytes_per_block() * static_cast<size_t>(peer.num_blocks));
+  const int id = next_peer_++;
+  peers_[id] = Peer{base, peer};
+  return id;
+}
+
+void Engine::kv_copy_from_peer(int peer, const std::vector<int32_t>& src_ids, const std::vector<int32_t>& dst_ids, int l0, int l1,
+                               int64_t src_first) {
+  const auto [a, b] = kv_layers(l0, l1);
+  kv_check_ids(dst_ids, kv_layout(), "kvCopyFromPeer (dst)");
+  std::lock_guard<std::mutex> lock(kv_mu_);
+  auto it = peers_.find(peer);
+  if (it == peers_.end()) throw NativeError(ErrorCode::kInvalidArgument, "kvCopyFromPeer: peer " + std::to_string(peer) + " is not open");
+  kv_check_ids(src_ids, it->second.layout, "kvCopyFromPeer (src)");
+  if (src_first < 0 || (!src_ids.empty() && src_first >= static_cast<int64_t>(src_ids.size()) * it->second.layout.block_size)) {
+    throw NativeError(ErrorCode::kInvalidArgument, "kvCopyFromPeer: srcFirstToken outside srcIds");
+  }
+  backend_->kv_copy_from_peer(it->second.base, it->second.layout, src_ids.data(), static_cast<int32_t>(src_ids.size()),
+                              dst_ids.data(), static_cast<int32_t>(dst_ids.size()), a, b, src_first);
+}
+
+void Engine::kv_close_peer(int peer) {
+  std::lock_guard<std::mutex> lock(kv_mu_);
+  auto it = peers_.find(peer);
+  if (it == peers_.end()) return;
+  backend_->kv_close_peer(it->second.base);
+  peers_.erase(it);
 }
 
 }  // namespace tandem

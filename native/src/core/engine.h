@@ -5,6 +5,7 @@
 #pragma once
 
 #include <chrono>
+#include <map>
 #include <condition_variable>
 #include <cstdint>
 #include <memory>
@@ -162,6 +163,25 @@ class Engine {
    */
   EmbedOutput embed(const EmbedInput& input);
 
+  // KV movement between workers (issue 24; Backend's kv_* do the work). These serialize among
+  // themselves, not with steps: they touch only the named blocks, which the caller keeps out
+  // of steps while they move, and return when the data is in place (a later step sees it).
+  // Layer ranges are [l0, l1), l1 = -1 for all layers. Bad arguments: invalid_argument.
+  /** Blocks ids into dst (ids.size() whole blocks of kv_layout(), back to back; dst_bytes checked). */
+  void kv_read_blocks(const std::vector<int32_t>& ids, void* dst, size_t dst_bytes, int l0, int l1);
+  /** src holds whole blocks of src_layout (num_blocks ignored); its tokens from src_first land in ids from token 0. */
+  void kv_write_blocks(const std::vector<int32_t>& ids, const void* src, size_t src_bytes, const KvLayout& src_layout, int l0,
+                       int l1, int64_t src_first = 0);
+  /** What a peer process passes to kv_open_peer; "" when the pool is host memory (UCX reads it). */
+  std::string kv_export_handle();
+  /** Maps a peer's pool (its layout with num_blocks); returns an id for kv_copy_from_peer. */
+  int kv_open_peer(const std::string& handle, const KvLayout& peer);
+  void kv_copy_from_peer(int peer, const std::vector<int32_t>& src_ids, const std::vector<int32_t>& dst_ids, int l0, int l1,
+                         int64_t src_first = 0);
+  void kv_close_peer(int peer);
+  /** [0] forward passes begun, [1] layers whose K/V the latest has written (see Backend). */
+  const int64_t* layer_progress() const { return backend_->layer_progress(); }
+
  private:
   Engine() = default;
   void validate(const StepInput& input) const;
@@ -172,6 +192,17 @@ class Engine {
   bool kv_pool_external_ = false;
   int64_t max_pass_tokens_ = 8192;  // embed(): tokens per forward pass (BackendOptions::max_batch_tokens)
   std::mutex step_mu_;  // steps are serialized; the TS side sends one at a time anyway
+  /** l1 = -1 -> all layers; checks the range. */
+  std::pair<int, int> kv_layers(int l0, int l1) const;
+  void kv_check_ids(const std::vector<int32_t>& ids, const KvLayout& layout, const char* what) const;
+  void kv_check_compatible(const KvLayout& other, const char* what) const;
+  struct Peer {
+    void* base = nullptr;
+    KvLayout layout;
+  };
+  std::mutex kv_mu_;  // KV movement calls, and the peers below
+  std::map<int, Peer> peers_;
+  int next_peer_ = 1;
 };
 
 }  // namespace tandem

@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "../core/error.h"
+#include "../core/kv_copy_host.h"
 #include "../core/safetensors.h"
 #include "../core/thread_pool.h"
 #include "gemm.h"
@@ -70,6 +71,29 @@ CpuBackend::CpuBackend(const ModelConfig& config, const SafetensorsStore& weight
 void CpuBackend::adopt_kv_pool(void* base) {
   kv_base_ = static_cast<float*>(base);
   std::vector<float>().swap(kv_);
+}
+
+// The pool is host memory: pool <-> host buffer copies are the host copy itself.
+void CpuBackend::kv_read_blocks(const int32_t* ids, int32_t n, void* dst, int l0, int l1) {
+  gpu::KvCopyArgs a;
+  a.src = kv_view(layout_, kv_base_, ids);
+  a.dst = kv_view(layout_, dst, nullptr);
+  a.num_tokens = static_cast<int64_t>(n) * layout_.block_size;
+  a.layer_begin = l0;
+  a.layer_end = l1;
+  kv_copy_host(a);
+}
+
+void CpuBackend::kv_write_blocks(const int32_t* ids, int32_t n, const void* src, const KvLayout& src_layout, int64_t src_blocks,
+                                 int l0, int l1, int64_t src_first) {
+  gpu::KvCopyArgs a;
+  a.src = kv_view(src_layout, src, nullptr);
+  a.dst = kv_view(layout_, kv_base_, ids);
+  a.num_tokens = kv_copy_tokens(src_blocks, src_layout.block_size, n, layout_.block_size, src_first);
+  a.src_first = src_first;
+  a.layer_begin = l0;
+  a.layer_end = l1;
+  kv_copy_host(a);
 }
 
 void CpuBackend::load_weights(const SafetensorsStore& w) {
@@ -165,6 +189,8 @@ void CpuBackend::forward(const ForwardBatch& batch) {
   const float eps = static_cast<float>(c.rms_norm_eps);
 
   ensure_scratch(t);
+  __atomic_store_n(&progress_[1], 0, __ATOMIC_RELEASE);
+  __atomic_store_n(&progress_[0], progress_[0] + 1, __ATOMIC_RELEASE);
 
   for (const ForwardSeq& s : batch.seqs) {
     for (int32_t i = 0; i < s.num_tokens; ++i) token_pos_[static_cast<size_t>(s.token_offset + i)] = s.start_pos + i;
@@ -205,6 +231,7 @@ void CpuBackend::forward(const ForwardBatch& batch) {
       }
     });
     write_kv(batch, l);
+    __atomic_store_n(&progress_[1], l + 1, __ATOMIC_RELEASE);  // layer l's K/V is in the pool
     attention(batch, l);
     cpu::matmul_nt(pool_, attn_.data(), t, L.wo, L.bo.empty() ? nullptr : L.bo.data(), proj_.data());
     pool_.parallel_for(t, row_grain, [&](int64_t b, int64_t e, int) {

@@ -25,6 +25,10 @@ class CpuBackend final : public Backend {
   void pool_hidden(const ForwardBatch& batch, Pooling pooling, float* dst) override;
   void* kv_pool_base() override { return kv_base_; }
   void adopt_kv_pool(void* base) override;
+  void kv_read_blocks(const int32_t* ids, int32_t n, void* dst, int l0, int l1) override;
+  void kv_write_blocks(const int32_t* ids, int32_t n, const void* src, const KvLayout& src_layout, int64_t src_blocks, int l0,
+                       int l1, int64_t src_first) override;
+  const int64_t* layer_progress() const override { return progress_; }
 
  private:
   struct Layer {
@@ -61,6 +65,7 @@ class CpuBackend final : public Backend {
   cpu::PagedAttention attention_kernel_;
   std::vector<float> logits_;  // [num_logit_rows][vocab] of the last forward
   std::vector<std::unique_ptr<Sampler>> samplers_;  // one per pool worker
+  int64_t progress_[2] = {0, 0};  // layer_progress(): forwards begun, layers written (atomic stores)
 };
 
 }  // namespace tandem

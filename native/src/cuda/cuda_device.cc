@@ -3,6 +3,7 @@
 // backend is unavailable there. Built only where nvcc was found (TANDEM_WITH_CUDA).
 #include <cuda_runtime.h>
 
+#include <cstring>
 #include <string>
 
 #include "../core/error.h"
@@ -79,11 +80,14 @@ class CudaDevice final : public Device {
     info_.total_bytes = prop.totalGlobalMem;
     info_.max_shared_per_block = prop.sharedMemPerBlockOptin;
     check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
+    check(cudaStreamCreateWithFlags(&side_, cudaStreamNonBlocking), "cudaStreamCreate (side)");
   }
   ~CudaDevice() override {
     bind();
     cudaStreamSynchronize(stream_);
     cudaStreamDestroy(stream_);
+    cudaStreamSynchronize(side_);
+    cudaStreamDestroy(side_);
   }
   const DeviceInfo& info() const override { return info_; }
   const char* kind() const override { return "cuda"; }
@@ -159,6 +163,50 @@ class CudaDevice final : public Device {
     check(cudaMemGetInfo(&free, &total), "cudaMemGetInfo");
     return free;
   }
+  void* side_stream() override {
+    bind();
+    return side_;
+  }
+  void synchronize_side() override {
+    bind();
+    const cudaError_t e = cudaStreamSynchronize(side_);
+    if (e != cudaSuccess) {
+      throw NativeError(ErrorCode::kInternal, "cuda:" + std::to_string(ordinal_) + ": a KV copy failed (" + describe(e) + ")");
+    }
+  }
+  void upload_side(void* dst, const void* src, size_t bytes) override {
+    if (bytes == 0) return;
+    bind();
+    check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, side_), "cudaMemcpyAsync (host to device, side)");
+  }
+  // cudaMalloc memory exports as it is: the peer maps the whole allocation (the pool is one).
+  void* make_exportable(void* p, size_t) override { return p; }
+  std::string export_handle(void* p, size_t bytes) override {
+    bind();
+    cudaIpcMemHandle_t h{};
+    check(cudaIpcGetMemHandle(&h, p), "cudaIpcGetMemHandle");
+    return ipc_handle_header(kind(), bytes) + std::string(reinterpret_cast<const char*>(&h), sizeof(h));
+  }
+  void* open_ipc(const std::string& handle, size_t bytes) override {
+    const std::string payload = ipc_handle_payload(handle, kind(), bytes);
+    if (payload.size() != sizeof(cudaIpcMemHandle_t)) throw NativeError(ErrorCode::kInvalidArgument, "kvOpenPeer: a CUDA IPC handle is 64 bytes");
+    bind();
+    cudaIpcMemHandle_t h{};
+    std::memcpy(&h, payload.data(), sizeof(h));
+    void* p = nullptr;
+    const cudaError_t e = cudaIpcOpenMemHandle(&p, h, cudaIpcMemLazyEnablePeerAccess);
+    if (e != cudaSuccess) {
+      cudaGetLastError();
+      throw NativeError(ErrorCode::kUnavailable, "cuda:" + std::to_string(ordinal_) + ": cannot map the peer's KV pool (" + describe(e) + ")");
+    }
+    return p;
+  }
+  void close_ipc(void* p) noexcept override {
+    if (p == nullptr) return;
+    bind();
+    cudaIpcCloseMemHandle(p);
+  }
+
   std::unique_ptr<Graph> capture(const std::function<void()>& record) override {
     bind();
     check(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
@@ -193,6 +241,7 @@ class CudaDevice final : public Device {
   int ordinal_;
   DeviceInfo info_;
   cudaStream_t stream_ = nullptr;
+  cudaStream_t side_ = nullptr;  // KV copies beside the forward
 };
 
 }  // namespace

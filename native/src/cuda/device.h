@@ -55,7 +55,31 @@ class Device {
   virtual size_t free_bytes() = 0;
   /** Records what `record` launches on stream() into a graph instead of running it. */
   virtual std::unique_ptr<Graph> capture(const std::function<void()>& record) = 0;
+
+  // KV movement between workers (issue 24). Defaults: not supported by this device.
+  /** A second stream for copies that run beside the forward on stream() (KV import/export). */
+  virtual void* side_stream() { return stream(); }
+  /** Waits for everything queued on side_stream(). */
+  virtual void synchronize_side() { synchronize(); }
+  /** upload() on side_stream() (the source stays untouched until synchronize_side()). */
+  virtual void upload_side(void* device_dst, const void* host_src, size_t bytes) { upload(device_dst, host_src, bytes); }
+  /**
+   * Makes the alloc() `p` of `bytes` mappable by other processes and returns its address then:
+   * the same on CUDA (cudaMalloc memory exports as it is), a named shared-memory copy on SIMT
+   * (the old allocation is freed; whatever pointed at it must be repointed).
+   */
+  virtual void* make_exportable(void* p, size_t bytes);
+  /** Opaque bytes naming exportable memory for open_ipc in another process. */
+  virtual std::string export_handle(void* p, size_t bytes);
+  /** Maps a peer's export_handle; `bytes` is what the caller expects it to hold (checked). */
+  virtual void* open_ipc(const std::string& handle, size_t bytes);
+  virtual void close_ipc(void* p) noexcept;
 };
+
+/** The first line of every export_handle: "tandem-kv-ipc/1 <kind> <bytes>\n", then the kind's payload. */
+std::string ipc_handle_header(const char* kind, size_t bytes);
+/** Checks a handle's header against the device kind and size; returns its payload. */
+std::string ipc_handle_payload(const std::string& handle, const char* kind, size_t bytes);
 
 /** Why `cuda` is or is not usable here (driver and device checked, nothing allocated). */
 struct CudaStatus {

@@ -136,6 +136,9 @@ GpuBackend::GpuBackend(const ModelConfig& config, const SafetensorsStore& weight
     ensure_sample_buffers(seqs, static_cast<size_t>(seqs) * (sizeof(gpu::SampleRowDesc) + mask_bytes + 4096),
                           static_cast<size_t>(seqs) * (8 + 2 * 4 * 20));
     size_kv_pool(options);
+    kv_copy_ = simt ? gpu::make_simt_kv_copy() : gpu::make_cuda_kv_copy();
+    progress_ = static_cast<int64_t*>(device_->alloc_pinned(2 * sizeof(int64_t)));
+    progress_[0] = progress_[1] = 0;
   } catch (...) {
     free_activations();
     for (void* p : allocations_) device_->free(p);
@@ -160,6 +163,9 @@ GpuBackend::~GpuBackend() {
   device_->free(sample_work_);
   device_->free(sample_out_dev_);
   device_->free_pinned(sample_out_staging_);
+  device_->free_pinned(kv_staging_);
+  device_->free(kv_ids_);
+  device_->free_pinned(progress_);
 }
 
 void* GpuBackend::alloc(size_t bytes) {
@@ -429,6 +435,9 @@ void GpuBackend::forward(const ForwardBatch& batch) {
   gpu::plan_step(batch, o, plan_);
   ensure_activations(plan_.num_tokens, plan_.num_logit_rows, plan_.num_decode);
   ensure_image(plan_.layout.total);
+  // The previous forward has finished (sampled, or synchronized below): no mark is in flight.
+  __atomic_store_n(&progress_[1], 0, __ATOMIC_RELEASE);
+  __atomic_store_n(&progress_[0], progress_[0] + 1, __ATOMIC_RELEASE);
   std::memcpy(image_staging_, plan_.image.data(), static_cast<size_t>(plan_.layout.total) * 4);
   device_->upload(image_, image_staging_, static_cast<size_t>(plan_.layout.total) * 4);
   if (use_graph) {
@@ -543,6 +552,7 @@ void GpuBackend::run_forward(const gpu::StepPlan& plan) {
     rope.k_norm = W.k_norm;
     rope.layer = static_cast<int>(l);
     kernels_->qkv_rope(rope, stream);
+    kv_copy_->mark(&progress_[1], l + 1, stream);  // layer l's K/V is in the pool
     attn.layer = static_cast<int>(l);
     kernels_->attention(attn, stream);
     g.n = static_cast<int>(h);

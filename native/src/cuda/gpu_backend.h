@@ -24,6 +24,7 @@
 #include "cublaslt.h"
 #include "device.h"
 #include "kernel_api.h"
+#include "kv_copy.h"
 #include "sample_inputs.h"
 #include "step_plan.h"
 
@@ -46,6 +47,16 @@ class GpuBackend final : public Backend {
   bool kv_pool_on_host() const override { return false; }
   void adopt_kv_pool(void* base) override;
   std::string description() const override;
+  // KV movement (gpu_backend_kv.cc): the copy kernel on the device's side stream.
+  void kv_read_blocks(const int32_t* ids, int32_t n, void* dst, int l0, int l1) override;
+  void kv_write_blocks(const int32_t* ids, int32_t n, const void* src, const KvLayout& src_layout, int64_t src_blocks, int l0,
+                       int l1, int64_t src_first) override;
+  std::string kv_export_handle() override;
+  void* kv_open_peer(const std::string& handle, size_t bytes) override;
+  void kv_close_peer(void* base) override;
+  void kv_copy_from_peer(void* peer_base, const KvLayout& peer, const int32_t* src_ids, int32_t ns, const int32_t* dst_ids,
+                         int32_t nd, int l0, int l1, int64_t src_first) override;
+  const int64_t* layer_progress() const override { return progress_; }
 
   /** Forward passes that replayed a captured graph (tests, benchmarks). */
   uint64_t graph_replays() const { return graph_replays_; }
@@ -149,6 +160,21 @@ class GpuBackend final : public Backend {
   void* sample_out_dev_ = nullptr;
   void* sample_out_staging_ = nullptr;
   size_t sample_out_capacity_ = 0;
+
+  // KV movement (gpu_backend_kv.cc).
+  /** Pinned staging of at least `bytes` (two halves for host <-> pool copies), regrown on demand. */
+  void* kv_staging(size_t bytes);
+  /** Device memory for `count` block ids (the kernel reads its tables from device memory, not over PCIe). */
+  int32_t* kv_ids(size_t count);
+  std::unique_ptr<gpu::KvCopyApi> kv_copy_;
+  void* kv_staging_ = nullptr;  // pinned
+  size_t kv_staging_bytes_ = 0;
+  int32_t* kv_ids_ = nullptr;  // device
+  size_t kv_ids_count_ = 0;
+  bool kv_exported_ = false;
+  // layer_progress(): pinned, [0] forwards begun (host), [1] layers written (a kernel after each
+  // layer's K/V write), so a poller sees the device's progress without a CUDA call.
+  int64_t* progress_ = nullptr;
 };
 
 }  // namespace tandem

@@ -2,6 +2,7 @@
 // with the reason, and `--device cuda` fails with it.
 #include "../core/error.h"
 #include "device.h"
+#include "kv_copy.h"
 
 namespace tandem::gpu {
 
@@ -20,6 +21,10 @@ CudaStatus cuda_status() {
 
 std::unique_ptr<Device> make_cuda_device(int ordinal) {
   throw NativeError(ErrorCode::kUnavailable, "device 'cuda:" + std::to_string(ordinal) + "': " + kReason);
+}
+
+std::unique_ptr<KvCopyApi> make_cuda_kv_copy() {
+  throw NativeError(ErrorCode::kUnavailable, std::string("the CUDA KV copy: ") + kReason);
 }
 
 }  // namespace tandem::gpu

@@ -1,7 +1,14 @@
 // SimtDevice: host memory as device memory, copies done at once (or recorded while a graph is
 // being captured), kernels through the SIMT harness.
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <cstdlib>
 #include <cstring>
+#include <map>
+#include <mutex>
 #include <new>
 #include <thread>
 
@@ -43,7 +50,19 @@ class SimtDevice final : public Device {
     std::memset(p, 0xA5, bytes);
     return p;
   }
-  void free(void* p) noexcept override { std::free(p); }
+  void free(void* p) noexcept override {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      auto it = shared_.find(p);
+      if (it != shared_.end()) {
+        munmap(p, it->second.bytes);
+        close(it->second.fd);
+        shared_.erase(it);
+        return;
+      }
+    }
+    std::free(p);
+  }
   void* alloc_pinned(size_t bytes) override { return alloc(bytes); }
   void free_pinned(void* p) noexcept override { std::free(p); }
   void upload(void* dst, const void* src, size_t bytes) override { copy_now(dst, src, bytes); }
@@ -58,6 +77,62 @@ class SimtDevice final : public Device {
   }
   void synchronize() override {}
   void* stream() override { return nullptr; }
+
+  // CUDA IPC, emulated honestly: exported memory is an anonymous shared-memory file
+  // (memfd) that a peer process maps through /proc/<pid>/fd/<fd>, so two worker processes on
+  // --device simt run the same export/map/copy path a GPU pair does. Nothing is named in
+  // /dev/shm, so nothing leaks when the exporter is killed with -9; a peer that mapped the
+  // pool keeps the memory until it unmaps it.
+  void* make_exportable(void* p, size_t bytes) override {
+    const int fd = memfd_create("tandem-simt-kv", MFD_CLOEXEC);
+    if (fd < 0) throw NativeError(ErrorCode::kInternal, std::string("simt device: memfd_create: ") + std::strerror(errno));
+    void* q = MAP_FAILED;
+    if (ftruncate(fd, static_cast<off_t>(bytes)) == 0) q = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (q == MAP_FAILED) {
+      const int err = errno;
+      close(fd);
+      throw NativeError(ErrorCode::kResourceExhausted, "simt device: cannot map " + std::to_string(bytes) + " bytes of shared memory (" +
+                                                           std::strerror(err) + ")");
+    }
+    std::memcpy(q, p, bytes);
+    free(p);
+    std::lock_guard<std::mutex> lock(mu_);
+    shared_[q] = {"/proc/" + std::to_string(getpid()) + "/fd/" + std::to_string(fd), bytes, fd};
+    return q;
+  }
+  std::string export_handle(void* p, size_t bytes) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = shared_.find(p);
+    if (it == shared_.end() || it->second.bytes != bytes) {
+      throw NativeError(ErrorCode::kInternal, "simt device: export_handle of memory that make_exportable did not return");
+    }
+    return ipc_handle_header(kind(), bytes) + it->second.name;
+  }
+  void* open_ipc(const std::string& handle, size_t bytes) override {
+    const std::string name = ipc_handle_payload(handle, kind(), bytes);
+    const int fd = open(name.c_str(), O_RDWR | O_CLOEXEC);
+    if (fd < 0) {
+      throw NativeError(ErrorCode::kUnavailable, "simt device: the peer's pool " + name + " cannot be opened (" + std::strerror(errno) +
+                                                     "; has the peer exited?)");
+    }
+    struct stat st {};
+    void* q = MAP_FAILED;
+    if (fstat(fd, &st) == 0 && static_cast<size_t>(st.st_size) >= bytes) {
+      q = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    }
+    close(fd);
+    if (q == MAP_FAILED) throw NativeError(ErrorCode::kUnavailable, "simt device: cannot map the peer's pool " + name);
+    std::lock_guard<std::mutex> lock(mu_);
+    opened_[q] = bytes;
+    return q;
+  }
+  void close_ipc(void* p) noexcept override {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = opened_.find(p);
+    if (it == opened_.end()) return;
+    munmap(p, it->second);
+    opened_.erase(it);
+  }
   size_t free_bytes() override { return info_.total_bytes; }
   std::unique_ptr<Graph> capture(const std::function<void()>& record) override {
     simt::Capture c;
@@ -81,6 +156,14 @@ class SimtDevice final : public Device {
     if (bytes > 0) std::memcpy(dst, src, bytes);
   }
   DeviceInfo info_;
+  struct Shared {
+    std::string name;  // what a peer opens: /proc/<pid>/fd/<fd>
+    size_t bytes = 0;
+    int fd = -1;
+  };
+  std::mutex mu_;
+  std::map<void*, Shared> shared_;   // exported by this process
+  std::map<void*, size_t> opened_;   // peers' memory mapped here
 };
 
 }  // namespace

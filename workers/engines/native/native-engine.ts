@@ -5,7 +5,7 @@
  */
 import { performance } from 'node:perf_hooks';
 import { fromNativeError, loadAddon, NativeEngineError, type RawEngineHandle, type RawEngineInfo, type RawStepResult } from '../../../native/index.js';
-import type { LoadEngineOptions, RawKvLayout } from '../../../native/index.js';
+import type { LoadEngineOptions, RawKvCopyLayout, RawKvLayout } from '../../../native/index.js';
 import type { Engine, EngineInfo, SampledToken, StepBatch, StepResult } from '../engine.js';
 import { BatchMarshal } from './batch-marshal.js';
 
@@ -173,6 +173,84 @@ export class NativeEngine implements Engine {
       throw fromNativeError(err);
     }
     this.externalPool = buffer;
+  }
+
+  // KV movement between workers (issue 24). All copies run on native threads (a GPU's side
+  // stream) beside steps and resolve once the data is in place, so a step scheduled after the
+  // promise settles sees it. The caller keeps the blocks out of steps while they move.
+
+  /** Blocks `ids` into `dst` (ids.length × kvBytesPerBlock bytes, this pool's layout); layers [l0, l1). */
+  async kvReadBlocks(ids: Int32Array, dst: Uint8Array, layers?: [number, number]): Promise<void> {
+    try {
+      await this.requireHandle().kvReadBlocks(ids, dst, layers);
+    } catch (err) {
+      throw fromNativeError(err);
+    }
+  }
+
+  /**
+   * Whole blocks of `srcLayout` (default: ours) into blocks `ids`, converting block size and
+   * dtype; the source's tokens from `srcFirstToken` land from the first slot of ids[0].
+   */
+  async kvWriteBlocks(ids: Int32Array, src: Uint8Array, srcLayout?: RawKvCopyLayout, layers?: [number, number], srcFirstToken = 0): Promise<void> {
+    try {
+      await this.requireHandle().kvWriteBlocks(ids, src, srcLayout, layers, srcFirstToken);
+    } catch (err) {
+      throw fromNativeError(err);
+    }
+  }
+
+  /** What a peer on this host maps the pool with; null for a host pool (peers read it over UCX). */
+  kvExportHandle(): Uint8Array | null {
+    try {
+      return this.requireHandle().kvExportHandle();
+    } catch (err) {
+      throw fromNativeError(err);
+    }
+  }
+
+  kvOpenPeer(handle: Uint8Array, peerLayout: RawKvCopyLayout & { numBlocks: number }): number {
+    try {
+      return this.requireHandle().kvOpenPeer(handle, peerLayout);
+    } catch (err) {
+      throw fromNativeError(err);
+    }
+  }
+
+  /** The peer's tokens from `srcFirstToken` of `srcIds` into `dstIds` from its first slot. */
+  async kvCopyFromPeer(peer: number, srcIds: Int32Array, dstIds: Int32Array, layers?: [number, number], srcFirstToken = 0): Promise<void> {
+    try {
+      await this.requireHandle().kvCopyFromPeer(peer, srcIds, dstIds, layers, srcFirstToken);
+    } catch (err) {
+      throw fromNativeError(err);
+    }
+  }
+
+  kvClosePeer(peer: number): void {
+    this.handle?.kvClosePeer(peer);
+  }
+
+  /** Live [forward passes begun, layers written by the latest] (null: the backend does not report it). */
+  layerProgress(): BigInt64Array | null {
+    return this.requireHandle().layerProgress();
+  }
+
+  /** The layout this pool's blocks have, for a peer's kvWriteBlocks / kvOpenPeer. */
+  get kvCopyLayout(): RawKvCopyLayout & { numBlocks: number } {
+    return {
+      blockSize: this.model.blockSize,
+      dtype: this.model.kvDtype,
+      numBlocks: this.model.numBlocks,
+      numLayers: this.model.numLayers,
+      numKvHeads: this.model.numKvHeads,
+      headDim: this.model.headDim,
+    };
+  }
+
+  private requireHandle(): RawEngineHandle {
+    const handle = this.handle;
+    if (handle === undefined) throw new NativeEngineError('unavailable', 'native engine is closed');
+    return handle;
   }
 
   step(batch: StepBatch): Promise<StepResult> {

@@ -1,0 +1,180 @@
+#!/usr/bin/env bash
+# The GPU check of KV movement between workers (issue 24), run on a GPU machine from the
+# repository root with the bundle of scripts/device/pack.sh at .device-bundle/ (no Node.js
+# needed there). Step status and time to $OUT/summary.json, the log to $OUT/kv-transfer-check.log,
+# measurements to $OUT/kv-transfer-bench.json, outputs to $OUT/kv-disagg.json. Steps:
+#   kernels   every kernel check on cuda, the KV copy kernel's 192 cases included
+#   ipc       two processes on the one GPU (tandem_kv_bench export / import), 0.5B- and
+#             8B-shaped layouts: the gather kernel over a CUDA IPC mapping for 1, 16 and 256
+#             blocks vs one cudaMemcpyDtoD of the same bytes, every copied byte checked; the
+#             staged halves (gather into pinned memory and back) vs D2H / H2D memcpy
+#   disagg    runtime up --engine native --device cuda, aggregated (--workers 1) and then
+#             --prefill 1 --decode 1 (every prompt disaggregated) on the same GPU: greedy completions of
+#             the tiny model and of a 0.5B-shaped random model (a ~3k-word prompt among them)
+#             must be equal token for token
+# Budget: under 5 minutes (device tool timeout_s=400). TANDEM_CHECK_STEPS=kernels,ipc,... runs a
+# subset; TANDEM_CHECK_DEVICE=simt runs the flow on the host, in place when there is no bundle
+# (a dry run of this script: small pools, the tiny model only).
+set -uo pipefail
+repo=$(pwd)
+OUT=${OUT:-$repo/.device-out}
+mkdir -p "$OUT"
+exec > >(tee -a "$OUT/kv-transfer-check.log") 2>&1
+device=${TANDEM_CHECK_DEVICE:-cuda}
+steps=${TANDEM_CHECK_STEPS:-kernels,ipc,disagg}
+work=${TANDEM_CHECK_WORK:-/tmp/tandem-kv-check}
+started=$(date +%s)
+summary="$OUT/summary.json"
+echo "{" >"$summary"
+first=1
+record() {  # name status seconds [detail]
+  local sep=","
+  [ $first = 1 ] && sep="" && first=0
+  printf '%s\n  "%s": {"status": "%s", "seconds": %s, "detail": %s}' "$sep" "$1" "$2" "$3" "$(printf '%s' "${4:-}" | python3 -c 'import json,sys; print(json.dumps(sys.stdin.read()))')" >>"$summary"
+}
+want() { case ",$steps," in *",$1,"*) return 0 ;; *) return 1 ;; esac; }
+step() {  # name timeout function
+  local name=$1 limit=$2
+  shift 2
+  want "$name" || return 0
+  echo "=== $name ($(($(date +%s) - started)) s in)"
+  local t0=$(date +%s) rc
+  timeout "$limit" bash -c "$*"
+  rc=$?
+  local dt=$(($(date +%s) - t0))
+  if [ $rc = 0 ]; then record "$name" pass "$dt"; else record "$name" fail "$dt" "exit $rc"; fi
+  echo "=== $name: exit $rc in ${dt} s"
+}
+
+if [ -f "$repo/.device-bundle/bundle.tar.xz" ]; then
+  echo "=== unpack"
+  rm -rf "$work"
+  mkdir -p "$work"
+  tar -C "$work" -xJf "$repo/.device-bundle/bundle.tar.xz" || exit 1
+  cd "$work"
+  export PATH="$work/node/bin:$PATH"
+elif [ "$device" = simt ]; then
+  echo "=== no bundle: running in place on simt (dry run)"
+  mkdir -p "$work"
+else
+  echo "no bundle: run scripts/device/pack.sh first" >&2
+  exit 1
+fi
+export TANDEM_TEST_DEVICE=$device TANDEM_CACHE_DIR="$work/cache"
+gpu=$(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null || echo "no nvidia-smi")
+echo "gpu: $gpu"
+record gpu info 0 "$gpu; commit $(cat COMMIT 2>/dev/null || git rev-parse HEAD 2>/dev/null)"
+models="$work/models"
+mkdir -p "$models"
+
+ipc() {
+  local rc=0 blocks=300 files=""
+  [ "$device" = simt ] && blocks=20
+  for shape in 0.5b 8b; do
+    local h="$work/kv-handle-$shape"
+    rm -f "$h" "$h.done"
+    native/build/tandem_kv_bench export --device "$device" --shape $shape --blocks $blocks --handle "$h" &
+    local exporter=$!
+    native/build/tandem_kv_bench import --device "$device" --shape $shape --blocks $blocks --handle "$h" --json "$work/kv-ipc-$shape.json" || rc=1
+    touch "$h.done"
+    wait $exporter || rc=1
+    files="$files $work/kv-ipc-$shape.json"
+  done
+  python3 - "$OUT/kv-transfer-bench.json" "$gpu" $files <<'PY' || rc=1
+import json, sys
+out, gpu, files = sys.argv[1], sys.argv[2], sys.argv[3:]
+runs = [json.load(open(f)) for f in files]
+json.dump({"gpu": gpu, "runs": runs, "aim": "gather >= 0.8 x memcpy DtoD at >= 16 blocks"}, open(out, "w"), indent=2)
+for r in runs:
+    for row in r["ipc"]:
+        print(f'{r["shape"]:5} {row["blocks"]:4} blocks: {row["gather_gbps"]:.1f} GB/s, {row["ratio"]:.2f} x memcpy, bytes equal: {row["bytes_equal"]}')
+sys.exit(0 if all(r["bytes_equal"] for r in runs) else 1)
+PY
+  return $rc
+}
+
+# One fleet: start it, answer every prompt greedily, stop it. $1: label, rest: runtime up flags.
+fleet() {
+  local label=$1 model=$2
+  shift 2
+  local port=18100 log="$work/up-$label.log"
+  node bin/runtime.js up --engine native --device "$device" --model "$model" --http-port $port --log-level warn "$@" >"$log" 2>&1 &
+  local up=$!
+  for _ in $(seq 1 240); do grep -q "Press Ctrl-C" "$log" && break; kill -0 $up 2>/dev/null || break; sleep 0.5; done
+  local long=3000
+  [ "$model" = tiny ] && long=300  # the tiny model's context
+  python3 - "http://127.0.0.1:$port" "$work/answers-$label.json" $long <<'PY'
+import json, sys, urllib.request
+base, out, long = sys.argv[1], sys.argv[2], int(sys.argv[3])
+def post(path, body):
+    req = urllib.request.Request(base + path, json.dumps(body).encode(), {"content-type": "application/json"})
+    return json.load(urllib.request.urlopen(req, timeout=120))
+model = json.load(urllib.request.urlopen(base + "/v1/models", timeout=30))["data"][0]["id"]
+words = "the quick brown fox jumps over a lazy dog while seven tired wizards quietly count their coins".split()
+prompts = [" ".join(words[: 5 + i]) for i in range(6)] + [" ".join(words[i % len(words)] for i in range(long))]
+answers = []
+for p in prompts:
+    r = post("/v1/completions", {"model": model, "prompt": p, "max_tokens": 16, "temperature": 0})
+    answers.append(r["choices"][0]["text"])
+try:  # how the frontend routed them (path="..." counts), recorded beside the answers
+    metrics = urllib.request.urlopen(base + "/metrics", timeout=30).read().decode()
+    routed = [l for l in metrics.splitlines() if l.startswith("tandem_frontend_disagg_requests_total{")]
+except Exception as e:
+    routed = [f"no /metrics: {e}"]
+json.dump({"answers": answers, "routed": routed}, open(out, "w"))
+print(f"{len(answers)} answers; routed: {routed}")
+PY
+  local rc=$?
+  kill -INT $up 2>/dev/null
+  wait $up
+  [ $rc = 0 ] || cat "$log"
+  return $rc
+}
+
+disagg() {
+  local rc=0 list="tiny"
+  if [ "$device" = cuda ]; then
+    native/build/tandem_gpu_bench make-model --shape qwen2-0.5b --out "$models/qwen2-0.5b" >/dev/null || return 1
+    list="tiny $models/qwen2-0.5b"
+  fi
+  local results="[]"
+  for model in $list; do
+    local name=$(basename "$model")
+    # 4 GiB pools (64 MiB on simt): the prefill keeps a host copy of its pool for the staged path.
+    local kvmem=4294967296
+    [ "$device" = simt ] && kvmem=67108864
+    fleet "agg-$name" "$model" --workers 1 --kv-cache-memory $kvmem || rc=1
+    fleet "disagg-$name" "$model" --workers 0 --prefill 1 --decode 1 --enforce-disagg --disagg-min-prefill-tokens 1 --kv-cache-memory $kvmem || rc=1
+    results=$(python3 - "$results" "$name" "$work/answers-agg-$name.json" "$work/answers-disagg-$name.json" <<'PY'
+import json, sys
+results, name, a, d = json.loads(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4]
+try:
+    agg, dis = json.load(open(a)), json.load(open(d))
+    remote = sum(float(l.rsplit(" ", 1)[1]) for l in dis["routed"] if 'path="disagg"' in l)
+    # Equal, and every prompt really went through a prefill worker and a KV hand-off.
+    results.append({"model": name, "prompts": len(agg["answers"]), "equal": agg["answers"] == dis["answers"] and remote == len(dis["answers"]),
+                    "disaggregated_requests": remote, "routed": dis["routed"],
+                    "aggregated": agg["answers"], "disaggregated": dis["answers"]})
+except Exception as e:
+    results.append({"model": name, "equal": False, "error": str(e)})
+print(json.dumps(results))
+PY
+)
+  done
+  echo "$results" >"$OUT/kv-disagg.json"
+  python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); [print(x["model"], "equal" if x["equal"] else "DIFFER") for x in r]; sys.exit(0 if all(x["equal"] for x in r) else 1)' "$OUT/kv-disagg.json" || rc=1
+  return $rc
+}
+
+export device models OUT work gpu
+export -f ipc fleet disagg
+
+step kernels 60 native/build/tandem_gpu_kernel_test
+step ipc 90 ipc
+step disagg 200 disagg
+
+echo "}" >>"$summary"
+echo "=== done in $(($(date +%s) - started)) s"
+cat "$summary"
+grep -q '"fail"' "$summary" && exit 1
+exit 0
