@@ -10,7 +10,7 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createNativeEngine } from '../../workers/engines/native/index.js';
 import { EngineLoop } from '../../workers/engine-loop/engine-loop.js';
-import { createKvTiers, hostPoolTierTarget, type KvTierOptions } from '../../workers/kv-tiers/index.js';
+import { createKvTiers, devicePoolTierTarget, hostPoolTierTarget, type KvTierOptions } from '../../workers/kv-tiers/index.js';
 import type { PreprocessedRequest, TokenDelta } from '../../proto/wire.js';
 import { Sequence } from '../../workers/sequence.js';
 import { tinyModel, tokens, withTempDir } from './helpers.js';
@@ -147,6 +147,51 @@ describe('KV tiers on the native CPU engine', () => {
       expect(last.tokenIds).toEqual(cold.tokenIds);
       await tiers.idle();
       expect((await readdir(dir)).some((n) => n.endsWith('.kvb'))).toBe(true);
+    } finally {
+      await loop.close();
+    }
+  });
+});
+
+describe('KV tiers on a device pool (the CUDA backend on the SIMT harness): copies go through kvReadBlocks / kvWriteBlocks', () => {
+  let tmp: Awaited<ReturnType<typeof withTempDir>>;
+  let modelDir: string;
+
+  beforeAll(async () => {
+    tmp = await withTempDir();
+    modelDir = await tinyModel(tmp.dir, 'qwen2', 'f32', 25);
+  });
+  afterAll(async () => {
+    await tmp?.cleanup();
+  });
+
+  it('onboards an evicted prefix from the host tier: same tokens as cold, logprobs equal a pool hit', async () => {
+    const open = () => createNativeEngine({ modelDir, device: 'simt', numBlocks: NUM_BLOCKS, blockSize: BLOCK_SIZE, threads: 1, maxBatchTokens: 256, maxSeqs: 8 });
+    const reference = await open();
+    const vocab = reference.info.vocabSize;
+    const prompt = tokens(41, vocab, 3);
+    const fillers = [5, 6, 7].map((salt) => tokens(70, vocab, salt));
+    const plain = new EngineLoop({ engine: reference });
+    const cold = await generate(plain, 'cold', prompt);
+    const warm = await generate(plain, 'warm', prompt);
+    await plain.close();
+    expect(warm.cachedTokens).toBe(40);
+
+    const engine = await open();
+    expect(engine.model.kvPoolOnHost).toBe(false);
+    const target = devicePoolTierTarget(engine, 'tiny');
+    expect(target.dtype).toBe('bf16');
+    const tiers = (await createKvTiers({ hostCacheBytes: 200 * engine.model.kvBytesPerBlock }, target))!;
+    const loop = new EngineLoop({ engine, kvTiers: tiers });
+    try {
+      await generate(loop, 'first', prompt);
+      for (const [i, f] of fillers.entries()) await generate(loop, `fill-${i}`, f);
+      expect(loop.scheduler.blockManager.findPrefixHit(seqOf(prompt)).numTokens).toBe(0);
+      const again = await generate(loop, 'again', prompt);
+      expect(tiers.stats().onboardHostBlocks).toBe(10);
+      expect(again.cachedTokens).toBe(40);
+      expect(again.tokenIds).toEqual(cold.tokenIds);
+      expect(again.logprobs).toEqual(warm.logprobs);
     } finally {
       await loop.close();
     }

@@ -47,6 +47,43 @@ export class HostPoolCopier implements BlockCopier {
   }
 }
 
+/** What a device-pool engine offers for moving whole blocks to and from host memory (NativeEngine). */
+export interface DeviceBlockPort {
+  kvReadBlocks(ids: Int32Array, dst: Uint8Array): Promise<void>;
+  kvWriteBlocks(ids: Int32Array, src: Uint8Array): Promise<void>;
+}
+
+/**
+ * A pool in device memory (the CUDA backend; the SIMT harness in tests): one batched read or
+ * write per call through the engine's pinned staging, on its native thread, never per block.
+ */
+export class DevicePoolCopier implements BlockCopier {
+  constructor(
+    private readonly port: DeviceBlockPort,
+    readonly blockBytes: number,
+  ) {
+    if (!(Number.isSafeInteger(blockBytes) && blockBytes > 0)) throw new RangeError(`block bytes must be a positive integer, got ${blockBytes}`);
+  }
+
+  async readBlocks(blockIds: readonly number[]): Promise<Uint8Array[]> {
+    const bb = this.blockBytes;
+    const out = new Uint8Array(blockIds.length * bb);
+    await this.port.kvReadBlocks(Int32Array.from(blockIds), out);
+    return blockIds.map((_, i) => out.subarray(i * bb, (i + 1) * bb));
+  }
+
+  async writeBlocks(blockIds: ArrayLike<number>, data: readonly Uint8Array[]): Promise<void> {
+    const bb = this.blockBytes;
+    const src = new Uint8Array(blockIds.length * bb);
+    for (let i = 0; i < blockIds.length; i++) {
+      const block = data[i]!;
+      if (block.byteLength !== bb) throw new RangeError(`block of ${block.byteLength} bytes, expected ${bb}`);
+      src.set(block, i * bb);
+    }
+    await this.port.kvWriteBlocks(Int32Array.from(blockIds), src);
+  }
+}
+
 /**
  * The mocker's copier: no bytes, only time. An onboard write takes blocks × blockBytes over the
  * host→device bandwidth (divided by the speedup ratio); an offload read is free, as a device

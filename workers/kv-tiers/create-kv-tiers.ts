@@ -4,7 +4,7 @@
  */
 import { PolynomialPerfModel, type PerfModel } from '../../perf-model/index.js';
 import { KvTierPolicy } from '../block-manager/kv-tier-policy.js';
-import { HostPoolCopier, SimulatedCopier, type BlockCopier } from './block-copier.js';
+import { DevicePoolCopier, HostPoolCopier, SimulatedCopier, type BlockCopier, type DeviceBlockPort } from './block-copier.js';
 import { DiskBlockStore, SimulatedDiskStore, type BlockStore } from './disk-block-store.js';
 import { KvTierManager } from './kv-tier-manager.js';
 import { onboardCosts, type TierBandwidths, CPU_TIER_BANDWIDTHS, H100_TIER_BANDWIDTHS } from './tier-costs.js';
@@ -55,6 +55,22 @@ export async function createKvTiers(options: KvTierOptions, target: KvTierTarget
  * The tier target of a native engine whose pool is host memory (the CPU backend). A device
  * pool needs a device BlockCopier (the engine's async block reads/writes) instead.
  */
+/**
+ * The tier target of a native engine whose pool is device memory: copies go through
+ * kvReadBlocks / kvWriteBlocks (pinned staging on the engine's side stream).
+ */
+export function devicePoolTierTarget(
+  engine: DeviceBlockPort & { kvLayoutName: string; model: { kvBytesPerBlock: number; kvDtype?: string } },
+  model: string,
+): KvTierTarget {
+  return {
+    copier: new DevicePoolCopier(engine, engine.model.kvBytesPerBlock),
+    model,
+    layout: engine.kvLayoutName,
+    dtype: engine.model.kvDtype ?? 'bf16',
+  };
+}
+
 export function hostPoolTierTarget(
   engine: { kvPool(): ArrayBuffer; kvLayoutName: string; model: { kvBytesPerBlock: number; kvDtype?: string } },
   model: string,

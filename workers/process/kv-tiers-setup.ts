@@ -1,6 +1,7 @@
 /**
  * The worker's KV tiers from its flags: G2 host memory and G3 disk below the engine pool.
- * The native CPU engine copies real blocks out of its host pool; the mocker simulates the copies
+ * The native engine copies real blocks out of its pool (host memory directly, a device pool
+ * through kvReadBlocks / kvWriteBlocks); the mocker simulates the copies
  * with H100-like bandwidths (its `--kv-bytes-per-token` sizes a block).
  */
 import { ConfigError } from '../../runtime/errors.js';
@@ -8,7 +9,7 @@ import { PolynomialPerfModel, type PerfModel } from '../../perf-model/index.js';
 import type { Engine } from '../engines/engine.js';
 import type { NativeEngine } from '../engines/native/index.js';
 import { MockerEngine } from '../engines/mocker/index.js';
-import { createKvTiers, hostPoolTierTarget, simulatedTierTarget, type KvTierManager, type KvTierOptions } from '../kv-tiers/index.js';
+import { createKvTiers, devicePoolTierTarget, hostPoolTierTarget, simulatedTierTarget, type KvTierManager, type KvTierOptions } from '../kv-tiers/index.js';
 
 export interface WorkerKvTierOptions extends KvTierOptions {
   /** Mocker: bytes of KV per token, for the simulated copy times. */
@@ -32,11 +33,7 @@ export async function setupWorkerKvTiers(engine: Engine, options: WorkerKvTierOp
     return createKvTiers(options, simulatedTierTarget(bytes, engine.speedupRatio, perfModel ?? engine.perfModel));
   }
   const native = engine as NativeEngine;
-  let target;
-  try {
-    target = hostPoolTierTarget(native, modelName);
-  } catch (err) {
-    throw new ConfigError(`--kv-host-cache-gb: the engine's KV pool is not host memory (${(err as Error).message}); device pools need the device block copier, not built yet`);
-  }
+  // A device pool (CUDA; SIMT in tests) moves blocks through the engine's staged copies.
+  const target = native.model.kvPoolOnHost ? hostPoolTierTarget(native, modelName) : devicePoolTierTarget(native, modelName);
   return createKvTiers(options, { ...target, perfModel: perfModel ?? new PolynomialPerfModel() });
 }
