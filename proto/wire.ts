@@ -122,7 +122,13 @@ export interface KvStoredBlock {
 }
 
 export type KvEventData =
-  | { type: 'stored'; parentHash?: string; blocks: KvStoredBlock[] }
+  | {
+      type: 'stored';
+      parentHash?: string;
+      blocks: KvStoredBlock[];
+      /** vLLM's lora_id: the blocks were computed under this adapter (router/hashing.ts loraIdOf); absent = base model. */
+      loraId?: number;
+    }
   | { type: 'removed'; blockHashes: string[] }
   | { type: 'cleared' };
 

@@ -69,6 +69,8 @@ export interface RouteRequest {
   promptTokens?: number;
   /** Decode leg after a remote prefill: routed with no overlap credit (docs/design.md step 3). */
   noOverlapCredit?: boolean;
+  /** Multi-LoRA: the adapter's lora_id; tokens are hashed under it, so only its blocks match. */
+  loraId?: number;
 }
 
 export interface WorkerCandidate {
@@ -315,7 +317,7 @@ export class KvRouter {
       return { local: req.localHashes, seq, promptTokens };
     }
     const tokens = req.tokens ?? [];
-    const { local, seq } = this.hasher.both(tokens);
+    const { local, seq } = this.hasher.both(tokens, req.loraId);
     return { local, seq, promptTokens: req.promptTokens ?? tokens.length };
   }
 }
