@@ -9,6 +9,7 @@
 
 #include "../core/backend.h"
 #include "kernels.h"
+#include "lora_sgmv.h"
 #include "weight_matrix.h"
 
 namespace tandem {
@@ -24,6 +25,8 @@ class CpuBackend final : public Backend {
   void read_logits(float* dst, int32_t rows) override;
   void* kv_pool_base() override { return kv_base_; }
   void adopt_kv_pool(void* base) override;
+  bool supports_lora() const override { return true; }
+  void set_lora(int32_t slot, std::shared_ptr<const LoraAdapter> adapter) override;
 
  private:
   struct Layer {
@@ -41,6 +44,9 @@ class CpuBackend final : public Backend {
   void ensure_scratch(int64_t num_tokens);
   void attention(const ForwardBatch& batch, int64_t layer);
   void write_kv(const ForwardBatch& batch, int64_t layer);
+  void lora_segments(const ForwardBatch& batch);
+  void apply_lora(int64_t layer, LoraTarget target, const float* x, int64_t x_stride, float* out, int64_t out_stride,
+                  int64_t col_offset);
 
   ModelConfig config_;
   KvLayout layout_;
@@ -60,6 +66,10 @@ class CpuBackend final : public Backend {
   cpu::PagedAttention attention_kernel_;
   std::vector<float> logits_;  // [num_logit_rows][vocab] of the last forward
   std::vector<std::unique_ptr<Sampler>> samplers_;  // one per pool worker
+
+  std::vector<std::shared_ptr<const LoraAdapter>> loras_;  // by slot; null = empty
+  std::vector<cpu::LoraSegment> lora_segments_;            // this forward's adapter runs
+  std::vector<float> lora_scratch_;
 };
 
 }  // namespace tandem
