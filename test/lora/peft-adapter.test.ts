@@ -5,6 +5,8 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { TINY_DIMS } from '../../workers/models/index.js';
 import { LoraAdapterError, makeTinyLora, readPeftAdapter } from '../../workers/lora/index.js';
+import { Command } from 'commander';
+import { registerModelCommand } from '../../workers/models/index.js';
 
 const dims = TINY_DIMS.llama;
 
@@ -79,5 +81,22 @@ describe('readPeftAdapter', () => {
     await expect(readPeftAdapter(d)).rejects.toThrow(LoraAdapterError);
     await rm(join(d, 'adapter_model.safetensors'));
     await expect(readPeftAdapter(d)).rejects.toThrow(/no \*\.safetensors/);
+  });
+
+  it('runtime model make-tiny --lora 2 writes the model and two readable adapters of the asked rank', async () => {
+    const program = new Command().exitOverride();
+    registerModelCommand(program);
+    const out = join(root, 'cli');
+    const write = process.stdout.write;
+    process.stdout.write = (() => true) as typeof process.stdout.write;
+    try {
+      await program.parseAsync(['model', 'make-tiny', '--arch', 'qwen3', '--out', out, '--lora', '2', '--lora-rank', '4'], { from: 'user' });
+    } finally {
+      process.stdout.write = write;
+    }
+    const a = await readPeftAdapter(join(out, 'loras', 'lora-0'));
+    const b = await readPeftAdapter(join(out, 'loras', 'lora-1'));
+    expect(a).toMatchObject({ rank: 4, targets: expect.arrayContaining(['q_proj', 'down_proj']) });
+    expect(a.contentHash).not.toBe(b.contentHash);
   });
 });
