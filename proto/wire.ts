@@ -89,6 +89,8 @@ export interface PreprocessedRequest {
   numPriorOutputTokens?: number;
   /** Constrain the output (structured output, forced tool calls); validated by the frontend. */
   structured?: StructuredOutputSpec;
+  /** Multi-LoRA: the adapter (by name) applied to this request; `model` stays the base model. */
+  lora?: string;
 }
 
 export type FinishReason = 'stop' | 'length' | 'cancelled' | 'error';

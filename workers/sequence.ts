@@ -40,6 +40,8 @@ export interface SequenceInit {
   numRemoteTokens?: number;
   /** Multi-LoRA: the adapter's lora_id (router/hashing.ts loraIdOf); its blocks are keyed by it. */
   loraId?: number;
+  /** Multi-LoRA: the engine slot holding the adapter (engines that batch adapters). */
+  loraSlot?: number;
 }
 
 export class Sequence {
@@ -54,6 +56,7 @@ export class Sequence {
   readonly numPriorOutputTokens: number;
   /** Multi-LoRA: the adapter's lora_id, undefined for the base model. */
   readonly loraId: number | undefined;
+  readonly loraSlot: number | undefined;
   /** Leading tokens whose KV comes from a remote prefill; 0 once imported or given up. */
   numRemoteTokens: number;
   /** Aborted while its import was in flight: blocks are freed when the import settles. */
@@ -97,6 +100,7 @@ export class Sequence {
     this.logprobs = init.logprobs;
     this.pinOnFinish = init.pinOnFinish ?? false;
     this.loraId = init.loraId;
+    this.loraSlot = init.loraSlot;
     this.numPriorOutputTokens = Math.max(0, Math.min(init.numPriorOutputTokens ?? 0, init.promptTokenIds.length - 1));
     this.numPromptTokens = init.promptTokenIds.length - this.numPriorOutputTokens;
     this.numRemoteTokens = init.numRemoteTokens ?? 0;

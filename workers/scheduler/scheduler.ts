@@ -445,6 +445,7 @@ export class Scheduler {
         requestSeed: seq.requestSeed,
       };
       if (seq.logprobs !== undefined) step.logprobs = seq.logprobs;
+      if (seq.loraSlot !== undefined) step.loraSlot = seq.loraSlot;
       sequences[i] = step;
     }
     return {
