@@ -28,6 +28,7 @@ import { createSelector, type RouterMode, type WorkerSelector } from './routing.
 import { WorkerHealth } from './worker-health.js';
 import { runtimeConnector, type RuntimeLike, type WorkerConnector } from './worker-client.js';
 import { WorkerClients } from './worker-clients.js';
+import { LoraAdmin } from './lora/lora-admin.js';
 import { DEFAULT_COMPILE_LIMITS, GrammarCompiler, type CompileLimits } from '../grammar/index.js';
 
 export interface FrontendRuntime extends RuntimeLike {
@@ -219,7 +220,9 @@ export async function startFrontend(options: FrontendOptions): Promise<FrontendH
       log.warn({ model, from, generated, err: cause }, 'worker failed mid-stream: migrating request');
     },
   });
+  const loraAdmin = new LoraAdmin(models, connector);
   const server = createHttpServer({
+    loraAdmin,
     pipeline,
     gate: admission,
     metrics,
@@ -235,6 +238,7 @@ export async function startFrontend(options: FrontendOptions): Promise<FrontendH
     ...(dashboard ? { dashboard: dashboard.state, dashboardRoutes: dashboard } : {}),
   });
   const closeParts = async () => {
+    loraAdmin.close();
     keyFile?.close();
     await dashboard?.close();
     models.close();

@@ -117,7 +117,10 @@ export class KvSelector implements WorkerSelector {
     const { requestId, tokenIds } = route.request;
     // A second select for the same request is a migration: the failed attempt's booking goes.
     this.release(requestId);
-    const routeOptions = route.noOverlapCredit ? { noOverlapCredit: true } : {};
+    const routeOptions = {
+      ...(route.noOverlapCredit ? { noOverlapCredit: true } : {}),
+      ...(route.request.loraId !== undefined ? { loraId: route.request.loraId } : {}),
+    };
     let outcome = await this.options.backend.route(target, requestId, tokenIds, candidates, routeOptions);
     if (outcome.kind === 'all_busy') {
       const deadline = this.clock() + (this.options.busyWaitMs ?? DEFAULT_BUSY_WAIT_MS);

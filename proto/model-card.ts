@@ -29,6 +29,8 @@ export interface ModelCard {
   /** Bytes of KV per token (all layers), used to size transfers. */
   kvBytesPerToken?: number;
   eosTokenIds: number[];
+  /** Multi-LoRA: adapters resident on this worker, by name, with their lora_id (router/hashing.ts loraIdOf). */
+  loras?: Array<{ name: string; loraId: number }>;
 }
 
 export const WORKER_ROLES: readonly WorkerRole[] = ['agg', 'prefill', 'decode'];

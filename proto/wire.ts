@@ -91,6 +91,8 @@ export interface PreprocessedRequest {
   structured?: StructuredOutputSpec;
   /** Multi-LoRA: the adapter (by name) applied to this request; `model` stays the base model. */
   lora?: string;
+  /** Its lora_id from the model cards, for the router's adapter-keyed hashes (the worker computes its own). */
+  loraId?: number;
 }
 
 export type FinishReason = 'stop' | 'length' | 'cancelled' | 'error';

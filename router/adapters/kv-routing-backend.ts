@@ -22,6 +22,8 @@ export type KvRouteOutcome =
 export interface KvRouteOptions {
   /** Score without prefix-overlap credit (a decode worker that receives the KV by transfer). */
   noOverlapCredit?: boolean;
+  /** Multi-LoRA: hash the prompt under this adapter's lora_id (router/hashing.ts). */
+  loraId?: number;
 }
 
 export interface KvRoutingBackend {
@@ -38,7 +40,7 @@ export class LocalKvBackend implements KvRoutingBackend {
 
   async route(target: RouteTarget, requestId: string, tokens: number[], candidates: readonly InstanceId[], options: KvRouteOptions = {}): Promise<KvRouteOutcome> {
     const service = this.hub.started(target.component) ?? (await this.hub.service(target.component, target.blockSize));
-    const result = service.route({ requestId, tokens, ...(options.noOverlapCredit ? { noOverlapCredit: true } : {}) }, candidates);
+    const result = service.route({ requestId, tokens, ...(options.noOverlapCredit ? { noOverlapCredit: true } : {}), ...(options.loraId !== undefined ? { loraId: options.loraId } : {}) }, candidates);
     if (result.kind === 'routed') {
       this.hub.reportDecision(target.component, result.decision);
       return { kind: 'routed', instanceId: result.decision.instanceId, overlapBlocks: result.decision.overlapBlocks };
@@ -100,7 +102,7 @@ export class RemoteKvBackend implements KvRoutingBackend {
     const previous = this.sessions.get(requestId);
     if (previous !== undefined) await previous.chain;
     const replica = this.client.pick({ mode: 'round-robin' }).instanceId;
-    const call: RouterCall = { type: 'route', ...target, requestId, tokens, candidates: [...candidates], ...(options.noOverlapCredit ? { noOverlapCredit: true } : {}) };
+    const call: RouterCall = { type: 'route', ...target, requestId, tokens, candidates: [...candidates], ...(options.noOverlapCredit ? { noOverlapCredit: true } : {}), ...(options.loraId !== undefined ? { loraId: options.loraId } : {}) };
     const answer = await this.call(call, replica);
     if (answer.type === 'routed') {
       this.sessions.set(requestId, { replica, chain: Promise.resolve() });

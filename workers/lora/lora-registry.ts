@@ -54,6 +54,8 @@ interface Entry {
 }
 
 export const DEFAULT_MAX_CPU_LORAS = 8;
+/** Distinct adapters in one step (`--max-loras`). */
+export const DEFAULT_MAX_LORAS = 4;
 
 export class LoraRegistry {
   /** Resident adapters by name, least recently used first (Map order, re-inserted on use). */
