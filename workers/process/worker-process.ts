@@ -237,7 +237,7 @@ export async function startWorker(runtime: DistributedRuntime, options: WorkerOp
     loras,
     workerId: runtime.instanceId,
     ...(disagg?.importer !== undefined ? { kvImporter: disagg.importer } : {}),
-    scheduler: { maxNumBatchedTokens: options.maxNumBatchedTokens, maxNumSeqs: options.maxNumSeqs },
+    scheduler: { maxNumBatchedTokens: options.maxNumBatchedTokens, maxNumSeqs: options.maxNumSeqs, ...(options.lora?.maxLoras !== undefined ? { maxLoras: options.lora.maxLoras } : {}) },
     ...(vocab !== undefined ? { grammar: workerGrammarProvider(vocab, grammarCache, grammarCompiler) } : {}),
     sinks: {
       onKvEvents: (events: KvEvent[]) => {

@@ -25,6 +25,13 @@ export interface SchedulerConfig {
   deferSharedPrefill?: boolean;
   /** Most steps one sequence may be deferred that way in its life; default 64. */
   maxDeferSteps?: number;
+  /**
+   * Multi-LoRA (`--max-loras`): most distinct adapters among running sequences, so a step
+   * never mixes more. Default unlimited. A waiting sequence of a further adapter waits; behind
+   * it no new sequence of any adapter is admitted (base-model ones still are), so the running
+   * adapters drain and it cannot starve.
+   */
+  maxLoras?: number;
 }
 
 export const SCHEDULER_DEFAULTS = {
