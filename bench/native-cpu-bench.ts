@@ -10,17 +10,16 @@
  *   node --import tsx bench/native-cpu-bench.ts [--threads N] [--prompt 64] [--decode-steps 8]
  *        [--long-prompt 1024] [--only-long] [--dtype bf16|f32] [--model DIR (reuse)] [--keep-model]
  */
-import { mkdir, mkdtemp, open, rm, writeFile } from 'node:fs/promises';
+import { mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { availableParallelism, cpus, loadavg, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { performance } from 'node:perf_hooks';
 import { parseArgs } from 'node:util';
 import type { StepSequence } from '../workers/engines/engine.js';
 import { benchSequences } from './fixtures/step-sequences.js';
-import { SeededRandom } from '../runtime/random.js';
+import { QWEN2_05B_SHAPE as SHAPE, writeRandomModel } from './fixtures/random-model.js';
 import { createNativeEngine, type NativeEngine } from '../workers/engines/native/index.js';
 
-const SHAPE = { hidden: 896, layers: 24, heads: 14, kvHeads: 2, headDim: 64, inter: 4864, vocab: 151936 };
 
 const { values: args } = parseArgs({
   options: {
@@ -34,89 +33,6 @@ const { values: args } = parseArgs({
     'keep-model': { type: 'boolean', default: false },
   },
 });
-
-/** Random weights, streamed tensor by tensor so the generator never holds the whole model. */
-async function writeRandomModel(dir: string, dtype: 'bf16' | 'f32'): Promise<void> {
-  const s = SHAPE;
-  const q = s.heads * s.headDim;
-  const kv = s.kvHeads * s.headDim;
-  const specs: Array<[string, number[]]> = [['model.embed_tokens.weight', [s.vocab, s.hidden]], ['model.norm.weight', [s.hidden]]];
-  for (let l = 0; l < s.layers; l++) {
-    const p = `model.layers.${l}.`;
-    specs.push(
-      [`${p}input_layernorm.weight`, [s.hidden]],
-      [`${p}post_attention_layernorm.weight`, [s.hidden]],
-      [`${p}self_attn.q_proj.weight`, [q, s.hidden]],
-      [`${p}self_attn.q_proj.bias`, [q]],
-      [`${p}self_attn.k_proj.weight`, [kv, s.hidden]],
-      [`${p}self_attn.k_proj.bias`, [kv]],
-      [`${p}self_attn.v_proj.weight`, [kv, s.hidden]],
-      [`${p}self_attn.v_proj.bias`, [kv]],
-      [`${p}self_attn.o_proj.weight`, [s.hidden, q]],
-      [`${p}mlp.gate_proj.weight`, [s.inter, s.hidden]],
-      [`${p}mlp.up_proj.weight`, [s.inter, s.hidden]],
-      [`${p}mlp.down_proj.weight`, [s.hidden, s.inter]],
-    );
-  }
-  const elem = dtype === 'bf16' ? 2 : 4;
-  const header: Record<string, unknown> = { __metadata__: { format: 'pt' } };
-  let offset = 0;
-  for (const [name, shape] of specs) {
-    const bytes = shape.reduce((a, b) => a * b, 1) * elem;
-    header[name] = { dtype: dtype === 'bf16' ? 'BF16' : 'F32', shape, data_offsets: [offset, offset + bytes] };
-    offset += bytes;
-  }
-  let json = JSON.stringify(header);
-  json += ' '.repeat(Math.ceil(json.length / 8) * 8 - json.length);
-  const file = await open(join(dir, 'model.safetensors'), 'w');
-  const head = Buffer.alloc(8);
-  head.writeBigUInt64LE(BigInt(json.length));
-  await file.write(head);
-  await file.write(json);
-  const rng = new SeededRandom(0x9e3779b9);
-  for (const [name, shape] of specs) {
-    const n = shape.reduce((a, b) => a * b, 1);
-    const isNorm = name.endsWith('norm.weight');
-    const scale = isNorm ? 0 : name.includes('embed') ? 0.05 : 1 / Math.sqrt(shape[shape.length - 1]!);
-    // Chunks of 4M elements keep the generator's memory small for the 136M-element embedding.
-    const chunk = 1 << 22;
-    const f = new Float32Array(Math.min(n, chunk));
-    const halves = new Uint16Array(f.buffer);
-    const bf = new Uint16Array(f.length);
-    for (let at = 0; at < n; at += chunk) {
-      const m = Math.min(chunk, n - at);
-      for (let i = 0; i < m; i++) {
-        f[i] = (isNorm ? 1 : 0) + scale * (rng.next() - 0.5) * 3.46; // unit variance x scale
-      }
-      if (dtype === 'bf16') {
-        for (let i = 0; i < m; i++) bf[i] = halves[2 * i + 1]!; // truncate f32 -> bf16 (high half, little-endian)
-        await file.write(new Uint8Array(bf.buffer, 0, m * 2));
-      } else {
-        await file.write(new Uint8Array(f.buffer, 0, m * 4));
-      }
-    }
-  }
-  await file.close();
-  const config = {
-    architectures: ['Qwen2ForCausalLM'],
-    model_type: 'qwen2',
-    hidden_size: s.hidden,
-    intermediate_size: s.inter,
-    num_hidden_layers: s.layers,
-    num_attention_heads: s.heads,
-    num_key_value_heads: s.kvHeads,
-    vocab_size: s.vocab,
-    max_position_embeddings: 32768,
-    rms_norm_eps: 1e-6,
-    rope_theta: 1000000.0,
-    tie_word_embeddings: true,
-    use_sliding_window: false,
-    sliding_window: 32768,
-    hidden_act: 'silu',
-    eos_token_id: 151643,
-  };
-  await writeFile(join(dir, 'config.json'), JSON.stringify(config, null, 2));
-}
 
 interface Measure {
   tokensPerSec: number;
