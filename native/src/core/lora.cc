@@ -44,10 +44,14 @@ std::shared_ptr<const LoraAdapter> load_lora_adapter(const LoraSpec& spec, const
       const TensorView& a = store->require(base + ".lora_A.weight", {r, in});
       const TensorView& b = store->require(base + ".lora_B.weight", {out, r});
       f.a.resize(a.num_elements());
-      f.b.resize(b.num_elements());
       convert_to_f32(a, f.a.data());
-      convert_to_f32(b, f.b.data());
-      adapter->num_parameters += f.a.size() + f.b.size();
+      std::vector<float> b_rows(b.num_elements());
+      convert_to_f32(b, b_rows.data());
+      f.bt.resize(b_rows.size());
+      for (int64_t j = 0; j < out; ++j) {
+        for (int64_t k = 0; k < r; ++k) f.bt[static_cast<size_t>(k * out + j)] = b_rows[static_cast<size_t>(j * r + k)];
+      }
+      adapter->num_parameters += f.a.size() + f.bt.size();
     }
   }
   return adapter;

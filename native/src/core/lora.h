@@ -31,9 +31,12 @@ struct LoraSpec {
   std::vector<LoraTarget> targets;
 };
 
-/** One target of one layer: A is [rank][in], B is [out][rank], row-major f32. */
+/**
+ * One target of one layer, row-major f32: A as in the file, [rank][in]; B transposed at load,
+ * [rank][out], so the expand is `rank` contiguous axpys over the output row.
+ */
 struct LoraFactor {
-  std::vector<float> a, b;
+  std::vector<float> a, bt;
   bool empty() const { return a.empty(); }
 };
 

@@ -53,14 +53,22 @@ void sgmv_shrink_expand(ThreadPool& pool, const std::vector<LoraSegment>& segmen
       t[idx] = k < r.rank ? r.scale * dot(x + r.token * x_stride, r.f->a.data() + k * in_features, in_features) : 0.0f;
     }
   });
-  // Expand: each output column of each token is a rank-long dot with a row of B.
-  const int64_t col_grain = std::max<int64_t>(1, 8192 / std::max<int32_t>(1, max_rank));
-  pool.parallel_for(n * out_features, col_grain, [&](int64_t b, int64_t e, int) {
+  // Expand: per token, out_row += Σ_k t[k] · Bᵀ[k], contiguous axpys over a chunk of columns.
+  constexpr int64_t kCols = 512;
+  const int64_t chunks = (out_features + kCols - 1) / kCols;
+  pool.parallel_for(n * chunks, 1, [&](int64_t b, int64_t e, int) {
     for (int64_t idx = b; idx < e; ++idx) {
-      const int64_t ri = idx / out_features;
-      const int64_t j = idx % out_features;
+      const int64_t ri = idx / chunks;
+      const int64_t j0 = (idx % chunks) * kCols;
+      const int64_t j1 = std::min(out_features, j0 + kCols);
       const Row& r = rows[static_cast<size_t>(ri)];
-      out[r.token * out_stride + col_offset + j] += dot(t + ri * max_rank, r.f->b.data() + j * r.rank, r.rank);
+      float* o = out + r.token * out_stride + col_offset;
+      const float* tr = t + ri * max_rank;
+      for (int32_t k = 0; k < r.rank; ++k) {
+        const float c = tr[k];
+        const float* bk = r.f->bt.data() + static_cast<int64_t>(k) * out_features;
+        for (int64_t j = j0; j < j1; ++j) o[j] += c * bk[j];
+      }
     }
   });
 }
