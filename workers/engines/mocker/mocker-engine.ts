@@ -20,7 +20,7 @@
  * mode at a complete match).
  */
 import type { Engine, EngineInfo, SampledToken, StepBatch, StepResult, StepSequence } from '../engine.js';
-import { DECODE_FLOOR_MS, PolynomialPerfModel, stepTimeMs, type PerfModel, type StepShape } from '../../../perf-model/index.js';
+import { DECODE_FLOOR_MS, NATIVE_CPU_LORA_COST, PolynomialPerfModel, loraStepFactor, stepTimeMs, type LoraCost, type PerfModel, type StepShape } from '../../../perf-model/index.js';
 import { UnavailableError } from '../../../runtime/index.js';
 import { applyMockLogitBias, mockLogprob, mockTokenAt, nextAllowedToken } from './tokens.js';
 
@@ -43,6 +43,8 @@ export interface MockerConfig {
   /** EOS ids: never sampled by chance; the first one is emitted when EOS is asked for. */
   eosTokenIds?: number[];
   eosAfterTokens?: number;
+  /** Extra step time of LoRA adapters in a batch; default NATIVE_CPU_LORA_COST. */
+  loraCost?: LoraCost;
 }
 
 export class MockerEngine implements Engine {
@@ -54,6 +56,8 @@ export class MockerEngine implements Engine {
   private readonly eosAfterTokens: number | undefined;
   private debtMs = 0;
   private closed = false;
+  private readonly loraCost: LoraCost;
+  private readonly loraSlots = new Set<number>();
   /** Sum of simulated (unscaled) step time, for tests and reports. */
   simulatedMs = 0;
   numSteps = 0;
@@ -72,11 +76,12 @@ export class MockerEngine implements Engine {
     this.seed = config.seed ?? 0;
     this.eosTokenIds = config.eosTokenIds ?? [];
     this.eosAfterTokens = config.eosAfterTokens;
+    this.loraCost = config.loraCost ?? NATIVE_CPU_LORA_COST;
   }
 
   async step(batch: StepBatch): Promise<StepResult> {
     if (this.closed) throw new UnavailableError('mocker engine is closed');
-    const ms = stepTimeMs(this.perfModel, this.shapeOf(batch));
+    const ms = stepTimeMs(this.perfModel, this.shapeOf(batch)) * loraStepFactor(this.loraCost, distinctLoraSlots(batch));
     this.simulatedMs += ms;
     this.numSteps++;
     // The simulated forward pass starts now; masks are filled while it "runs" (the timer),
@@ -91,6 +96,15 @@ export class MockerEngine implements Engine {
 
   async close(): Promise<void> {
     this.closed = true;
+  }
+
+  /** Multi-LoRA: the mocker keeps no factors, only which slots are filled (for the step cost). */
+  async loadLora(slot: number): Promise<void> {
+    this.loraSlots.add(slot);
+  }
+
+  async unloadLora(slot: number): Promise<void> {
+    this.loraSlots.delete(slot);
   }
 
   /** The step shape the perf model sees; a single new token past the prompt is a decode. */
@@ -151,4 +165,15 @@ export class MockerEngine implements Engine {
     await new Promise<void>((resolve) => setTimeout(resolve, Math.floor(this.debtMs)));
     this.debtMs = Math.max(-MAX_CREDIT_MS, this.debtMs - (performance.now() - start));
   }
+}
+
+function distinctLoraSlots(batch: StepBatch): number {
+  let first: number | undefined;
+  let set: Set<number> | undefined;
+  for (const s of batch.sequences) {
+    if (s.loraSlot === undefined) continue;
+    if (first === undefined) first = s.loraSlot;
+    else if (s.loraSlot !== first) (set ??= new Set([first])).add(s.loraSlot);
+  }
+  return set?.size ?? (first === undefined ? 0 : 1);
 }
