@@ -51,10 +51,13 @@ export class LoraAdmin {
   private async onEveryWorker(b: Record<string, unknown>, req: LoraAdminRequest, onlyHolders = false): Promise<void> {
     const modelName = this.baseModel(b);
     const model = this.models.model(modelName)!;
-    const cards: ModelCard[] = [];
-    for (const id of model.candidates()) {
-      const card = model.card(id);
-      if (card !== undefined) cards.push(card);
+    // Prefill workers too: a disaggregated adapter request prefills there.
+    const cards: ModelCard[] = model.allCards?.() ?? [];
+    if (cards.length === 0) {
+      for (const id of model.candidates()) {
+        const card = model.card(id);
+        if (card !== undefined) cards.push(card);
+      }
     }
     const targets = onlyHolders && req.op === 'unload' ? cards.filter((c) => (c.loras ?? []).some((l) => l.name === req.name)) : cards;
     if (targets.length === 0) throw new ApiError('no_instances', `no workers serve model '${modelName}'`);

@@ -10,6 +10,8 @@
 import { writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import OpenAI from 'openai';
+import { createOpenAICompatible } from '@ai-sdk/openai-compatible';
+import { generateText } from 'ai';
 import { describe, expect, it } from 'vitest';
 import { makeTinyModel, TINY_DIMS } from '../../workers/models/index.js';
 import { makeTinyLora } from '../../workers/lora/index.js';
@@ -62,6 +64,26 @@ describe('LoRA serving: native fleet', () => {
     expect(await complete(client, 'sql')).toBe(sql);
     expect(await complete(client, 'tiny-llama')).toBe(base);
     await expect(complete(client, 'nope')).rejects.toMatchObject({ status: 404 });
+  });
+
+  it('the ai SDK calls the adapter by name and gets what the openai SDK gets for the same request', async () => {
+    const client = new OpenAI({ baseURL: `${up.url()}/v1`, apiKey: KEY });
+    const sent: Array<Record<string, unknown>> = [];
+    const provider = createOpenAICompatible({
+      name: 'tandem',
+      baseURL: `${up.url()}/v1`,
+      apiKey: KEY,
+      fetch: async (input, init) => {
+        if (typeof init?.body === 'string') sent.push(JSON.parse(init.body) as Record<string, unknown>);
+        return fetch(input, init);
+      },
+    });
+    const r = await generateText({ model: provider.completionModel('sql'), prompt: PROMPT, maxOutputTokens: 12, temperature: 0 });
+    expect(sent[0]).toMatchObject({ model: 'sql' });
+    const same = await client.completions.create({ ...(sent[0] as object), stream: false } as OpenAI.CompletionCreateParamsNonStreaming);
+    expect(r.text).toBe(same.choices[0]!.text);
+    const base = await generateText({ model: provider.completionModel('tiny-llama'), prompt: PROMPT, maxOutputTokens: 12, temperature: 0 });
+    expect(base.text).not.toBe(r.text);
   });
 
   it('load_lora_adapter needs the key, adds an adapter at run time; a corrupt one is refused and serving goes on', async () => {
