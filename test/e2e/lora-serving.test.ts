@@ -16,6 +16,7 @@ import { describe, expect, it } from 'vitest';
 import { makeTinyModel, TINY_DIMS } from '../../workers/models/index.js';
 import { makeTinyLora } from '../../workers/lora/index.js';
 import { upForBlock } from './up.js';
+import { chromiumPath, launchChromium } from '../dashboard/browser.js';
 
 const KEY = 'sk-lora-test';
 const PROMPT = 'The quick brown fox jumps over the lazy dog and then';
@@ -115,6 +116,22 @@ describe('LoRA serving: unload under traffic (mocker fleet)', () => {
     const f = files.current;
     return ['--engine', 'mocker', '--model', f.model, '--workers', '2', '--lora', `sql=${f.sql}`, '--api-key', KEY, '--log-level', 'warn'];
   });
+
+  it.skipIf(chromiumPath() === undefined)('the dashboard (chromium) shows the adapters of each worker as they are loaded', async () => {
+    const browser = await launchChromium();
+    try {
+      const page = await browser.newPage();
+      await page.goto(`${up.url()}/dashboard?api_key=${KEY}`);
+      const lorasOf = async (): Promise<string[]> => page.locator('[data-testid^="loras-"]').allTextContents();
+      await expect.poll(lorasOf, { timeout: 15_000 }).toEqual(['sql', 'sql']);
+      expect((await post(up.url(), '/v1/load_lora_adapter', { lora_name: 'extra', lora_path: files.current!.chat })).status).toBe(200);
+      await expect.poll(lorasOf, { timeout: 15_000 }).toEqual(['extra, sql', 'extra, sql']);
+      expect((await post(up.url(), '/v1/unload_lora_adapter', { lora_name: 'extra' })).status).toBe(200);
+      await expect.poll(lorasOf, { timeout: 15_000 }).toEqual(['sql', 'sql']);
+    } finally {
+      await browser.close();
+    }
+  }, 60_000);
 
   it('running streams finish; new requests for the adapter get 404; loading while streams run cuts none', async () => {
     const f = files.current!;
