@@ -80,6 +80,24 @@ describe('LoraRegistry', () => {
     await expect(reg.unload('a')).rejects.toMatchObject({ code: 'not_found' });
   });
 
+  it('unload, then a reload of other files under the same name: the old slot still drains when its sequence ends', async () => {
+    const engine = new FakeEngine();
+    const reg = new LoraRegistry(engine);
+    await reg.load('a', dirs[0]!);
+    const old = reg.acquire('a');
+    const drained = reg.unload('a');
+    await reg.load('a', dirs[1]!);
+    const fresh = reg.acquire('a');
+    expect(fresh.loraId).not.toBe(old.loraId);
+    expect(engine.slots.size).toBe(2);
+    reg.release('a', old.loraId);
+    await drained;
+    expect(engine.slots.size).toBe(1);
+    reg.release('a', fresh.loraId);
+    await reg.unload('a');
+    expect(engine.slots.size).toBe(0);
+  });
+
   it('a corrupt adapter is refused; the resident ones keep serving', async () => {
     const engine = new FakeEngine();
     const reg = new LoraRegistry(engine);

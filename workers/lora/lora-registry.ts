@@ -140,8 +140,11 @@ export class LoraRegistry {
   }
 
   release(name: string, loraId: number): void {
-    const e = this.byName.get(name) ?? [...this.draining].find((d) => d.name === name && d.loraId === loraId);
-    if (e === undefined || e.loraId !== loraId) return;
+    // The sequence's own entry: after an unload and a reload under the same name, the resident
+    // entry is another one and this sequence's is draining.
+    const resident = this.byName.get(name);
+    const e = resident?.loraId === loraId ? resident : [...this.draining].find((d) => d.name === name && d.loraId === loraId);
+    if (e === undefined) return;
     e.refs--;
     if (e.refs === 0) e.drained?.();
   }
