@@ -183,3 +183,4 @@ export * from './structured-output.js';
 export * from './dashboard.js';
 export * from './json.js';
 import type { StructuredOutputSpec } from './structured-output.js';
+export * from './lora.js';

@@ -8,7 +8,7 @@
  * requests already running on it finish.
  */
 import type { InstanceId, ModelCard } from '../../proto/wire.js';
-import { LORA_ADMIN_ENDPOINT, type LoraAdminRequest, type LoraAdminResponse } from '../../proto/lora.js';
+import { LORA_ADMIN_ENDPOINT, type LoraAdminRequest, type LoraAdminResponse } from '../../proto/wire.js';
 import { ApiError, badRequest, modelNotFound, toApiError } from '../errors.js';
 import type { ModelWatcher } from '../model-watcher.js';
 import type { WorkerClient, WorkerConnector } from '../worker-client.js';

@@ -14,7 +14,7 @@
  * running sequences must never be evicted.
  */
 import { TandemError } from '../../runtime/errors.js';
-import { loraIdOf } from '../../router/hashing.js';
+import { loraIdOf } from '../../router/index.js';
 import { DEFAULT_MAX_LORA_RANK, readPeftAdapter, type LoraAdapterSpec } from './peft-adapter.js';
 
 export interface LoraEngine {

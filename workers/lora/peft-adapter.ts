@@ -10,7 +10,7 @@ import { readFile, readdir } from 'node:fs/promises';
 import { join, resolve } from 'node:path';
 import { ModelFormatError } from '../models/errors.js';
 import { parseSafetensorsHeader } from '../models/safetensors.js';
-import { xxh3Seeded } from '../../router/hashing.js';
+import { xxh3Seeded } from '../../router/index.js';
 
 /** The linear layers an adapter may target, PEFT module names, in the engine's order. */
 export const LORA_TARGET_MODULES = ['q_proj', 'k_proj', 'v_proj', 'o_proj', 'gate_proj', 'up_proj', 'down_proj'] as const;

@@ -57,7 +57,7 @@ import { workerGrammarProvider } from './grammar-provider.js';
 import { loadWorkerVocabulary } from './vocabulary-loader.js';
 import { LoadPublisher } from './load-publisher.js';
 import { LoraRegistry } from '../lora/index.js';
-import { LORA_ADMIN_ENDPOINT, type LoraAdminRequest, type LoraAdminResponse } from '../../proto/lora.js';
+import { LORA_ADMIN_ENDPOINT, type LoraAdminRequest, type LoraAdminResponse } from '../../proto/wire.js';
 
 export const COMPONENT_FOR_ROLE: Record<WorkerRole, string> = { agg: 'backend', prefill: 'prefill', decode: 'decode' };
 /** Wire names, defined in proto/ and re-exported for the worker's callers. */
