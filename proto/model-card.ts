@@ -30,7 +30,7 @@ export interface ModelCard {
   kvBytesPerToken?: number;
   eosTokenIds: number[];
   /** Multi-LoRA: adapters resident on this worker, by name, with their lora_id (router/hashing.ts loraIdOf). */
-  loras?: Array<{ name: string; loraId: number }>;
+  loras?: Array<{ name: string; loraId: number; path?: string }>;
 }
 
 export const WORKER_ROLES: readonly WorkerRole[] = ['agg', 'prefill', 'decode'];

@@ -93,6 +93,8 @@ export interface PreprocessedRequest {
   lora?: string;
   /** Its lora_id from the model cards, for the router's adapter-keyed hashes (the worker computes its own). */
   loraId?: number;
+  /** Where the adapter's files are (from a card that lists it): a worker without it loads it first. */
+  loraPath?: string;
 }
 
 export type FinishReason = 'stop' | 'length' | 'cancelled' | 'error';

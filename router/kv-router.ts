@@ -42,7 +42,12 @@ export interface KvRouterConfig {
   /** Identifies this replica in `router_sync` messages. */
   replicaId: string;
   sequencer: Partial<EventSequencerOptions>;
+  /** Multi-LoRA: cost (in blocks) added for a worker that would have to load the request's adapter first. */
+  loraLoadPenaltyBlocks?: number;
 }
+
+/** About what loading a rank-16 adapter costs next to prefilling blocks (docs/lora.md). */
+export const DEFAULT_LORA_LOAD_PENALTY_BLOCKS = 32;
 
 export const DEFAULT_KV_ROUTER_CONFIG: KvRouterConfig = {
   blockSize: 16,
@@ -71,6 +76,8 @@ export interface RouteRequest {
   noOverlapCredit?: boolean;
   /** Multi-LoRA: the adapter's lora_id; tokens are hashed under it, so only its blocks match. */
   loraId?: number;
+  /** Multi-LoRA: the candidates that hold the adapter; the others pay `loraLoadPenaltyBlocks`. */
+  loraResident?: readonly InstanceId[];
 }
 
 export interface WorkerCandidate {
@@ -156,6 +163,9 @@ export class KvRouter {
         activeDecodeBlocks: booked.activeBlocks,
       };
       const row = workerCost(requestBlocks, input, weights, busy);
+      if (req.loraResident !== undefined && !req.loraResident.includes(c.instanceId)) {
+        row.cost += this.config.loraLoadPenaltyBlocks ?? DEFAULT_LORA_LOAD_PENALTY_BLOCKS;
+      }
       row.indexedBlocks = indexed;
       row.inflightBlocks = inflight;
       costs[i] = row;

@@ -16,6 +16,7 @@ import { servedAdapters } from './served-adapters.js';
 
 const CALL_TIMEOUT_MS = 120_000;
 const INSTANCE_WAIT_MS = 3_000;
+const CARD_SETTLE_MS = 5_000;
 
 export class LoraAdmin {
   private readonly clients = new Map<string, Promise<WorkerClient>>();
@@ -30,7 +31,8 @@ export class LoraAdmin {
     const name = stringField(b, 'lora_name');
     const path = stringField(b, 'lora_path');
     if (this.models.model(name) !== undefined) throw badRequest(`'${name}' is already a model name`, 'lora_name');
-    await this.onEveryWorker(b, { op: 'load', name, path });
+    const targets = await this.onEveryWorker(b, { op: 'load', name, path });
+    await this.cardsSettle(targets, name, true);
     return `Success: LoRA adapter '${name}' added successfully.`;
   }
 
@@ -39,7 +41,8 @@ export class LoraAdmin {
     const name = stringField(b, 'lora_name');
     const parent = servedAdapters(this.models).find((a) => a.name === name)?.parent;
     if (parent === undefined) throw new ApiError('not_found', `The LoRA adapter '${name}' is not loaded`, 'lora_name');
-    await this.onEveryWorker({ ...b, model: parent }, { op: 'unload', name }, true);
+    const targets = await this.onEveryWorker({ ...b, model: parent }, { op: 'unload', name }, true);
+    await this.cardsSettle(targets, name, false);
     return `Success: LoRA adapter '${name}' removed successfully.`;
   }
 
@@ -48,7 +51,23 @@ export class LoraAdmin {
     this.clients.clear();
   }
 
-  private async onEveryWorker(b: Record<string, unknown>, req: LoraAdminRequest, onlyHolders = false): Promise<void> {
+  /**
+   * Answers once this frontend's own view of the workers' cards shows the change (bounded), so
+   * a client that loads and then lists or calls the adapter sees it.
+   */
+  private async cardsSettle(targets: ModelCard[], name: string, present: boolean): Promise<void> {
+    const until = Date.now() + CARD_SETTLE_MS;
+    for (;;) {
+      const done = targets.every((t) => {
+        const card = this.models.model(t.name)?.card(t.instanceId);
+        return card === undefined || (card.loras ?? []).some((l) => l.name === name) === present;
+      });
+      if (done || Date.now() >= until) return;
+      await new Promise((r) => setTimeout(r, 25));
+    }
+  }
+
+  private async onEveryWorker(b: Record<string, unknown>, req: LoraAdminRequest, onlyHolders = false): Promise<ModelCard[]> {
     const modelName = this.baseModel(b);
     const model = this.models.model(modelName)!;
     // Prefill workers too: a disaggregated adapter request prefills there.
@@ -69,6 +88,7 @@ export class LoraAdmin {
       if (err.code === 'config_invalid' || err.code === 'invalid_argument') throw badRequest(err.message, req.op === 'load' ? 'lora_path' : 'lora_name');
       throw err;
     }
+    return targets;
   }
 
   private baseModel(b: Record<string, unknown>): string {

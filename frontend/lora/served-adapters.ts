@@ -11,13 +11,15 @@ export interface ServedAdapter {
   /** The base model's served name (`parent` in /v1/models). */
   parent: string;
   loraId: number;
+  /** Where a worker that lists it read it from (workers share the filesystem): lets another worker load it. */
+  path?: string;
 }
 
 /** The adapters a card lists; tolerant of cards from workers without adapters. */
-export function cardLoras(card: ModelCard | undefined): Array<{ name: string; loraId: number }> {
+export function cardLoras(card: ModelCard | undefined): Array<{ name: string; loraId: number; path?: string }> {
   const l = (card as { loras?: unknown } | undefined)?.loras;
   if (!Array.isArray(l)) return [];
-  return l.filter((x): x is { name: string; loraId: number } => typeof x?.name === 'string' && Number.isSafeInteger(x?.loraId));
+  return l.filter((x): x is { name: string; loraId: number; path?: string } => typeof x?.name === 'string' && Number.isSafeInteger(x?.loraId));
 }
 
 /** Every adapter some card lists, by name (a model name wins over an adapter of the same name). */
@@ -28,7 +30,9 @@ export function servedAdapters(models: ModelWatcher): ServedAdapter[] {
     if (model === undefined) continue;
     for (const id of model.candidates()) {
       for (const l of cardLoras(model.card(id))) {
-        if (!out.has(l.name) && models.model(l.name) === undefined) out.set(l.name, { name: l.name, parent, loraId: l.loraId });
+        if (!out.has(l.name) && models.model(l.name) === undefined) {
+          out.set(l.name, { name: l.name, parent, loraId: l.loraId, ...(typeof l.path === 'string' ? { path: l.path } : {}) });
+        }
       }
     }
   }

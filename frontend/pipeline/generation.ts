@@ -143,7 +143,7 @@ export class GenerationPipeline {
     const request: PreprocessedRequest = {
       requestId: id,
       model: model.name,
-      ...(adapter !== undefined ? { lora: adapter.name, loraId: adapter.loraId } : {}),
+      ...(adapter !== undefined ? { lora: adapter.name, loraId: adapter.loraId, ...(adapter.path !== undefined ? { loraPath: adapter.path } : {}) } : {}),
       tokenIds,
       sampling: input.sampling,
       stop: { maxTokens, stopTokenIds, ignoreEos: input.ignoreEos, ...(input.minTokens !== undefined ? { minTokens: input.minTokens } : {}) },

@@ -24,6 +24,8 @@ export interface KvRouteOptions {
   noOverlapCredit?: boolean;
   /** Multi-LoRA: hash the prompt under this adapter's lora_id (router/hashing.ts). */
   loraId?: number;
+  /** Multi-LoRA: the candidates holding the adapter; the others pay a load penalty. */
+  loraResident?: readonly InstanceId[];
 }
 
 export interface KvRoutingBackend {
@@ -40,7 +42,7 @@ export class LocalKvBackend implements KvRoutingBackend {
 
   async route(target: RouteTarget, requestId: string, tokens: number[], candidates: readonly InstanceId[], options: KvRouteOptions = {}): Promise<KvRouteOutcome> {
     const service = this.hub.started(target.component) ?? (await this.hub.service(target.component, target.blockSize));
-    const result = service.route({ requestId, tokens, ...(options.noOverlapCredit ? { noOverlapCredit: true } : {}), ...(options.loraId !== undefined ? { loraId: options.loraId } : {}) }, candidates);
+    const result = service.route({ requestId, tokens, ...(options.noOverlapCredit ? { noOverlapCredit: true } : {}), ...(options.loraId !== undefined ? { loraId: options.loraId } : {}), ...(options.loraResident !== undefined ? { loraResident: options.loraResident } : {}) }, candidates);
     if (result.kind === 'routed') {
       this.hub.reportDecision(target.component, result.decision);
       return { kind: 'routed', instanceId: result.decision.instanceId, overlapBlocks: result.decision.overlapBlocks };
@@ -102,7 +104,7 @@ export class RemoteKvBackend implements KvRoutingBackend {
     const previous = this.sessions.get(requestId);
     if (previous !== undefined) await previous.chain;
     const replica = this.client.pick({ mode: 'round-robin' }).instanceId;
-    const call: RouterCall = { type: 'route', ...target, requestId, tokens, candidates: [...candidates], ...(options.noOverlapCredit ? { noOverlapCredit: true } : {}), ...(options.loraId !== undefined ? { loraId: options.loraId } : {}) };
+    const call: RouterCall = { type: 'route', ...target, requestId, tokens, candidates: [...candidates], ...(options.noOverlapCredit ? { noOverlapCredit: true } : {}), ...(options.loraId !== undefined ? { loraId: options.loraId } : {}), ...(options.loraResident !== undefined ? { loraResident: [...options.loraResident] } : {}) };
     const answer = await this.call(call, replica);
     if (answer.type === 'routed') {
       this.sessions.set(requestId, { replica, chain: Promise.resolve() });

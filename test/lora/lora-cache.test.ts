@@ -113,3 +113,27 @@ describe('adapter-aware block hashes', () => {
     expect(base.overlapBlocks).toBe(0);
   });
 });
+
+describe('adapter affinity in the KV router', () => {
+  it('prefers the worker holding the adapter; a load penalty, not a ban, so a busy holder loses', () => {
+    const router = new KvRouter({ blockSize: BS, loraLoadPenaltyBlocks: 32 });
+    for (const w of ['w0', 'w1']) {
+      router.addWorker(w, 0);
+      router.applyDump({ workerId: w, nextEventId: 0, events: [] }, 0);
+    }
+    const cands = [{ instanceId: 'w0' }, { instanceId: 'w1' }];
+    // Idle fleet: without residency the two tie; with it the holder wins every time.
+    for (let i = 0; i < 8; i++) {
+      const d = routed(router.select({ requestId: `a${i}`, tokens: PROMPT, loraId: A, loraResident: ['w1'] }, cands));
+      expect(d.instanceId).toBe('w1');
+      const rows = new Map(d.costs.map((r) => [r.instanceId, r.cost]));
+      expect(rows.get('w0')! - rows.get('w1')!).toBe(32);
+    }
+    // The holder gets busy: requests booked there outweigh the load penalty.
+    for (let i = 0; i < 10; i++) expect(router.route({ requestId: `busy${i}`, tokens: PROMPT.map((t) => t + i + 1) }, [{ instanceId: 'w1' }], 0).kind).toBe('routed');
+    const d = routed(router.select({ requestId: 'late', tokens: PROMPT, loraId: A, loraResident: ['w1'] }, cands));
+    const rows = new Map(d.costs.map((r) => [r.instanceId, r.cost]));
+    expect(rows.get('w1')!).toBeGreaterThan(32);
+    expect(d.instanceId).toBe('w0');
+  });
+});

@@ -138,6 +138,8 @@ export class EngineLoop {
         return;
       }
     }
+    // An adapter this worker lacks but the request says where to find: loaded before admission.
+    if (request.lora !== undefined && this.loras !== undefined) await this.loras.ensure(request.lora, request.loraPath);
     const matcher = request.structured !== undefined ? this.createMatcher(request) : undefined;
     const remote = this.kvImporter !== undefined ? usableKvTransfer(request) : undefined;
     const lora = request.lora !== undefined ? this.acquireLora(request.lora) : undefined;

@@ -26,6 +26,8 @@ export interface LoraRegistryOptions {
   /** Adapters kept resident (host memory) at once; default 8. */
   maxCpuLoras?: number;
   maxLoraRank?: number;
+  /** Called whenever the resident set changes (the worker re-publishes its card). */
+  onChange?: () => void;
 }
 
 /** What a model card and /v1/models show of a resident adapter. */
@@ -65,10 +67,15 @@ export class LoraRegistry {
   private readonly freeSlots: number[] = [];
   private nextSlot = 0;
   private readonly pending = new Map<string, Promise<ResidentLora>>();
+  /** Names unloaded on purpose: never loaded again on demand (a late request for one is not_found), only by load(). */
+  private readonly unloadedNames = new Set<string>();
   readonly maxCpuLoras: number;
   readonly maxLoraRank: number;
 
-  constructor(private readonly engine: LoraEngine, options: LoraRegistryOptions = {}) {
+  constructor(
+    private readonly engine: LoraEngine,
+    private readonly options: LoraRegistryOptions = {},
+  ) {
     this.maxCpuLoras = options.maxCpuLoras ?? DEFAULT_MAX_CPU_LORAS;
     this.maxLoraRank = options.maxLoraRank ?? DEFAULT_MAX_LORA_RANK;
   }
@@ -111,6 +118,8 @@ export class LoraRegistry {
     }
     const entry: Entry = { name, spec, loraId, slot, refs: 0 };
     this.byName.set(name, entry);
+    this.unloadedNames.delete(name);
+    this.options.onChange?.();
     return resident(entry);
   }
 
@@ -119,6 +128,8 @@ export class LoraRegistry {
     const e = this.byName.get(name);
     if (e === undefined) throw new TandemError('not_found', `adapter '${name}' is not loaded`);
     this.byName.delete(name);
+    this.unloadedNames.add(name);
+    this.options.onChange?.();
     if (e.refs > 0) {
       this.draining.add(e);
       await new Promise<void>((resolveDrained) => (e.drained = resolveDrained));
@@ -126,6 +137,15 @@ export class LoraRegistry {
     }
     await this.engine.unloadLora?.(e.slot);
     this.freeSlots.push(e.slot);
+  }
+
+  /**
+   * For a request routed here although the adapter is not resident (the router charged it a
+   * load): loads it from `path` first. The resident adapter of that name is used as is.
+   */
+  async ensure(name: string, path: string | undefined): Promise<void> {
+    if (this.byName.has(name) || path === undefined || this.unloadedNames.has(name)) return;
+    await this.load(name, path);
   }
 
   /** For one sequence: the adapter's id and slot, or not_found (never loaded, or unloaded). */
@@ -153,6 +173,7 @@ export class LoraRegistry {
     for (const e of this.byName.values()) {
       if (e.refs === 0) {
         await this.unload(e.name);
+        this.unloadedNames.delete(e.name);  // evicted, not unloaded: a later request may load it again
         return;
       }
     }

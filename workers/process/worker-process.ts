@@ -224,7 +224,10 @@ export async function startWorker(runtime: DistributedRuntime, options: WorkerOp
     sample: () => loop.loadMetrics(),
     publish: (m) => void component.publish(TOPICS.loadMetrics, m).catch((err: unknown) => log.debug({ err }, 'load metrics publish failed')),
   });
+  // Set once the card exists: every change of the resident adapters re-publishes it.
+  let onLorasChanged = (): void => undefined;
   const loras = new LoraRegistry(engine, {
+    onChange: () => onLorasChanged(),
     ...(options.lora?.maxCpuLoras !== undefined ? { maxCpuLoras: options.lora.maxCpuLoras } : {}),
     ...(options.lora?.maxLoraRank !== undefined ? { maxLoraRank: options.lora.maxLoraRank } : {}),
   });
@@ -310,11 +313,12 @@ export async function startWorker(runtime: DistributedRuntime, options: WorkerOp
   const cardKey = modelKey(options.namespace, modelName, runtime.instanceId);
   // Resident adapters on the card: the frontend lists them and routes requests naming them here.
   const publishLoras = async (): Promise<void> => {
-    card.loras = loras.list().map(({ name, loraId }) => ({ name, loraId }));
+    card.loras = loras.list().map(({ name, loraId, path }) => ({ name, loraId, path }));
     await runtime.discovery.put(cardKey, card);
   };
-  card.loras = loras.list().map(({ name, loraId }) => ({ name, loraId }));
+  card.loras = loras.list().map(({ name, loraId, path }) => ({ name, loraId, path }));
   await runtime.discovery.put(cardKey, card);
+  onLorasChanged = () => void publishLoras().catch((err: unknown) => log.warn({ err }, 'model card update after a LoRA change failed'));
   const loraServed = await component.endpoint(LORA_ADMIN_ENDPOINT).serve(async function* (req: LoraAdminRequest): AsyncGenerator<LoraAdminResponse> {
     if (req?.op === 'load' && typeof req.name === 'string' && typeof req.path === 'string') {
       const l = await loras.load(req.name, resolve(req.path));
