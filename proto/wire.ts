@@ -211,3 +211,4 @@ export * from './embedding.js';
 import type { StructuredOutputSpec } from './structured-output.js';
 import type { KvLayoutDescriptor, KvPlacement } from './model-card.js';
 export * from './lora.js';
+export * from './kv-stage.js';

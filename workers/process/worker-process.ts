@@ -48,7 +48,7 @@ import {
 } from '../disagg/index.js';
 import { TRANSFER_SECONDS_BUCKETS } from '../kv-transfer/index.js';
 import { DeviceKvImporter, isDeviceKvSetup, setupDeviceKvTransfer } from '../disagg/index.js';
-import { KV_STAGE_ENDPOINT, type KvStageRequest, type KvStageResponse } from '../../proto/kv-stage.js';
+import { KV_STAGE_ENDPOINT, type KvStageRequest, type KvStageResponse } from '../../proto/wire.js';
 import type { Engine } from '../engines/engine.js';
 import type { NativeEngine } from '../engines/native/index.js';
 import { MockerEngine } from '../engines/mocker/index.js';
