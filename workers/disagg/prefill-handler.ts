@@ -10,7 +10,7 @@
  * loop; once the answer with kvTransfer is out, only kv_release or the timeout free them.
  */
 import type { InstanceId, KvLayoutDescriptor, KvPlacement, KvReleaseRequest, KvReleaseResponse, KvTransferParams, PreprocessedRequest, TokenDelta, TokenLogprob } from '../../proto/wire.js';
-import type { KvStageRequest, KvStageResponse } from '../../proto/kv-stage.js';
+import type { KvStageRequest, KvStageResponse } from '../../proto/wire.js';
 import type { RequestContext } from '../../runtime/index.js';
 import type { EngineLoop } from '../engine-loop/index.js';
 import type { KvPool, KvTransferAgent } from '../kv-transfer/index.js';
