@@ -2,8 +2,8 @@
  * Pure aggregation: measured request records in, the report's summary, CDFs and timeline
  * out. No clocks and no I/O, so the arithmetic is tested with hand-made records.
  */
-import { e2eMs, isl, meanItlMs, osl, scheduleLagMs, tpotMs, ttftMs, writeItlGaps, type RequestRecord } from './record.js';
-import { CDF_QUANTILES, cdfPoints, summarize, type Stats } from './stats.js';
+import { e2eMs, isl, meanItlMs, osl, scheduleLagMs, sequences, tpotMs, ttftMs, writeItlGaps, type RequestRecord } from './record.js';
+import { CDF_QUANTILES, cdfPoints, NOT_APPLICABLE_STATS, summarize, type Stats } from './stats.js';
 
 /** Goodput SLOs in ms; a request is good when it succeeded and meets every one given. */
 export interface GoodputSlo {
@@ -17,8 +17,10 @@ export interface GoodputSlo {
 export interface Summary {
   duration_s: number;
   requests: { measured: number; completed: number; failed: number; warmup: number };
-  throughput: { requests_per_s: number; output_tokens_per_s: number; input_tokens_per_s: number; total_tokens_per_s: number };
+  /** sequences_per_s: input sequences (an embeddings batch counts its inputs; a generation request counts 1). */
+  throughput: { requests_per_s: number; sequences_per_s: number; output_tokens_per_s: number; input_tokens_per_s: number; total_tokens_per_s: number };
   goodput: { slo: GoodputSlo; good_requests: number; fraction: number; requests_per_s: number } | null;
+  /** ttft, itl and tpot are NOT_APPLICABLE_STATS (null in JSON) for an endpoint that streams no tokens (embeddings). */
   latency_ms: { ttft: Stats; itl: Stats; tpot: Stats; e2e: Stats; schedule_lag: Stats };
   tokens: {
     isl: Stats;
@@ -101,7 +103,7 @@ export function allItlGaps(records: readonly RequestRecord[]): Float64Array {
   return out;
 }
 
-export function buildSummary(records: readonly RequestRecord[], warmup: number, slo: GoodputSlo | null): Summary {
+export function buildSummary(records: readonly RequestRecord[], warmup: number, slo: GoodputSlo | null, streamed = true): Summary {
   const ok = records.filter((r) => r.ok);
   const durationMs = measuredDurationMs(records);
   const seconds = durationMs / 1000;
@@ -113,12 +115,14 @@ export function buildSummary(records: readonly RequestRecord[], warmup: number, 
   let cachedInput = 0;
   let reportedCache = false;
   let chunks = 0;
+  let sequenceTotal = 0;
   let islMismatches = 0;
   let oslShort = 0;
   for (const r of ok) {
     inputTotal += isl(r);
     outputTotal += osl(r);
     chunks += r.chunkTimesMs.length;
+    sequenceTotal += sequences(r);
     if (r.cachedTokens !== null) {
       reportedCache = true;
       cachedTotal += r.cachedTokens;
@@ -150,15 +154,16 @@ export function buildSummary(records: readonly RequestRecord[], warmup: number, 
     requests: { measured: records.length, completed: ok.length, failed: records.length - ok.length, warmup },
     throughput: {
       requests_per_s: perSecond(ok.length),
+      sequences_per_s: perSecond(sequenceTotal),
       output_tokens_per_s: perSecond(outputTotal),
       input_tokens_per_s: perSecond(inputTotal),
       total_tokens_per_s: perSecond(inputTotal + outputTotal),
     },
     goodput,
     latency_ms: {
-      ttft: summarize(collect(ok, ttftMs)),
-      itl: summarize(allItlGaps(ok)),
-      tpot: summarize(collect(ok, tpotMs)),
+      ttft: streamed ? summarize(collect(ok, ttftMs)) : { ...NOT_APPLICABLE_STATS },
+      itl: streamed ? summarize(allItlGaps(ok)) : { ...NOT_APPLICABLE_STATS },
+      tpot: streamed ? summarize(collect(ok, tpotMs)) : { ...NOT_APPLICABLE_STATS },
       e2e: summarize(collect(ok, e2eMs)),
       schedule_lag: summarize(collect(records, scheduleLagMs)),
     },

@@ -13,6 +13,7 @@ import { runBench } from './bench.js';
 import { readReport, renderComparison } from './compare.js';
 import { DEFAULT_SYNTHETIC_TRACE, formatTrace, makeSyntheticTrace } from './mooncake-trace.js';
 import type { BenchOptions, ProgressMode } from './options.js';
+import { ENDPOINT_KINDS } from './request-encoder.js';
 import { WORKLOAD_NAMES } from './workloads/workload.js';
 
 const GOODPUT_KEYS = ['ttft', 'itl', 'tpot', 'e2e'] as const;
@@ -67,6 +68,7 @@ type SameAsOptions =
   | 'workload'
   | 'endpoint'
   | 'promptFormat'
+  | 'batchSize'
   | 'tokenizer'
   | 'isl'
   | 'islStd'
@@ -114,6 +116,7 @@ export function benchOptionsFromFlags(f: BenchFlags): BenchOptions {
     workload: f.workload,
     endpoint: f.endpoint,
     promptFormat: f.promptFormat,
+    batchSize: f.batchSize,
     tokenizer: f.tokenizer,
     isl: f.isl,
     islStd: f.islStd,
@@ -158,8 +161,9 @@ export function registerBenchCommand(program: Command): Command {
     .option('--url <url>', 'server base URL, e.g. http://127.0.0.1:8000')
     .option('--model <name>', 'model name to request')
     .addOption(new Option('--workload <name>', 'workload (default random; trace when --trace-file is given)').choices(WORKLOAD_NAMES))
-    .addOption(new Option('--endpoint <kind>', 'API (default completions; chat, responses or messages for multi-turn)').choices(['completions', 'chat', 'responses', 'messages']))
-    .addOption(new Option('--prompt-format <format>', 'completions prompt as text or token ids (default text)').choices(['text', 'ids']))
+    .addOption(new Option('--endpoint <kind>', 'API (default completions; chat, responses or messages for multi-turn; embeddings sends batches of --isl-token inputs)').choices([...ENDPOINT_KINDS]))
+    .addOption(new Option('--prompt-format <format>', 'completions prompt / embeddings inputs as text or token ids (default text)').choices(['text', 'ids']))
+    .option('--batch-size <n>', 'embeddings: inputs per request (default 32; input length is --isl, default 128)', positiveInt)
     .option('--tokenizer <dir>', "model directory with the served model's tokenizer.json (exact prompt lengths)")
     .option('--isl <n>', 'input tokens (random) / new user tokens per turn (multi-turn)', positiveInt)
     .option('--isl-std <n>', 'input length standard deviation', numberInRange(0))

@@ -38,6 +38,7 @@ export function compareReports(a: BenchReport, b: BenchReport): CompareRow[] {
   add('requests ok', (r) => r.summary.requests.completed, 'higher');
   add('requests failed', (r) => r.summary.requests.failed, 'lower');
   add('request throughput (req/s)', (r) => r.summary.throughput.requests_per_s, 'higher');
+  add('sequence throughput (seq/s)', (r) => r.summary.throughput.sequences_per_s, 'higher');
   add('output throughput (tok/s)', (r) => r.summary.throughput.output_tokens_per_s, 'higher');
   add('total throughput (tok/s)', (r) => r.summary.throughput.total_tokens_per_s, 'higher');
   add('goodput (req/s)', (r) => r.summary.goodput?.requests_per_s, 'higher');

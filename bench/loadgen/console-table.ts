@@ -2,7 +2,7 @@
  * The console summary printed when a run ends, and the text-table helper `compare` shares.
  */
 import type { BenchReport } from './report.js';
-import type { Stats } from './stats.js';
+import { isNotApplicable, type Stats } from './stats.js';
 
 /** Left-aligned first column, right-aligned numbers, two-space gaps. */
 export function formatTable(rows: readonly (readonly string[])[]): string {
@@ -20,7 +20,9 @@ export function fmt(v: number | null | undefined, digits = 2): string {
   return v.toFixed(digits);
 }
 
-const statsRow = (name: string, s: Stats, digits = 2) => [name, String(s.count), fmt(s.mean, digits), fmt(s.p50, digits), fmt(s.p90, digits), fmt(s.p99, digits), fmt(s.max, digits)];
+/** A metric the endpoint does not have (TTFT of embeddings) reads n/a, not zeros. */
+const statsRow = (name: string, s: Stats, digits = 2) =>
+  isNotApplicable(s) ? [name, 'n/a', 'n/a', 'n/a', 'n/a', 'n/a', 'n/a'] : [name, String(s.count), fmt(s.mean, digits), fmt(s.p50, digits), fmt(s.p90, digits), fmt(s.p99, digits), fmt(s.max, digits)];
 
 export function renderConsoleReport(report: BenchReport): string {
   const s = report.summary;
@@ -37,7 +39,12 @@ export function renderConsoleReport(report: BenchReport): string {
   lines.push('');
   const overview: string[][] = [
     ['requests', `${s.requests.completed} ok / ${s.requests.failed} failed (+${s.requests.warmup} warm-up) in ${fmt(s.duration_s)} s`],
-    ['throughput', `${fmt(s.throughput.requests_per_s)} req/s · ${fmt(s.throughput.output_tokens_per_s, 1)} output tok/s · ${fmt(s.throughput.total_tokens_per_s, 1)} total tok/s`],
+    [
+      'throughput',
+      c.endpoint === 'embeddings'
+        ? `${fmt(s.throughput.requests_per_s)} req/s · ${fmt(s.throughput.sequences_per_s, 1)} seq/s (batch ${c.batch_size ?? '?'}) · ${fmt(s.throughput.input_tokens_per_s, 1)} input tok/s`
+        : `${fmt(s.throughput.requests_per_s)} req/s · ${fmt(s.throughput.output_tokens_per_s, 1)} output tok/s · ${fmt(s.throughput.total_tokens_per_s, 1)} total tok/s`,
+    ],
   ];
   if (s.goodput) {
     const slo = Object.entries(s.goodput.slo).map(([k, v]) => `${k}<=${v}ms`).join(',');

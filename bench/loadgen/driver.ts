@@ -168,6 +168,7 @@ export class LoadDriver {
       this.live.inFlight++;
       const outcome = await this.client.send(request.path, request.body, {
         expectedTokens: maxTokens,
+        ...(request.streamed ? {} : { unarySequences: request.sequences }),
         keepText,
         timeoutMs: this.options.timeoutMs,
         signal: this.options.signal,
@@ -192,6 +193,7 @@ export class LoadDriver {
         oslRequested: maxTokens,
         oslReported: outcome.completionTokens ?? null,
         cachedTokens: outcome.cachedTokens ?? null,
+        sequences: request.sequences,
       });
       if (outcome.ok) {
         this.live.completed++;

@@ -5,10 +5,11 @@
  */
 import { fmt } from './console-table.js';
 import type { BenchReport } from './report.js';
-import type { Stats } from './stats.js';
+import { isNotApplicable, type Stats } from './stats.js';
 import { escapeXml as esc, lineChart } from './svg-chart.js';
 
 function statsRow(name: string, s: Stats): string {
+  if (isNotApplicable(s)) return `<tr><th>${esc(name)}</th>${'<td>n/a</td>'.repeat(6)}</tr>`;
   const cells = [s.count, s.mean, s.p50, s.p90, s.p99, s.max].map((v, i) => `<td>${i === 0 ? String(v) : fmt(v)}</td>`);
   return `<tr><th>${esc(name)}</th>${cells.join('')}</tr>`;
 }
@@ -27,9 +28,9 @@ export function renderHtmlReport(report: BenchReport): string {
   const lat = s.latency_ms;
   const t = report.timeline;
   const cards = [
-    card('TTFT p50 / p90', `${fmt(lat.ttft.p50)} / ${fmt(lat.ttft.p90)} ms`),
-    card('ITL p50 / p99', `${fmt(lat.itl.p50)} / ${fmt(lat.itl.p99)} ms`),
-    card('output tokens/s', fmt(s.throughput.output_tokens_per_s, 1)),
+    card('TTFT p50 / p90', isNotApplicable(lat.ttft) ? 'n/a' : `${fmt(lat.ttft.p50)} / ${fmt(lat.ttft.p90)} ms`),
+    card('ITL p50 / p99', isNotApplicable(lat.itl) ? 'n/a' : `${fmt(lat.itl.p50)} / ${fmt(lat.itl.p99)} ms`),
+    c.endpoint === 'embeddings' ? card('sequences/s', fmt(s.throughput.sequences_per_s, 1), `batch ${c.batch_size ?? '?'}`) : card('output tokens/s', fmt(s.throughput.output_tokens_per_s, 1)),
     card('requests/s', fmt(s.throughput.requests_per_s), `${s.requests.completed} ok, ${s.requests.failed} failed`),
     card('cached-token ratio', s.tokens.cached_ratio === null ? 'n/a' : `${fmt(s.tokens.cached_ratio * 100, 1)}%`),
   ];

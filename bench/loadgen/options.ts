@@ -16,6 +16,8 @@ export interface BenchOptions {
   workload?: WorkloadName;
   endpoint?: EndpointKind;
   promptFormat?: PromptFormat;
+  /** Embeddings: inputs per request (default 32). */
+  batchSize?: number;
   /** Model directory holding tokenizer.json; makes prompt lengths exact. */
   tokenizer?: string;
   /** Input (prompt) tokens: random; new user tokens per turn: multi-turn. */
@@ -85,6 +87,7 @@ export interface ResolvedBenchOptions extends Required<Omit<BenchOptions, 'token
 export const WORKLOAD_DEFAULTS = {
   random: { requests: 1000, isl: 1024, osl: 128 },
   sharedPrefix: { groups: 64, promptsPerGroup: 16, systemTokens: 2048, questionTokens: 128, osl: 256 },
+  embeddings: { batchSize: 32, isl: 128 },
   multiTurn: { sessions: 32, turns: 4, isl: 256, osl: 128, thinkTimeMs: 1000, systemTokens: 0 },
   trace: { speedup: 1, blockSize: 512 },
 } as const;
@@ -112,7 +115,13 @@ export function resolveBenchOptions(o: BenchOptions): ResolvedBenchOptions {
   const endpoint = o.endpoint ?? (workload === 'multi-turn' ? 'chat' : 'completions');
   need(!(workload === 'multi-turn' && endpoint === 'completions'), '--workload multi-turn sends conversations: it needs --endpoint chat, responses or messages');
   const promptFormat = o.promptFormat ?? 'text';
-  need(!(promptFormat === 'ids' && endpoint !== 'completions'), `--prompt-format ids needs --endpoint completions (${endpoint} messages are text)`);
+  const isEmbed = endpoint === 'embeddings';
+  need(!(promptFormat === 'ids' && endpoint !== 'completions' && !isEmbed), `--prompt-format ids needs --endpoint completions or embeddings (${endpoint} messages are text)`);
+  need(!isEmbed || workload === 'random', `--endpoint embeddings takes --workload random (got --workload ${workload})`);
+  need(isEmbed || o.batchSize === undefined, '--batch-size is only used by --endpoint embeddings');
+  need(o.batchSize === undefined || (Number.isInteger(o.batchSize) && o.batchSize >= 1), '--batch-size must be an integer >= 1');
+  const streamedOnly = Object.keys(o.goodput ?? {}).filter((k) => k !== 'e2e');
+  need(!isEmbed || streamedOnly.length === 0, `--goodput ${streamedOnly.join(',')}: embeddings stream no tokens; only e2e applies`);
 
   need(!(o.rate !== undefined && workload === 'trace'), '--rate does not apply to --workload trace: arrivals follow the trace timestamps (use --speedup)');
   need(o.rate === undefined || o.rate > 0, '--rate must be > 0');
@@ -144,7 +153,8 @@ export function resolveBenchOptions(o: BenchOptions): ResolvedBenchOptions {
     endpoint,
     promptFormat,
     tokenizer: o.tokenizer,
-    isl: o.isl ?? (isMulti ? d.multiTurn.isl : d.random.isl),
+    batchSize: o.batchSize ?? d.embeddings.batchSize,
+    isl: o.isl ?? (isEmbed ? d.embeddings.isl : isMulti ? d.multiTurn.isl : d.random.isl),
     islStd: o.islStd ?? 0,
     osl: o.osl ?? (isShared ? d.sharedPrefix.osl : isMulti ? d.multiTurn.osl : d.random.osl),
     oslStd: o.oslStd ?? 0,

@@ -24,6 +24,12 @@ export interface RequestRecord {
   oslRequested: number;
   oslReported: number | null;
   cachedTokens: number | null;
+  /** Sequences the request carried: the embeddings batch size; absent = 1 (generation). */
+  sequences?: number;
+}
+
+export function sequences(r: RequestRecord): number {
+  return r.sequences ?? 1;
 }
 
 export function ttftMs(r: RequestRecord): number | null {

@@ -5,7 +5,7 @@
  */
 import { buildCdf, buildSummary, buildTimeline, type Cdf, type Summary, type Timeline } from './aggregate.js';
 import type { ResolvedBenchOptions } from './options.js';
-import { e2eMs, isl, meanItlMs, osl, tpotMs, ttftMs, type RequestRecord } from './record.js';
+import { e2eMs, isl, meanItlMs, osl, sequences, tpotMs, ttftMs, type RequestRecord } from './record.js';
 import type { TokenSpace } from './token-space.js';
 
 export const REPORT_SCHEMA = 'tandem.bench.report';
@@ -16,6 +16,8 @@ export interface ReportConfig {
   model: string;
   endpoint: string;
   prompt_format: string;
+  /** Embeddings: inputs per request; null for generation endpoints. */
+  batch_size: number | null;
   tokenizer: string | null;
   /** True when prompts were built with the served tokenizer (lengths are exact). */
   exact_prompts: boolean;
@@ -44,6 +46,8 @@ export interface RequestRow {
   osl_requested: number;
   cached_tokens: number | null;
   chunks: number;
+  /** Inputs in the request (embeddings batch size; 1 for generation). */
+  sequences: number;
   ok: boolean;
   error: string | null;
 }
@@ -79,6 +83,7 @@ export function requestRow(r: RequestRecord): RequestRow {
     osl_requested: r.oslRequested,
     cached_tokens: r.cachedTokens,
     chunks: r.chunkTimesMs.length,
+    sequences: sequences(r),
     ok: r.ok,
     error: r.ok ? null : `${r.errorKind}: ${r.errorMessage}`,
   };
@@ -90,6 +95,7 @@ export function reportConfig(o: ResolvedBenchOptions, workload: Record<string, u
     model: o.model,
     endpoint: o.endpoint,
     prompt_format: o.promptFormat,
+    batch_size: o.endpoint === 'embeddings' ? o.batchSize : null,
     tokenizer: o.tokenizer ?? null,
     exact_prompts: tokens.exact || o.promptFormat === 'ids',
     workload,
@@ -123,7 +129,7 @@ export function buildReport(args: {
     label: args.label,
     created_at: args.createdAt.toISOString(),
     config: args.config,
-    summary: buildSummary(args.records, args.warmup, args.goodput ?? null),
+    summary: buildSummary(args.records, args.warmup, args.goodput ?? null, args.config.endpoint !== 'embeddings'),
     cdf: buildCdf(args.records),
     timeline: buildTimeline(args.records),
     requests: args.records.map(requestRow),

@@ -1,5 +1,6 @@
 /**
- * Turns a workload's turn into an OpenAI request body. Token ids go out as a token-id
+ * Turns a workload's turn into an OpenAI request body. Embeddings send every user message of
+ * the turn as one `input` of a batch (token arrays with --prompt-format ids), unstreamed. Token ids go out as a token-id
  * prompt on /v1/completions (exact by construction) or as text (exact when a tokenizer
  * built the ids). For text completions the ids are trimmed by the tokenizer's special-token
  * count, so the prompt the server counts (BOS included) has exactly the requested length.
@@ -7,7 +8,8 @@
 import type { TokenSpace } from './token-space.js';
 import type { TurnSpec } from './workloads/workload.js';
 
-export type EndpointKind = 'completions' | 'chat' | 'responses' | 'messages';
+export type EndpointKind = 'completions' | 'chat' | 'responses' | 'messages' | 'embeddings';
+export const ENDPOINT_KINDS: readonly EndpointKind[] = ['completions', 'chat', 'responses', 'messages', 'embeddings'];
 export type PromptFormat = 'ids' | 'text';
 
 export interface EncoderOptions {
@@ -26,6 +28,10 @@ export interface EncodedRequest {
   body: string;
   /** Prompt tokens we expect the server to count (exact for completions). */
   expectedPromptTokens: number;
+  /** Sequences in the request: the batch size for embeddings, 1 otherwise. */
+  sequences: number;
+  /** False for embeddings: one JSON body, no token stream. */
+  streamed: boolean;
 }
 
 export const ENDPOINT_PATHS: Readonly<Record<EndpointKind, string>> = {
@@ -33,9 +39,11 @@ export const ENDPOINT_PATHS: Readonly<Record<EndpointKind, string>> = {
   chat: '/v1/chat/completions',
   responses: '/v1/responses',
   messages: '/v1/messages',
+  embeddings: '/v1/embeddings',
 };
 
 export function encodeTurn(turn: TurnSpec, maxTokens: number, options: EncoderOptions, tokens: TokenSpace): EncodedRequest {
+  if (options.endpoint === 'embeddings') return encodeEmbeddings(turn, options, tokens);
   const common: Record<string, unknown> = {
     model: options.model,
     max_tokens: maxTokens,
@@ -71,7 +79,31 @@ export function encodeTurn(turn: TurnSpec, maxTokens: number, options: EncoderOp
     }
   }
   if (options.extraBody) payload = { ...payload, ...options.extraBody };
-  return { path: ENDPOINT_PATHS[options.endpoint], body: JSON.stringify(payload), expectedPromptTokens: expected };
+  return { path: ENDPOINT_PATHS[options.endpoint], body: JSON.stringify(payload), expectedPromptTokens: expected, sequences: 1, streamed: true };
+}
+
+/**
+ * One input per user message. Text inputs are trimmed by the special-token count as text
+ * completions are (the server tokenizes each input the same way); base64 keeps the answer small.
+ */
+function encodeEmbeddings(turn: TurnSpec, options: EncoderOptions, tokens: TokenSpace): EncodedRequest {
+  const inputs: Array<number[] | string> = [];
+  let expected = 0;
+  for (const m of turn.messages) {
+    if (m.role !== 'user') continue;
+    const ids = m.ids ?? [];
+    if (options.promptFormat === 'ids') {
+      inputs.push(ids);
+      expected += ids.length;
+    } else {
+      const keep = Math.max(1, ids.length - tokens.specialTokens);
+      inputs.push(tokens.render(ids.slice(0, keep)));
+      expected += keep + tokens.specialTokens;
+    }
+  }
+  let payload: Record<string, unknown> = { model: options.model, input: inputs, encoding_format: 'base64' };
+  if (options.extraBody) payload = { ...payload, ...options.extraBody };
+  return { path: ENDPOINT_PATHS.embeddings, body: JSON.stringify(payload), expectedPromptTokens: expected, sequences: inputs.length, streamed: false };
 }
 
 function systemField(messages: Array<{ role: string; content: string }>, field: string): Record<string, string> {

@@ -4,7 +4,9 @@
  * `performance.now()` into a preallocated Float64Array as soon as its bytes are read, so
  * client overhead stays out of the numbers. Failures come back as data with a stable kind
  * (`http_<status>`, `network`, `timeout`, `stream_error`, `incomplete`, `no_tokens`), never
- * as exceptions, because a benchmark expects errors and counts them.
+ * as exceptions, because a benchmark expects errors and counts them. Embeddings answer with
+ * one JSON body (`unarySequences`): no chunk times, and `bad_response` when the body does not
+ * hold one vector per input.
  */
 import http from 'node:http';
 import https from 'node:https';
@@ -33,6 +35,8 @@ export interface SendOptions {
   expectedTokens: number;
   keepText: boolean;
   timeoutMs: number;
+  /** An unstreamed JSON answer (embeddings) that must hold this many `data` items. */
+  unarySequences?: number;
   signal?: AbortSignal;
 }
 
@@ -78,7 +82,7 @@ export class SseClient {
         outcome.chunkTimes = times.subarray(0, count);
         if (text !== undefined) outcome.text = text;
         if (!errorKind && !done) errorKind = 'incomplete';
-        if (!errorKind && count === 0) errorKind = 'no_tokens';
+        if (!errorKind && count === 0 && options.unarySequences === undefined) errorKind = 'no_tokens';
         if (errorKind) {
           outcome.errorKind = errorKind;
           outcome.errorMessage = errorMessage ?? describeKind(errorKind);
@@ -175,7 +179,7 @@ export class SseClient {
         headers: {
           ...this.headers,
           'content-type': 'application/json',
-          accept: 'text/event-stream',
+          accept: options.unarySequences === undefined ? 'text/event-stream' : 'application/json',
           'content-length': Buffer.byteLength(body),
         },
       });
@@ -200,6 +204,19 @@ export class SseClient {
           });
           res.on('end', () => finish(`http_${status}`, `HTTP ${status}: ${summarizeErrorBody(errorBody)}`));
           res.on('error', (err) => finish(`http_${status}`, `HTTP ${status}: ${err.message}`));
+          return;
+        }
+        if (options.unarySequences !== undefined) {
+          const expected = options.unarySequences;
+          let json = '';
+          res.on('data', (c: string) => (json += c));
+          res.on('end', () => {
+            const problem = readUnary(json, expected, outcome);
+            done = true;
+            if (problem) finish('bad_response', problem);
+            else finish();
+          });
+          res.on('error', (err) => finish('network', err.message));
           return;
         }
         res.on('data', onData);
@@ -280,6 +297,19 @@ function vendorEvent(event: ChunkJson, outcome: StreamOutcome): string | typeof 
     default:
       return undefined;
   }
+}
+
+/** An embeddings body: usage into `outcome`; a reason when it is not one vector per input. */
+function readUnary(body: string, expected: number, outcome: StreamOutcome): string | undefined {
+  let parsed: { data?: unknown[]; usage?: { prompt_tokens?: number } };
+  try {
+    parsed = JSON.parse(body) as typeof parsed;
+  } catch {
+    return `unparseable JSON body: ${body.slice(0, 200)}`;
+  }
+  if (typeof parsed.usage?.prompt_tokens === 'number') outcome.promptTokens = parsed.usage.prompt_tokens;
+  const got = Array.isArray(parsed.data) ? parsed.data.length : 0;
+  return got === expected ? undefined : `expected ${expected} embeddings, got ${got}`;
 }
 
 function describeKind(kind: string): string {

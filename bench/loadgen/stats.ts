@@ -17,6 +17,16 @@ export interface Stats {
 
 export const EMPTY_STATS: Stats = { count: 0, mean: 0, std: 0, min: 0, p50: 0, p90: 0, p95: 0, p99: 0, max: 0 };
 
+/**
+ * A metric the endpoint does not have (TTFT of embeddings, which stream no tokens). NaN keeps
+ * the Stats type for every reader; JSON writes it as null, the tables print "n/a".
+ */
+export const NOT_APPLICABLE_STATS: Stats = { count: 0, mean: NaN, std: NaN, min: NaN, p50: NaN, p90: NaN, p95: NaN, p99: NaN, max: NaN };
+
+export function isNotApplicable(s: Stats): boolean {
+  return s.count === 0 && Number.isNaN(s.p50);
+}
+
 /** Percentile `p` in [0, 100] of an ascending array. */
 export function percentileSorted(sorted: ArrayLike<number>, p: number): number {
   const n = sorted.length;

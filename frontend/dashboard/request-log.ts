@@ -10,7 +10,14 @@
 import type { RouterDecisionEvent } from '../../proto/wire.js';
 import { LruMap } from '../../runtime/lru.js';
 import { Ring } from './ring.js';
-import { REQUEST_RING_SIZE, ROUTING_DECISIONS_KEPT, type RequestRecord, type RoutingCandidate, type RoutingDecision } from './snapshot.js';
+import { REQUEST_RING_SIZE, ROUTING_DECISIONS_KEPT, type RequestRecord as SnapshotRequestRecord, type RoutingCandidate, type RoutingDecision } from './snapshot.js';
+
+/**
+ * What `GET /dashboard/api/requests/{id}` answers: snapshot.ts's record plus `inputs`, the
+ * number of sequences of an embeddings request (its batched `input`; absent for generation).
+ * Declared here rather than in snapshot.ts while that file is being changed elsewhere.
+ */
+export type RequestRecord = SnapshotRequestRecord & { inputs?: number };
 
 const MAX_PENDING = 8192;
 /** Kv-selector candidate lists waiting for their request's start. */
@@ -26,6 +33,8 @@ export interface RequestStart {
   /** The worker the request went to (decode worker when disaggregated). */
   instanceId: string;
   prefillInstanceId?: string;
+  /** Embeddings: how many inputs the request carried. */
+  inputs?: number;
 }
 
 export interface RequestEnd {
@@ -44,6 +53,7 @@ interface Pending {
   requestId: string;
   model: string;
   endpoint?: string;
+  inputs?: number;
   startedAt: number;
   routedAt: number;
   workers: string[];
@@ -89,6 +99,7 @@ export class RequestLog {
     const p: Pending = { requestId: s.requestId, model: s.model, startedAt: s.arrivedAt, routedAt: now, workers: [s.instanceId] };
     if (s.prefillInstanceId !== undefined) p.prefillWorker = s.prefillInstanceId;
     if (s.endpoint !== undefined) p.endpoint = s.endpoint;
+    if (s.inputs !== undefined) p.inputs = s.inputs;
     const route = this.routeCandidates.peek(s.requestId);
     this.routeCandidates.delete(s.requestId);
     const decision: RoutingDecision = {
@@ -129,6 +140,7 @@ export class RequestLog {
       requestId,
       model: p.model,
       ...(p.endpoint !== undefined ? { endpoint: p.endpoint } : {}),
+      ...(p.inputs !== undefined ? { inputs: p.inputs } : {}),
       workers: p.workers,
       promptTokens: end.promptTokens,
       completionTokens: end.completionTokens,

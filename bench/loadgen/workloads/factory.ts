@@ -6,6 +6,7 @@
 import { readMooncakeTrace } from '../../../planner/index.js';
 import { WORKLOAD_DEFAULTS, type ResolvedBenchOptions } from '../options.js';
 import type { TokenSpace } from '../token-space.js';
+import { BatchedWorkload } from './batched.js';
 import { MultiTurnWorkload } from './multi-turn.js';
 import { RandomWorkload } from './random.js';
 import { SharedPrefixWorkload } from './shared-prefix.js';
@@ -13,6 +14,12 @@ import { TraceWorkload } from './trace.js';
 import type { Workload } from './workload.js';
 
 export function createWorkload(o: ResolvedBenchOptions, tokens: TokenSpace, seed = o.seed): Workload {
+  // Embeddings: --requests counts HTTP requests, each a batch of --batch-size prompts.
+  if (o.endpoint === 'embeddings') {
+    const unbounded = o.durationS !== undefined && o.requests === undefined;
+    const requests = unbounded ? undefined : (o.requests ?? WORKLOAD_DEFAULTS.random.requests) * o.batchSize;
+    return new BatchedWorkload(new RandomWorkload({ requests, islMean: o.isl, islStd: o.islStd, oslMean: 1, oslStd: 0, seed }, tokens), o.batchSize);
+  }
   const unbounded = o.durationS !== undefined && o.requests === undefined;
   switch (o.workload) {
     case 'random':

@@ -429,6 +429,7 @@ function renderRequest(r) {
 <dt>model</dt><dd>${esc(r.model)}</dd>
 ${r.endpoint ? `<dt>endpoint</dt><dd data-testid="inspect-endpoint">${esc(r.endpoint)}</dd>` : ''}
 <dt>path</dt><dd class="wid" data-testid="inspect-workers" data-workers="${esc(r.workers.join(','))}" data-prefill="${esc(r.prefillWorker ?? '')}">${path.map(esc).join(' → ')}</dd>
+${r.inputs !== undefined ? `<dt>inputs</dt><dd data-testid="inspect-inputs">${num(r.inputs)}</dd>` : ''}
 <dt>tokens</dt><dd>prompt ${num(r.promptTokens)} (cached <b data-testid="inspect-cached">${num(r.cachedTokens)}</b>) · completion ${num(r.completionTokens)}</dd>
 <dt>timing ms</dt><dd>queue ${fmt(t.queueMs)} · prefill ${fmt(t.prefillMs)} · transfer ${fmt(t.transferMs)} · TTFT ${fmt(t.ttftMs)} · decode ${fmt(t.decodeMs)} · total ${fmt(t.totalMs)}</dd>
 <dt>finish</dt><dd>${esc(r.finishReason ?? '—')}${r.error ? ` <span class="error">error ${esc(r.error)}</span>` : ''}${r.migrations ? ` · ${num(r.migrations)} migration(s)` : ''}</dd>
