@@ -11,6 +11,7 @@ import type { Logger } from 'pino';
 import { DRAIN_CUT, type AdmissionGate } from '../admission.js';
 import { ApiError, toApiError } from '../errors.js';
 import type { FrontendMetrics } from '../metrics.js';
+import { admitOrThrow } from '../http/admit.js';
 import { readJsonBody } from '../http/body.js';
 import { sendError, sendJson } from '../http/respond.js';
 import { dimensionsError, embeddingsBody, truncateVectors } from './embedding-output.js';
@@ -50,18 +51,8 @@ export async function handleEmbeddings(ctx: EmbeddingsContext, req: IncomingMess
   let served: Served | undefined;
   try {
     const body = await readJsonBody(req, ctx.maxBodyBytes);
-    const verdict = ctx.gate.tryAdmit();
-    if (verdict === 'full') {
-      ctx.metrics.rejected.inc({ reason: 'max_inflight' });
-      throw new ApiError('overloaded', `the frontend is at its limit of ${ctx.gate.maxInflight} requests in flight; retry later`);
-    }
-    if (verdict === 'draining') {
-      ctx.metrics.rejected.inc({ reason: 'draining' });
-      res.setHeader('connection', 'close');
-      throw new ApiError('unavailable', 'the frontend is shutting down; retry the request');
-    }
+    admitOrThrow(ctx.gate, ctx.metrics, res, controller);
     admitted = true;
-    ctx.gate.onCut(controller);
     const request = parseEmbeddingsRequest(body);
     const targets = ctx.embeddings.targets(request.model);
     modelLabel = request.model;

@@ -12,6 +12,7 @@ import { ApiError, toApiError } from '../errors.js';
 import type { FrontendMetrics, ModelMetrics } from '../metrics.js';
 import { disaggHeaders } from '../disagg/response.js';
 import { DIRECT_ROUTE_HEADER, type GenerationPipeline, type PreparedGeneration } from '../pipeline/generation.js';
+import { admitOrThrow } from './admit.js';
 import { readJsonBody } from './body.js';
 import { sendError } from './respond.js';
 import { SseWriter } from './sse.js';
@@ -68,19 +69,8 @@ export async function handleGenerate(ctx: GenerateContext, codec: ApiCodec, req:
   let untrack: (() => void) | undefined;
   try {
     const body = await readJsonBody(req, ctx.maxBodyBytes);
-    const verdict = ctx.gate.tryAdmit();
-    if (verdict === 'full') {
-      ctx.metrics.rejected.inc({ reason: 'max_inflight' });
-      throw new ApiError('overloaded', `the frontend is at its limit of ${ctx.gate.maxInflight} requests in flight; retry later`);
-    }
-    if (verdict === 'draining') {
-      ctx.metrics.rejected.inc({ reason: 'draining' });
-      // This process is going away: the client should open its next connection elsewhere.
-      res.setHeader('connection', 'close');
-      throw new ApiError('unavailable', 'the frontend is shutting down; retry the request');
-    }
+    admitOrThrow(ctx.gate, ctx.metrics, res, controller);
     admitted = true;
-    ctx.gate.onCut(controller);
     const input = codec.parse(body, req.headers);
     const model = ctx.pipeline.model(input.model);
     modelLabel = model.name;
