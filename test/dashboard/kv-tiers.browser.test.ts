@@ -88,5 +88,15 @@ suite(`KV tiers on the dashboard (${CHROMIUM ?? 'missing'})`, () => {
     expect(hitHost).toBeLessThan(1);
     expect(Number(await attr(page, `tiers-${worker}`, 'data-hit-disk'))).toBe(0);
     await screenshot(page, 'dashboard-kv-tiers');
+
+    // The tier row wraps instead of widening its pool: no sideways scroll down to a 400 px pool.
+    await page.setViewportSize({ width: 460, height: 1000 });
+    await expect.poll(() => page.locator('[data-testid="pool-aggregated"]').evaluate((el) => Math.round(el.getBoundingClientRect().width)), { timeout: 5_000 }).toBeLessThanOrEqual(430);
+    const overflow = await page.locator(`[data-testid="tiers-${worker}"]`).evaluate((row) => {
+      const pool = row.closest('.pool')!;
+      return { pool: pool.scrollWidth - pool.clientWidth, row: row.getBoundingClientRect().right - pool.getBoundingClientRect().right };
+    });
+    expect(overflow.pool).toBeLessThanOrEqual(0);
+    expect(overflow.row).toBeLessThanOrEqual(0);
   }, 90_000);
 });
