@@ -184,6 +184,22 @@ export interface LoadMetrics {
   totalBlocks: number;
   queuedPrefillTokens: number;
   timestampMs: number;
+  /** Only on workers with KV tiers below the engine pool (docs/kv-tiers.md); absent means none. */
+  tiers?: LoadTierReport;
+}
+
+/**
+ * A worker's KV tiers in its load report: occupancy now (blocks) and, since the worker started,
+ * the prompt tokens looked up in its prefix cache and those served per tier (device = the engine
+ * pool; host and disk = onboarded from G2 / G3). Hit rate of a tier = its hit tokens / queryTokens.
+ */
+export interface LoadTierReport {
+  hostBlocks: number;
+  hostCapacity: number;
+  diskBlocks: number;
+  diskCapacity: number;
+  queryTokens: number;
+  hitTokens: { device: number; host: number; disk: number };
 }
 
 /** A worker re-publishes its load at least this often, with or without steps. */

@@ -11,8 +11,8 @@
  * workers past retention are left out) without changing anything; `advance(now)` commits
  * those transitions and forgets old gone workers.
  */
-import { LOAD_REPORT_STALE_MS, type WorkerRole } from '../../proto/wire.js';
-import type { ModelView, PoolRole, PoolView, WorkerState, WorkerView } from './snapshot.js';
+import { LOAD_REPORT_STALE_MS, type LoadTierReport, type WorkerRole } from '../../proto/wire.js';
+import type { ModelView, PoolRole, PoolView, WorkerState, WorkerTierView, WorkerView } from './snapshot.js';
 
 /** A draining worker silent this long (no load_metrics) is gone. */
 export const DRAIN_SILENCE_MS = LOAD_REPORT_STALE_MS;
@@ -29,6 +29,21 @@ export interface LoadSample {
   numWaiting: number;
   activeBlocks: number;
   totalBlocks: number;
+  /** Workers with KV tiers only (see `readTierReport`). */
+  tiers?: LoadTierReport;
+}
+
+/** The report's `tiers` when it is well formed, else undefined (a worker without tiers, or garbage). */
+export function readTierReport(x: unknown): LoadTierReport | undefined {
+  if (typeof x !== 'object' || x === null) return undefined;
+  const t = x as Record<string, unknown>;
+  const h = t.hitTokens as Record<string, unknown> | null | undefined;
+  if (typeof h !== 'object' || h === null) return undefined;
+  const n = (v: unknown): number | undefined => (typeof v === 'number' && Number.isFinite(v) && v >= 0 ? v : undefined);
+  const fields = [t.hostBlocks, t.hostCapacity, t.diskBlocks, t.diskCapacity, t.queryTokens, h.device, h.host, h.disk].map(n);
+  if (fields.some((v) => v === undefined)) return undefined;
+  const [hostBlocks, hostCapacity, diskBlocks, diskCapacity, queryTokens, device, host, disk] = fields as number[];
+  return { hostBlocks: hostBlocks!, hostCapacity: hostCapacity!, diskBlocks: diskBlocks!, diskCapacity: diskCapacity!, queryTokens: queryTokens!, hitTokens: { device: device!, host: host!, disk: disk! } };
 }
 
 interface WorkerEntry {
@@ -48,6 +63,8 @@ interface WorkerEntry {
   goneAt?: number;
   /** LoRA adapters its card lists. */
   loras?: string[];
+  /** Its KV tiers, from its latest report that had them. */
+  tiers?: LoadTierReport;
 }
 
 export class Fleet {
@@ -86,6 +103,7 @@ export class Fleet {
     w.waiting = m.numWaiting;
     w.kvUsedBlocks = m.activeBlocks;
     if (m.totalBlocks > 0) w.kvTotalBlocks = m.totalBlocks;
+    w.tiers = m.tiers;
     w.lastSeen = w.lastLoadAt = now;
   }
 
@@ -164,5 +182,18 @@ function workerView(w: WorkerEntry, now: number): WorkerView {
     lastSeen: w.lastSeen,
     ...(goneAt !== undefined ? { goneAt } : {}),
     ...(w.loras !== undefined && w.loras.length > 0 ? { loras: w.loras } : {}),
+    ...(w.tiers !== undefined && state !== 'gone' ? { tiers: tierView(w.tiers) } : {}),
+  };
+}
+
+/** Occupancy as reported; hit rates as shares of the worker's prefix lookups since it started. */
+function tierView(t: LoadTierReport): WorkerTierView {
+  const q = t.queryTokens;
+  return {
+    hostBlocks: t.hostBlocks,
+    hostCapacity: t.hostCapacity,
+    diskBlocks: t.diskBlocks,
+    diskCapacity: t.diskCapacity,
+    hitRate: q > 0 ? { device: t.hitTokens.device / q, host: t.hitTokens.host / q, disk: t.hitTokens.disk / q } : null,
   };
 }

@@ -55,8 +55,25 @@ export interface WorkerView {
   lastSeen: number;
   /** LoRA adapters resident on the worker (its card's `loras`), when any. */
   loras?: string[];
+  /** KV tiers below its engine pool (G2 host, G3 disk), only on workers that have them; not on gone workers. */
+  tiers?: WorkerTierView;
   /** When state is 'gone': when it went (the page drops it after a while). */
   goneAt?: number;
+}
+
+/** A worker's KV tiers (its load report's `tiers`, proto/wire.ts `LoadTierReport`). */
+export interface WorkerTierView {
+  /** Blocks held now and the tier's size in blocks; disk capacity 0 = no disk tier. */
+  hostBlocks: number;
+  hostCapacity: number;
+  diskBlocks: number;
+  diskCapacity: number;
+  /**
+   * Share of the prompt tokens the worker looked up in its prefix cache since it started that
+   * each tier served (device = the engine pool, host/disk = onboarded from G2/G3; they sum to at
+   * most 1); null before its first lookup.
+   */
+  hitRate: { device: number; host: number; disk: number } | null;
 }
 
 export interface PoolView {

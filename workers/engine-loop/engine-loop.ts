@@ -11,7 +11,7 @@
  * step in flight, if any, skips it when its result comes back).
  */
 import type { Engine } from '../engines/engine.js';
-import type { InstanceId, KvEvent, KvTransferParams, LoadMetrics, PreprocessedRequest, TokenDelta, TokenLogprob } from '../../proto/wire.js';
+import type { InstanceId, KvEvent, KvTransferParams, LoadMetrics, LoadTierReport, PreprocessedRequest, TokenDelta, TokenLogprob } from '../../proto/wire.js';
 import { TandemError, UnavailableError } from '../../runtime/errors.js';
 import { KvEventLog } from '../block-manager/kv-event-log.js';
 import { Scheduler } from '../scheduler/scheduler.js';
@@ -226,7 +226,24 @@ export class EngineLoop {
 
   /** The load report of this moment (what the sink gets after a step). */
   loadMetrics(): LoadMetrics {
-    return { workerId: this.kvEventLog.workerId, ...this.scheduler.load(), timestampMs: Date.now() };
+    const m: LoadMetrics = { workerId: this.kvEventLog.workerId, ...this.scheduler.load(), timestampMs: Date.now() };
+    if (this.kvTiers !== undefined) m.tiers = this.tierReport(this.kvTiers);
+    return m;
+  }
+
+  /** The tiers' part of the load report (the dashboard's per-tier occupancy and hit rates). */
+  private tierReport(tiers: KvTierManager): LoadTierReport {
+    const s = tiers.stats();
+    const bm = this.scheduler.blockManager;
+    const bs = this.scheduler.blockSize;
+    return {
+      hostBlocks: s.hostBlocks,
+      hostCapacity: s.hostCapacityBlocks,
+      diskBlocks: s.diskBlocks,
+      diskCapacity: s.diskCapacityBlocks,
+      queryTokens: bm.prefixCacheQueries,
+      hitTokens: { device: bm.prefixCacheHits, host: s.onboardHostBlocks * bs, disk: s.onboardDiskBlocks * bs },
+    };
   }
 
   /**

@@ -203,6 +203,23 @@ function kvByRole(models) {
   return { used, perRole: [share(acc.aggregated), share(acc.prefill), share(acc.decode)] };
 }
 
+/**
+ * A worker's KV tiers (only workers that have them): G2 host and G3 disk occupancy, and the share
+ * of its prefix lookups each tier served since it started (G1 = its engine pool). A row of its own
+ * under the worker's, so pools without tiers keep their width.
+ */
+function tierRow(id, t, stale) {
+  const bar = (used, cap) => {
+    const share = cap > 0 ? Math.min(100, (100 * used) / cap) : 0;
+    return `<span class="kvbar" title="${share.toFixed(1)}%"><i style="width:${share.toFixed(1)}%"></i></span><span class="kvtext">${num(used)}/${num(cap)}</span>`;
+  };
+  const h = t.hitRate;
+  const attrs = `data-host-blocks="${num(t.hostBlocks)}" data-host-capacity="${num(t.hostCapacity)}" data-disk-blocks="${num(t.diskBlocks)}" data-disk-capacity="${num(t.diskCapacity)}"${h ? ` data-hit-device="${num(h.device)}" data-hit-host="${num(h.host)}" data-hit-disk="${num(h.disk)}"` : ''}`;
+  const disk = t.diskCapacity > 0 ? `<span class="tier">G3 disk ${bar(t.diskBlocks, t.diskCapacity)}</span>` : '';
+  const hits = `<span class="tier hits" title="share of prompt tokens looked up since the worker started, served by each tier">hits G1 ${pct(h?.device)} · G2 ${pct(h?.host)}${t.diskCapacity > 0 ? ` · G3 ${pct(h?.disk)}` : ''}</span>`;
+  return `<tr class="tiers${stale ? ' stale' : ''}" data-testid="tiers-${esc(id)}" ${attrs}><td colspan="6"><span class="tier">G2 host ${bar(t.hostBlocks, t.hostCapacity)}</span>${disk}${hits}</td></tr>`;
+}
+
 function renderFleet(models) {
   if (models.length === 0) {
     $('fleet').innerHTML = '<p class="muted">no models registered</p>';
@@ -224,7 +241,7 @@ function renderFleet(models) {
 <td><span class="state ${esc(w.state)}">${esc(w.state)}</span></td>
 <td>${num(w.running)}</td><td>${num(w.waiting)}</td>
 <td><span class="kvbar" title="${share.toFixed(1)}%"><i style="width:${share.toFixed(1)}%"></i></span><span class="kvtext">${num(w.kvUsedBlocks)}/${num(w.kvTotalBlocks)}</span></td>
-<td>${pct(w.prefixHitRate)}</td></tr>`;
+<td>${pct(w.prefixHitRate)}</td></tr>${w.tiers && w.state !== 'gone' ? tierRow(w.instanceId, w.tiers, stale) : ''}`;
             })
             .join('');
           return `<div class="pool" data-testid="pool-${esc(p.role)}" data-model="${esc(m.name)}" data-worker-count="${live}" data-gone-count="${gone}">
