@@ -12,15 +12,13 @@
 import { join } from 'node:path';
 import Anthropic from '@anthropic-ai/sdk';
 import { createAnthropic } from '@ai-sdk/anthropic';
-import { generateText, streamText, tool } from 'ai';
 import { beforeAll, describe, expect, it } from 'vitest';
-import { z } from 'zod';
 import { makeTinyModel } from '../../workers/models/index.js';
 import { upForBlock } from './up.js';
+import { describeAiSdkProvider, WeatherInput } from './ai-sdk-provider.js';
 
 const MODEL = 'tiny-qwen3';
 const KEY = 'anthropic-test-key';
-const WeatherInput = z.object({ city: z.string().regex(/^[A-Z][a-z]{1,11}$/), unit: z.enum(['c', 'f']) });
 const WEATHER_TOOL = {
   name: 'get_weather',
   description: 'Weather forecast for a city',
@@ -174,36 +172,5 @@ describe('Anthropic clients against runtime up (tiny-qwen3, --reasoning-parser t
     expect((denied as InstanceType<typeof Anthropic.AuthenticationError>).error).toMatchObject({ type: 'error', error: { type: 'authentication_error' } });
   });
 
-  describe('Vercel AI SDK, Anthropic provider', () => {
-    const model = () => createAnthropic({ baseURL: `${served.url()}/v1`, apiKey: KEY }).languageModel(MODEL);
-    const common = { maxRetries: 0, temperature: 0.8, maxOutputTokens: 128 } as const;
-
-    it("generateText with tools and toolChoice 'required': the SDK gets a valid call and runs it", async () => {
-      const ran: unknown[] = [];
-      const result = await generateText({
-        ...common,
-        model: model(),
-        prompt: 'Weather in Bergen?',
-        tools: { get_weather: tool({ description: 'Weather forecast for a city', inputSchema: WeatherInput, execute: async (input) => (ran.push(input), { tempC: 9 }) }) },
-        toolChoice: 'required',
-      });
-      expect(result.finishReason).toBe('tool-calls');
-      expect(result.toolCalls.length).toBeGreaterThanOrEqual(1);
-      for (const call of result.toolCalls) expect(WeatherInput.safeParse(call.input).success, JSON.stringify(call.input)).toBe(true);
-      expect(ran).toEqual(result.toolCalls.map((c) => c.input));
-      expect(result.usage.inputTokens).toBeGreaterThan(0);
-    });
-
-    it('streamText: text deltas arrive and join to the final text', async () => {
-      const result = streamText({ ...common, model: model(), prompt: 'Tell me something.', maxOutputTokens: 16 });
-      let text = '';
-      for await (const part of result.fullStream) {
-        if (part.type === 'error') throw part.error;
-        if (part.type === 'text-delta') text += part.text;
-      }
-      expect(text.length).toBeGreaterThan(0);
-      expect(await result.text).toBe(text);
-      expect(['stop', 'length']).toContain(await result.finishReason);
-    });
-  });
+  describeAiSdkProvider('Vercel AI SDK, Anthropic provider', () => createAnthropic({ baseURL: `${served.url()}/v1`, apiKey: KEY }).languageModel(MODEL));
 });

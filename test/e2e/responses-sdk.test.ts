@@ -10,16 +10,15 @@
  */
 import { join } from 'node:path';
 import { createOpenAI } from '@ai-sdk/openai';
-import { generateText, streamText, tool } from 'ai';
 import OpenAI from 'openai';
 import { zodTextFormat } from 'openai/helpers/zod';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import { makeTinyModel } from '../../workers/models/index.js';
 import { upForBlock } from './up.js';
+import { describeAiSdkProvider, WeatherInput } from './ai-sdk-provider.js';
 
 const MODEL = 'tiny-qwen3';
-const WeatherInput = z.object({ city: z.string().regex(/^[A-Z][a-z]{1,11}$/), unit: z.enum(['c', 'f']) });
 const WEATHER_TOOL: OpenAI.Responses.FunctionTool = {
   type: 'function',
   name: 'get_weather',
@@ -172,38 +171,7 @@ describe('OpenAI clients against runtime up, Responses API (tiny-qwen3, --reason
     expect(await client.responses.retrieve(response.id).catch((e: unknown) => e)).toBeInstanceOf(OpenAI.NotFoundError);
   });
 
-  describe('Vercel AI SDK, OpenAI Responses provider', () => {
-    const model = () => createOpenAI({ baseURL: `${served.url()}/v1`, apiKey: 'unused' }).responses(MODEL);
-    const common = { maxRetries: 0, temperature: 0.8, maxOutputTokens: 128 } as const;
-
-    it("generateText with tools and toolChoice 'required': the SDK gets a valid call and runs it", async () => {
-      const ran: unknown[] = [];
-      const result = await generateText({
-        ...common,
-        model: model(),
-        prompt: 'Weather in Bergen?',
-        tools: { get_weather: tool({ description: 'Weather forecast for a city', inputSchema: WeatherInput, execute: async (input) => (ran.push(input), { tempC: 9 }) }) },
-        toolChoice: 'required',
-      });
-      expect(result.finishReason).toBe('tool-calls');
-      expect(result.toolCalls.length).toBeGreaterThanOrEqual(1);
-      for (const call of result.toolCalls) expect(WeatherInput.safeParse(call.input).success, JSON.stringify(call.input)).toBe(true);
-      expect(ran).toEqual(result.toolCalls.map((c) => c.input));
-      expect(result.usage.inputTokens).toBeGreaterThan(0);
-    });
-
-    it('streamText: text deltas arrive and join to the final text', async () => {
-      const result = streamText({ ...common, model: model(), prompt: 'Tell me something.', maxOutputTokens: 16 });
-      let text = '';
-      for await (const part of result.fullStream) {
-        if (part.type === 'error') throw part.error;
-        if (part.type === 'text-delta') text += part.text;
-      }
-      expect(text.length).toBeGreaterThan(0);
-      expect(await result.text).toBe(text);
-      expect(['stop', 'length']).toContain(await result.finishReason);
-    });
-  });
+  describeAiSdkProvider('Vercel AI SDK, OpenAI Responses provider', () => createOpenAI({ baseURL: `${served.url()}/v1`, apiKey: 'unused' }).responses(MODEL));
 });
 
 describe('Responses API under --router-mode kv (two mocker workers), --responses-store-size 1', () => {
