@@ -27,17 +27,11 @@ import { dirname, join, resolve } from 'node:path';
 import { performance } from 'node:perf_hooks';
 import { parseArgs } from 'node:util';
 import { benchSequences } from './fixtures/step-sequences.js';
+import type { RandomModelShape } from './fixtures/random-model.js';
 import { createNativeEngine, type NativeEngine } from '../workers/engines/native/index.js';
 
-interface Shape {
+interface Shape extends RandomModelShape {
   name: string;
-  hidden: number;
-  layers: number;
-  heads: number;
-  kvHeads: number;
-  headDim: number;
-  inter: number;
-  vocab: number;
 }
 
 /** Must match bench/cuda/gpu_bench.cc's shapes. */
