@@ -1,0 +1,165 @@
+/**
+ * Decode side of layer-wise streaming in a worker process (`kv_prefetch`, proto/kv-prefetch.ts):
+ * copy a hand-off layer range by layer range while the prefill worker still computes it, into
+ * a staging pool reserved for the transfer, and hand the blocks to the decode request that
+ * names the same transferId.
+ *
+ *   kv_prefetch(params) ─▶ start: staging pool (params.blockIds.length blocks)
+ *       remoteLayerSource(slot) ─▶ streamLayers ─▶ agent.pull(slice = layers [a, b))
+ *   decode request arrives ─▶ KvImportService.pull ─▶ adopt(job): wait for the last layers,
+ *       memcpy staging → the sequence's blocks, free staging   (failed → today's whole pull)
+ *   never claimed ─▶ dropped after `expireMs` (--kv-pull-timeout): polling stops, staging freed
+ *
+ * Host pools of the same layout only (the mocker's stamped pool, the native CPU pool); other
+ * hand-offs are declined and take today's path. The staging pool is memory outside the
+ * engine's KV pool, so a prefetch never takes blocks the scheduler counts on.
+ */
+import type { KvTransferParams } from '../../proto/wire.js';
+import type { KvImportJob } from '../engine-loop/index.js';
+import type { KvPool, KvTransferAgent, KvTransferDescriptor } from '../kv-transfer/index.js';
+import { streamLayers, type LayerStreamResult } from './layer-ready.js';
+import { remoteLayerSource, slotFromWire } from './layer-progress-region.js';
+
+export interface KvPrefetcherOptions {
+  agent: KvTransferAgent;
+  /** The engine's (host) KV pool that adopted blocks land in. */
+  pool: KvPool;
+  /** Drop a prefetch no decode request claimed after this long. */
+  expireMs: number;
+  /** Per UCX read (slot polls and layer copies). */
+  pullTimeoutMs: number;
+  /** Every layer landed (for the hidden-share metric and the log). */
+  onStreamed?(source: KvTransferParams, result: LayerStreamResult): void;
+  onFailed?(source: KvTransferParams, err: unknown): void;
+}
+
+interface Prefetch {
+  source: KvTransferParams;
+  staging: KvPool;
+  abort: AbortController;
+  /** The stream's result, or undefined when it failed. Staging is released only after it settles. */
+  done: Promise<LayerStreamResult | undefined>;
+  timer: NodeJS.Timeout;
+}
+
+function bytesOf(pool: KvPool): Uint8Array | undefined {
+  const b = pool.buffer;
+  if (b instanceof ArrayBuffer) return new Uint8Array(b);
+  if (ArrayBuffer.isView(b)) return new Uint8Array(b.buffer, b.byteOffset, b.byteLength);
+  return undefined;
+}
+
+export class KvPrefetcher {
+  private readonly entries = new Map<string, Prefetch>();
+  numStarted = 0;
+  numAdopted = 0;
+  numExpired = 0;
+
+  constructor(private readonly options: KvPrefetcherOptions) {}
+
+  /** Prefetches in flight or waiting for their decode request. */
+  get size(): number {
+    return this.entries.size;
+  }
+
+  /** Starts copying; false when this hand-off cannot stream here (then the decode request pulls it whole). */
+  start(source: KvTransferParams): boolean {
+    const { agent, pool } = this.options;
+    const slot = source.kvLayerProgress;
+    if (slot === undefined || this.entries.has(source.transferId) || source.kvDeviceHandle !== undefined) return false;
+    if (source.layout !== pool.layout || source.blockBytes !== pool.blockBytes || bytesOf(pool) === undefined) return false;
+    if (!(slot.numLayers >= 1) || source.blockBytes % slot.numLayers !== 0 || source.blockIds.length === 0) return false;
+    const n = source.blockIds.length;
+    const staging = agent.allocatePool({ numBlocks: n, blockBytes: source.blockBytes, layout: source.layout });
+    const abort = new AbortController();
+    const progress = remoteLayerSource(agent, slotFromWire(slot), { intervalMs: 1, timeoutMs: this.options.pullTimeoutMs, signal: abort.signal });
+    const remote: KvTransferDescriptor = {
+      ucxWorkerAddress: source.ucxWorkerAddress,
+      remoteKey: source.remoteKey,
+      poolBaseAddress: source.poolBaseAddress,
+      blockBytes: source.blockBytes,
+      layout: source.layout,
+      blockIds: source.blockIds,
+    };
+    const into = Array.from({ length: n }, (_, i) => i);
+    const layerBytes = source.blockBytes / slot.numLayers;
+    const done = streamLayers({
+      source: progress,
+      copy: async (range) => {
+        if (abort.signal.aborted) throw new Error('prefetch dropped');
+        await agent.pull(remote, staging, into, { slice: { offset: range.first * layerBytes, bytes: (range.end - range.first) * layerBytes }, timeoutMs: this.options.pullTimeoutMs });
+      },
+    })
+      .then(
+        (result) => {
+          this.options.onStreamed?.(source, result);
+          return result;
+        },
+        (err: unknown) => {
+          this.options.onFailed?.(source, err);
+          return undefined;
+        },
+      )
+      .finally(() => progress.close());
+    const timer = setTimeout(() => {
+      if (this.take(source.transferId) === undefined) return;
+      this.numExpired++;
+      abort.abort();
+      void done.then(() => this.free(staging));
+    }, this.options.expireMs);
+    timer.unref();
+    this.entries.set(source.transferId, { source, staging, abort, done, timer });
+    this.numStarted++;
+    return true;
+  }
+
+  /**
+   * The decode request for a prefetched transfer: waits for the last layers, then copies the
+   * job's blocks out of staging. 'none' when nothing was prefetched for it.
+   */
+  async adopt(job: KvImportJob): Promise<'adopted' | 'failed' | 'none'> {
+    const entry = this.take(job.source.transferId);
+    if (entry === undefined) return 'none';
+    const result = await entry.done;
+    try {
+      const n = job.localBlockIds.length;
+      if (result === undefined || entry.source.blockIds.length < job.firstBlock + n) return 'failed';
+      const bs = entry.source.blockBytes;
+      const from = bytesOf(entry.staging)!;
+      const to = bytesOf(this.options.pool)!;
+      for (let i = 0; i < n; i++) {
+        const s = (job.firstBlock + i) * bs;
+        to.set(from.subarray(s, s + bs), job.localBlockIds[i]! * bs);
+      }
+      this.numAdopted++;
+      return 'adopted';
+    } finally {
+      this.free(entry.staging);
+    }
+  }
+
+  private free(staging: KvPool): void {
+    try {
+      this.options.agent.releasePool(staging);
+    } catch {
+      // The agent closed first (shutdown): its pools went with it.
+    }
+  }
+
+  /** Worker shutdown: stop every prefetch (staging goes back as each settles). */
+  close(): void {
+    for (const id of [...this.entries.keys()]) {
+      const entry = this.take(id)!;
+      entry.abort.abort();
+      void entry.done.then(() => this.free(entry.staging));
+    }
+  }
+
+  private take(transferId: string): Prefetch | undefined {
+    const entry = this.entries.get(transferId);
+    if (entry === undefined) return undefined;
+    this.entries.delete(transferId);
+    clearTimeout(entry.timer);
+    return entry;
+  }
+}
