@@ -100,3 +100,41 @@ describe('layer-wise streaming, mocker workers (8 layers, UCX tcp)', () => {
     await cluster.waitForBaseline();
   }, 60_000);
 });
+
+describe('layer-wise streaming, native CPU tiny model (UCX tcp)', () => {
+  let cluster: DisaggCluster;
+
+  beforeAll(async () => {
+    cluster = await DisaggCluster.start({
+      prefill: 1,
+      decode: 1,
+      agg: 1,
+      engine: 'native',
+      // A small step budget: the long prompt prefills in chunks, only its last chunk streams.
+      workerArgs: ['--kv-layer-streaming', '--max-num-batched-tokens', '64', '--num-gpu-blocks', '512'],
+      frontendArgs: ['--kv-layer-streaming', '--disagg-min-prefill-tokens', '32'],
+      env: { UCX_TLS: 'tcp' },
+    });
+  });
+  afterAll(async () => {
+    await cluster?.close();
+  });
+
+  it('greedy tokens with streaming equal the aggregated worker, and every hand-off was adopted from the stream', async () => {
+    const agg = cluster.byRole('agg')[0]!;
+    const decode = cluster.byRole('decode')[0]!;
+    const ids = (n: number, salt: number) => Array.from({ length: n }, (_, i) => 3 + ((i * 31 + salt * 7) % 500));
+    const prompts = [ids(90, 1), ids(300, 2), ids(40, 3)];
+    const body = (prompt: number[]) => ({ prompt, max_tokens: 16, temperature: 0, ignore_eos: true });
+    for (const [i, p] of prompts.entries()) {
+      const reference = await completeTokens(cluster.url, body(p), { 'x-worker-instance-id': agg.instanceId });
+      const streamed = await completeTokens(cluster.url, body(p));
+      expect(streamed.nvext?.disagg_path).toBe('disagg');
+      expect(streamed.tokenIds, `prompt ${i}`).toEqual(reference.tokenIds);
+      await waitForCount(decode.proc, ADOPTED, i + 1);
+    }
+    expect(linesOf(decode.proc, STREAMED)).toHaveLength(prompts.length);
+    expect(metricValue(await scrape(decode.statusUrl), 'tandem_worker_kv_recompute_fallbacks_total', LABELS)).toBe(0);
+    await cluster.waitForBaseline();
+  }, 120_000);
+});

@@ -22,7 +22,8 @@ function completesPrompt(s: StepSequence): boolean {
 
 export class LayerPublisher {
   readonly board: LayerProgressBoard;
-  private readonly watched = new Set<number>();
+  /** Watched sequences, with a callback for their first written layer (until it ran). */
+  private readonly watched = new Map<number, (() => void) | undefined>();
 
   constructor(
     readonly numLayers: number,
@@ -31,8 +32,12 @@ export class LayerPublisher {
     this.board = new LayerProgressBoard(numLayers);
   }
 
-  watch(seqId: number): LayerReadySource {
-    this.watched.add(seqId);
+  /**
+   * Publish this sequence's layers. `onFirstLayer` runs synchronously when its first layer is
+   * written, while the step still runs (so the sequence is still in the scheduler's hands).
+   */
+  watch(seqId: number, onFirstLayer?: () => void): LayerReadySource {
+    this.watched.set(seqId, onFirstLayer);
     return this.board.source(seqId);
   }
 
@@ -43,7 +48,7 @@ export class LayerPublisher {
 
   /** The mocker's per-layer hook. */
   readonly onLayers = (batch: StepBatch, layersDone: number): void => {
-    for (const s of this.finals(batch)) this.board.layersDone(s, layersDone);
+    for (const s of this.finals(batch)) this.done(s, layersDone);
   };
 
   /** The engine, publishing completion (and, given `progress`, the native per-layer counter). */
@@ -59,14 +64,14 @@ export class LayerPublisher {
           const pass = BigInt(live[0]!) + 1n;
           const poll = (): void => {
             const n = layersReadyForPass(progress!(), pass, publisher.numLayers);
-            for (const s of finals) publisher.board.layersDone(s, n);
+            for (const s of finals) publisher.done(s, n);
             timer = setTimeout(poll, publisher.pollMs);
           };
           timer = setTimeout(poll, publisher.pollMs);
         }
         try {
           const result = await engine.step(batch);
-          for (const s of finals) publisher.board.layersDone(s, publisher.numLayers);
+          for (const s of finals) publisher.done(s, publisher.numLayers);
           return result;
         } catch (err) {
           for (const s of finals) publisher.board.failed(s, err);
@@ -84,6 +89,14 @@ export class LayerPublisher {
         return typeof value === 'function' ? (value as (...a: unknown[]) => unknown).bind(target) : value;
       },
     });
+  }
+
+  private done(seqId: number, layers: number): void {
+    this.board.layersDone(seqId, layers);
+    const first = this.watched.get(seqId);
+    if (first === undefined || layers < 1) return;
+    this.watched.set(seqId, undefined);
+    first();
   }
 
   private finals(batch: StepBatch): number[] {

@@ -68,10 +68,19 @@ export class PrefillHandler {
     }
     const streaming = request.kvLayerStreaming === true ? this.deps.streaming : undefined;
     let seqId: number | undefined;
-    let source: LayerReadySource | undefined;
+    // Streaming: the early delta, made synchronously at the first written layer (the sequence
+    // is still running then), and a wake-up for the loop below.
+    let early: TokenDelta | undefined;
+    let wake: () => void = () => undefined;
+    let woken: Promise<'early'> | undefined;
     const onAdded = (id: number): void => {
       seqId = id;
-      if (streaming !== undefined) source = streaming.publisher.watch(id);
+      if (streaming === undefined) return;
+      woken = new Promise((resolve) => (wake = () => resolve('early')));
+      const source = streaming.publisher.watch(id, () => {
+        early = this.announce(id, request.tokenIds.length, source);
+        wake();
+      });
     };
     let announced: string | undefined;
     const tokenIds: number[] = [];
@@ -80,35 +89,36 @@ export class PrefillHandler {
     const it = loop.generate(request, ctx.signal, { pinOnFinish: true, onAdded })[Symbol.asyncIterator]();
     try {
       let next = it.next();
-      // Settles when the first layer of the prompt's last step is written (false: never).
-      let firstLayer = source?.whenBeyond(0).then(
-        () => true,
-        () => false,
-      );
       for (;;) {
-        let r: IteratorResult<TokenDelta>;
-        if (firstLayer !== undefined) {
-          const won = await Promise.race([next, firstLayer]);
-          if (typeof won === 'boolean') {
-            firstLayer = undefined;
-            const early = won ? this.announce(seqId!, request.tokenIds.length, source!) : undefined;
-            if (early !== undefined) {
-              announced = early.kvTransfer!.transferId;
-              yield early;
-            }
-            continue;
-          }
-          r = won;
-        } else r = await next;
-        if (r.done) break;
-        const delta = r.value;
+        if (early !== undefined) {
+          // Before anything else, even a first token that came meanwhile.
+          const delta: TokenDelta = early;
+          early = undefined;
+          announced = delta.kvTransfer!.transferId;
+          yield delta;
+          continue;
+        }
+        const won = woken !== undefined ? await Promise.race([next, woken]) : await next;
+        if (won === 'early') {
+          woken = undefined;
+          continue;
+        }
+        if (won.done) break;
+        const delta = won.value;
         tokenIds.push(...delta.tokenIds);
         if (delta.logprobs) (logprobs ??= []).push(...delta.logprobs);
         last = delta;
         next = it.next();
       }
+      if (early !== undefined) {
+        const delta: TokenDelta = early;
+        early = undefined;
+        announced = delta.kvTransfer!.transferId;
+        yield delta;
+      }
     } catch (err) {
-      if (announced !== undefined) this.closeSlot(announced);
+      const id = announced ?? (early as TokenDelta | undefined)?.kvTransfer?.transferId;
+      if (id !== undefined) this.closeSlot(id);
       throw err;
     } finally {
       if (seqId !== undefined) streaming?.publisher.unwatch(seqId);
