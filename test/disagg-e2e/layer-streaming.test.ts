@@ -91,6 +91,7 @@ describe('layer-wise streaming, mocker workers (8 layers, UCX tcp)', () => {
     expect(res.tokenIds).toHaveLength(6);
     // The stream failed on the dead prefill's slot and freed its staging; nothing was adopted.
     await waitForCount(decode.proc, STREAM_FAILED, 1);
+    expect(linesOf(decode.proc, STREAM_FAILED).at(-1)!.open).toBe(0);
     expect(linesOf(decode.proc, ADOPTED)).toHaveLength(adoptedBefore);
     await pollUntil(
       'decode blocks back to 0',

@@ -9,6 +9,7 @@
  *   decode request arrives ─▶ KvImportService.pull ─▶ adopt(job): wait for the last layers,
  *       memcpy staging → the sequence's blocks, free staging   (failed → today's whole pull)
  *   never claimed ─▶ dropped after `expireMs` (--kv-pull-timeout): polling stops, staging freed
+ *   stream failed (prefill gone, slot closed) ─▶ dropped at once
  *
  * Host pools of the same layout only (the mocker's stamped pool, the native CPU pool); other
  * hand-offs are declined and take today's path. The staging pool is memory outside the
@@ -30,7 +31,8 @@ export interface KvPrefetcherOptions {
   pullTimeoutMs: number;
   /** Every layer landed (for the hidden-share metric and the log). */
   onStreamed?(source: KvTransferParams, result: LayerStreamResult): void;
-  onFailed?(source: KvTransferParams, err: unknown): void;
+  /** The stream failed (its staging is freed); `open`: prefetches still held. */
+  onFailed?(source: KvTransferParams, err: unknown, open: number): void;
 }
 
 interface Prefetch {
@@ -82,6 +84,7 @@ export class KvPrefetcher {
       blockIds: source.blockIds,
     };
     const into = Array.from({ length: n }, (_, i) => i);
+    let failedEarly = false;
     const layerBytes = source.blockBytes / slot.numLayers;
     const done = streamLayers({
       source: progress,
@@ -96,11 +99,17 @@ export class KvPrefetcher {
           return result;
         },
         (err: unknown) => {
-          this.options.onFailed?.(source, err);
+          // Nothing to adopt: the decode request (if it comes) pulls whole or recomputes.
+          // Staging goes back now, not at expiry.
+          if (this.take(source.transferId) !== undefined) failedEarly = true;
+          this.options.onFailed?.(source, err, this.entries.size);
           return undefined;
         },
       )
-      .finally(() => progress.close());
+      .finally(() => {
+        progress.close();
+        if (failedEarly) this.free(staging);
+      });
     const timer = setTimeout(() => {
       if (this.take(source.transferId) === undefined) return;
       this.numExpired++;

@@ -446,7 +446,7 @@ async function startDisagg(
             'KV streamed layer by layer',
           );
         },
-        onFailed: (source, err) => log.info({ transferId: source.transferId, err }, 'KV layer stream failed: the decode request pulls or recomputes'),
+        onFailed: (source, err, open) => log.info({ transferId: source.transferId, err, open }, 'KV layer stream failed: the decode request pulls or recomputes'),
       });
     }
     importer = new (device !== undefined ? DeviceKvImporter : KvImportService)({
