@@ -91,7 +91,7 @@ export function remoteLayerSource(
   const read = async (): Promise<number> => {
     // A waiter that gave up (prefetch dropped) stops polling a slot that may never move.
     if (options.signal?.aborted) throw new TandemError('cancelled', 'stopped reading the layer progress');
-    await agent.pull(remote.descriptor, landing, [0], { timeoutMs: options.timeoutMs ?? 5_000 });
+    await agent.pull(remote.descriptor, landing, [0], { timeoutMs: options.timeoutMs ?? 5_000, control: true });
     if (view.getUint32(4, true) !== remote.generation) throw new TandemError('unavailable', 'the hand-off ended on the prefill worker (progress slot reused)');
     return view.getUint32(0, true);
   };
