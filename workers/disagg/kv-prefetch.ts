@@ -21,6 +21,8 @@ import type { KvPool, KvTransferAgent, KvTransferDescriptor } from '../kv-transf
 import { streamLayers, type LayerStreamResult } from './layer-ready.js';
 import { remoteLayerSource, slotFromWire } from './layer-progress-region.js';
 
+const ADOPT_SLICE_BYTES = 4 << 20;
+
 export interface KvPrefetcherOptions {
   agent: KvTransferAgent;
   /** The engine's (host) KV pool that adopted blocks land in. */
@@ -53,9 +55,15 @@ function bytesOf(pool: KvPool): Uint8Array | undefined {
 
 export class KvPrefetcher {
   private readonly entries = new Map<string, Prefetch>();
+  /**
+   * One staging pool kept after use: a fresh one costs a page fault per 4 KiB on its first
+   * copy, which on a CPU box costs more than the copy itself.
+   */
+  private spare: KvPool | undefined;
   numStarted = 0;
   numAdopted = 0;
   numExpired = 0;
+  private closed = false;
 
   constructor(private readonly options: KvPrefetcherOptions) {}
 
@@ -72,7 +80,7 @@ export class KvPrefetcher {
     if (source.layout !== pool.layout || source.blockBytes !== pool.blockBytes || bytesOf(pool) === undefined) return false;
     if (!(slot.numLayers >= 1) || source.blockBytes % slot.numLayers !== 0 || source.blockIds.length === 0) return false;
     const n = source.blockIds.length;
-    const staging = agent.allocatePool({ numBlocks: n, blockBytes: source.blockBytes, layout: source.layout });
+    const staging = this.stagingFor(n, source);
     const abort = new AbortController();
     const progress = remoteLayerSource(agent, slotFromWire(slot), { intervalMs: 1, timeoutMs: this.options.pullTimeoutMs, signal: abort.signal });
     const remote: KvTransferDescriptor = {
@@ -136,9 +144,17 @@ export class KvPrefetcher {
       const bs = entry.source.blockBytes;
       const from = bytesOf(entry.staging)!;
       const to = bytesOf(this.options.pool)!;
+      // In slices of ADOPT_SLICE_BYTES with a turn of the event loop between them: an 8B-shaped
+      // 4k-token hand-off is 512 MiB, far too long to copy in one go on the loop.
+      let since = 0;
       for (let i = 0; i < n; i++) {
         const s = (job.firstBlock + i) * bs;
         to.set(from.subarray(s, s + bs), job.localBlockIds[i]! * bs);
+        since += bs;
+        if (since >= ADOPT_SLICE_BYTES && i + 1 < n) {
+          since = 0;
+          await new Promise<void>((resolve) => setImmediate(resolve));
+        }
       }
       this.numAdopted++;
       return 'adopted';
@@ -147,7 +163,23 @@ export class KvPrefetcher {
     }
   }
 
+  private stagingFor(n: number, source: KvTransferParams): KvPool {
+    const spare = this.spare;
+    if (spare !== undefined && spare.numBlocks >= n && spare.blockBytes === source.blockBytes && spare.layout === source.layout) {
+      this.spare = undefined;
+      return spare;
+    }
+    // Whole powers of two, so a spare fits the next hand-offs of similar size.
+    return this.options.agent.allocatePool({ numBlocks: 2 ** Math.ceil(Math.log2(n)), blockBytes: source.blockBytes, layout: source.layout });
+  }
+
   private free(staging: KvPool): void {
+    if (!this.closed && (this.spare === undefined || this.spare.numBlocks < staging.numBlocks)) {
+      const old = this.spare;
+      this.spare = staging;
+      if (old === undefined) return;
+      staging = old;
+    }
     try {
       this.options.agent.releasePool(staging);
     } catch {
@@ -157,6 +189,9 @@ export class KvPrefetcher {
 
   /** Worker shutdown: stop every prefetch (staging goes back as each settles). */
   close(): void {
+    this.closed = true;
+    if (this.spare !== undefined) this.free(this.spare);
+    this.spare = undefined;
     for (const id of [...this.entries.keys()]) {
       const entry = this.take(id)!;
       entry.abort.abort();
