@@ -83,6 +83,7 @@ export class PrefillHandler {
       });
     };
     let announced: string | undefined;
+    let completed = false;
     const tokenIds: number[] = [];
     let logprobs: TokenLogprob[] | undefined;
     let last: TokenDelta | undefined;
@@ -116,11 +117,11 @@ export class PrefillHandler {
         announced = delta.kvTransfer!.transferId;
         yield delta;
       }
-    } catch (err) {
-      const id = announced ?? (early as TokenDelta | undefined)?.kvTransfer?.transferId;
-      if (id !== undefined) this.closeSlot(id);
-      throw err;
+      completed = true;
     } finally {
+      // Thrown, or the caller stopped reading: no pin will follow, so the slot goes now.
+      const id = completed ? undefined : (announced ?? (early as TokenDelta | undefined)?.kvTransfer?.transferId);
+      if (id !== undefined) this.closeSlot(id);
       if (seqId !== undefined) streaming?.publisher.unwatch(seqId);
       await it.return?.(undefined);
     }
