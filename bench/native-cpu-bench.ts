@@ -18,9 +18,8 @@ import { parseArgs } from 'node:util';
 import type { StepSequence } from '../workers/engines/engine.js';
 import { benchSequences } from './fixtures/step-sequences.js';
 import { createNativeEngine, type NativeEngine } from '../workers/engines/native/index.js';
-import { writeRandomModel as writeRandomShapedModel, type RandomModelShape } from './fixtures/random-model.js';
+import { QWEN2_05B_SHAPE as SHAPE, writeRandomModel as writeRandomShapedModel } from './fixtures/random-model.js';
 
-const SHAPE: RandomModelShape = { hidden: 896, layers: 24, heads: 14, kvHeads: 2, headDim: 64, inter: 4864, vocab: 151936 };
 const writeRandomModel = (dir: string, dtype: 'bf16' | 'f32') => writeRandomShapedModel(dir, SHAPE, dtype);
 
 const { values: args } = parseArgs({

@@ -42,6 +42,10 @@ interface UpFlags {
   perfProfile?: string;
   contextLength?: string;
   kvCacheMemory?: string;
+  lora?: string[];
+  maxLoras?: string;
+  maxCpuLoras?: string;
+  maxLoraRank?: string;
   grammarCompileTimeoutMs?: string;
   grammarCompileMemoryMb?: string;
   kvHostCacheGb?: string;
@@ -141,6 +145,10 @@ export function registerUpCommand(program: Command): void {
     .option('--kv-cache-memory <bytes>', 'native: KV pool budget in bytes per worker when --num-gpu-blocks is not set')
     .option('--grammar-compile-timeout-ms <ms>', 'structured output: most wall time one new grammar may take to compile, in the frontend\'s check and in each worker (then 400)')
     .option('--grammar-compile-memory-mb <mb>', 'structured output: most memory one new grammar may need, in the frontend\'s check and in each worker (then 400)')
+    .option('--lora <name=dir>', 'serve this PEFT LoRA adapter on every worker (repeatable)', (v: string, prev: string[] = []) => [...prev, v])
+    .option('--max-loras <n>', 'most distinct LoRA adapters in one step, per worker')
+    .option('--max-cpu-loras <n>', 'most LoRA adapters resident per worker')
+    .option('--max-lora-rank <r>', 'refuse LoRA adapters of a higher rank')
     .option('--perf-profile <file>', 'mocker: every worker runs this perf profile (`runtime profile --out`); also the planner\'s unless --planner-profile')
     .option('--kv-host-cache-gb <gib>', 'KV tier G2: host memory per worker for blocks evicted from its pool')
     .option('--kv-disk-cache-dir <dir>', 'KV tier G3: directory for blocks pushed out of the host tier (one per worker: give each fleet its own)')
@@ -225,6 +233,9 @@ function childArgs(flags: UpFlags, frontendExtra: string[], paths: { modelDir: s
     ['kvDiskCacheDir', '--kv-disk-cache-dir'],
     ['kvDiskCacheGb', '--kv-disk-cache-gb'],
     ['kvDiskMinReuse', '--kv-disk-min-reuse'],
+    ['maxLoras', '--max-loras'],
+    ['maxCpuLoras', '--max-cpu-loras'],
+    ['maxLoraRank', '--max-lora-rank'],
   ];
   // The grammar budgets bound both compiles of a request: the frontend's check and the worker's.
   const budgets: string[] = [];
@@ -235,6 +246,7 @@ function childArgs(flags: UpFlags, frontendExtra: string[], paths: { modelDir: s
   // Both sides must agree: the frontend asks for early hand-offs, the workers make and take them.
   const streaming = flags.kvLayerStreaming === true ? ['--kv-layer-streaming'] : [];
   workerFlags.push(...streaming);
+  for (const l of flags.lora ?? []) workerFlags.push('--lora', l);
   const gpuShare = gpuMemoryShare(flags);
   if (gpuShare !== undefined) workerFlags.push('--gpu-memory-utilization', gpuShare);
   return {

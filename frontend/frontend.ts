@@ -31,6 +31,7 @@ import { WorkerHealth } from './worker-health.js';
 import { runtimeConnector, type RuntimeLike, type WorkerConnector } from './worker-client.js';
 import { WorkerClients } from './worker-clients.js';
 import { EmbeddingsService } from './embeddings/index.js';
+import { LoraAdmin } from './lora/lora-admin.js';
 import { DEFAULT_COMPILE_LIMITS, GrammarCompiler, type CompileLimits } from '../grammar/index.js';
 
 export interface FrontendRuntime extends RuntimeLike {
@@ -226,7 +227,9 @@ export async function startFrontend(options: FrontendOptions): Promise<FrontendH
       log.warn({ model, from, generated, err: cause }, 'worker failed mid-stream: migrating request');
     },
   });
+  const loraAdmin = new LoraAdmin(models, connector);
   const httpContext: HttpServerContext = {
+    loraAdmin,
     pipeline,
     gate: admission,
     metrics,
@@ -246,6 +249,7 @@ export async function startFrontend(options: FrontendOptions): Promise<FrontendH
   const server = createHttpServer(httpContext);
   const handle = createMemoryHandle(httpContext);
   const closeParts = async () => {
+    loraAdmin.close();
     keyFile?.close();
     await dashboard?.close();
     models.close();

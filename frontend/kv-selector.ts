@@ -17,6 +17,7 @@
  * for load reports to drop); then it fails with `AllWorkersBusyError` (429 + Retry-After). Each model is routed by the component and block size of
  * its model card, read from the process's card feed (runtime/discovery/model-card-feed.ts).
  */
+import { cardLoras } from './lora/served-adapters.js';
 import { ROUTE_ENDPOINT, servesGeneration, type InstanceId, type RouteTarget } from '../proto/wire.js';
 import { KvRouterHub } from '../router/adapters/index.js';
 import { loadKvRouterConfig, type KvRouterFlags } from '../router/adapters/index.js';
@@ -71,6 +72,8 @@ export class KvSelector implements WorkerSelector {
   /** A feed this selector started itself (no shared one given), closed with it. */
   private ownedFeed: ModelCardFeed | undefined;
   private sweeper: NodeJS.Timeout | undefined;
+  /** Multi-LoRA: instance → adapters its card lists (the router charges the others a load). */
+  private readonly loraHolders = new Map<InstanceId, Set<string>>();
 
   private constructor(private readonly options: KvSelectorOptions) {
     this.clock = options.clock ?? Date.now;
@@ -87,6 +90,8 @@ export class KvSelector implements WorkerSelector {
     selector.unsubscribe = cards.subscribe(
       (e) => {
         const { key, model } = e.entry;
+        if (e.type === 'removed') selector.loraHolders.delete(e.entry.instanceId);
+        else selector.loraHolders.set(e.entry.instanceId, new Set(cardLoras(e.entry.card).map((l) => l.name)));
         let targets = selector.targets.get(model);
         if (e.type === 'removed' || e.type === 'changed') {
           const previous = e.type === 'removed' ? e.entry : e.previous;
@@ -119,7 +124,11 @@ export class KvSelector implements WorkerSelector {
     const { requestId, tokenIds } = route.request;
     // A second select for the same request is a migration: the failed attempt's booking goes.
     this.release(requestId);
-    const routeOptions = route.noOverlapCredit ? { noOverlapCredit: true } : {};
+    const routeOptions = {
+      ...(route.noOverlapCredit ? { noOverlapCredit: true } : {}),
+      ...(route.request.loraId !== undefined ? { loraId: route.request.loraId } : {}),
+      ...(route.request.lora !== undefined ? { loraResident: candidates.filter((id) => this.loraHolders.get(id)?.has(route.request.lora!) === true) } : {}),
+    };
     let outcome = await this.options.backend.route(target, requestId, tokenIds, candidates, routeOptions);
     if (outcome.kind === 'all_busy') {
       const deadline = this.clock() + (this.options.busyWaitMs ?? DEFAULT_BUSY_WAIT_MS);

@@ -19,6 +19,8 @@ export interface ServedModel {
   /** Instances a request may be routed to now, sorted. */
   candidates(): InstanceId[];
   card(instanceId: InstanceId): ModelCard | undefined;
+  /** Every current card of the model, prefill workers included (LoRA admin reaches them all). */
+  allCards?(): ModelCard[];
   /** Any current card (tokenizer source, block size); undefined once the model is gone. */
   primaryCard(): ModelCard | undefined;
   /** Smallest context length over the model's cards: a request must fit on every worker. */
@@ -117,6 +119,7 @@ export class ModelWatcher {
         return out.sort();
       },
       card: (instanceId) => catalog.card(name, instanceId),
+      allCards: () => [...(catalog.cards(name)?.values() ?? [])],
       primaryCard() {
         const cards = catalog.cards(name);
         if (!cards) return undefined;

@@ -5,3 +5,4 @@ export { InterpolatedPerfModel, interp } from './interpolated.js';
 export { PERF_PROFILE_VERSION, parsePerfProfile, perfModelFromProfile, type DecodeProfile, type PerfProfile } from './profile.js';
 export { loadPerfProfile } from './profile-file.js';
 export { PerfProfileError } from './errors.js';
+export { NATIVE_CPU_LORA_COST, loraStepFactor, type LoraCost } from './lora-cost.js';

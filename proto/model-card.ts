@@ -46,6 +46,8 @@ export interface ModelCard {
    */
   kvLayerStreaming?: boolean;
   eosTokenIds: number[];
+  /** Multi-LoRA: adapters resident on this worker, by name, with their lora_id (router/hashing.ts loraIdOf). */
+  loras?: Array<{ name: string; loraId: number; path?: string }>;
   /** What the worker serves; absent = 'generate'. An 'embed' card's `endpoint` is `embed` (proto/embedding.ts). */
   task?: WorkerTask;
   /** Present exactly when task is 'embed'. */

@@ -31,7 +31,7 @@ export interface RouteTarget {
  * bookings stay exact without waiting for router_sync.
  */
 export type RouterCall =
-  | (RouteTarget & { type: 'route'; requestId: string; tokens: number[]; candidates?: InstanceId[]; noOverlapCredit?: boolean })
+  | (RouteTarget & { type: 'route'; requestId: string; tokens: number[]; candidates?: InstanceId[]; noOverlapCredit?: boolean; loraId?: number; loraResident?: InstanceId[] })
   /** Book a request on a worker the frontend chose itself (pinned header, migration). */
   | (RouteTarget & { type: 'book'; requestId: string; tokens: number[]; instanceId: InstanceId })
   | (RouteTarget & { type: 'first_token'; requestId: string })

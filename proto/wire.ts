@@ -123,6 +123,12 @@ export interface PreprocessedRequest {
   numPriorOutputTokens?: number;
   /** Constrain the output (structured output, forced tool calls); validated by the frontend. */
   structured?: StructuredOutputSpec;
+  /** Multi-LoRA: the adapter (by name) applied to this request; `model` stays the base model. */
+  lora?: string;
+  /** Its lora_id from the model cards, for the router's adapter-keyed hashes (the worker computes its own). */
+  loraId?: number;
+  /** Where the adapter's files are (from a card that lists it): a worker without it loads it first. */
+  loraPath?: string;
 }
 
 export type FinishReason = 'stop' | 'length' | 'cancelled' | 'error';
@@ -163,7 +169,14 @@ export interface KvStoredBlock {
 export type KvMedium = 'gpu' | 'device' | 'cpu' | 'disk';
 
 export type KvEventData =
-  | { type: 'stored'; parentHash?: string; blocks: KvStoredBlock[]; medium?: KvMedium }
+  | {
+      type: 'stored';
+      parentHash?: string;
+      blocks: KvStoredBlock[];
+      medium?: KvMedium;
+      /** vLLM's lora_id: the blocks were computed under this adapter (router/hashing.ts loraIdOf); absent = base model. */
+      loraId?: number;
+    }
   | { type: 'removed'; blockHashes: string[]; medium?: KvMedium }
   | { type: 'cleared' };
 
@@ -221,3 +234,6 @@ export * from './json.js';
 export * from './embedding.js';
 import type { StructuredOutputSpec } from './structured-output.js';
 import type { KvLayoutDescriptor, KvPlacement } from './model-card.js';
+export * from './lora.js';
+export * from './kv-stage.js';
+export * from './kv-prefetch.js';

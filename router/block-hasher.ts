@@ -9,7 +9,7 @@
  * free again as soon as a call returns.
  */
 import { xxh3 } from '@node-rs/xxhash';
-import { KV_HASH_SEED } from './hashing.js';
+import { KV_HASH_SEED, loraLocalHash } from './hashing.js';
 import { Xxh3Wasm, XXH3_WASM_MAX_BYTES, XXH3_WASM_MIN_BYTES } from './xxh3-wasm.js';
 
 export class BlockHasher {
@@ -32,8 +32,9 @@ export class BlockHasher {
     return this.wasm === undefined ? 'native' : 'wasm';
   }
 
-  /** Local hashes of the full blocks of `tokens`. */
-  local(tokens: ArrayLike<number>): bigint[] {
+  /** Local hashes of the full blocks of `tokens`, keyed by adapter `loraId` when given (hashing.ts loraLocalHash). */
+  local(tokens: ArrayLike<number>, loraId?: number): bigint[] {
+    if (loraId !== undefined) return this.local(tokens).map((h) => loraLocalHash(h, loraId));
     const n = Math.floor(tokens.length / this.blockSize);
     if (this.wasm === undefined) return this.localNative(tokens, n);
     const localAt = this.hashLocal(tokens, n);
@@ -52,7 +53,11 @@ export class BlockHasher {
     return readU64(u64, n, n);
   }
 
-  both(tokens: ArrayLike<number>): { local: bigint[]; seq: bigint[] } {
+  both(tokens: ArrayLike<number>, loraId?: number): { local: bigint[]; seq: bigint[] } {
+    if (loraId !== undefined) {
+      const local = this.local(tokens, loraId);
+      return { local, seq: this.sequence(local) };
+    }
     const w = this.wasm;
     if (w === undefined) {
       const local = this.localNative(tokens, Math.floor(tokens.length / this.blockSize));

@@ -15,8 +15,34 @@ export function xxh3Seeded(bytes: Uint8Array): bigint {
   return xxh3.xxh64(bytes, KV_HASH_SEED);
 }
 
-/** Local (tokens-only) hash of each full block of `tokens`. */
-export function localBlockHashes(tokens: ArrayLike<number>, blockSize: number): bigint[] {
+/**
+ * LoRA: the adapter identity as vLLM's integer `lora_id`, from its name and the content hash
+ * of its weights (workers/lora/peft-adapter.ts): 53 bits of XXH3(utf8 name ‖ 0 ‖ content hash),
+ * so it is exact as a JSON number. Every worker that loads the same files under the same name
+ * computes the same id.
+ */
+export function loraIdOf(name: string, contentHash: string): number {
+  return Number(xxh3Seeded(Buffer.from(`${name}\u0000${contentHash}`, 'utf8')) & 0x1fffffffffffffn);
+}
+
+const loraPair = new BigUint64Array(2);
+const loraPairBytes = new Uint8Array(loraPair.buffer);
+
+/**
+ * The local hash a block computed under adapter `loraId` is keyed by: XXH3(u64 LE tokens hash ‖
+ * u64 LE lora_id). The chain runs over these, so the same tokens under two adapters (or under an
+ * adapter and the base model) share no block, in the worker's cache or the router's index, while
+ * one adapter's blocks chain and share exactly as the base model's do. Base blocks keep the
+ * tokens-only hash (Dynamo's).
+ */
+export function loraLocalHash(local: bigint, loraId: number): bigint {
+  loraPair[0] = local;
+  loraPair[1] = BigInt(loraId);
+  return xxh3Seeded(loraPairBytes);
+}
+
+/** Local (tokens-only) hash of each full block of `tokens`; keyed by the adapter when `loraId` is given. */
+export function localBlockHashes(tokens: ArrayLike<number>, blockSize: number, loraId?: number): bigint[] {
   const numFull = Math.floor(tokens.length / blockSize);
   const out: bigint[] = new Array(numFull);
   const scratch = new Uint32Array(blockSize);
@@ -25,6 +51,7 @@ export function localBlockHashes(tokens: ArrayLike<number>, blockSize: number): 
     const base = b * blockSize;
     for (let i = 0; i < blockSize; i++) scratch[i] = tokens[base + i]! >>> 0;
     out[b] = xxh3Seeded(bytes);
+    if (loraId !== undefined) out[b] = loraLocalHash(out[b]!, loraId);
   }
   return out;
 }
@@ -53,8 +80,8 @@ export function sequenceHashes(localHashes: readonly bigint[], parent?: bigint):
   return out;
 }
 
-/** Both hash lists for the full blocks of a token sequence. */
-export function blockHashes(tokens: ArrayLike<number>, blockSize: number): { local: bigint[]; seq: bigint[] } {
-  const local = localBlockHashes(tokens, blockSize);
+/** Both hash lists for the full blocks of a token sequence (under adapter `loraId` when given). */
+export function blockHashes(tokens: ArrayLike<number>, blockSize: number, loraId?: number): { local: bigint[]; seq: bigint[] } {
+  const local = localBlockHashes(tokens, blockSize, loraId);
   return { local, seq: sequenceHashes(local) };
 }

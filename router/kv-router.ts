@@ -51,7 +51,12 @@ export interface KvRouterConfig {
   cost: RouterCostKind;
   /** The latency cost's model, weights and targets (used with `cost: 'latency'`). */
   latency: Partial<LatencyCostConfig>;
+  /** Multi-LoRA: cost (in blocks) added for a worker that would have to load the request's adapter first. */
+  loraLoadPenaltyBlocks?: number;
 }
+
+/** About what loading a rank-16 adapter costs next to prefilling blocks (docs/lora.md). */
+export const DEFAULT_LORA_LOAD_PENALTY_BLOCKS = 32;
 
 export const DEFAULT_KV_ROUTER_CONFIG: KvRouterConfig = {
   blockSize: 16,
@@ -80,6 +85,10 @@ export interface RouteRequest {
   promptTokens?: number;
   /** Decode leg after a remote prefill: routed with no overlap credit (docs/design.md step 3). */
   noOverlapCredit?: boolean;
+  /** Multi-LoRA: the adapter's lora_id; tokens are hashed under it, so only its blocks match. */
+  loraId?: number;
+  /** Multi-LoRA: the candidates that hold the adapter; the others pay `loraLoadPenaltyBlocks`. */
+  loraResident?: readonly InstanceId[];
 }
 
 export interface WorkerCandidate {
@@ -185,6 +194,11 @@ export class KvRouter {
       row.indexedBlocks = indexed;
       row.inflightBlocks = inflight;
       if (this.latency !== undefined) this.scoreLatency(row, c, booked, promptTokens);
+      if (req.loraResident !== undefined && !req.loraResident.includes(c.instanceId)) {
+        const penaltyBlocks = this.config.loraLoadPenaltyBlocks ?? DEFAULT_LORA_LOAD_PENALTY_BLOCKS;
+        // The latency cost is in ms: the penalty is the prefill time of as many blocks.
+        row.cost += this.latency !== undefined ? this.latency.config.perfModel.prefillMs(penaltyBlocks * this.config.blockSize) : penaltyBlocks;
+      }
       costs[i] = row;
       if (!busy) eligible.push(i);
     }
@@ -382,7 +396,7 @@ export class KvRouter {
       return { local: req.localHashes, seq, promptTokens };
     }
     const tokens = req.tokens ?? [];
-    const { local, seq } = this.hasher.both(tokens);
+    const { local, seq } = this.hasher.both(tokens, req.loraId);
     return { local, seq, promptTokens: req.promptTokens ?? tokens.length };
   }
 }

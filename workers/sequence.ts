@@ -38,6 +38,10 @@ export interface SequenceInit {
   numPriorOutputTokens?: number;
   /** The first N tokens' KV will be imported from a prefill worker instead of computed. */
   numRemoteTokens?: number;
+  /** Multi-LoRA: the adapter's lora_id (router/hashing.ts loraIdOf); its blocks are keyed by it. */
+  loraId?: number;
+  /** Multi-LoRA: the engine slot holding the adapter (engines that batch adapters). */
+  loraSlot?: number;
 }
 
 export class Sequence {
@@ -50,6 +54,9 @@ export class Sequence {
   readonly pinOnFinish: boolean;
   readonly numPromptTokens: number;
   readonly numPriorOutputTokens: number;
+  /** Multi-LoRA: the adapter's lora_id, undefined for the base model. */
+  readonly loraId: number | undefined;
+  readonly loraSlot: number | undefined;
   /** Leading tokens whose KV comes from a remote prefill; 0 once imported or given up. */
   numRemoteTokens: number;
   /** Aborted while its import was in flight: blocks are freed when the import settles. */
@@ -92,6 +99,8 @@ export class Sequence {
     this.requestSeed = init.requestSeed;
     this.logprobs = init.logprobs;
     this.pinOnFinish = init.pinOnFinish ?? false;
+    this.loraId = init.loraId;
+    this.loraSlot = init.loraSlot;
     this.numPriorOutputTokens = Math.max(0, Math.min(init.numPriorOutputTokens ?? 0, init.promptTokenIds.length - 1));
     this.numPromptTokens = init.promptTokenIds.length - this.numPriorOutputTokens;
     this.numRemoteTokens = init.numRemoteTokens ?? 0;

@@ -50,8 +50,8 @@ export class DashboardState {
 
   // ---- fleet ----
 
-  cardAdded(model: string, role: WorkerRole, instanceId: string, totalBlocks: number, now: number): void {
-    this.fleet.cardAdded(model, role, instanceId, totalBlocks, now);
+  cardAdded(model: string, role: WorkerRole, instanceId: string, totalBlocks: number, now: number, loras?: string[]): void {
+    this.fleet.cardAdded(model, role, instanceId, totalBlocks, now, loras);
   }
 
   cardRemoved(instanceId: string, now: number): void {

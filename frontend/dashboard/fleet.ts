@@ -46,22 +46,25 @@ interface WorkerEntry {
   /** Receipt of the latest load report; 0 before the first. */
   lastLoadAt: number;
   goneAt?: number;
+  /** LoRA adapters its card lists. */
+  loras?: string[];
 }
 
 export class Fleet {
   private readonly workers = new Map<string, WorkerEntry>();
 
-  cardAdded(model: string, role: WorkerRole, instanceId: string, totalBlocks: number, now: number): void {
+  cardAdded(model: string, role: WorkerRole, instanceId: string, totalBlocks: number, now: number, loras?: string[]): void {
     const existing = this.workers.get(instanceId);
     if (existing && existing.state !== 'gone') {
       existing.state = 'ready';
       existing.kvTotalBlocks ||= totalBlocks;
       existing.lastSeen = now;
+      existing.loras = loras;
       return;
     }
     this.workers.set(instanceId, {
       instanceId, model, role: POOL_OF[role], state: 'ready', running: 0, waiting: 0, kvUsedBlocks: 0, kvTotalBlocks: totalBlocks,
-      cachedTokens: existing?.cachedTokens ?? 0, promptTokens: existing?.promptTokens ?? 0, lastSeen: now, lastLoadAt: 0,
+      cachedTokens: existing?.cachedTokens ?? 0, promptTokens: existing?.promptTokens ?? 0, lastSeen: now, lastLoadAt: 0, loras,
     });
   }
 
@@ -160,5 +163,6 @@ function workerView(w: WorkerEntry, now: number): WorkerView {
     prefixHitRate: w.promptTokens > 0 ? w.cachedTokens / w.promptTokens : null,
     lastSeen: w.lastSeen,
     ...(goneAt !== undefined ? { goneAt } : {}),
+    ...(w.loras !== undefined && w.loras.length > 0 ? { loras: w.loras } : {}),
   };
 }

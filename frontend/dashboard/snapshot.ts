@@ -53,6 +53,8 @@ export interface WorkerView {
   prefixHitRate: number | null;
   /** Last `load_metrics` or card sighting, ms since epoch. */
   lastSeen: number;
+  /** LoRA adapters resident on the worker (its card's `loras`), when any. */
+  loras?: string[];
   /** When state is 'gone': when it went (the page drops it after a while). */
   goneAt?: number;
 }

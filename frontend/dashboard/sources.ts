@@ -10,6 +10,7 @@
  *   - `planner_status` published by a planner on component `planner`.
  * Everything here is I/O glue; the state it feeds is pure.
  */
+import { cardLoras } from '../lora/served-adapters.js';
 import type { Logger } from 'pino';
 import { DASHBOARD_TOPICS, PLANNER_COMPONENT, type PlannerStatusEvent, type RouterDecisionEvent } from '../../proto/wire.js';
 import { LoadFeed, decisionCandidates, type DecisionListener, type KvRouterHub } from '../../router/adapters/index.js';
@@ -52,7 +53,7 @@ export class DashboardSources {
     this.unsubscribeCards = o.cards.subscribe((e) => {
       const { entry } = e;
       if (e.type === 'removed') return o.state.cardRemoved(entry.instanceId, clock());
-      o.state.cardAdded(entry.model, entry.card.role, entry.instanceId, entry.card.totalKvBlocks, clock());
+      o.state.cardAdded(entry.model, entry.card.role, entry.instanceId, entry.card.totalKvBlocks, clock(), cardLoras(entry.card).map((l) => l.name));
       this.follow(entry.card.component);
     });
   }

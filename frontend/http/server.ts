@@ -7,7 +7,8 @@
  *                                                     OpenAI Responses (api/responses/)
  *   POST /tokenize, /detokenize, /v1/messages/count_tokens   counting (tokenize-handler.ts)
  *   POST /v1/embeddings                               embeddings (frontend/embeddings/)
- *   GET  /v1/models, GET /v1/models/{id}             models from discovery
+ *   GET  /v1/models, GET /v1/models/{id}             models from discovery (LoRA adapters with `parent`)
+ *   POST /v1/load_lora_adapter, /v1/unload_lora_adapter   LoRA adapters on every worker of a model (frontend/lora/)
  *   GET  /health                                      200 when some model has a routable worker (503 while draining)
  *   GET  /live                                        200 while the process runs
  *   GET  /metrics                                     prom-client text
@@ -33,6 +34,9 @@ import { handleInMemory, type MemoryRequest, type MemoryResponse } from './in-me
 import { dashboardKey, handleDashboard, isDashboardPath, type DashboardRoutes } from '../dashboard/index.js';
 import { sendError, sendJson } from './respond.js';
 import { handleEmbeddings, type EmbeddingsService } from '../embeddings/index.js';
+import { readJsonBody } from './body.js';
+import type { LoraAdmin } from '../lora/lora-admin.js';
+import { servedAdapters, type ServedAdapter } from '../lora/served-adapters.js';
 
 export interface HttpServerContext extends GenerateContext {
   models: ModelWatcher;
@@ -51,6 +55,8 @@ export interface HttpServerContext extends GenerateContext {
   embeddings?: EmbeddingsService;
   /** The Responses API's stored responses; absent = a default-sized store of this server's own. */
   responses?: ResponseStore;
+  /** POST /v1/load_lora_adapter, /v1/unload_lora_adapter; absent = those routes 404. */
+  loraAdmin?: LoraAdmin;
 }
 
 /** The generation routes: path → the codec that speaks its API. Every one runs handleGenerate. */
@@ -145,7 +151,20 @@ async function route(ctx: HttpServerContext, routes: Routes, req: IncomingMessag
       return handleEmbeddings({ ...ctx, embeddings: ctx.embeddings }, req, res);
     case '/v1/models':
       if (method !== 'GET') return methodNotAllowed(ctx, res, 'GET');
-      return sendJson(res, 200, { object: 'list', data: ctx.models.names().map((name) => modelEntry(ctx, name)) });
+      return sendJson(res, 200, {
+        object: 'list',
+        data: [...ctx.models.names().map((name) => modelEntry(ctx, name)), ...servedAdapters(ctx.models).map((a) => adapterEntry(ctx, a))],
+      });
+    case '/v1/load_lora_adapter':
+    case '/v1/unload_lora_adapter': {
+      if (!ctx.loraAdmin) break;
+      if (method !== 'POST') return methodNotAllowed(ctx, res, 'POST');
+      const body = await readJsonBody(req, 1 << 20);
+      const text = path === '/v1/load_lora_adapter' ? await ctx.loraAdmin.load(body) : await ctx.loraAdmin.unload(body);
+      res.writeHead(200, { 'content-type': 'text/plain; charset=utf-8' });
+      res.end(text);
+      return;
+    }
     case '/health':
       return health(ctx, res);
     case '/live':
@@ -169,6 +188,8 @@ async function route(ctx: HttpServerContext, routes: Routes, req: IncomingMessag
     const name = decodePathSegment(path.slice('/v1/models/'.length));
     if (name === undefined) return sendError(res, new ApiError('invalid_argument', 'the model id in the path is not valid percent-encoding', 'model'), ctx.retryAfterSeconds);
     if (ctx.models.model(name)) return sendJson(res, 200, modelEntry(ctx, name));
+    const adapter = servedAdapters(ctx.models).find((a) => a.name === name);
+    if (adapter) return sendJson(res, 200, adapterEntry(ctx, adapter));
     return sendError(res, modelNotFound(name), ctx.retryAfterSeconds);
   }
   req.resume();
@@ -199,6 +220,11 @@ function modelEntry(ctx: HttpServerContext, name: string): object {
     owned_by: 'tandem',
     ...(contextLength !== undefined && Number.isFinite(contextLength) ? { max_model_len: contextLength } : {}),
   };
+}
+
+/** An adapter in /v1/models: vLLM's shape, `parent` is the base model and `root` the adapter's path when known. */
+function adapterEntry(ctx: HttpServerContext, a: ServedAdapter): object {
+  return { id: a.name, object: 'model', created: ctx.modelCreated(a.parent), owned_by: 'tandem', parent: a.parent, root: a.name };
 }
 
 /** Ready = at least one model has at least one routable worker, and not draining; the body says which. */

@@ -11,6 +11,7 @@
  * A selector that declines every candidate (a KV router whose workers are all over their
  * threshold) is answered at once: that is overload, which waiting here would only hide.
  */
+import { instancesWithAdapter } from '../lora/served-adapters.js';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { InstanceId, PreprocessedRequest, TokenDelta } from '../../proto/wire.js';
 import { NoInstancesError } from '../../runtime/errors.js';
@@ -65,7 +66,7 @@ export async function selectInstance(
   health?: WorkerHealth,
   strict = false,
 ): Promise<InstanceId> {
-  const candidates = poolCandidates(model, excluded, health, strict ? 'up' : 'guess');
+  const candidates = poolCandidates(model, excluded, health, strict ? 'up' : 'guess', route.request.lora, route.request.loraPath, selector.mode === 'kv');
   if (candidates.length === 0) throw new NoInstancesError(`no workers available for model '${model.name}'`);
   return pickFrom(model, selector, route, candidates);
 }
@@ -75,12 +76,13 @@ export async function chooseTarget(query: TargetQuery, signal?: AbortSignal): Pr
   const { model, selector, route, excluded, health, fallback } = query;
   const deadline = Date.now() + query.waitMs;
   for (;;) {
-    const up = poolCandidates(model, excluded, health, 'up');
+    const lora = route.request.lora;
+    const up = poolCandidates(model, excluded, health, 'up', lora, route.request.loraPath, selector.mode === 'kv');
     if (up.length > 0) return { instanceId: await pickFrom(model, selector, route, up), fallback: false };
     const spare = await fallback?.pick(model.name, route.request, excluded ?? NONE);
     if (spare !== undefined) return { instanceId: spare, fallback: true };
     if (!query.strict) {
-      const guess = poolCandidates(model, excluded, health, 'guess');
+      const guess = poolCandidates(model, excluded, health, 'guess', lora, route.request.loraPath, selector.mode === 'kv');
       if (guess.length > 0) return { instanceId: await pickFrom(model, selector, route, guess), fallback: false };
     }
     const left = deadline - Date.now();
@@ -93,8 +95,23 @@ export async function chooseTarget(query: TargetQuery, signal?: AbortSignal): Pr
   }
 }
 
-function poolCandidates(model: ServedModel, excluded: ReadonlySet<InstanceId> | undefined, health: WorkerHealth | undefined, which: 'up' | 'guess'): InstanceId[] {
+function poolCandidates(
+  model: ServedModel,
+  excluded: ReadonlySet<InstanceId> | undefined,
+  health: WorkerHealth | undefined,
+  which: 'up' | 'guess',
+  lora?: string,
+  loraPath?: string,
+  allWorkersForAdapters = false,
+): InstanceId[] {
   let candidates = model.candidates();
+  // A request for an adapter goes to workers whose card lists it; when none of them is left it may
+  // go to any worker, which loads the adapter from `loraPath` first. (The KV router sees every
+  // worker and charges the others a load: kv-selector.ts.)
+  if (lora !== undefined && !(allWorkersForAdapters && loraPath !== undefined)) {
+    const holders = instancesWithAdapter(model, candidates, lora);
+    candidates = holders.length > 0 || loraPath === undefined ? holders : candidates;
+  }
   if (excluded && excluded.size > 0) candidates = candidates.filter((id) => !excluded.has(id));
   if (!health) return candidates;
   return which === 'up' ? health.up(candidates, Date.now()) : health.filter(candidates, Date.now());

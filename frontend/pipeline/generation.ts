@@ -12,6 +12,7 @@ import type { CodecCache, ModelCodec, PromptInput, TokenizedPrompt } from '../co
 import { TandemError } from '../../runtime/index.js';
 import type { DisaggPrepared, Disaggregator } from '../disagg/disaggregator.js';
 import { ApiError, badRequest, modelNotFound } from '../errors.js';
+import { findAdapter } from '../lora/served-adapters.js';
 import type { ModelMetrics } from '../metrics.js';
 import type { ModelWatcher, ServedModel } from '../model-watcher.js';
 import { DEFAULT_MODEL_PARSERS, checkRequestGrammar, promptOpensReasoning, resolveModelParsers, type GrammarChecker, type ModelParserOptions } from '../openai/structured.js';
@@ -116,7 +117,7 @@ export class GenerationPipeline {
 
   /** Model lookup only: lets the HTTP layer label metrics before the heavier work. */
   model(name: string): ServedModel {
-    const model = this.config.models.model(name);
+    const model = this.config.models.model(name) ?? findAdapter(this.config.models, name)?.model;
     if (!model) throw modelNotFound(name);
     return model;
   }
@@ -139,9 +140,12 @@ export class GenerationPipeline {
     if (tokenIds.length + Math.max(1, maxTokens) > contextLength) throw contextLengthExceeded(input, contextLength, tokenIds.length, false);
     const stopTokenIds = input.ignoreEos ? input.stopTokenIds : [...new Set([...card.eosTokenIds, ...input.stopTokenIds])];
     const id = `${idPrefix ?? (input.kind === 'chat' ? 'chatcmpl-' : 'cmpl-')}${randomUUID().replace(/-/g, '')}`;
+    // A LoRA adapter named as the model runs on its base model's workers that hold it.
+    const adapter = model.name !== input.model ? findAdapter(this.config.models, input.model)?.adapter : undefined;
     const request: PreprocessedRequest = {
       requestId: id,
-      model: input.model,
+      model: model.name,
+      ...(adapter !== undefined ? { lora: adapter.name, loraId: adapter.loraId, ...(adapter.path !== undefined ? { loraPath: adapter.path } : {}) } : {}),
       tokenIds,
       sampling: input.sampling,
       stop: { maxTokens, stopTokenIds, ignoreEos: input.ignoreEos, ...(input.minTokens !== undefined ? { minTokens: input.minTokens } : {}) },

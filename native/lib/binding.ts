@@ -155,7 +155,17 @@ export interface RawEngineHandle {
      * runs; sampling waits for it (60 s at most, then the step rejects with `internal`).
      */
     deferMasks?: boolean,
+    /** Multi-LoRA: per sequence its adapter slot (loadLora), -1 = the base model. */
+    loraSlots?: Int32Array,
   ): Promise<RawStepResult>;
+  /**
+   * Reads a LoRA adapter's factors (PEFT tensor names, f32/bf16/f16) and puts it in `slot`
+   * between steps. The config was checked by the caller. Rejects `not_found` / `config_invalid`
+   * naming the tensor, `unavailable` on a backend without LoRA kernels.
+   */
+  loadLora(slot: number, spec: { dir: string; rank: number; scale: number; targets: string[] }): Promise<{ numParameters: number }>;
+  /** Empties an adapter slot after any running step. */
+  unloadLora(slot: number): Promise<void>;
   /**
    * The masks of the step in flight started with deferMasks (layouts as step()'s; no
    * arguments = none this step). Copied before returning. Throws `invalid_argument` when no

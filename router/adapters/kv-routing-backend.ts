@@ -22,6 +22,10 @@ export type KvRouteOutcome =
 export interface KvRouteOptions {
   /** Score without prefix-overlap credit (a decode worker that receives the KV by transfer). */
   noOverlapCredit?: boolean;
+  /** Multi-LoRA: hash the prompt under this adapter's lora_id (router/hashing.ts). */
+  loraId?: number;
+  /** Multi-LoRA: the candidates holding the adapter; the others pay a load penalty. */
+  loraResident?: readonly InstanceId[];
 }
 
 export interface KvRoutingBackend {
@@ -39,7 +43,7 @@ export class LocalKvBackend implements KvRoutingBackend {
 
   async route(target: RouteTarget, requestId: string, tokens: number[], candidates: readonly InstanceId[], options: KvRouteOptions = {}): Promise<KvRouteOutcome> {
     const service = this.hub.started(target.component) ?? (await this.hub.service(target.component, target.blockSize));
-    const result = service.route({ requestId, tokens, ...(options.noOverlapCredit ? { noOverlapCredit: true } : {}) }, candidates);
+    const result = service.route({ requestId, tokens, ...(options.noOverlapCredit ? { noOverlapCredit: true } : {}), ...(options.loraId !== undefined ? { loraId: options.loraId } : {}), ...(options.loraResident !== undefined ? { loraResident: options.loraResident } : {}) }, candidates);
     if (result.kind === 'routed') {
       this.hub.reportDecision(target.component, result.decision);
       return { kind: 'routed', instanceId: result.decision.instanceId, overlapBlocks: result.decision.overlapBlocks };
@@ -101,7 +105,7 @@ export class RemoteKvBackend implements KvRoutingBackend {
     const previous = this.sessions.get(requestId);
     if (previous !== undefined) await previous.chain;
     const replica = this.client.pick({ mode: 'round-robin' }).instanceId;
-    const call: RouterCall = { type: 'route', ...target, requestId, tokens, candidates: [...candidates], ...(options.noOverlapCredit ? { noOverlapCredit: true } : {}) };
+    const call: RouterCall = { type: 'route', ...target, requestId, tokens, candidates: [...candidates], ...(options.noOverlapCredit ? { noOverlapCredit: true } : {}), ...(options.loraId !== undefined ? { loraId: options.loraId } : {}), ...(options.loraResident !== undefined ? { loraResident: [...options.loraResident] } : {}) };
     const answer = await this.call(call, replica);
     if (answer.type === 'routed') {
       this.sessions.set(requestId, { replica, chain: Promise.resolve() });

@@ -66,7 +66,7 @@ export async function startRouterServer(runtime: DistributedRuntime, options: Ro
       yield { type: 'ok' };
       return;
     }
-    const result = service.route({ requestId: call.requestId, tokens: call.tokens, ...(call.noOverlapCredit === true ? { noOverlapCredit: true } : {}) }, call.candidates);
+    const result = service.route({ requestId: call.requestId, tokens: call.tokens, ...(call.noOverlapCredit === true ? { noOverlapCredit: true } : {}), ...(typeof call.loraId === "number" && Number.isSafeInteger(call.loraId) ? { loraId: call.loraId } : {}), ...(Array.isArray(call.loraResident) ? { loraResident: call.loraResident.filter((x) => typeof x === 'string') } : {}) }, call.candidates);
     if (result.kind === 'routed') {
       const d = result.decision;
       hub.reportDecision(call.component, d);

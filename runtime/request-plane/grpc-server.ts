@@ -30,6 +30,9 @@ export interface GrpcServerOptions {
 
 type Call<Req> = ServerWritableStream<Req, Buffer>;
 
+/** How long before the server's deadline a stream reset still counts as the deadline (transit time under load). */
+const DEADLINE_RESET_SLACK_MS = 100;
+
 /** One call in progress: its cancellation state, deadline timer and cancel listener. */
 class ActiveCall {
   readonly abort = new CallAbort();
@@ -48,10 +51,13 @@ class ActiveCall {
   }
 
   // grpc-js reports 'cancelled' for every call when its HTTP/2 stream closes, finished or not;
-  // only a call still running was cancelled (and building the error is not free).
+  // only a call still running was cancelled (and building the error is not free). A client
+  // whose deadline passes resets the stream, and the server's own deadline (receipt time plus
+  // the caller's timeout) is later by the request's transit time: a reset that close to it is
+  // the deadline, not a cancel.
   private readonly onCancelled = (): void => {
     if (this.done || this.abort.aborted) return;
-    const late = this.deadlineMs !== undefined && Date.now() >= this.deadlineMs - 5;
+    const late = this.deadlineMs !== undefined && Date.now() >= this.deadlineMs - DEADLINE_RESET_SLACK_MS;
     this.abort.abort(late ? new DeadlineExceededError() : new CancelledError('caller cancelled the call'));
   };
 

@@ -83,15 +83,37 @@ describe('KvSelector (frontend --router-mode kv) on the embedded router', () => 
       quick.onFinished(route('q0', 1), id!);
       return id !== undefined;
     });
-    const held = ['k1', 'k2', 'k3', 'k4'].map((id) => route(id, 40));
+    // Two regimes, both by design (router/overload.ts): before a worker's load report arrives
+    // (or once it is stale) its bookings count against 95% of its pool, two 40-block requests
+    // each; with a fresh report of an idle worker only bookings past twice the pool do, four
+    // each. Heartbeats decide which one this run sees, so book until the router refuses.
+    const held: RouteRequest[] = [];
     const where: string[] = [];
-    for (const h of held) where.push((await quick.select(h, ids()))!);
-    const started = Date.now();
-    const err = await quick.select(route('k5', 40), ids()).catch((e: unknown) => e);
-    expect(err).toBeInstanceOf(AllWorkersBusyError);
-    expect((err as AllWorkersBusyError).code).toBe('resource_exhausted');
-    expect(Date.now() - started).toBeGreaterThanOrEqual(140);
-    held.forEach((h, i) => quick.onFinished(h, where[i]!));
+    let err: unknown;
+    let waitedMs = 0;
+    try {
+      for (let i = 1; i <= 10 && err === undefined; i++) {
+        const r = route(`k${i}`, 40);
+        const started = Date.now();
+        const id = await quick.select(r, ids()).catch((e: unknown) => {
+          err = e;
+          waitedMs = Date.now() - started;
+          return undefined;
+        });
+        if (id !== undefined) {
+          held.push(r);
+          where.push(id);
+        }
+      }
+      expect(err).toBeInstanceOf(AllWorkersBusyError);
+      expect((err as AllWorkersBusyError).code).toBe('resource_exhausted');
+      expect(waitedMs).toBeGreaterThanOrEqual(140);
+      expect([4, 8]).toContain(held.length);
+      // Never piled on: each worker got its share and no more.
+      expect(ids().map((id) => where.filter((w) => w === id).length)).toEqual([held.length / 2, held.length / 2]);
+    } finally {
+      held.forEach((h, i) => quick.onFinished(h, where[i]!));
+    }
     expect(ids().every((id) => service().load(id).activeSequences === 0)).toBe(true);
     await quick.close().catch(() => undefined);
   });

@@ -182,7 +182,7 @@ export class BlockManager {
       const parent = b > 0 ? seq.seqHashes[b - 1] : undefined;
       const id = seq.blockAt(b);
       if (this.cached.has(hash) || this.blockHash[id] !== undefined) {
-        if (run.length > 0) this.events.push(storedEvent(runParent, run));
+        if (run.length > 0) this.events.push(storedEvent(runParent, run, seq.loraId));
         run = [];
         continue;
       }
@@ -192,7 +192,7 @@ export class BlockManager {
       if (run.length === 0) runParent = parent;
       run.push({ blockHash: hash.toString(), tokensHash: seq.localHashes[b]!.toString() });
     }
-    if (run.length > 0) this.events.push(storedEvent(runParent, run));
+    if (run.length > 0) this.events.push(storedEvent(runParent, run, seq.loraId));
     seq.numCommittedBlocks = full;
   }
 
@@ -305,7 +305,7 @@ export class BlockManager {
     const have = seq.seqHashes.length;
     if (have >= numFullBlocks) return;
     const bs = this.blockSize;
-    const locals = localBlockHashes(seq.tokenSlice(have * bs, numFullBlocks * bs), bs);
+    const locals = localBlockHashes(seq.tokenSlice(have * bs, numFullBlocks * bs), bs, seq.loraId);
     let parent = have > 0 ? seq.seqHashes[have - 1] : undefined;
     for (const local of locals) {
       parent = chainHash(parent, local);
@@ -323,6 +323,8 @@ export class BlockManager {
   }
 }
 
-function storedEvent(parent: bigint | undefined, blocks: KvStoredBlock[]): KvEventData {
-  return parent === undefined ? { type: 'stored', blocks } : { type: 'stored', parentHash: parent.toString(), blocks };
+function storedEvent(parent: bigint | undefined, blocks: KvStoredBlock[], loraId?: number): KvEventData {
+  const e: KvEventData = parent === undefined ? { type: 'stored', blocks } : { type: 'stored', parentHash: parent.toString(), blocks };
+  if (loraId !== undefined) e.loraId = loraId;
+  return e;
 }

@@ -27,6 +27,7 @@ export interface KvDump {
 interface MirrorBlock {
   parentHash: string | undefined;
   tokensHash: string;
+  loraId: number | undefined;
 }
 
 export class KvEventLog {
@@ -104,11 +105,12 @@ export class KvEventLog {
         chain.push({ blockHash: cur, tokensHash: this.blocks.get(cur)!.tokensHash });
         emitted.add(cur);
       }
-      events.push(
+      const stored: KvEventData =
         first.parentHash === undefined
           ? { type: 'stored', blocks: chain }
-          : { type: 'stored', parentHash: first.parentHash, blocks: chain },
-      );
+          : { type: 'stored', parentHash: first.parentHash, blocks: chain };
+      if (first.loraId !== undefined) stored.loraId = first.loraId;
+      events.push(stored);
     }
     for (const medium of ['cpu', 'disk'] as const) {
       const blocks: KvStoredBlock[] = [];
@@ -134,7 +136,7 @@ export class KvEventLog {
       case 'stored': {
         let parent = data.parentHash;
         for (const b of data.blocks) {
-          this.blocks.set(b.blockHash, { parentHash: parent, tokensHash: b.tokensHash });
+          this.blocks.set(b.blockHash, { parentHash: parent, tokensHash: b.tokensHash, loraId: data.loraId });
           parent = b.blockHash;
         }
         return;

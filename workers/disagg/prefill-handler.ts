@@ -17,7 +17,7 @@
  * decode worker still reading it fails instead of copying freed blocks.
  */
 import type { InstanceId, KvLayoutDescriptor, KvPlacement, KvReleaseRequest, KvReleaseResponse, KvTransferParams, PreprocessedRequest, TokenDelta, TokenLogprob } from '../../proto/wire.js';
-import type { KvStageRequest, KvStageResponse } from '../../proto/kv-stage.js';
+import type { KvStageRequest, KvStageResponse } from '../../proto/wire.js';
 import type { RequestContext } from '../../runtime/index.js';
 import type { EngineLoop } from '../engine-loop/index.js';
 import type { KvPool, KvTransferAgent } from '../kv-transfer/index.js';

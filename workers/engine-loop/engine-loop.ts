@@ -17,6 +17,7 @@ import { KvEventLog } from '../block-manager/kv-event-log.js';
 import { Scheduler } from '../scheduler/scheduler.js';
 import type { KvImportStart, SchedulePlan, SchedulerConfig, SchedulerLoad, StepOutcome } from '../scheduler/types.js';
 import { OutputQueue } from './output-queue.js';
+import type { AcquiredLora, LoraRegistry } from '../lora/lora-registry.js';
 import { StructuredDecoding, type GrammarProvider } from './structured-decoding.js';
 import type { KvTierManager } from '../kv-tiers/kv-tier-manager.js';
 
@@ -64,6 +65,8 @@ export interface EngineLoopConfig {
   grammar?: GrammarProvider;
   /** KV tiers below the engine pool (G2 host, G3 disk): offload on eviction, onboard on a prefix hit. */
   kvTiers?: KvTierManager;
+  /** Multi-LoRA: the adapters this worker serves; without it a request naming one is refused (not_found). */
+  loras?: LoraRegistry;
 }
 
 /** The scheduler's load snapshot plus the loop's running totals (what `/metrics` shows). */
@@ -97,9 +100,12 @@ export class EngineLoop {
   private kickAgain = false;
   private numRequestsTotal = 0;
   readonly kvTiers: KvTierManager | undefined;
+  /** Multi-LoRA: the adapters this worker serves (workers/lora). */
+  readonly loras: LoraRegistry | undefined;
 
   constructor(config: EngineLoopConfig) {
     this.engine = config.engine;
+    this.loras = config.loras;
     const info = config.engine.info;
     this.scheduler = new Scheduler({
       ...config.scheduler,
@@ -139,9 +145,15 @@ export class EngineLoop {
         return;
       }
     }
+    // An adapter this worker lacks but the request says where to find: loaded before admission.
+    if (request.lora !== undefined && this.loras !== undefined) await this.loras.ensure(request.lora, request.loraPath);
     const matcher = request.structured !== undefined ? this.createMatcher(request) : undefined;
     const remote = this.kvImporter !== undefined ? usableKvTransfer(request) : undefined;
-    const added = this.scheduler.addSequence({
+    const lora = request.lora !== undefined ? this.acquireLora(request.lora) : undefined;
+    let added: ReturnType<Scheduler['addSequence']>;
+    try {
+      added = this.scheduler.addSequence({
+        ...(lora !== undefined ? { loraId: lora.loraId, ...(lora.slot !== undefined ? { loraSlot: lora.slot } : {}) } : {}),
       requestId: request.requestId,
       promptTokenIds: request.tokenIds,
       sampling: request.sampling,
@@ -151,8 +163,15 @@ export class EngineLoop {
       ...(options.pinOnFinish ? { pinOnFinish: true } : {}),
       ...(request.numPriorOutputTokens ? { numPriorOutputTokens: request.numPriorOutputTokens } : {}),
       ...(remote !== undefined ? { numRemoteTokens: remote.numTokens } : {}),
-    });
-    if (added.type === 'rejected') throw new TandemError(added.code, added.message);
+      });
+    } catch (err) {
+      if (lora !== undefined) this.loras!.release(lora.name, lora.loraId);
+      throw err;
+    }
+    if (added.type === 'rejected') {
+      if (lora !== undefined) this.loras!.release(lora.name, lora.loraId);
+      throw new TandemError(added.code, added.message);
+    }
     const seqId = added.seqId;
     // The request's own budget, also on a prefill-only run: closing mode looks at the whole output.
     if (matcher !== undefined) this.structured!.register(seqId, matcher, request.stop.maxTokens);
@@ -177,7 +196,13 @@ export class EngineLoop {
       this.queues.delete(seqId);
       this.importSources.delete(seqId);
       this.structured?.remove(seqId);
+      if (lora !== undefined) this.loras!.release(lora.name, lora.loraId);
     }
+  }
+
+  private acquireLora(name: string): AcquiredLora {
+    if (this.loras === undefined) throw new TandemError('not_found', `adapter '${name}' is not served by this worker`);
+    return this.loras.acquire(name);
   }
 
   /**

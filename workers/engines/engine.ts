@@ -4,6 +4,7 @@
  * sequence that asks for one. Every engine (mocker, native CPU, native CUDA) implements it.
  */
 import type { SamplingOptions } from '../../proto/wire.js';
+import type { LoraAdapterSpec } from '../lora/peft-adapter.js';
 
 export interface StepSequence {
   /** Scheduler-unique sequence id, stable across steps (and across preemption). */
@@ -35,6 +36,8 @@ export interface StepSequence {
    * Owned by the engine loop and rewritten each step: read it during step(), keep no reference.
    */
   allowedTokens?: Uint32Array;
+  /** Multi-LoRA: the adapter slot (Engine.loadLora) applied to this sequence; undefined = the base model. */
+  loraSlot?: number;
 }
 
 export interface StepBatch {
@@ -78,6 +81,13 @@ export interface Engine {
   readonly info: EngineInfo;
   /** One forward pass; what every engine promises is listed in this folder's README (contract suite). */
   step(batch: StepBatch): Promise<StepResult>;
+  /**
+   * Multi-LoRA (engines that batch adapters): puts a checked adapter (workers/lora) in a slot,
+   * between steps; sequences name it by StepSequence.loraSlot. Absent: the engine has none.
+   */
+  loadLora?(slot: number, adapter: LoraAdapterSpec): Promise<void>;
+  /** Empties a slot after any running step. */
+  unloadLora?(slot: number): Promise<void>;
   /** Release native resources; a later step() rejects with code `unavailable`. */
   close(): Promise<void>;
 }

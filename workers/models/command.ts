@@ -7,6 +7,9 @@ import { intInRange, oneOf } from '../../runtime/index.js';
 import { makeTinyModel } from './make-tiny.js';
 import { TINY_ARCHS, type TinyArch } from './tiny-tokenizer.js';
 import type { WeightDtype } from './dtype.js';
+import { join } from 'node:path';
+import { TINY_DIMS } from './tiny-arch.js';
+import { makeTinyLora } from '../lora/make-tiny-lora.js';
 
 const parseSeed = intInRange(0, 0xffffffff);
 
@@ -21,7 +24,9 @@ export function registerModelCommand(program: Command): Command {
     .option('--seed <n>', 'weight PRNG seed', parseSeed, 0)
     .option('--embedding <pooling>', 'also write sentence-transformers files (an embedding model): last | mean', oneOf(['last', 'mean'] as const))
     .option('--matryoshka', 'declare Matryoshka embeddings (config.json is_matryoshka): /v1/embeddings then accepts `dimensions`')
-    .action(async (opts: { arch: TinyArch; out: string; dtype: WeightDtype; seed: number; embedding?: 'last' | 'mean'; matryoshka?: boolean }) => {
+    .option('--lora <n>', 'also write n random PEFT LoRA adapters to <out>/loras/lora-<i> (all linear layers)', intInRange(0, 1024), 0)
+    .option('--lora-rank <r>', 'rank of those adapters', intInRange(1, 1024), 8)
+    .action(async (opts: { arch: TinyArch; out: string; dtype: WeightDtype; seed: number; embedding?: 'last' | 'mean'; matryoshka?: boolean; lora: number; loraRank: number }) => {
       const info = await makeTinyModel({
         arch: opts.arch,
         outDir: opts.out,
@@ -34,6 +39,16 @@ export function registerModelCommand(program: Command): Command {
         `wrote ${info.arch} (${info.dtype}, seed ${info.seed}) to ${info.outDir}: ` +
           `${info.numParameters} parameters, vocab ${info.vocabSize}, ${info.totalBytes} bytes\n`,
       );
+      for (let i = 0; i < opts.lora; i++) {
+        const dir = await makeTinyLora({
+          dims: TINY_DIMS[opts.arch],
+          outDir: join(info.outDir, 'loras', `lora-${i}`),
+          rank: opts.loraRank,
+          seed: opts.seed + 1 + i,
+          baseModel: info.outDir,
+        });
+        process.stdout.write(`wrote LoRA adapter (rank ${opts.loraRank}) to ${dir}\n`);
+      }
     });
   return model;
 }

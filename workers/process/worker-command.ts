@@ -8,6 +8,7 @@ import { DEFAULT_COMPILE_MEMORY_MB, DEFAULT_COMPILE_TIMEOUT_MS, compileLimits } 
 import { startWorker, type WorkerOptions } from './worker-process.js';
 import { GIB } from './kv-tiers-setup.js';
 import { startEmbeddingWorker } from '../embedding/index.js';
+import { DEFAULT_MAX_CPU_LORAS, DEFAULT_MAX_LORA_RANK, DEFAULT_MAX_LORAS } from '../lora/index.js';
 
 /** Flags that carry a WorkerOptions field under the same name and unit. */
 type SameAsOptions =
@@ -45,6 +46,10 @@ interface WorkerFlags extends RuntimeFlags, Pick<WorkerOptions, SameAsOptions> {
   kvDiskMinReuse: number;
   task: 'generate' | 'embed';
   pooling?: 'last' | 'mean';
+  lora: string[];
+  maxLoras: number;
+  maxCpuLoras: number;
+  maxLoraRank: number;
 }
 
 function workerOptionsFromFlags(flags: WorkerFlags): WorkerOptions {
@@ -84,7 +89,14 @@ function workerOptionsFromFlags(flags: WorkerFlags): WorkerOptions {
           },
         }
       : {}),
+    lora: { adapters: flags.lora, maxLoras: flags.maxLoras, maxCpuLoras: flags.maxCpuLoras, maxLoraRank: flags.maxLoraRank },
   };
+}
+
+/** `--lora name=DIR`, repeatable. */
+function collectLora(value: string, previous: string[]): string[] {
+  if (!/^[^=]+=.+$/.test(value)) throw new InvalidArgumentError(`expected name=DIR, got '${value}'`);
+  return [...previous, value];
 }
 
 /** cpu | cuda | cuda:N (simt: the CUDA backend's kernels on the host, for tests). */
@@ -126,7 +138,11 @@ export function registerWorkerCommand(program: Command): void {
     .addOption(new Option('--kv-disk-cache-gb <gib>', 'KV tier G3: most disk space (GiB) it uses, LRU').argParser(numberInRange(0)))
     .addOption(new Option('--kv-disk-min-reuse <n>', 'KV tier G3: prefix hits a block needs before it is written to disk').argParser(intInRange(0, 1_000_000)).default(2))
     .addOption(new Option('--task <task>', 'generate | embed (an embedding worker: serves /v1/embeddings through the `embed` endpoint, docs/embeddings.md)').argParser(oneOf(['generate', 'embed'] as const)).default('generate'))
-    .addOption(new Option('--pooling <mode>', "--task embed: last | mean (default: the model's sentence-transformers Pooling module, else last)").argParser(oneOf(['last', 'mean'] as const)));
+    .addOption(new Option('--pooling <mode>', "--task embed: last | mean (default: the model's sentence-transformers Pooling module, else last)").argParser(oneOf(['last', 'mean'] as const)))
+    .addOption(new Option('--lora <name=dir>', 'serve this PEFT LoRA adapter under name (repeatable); more at run time with POST /v1/load_lora_adapter').argParser(collectLora).default([]))
+    .addOption(new Option('--max-loras <n>', 'most distinct adapters in one step').argParser(positiveInt).default(DEFAULT_MAX_LORAS))
+    .addOption(new Option('--max-cpu-loras <n>', 'most adapters resident in host memory; the least recently used idle one makes room').argParser(positiveInt).default(DEFAULT_MAX_CPU_LORAS))
+    .addOption(new Option('--max-lora-rank <r>', 'refuse adapters of a higher rank').argParser(positiveInt).default(DEFAULT_MAX_LORA_RANK));
   addRuntimeOptions(cmd).action(async (flags: WorkerFlags) => {
     const runtime = await createRuntimeFromOptions(flags, `worker-${flags.mode}`);
     const options = workerOptionsFromFlags(flags);

@@ -48,7 +48,7 @@ import {
 } from '../disagg/index.js';
 import { TRANSFER_SECONDS_BUCKETS } from '../kv-transfer/index.js';
 import { DeviceKvImporter, isDeviceKvSetup, setupDeviceKvTransfer } from '../disagg/index.js';
-import { KV_STAGE_ENDPOINT, type KvStageRequest, type KvStageResponse } from '../../proto/kv-stage.js';
+import { KV_STAGE_ENDPOINT, type KvStageRequest, type KvStageResponse } from '../../proto/wire.js';
 import { KV_PREFETCH_ENDPOINT, type KvPrefetchRequest, type KvPrefetchResponse } from '../../proto/kv-prefetch.js';
 import { LayerPublisher, MOCKER_STREAM_LAYERS } from '../disagg/layer-publisher.js';
 import { LayerProgressRegion } from '../disagg/layer-progress-region.js';
@@ -65,6 +65,8 @@ import { loadWorkerVocabulary } from './vocabulary-loader.js';
 import { LoadPublisher } from './load-publisher.js';
 import { setupWorkerKvTiers, type WorkerKvTierOptions } from './kv-tiers-setup.js';
 import { KvTierMetrics } from './kv-tier-metrics.js';
+import { LoraRegistry } from '../lora/index.js';
+import { LORA_ADMIN_ENDPOINT, type LoraAdminRequest, type LoraAdminResponse } from '../../proto/wire.js';
 
 export const COMPONENT_FOR_ROLE: Record<WorkerRole, string> = { agg: 'backend', prefill: 'prefill', decode: 'decode' };
 /** Wire names, defined in proto/ and re-exported for the worker's callers. */
@@ -113,6 +115,8 @@ export interface WorkerOptions {
   kvTiers?: WorkerKvTierOptions;
   /** prefill/decode: UCX config overrides without the UCX_ prefix; UCX_* env applies otherwise. */
   ucxConfig?: Record<string, string>;
+  /** Multi-LoRA: adapters loaded at start (`name=DIR`) and the limits (`--max-loras`, `--max-cpu-loras`, `--max-lora-rank`). */
+  lora?: { adapters: string[]; maxLoras?: number; maxCpuLoras?: number; maxLoraRank?: number };
 }
 
 /** What a prefill or decode worker adds; for tests and the process's own shutdown. */
@@ -248,12 +252,24 @@ export async function startWorker(runtime: DistributedRuntime, options: WorkerOp
   });
   const kvTiers = options.kvTiers !== undefined ? await setupWorkerKvTiers(engine, options.kvTiers, modelName) : undefined;
   if (kvTiers !== undefined) new KvTierMetrics(runtime.metrics, modelName, kvTiers, engine.info.blockSize);
+  // Set once the card exists: every change of the resident adapters re-publishes it.
+  let onLorasChanged = (): void => undefined;
+  const loras = new LoraRegistry(engine, {
+    onChange: () => onLorasChanged(),
+    ...(options.lora?.maxCpuLoras !== undefined ? { maxCpuLoras: options.lora.maxCpuLoras } : {}),
+    ...(options.lora?.maxLoraRank !== undefined ? { maxLoraRank: options.lora.maxLoraRank } : {}),
+  });
+  for (const arg of options.lora?.adapters ?? []) {
+    const eq = arg.indexOf('=');
+    await loras.load(arg.slice(0, eq), resolve(arg.slice(eq + 1)));
+  }
   const loop: EngineLoop = new EngineLoop({
     engine: loopEngine,
+    loras,
     workerId: runtime.instanceId,
     ...(kvTiers !== undefined ? { kvTiers } : {}),
     ...(disagg?.importer !== undefined ? { kvImporter: disagg.importer } : {}),
-    scheduler: { maxNumBatchedTokens: options.maxNumBatchedTokens, maxNumSeqs: options.maxNumSeqs },
+    scheduler: { maxNumBatchedTokens: options.maxNumBatchedTokens, maxNumSeqs: options.maxNumSeqs, ...(options.lora?.maxLoras !== undefined ? { maxLoras: options.lora.maxLoras } : {}) },
     ...(vocab !== undefined ? { grammar: workerGrammarProvider(vocab, grammarCache, grammarCompiler) } : {}),
     sinks: {
       onKvEvents: (events: KvEvent[]) => {
@@ -338,7 +354,36 @@ export async function startWorker(runtime: DistributedRuntime, options: WorkerOp
     ...((layers !== undefined && options.mode === 'prefill') || prefetcher !== undefined ? { kvLayerStreaming: true } : {}),
   };
   const cardKey = modelKey(options.namespace, modelName, runtime.instanceId);
+  // Resident adapters on the card: the frontend lists them and routes requests naming them here.
+  const publishLoras = async (): Promise<void> => {
+    card.loras = loras.list().map(({ name, loraId, path }) => ({ name, loraId, path }));
+    await runtime.discovery.put(cardKey, card);
+  };
+  card.loras = loras.list().map(({ name, loraId, path }) => ({ name, loraId, path }));
   await runtime.discovery.put(cardKey, card);
+  onLorasChanged = () => void publishLoras().catch((err: unknown) => log.warn({ err }, 'model card update after a LoRA change failed'));
+  const loraServed = await component.endpoint(LORA_ADMIN_ENDPOINT).serve(async function* (req: LoraAdminRequest): AsyncGenerator<LoraAdminResponse> {
+    if (req?.op === 'load' && typeof req.name === 'string' && typeof req.path === 'string') {
+      const l = await loras.load(req.name, resolve(req.path));
+      await publishLoras();
+      log.info({ lora: l.name, loraId: l.loraId, rank: l.rank }, 'LoRA adapter loaded');
+      yield { ok: true, loras: loras.list() };
+    } else if (req?.op === 'unload' && typeof req.name === 'string') {
+      if (!loras.has(req.name)) throw new TandemError('not_found', `adapter '${req.name}' is not loaded`);
+      // The name goes at once (new requests get not_found); the slot empties after running ones finish.
+      const name = req.name;
+      void loras.unload(name).then(
+        () => log.info({ lora: name }, 'LoRA adapter unloaded'),
+        (err: unknown) => log.warn({ err, lora: name }, 'LoRA adapter unload failed'),
+      );
+      await publishLoras();
+      yield { ok: true, loras: loras.list() };
+    } else if (req?.op === 'list') {
+      yield { ok: true, loras: loras.list() };
+    } else {
+      throw new TandemError('invalid_argument', 'lora admin: {op: load, name, path} | {op: unload, name} | {op: list}');
+    }
+  });
   runtime.trackRegistration(cardKey, true);
   metrics.update(loop.stats());
   const shutdownKv = async (): Promise<void> => {
@@ -375,6 +420,7 @@ export async function startWorker(runtime: DistributedRuntime, options: WorkerOp
       await releaseServed?.stop().catch(() => undefined);
       await stageServed?.stop().catch(() => undefined);
       await prefetchServed?.stop().catch(() => undefined);
+      await loraServed.stop().catch(() => undefined);
       await shutdownKv();
     },
   };

@@ -47,6 +47,7 @@ export class Scheduler {
   readonly blockSize: number;
   readonly maxNumBatchedTokens: number;
   readonly maxNumSeqs: number;
+  readonly maxLoras: number | undefined;
   readonly maxModelLen: number;
   numPreemptions = 0;
   numSteps = 0;
@@ -71,6 +72,7 @@ export class Scheduler {
     this.blockSize = config.blockSize ?? SCHEDULER_DEFAULTS.blockSize;
     this.maxNumBatchedTokens = config.maxNumBatchedTokens ?? SCHEDULER_DEFAULTS.maxNumBatchedTokens;
     this.maxNumSeqs = config.maxNumSeqs ?? SCHEDULER_DEFAULTS.maxNumSeqs;
+    this.maxLoras = config.maxLoras;
     this.maxModelLen = config.maxModelLen ?? Number.POSITIVE_INFINITY;
     this.blockManager = new BlockManager({
       numBlocks: config.numBlocks,
@@ -197,6 +199,10 @@ export class Scheduler {
     gate?.reset(this.running);
     let next = 0;
     let admittedPastDeferred = false;
+    // --max-loras: adapters of the running and transferring sequences; once one waiting
+    // sequence is held for a further adapter, no adapter sequence behind it is admitted.
+    const activeLoras = this.maxLoras !== undefined ? this.activeLoraIds() : undefined;
+    let loraBlocked = false;
     const takeWaiting = (): void => {
       if (next === 0) {
         this.waiting.shift();
@@ -212,6 +218,12 @@ export class Scheduler {
       this.running.length + this.transferring.size < this.maxNumSeqs
     ) {
       const seq = this.waiting[next]!;
+      if (activeLoras !== undefined && seq.loraId !== undefined && !activeLoras.has(seq.loraId) ? loraBlocked || activeLoras.size >= this.maxLoras! : loraBlocked && seq.loraId !== undefined) {
+        loraBlocked = true;
+        next++;
+        continue;
+      }
+      if (seq.loraId !== undefined) activeLoras?.add(seq.loraId);
       const hit = bm.findPrefixHit(seq);
       if (seq.numRemoteTokens > 0) {
         // Blocks for the imported tokens only; the import costs no compute budget.
@@ -445,6 +457,13 @@ export class Scheduler {
     this.waiting.length = w;
   }
 
+  private activeLoraIds(): Set<number> {
+    const ids = new Set<number>();
+    for (const s of this.running) if (s.loraId !== undefined) ids.add(s.loraId);
+    for (const s of this.transferring.values()) if (s.loraId !== undefined) ids.add(s.loraId);
+    return ids;
+  }
+
   private removeFinishedFromRunning(): void {
     let w = 0;
     for (const s of this.running) if (s.status === SEQUENCE_STATUS.running) this.running[w++] = s;
@@ -500,6 +519,7 @@ export class Scheduler {
         requestSeed: seq.requestSeed,
       };
       if (seq.logprobs !== undefined) step.logprobs = seq.logprobs;
+      if (seq.loraSlot !== undefined) step.loraSlot = seq.loraSlot;
       sequences[i] = step;
     }
     return {

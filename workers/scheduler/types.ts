@@ -31,6 +31,13 @@ export interface SchedulerConfig {
    * prefix that misses the pool is onboarded from them when copying beats recomputing.
    */
   kvTiers?: { policy: KvTierPolicy; costs: OnboardCosts };
+  /**
+   * Multi-LoRA (`--max-loras`): most distinct adapters among running sequences, so a step
+   * never mixes more. Default unlimited. A waiting sequence of a further adapter waits; behind
+   * it no new sequence of any adapter is admitted (base-model ones still are), so the running
+   * adapters drain and it cannot starve.
+   */
+  maxLoras?: number;
 }
 
 export const SCHEDULER_DEFAULTS = {

@@ -220,7 +220,7 @@ function renderFleet(models) {
               // A stale report (the worker stopped reporting) shows as no load, dimmed, never its last numbers.
               const stale = w.state !== 'gone' && w.loadFresh === false;
               return `<tr data-testid="worker-${esc(w.instanceId)}" data-state="${esc(w.state)}" data-running="${num(w.running)}" data-waiting="${num(w.waiting)}" data-kv-used="${num(w.kvUsedBlocks)}" data-kv-total="${num(w.kvTotalBlocks)}" data-load-fresh="${w.loadFresh === false ? 'false' : 'true'}"${stale ? ' class="stale" title="no current load report from this worker"' : ''}>
-<td class="wid" title="${esc(w.instanceId)}">${esc(shortId(w.instanceId))}</td>
+<td class="wid" title="${esc(w.instanceId)}">${esc(shortId(w.instanceId))}${w.loras ? ` <span class="loras" data-testid="loras-${esc(w.instanceId)}" title="LoRA adapters on this worker">${w.loras.map(esc).join(', ')}</span>` : ''}</td>
 <td><span class="state ${esc(w.state)}">${esc(w.state)}</span></td>
 <td>${num(w.running)}</td><td>${num(w.waiting)}</td>
 <td><span class="kvbar" title="${share.toFixed(1)}%"><i style="width:${share.toFixed(1)}%"></i></span><span class="kvtext">${num(w.kvUsedBlocks)}/${num(w.kvTotalBlocks)}</span></td>

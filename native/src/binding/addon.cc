@@ -104,6 +104,8 @@ class EngineHandle : public Napi::ObjectWrap<EngineHandle> {
                         InstanceMethod<&EngineHandle::kvCopyFromPeer>("kvCopyFromPeer"),
                         InstanceMethod<&EngineHandle::kvClosePeer>("kvClosePeer"),
                         InstanceMethod<&EngineHandle::layerProgress>("layerProgress"),
+                        InstanceMethod<&EngineHandle::loadLora>("loadLora"),
+                        InstanceMethod<&EngineHandle::unloadLora>("unloadLora"),
                         InstanceMethod<&EngineHandle::close>("close")});
   }
 
@@ -213,6 +215,15 @@ class EngineHandle : public Napi::ObjectWrap<EngineHandle> {
       input->deferred_masks = std::make_shared<DeferredMasks>();
       pending_masks_ = input->deferred_masks;
     }
+    std::vector<int32_t> lora_slots;  // multi-LoRA: one adapter slot per sequence, -1 = base
+    if (info.Length() > 11 && !info[11].IsUndefined()) {
+      if (!info[11].IsTypedArray() || info[11].As<Napi::TypedArray>().TypedArrayType() != napi_int32_array ||
+          info[11].As<Napi::TypedArray>().ElementLength() != num_seqs) {
+        throw make_error(env, "invalid_argument", "step: loraSlots (Int32Array, one per sequence) expected");
+      }
+      auto slots = info[11].As<Napi::Int32Array>();
+      lora_slots.assign(slots.Data(), slots.Data() + slots.ElementLength());
+    }
     input->seqs.resize(num_seqs);
     int32_t token_offset = 0;
     for (size_t i = 0; i < num_seqs; ++i) {
@@ -233,6 +244,7 @@ class EngineHandle : public Napi::ObjectWrap<EngineHandle> {
       s.bias_offset = m[9];
       s.bias_len = m[10];
       s.mask_row = mask_rows.empty() ? -1 : mask_rows[i];
+      s.lora_slot = lora_slots.empty() ? -1 : lora_slots[i];
       s.sampling.temperature = static_cast<float>(sp[0]);
       s.sampling.top_p = static_cast<float>(sp[1]);
       s.sampling.top_k = static_cast<int32_t>(sp[2]);
@@ -309,6 +321,92 @@ class EngineHandle : public Napi::ObjectWrap<EngineHandle> {
     };
 
     auto* worker = new EmbedWorker(env, engine, input);
+    Napi::Promise p = worker->promise();
+    worker->Queue();
+    return p;
+  }
+
+  // loadLora(slot, {dir, rank, scale, targets}): reads the adapter's factors on a worker thread,
+  // then swaps it into the slot between steps. The config was checked by the caller
+  // (workers/lora/peft-adapter.ts); this checks the tensors. Resolves {numParameters}.
+  Napi::Value loadLora(const Napi::CallbackInfo& info) {
+    Napi::Env env = info.Env();
+    auto engine = require_open(env);
+    if (info.Length() < 2 || !info[0].IsNumber() || !info[1].IsObject()) {
+      throw make_error(env, "invalid_argument", "loadLora(slot: number, {dir, rank, scale, targets})");
+    }
+    const int32_t slot = info[0].As<Napi::Number>().Int32Value();
+    Napi::Object o = info[1].As<Napi::Object>();
+    if (!o.Get("dir").IsString() || !o.Get("rank").IsNumber() || !o.Get("scale").IsNumber() || !o.Get("targets").IsArray()) {
+      throw make_error(env, "invalid_argument", "loadLora: {dir: string, rank: number, scale: number, targets: string[]}");
+    }
+    LoraSpec spec;
+    spec.dir = o.Get("dir").As<Napi::String>().Utf8Value();
+    spec.rank = o.Get("rank").As<Napi::Number>().Int32Value();
+    spec.scale = o.Get("scale").As<Napi::Number>().FloatValue();
+    Napi::Array targets = o.Get("targets").As<Napi::Array>();
+    for (uint32_t i = 0; i < targets.Length(); ++i) {
+      const std::string m = targets.Get(i).ToString().Utf8Value();
+      bool found = false;
+      for (int t = 0; t < kNumLoraTargets; ++t) {
+        if (m == lora_target_module(static_cast<LoraTarget>(t))) {
+          spec.targets.push_back(static_cast<LoraTarget>(t));
+          found = true;
+        }
+      }
+      if (!found) throw make_error(env, "invalid_argument", "loadLora: unsupported target module '" + m + "'");
+    }
+    if (!engine->supports_lora()) {
+      throw make_error(env, "unavailable", std::string("backend '") + engine->backend_name() + "' has no LoRA kernels");
+    }
+    class LoraWorker : public PromiseWorker {
+     public:
+      LoraWorker(Napi::Env env, std::shared_ptr<Engine> engine, int32_t slot, LoraSpec spec)
+          : PromiseWorker(env), engine_(std::move(engine)), slot_(slot), spec_(std::move(spec)) {}
+
+     protected:
+      void run() override {
+        auto adapter = engine_->read_lora(spec_);
+        params_ = adapter->num_parameters;
+        engine_->set_lora(slot_, std::move(adapter));
+      }
+      Napi::Value result(Napi::Env env) override {
+        Napi::Object r = Napi::Object::New(env);
+        r.Set("numParameters", Napi::Number::New(env, static_cast<double>(params_)));
+        return r;
+      }
+
+     private:
+      std::shared_ptr<Engine> engine_;
+      int32_t slot_;
+      LoraSpec spec_;
+      size_t params_ = 0;
+    };
+    auto* worker = new LoraWorker(env, engine, slot, std::move(spec));
+    Napi::Promise p = worker->promise();
+    worker->Queue();
+    return p;
+  }
+
+  // unloadLora(slot): empties the slot after any running step (a worker thread waits for it).
+  Napi::Value unloadLora(const Napi::CallbackInfo& info) {
+    Napi::Env env = info.Env();
+    auto engine = require_open(env);
+    if (info.Length() < 1 || !info[0].IsNumber()) throw make_error(env, "invalid_argument", "unloadLora(slot: number)");
+    class UnloadWorker : public PromiseWorker {
+     public:
+      UnloadWorker(Napi::Env env, std::shared_ptr<Engine> engine, int32_t slot)
+          : PromiseWorker(env), engine_(std::move(engine)), slot_(slot) {}
+
+     protected:
+      void run() override { engine_->set_lora(slot_, nullptr); }
+      Napi::Value result(Napi::Env env) override { return env.Undefined(); }
+
+     private:
+      std::shared_ptr<Engine> engine_;
+      int32_t slot_;
+    };
+    auto* worker = new UnloadWorker(env, engine, info[0].As<Napi::Number>().Int32Value());
     Napi::Promise p = worker->promise();
     worker->Queue();
     return p;

@@ -16,6 +16,7 @@ namespace tandem {
 
 class SafetensorsStore;
 class ThreadPool;
+struct LoraAdapter;
 
 /** One sequence's slice of a forward batch. */
 struct ForwardSeq {
@@ -25,6 +26,7 @@ struct ForwardSeq {
   const int32_t* block_table = nullptr;
   int32_t num_blocks = 0;
   bool want_logits = false;  // logits of its last new token are needed
+  int32_t lora_slot = -1;    // adapter slot (Backend::set_lora) applied to its tokens; -1 = base model
 };
 
 struct ForwardBatch {
@@ -115,6 +117,15 @@ class Backend {
    * into dst [num_seqs][hidden_size], unnormalized. Backends without it throw.
    */
   virtual void pool_hidden(const ForwardBatch& batch, Pooling pooling, float* dst);
+  /**
+   * Multi-LoRA seam: a backend that returns true keeps adapters in numbered slots and, in
+   * forward(), adds each sequence's low-rank update x·Aᵀ·Bᵀ·scale to the q/k/v/o and
+   * gate/up/down projections of that sequence's tokens, grouped by adapter (segmented
+   * shrink-then-expand, SGMV), in the same pass as the base model's GEMMs.
+   */
+  virtual bool supports_lora() const { return false; }
+  /** Puts an adapter in a slot (nullptr empties it). Only between steps (the Engine locks). */
+  virtual void set_lora(int32_t slot, std::shared_ptr<const LoraAdapter> adapter);
   /** One line for logs and info(): the device and how it computes. */
   virtual std::string description() const { return name(); }
 

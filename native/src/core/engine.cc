@@ -13,6 +13,8 @@ namespace tandem {
 
 namespace {
 
+constexpr int32_t kMaxLoraSlots = 4096;
+
 // Mirrors the backends' sizing (f32 pool on the CPU, bf16 on GPUs); the Engine checks the
 // backend agrees after load.
 KvLayout layout_for(const ModelConfig& c, const BackendOptions& o) {
@@ -107,6 +109,16 @@ void Engine::adopt_kv_pool(void* base, size_t bytes) {
   kv_pool_external_ = true;
 }
 
+void Engine::set_lora(int32_t slot, std::shared_ptr<const LoraAdapter> adapter) {
+  if (slot < 0 || slot >= kMaxLoraSlots) {
+    throw NativeError(ErrorCode::kInvalidArgument, "lora slot must be in [0, " + std::to_string(kMaxLoraSlots) + ")");
+  }
+  std::lock_guard<std::mutex> lock(step_mu_);
+  backend_->set_lora(slot, adapter);
+  if (static_cast<size_t>(slot) >= lora_loaded_.size()) lora_loaded_.resize(static_cast<size_t>(slot) + 1, false);
+  lora_loaded_[static_cast<size_t>(slot)] = adapter != nullptr;
+}
+
 void Engine::validate(const StepInput& in) const {
   auto bad = [](const std::string& what) { throw NativeError(ErrorCode::kInvalidArgument, "step: " + what); };
   const KvLayout& kv = backend_->kv_layout();
@@ -152,6 +164,10 @@ void Engine::validate(const StepInput& in) const {
       const size_t words = (static_cast<size_t>(config_.vocab_size) + 31) / 32;
       if ((static_cast<size_t>(s.mask_row) + 1) * words > in.allowed_masks.size()) bad(who + "mask row outside allowedMasks");
     }
+    if (s.lora_slot >= 0 && (static_cast<size_t>(s.lora_slot) >= lora_loaded_.size() ||
+                             !lora_loaded_[static_cast<size_t>(s.lora_slot)])) {
+      bad(who + "no adapter in lora slot " + std::to_string(s.lora_slot));
+    }
     if (s.sampling.top_p <= 0.0f || s.sampling.top_p > 1.0f) bad(who + "topP must be in (0, 1]");
     if (s.sampling.repetition_penalty <= 0.0f) bad(who + "repetitionPenalty must be > 0");
     if (!(s.sampling.temperature >= 0.0f)) bad(who + "temperature must be >= 0");
@@ -179,6 +195,7 @@ StepOutput Engine::step(const StepInput& in) {
     f.block_table = in.block_tables.data() + s.block_offset;
     f.num_blocks = s.num_blocks;
     f.want_logits = s.sample;
+    f.lora_slot = s.lora_slot;
     if (s.sample) sampled.push_back(i);
     batch.seqs.push_back(f);
   }

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "backend.h"
+#include "lora.h"
 #include "model_config.h"
 #include "sampler.h"
 
@@ -43,6 +44,7 @@ struct SeqInput {
   int32_t bias_offset = 0;  // logit bias entries in StepInput::bias_ids/bias_values
   int32_t bias_len = 0;
   int32_t mask_row = -1;  // structured output: row in StepInput::allowed_masks, -1 = none
+  int32_t lora_slot = -1;  // adapter slot (Engine::set_lora), -1 = the base model
   SamplingParams sampling;
 };
 
@@ -152,6 +154,12 @@ class Engine {
   /** The backend, for tests and benchmarks that look at backend-specific state. */
   Backend& backend() { return *backend_; }
 
+  /** Reads an adapter's factors from disk (no lock: a step may run meanwhile). */
+  std::shared_ptr<const LoraAdapter> read_lora(const LoraSpec& spec) const { return load_lora_adapter(spec, config_); }
+  /** Puts an adapter in a slot (nullptr empties it); waits for a running step. */
+  void set_lora(int32_t slot, std::shared_ptr<const LoraAdapter> adapter);
+  bool supports_lora() const { return backend_->supports_lora(); }
+
   /** Runs one batched step. Bad inputs -> NativeError(invalid_argument); the pool is untouched. */
   StepOutput step(const StepInput& input);
 
@@ -191,6 +199,7 @@ class Engine {
   std::unique_ptr<Backend> backend_;
   bool kv_pool_external_ = false;
   int64_t max_pass_tokens_ = 8192;  // embed(): tokens per forward pass (BackendOptions::max_batch_tokens)
+  std::vector<bool> lora_loaded_;  // by slot, for validate()
   std::mutex step_mu_;  // steps are serialized; the TS side sends one at a time anyway
   /** l1 = -1 -> all layers; checks the range. */
   std::pair<int, int> kv_layers(int l0, int l1) const;

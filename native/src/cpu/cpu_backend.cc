@@ -96,6 +96,36 @@ void CpuBackend::kv_write_blocks(const int32_t* ids, int32_t n, const void* src,
   kv_copy_host(a);
 }
 
+void CpuBackend::set_lora(int32_t slot, std::shared_ptr<const LoraAdapter> adapter) {
+  if (slot < 0) throw NativeError(ErrorCode::kInvalidArgument, "lora slot must be >= 0");
+  if (static_cast<size_t>(slot) >= loras_.size()) loras_.resize(static_cast<size_t>(slot) + 1);
+  loras_[static_cast<size_t>(slot)] = std::move(adapter);
+}
+
+// Consecutive sequences of one adapter form one segment; the scheduler orders the batch by
+// adapter, so a step has about one segment per distinct adapter.
+void CpuBackend::lora_segments(const ForwardBatch& batch) {
+  lora_segments_.clear();
+  for (const ForwardSeq& s : batch.seqs) {
+    if (s.lora_slot < 0) continue;
+    const LoraAdapter* a = loras_[static_cast<size_t>(s.lora_slot)].get();
+    if (!lora_segments_.empty() && lora_segments_.back().adapter == a && lora_segments_.back().end == s.token_offset) {
+      lora_segments_.back().end += s.num_tokens;
+    } else {
+      lora_segments_.push_back({s.token_offset, s.token_offset + s.num_tokens, a});
+    }
+  }
+}
+
+void CpuBackend::apply_lora(int64_t layer, LoraTarget target, const float* x, int64_t x_stride, float* out,
+                            int64_t out_stride, int64_t col_offset) {
+  if (lora_segments_.empty()) return;
+  int64_t in = 0, out_features = 0;
+  lora_target_dims(config_, target, in, out_features);
+  cpu::sgmv_shrink_expand(pool_, lora_segments_, layer, target, x, x_stride, in, out, out_stride, col_offset,
+                          out_features, lora_scratch_);
+}
+
 void CpuBackend::load_weights(const SafetensorsStore& w) {
   const ModelConfig& c = config_;
   const int64_t h = c.hidden_size;
@@ -191,6 +221,7 @@ void CpuBackend::forward(const ForwardBatch& batch) {
   ensure_scratch(t);
   __atomic_store_n(&progress_[1], 0, __ATOMIC_RELEASE);
   __atomic_store_n(&progress_[0], progress_[0] + 1, __ATOMIC_RELEASE);
+  lora_segments(batch);
 
   for (const ForwardSeq& s : batch.seqs) {
     for (int32_t i = 0; i < s.num_tokens; ++i) token_pos_[static_cast<size_t>(s.token_offset + i)] = s.start_pos + i;
@@ -213,6 +244,9 @@ void CpuBackend::forward(const ForwardBatch& batch) {
       for (int64_t i = b; i < e; ++i) cpu::rmsnorm(x_.data() + i * hd, L.input_norm.data(), hd, eps, xn_.data() + i * hd);
     });
     cpu::matmul_nt(pool_, xn_.data(), t, L.wqkv, L.bqkv.empty() ? nullptr : L.bqkv.data(), qkv_.data());
+    apply_lora(l, LoraTarget::kQ, xn_.data(), hd, qkv_.data(), qkv_w, 0);
+    apply_lora(l, LoraTarget::kK, xn_.data(), hd, qkv_.data(), qkv_w, c.q_dim());
+    apply_lora(l, LoraTarget::kV, xn_.data(), hd, qkv_.data(), qkv_w, c.q_dim() + c.kv_dim());
     pool_.parallel_for(t, row_grain, [&](int64_t b, int64_t e, int) {
       for (int64_t i = b; i < e; ++i) {
         float* row = qkv_.data() + i * qkv_w;
@@ -234,6 +268,7 @@ void CpuBackend::forward(const ForwardBatch& batch) {
     __atomic_store_n(&progress_[1], l + 1, __ATOMIC_RELEASE);  // layer l's K/V is in the pool
     attention(batch, l);
     cpu::matmul_nt(pool_, attn_.data(), t, L.wo, L.bo.empty() ? nullptr : L.bo.data(), proj_.data());
+    apply_lora(l, LoraTarget::kO, attn_.data(), c.q_dim(), proj_.data(), hd, 0);
     pool_.parallel_for(t, row_grain, [&](int64_t b, int64_t e, int) {
       for (int64_t i = b; i < e; ++i) {
         float* xr = x_.data() + i * hd;
@@ -243,6 +278,8 @@ void CpuBackend::forward(const ForwardBatch& batch) {
       }
     });
     cpu::matmul_nt(pool_, xn_.data(), t, L.wgate_up, nullptr, gate_up_.data());
+    apply_lora(l, LoraTarget::kGate, xn_.data(), hd, gate_up_.data(), 2 * inter, 0);
+    apply_lora(l, LoraTarget::kUp, xn_.data(), hd, gate_up_.data(), 2 * inter, inter);
     pool_.parallel_for(t, std::max<int64_t>(1, 16384 / inter), [&](int64_t b, int64_t e, int) {
       for (int64_t i = b; i < e; ++i) {
         const float* gu = gate_up_.data() + i * 2 * inter;
@@ -250,6 +287,7 @@ void CpuBackend::forward(const ForwardBatch& batch) {
       }
     });
     cpu::matmul_nt(pool_, act_.data(), t, L.wdown, nullptr, proj_.data());
+    apply_lora(l, LoraTarget::kDown, act_.data(), inter, proj_.data(), hd, 0);
     for (int64_t i = 0; i < t * hd; ++i) x_[static_cast<size_t>(i)] += proj_[static_cast<size_t>(i)];
   }
 

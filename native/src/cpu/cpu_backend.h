@@ -9,6 +9,7 @@
 
 #include "../core/backend.h"
 #include "kernels.h"
+#include "lora_sgmv.h"
 #include "weight_matrix.h"
 
 namespace tandem {
@@ -29,6 +30,8 @@ class CpuBackend final : public Backend {
   void kv_write_blocks(const int32_t* ids, int32_t n, const void* src, const KvLayout& src_layout, int64_t src_blocks, int l0,
                        int l1, int64_t src_first) override;
   const int64_t* layer_progress() const override { return progress_; }
+  bool supports_lora() const override { return true; }
+  void set_lora(int32_t slot, std::shared_ptr<const LoraAdapter> adapter) override;
 
  private:
   struct Layer {
@@ -46,6 +49,9 @@ class CpuBackend final : public Backend {
   void ensure_scratch(int64_t num_tokens);
   void attention(const ForwardBatch& batch, int64_t layer);
   void write_kv(const ForwardBatch& batch, int64_t layer);
+  void lora_segments(const ForwardBatch& batch);
+  void apply_lora(int64_t layer, LoraTarget target, const float* x, int64_t x_stride, float* out, int64_t out_stride,
+                  int64_t col_offset);
 
   ModelConfig config_;
   KvLayout layout_;
@@ -66,6 +72,10 @@ class CpuBackend final : public Backend {
   std::vector<float> logits_;  // [num_logit_rows][vocab] of the last forward
   std::vector<std::unique_ptr<Sampler>> samplers_;  // one per pool worker
   int64_t progress_[2] = {0, 0};  // layer_progress(): forwards begun, layers written (atomic stores)
+
+  std::vector<std::shared_ptr<const LoraAdapter>> loras_;  // by slot; null = empty
+  std::vector<cpu::LoraSegment> lora_segments_;            // this forward's adapter runs
+  std::vector<float> lora_scratch_;
 };
 
 }  // namespace tandem

@@ -20,7 +20,7 @@
  * mode at a complete match).
  */
 import type { Engine, EngineInfo, SampledToken, StepBatch, StepResult, StepSequence } from '../engine.js';
-import { DECODE_FLOOR_MS, PolynomialPerfModel, stepTimeMs, type PerfModel, type StepShape } from '../../../perf-model/index.js';
+import { DECODE_FLOOR_MS, NATIVE_CPU_LORA_COST, PolynomialPerfModel, loraStepFactor, stepTimeMs, type LoraCost, type PerfModel, type StepShape } from '../../../perf-model/index.js';
 import { UnavailableError } from '../../../runtime/index.js';
 import { applyMockLogitBias, mockLogprob, mockTokenAt, nextAllowedToken } from './tokens.js';
 
@@ -51,6 +51,8 @@ export interface MockerConfig {
    * readiness (workers/disagg/layer-ready.ts) while the step still runs.
    */
   onLayers?: (batch: StepBatch, layersDone: number) => void;
+  /** Extra step time of LoRA adapters in a batch; default NATIVE_CPU_LORA_COST. */
+  loraCost?: LoraCost;
 }
 
 export class MockerEngine implements Engine {
@@ -64,6 +66,8 @@ export class MockerEngine implements Engine {
   private readonly onLayers: ((batch: StepBatch, layersDone: number) => void) | undefined;
   private debtMs = 0;
   private closed = false;
+  private readonly loraCost: LoraCost;
+  private readonly loraSlots = new Set<number>();
   /** Sum of simulated (unscaled) step time, for tests and reports. */
   simulatedMs = 0;
   numSteps = 0;
@@ -84,11 +88,12 @@ export class MockerEngine implements Engine {
     this.eosAfterTokens = config.eosAfterTokens;
     this.numLayers = Math.max(1, Math.floor(config.numLayers ?? 1));
     this.onLayers = config.onLayers;
+    this.loraCost = config.loraCost ?? NATIVE_CPU_LORA_COST;
   }
 
   async step(batch: StepBatch): Promise<StepResult> {
     if (this.closed) throw new UnavailableError('mocker engine is closed');
-    const ms = stepTimeMs(this.perfModel, this.shapeOf(batch));
+    const ms = stepTimeMs(this.perfModel, this.shapeOf(batch)) * loraStepFactor(this.loraCost, distinctLoraSlots(batch));
     this.simulatedMs += ms;
     this.numSteps++;
     // The simulated forward pass starts now; masks are filled while it "runs" (the timer),
@@ -103,6 +108,15 @@ export class MockerEngine implements Engine {
 
   async close(): Promise<void> {
     this.closed = true;
+  }
+
+  /** Multi-LoRA: the mocker keeps no factors, only which slots are filled (for the step cost). */
+  async loadLora(slot: number): Promise<void> {
+    this.loraSlots.add(slot);
+  }
+
+  async unloadLora(slot: number): Promise<void> {
+    this.loraSlots.delete(slot);
   }
 
   /** The step shape the perf model sees; a single new token past the prompt is a decode. */
@@ -170,4 +184,15 @@ export class MockerEngine implements Engine {
     await new Promise<void>((resolve) => setTimeout(resolve, Math.floor(this.debtMs)));
     this.debtMs = Math.max(-MAX_CREDIT_MS, this.debtMs - (performance.now() - start));
   }
+}
+
+function distinctLoraSlots(batch: StepBatch): number {
+  let first: number | undefined;
+  let set: Set<number> | undefined;
+  for (const s of batch.sequences) {
+    if (s.loraSlot === undefined) continue;
+    if (first === undefined) first = s.loraSlot;
+    else if (s.loraSlot !== first) (set ??= new Set([first])).add(s.loraSlot);
+  }
+  return set?.size ?? (first === undefined ? 0 : 1);
 }

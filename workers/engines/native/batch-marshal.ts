@@ -26,6 +26,8 @@ export interface MarshalledBatch {
   allowedMasks?: Uint32Array;
   /** seqId of each sampled row, in batch order. */
   sampledSeqIds: number[];
+  /** Multi-LoRA: adapter slot per sequence (-1 = base), undefined when no sequence has one. */
+  loraSlots?: Int32Array;
 }
 
 const SEED_RANGE = 2 ** 53;
@@ -145,7 +147,18 @@ export class BatchMarshal {
       biasValues: this.biasValues.subarray(0, numBias),
       ...this.marshalMasks(batch),
       sampledSeqIds,
+      ...this.marshalLoras(batch),
     };
+  }
+
+  private loraSlots: Int32Array = new Int32Array(16);
+
+  private marshalLoras(batch: StepBatch): { loraSlots?: Int32Array } {
+    const seqs = batch.sequences;
+    if (!seqs.some((s) => s.loraSlot !== undefined)) return {};
+    this.loraSlots = grow(this.loraSlots, seqs.length);
+    for (let i = 0; i < seqs.length; i++) this.loraSlots[i] = seqs[i]!.loraSlot ?? -1;
+    return { loraSlots: this.loraSlots.subarray(0, seqs.length) };
   }
 
   /**

@@ -8,6 +8,7 @@ import { fromNativeError, loadAddon, NativeEngineError, type RawEngineHandle, ty
 import type { LoadEngineOptions, RawKvCopyLayout, RawKvLayout } from '../../../native/index.js';
 import type { Engine, EngineInfo, SampledToken, StepBatch, StepResult } from '../engine.js';
 import { BatchMarshal } from './batch-marshal.js';
+import type { LoraAdapterSpec } from '../../lora/peft-adapter.js';
 
 export interface NativeEngineOptions {
   /** Hugging Face model directory (config.json + *.safetensors). */
@@ -282,6 +283,30 @@ export class NativeEngine implements Engine {
     });
   }
 
+  /**
+   * Multi-LoRA: reads the adapter's factors on a native thread while steps keep running, then
+   * swaps it into the slot between two steps.
+   */
+  async loadLora(slot: number, adapter: LoraAdapterSpec): Promise<void> {
+    const handle = this.handle;
+    if (handle === undefined) throw new NativeEngineError('unavailable', 'native engine is closed');
+    try {
+      await handle.loadLora(slot, { dir: adapter.dir, rank: adapter.rank, scale: adapter.scale, targets: [...adapter.targets] });
+    } catch (err) {
+      throw fromNativeError(err);
+    }
+  }
+
+  async unloadLora(slot: number): Promise<void> {
+    const handle = this.handle;
+    if (handle === undefined) throw new NativeEngineError('unavailable', 'native engine is closed');
+    try {
+      await handle.unloadLora(slot);
+    } catch (err) {
+      throw fromNativeError(err);
+    }
+  }
+
   async close(): Promise<void> {
     await this.tail.catch(() => undefined);
     this.handle?.close();
@@ -309,7 +334,7 @@ export class NativeEngine implements Engine {
     const prepare = batch.prepareSampling;
     let pending: Promise<RawStepResult>;
     try {
-      pending = handle.step(m.tokens, m.seqMeta, m.blockTables, m.history, m.sampling, returnLogits, m.biasIds, m.biasValues, m.maskRows, m.allowedMasks, prepare !== undefined);
+      pending = handle.step(m.tokens, m.seqMeta, m.blockTables, m.history, m.sampling, returnLogits, m.biasIds, m.biasValues, m.maskRows, m.allowedMasks, prepare !== undefined, m.loraSlots);
     } catch (err) {
       throw fromNativeError(err);
     }

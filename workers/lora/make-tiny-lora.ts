@@ -1,0 +1,99 @@
+/**
+ * `makeTinyLora`: a random PEFT LoRA adapter (adapter_config.json + adapter_model.safetensors)
+ * for a model of given dimensions, e.g. a tiny model from makeTinyModel. Unlike a freshly
+ * initialized PEFT adapter (B = 0) both factors are random, sized so the adapter visibly moves
+ * greedy output: that is what tests of adapter application need. Same options -> same bytes.
+ */
+import { mkdir, writeFile } from 'node:fs/promises';
+import { join, resolve } from 'node:path';
+import { SeededRandom } from '../../runtime/random.js';
+import { encodeWeights, WEIGHT_DTYPE_INFO, type WeightDtype } from '../models/dtype.js';
+import { encodeSafetensors, type TensorData } from '../models/safetensors.js';
+import { LORA_TARGET_MODULES, type LoraTargetModule } from './peft-adapter.js';
+
+export interface LoraModelDims {
+  hiddenSize: number;
+  intermediateSize: number;
+  numLayers: number;
+  numHeads: number;
+  numKvHeads: number;
+  headDim: number;
+}
+
+export interface MakeTinyLoraOptions {
+  dims: LoraModelDims;
+  outDir: string;
+  rank?: number;          // default 8
+  alpha?: number;         // default 2 * rank
+  useRslora?: boolean;
+  targets?: readonly LoraTargetModule[];  // default all seven linear layers
+  seed?: number;
+  dtype?: WeightDtype;    // default f32
+  baseModel?: string;
+  /** Extra adapter_config.json fields (tests of refusals: use_dora, modules_to_save, ...). */
+  extraConfig?: Record<string, unknown>;
+}
+
+/** in/out features of a target module's base weight. */
+export function loraTargetDims(d: LoraModelDims, t: LoraTargetModule): { inF: number; outF: number } {
+  const q = d.numHeads * d.headDim;
+  const kv = d.numKvHeads * d.headDim;
+  switch (t) {
+    case 'q_proj': return { inF: d.hiddenSize, outF: q };
+    case 'k_proj':
+    case 'v_proj': return { inF: d.hiddenSize, outF: kv };
+    case 'o_proj': return { inF: q, outF: d.hiddenSize };
+    case 'gate_proj':
+    case 'up_proj': return { inF: d.hiddenSize, outF: d.intermediateSize };
+    case 'down_proj': return { inF: d.intermediateSize, outF: d.hiddenSize };
+  }
+}
+
+export function loraTensorName(layer: number, t: LoraTargetModule, factor: 'A' | 'B'): string {
+  const block = t === 'gate_proj' || t === 'up_proj' || t === 'down_proj' ? 'mlp' : 'self_attn';
+  return `base_model.model.model.layers.${layer}.${block}.${t}.lora_${factor}.weight`;
+}
+
+export async function makeTinyLora(o: MakeTinyLoraOptions): Promise<string> {
+  const rank = o.rank ?? 8;
+  const alpha = o.alpha ?? 2 * rank;
+  const targets = o.targets ?? LORA_TARGET_MODULES;
+  const dtype = o.dtype ?? 'f32';
+  const prng = new SeededRandom(o.seed ?? 0);
+  const tensors: TensorData[] = [];
+  for (let l = 0; l < o.dims.numLayers; l++) {
+    for (const t of targets) {
+      const { inF, outF } = loraTargetDims(o.dims, t);
+      const a = new Float32Array(rank * inF);
+      const b = new Float32Array(outF * rank);
+      // |A·x| ~ 1 per rank row for unit-scale x; B spreads 0.5 over the rank, so the update is
+      // ~ scale/2 per output, the size of the base projection's own output.
+      prng.fillNormal(a, 0, 1 / Math.sqrt(inF));
+      prng.fillNormal(b, 0, 0.5 / Math.sqrt(rank));
+      const st = WEIGHT_DTYPE_INFO[dtype].safetensors;
+      tensors.push({ name: loraTensorName(l, t, 'A'), dtype: st, shape: [rank, inF], data: encodeWeights(a, dtype) });
+      tensors.push({ name: loraTensorName(l, t, 'B'), dtype: st, shape: [outF, rank], data: encodeWeights(b, dtype) });
+    }
+  }
+  const config = {
+    base_model_name_or_path: o.baseModel ?? null,
+    bias: 'none',
+    fan_in_fan_out: false,
+    inference_mode: true,
+    lora_alpha: alpha,
+    lora_dropout: 0.0,
+    modules_to_save: null,
+    peft_type: 'LORA',
+    r: rank,
+    target_modules: [...targets],
+    task_type: 'CAUSAL_LM',
+    use_dora: false,
+    use_rslora: o.useRslora ?? false,
+    ...o.extraConfig,
+  };
+  const dir = resolve(o.outDir);
+  await mkdir(dir, { recursive: true });
+  await writeFile(join(dir, 'adapter_config.json'), `${JSON.stringify(config, null, 2)}\n`);
+  await writeFile(join(dir, 'adapter_model.safetensors'), encodeSafetensors(tensors, { format: 'pt' }));
+  return dir;
+}
