@@ -8,7 +8,11 @@
  *   first step  second token − first token − transfer: the decode leg's RPC, admission and
  *               its first decode step
  *
- *   npm run build && node --import tsx bench/disagg-ttft.ts [--quick] [--tls sm,self|tcp] [--repeats 3]
+ *   npm run build && node --import tsx bench/disagg-ttft.ts [--quick] [--tls sm,self|tcp] [--repeats 3] [--kv-layer-streaming]
+ *
+ * --kv-layer-streaming: frontend and workers stream each hand-off layer by layer (the mocker
+ * models 8 layers); `transfer` is then the layer copies' time, mostly during the prefill, and
+ * `hiddenShare` the mean of tandem_worker_kv_stream_hidden_ratio. Compare `secondTokenMs − ttftMs`.
  *
  * Writes bench/results/disagg-ttft.json (disagg-ttft-tcp.json with --tls tcp) and prints a table.
  */
@@ -23,6 +27,7 @@ const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '..');
 const args = process.argv.slice(2);
 const opt = (name: string, fallback: string) => flagValue(args, name, fallback);
 const QUICK = args.includes('--quick');
+const STREAMING = args.includes('--kv-layer-streaming');
 const TLS = opt('--tls', 'sm,self');
 const REPEATS = Number(opt('--repeats', QUICK ? '1' : '3'));
 const SIZES = QUICK ? [1024, 4096] : [1024, 4096, 16384];
@@ -36,6 +41,7 @@ interface Sample {
   prefillMs: number;
   transferMs: number;
   transferBytes: number;
+  hiddenShare: number;
 }
 
 function prompt(n: number, seed: number): number[] {
@@ -93,8 +99,8 @@ async function main(): Promise<void> {
       speedupRatio: 1,
       numGpuBlocks: numBlocks,
       maxNumSeqs: 8,
-      extraWorkerArgs: ['--kv-bytes-per-token', String(KV_BYTES_PER_TOKEN)],
-      extraFrontendArgs: ['--disagg-min-prefill-tokens', '512'],
+      extraWorkerArgs: ['--kv-bytes-per-token', String(KV_BYTES_PER_TOKEN), ...(STREAMING ? ['--kv-layer-streaming'] : [])],
+      extraFrontendArgs: ['--disagg-min-prefill-tokens', '512', ...(STREAMING ? ['--kv-layer-streaming'] : [])],
     });
     const decode = fleet.workers.find((w) => w.role === 'decode')!;
     // Warm-up: connections, UCX endpoints, and one prompt of the largest size so every page of
@@ -116,6 +122,7 @@ async function main(): Promise<void> {
           prefillMs: d('tandem_frontend_disagg_prefill_seconds_sum', feBefore, feAfter) * 1000,
           transferMs: d('tandem_worker_kv_transfer_seconds_sum', decBefore, decAfter) * 1000,
           transferBytes: d('tandem_worker_kv_transfer_bytes_total', decBefore, decAfter),
+          hiddenShare: d('tandem_worker_kv_stream_hidden_ratio_sum', decBefore, decAfter) / Math.max(1, d('tandem_worker_kv_stream_hidden_ratio_count', decBefore, decAfter)),
         });
       }
       const transferMs = mean(samples.map((s) => s.transferMs));
@@ -133,6 +140,8 @@ async function main(): Promise<void> {
         transferGBps: round(transferMs > 0 ? bytes / 1e9 / (transferMs / 1000) : 0),
         firstDecodeStepMs: round(gap - transferMs),
         secondTokenMs: round(mean(samples.map((s) => s.secondTokenMs))),
+        secondTokenGapMs: round(gap),
+        ...(STREAMING ? { hiddenShare: round(mean(samples.map((s) => s.hiddenShare))) } : {}),
         repeats: REPEATS,
       });
       process.stderr.write(`disagg-ttft: ${size} tokens done\n`);
@@ -145,11 +154,11 @@ async function main(): Promise<void> {
     bench: 'disagg-ttft',
     date: new Date().toISOString(),
     machine: machineLoad(),
-    setup: { engine: 'mocker', speedupRatio: 1, prefillWorkers: 1, decodeWorkers: 1, kvBytesPerToken: KV_BYTES_PER_TOKEN, blockSize: BLOCK, ucxTls: TLS, osl: OSL, machineCores: (await import('node:os')).cpus().length },
+    setup: { engine: 'mocker', speedupRatio: 1, prefillWorkers: 1, decodeWorkers: 1, kvBytesPerToken: KV_BYTES_PER_TOKEN, blockSize: BLOCK, ucxTls: TLS, osl: OSL, layerStreaming: STREAMING, machineCores: (await import('node:os')).cpus().length },
     rows,
   };
   mkdirSync(join(ROOT, 'bench', 'results'), { recursive: true });
-  const suffix = (QUICK ? '-quick' : '') + (TLS === 'sm,self' ? '' : `-${TLS.replace(/[^a-z0-9]+/gi, '_')}`);
+  const suffix = (QUICK ? '-quick' : '') + (TLS === 'sm,self' ? '' : `-${TLS.replace(/[^a-z0-9]+/gi, '_')}`) + (STREAMING ? '-streaming' : '');
   const out = join(ROOT, 'bench', 'results', `disagg-ttft${suffix}.json`);
   writeFileSync(out, JSON.stringify(result, null, 2) + '\n');
   console.table(rows);

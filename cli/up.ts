@@ -36,6 +36,7 @@ interface UpFlags {
   threads?: string;
   gpuMemoryUtilization?: string;
   enforceEager?: boolean;
+  kvLayerStreaming?: boolean;
   kvBytesPerToken?: string;
   kvReleaseTimeout?: string;
   perfProfile?: string;
@@ -139,6 +140,7 @@ export function registerUpCommand(program: Command): void {
     .option('--threads <n>', 'native engine compute threads per worker')
     .option('--kv-bytes-per-token <bytes>', 'prefill/decode with the mocker: KV bytes per token of its host pool (131072 = 8B-shaped)')
     .option('--kv-release-timeout <seconds>', 'prefill: free pinned KV blocks no decode worker released after this long')
+    .option('--kv-layer-streaming', 'disaggregated, host KV pools: decode workers copy each hand-off layer by layer while the prefill computes (frontend and workers)')
     .option('--context-length <n>', 'cap the model context length of every worker')
     .option('--kv-cache-memory <bytes>', 'native: KV pool budget in bytes per worker when --num-gpu-blocks is not set')
     .option('--grammar-compile-timeout-ms <ms>', 'structured output: most wall time one new grammar may take to compile, in the frontend\'s check and in each worker (then 400)')
@@ -241,11 +243,14 @@ function childArgs(flags: UpFlags, frontendExtra: string[], paths: { modelDir: s
   if (flags.grammarCompileMemoryMb !== undefined) budgets.push('--grammar-compile-memory-mb', flags.grammarCompileMemoryMb);
   for (const [key, flag] of passthrough) if (flags[key] !== undefined) workerFlags.push(flag, String(flags[key]));
   if (flags.enforceEager === true) workerFlags.push('--enforce-eager');
+  // Both sides must agree: the frontend asks for early hand-offs, the workers make and take them.
+  const streaming = flags.kvLayerStreaming === true ? ['--kv-layer-streaming'] : [];
+  workerFlags.push(...streaming);
   for (const l of flags.lora ?? []) workerFlags.push('--lora', l);
   const gpuShare = gpuMemoryShare(flags);
   if (gpuShare !== undefined) workerFlags.push('--gpu-memory-utilization', gpuShare);
   return {
-    frontend: ['frontend', ...common, '--http-port', String(flags.httpPort), '--host', flags.host, ...budgets, ...frontendExtra],
+    frontend: ['frontend', ...common, '--http-port', String(flags.httpPort), '--host', flags.host, ...budgets, ...streaming, ...frontendExtra],
     worker: (pool) => ['worker', ...common, ...workerFlags, ...budgets, '--mode', pool],
     embedWorker: ['worker', ...common, ...workerFlags, '--task', 'embed', ...(flags.pooling !== undefined ? ['--pooling', flags.pooling] : [])],
   };

@@ -30,6 +30,7 @@ export interface FrontendFlags extends RuntimeFlags, KvRouterFlags {
   grammarCompileMemoryMb: number;
   disaggMinPrefillTokens: number;
   enforceDisagg: boolean;
+  kvLayerStreaming?: boolean;
   apiKey?: string[];
   apiKeyFile?: string;
   metricsAuth?: MetricsAuth;
@@ -78,7 +79,8 @@ export function registerFrontendCommand(program: Command): Command {
         .argParser(nonNegativeInt)
         .default(DEFAULT_DISAGG_POLICY.minPrefillTokens),
     )
-    .option('--enforce-disagg', 'with no prefill workers answer 503 (Retry-After) instead of running aggregated', false);
+    .option('--enforce-disagg', 'with no prefill workers answer 503 (Retry-After) instead of running aggregated', false)
+    .option('--kv-layer-streaming', 'disaggregated: decode workers started with --kv-layer-streaming copy each hand-off layer by layer while the prefill computes (docs/disaggregation.md)');
   cmd
     .addOption(new Option('--api-key <key>', 'accept this API key (repeatable; a comma-separated list also works, as in TANDEM_API_KEY); every route but /health and /live then needs it').argParser(parseKeyList))
     .addOption(new Option('--api-key-file <path>', 'accept the keys in this file, one per line (# comments); re-read when it changes'))
@@ -141,7 +143,7 @@ export function registerFrontendCommand(program: Command): Command {
         ...(flags.routerHostHitWeight !== undefined ? { routerHostHitWeight: flags.routerHostHitWeight } : {}),
         ...(flags.routerDiskHitWeight !== undefined ? { routerDiskHitWeight: flags.routerDiskHitWeight } : {}),
       },
-      disagg: { minPrefillTokens: flags.disaggMinPrefillTokens, enforce: flags.enforceDisagg },
+      disagg: { minPrefillTokens: flags.disaggMinPrefillTokens, enforce: flags.enforceDisagg, ...(flags.kvLayerStreaming === true ? { layerStreaming: true } : {}) },
       migrationLimit: flags.migrationLimit,
       migrationWaitMs: toMs(flags.migrationWait),
       maxInflightRequests: flags.maxInflightRequests,

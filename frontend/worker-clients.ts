@@ -5,11 +5,13 @@
  *
  *   card (any role)      → `{component}/{endpoint}`   (generate)
  *   card (role prefill)  → `{component}/kv_release`   (frees pinned blocks after a transfer)
+ *   card (role decode, kvLayerStreaming) → `{component}/kv_prefetch` (layer-wise streaming)
  *
  * The model watcher and the prefill pool read clients from here, so a card that goes away
  * closes its clients for both of them.
  */
 import { KV_RELEASE_ENDPOINT, type ModelCard } from '../proto/wire.js';
+import { KV_PREFETCH_ENDPOINT } from '../proto/kv-prefetch.js';
 import type { ModelCardFeed } from '../runtime/index.js';
 import type { WorkerClient, WorkerConnector } from './worker-client.js';
 
@@ -33,6 +35,7 @@ export function endpointKey(card: Pick<ModelCard, 'component' | 'endpoint'>): st
 export function endpointsOf(card: ModelCard): string[] {
   const eps = [endpointKey(card)];
   if (card.role === 'prefill') eps.push(endpointKey({ component: card.component, endpoint: KV_RELEASE_ENDPOINT }));
+  if (card.role === 'decode' && card.kvLayerStreaming === true) eps.push(endpointKey({ component: card.component, endpoint: KV_PREFETCH_ENDPOINT }));
   return eps;
 }
 

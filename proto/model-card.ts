@@ -40,6 +40,11 @@ export interface ModelCard {
   kvTransports?: KvTransport[];
   /** Where this worker's KV pool lives; a peer picks the transport from both placements. */
   kvPlacement?: KvPlacement;
+  /**
+   * Layer-wise streaming (--kv-layer-streaming): a prefill worker announces hand-offs early
+   * with a layer-progress slot; a decode worker serves `kv_prefetch` (proto/kv-prefetch.ts).
+   */
+  kvLayerStreaming?: boolean;
   eosTokenIds: number[];
   /** Multi-LoRA: adapters resident on this worker, by name, with their lora_id (router/hashing.ts loraIdOf). */
   loras?: Array<{ name: string; loraId: number; path?: string }>;
@@ -122,6 +127,7 @@ export function parseModelCard(value: unknown): ModelCardParse {
   // Unknown transport names are dropped by readers, not refused: a newer worker may serve more.
   if (v.kvTransports !== undefined && (!Array.isArray(v.kvTransports) || !v.kvTransports.every((t) => typeof t === 'string'))) return fail('kvTransports must be an array of strings');
   if (v.kvPlacement !== undefined && (typeof v.kvPlacement !== 'object' || v.kvPlacement === null || Array.isArray(v.kvPlacement))) return fail('kvPlacement must be an object');
+  if (v.kvLayerStreaming !== undefined && typeof v.kvLayerStreaming !== 'boolean') return fail('kvLayerStreaming must be a boolean');
   if (v.task !== undefined && !WORKER_TASKS.includes(v.task as WorkerTask)) return fail(`task must be one of ${WORKER_TASKS.join(', ')}`);
   if ((v.task === 'embed') !== (v.embedding !== undefined)) return fail("embedding must be present exactly when task is 'embed'");
   if (v.embedding !== undefined) {

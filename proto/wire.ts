@@ -77,6 +77,24 @@ export interface KvTransferParams {
    * The UCX fields above then describe a host copy of the blocks (the staged path).
    */
   kvDeviceHandle?: string;
+  /**
+   * Layer-wise streaming (docs/disaggregation.md): where the prefill worker publishes how many
+   * layers of these blocks are written, an 8-byte slot a decode worker reads over UCX
+   * (workers/disagg/layer-progress-region.ts). Absent: the blocks are whole when this arrives.
+   */
+  kvLayerProgress?: KvLayerProgressSlot;
+}
+
+/** One hand-off's progress slot: `u32 layersReady ‖ u32 generation` at the descriptor's block. */
+export interface KvLayerProgressSlot {
+  ucxWorkerAddress: string;
+  remoteKey: string;
+  poolBaseAddress: string;
+  blockBytes: number;
+  layout: string;
+  blockIds: number[];
+  generation: number;
+  numLayers: number;
 }
 
 /** Endpoint name of a worker's generate call (the model card names its component and endpoint). */
@@ -95,6 +113,12 @@ export interface PreprocessedRequest {
   kvTransfer?: KvTransferParams;
   /** Set on a prefill request: run with max_tokens 1 and keep the blocks for transfer. */
   prefillOnly?: boolean;
+  /**
+   * With prefillOnly (frontend --kv-layer-streaming): the prefill worker may send an early
+   * delta with no token and kvTransfer.kvLayerProgress once the hand-off's blocks are in the
+   * step that writes them, so a decode worker can copy layers while the prefill computes.
+   */
+  kvLayerStreaming?: boolean;
   /** Tokens already generated before a migration: appended to the prompt by the caller. */
   numPriorOutputTokens?: number;
   /** Constrain the output (structured output, forced tool calls); validated by the frontend. */
@@ -228,3 +252,4 @@ import type { StructuredOutputSpec } from './structured-output.js';
 import type { KvLayoutDescriptor, KvPlacement } from './model-card.js';
 export * from './lora.js';
 export * from './kv-stage.js';
+export * from './kv-prefetch.js';

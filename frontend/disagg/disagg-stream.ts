@@ -13,6 +13,11 @@
  * failed before its first token). kv_release is idempotent on the worker side.
  * A prefill worker that fails ('unavailable') is replaced by another one; with none left the
  * request runs aggregated on the chosen decode worker.
+ *
+ * Layer-wise streaming (`layerStreaming`, both chosen workers' cards say kvLayerStreaming):
+ * the prefill worker may first send an early delta with no token and kvTransfer (with its
+ * layer-progress slot); it goes to the chosen decode worker's `kv_prefetch` at once, and the
+ * decode leg (same transferId) waits for that call's answer so it finds the prefetch there.
  */
 import type { InstanceId, KvTransferParams, PreprocessedRequest, TokenDelta } from '../../proto/wire.js';
 import { TandemError, UnavailableError } from '../../runtime/errors.js';
@@ -39,6 +44,8 @@ export interface DisaggTrace {
   transferSeconds?: number;
   prefillRetries: number;
   releasedByFrontend: boolean;
+  /** The decode worker started copying the hand-off layer by layer before the first token. */
+  layerStreamed?: boolean;
 }
 
 export interface DisaggStreamPlan {
@@ -58,6 +65,8 @@ export interface DisaggStreamPlan {
   onMigrate?: (from: InstanceId, generated: number, cause: unknown) => void;
   onPrefillFailed?: (instanceId: InstanceId, cause: unknown) => void;
   onRelease?: (params: KvTransferParams) => void;
+  /** Frontend --kv-layer-streaming. */
+  layerStreaming?: boolean;
 }
 
 /** Where and how long the decode leg's retries look for a worker. */
@@ -74,7 +83,7 @@ function isUnavailable(err: unknown): boolean {
 }
 
 /** Run the prompt on one prefill worker and collect its answer (one delta by protocol). */
-async function runPrefill(plan: DisaggStreamPlan, request: PreprocessedRequest, instanceId: InstanceId): Promise<TokenDelta> {
+async function runPrefill(plan: DisaggStreamPlan, request: PreprocessedRequest, instanceId: InstanceId, onEarly?: (kv: KvTransferParams) => void): Promise<TokenDelta> {
   const selector = plan.router.prefillSelector;
   const route: RouteRequest = { model: plan.model.name, request };
   // Deliberately not the client's signal: a prefill that started runs to its answer, so the
@@ -85,6 +94,11 @@ async function runPrefill(plan: DisaggStreamPlan, request: PreprocessedRequest, 
   try {
     for await (const delta of plan.router.pool.generate(plan.model.name, request, instanceId, signal)) {
       if (delta.finishReason === 'error' || delta.finishReason === 'cancelled') throw new UnavailableError(`prefill worker ${instanceId} ended with '${delta.finishReason}'`);
+      if (answer === undefined && delta.tokenIds.length === 0 && delta.kvTransfer !== undefined && delta.finishReason === undefined) {
+        // Layer-wise streaming's early announcement; the answer follows.
+        onEarly?.(delta.kvTransfer);
+        continue;
+      }
       if (answer === undefined) {
         if (delta.tokenIds.length > 0) selector.onFirstToken?.(route, instanceId);
         answer = { ...delta, tokenIds: delta.tokenIds.slice() };
@@ -109,7 +123,15 @@ async function runPrefill(plan: DisaggStreamPlan, request: PreprocessedRequest, 
 export async function* streamDisaggregated(plan: DisaggStreamPlan, signal: AbortSignal): AsyncGenerator<TokenDelta> {
   const base = plan.request;
   const trace = plan.trace;
-  const prefillRequest: PreprocessedRequest = { ...base, prefillOnly: true };
+  const decodeCard = plan.layerStreaming === true && plan.router.pool.prefetch !== undefined ? plan.model.card(plan.route.decodeInstance) : undefined;
+  const streaming = decodeCard?.kvLayerStreaming === true;
+  const prefillRequest: PreprocessedRequest = { ...base, prefillOnly: true, ...(streaming ? { kvLayerStreaming: true } : {}) };
+  let prefetch: { transferId: string; started: Promise<boolean> } | undefined;
+  const onEarly = streaming
+    ? (kv: KvTransferParams): void => {
+        prefetch = { transferId: kv.transferId, started: plan.router.pool.prefetch!(decodeCard!, kv) };
+      }
+    : undefined;
   const failed = new Set<InstanceId>();
   let prefillId: InstanceId | undefined = plan.route.prefillInstance;
   let first: TokenDelta | undefined;
@@ -117,7 +139,7 @@ export async function* streamDisaggregated(plan: DisaggStreamPlan, signal: Abort
   while (prefillId !== undefined) {
     try {
       trace.prefillWorkerId = prefillId;
-      first = await runPrefill(plan, prefillRequest, prefillId);
+      first = await runPrefill(plan, prefillRequest, prefillId, onEarly);
       break;
     } catch (err) {
       if (!isUnavailable(err)) throw err;
@@ -183,6 +205,8 @@ export async function* streamDisaggregated(plan: DisaggStreamPlan, signal: Abort
       stop: { ...base.stop, maxTokens: base.stop.maxTokens - n, ...(base.stop.minTokens !== undefined ? { minTokens: Math.max(0, base.stop.minTokens - n) } : {}) },
       numPriorOutputTokens: (base.numPriorOutputTokens ?? 0) + n,
     };
+    // The decode worker must know the prefetch before the request that adopts it arrives.
+    if (prefetch !== undefined && prefetch.transferId === kv.transferId) trace.layerStreamed = await prefetch.started;
     trace.decodeWorkerId = plan.route.decodeInstance;
     trace.transferBytes = kv.blockIds.length * kv.blockBytes;
     const handedOffAt = performance.now();

@@ -45,6 +45,8 @@ export class Disaggregator {
     readonly router: PrefillRouter,
     private readonly metrics?: DisaggMetrics,
     private readonly log?: Pick<Logger, 'warn' | 'debug'>,
+    /** --kv-layer-streaming: announce hand-offs to decode workers before the first token. */
+    private readonly layerStreaming = false,
   ) {
     this.fallback = {
       selector: router.prefillSelector,
@@ -82,6 +84,7 @@ export class Disaggregator {
         router: this.router,
         route: prepared.route,
         trace: prepared.trace,
+        ...(this.layerStreaming ? { layerStreaming: true } : {}),
         onPrefillFailed: (instanceId, cause) => {
           metrics?.prefillFailures.inc({ model });
           this.log?.warn({ model, instanceId, err: cause }, 'prefill worker failed: re-prefilling elsewhere or falling back');

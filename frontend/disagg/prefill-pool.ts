@@ -15,6 +15,7 @@ import {
   type PreprocessedRequest,
   type TokenDelta,
 } from '../../proto/wire.js';
+import { KV_PREFETCH_ENDPOINT, type KvPrefetchRequest, type KvPrefetchResponse } from '../../proto/kv-prefetch.js';
 import type { ModelCardFeed } from '../../runtime/index.js';
 import { UnavailableError } from '../../runtime/errors.js';
 import { ModelCatalog } from '../model-catalog.js';
@@ -36,6 +37,11 @@ export interface PrefillWorkers {
   generate(model: string, request: PreprocessedRequest, instanceId: InstanceId, signal: AbortSignal): AsyncIterable<TokenDelta>;
   /** Best effort and idempotent: tell the prefill worker to free a transfer's pinned blocks. */
   release(model: string, params: KvTransferParams): Promise<void>;
+  /**
+   * Layer-wise streaming: hand an early kvTransfer to the decode worker of `decodeCard`
+   * (`kv_prefetch`). Resolves whether it started copying; never rejects.
+   */
+  prefetch?(decodeCard: ModelCard, params: KvTransferParams): Promise<boolean>;
 }
 
 export class PrefillPool implements PrefillWorkers {
@@ -110,6 +116,21 @@ export class PrefillPool implements PrefillWorkers {
     } catch (err) {
       // The worker frees unclaimed blocks after --kv-release-timeout anyway.
       this.log?.warn({ err, prefillInstanceId: params.prefillInstanceId, transferId: params.transferId }, 'kv_release failed');
+    }
+  }
+
+  async prefetch(decodeCard: ModelCard, params: KvTransferParams): Promise<boolean> {
+    try {
+      const client = await this.clients.ready(decodeCard.component, KV_PREFETCH_ENDPOINT);
+      if (client === undefined) return false;
+      let started = false;
+      const answers = client.call<KvPrefetchRequest, KvPrefetchResponse>({ kvTransfer: params }, decodeCard.instanceId, AbortSignal.timeout(RELEASE_TIMEOUT_MS));
+      for await (const r of answers) started ||= r.started === true;
+      return started;
+    } catch (err) {
+      // The decode request pulls the blocks whole, as without streaming.
+      this.log?.warn({ err, decodeInstanceId: decodeCard.instanceId, transferId: params.transferId }, 'kv_prefetch failed');
+      return false;
     }
   }
 

@@ -26,6 +26,8 @@ export interface DisaggOptions extends Partial<DisaggPolicyConfig> {
   overlap?: PrefixOverlapSource;
   /** `--router-mode kv`: the KV router backend; prefill workers are then chosen KV-aware. */
   kvBackend?: KvRoutingBackend;
+  /** `--kv-layer-streaming`: decode workers copy hand-offs layer by layer during the prefill. */
+  layerStreaming?: boolean;
 }
 
 export interface DisaggDeps {
@@ -60,6 +62,6 @@ export async function startDisaggregation(deps: DisaggDeps, options: DisaggOptio
     ...(options.overlap ? { overlap: options.overlap } : {}),
     ...(deps.health ? { health: deps.health } : {}),
   });
-  const disaggregator = new Disaggregator(router, new DisaggMetrics(deps.registry), log);
+  const disaggregator = new Disaggregator(router, new DisaggMetrics(deps.registry), log, options.layerStreaming === true);
   return { disaggregator, pool, close: () => pool.close() };
 }

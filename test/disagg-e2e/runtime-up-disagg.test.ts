@@ -56,4 +56,30 @@ describe('runtime up --prefill 1 --decode 1', () => {
     }
     expect((await up.proc.exited()).code).toBe(0);
   }, 120_000);
+
+  it('--kv-layer-streaming reaches the frontend and both workers: a long prompt is copied layer by layer and adopted', async () => {
+    const dir = await mkdtemp(join(tmpdir(), 'tandem-up-stream-'));
+    const port = await freePort();
+    const up = await startUp(
+      dir,
+      ['--engine', 'mocker', '--model', 'tiny', '--prefill', '1', '--decode', '1', '--http-port', String(port), '--num-gpu-blocks', '1024', '--disagg-min-prefill-tokens', '64', '--kv-layer-streaming', '--speedup-ratio', '0.2'],
+      { UCX_TLS: 'tcp' },
+    );
+    try {
+      const post = (prompt: number[]) =>
+        fetch(`${up.url}/v1/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ model: 'tiny-llama', prompt, max_tokens: 4, ignore_eos: true }) });
+      const prompt = Array.from({ length: 600 }, (_, i) => 3 + (i % 400));
+      await pollUntil('a disaggregated answer', async () => {
+        const res = await post(prompt);
+        await res.text();
+        return res.headers.get('x-prefill-worker-id') !== null;
+      }, 10_000, 100);
+      await pollUntil('the decode worker adopted a streamed hand-off', () => /KV adopted from the layer stream/.test(up.proc.output()), 10_000, 50);
+      expect(up.proc.output()).toMatch(/KV streamed layer by layer/);
+    } finally {
+      if (up.proc.running) process.kill(-up.proc.pid!, 'SIGINT');
+      await up.proc.exited();
+      await rm(dir, { recursive: true, force: true });
+    }
+  }, 120_000);
 });

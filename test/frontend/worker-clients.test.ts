@@ -106,6 +106,22 @@ describe('WorkerClients', () => {
     expect(clients.endpoints()).toEqual([]);
   });
 
+  it('a decode card with kvLayerStreaming gets a kv_prefetch client; prefetch sends the early hand-off to that instance', async () => {
+    const { connector, feed, clients } = await setup();
+    const pool = new PrefillPool(feed, clients, connector);
+    cleanup.push(() => pool.close());
+    await addWorker({ role: 'decode', component: 'decode' });
+    const streaming = await addWorker({ role: 'decode', component: 'decode', kvLayerStreaming: true });
+    await waitFor(() => connector.open().length === 2);
+    await clients.settled();
+    expect(connector.open()).toEqual(['decode/generate', 'decode/kv_prefetch']);
+    const card = makeCard({ role: 'decode', component: 'decode', kvLayerStreaming: true, instanceId: streaming.id });
+    const params = { transferId: 't-1', prefillInstanceId: 'p' } as KvTransferParams;
+    await pool.prefetch(card, params);
+    const client = connector.opened.find((c) => c.endpoint === 'decode/kv_prefetch')!;
+    expect(client.calls).toEqual([{ request: { kvTransfer: params }, instanceId: streaming.id }]);
+  });
+
   it('an endpoint stays open while any live card names it, and closes with the last one', async () => {
     const { connector, feed, clients } = await setup();
     const models = new ModelWatcher(feed, clients);

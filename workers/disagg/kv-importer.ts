@@ -23,6 +23,7 @@ import {
   type LayoutCompatibility,
 } from '../kv-transfer/index.js';
 import { pullConverted } from './converting-pull.js';
+import type { KvPrefetcher } from './kv-prefetch.js';
 
 /** What a pull did to the bytes: nothing, or which conversion (block-convert.ts). */
 export type KvConversion = 'none' | 'block_size' | 'dtype' | 'block_size+dtype';
@@ -38,6 +39,8 @@ export interface KvImportOutcome {
   conversion?: KvConversion;
   /** Why the prompt is recomputed, when it is. */
   error?: unknown;
+  /** The blocks came from a layer-wise prefetch (seconds: waiting for its last layers). */
+  streamed?: boolean;
 }
 
 export interface KvImportServiceOptions {
@@ -63,6 +66,8 @@ export interface KvImportServiceOptions {
    * on request: called before such a read (`{ns}/prefill/kv_stage`); rejects if it failed.
    */
   stage?(source: KvTransferParams): Promise<void>;
+  /** Layer-wise streaming: blocks a `kv_prefetch` already copied are adopted instead of pulled. */
+  prefetcher?: KvPrefetcher;
   /** Per pull; keep it below the prefill workers' --kv-release-timeout. Default 10 s. */
   pullTimeoutMs?: number;
   onOutcome?(job: KvImportJob, outcome: KvImportOutcome): void;
@@ -114,6 +119,14 @@ export class KvImportService implements KvImporter {
     const n = job.localBlockIds.length;
     const bs = this.options.pool.blockBytes;
     if (n === 0) return { ok: true, blocks: 0, bytes: 0, seconds: 0 };
+    const started = performance.now();
+    const prefetched = (await this.options.prefetcher?.adopt(job)) ?? 'none';
+    if (prefetched === 'adopted') {
+      const bad = this.options.verify?.(job) ?? -1;
+      if (bad < 0) return { ok: true, blocks: n, bytes: n * bs, seconds: (performance.now() - started) / 1000, streamed: true };
+      this.numVerifyFailures++;
+      // Wrong bytes from the stream: pull whole blocks as if nothing had been prefetched.
+    }
     const remote = peerLayout(source.layout, source.kvLayout);
     const local = this.options.layout;
     const compat = remote !== undefined && local !== undefined ? compareLayouts(remote, local) : undefined;

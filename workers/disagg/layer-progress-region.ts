@@ -10,6 +10,7 @@
  * that ended (released, timed out, prefill restarted) fails instead of reading another
  * hand-off's progress.
  */
+import type { KvLayerProgressSlot } from '../../proto/wire.js';
 import { TandemError } from '../../runtime/errors.js';
 import type { KvPool, KvTransferAgent, KvTransferDescriptor } from '../kv-transfer/index.js';
 import { PolledLayerSource, type LayerReadySource } from './layer-ready.js';
@@ -83,12 +84,14 @@ export class LayerProgressRegion {
 export function remoteLayerSource(
   agent: KvTransferAgent,
   remote: RemoteLayerProgress,
-  options: { intervalMs?: number; timeoutMs?: number } = {},
+  options: { intervalMs?: number; timeoutMs?: number; signal?: AbortSignal } = {},
 ): LayerReadySource & { close(): void } {
   const landing = agent.allocatePool({ numBlocks: 1, blockBytes: SLOT_BYTES, layout: LAYER_PROGRESS_LAYOUT });
   const view = viewOf(landing);
   const read = async (): Promise<number> => {
-    await agent.pull(remote.descriptor, landing, [0], { timeoutMs: options.timeoutMs ?? 5_000 });
+    // A waiter that gave up (prefetch dropped) stops polling a slot that may never move.
+    if (options.signal?.aborted) throw new TandemError('cancelled', 'stopped reading the layer progress');
+    await agent.pull(remote.descriptor, landing, [0], { timeoutMs: options.timeoutMs ?? 5_000, control: true });
     if (view.getUint32(4, true) !== remote.generation) throw new TandemError('unavailable', 'the hand-off ended on the prefill worker (progress slot reused)');
     return view.getUint32(0, true);
   };
@@ -100,4 +103,14 @@ export function remoteLayerSource(
     doneAtMs: () => source.doneAtMs(),
     close: () => agent.releasePool(landing),
   };
+}
+
+/** The slot as it travels in KvTransferParams.kvLayerProgress. */
+export function slotToWire(remote: RemoteLayerProgress): KvLayerProgressSlot {
+  return { ...remote.descriptor, generation: remote.generation, numLayers: remote.numLayers };
+}
+
+export function slotFromWire(slot: KvLayerProgressSlot): RemoteLayerProgress {
+  const { generation, numLayers, ...descriptor } = slot;
+  return { descriptor, generation, numLayers };
 }

@@ -58,14 +58,18 @@ export class PinnedBlocks {
   }
 
   /** Records a pinned sequence; the returned id is what the decode worker releases. */
-  pin(seqId: number, numBlocks: number): string {
-    const transferId = `${this.prefix}-${(this.nextId++).toString(36)}`;
+  pin(seqId: number, numBlocks: number, transferId = this.newId()): string {
     const timer = setTimeout(() => this.end(transferId, 'timeout'), this.releaseTimeoutMs);
     // A pin must not keep a draining process alive; shutdown ends every pin anyway.
     timer.unref();
     this.entries.set(transferId, { seqId, numBlocks, pinnedAt: Date.now(), timer });
     this.blocks += numBlocks;
     return transferId;
+  }
+
+  /** A fresh transfer id, for a hand-off announced before its pin (layer-wise streaming). */
+  newId(): string {
+    return `${this.prefix}-${(this.nextId++).toString(36)}`;
   }
 
   /** The decode worker is done with the blocks. False for an unknown (or already ended) id. */

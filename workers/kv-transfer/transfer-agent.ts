@@ -29,6 +29,11 @@ export interface PullOptions {
    * layer-wise streaming); the whole block when unset.
    */
   slice?: { offset: number; bytes: number };
+  /**
+   * A control read (a layer-progress slot, polled every millisecond while a hand-off streams):
+   * kept out of the transfer counters, which describe KV moved.
+   */
+  control?: boolean;
 }
 
 export interface PullResult {

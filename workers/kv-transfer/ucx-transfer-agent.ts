@@ -157,7 +157,8 @@ export class UcxTransferAgent implements KvTransferAgent {
     const blocks = descriptor.blockIds.length;
     const numRanges = ranges.length / RANGE_STRIDE;
     const timeoutMs = options.timeoutMs ?? this.defaultTimeoutMs;
-    this.counters.started();
+    const counted = options.control !== true;
+    if (counted) this.counters.started();
     try {
       const result = await this.raw.read(
         descriptor.ucxWorkerAddress,
@@ -167,11 +168,11 @@ export class UcxTransferAgent implements KvTransferAgent {
         ranges,
         timeoutMs,
       );
-      this.counters.record({ ok: true, bytes: result.bytes, seconds: result.seconds, blocks, ranges: numRanges });
+      if (counted) this.counters.record({ ok: true, bytes: result.bytes, seconds: result.seconds, blocks, ranges: numRanges });
       return { bytes: result.bytes, seconds: result.seconds, blocks, ranges: numRanges };
     } catch (err) {
       const error = fromAddonError(err);
-      this.counters.record({ ok: false, bytes: 0, seconds: 0, blocks, ranges: numRanges, code: error.code });
+      if (counted) this.counters.record({ ok: false, bytes: 0, seconds: 0, blocks, ranges: numRanges, code: error.code });
       throw error;
     }
   }

@@ -37,6 +37,7 @@ interface WorkerFlags extends RuntimeFlags, Pick<WorkerOptions, SameAsOptions> {
   kvBytesPerToken: number;
   kvReleaseTimeout: number;
   kvPullTimeout: number;
+  kvLayerStreaming?: boolean;
   grammarCompileTimeoutMs: number;
   grammarCompileMemoryMb: number;
   kvHostCacheGb?: number;
@@ -75,6 +76,7 @@ function workerOptionsFromFlags(flags: WorkerFlags): WorkerOptions {
     kvBytesPerToken: flags.kvBytesPerToken,
     kvReleaseTimeoutMs: Math.round(flags.kvReleaseTimeout * 1000),
     kvPullTimeoutMs: Math.round(flags.kvPullTimeout * 1000),
+    ...(flags.kvLayerStreaming === true ? { kvLayerStreaming: true } : {}),
     grammarLimits: compileLimits(flags.grammarCompileTimeoutMs, flags.grammarCompileMemoryMb),
     ...(flags.kvHostCacheGb !== undefined || flags.kvDiskCacheDir !== undefined || flags.kvDiskCacheGb !== undefined
       ? {
@@ -127,6 +129,7 @@ export function registerWorkerCommand(program: Command): void {
     .addOption(new Option('--load-metrics-interval <ms>', 'publish load metrics at most this often').argParser(intInRange(0, 60_000)).default(10))
     .addOption(new Option('--kv-bytes-per-token <bytes>', 'prefill/decode with the mocker: KV bytes per token of its real host pool').argParser(positiveInt).default(DEFAULT_MOCKER_KV_BYTES_PER_TOKEN))
     .addOption(new Option('--kv-release-timeout <seconds>', 'prefill: free pinned KV blocks no decode worker released after this long').argParser(numberInRange(0.001)).default(DEFAULT_KV_RELEASE_TIMEOUT_MS / 1000))
+    .addOption(new Option('--kv-layer-streaming', 'prefill/decode, host KV pools: stream each hand-off layer by layer while the prefill computes (with the frontend flag of the same name; docs/disaggregation.md)'))
     .addOption(new Option('--kv-pull-timeout <seconds>', 'decode: give up a KV pull and compute the prompt after this long (keep below --kv-release-timeout)').argParser(numberInRange(0.001)).default(DEFAULT_PULL_TIMEOUT_MS / 1000))
     .addOption(new Option('--grammar-compile-timeout-ms <ms>', 'structured output: most wall time one new grammar may take to compile (then 400)').argParser(intInRange(1, 3_600_000)).default(DEFAULT_COMPILE_TIMEOUT_MS))
     .addOption(new Option('--grammar-compile-memory-mb <mb>', 'structured output: most memory one new grammar may need, automaton and token classes (then 400)').argParser(numberInRange(0.001)).default(DEFAULT_COMPILE_MEMORY_MB))

@@ -95,6 +95,7 @@ export class DisaggMetrics {
   private readonly byTransport: Counter;
   private readonly conversions: Counter;
   private readonly transportInfo: Gauge;
+  private readonly streamHidden: Histogram;
   private readonly labels: { model_name: string };
 
   constructor(registry: Registry, model: string, secondsBuckets: readonly number[], sources: DisaggGaugeSources = {}) {
@@ -152,8 +153,20 @@ export class DisaggMetrics {
       labelNames: ['model_name', 'pool', 'transports', 'layout'],
       registers: [registry],
     });
+    this.streamHidden = new Histogram({
+      name: 'tandem_worker_kv_stream_hidden_ratio',
+      help: "Layer-wise streamed hand-offs: share of the copy time spent while the prefill still computed (hidden behind it)",
+      labelNames: names,
+      buckets: [0.1, 0.25, 0.5, 0.75, 0.9, 0.99, 1],
+      registers: [registry],
+    });
     for (const g of [this.transferGbps, this.transfersInflight, this.pinnedBlocks, this.pinnedTransfers]) g.set(this.labels, 0);
     for (const c of [this.transferBytes, this.fallbacks, this.releaseTimeouts]) c.inc(this.labels, 0);
+  }
+
+  /** A layer-wise prefetch landed every layer. */
+  streamed(hiddenFraction: number): void {
+    this.streamHidden.observe(this.labels, hiddenFraction);
   }
 
   transfer(event: { ok: boolean; bytes: number; seconds: number; code?: string }): void {

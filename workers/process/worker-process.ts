@@ -49,6 +49,10 @@ import {
 import { TRANSFER_SECONDS_BUCKETS } from '../kv-transfer/index.js';
 import { DeviceKvImporter, isDeviceKvSetup, setupDeviceKvTransfer } from '../disagg/index.js';
 import { KV_STAGE_ENDPOINT, type KvStageRequest, type KvStageResponse } from '../../proto/wire.js';
+import { KV_PREFETCH_ENDPOINT, type KvPrefetchRequest, type KvPrefetchResponse } from '../../proto/kv-prefetch.js';
+import { LayerPublisher, MOCKER_STREAM_LAYERS } from '../disagg/layer-publisher.js';
+import { LayerProgressRegion } from '../disagg/layer-progress-region.js';
+import { KvPrefetcher } from '../disagg/kv-prefetch.js';
 import type { Engine } from '../engines/engine.js';
 import type { NativeEngine } from '../engines/native/index.js';
 import { MockerEngine } from '../engines/mocker/index.js';
@@ -101,6 +105,12 @@ export interface WorkerOptions {
   kvReleaseTimeoutMs?: number;
   /** decode: give up a pull (and recompute) after this long (default 10 s). */
   kvPullTimeoutMs?: number;
+  /**
+   * Layer-wise streaming (--kv-layer-streaming, docs/disaggregation.md): a prefill worker
+   * publishes per-layer readiness of each hand-off and announces it before its first token; a
+   * decode worker serves `kv_prefetch`. Host KV pools only (mocker, native CPU).
+   */
+  kvLayerStreaming?: boolean;
   /** KV tiers below the engine pool (`--kv-host-cache-gb`, `--kv-disk-cache-*`); docs/kv-tiers.md. */
   kvTiers?: WorkerKvTierOptions;
   /** prefill/decode: UCX config overrides without the UCX_ prefix; UCX_* env applies otherwise. */
@@ -125,9 +135,10 @@ export interface RunningWorker {
 
 const DEFAULT_MOCKER_BLOCKS = 16384;
 
-async function createEngine(options: WorkerOptions, config: ModelConfig): Promise<Engine> {
+async function createEngine(options: WorkerOptions, config: ModelConfig, layers?: LayerPublisher): Promise<Engine> {
   if (options.engine === 'mocker') {
     return new MockerEngine({
+      ...(layers !== undefined ? { numLayers: layers.numLayers, onLayers: layers.onLayers } : {}),
       numBlocks: options.numGpuBlocks ?? DEFAULT_MOCKER_BLOCKS,
       blockSize: options.blockSize,
       vocabSize: config.vocabSize,
@@ -172,7 +183,7 @@ function nativeEngineOptions(options: WorkerOptions) {
  * A native engine is loaded straight into the agent's allocated pool (peers then read it with
  * one memcpy over shared memory, and the pool never exists twice).
  */
-async function createEngineWithTransfer(options: WorkerOptions, config: ModelConfig): Promise<{ engine: Engine; kv?: KvTransferSetup }> {
+async function createEngineWithTransfer(options: WorkerOptions, config: ModelConfig, layers?: LayerPublisher): Promise<{ engine: Engine; kv?: KvTransferSetup }> {
   const ucx = options.ucxConfig !== undefined ? { ucxConfig: options.ucxConfig } : {};
   if (options.mode === 'agg') return { engine: await createEngine(options, config) };
   if (options.engine === 'native' && options.device !== undefined && options.device !== 'cpu') {
@@ -184,7 +195,7 @@ async function createEngineWithTransfer(options: WorkerOptions, config: ModelCon
     const kv = await setupNativeKvTransfer(nativeEngineOptions(options), ucx);
     return { engine: kv.engine, kv };
   }
-  const engine = await createEngine(options, config);
+  const engine = await createEngine(options, config, layers);
   try {
     const kv = setupKvTransfer(engine, { kvBytesPerToken: options.kvBytesPerToken ?? DEFAULT_MOCKER_KV_BYTES_PER_TOKEN, ...ucx });
     return { engine: kv.engine, kv };
@@ -204,7 +215,12 @@ export async function startWorker(runtime: DistributedRuntime, options: WorkerOp
   const modelName = options.modelName ?? basename(modelDir);
   const componentName = options.component ?? COMPONENT_FOR_ROLE[options.mode];
   const contextLength = Math.min(options.contextLength ?? config.contextLength, config.contextLength);
-  const { engine, kv } = await createEngineWithTransfer(options, config);
+  // Layer-wise streaming on a host-pool prefill worker: per-layer readiness of its hand-offs.
+  const layers =
+    options.kvLayerStreaming === true && options.mode === 'prefill' && (options.engine === 'mocker' || options.device === 'cpu')
+      ? new LayerPublisher(options.engine === 'mocker' ? MOCKER_STREAM_LAYERS : config.numLayers)
+      : undefined;
+  const { engine, kv } = await createEngineWithTransfer(options, config, layers);
   const component = runtime.namespace(options.namespace).component(componentName);
   const metrics = new WorkerMetrics(runtime.metrics, modelName);
   const log = runtime.logger.child({ component: componentName, model: modelName });
@@ -223,7 +239,10 @@ export async function startWorker(runtime: DistributedRuntime, options: WorkerOp
     log.debug({ vocabSize: vocab.size, ms: Math.round(ms) }, 'structured output: vocabulary prepared');
   }
 
-  const disagg = kv === undefined ? undefined : await startDisagg(runtime, options, kv, modelName, log, () => loop);
+  const disagg = kv === undefined ? undefined : await startDisagg(runtime, options, kv, modelName, log, () => loop, (id) => prefillHandler?.pinEnded(id));
+  const region = layers !== undefined && kv !== undefined ? new LayerProgressRegion(kv.agent, 256) : undefined;
+  const loopEngine =
+    layers !== undefined ? layers.wrap(engine, options.engine === 'native' ? () => (engine as NativeEngine).layerProgress() : undefined) : engine;
 
   const loadPublisher = new LoadPublisher({
     minIntervalMs: options.loadMetricsIntervalMs,
@@ -245,7 +264,7 @@ export async function startWorker(runtime: DistributedRuntime, options: WorkerOp
     await loras.load(arg.slice(0, eq), resolve(arg.slice(eq + 1)));
   }
   const loop: EngineLoop = new EngineLoop({
-    engine,
+    engine: loopEngine,
     loras,
     workerId: runtime.instanceId,
     ...(kvTiers !== undefined ? { kvTiers } : {}),
@@ -277,7 +296,7 @@ export async function startWorker(runtime: DistributedRuntime, options: WorkerOp
     metrics.update(loop.stats());
   }
 
-  const prefillHandler = disagg?.pinned ? new PrefillHandler({ loop, agent: kv!.agent, pool: kv!.pool, pinned: disagg.pinned, instanceId: runtime.instanceId, ...(kv!.layout ? { layout: kv!.layout } : {}), placement: kv!.placement, ...deviceHandoff(kv!) }) : undefined;
+  const prefillHandler = disagg?.pinned ? new PrefillHandler({ loop, agent: kv!.agent, pool: kv!.pool, pinned: disagg.pinned, instanceId: runtime.instanceId, ...(kv!.layout ? { layout: kv!.layout } : {}), placement: kv!.placement, ...deviceHandoff(kv!), ...(layers !== undefined && region !== undefined ? { streaming: { publisher: layers, region } } : {}) }) : undefined;
   const decodeHandler = disagg?.importer ? new DecodeHandler({ loop, importer: disagg.importer, instanceId: runtime.instanceId }) : undefined;
   const run = (request: PreprocessedRequest, ctx: RequestContext): AsyncIterable<TokenDelta> =>
     prefillHandler?.generate(request, ctx) ?? decodeHandler?.generate(request, ctx) ?? loop.generate(request, ctx.signal);
@@ -302,6 +321,14 @@ export async function startWorker(runtime: DistributedRuntime, options: WorkerOp
     ? await component.endpoint(KV_RELEASE_ENDPOINT).serve<KvReleaseRequest, KvReleaseResponse>((req) => prefillHandler.release(req))
     : undefined;
   // A device-pool prefill copies a hand-off to host memory only when a decode worker asks.
+  const prefetcher = disagg?.prefetcher;
+  const prefetchServed = prefetcher
+    ? await component.endpoint(KV_PREFETCH_ENDPOINT).serve<KvPrefetchRequest, KvPrefetchResponse>(async function* (req) {
+        const started = req?.kvTransfer !== undefined && prefetcher.start(req.kvTransfer);
+        if (started) log.info({ transferId: req.kvTransfer.transferId, blocks: req.kvTransfer.blockIds.length }, 'KV layer prefetch started');
+        yield { started };
+      })
+    : undefined;
   const stageServed = prefillHandler && isDeviceKvSetup(kv!)
     ? await component.endpoint(KV_STAGE_ENDPOINT).serve<KvStageRequest, KvStageResponse>((req) => prefillHandler.stageBlocks(req))
     : undefined;
@@ -324,6 +351,7 @@ export async function startWorker(runtime: DistributedRuntime, options: WorkerOp
     eosTokenIds: config.eosTokenIds,
     ...(kv !== undefined ? { ucxWorkerAddress: kv.agent.workerAddress } : {}),
     ...(kv !== undefined ? kvCardFields(kv) : {}),
+    ...((layers !== undefined && options.mode === 'prefill') || prefetcher !== undefined ? { kvLayerStreaming: true } : {}),
   };
   const cardKey = modelKey(options.namespace, modelName, runtime.instanceId);
   // Resident adapters on the card: the frontend lists them and routes requests naming them here.
@@ -362,6 +390,7 @@ export async function startWorker(runtime: DistributedRuntime, options: WorkerOp
     loadPublisher.close();
     disagg?.pinned?.releaseAll();
     await loop.close();
+    region?.release();
     disagg?.close();
     await grammarCompiler?.close();
   };
@@ -390,6 +419,7 @@ export async function startWorker(runtime: DistributedRuntime, options: WorkerOp
       await served.stop().catch(() => undefined);
       await releaseServed?.stop().catch(() => undefined);
       await stageServed?.stop().catch(() => undefined);
+      await prefetchServed?.stop().catch(() => undefined);
       await loraServed.stop().catch(() => undefined);
       await shutdownKv();
     },
@@ -400,6 +430,7 @@ interface StartedDisagg {
   parts: DisaggParts;
   pinned?: PinnedBlocks;
   importer?: KvImportService;
+  prefetcher?: KvPrefetcher;
   close(): void;
 }
 
@@ -415,9 +446,11 @@ async function startDisagg(
   modelName: string,
   log: DistributedRuntime['logger'],
   getLoop: () => EngineLoop,
+  onPinEnd: (transferId: string) => void,
 ): Promise<StartedDisagg> {
   let pinned: PinnedBlocks | undefined;
   let importer: KvImportService | undefined;
+  let prefetcher: KvPrefetcher | undefined;
   let releaseClient: EndpointClient | undefined;
   let stageClient: EndpointClient | undefined;
   const dm = new DisaggMetrics(runtime.metrics, modelName, TRANSFER_SECONDS_BUCKETS, {
@@ -432,6 +465,7 @@ async function startDisagg(
       free: (seqId) => getLoop().releasePinned(seqId),
       releaseTimeoutMs: options.kvReleaseTimeoutMs ?? DEFAULT_KV_RELEASE_TIMEOUT_MS,
       onEnd: (e) => {
+        onPinEnd(e.transferId);
         if (e.reason !== 'timeout') return;
         dm.releaseTimeout();
         log.warn({ transferId: e.transferId, blocks: e.numBlocks, heldMs: e.heldMs }, 'pinned KV blocks were never released: freed by timeout');
@@ -444,6 +478,23 @@ async function startDisagg(
     stageClient = stager;
     const stamps = kv.stamps;
     const device = isDeviceKvSetup(kv) ? kv : undefined;
+    const pullTimeoutMs = options.kvPullTimeoutMs ?? DEFAULT_PULL_TIMEOUT_MS;
+    if (options.kvLayerStreaming === true && device === undefined) {
+      prefetcher = new KvPrefetcher({
+        agent: kv.agent,
+        pool: kv.pool,
+        expireMs: pullTimeoutMs,
+        pullTimeoutMs,
+        onStreamed: (source, { copies, readyAtIssue, report }) => {
+          dm.streamed(report.hiddenFraction);
+          log.info(
+            { transferId: source.transferId, numLayers: source.kvLayerProgress?.numLayers, copies: copies.length, layersReadyAtFirstCopy: readyAtIssue[0], copyMs: report.copyMs, hiddenMs: report.hiddenMs, exposedMs: report.exposedMs, hiddenFraction: report.hiddenFraction },
+            'KV streamed layer by layer',
+          );
+        },
+        onFailed: (source, err, open) => log.info({ transferId: source.transferId, err, open }, 'KV layer stream failed: the decode request pulls or recomputes'),
+      });
+    }
     importer = new (device !== undefined ? DeviceKvImporter : KvImportService)({
       ...(device !== undefined ? { engine: device.engine } : {}),
       agent: kv.agent,
@@ -456,8 +507,10 @@ async function startDisagg(
         : {}),
       ...(kv.layout !== undefined ? { layout: kv.layout } : {}),
       placement: kv.placement,
+      ...(prefetcher !== undefined ? { prefetcher } : {}),
       onOutcome: (job, outcome) => {
         if (outcome.blocks > 0 || !outcome.ok) dm.imported(outcome);
+        if (outcome.streamed === true) log.info({ requestId: job.requestId, transferId: job.source.transferId, blocks: outcome.blocks, waitMs: outcome.seconds * 1000 }, 'KV adopted from the layer stream');
         if (outcome.ok) return;
         dm.fallback();
         log.warn({ requestId: job.requestId, err: outcome.error }, 'KV import failed: computing the prompt here');
@@ -471,7 +524,9 @@ async function startDisagg(
     parts: { kv, ...(pinned ? { pinned } : {}), ...(importer ? { importer } : {}) },
     ...(pinned ? { pinned } : {}),
     ...(importer ? { importer } : {}),
+    ...(prefetcher ? { prefetcher } : {}),
     close: () => {
+      prefetcher?.close();
       unsubscribe();
       unwatchPeers?.();
       if (importer instanceof DeviceKvImporter) importer.close();
