@@ -11,7 +11,7 @@
  * closes its clients for both of them.
  */
 import { KV_RELEASE_ENDPOINT, type ModelCard } from '../proto/wire.js';
-import { KV_PREFETCH_ENDPOINT } from '../proto/kv-prefetch.js';
+import { KV_PREFETCH_ENDPOINT } from '../proto/wire.js';
 import type { ModelCardFeed } from '../runtime/index.js';
 import type { WorkerClient, WorkerConnector } from './worker-client.js';
 

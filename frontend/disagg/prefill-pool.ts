@@ -15,7 +15,7 @@ import {
   type PreprocessedRequest,
   type TokenDelta,
 } from '../../proto/wire.js';
-import { KV_PREFETCH_ENDPOINT, type KvPrefetchRequest, type KvPrefetchResponse } from '../../proto/kv-prefetch.js';
+import { KV_PREFETCH_ENDPOINT, type KvPrefetchRequest, type KvPrefetchResponse } from '../../proto/wire.js';
 import type { ModelCardFeed } from '../../runtime/index.js';
 import { UnavailableError } from '../../runtime/errors.js';
 import { ModelCatalog } from '../model-catalog.js';

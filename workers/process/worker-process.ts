@@ -49,7 +49,7 @@ import {
 import { TRANSFER_SECONDS_BUCKETS } from '../kv-transfer/index.js';
 import { DeviceKvImporter, isDeviceKvSetup, setupDeviceKvTransfer } from '../disagg/index.js';
 import { KV_STAGE_ENDPOINT, type KvStageRequest, type KvStageResponse } from '../../proto/wire.js';
-import { KV_PREFETCH_ENDPOINT, type KvPrefetchRequest, type KvPrefetchResponse } from '../../proto/kv-prefetch.js';
+import { KV_PREFETCH_ENDPOINT, type KvPrefetchRequest, type KvPrefetchResponse } from '../../proto/wire.js';
 import { LayerPublisher, MOCKER_STREAM_LAYERS } from '../disagg/layer-publisher.js';
 import { LayerProgressRegion } from '../disagg/layer-progress-region.js';
 import { KvPrefetcher } from '../disagg/kv-prefetch.js';
