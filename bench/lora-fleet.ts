@@ -3,7 +3,7 @@
  * mocker fleet serving 32 adapters with Zipf popularity, side by side in one run, at the same
  * offered load.
  *
- *   node --import tsx bench/lora-fleet.ts [--quick] [--built] [--requests 240] [--load 0.8] [--zipf 1.1] [--order round-robin,kv] [--logs DIR]
+ *   node --import tsx bench/lora-fleet.ts [--quick] [--built] [--requests 240] [--load 0.8] [--zipf 1.1] [--replicas 2] [--order round-robin,kv] [--logs DIR]
  *
  * Fleet: 4 mocker workers (real `runtime worker` processes, bench/fleet startFleet) behind one
  * `runtime frontend`, the tiny model. 32 adapters; adapter i starts on workers i mod 4 and
@@ -57,7 +57,7 @@ const LOG_DIR = args.includes('--logs') ? args[args.indexOf('--logs') + 1] : und
 const PLAN = {
   workers: 4,
   adapters: 32,
-  replicas: 2,
+  replicas: flag('--replicas', 2),
   maxLoras: 4,
   maxCpuLoras: 32,
   zipf: flag('--zipf', 1.1),
@@ -337,7 +337,7 @@ async function main(): Promise<void> {
     results,
     comparison,
   };
-  const file = join(ROOT, 'bench', 'results', QUICK ? 'lora-fleet-quick.json' : 'lora-fleet.json');
+  const file = join(ROOT, 'bench', 'results', `lora-fleet${PLAN.replicas !== 2 ? `-replicas${PLAN.replicas}` : ''}${QUICK ? '-quick' : ''}.json`);
   mkdirSync(dirname(file), { recursive: true });
   writeFileSync(file, `${JSON.stringify(out, null, 2)}\n`);
   process.stdout.write(
