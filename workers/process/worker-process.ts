@@ -244,12 +244,6 @@ export async function startWorker(runtime: DistributedRuntime, options: WorkerOp
   const loopEngine =
     layers !== undefined ? layers.wrap(engine, options.engine === 'native' ? () => (engine as NativeEngine).layerProgress() : undefined) : engine;
 
-  const loadPublisher = new LoadPublisher({
-    minIntervalMs: options.loadMetricsIntervalMs,
-    heartbeatMs: LOAD_REPORT_HEARTBEAT_MS,
-    sample: () => loop.loadMetrics(),
-    publish: (m) => void component.publish(TOPICS.loadMetrics, m).catch((err: unknown) => log.debug({ err }, 'load metrics publish failed')),
-  });
   const kvTiers = options.kvTiers !== undefined ? await setupWorkerKvTiers(engine, options.kvTiers, modelName) : undefined;
   if (kvTiers !== undefined) new KvTierMetrics(runtime.metrics, modelName, kvTiers, engine.info.blockSize);
   // Set once the card exists: every change of the resident adapters re-publishes it.
@@ -263,6 +257,14 @@ export async function startWorker(runtime: DistributedRuntime, options: WorkerOp
     const eq = arg.indexOf('=');
     await loras.load(arg.slice(0, eq), resolve(arg.slice(eq + 1)));
   }
+  // After the start-up adapter loads: its heartbeat samples `loop`, and loading many adapters
+  // outlasts the first beat (a ReferenceError before `loop` exists killed the worker).
+  const loadPublisher = new LoadPublisher({
+    minIntervalMs: options.loadMetricsIntervalMs,
+    heartbeatMs: LOAD_REPORT_HEARTBEAT_MS,
+    sample: () => loop.loadMetrics(),
+    publish: (m) => void component.publish(TOPICS.loadMetrics, m).catch((err: unknown) => log.debug({ err }, 'load metrics publish failed')),
+  });
   const loop: EngineLoop = new EngineLoop({
     engine: loopEngine,
     loras,
