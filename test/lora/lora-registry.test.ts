@@ -110,4 +110,22 @@ describe('LoraRegistry', () => {
     const big = await makeTinyLora({ dims: TINY_DIMS.llama, outDir: join(root, 'big'), rank: 32 });
     await expect(new LoraRegistry(engine, { maxLoraRank: 16 }).load('big', big)).rejects.toThrow(/--max-lora-rank 16/);
   });
+
+  it('requests that arrive while their adapter loads wait for that load: the files are read once', async () => {
+    let release!: () => void;
+    const gate = new Promise<void>((r) => (release = r));
+    const engine = new FakeEngine();
+    const slow = { loadLora: async (slot: number, a: LoraAdapterSpec) => (await gate, engine.loadLora(slot, a)), unloadLora: (slot: number) => engine.unloadLora(slot) };
+    const reg = new LoraRegistry(slow);
+    const dir = await makeTinyLora({ dims: TINY_DIMS.llama, outDir: join(root, 'burst'), rank: 4, seed: 9 });
+    const first = reg.ensure('burst', dir);
+    await new Promise((r) => setTimeout(r, 50)); // the first load is now inside the engine
+    const burst = [1, 2, 3, 4].map(() => reg.ensure('burst', dir));
+    // The files are gone: any second read of them would fail.
+    await rm(dir, { recursive: true, force: true });
+    release();
+    await expect(Promise.all([first, ...burst])).resolves.toBeDefined();
+    expect(reg.has('burst')).toBe(true);
+    expect(engine.slots.size).toBe(1);
+  });
 });

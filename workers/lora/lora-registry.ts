@@ -144,6 +144,9 @@ export class LoraRegistry {
    * load): loads it from `path` first. The resident adapter of that name is used as is.
    */
   async ensure(name: string, path: string | undefined): Promise<void> {
+    // A burst for an adapter that is loading waits for that load instead of reading the files again.
+    const inFlight = this.pending.get(name);
+    if (inFlight !== undefined) await inFlight.catch(() => undefined);
     if (this.byName.has(name) || path === undefined || this.unloadedNames.has(name)) return;
     await this.load(name, path);
   }
