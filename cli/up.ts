@@ -151,7 +151,7 @@ export function registerUpCommand(program: Command): void {
     .option('--max-lora-rank <r>', 'refuse LoRA adapters of a higher rank')
     .option('--perf-profile <file>', 'mocker: every worker runs this perf profile (`runtime profile --out`); also the planner\'s unless --planner-profile')
     .option('--kv-host-cache-gb <gib>', 'KV tier G2: host memory per worker for blocks evicted from its pool')
-    .option('--kv-disk-cache-dir <dir>', 'KV tier G3: directory for blocks pushed out of the host tier (one per worker: give each fleet its own)')
+    .option('--kv-disk-cache-dir <dir>', 'KV tier G3: directory for blocks pushed out of the host tier (each worker uses DIR/<its name>, e.g. agg-0)')
     .option('--kv-disk-cache-gb <gib>', 'KV tier G3: disk space per worker')
     .option('--kv-disk-min-reuse <n>', 'KV tier G3: prefix hits a block needs before it is written to disk (default 2)')
     .option('--log-level <level>', 'log level of the children', 'info')
@@ -256,6 +256,19 @@ function childArgs(flags: UpFlags, frontendExtra: string[], paths: { modelDir: s
   };
 }
 
+/**
+ * Each worker gets its own G3 directory under --kv-disk-cache-dir, named by its stable child
+ * name: workers sharing one would adopt and evict each other's blocks, and a restarted worker
+ * finds its own blocks again.
+ */
+function ownDiskTier(args: string[], name: string): string[] {
+  const i = args.indexOf('--kv-disk-cache-dir');
+  if (i < 0 || i + 1 >= args.length) return args;
+  const own = [...args];
+  own[i + 1] = join(args[i + 1]!, name);
+  return own;
+}
+
 /** The pino level of `up`'s own --log-level: lines of the children below it are not shown. */
 function shownLevel(flags: UpFlags): number {
   return PINO_LEVELS[flags.logLevel] ?? 30;
@@ -340,7 +353,7 @@ async function runUp(flags: UpFlags, frontendExtra: string[], plan?: { config: P
   const initial: Partial<Record<PoolName, LocalWorker[]>> = {};
   const startWorker = (pool: string, name: string): LocalWorker => {
     workerNames.push(name);
-    const child = start(name, argv.worker(pool));
+    const child = start(name, ownDiskTier(argv.worker(pool), name));
     workers.push(child);
     return { name, stop: () => child.stop() };
   };
