@@ -38,19 +38,14 @@ import { machineLoad, type MachineLoad } from './fleet/machine.js';
 import { startFleet, type Fleet } from './fleet/fleet.js';
 import { snapshotWorkers as snapshot, sourceLauncher, spreadOf as ratio, type WorkerCounters } from './fleet/index.js';
 import { runBench, writeSyntheticTrace, type BenchOptions, type BenchReport } from './loadgen/index.js';
+import { benchArgs } from './fleet/bench-args.js';
 
 const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '..');
-const args = process.argv.slice(2);
-const QUICK = args.includes('--quick');
-const BUILT = args.includes('--built');
-const flagValue = (name: string): string | undefined => {
-  const i = args.indexOf(name);
-  return i >= 0 ? args[i + 1] : undefined;
-};
-const flag = (name: string, fallback: number) => {
-  const v = flagValue(name);
-  return v !== undefined ? Number(v) : fallback;
-};
+const ARGS = benchArgs();
+const QUICK = ARGS.quick;
+const BUILT = ARGS.built;
+const flagValue = ARGS.value;
+const flag = ARGS.number;
 
 /** The knobs, scaled for a shared 2-core machine. */
 const PLAN = {

@@ -32,19 +32,14 @@ import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { machineLoad, snapshotWorkers, sourceLauncher, spreadOf, startFleet, type Fleet, type FleetOptions, type MachineLoad, type WorkerCounters } from './fleet/index.js';
 import { runBench, writeSyntheticTrace, type BenchOptions, type BenchReport } from './loadgen/index.js';
+import { benchArgs } from './fleet/bench-args.js';
 
 const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '..');
-const args = process.argv.slice(2);
-const QUICK = args.includes('--quick');
-const BUILT = args.includes('--built');
-const flagValue = (name: string): string | undefined => {
-  const i = args.indexOf(name);
-  return i >= 0 ? args[i + 1] : undefined;
-};
-const flag = (name: string, fallback: number) => {
-  const v = flagValue(name);
-  return v !== undefined ? Number(v) : fallback;
-};
+const ARGS = benchArgs();
+const QUICK = ARGS.quick;
+const BUILT = ARGS.built;
+const flagValue = ARGS.value;
+const flag = ARGS.number;
 
 const FLEETS = {
   homogeneous: [1, 1, 1, 1],
