@@ -32,6 +32,7 @@
 #include "attention_checks.h"
 #include "check.h"
 #include "gemm_checks.h"
+#include "kv_pool_sizing_checks.h"
 
 using namespace tandem;
 
@@ -583,6 +584,7 @@ int main(int argc, char** argv) {
     }
     tandem_test::test_gemm_shapes();
     tandem_test::test_paged_attention();
+    tandem_test::test_kv_pool_sizing();
     TinySpec llama;
     write_tiny_model(root + "/llama", llama, 7);
     test_consistency(root + "/llama", "llama");

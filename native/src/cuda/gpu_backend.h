@@ -12,6 +12,9 @@
 //   GEMMs    cuBLASLt when it loads and has an algorithm, our own kernels otherwise.
 //   sampling on the device (kernels/sampling.cuh): only token ids and the asked logprobs
 //            come back to the host.
+// Files: gpu_backend.cc (construction, activations, the forward pass, decode graphs),
+// gpu_backend_weights.cc (weight upload), kv_pool_sizing.{h,cc} (how many KV blocks),
+// gpu_backend_sample.cc (sampling), gpu_backend_kv.cc (KV movement).
 #pragma once
 
 #include <map>
@@ -95,17 +98,19 @@ class GpuBackend final : public Backend {
   };
 
   void* alloc(size_t bytes);
+  // gpu_backend_weights.cc
   void load_weights(const SafetensorsStore& weights, ThreadPool& pool);
   gpu::bf16_bits* upload_bf16(const SafetensorsStore& w, const std::vector<std::pair<std::string, std::vector<int64_t>>>& parts,
                               ThreadPool& pool);
   float* upload_f32(const SafetensorsStore& w, const std::vector<std::string>& names, const std::vector<int64_t>& shape);
+  /** The pool's blocks (kv_pool_sizing.h) allocated and zeroed. */
   void size_kv_pool(const BackendOptions& options);
   void ensure_activations(int64_t tokens, int64_t rows, int64_t decode);
   void free_activations();
   void ensure_image(int64_t elements);
   /** A device buffer and its pinned staging twin, regrown (doubling) to hold `need` bytes. */
   void grow_staged(void*& device_buf, void*& pinned_buf, size_t& capacity, size_t need);
-  /** Sampling buffers for `rows` rows, `in_bytes` of packed inputs, `out_bytes` of results. */
+  /** Sampling buffers for `rows` rows, `in_bytes` of packed inputs, `out_bytes` of results (gpu_backend_sample.cc). */
   void ensure_sample_buffers(int64_t rows, size_t in_bytes, size_t out_bytes);
   void run_forward(const gpu::StepPlan& plan);
   void gemm(const gpu::GemmArgs& g);
