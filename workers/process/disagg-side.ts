@@ -134,12 +134,13 @@ export interface PrefillSideDeps extends DisaggContext {
  */
 export function startPrefillSide(deps: PrefillSideDeps): PrefillSide {
   const { runtime, options, kv, log, loop } = deps;
-  const ended = (transferId: string): void => handler.pinEnded(transferId);
+  // The pins, their metrics and the handler refer to each other; none of these callbacks runs
+  // before the handler pins its first hand-off, after this function has returned.
   const pinned = new PinnedBlocks({
     free: (seqId) => loop.releasePinned(seqId),
     releaseTimeoutMs: options.kvReleaseTimeoutMs ?? DEFAULT_KV_RELEASE_TIMEOUT_MS,
     onEnd: (e) => {
-      ended(e.transferId);
+      handler.pinEnded(e.transferId);
       if (e.reason !== 'timeout') return;
       metrics.dm.releaseTimeout();
       log.warn({ transferId: e.transferId, blocks: e.numBlocks, heldMs: e.heldMs }, 'pinned KV blocks were never released: freed by timeout');
