@@ -97,4 +97,33 @@ class VoidWorker : public PromiseWorker {
 /** Queues fn on a worker thread; the Promise resolves to undefined. */
 Napi::Value queue_void(Napi::Env env, std::function<void()> fn, Napi::Value keep);
 
+// An engine call with a copied input on a worker thread (step, embed): `run` computes the
+// output there, `result` converts it on the JS thread. The shared_ptr keeps the engine alive
+// past close() until the call settles.
+template <typename In, typename Out>
+class EngineCallWorker : public PromiseWorker {
+ public:
+  using Run = Out (*)(Engine&, const In&);
+  using Result = Napi::Value (*)(Napi::Env, const In&, const Out&);
+  EngineCallWorker(Napi::Env env, std::shared_ptr<Engine> engine, std::shared_ptr<In> input, Run run, Result result)
+      : PromiseWorker(env), engine_(std::move(engine)), input_(std::move(input)), run_(run), result_(result) {}
+
+ protected:
+  void run() override { output_ = run_(*engine_, *input_); }
+  Napi::Value result(Napi::Env env) override { return result_(env, *input_, output_); }
+
+ private:
+  std::shared_ptr<Engine> engine_;
+  std::shared_ptr<In> input_;
+  Run run_;
+  Result result_;
+  Out output_;
+};
+
+template <typename In, typename Out>
+Napi::Value queue_engine_call(Napi::Env env, std::shared_ptr<Engine> engine, std::shared_ptr<In> input,
+                              typename EngineCallWorker<In, Out>::Run run, typename EngineCallWorker<In, Out>::Result result) {
+  return (new EngineCallWorker<In, Out>(env, std::move(engine), std::move(input), run, result))->start();
+}
+
 }  // namespace tandem::binding

@@ -26,23 +26,9 @@ Napi::Value EngineHandle::embed(const Napi::CallbackInfo& info) {
   input->pooling = pooling == 0 ? Pooling::kLast : Pooling::kMean;
   input->normalize = info[3].ToBoolean().Value();
 
-  class EmbedWorker : public PromiseWorker {
-   public:
-    EmbedWorker(Napi::Env env, std::shared_ptr<Engine> engine, std::shared_ptr<EmbedInput> input)
-        : PromiseWorker(env), engine_(std::move(engine)), input_(std::move(input)) {}
-
-   protected:
-    void run() override { output_ = engine_->embed(*input_); }
-    Napi::Value result(Napi::Env env) override { return to_typed<float>(env, output_.vectors); }
-
-   private:
-    std::shared_ptr<Engine> engine_;
-    std::shared_ptr<EmbedInput> input_;
-    EmbedOutput output_;
-  };
-
-  auto* worker = new EmbedWorker(env, engine, input);
-  return worker->start();
+  return queue_engine_call<EmbedInput, EmbedOutput>(
+      env, engine, input, [](Engine& e, const EmbedInput& in) { return e.embed(in); },
+      [](Napi::Env env, const EmbedInput&, const EmbedOutput& out) { return to_typed<float>(env, out.vectors); });
 }
 
 }  // namespace tandem::binding

@@ -115,34 +115,19 @@ Napi::Value EngineHandle::step(const Napi::CallbackInfo& info) {
     s.sampling.seed = static_cast<uint64_t>(sp[7]);
   }
 
-  class StepWorker : public PromiseWorker {
-   public:
-    StepWorker(Napi::Env env, std::shared_ptr<Engine> engine, std::shared_ptr<StepInput> input)
-        : PromiseWorker(env), engine_(std::move(engine)), input_(std::move(input)) {}
-
-   protected:
-    void run() override { output_ = engine_->step(*input_); }
-    Napi::Value result(Napi::Env env) override {
-      Napi::Object o = Napi::Object::New(env);
-      o.Set("tokens", to_typed<int32_t>(env, output_.tokens));
-      o.Set("logprobs", to_typed<float>(env, output_.logprobs));
-      o.Set("topStride", Napi::Number::New(env, output_.top_stride));
-      o.Set("topIds", to_typed<int32_t>(env, output_.top_ids));
-      o.Set("topLogprobs", to_typed<float>(env, output_.top_logprobs));
-      if (input_->return_logits) o.Set("logits", to_typed<float>(env, output_.logits));
-      return o;
-    }
-
-   private:
-    std::shared_ptr<Engine> engine_;
-    std::shared_ptr<StepInput> input_;
-    StepOutput output_;
-  };
-
-  auto* worker = new StepWorker(env, engine, input);
-  return worker->start();
+  return queue_engine_call<StepInput, StepOutput>(
+      env, engine, input, [](Engine& e, const StepInput& in) { return e.step(in); },
+      [](Napi::Env env, const StepInput& in, const StepOutput& out) -> Napi::Value {
+        Napi::Object o = Napi::Object::New(env);
+        o.Set("tokens", to_typed<int32_t>(env, out.tokens));
+        o.Set("logprobs", to_typed<float>(env, out.logprobs));
+        o.Set("topStride", Napi::Number::New(env, out.top_stride));
+        o.Set("topIds", to_typed<int32_t>(env, out.top_ids));
+        o.Set("topLogprobs", to_typed<float>(env, out.top_logprobs));
+        if (in.return_logits) o.Set("logits", to_typed<float>(env, out.logits));
+        return o;
+      });
 }
-
 
 // The masks of the step started with deferMasks; no arguments = no masks this step.
 Napi::Value EngineHandle::supplyMasks(const Napi::CallbackInfo& info) {
