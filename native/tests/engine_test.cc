@@ -564,6 +564,43 @@ void test_golden(const std::string& model_dir, const std::string& golden_path) {
   }
 }
 
+// A step that fails between its forward and its sample (masks supplied for the wrong number of
+// sequences) leaves its forward undrained. The next forward must drain it before it resets the
+// layer progress (a late mark would announce an old layer as the new forward's), and compute
+// what it computes on a fresh engine.
+void test_undrained_forward(const std::string& dir) {
+  if (device() == "cpu") return;
+  auto e = load(dir, 64, false);
+  auto fresh = load(dir, 64, false);
+  auto* gpu = dynamic_cast<GpuBackend*>(&e->backend());
+  CHECK(gpu != nullptr, "undrained: not a GpuBackend");
+  if (gpu == nullptr) return;
+  const int32_t V = static_cast<int32_t>(e->config().vocab_size);
+  const size_t words = static_cast<size_t>((V + 31) / 32);
+  StepBuilder bad;
+  bad.add(seq(3, 6, V), 0, {0, 1}, true);
+  bad.in.deferred_masks = std::make_shared<DeferredMasks>();
+  bad.in.deferred_masks->supply({0, 0}, std::vector<uint32_t>(words, ~0u));  // two rows for one sequence
+  std::string code;
+  try {
+    e->step(bad.in);
+  } catch (const NativeError& err) {
+    code = err.code_name();
+  }
+  CHECK(code == "invalid_argument", "undrained: the bad masks fail the step (got '%s')", code.c_str());
+  CHECK(gpu->undrained_forwards() == 0, "undrained: counted before the next forward");
+  StepBuilder good;
+  good.add(seq(4, 7, V), 0, {2, 3}, true);
+  const auto got = e->step(good.in);
+  const auto want = fresh->step(good.in);
+  CHECK(gpu->undrained_forwards() == 1, "undrained: the next forward drained %llu forwards (want 1)",
+        static_cast<unsigned long long>(gpu->undrained_forwards()));
+  CHECK(e->layer_progress()[1] == e->config().num_layers, "undrained: layer progress %lld after the step",
+        static_cast<long long>(e->layer_progress()[1]));
+  CHECK(got.tokens == want.tokens && max_abs_diff(got.logits.data(), want.logits.data(), got.logits.size()) == 0,
+        "undrained: the next step differs from a fresh engine's");
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -604,6 +641,7 @@ int main(int argc, char** argv) {
     test_consistency(root + "/qwen2", "qwen2");
     test_sampling(root + "/llama");
     test_decode_graphs(root + "/llama");
+    test_undrained_forward(root + "/llama");
     test_errors(root);
     if (argc == 4 && std::string(argv[1]) == "--golden") test_golden(argv[2], argv[3]);
   } catch (const std::exception& e) {

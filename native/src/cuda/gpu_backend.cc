@@ -113,13 +113,12 @@ GpuBackend::GpuBackend(const ModelConfig& config, const SafetensorsStore& weight
     ensure_sample_buffers(seqs, static_cast<size_t>(seqs) * (sizeof(gpu::SampleRowDesc) + mask_bytes + 4096),
                           static_cast<size_t>(seqs) * (8 + 2 * 4 * 20));
     size_kv_pool(options);
+    allocate_kv_staging();
     kv_copy_ = simt ? gpu::make_simt_kv_copy() : gpu::make_cuda_kv_copy();
     progress_ = static_cast<int64_t*>(device_->alloc_pinned(2 * sizeof(int64_t)));
     progress_[0] = progress_[1] = 0;
   } catch (...) {
-    free_activations();
-    for (void* p : allocations_) device_->free(p);
-    allocations_.clear();
+    free_buffers();
     throw;
   }
 }
@@ -131,8 +130,14 @@ GpuBackend::~GpuBackend() {
     // Tearing down after a failed kernel: free what we can.
   }
   graphs_.clear();
+  free_buffers();
+}
+
+// Everything the constructor may have allocated (a failed construction frees what it got).
+void GpuBackend::free_buffers() noexcept {
   free_activations();
   for (void* p : allocations_) device_->free(p);
+  allocations_.clear();
   device_->free(image_);
   device_->free_pinned(image_staging_);
   device_->free(sample_in_dev_);
@@ -142,7 +147,15 @@ GpuBackend::~GpuBackend() {
   device_->free_pinned(sample_out_staging_);
   device_->free_pinned(kv_staging_);
   device_->free(kv_ids_);
+  for (void* p : kv_retired_pinned_) device_->free_pinned(p);
+  for (void* p : kv_retired_device_) device_->free(p);
   device_->free_pinned(progress_);
+  image_ = image_staging_ = sample_in_dev_ = sample_in_staging_ = sample_out_dev_ = sample_out_staging_ = kv_staging_ = nullptr;
+  sample_work_ = nullptr;
+  kv_ids_ = nullptr;
+  progress_ = nullptr;
+  kv_retired_pinned_.clear();
+  kv_retired_device_.clear();
 }
 
 void* GpuBackend::alloc(size_t bytes) {
@@ -267,7 +280,16 @@ void GpuBackend::forward(const ForwardBatch& batch) {
   gpu::plan_step(batch, o, plan_);
   ensure_activations(plan_.num_tokens, plan_.num_logit_rows, plan_.num_decode);
   ensure_image(plan_.layout.total);
-  // The previous forward has finished (sampled, or synchronized below): no mark is in flight.
+  // The reset below needs every mark of earlier forwards landed: a late one would announce a
+  // layer of the old forward as this one's. A forward is drained by its sample(), or by the
+  // synchronize at the end of a forward without logit rows; a step that failed between its
+  // forward and its sample (bad supplied masks) left one running, so drain it here.
+  if (forward_pending_) {
+    device_->synchronize();
+    forward_pending_ = false;
+    ++undrained_forwards_;
+  }
+  assert_progress_settled();
   __atomic_store_n(&progress_[1], 0, __ATOMIC_RELEASE);
   __atomic_store_n(&progress_[0], progress_[0] + 1, __ATOMIC_RELEASE);
   std::memcpy(image_staging_, plan_.image.data(), static_cast<size_t>(plan_.layout.total) * 4);
@@ -294,7 +316,30 @@ void GpuBackend::forward(const ForwardBatch& batch) {
   (void)c;
   // Without rows to sample nothing else waits for this step: finish it here, so the staging
   // buffers are free and a kernel failure is reported by the step that caused it.
-  if (batch.num_logit_rows == 0) device_->synchronize();
+  if (batch.num_logit_rows == 0) {
+    device_->synchronize();
+  } else {
+    forward_pending_ = true;
+  }
+}
+
+// The precondition of the progress reset, checked from the pinned counter: every earlier
+// forward's marks have landed, so it reads 0 (no forward yet) or the layer count (the last
+// forward completed). Another value is either a forward that failed on the host partway (its
+// launches stop; nothing is in flight) or a mark still queued behind the reset: the count then
+// moves across a synchronize, and that is a draining bug, reported as one.
+void GpuBackend::assert_progress_settled() {
+  auto settled = [&](int64_t written) {
+    return __atomic_load_n(&progress_[0], __ATOMIC_ACQUIRE) == 0 ? written == 0 : written == config_.num_layers;
+  };
+  const int64_t written = __atomic_load_n(&progress_[1], __ATOMIC_ACQUIRE);
+  if (settled(written)) return;
+  device_->synchronize();
+  const int64_t after = __atomic_load_n(&progress_[1], __ATOMIC_ACQUIRE);
+  if (after == written) return;
+  throw NativeError(ErrorCode::kInternal, "layer progress: a mark of the previous forward (" + std::to_string(written) + " -> " +
+                                              std::to_string(after) + " of " + std::to_string(config_.num_layers) +
+                                              " layers) was still queued when the next forward began");
 }
 
 void GpuBackend::run_forward(const gpu::StepPlan& plan) {

@@ -73,6 +73,7 @@ void GpuBackend::sample(const std::vector<SampleRow>& rows, SampledRows& out) {
   kernels_->sample(a, device_->stream());
   device_->download(sample_out_staging_, sample_out_dev_, out_bytes);
   device_->synchronize();
+  forward_pending_ = false;
 
   const char* host = static_cast<const char*>(sample_out_staging_);
   out.tokens.assign(reinterpret_cast<const int32_t*>(host + o_tok), reinterpret_cast<const int32_t*>(host + o_tok) + n);
