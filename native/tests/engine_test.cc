@@ -50,6 +50,8 @@ struct TinySpec {
   std::string arch = "LlamaForCausalLM";
   int vocab = 97, hidden = 32, inter = 64, layers = 2, heads = 4, kv_heads = 2, head_dim = 8;
   bool tie = false, qk_norm = false, qkv_bias = false;
+  bool zero_layers = false;  // every decoder-layer tensor 0: the residual stream stays the token embeddings
+  bool bf16_exact = false;   // every value rounded to bf16, so a bf16 backend holds the weights exactly
   std::string extra_config;  // appended JSON members
 };
 
@@ -108,7 +110,13 @@ void write_tiny_model(const std::string& dir, const TinySpec& s, uint32_t seed,
                            ? 0.5f
                            : 1.0f / std::sqrt(static_cast<float>(shape.back()));
     size_t begin = data.size() * 4;
-    for (size_t j = 0; j < n; ++j) data.push_back(is_norm ? 1.0f + 0.1f * normal(rng) : stdv * normal(rng));
+    const bool zero = s.zero_layers && name.rfind("model.layers.", 0) == 0;
+    for (size_t j = 0; j < n; ++j) {
+      float v = is_norm ? 1.0f + 0.1f * normal(rng) : stdv * normal(rng);
+      if (zero) v = 0.0f;
+      if (s.bf16_exact) v = tandem::gpu::bf16_bits_to_float(tandem::gpu::float_to_bf16_bits(v));
+      data.push_back(v);
+    }
     header += (i ? "," : "") + std::string("\"") + name + "\":{\"dtype\":\"F32\",\"shape\":[";
     for (size_t d = 0; d < shape.size(); ++d) header += (d ? "," : "") + std::to_string(shape[d]);
     header += "],\"data_offsets\":[" + std::to_string(begin) + "," + std::to_string(data.size() * 4) + "]}";
@@ -121,10 +129,10 @@ void write_tiny_model(const std::string& dir, const TinySpec& s, uint32_t seed,
   st.write(reinterpret_cast<const char*>(data.data()), static_cast<std::streamsize>(data.size() * 4));
 }
 
-std::unique_ptr<Engine> load(const std::string& dir, int64_t blocks = 64, bool graphs = true) {
+std::unique_ptr<Engine> load(const std::string& dir, int64_t blocks = 64, bool graphs = true, const std::string& dev = device()) {
   EngineOptions o;
   o.model_dir = dir;
-  o.backend.device = device();
+  o.backend.device = dev;
   o.backend.num_blocks = blocks;
   o.backend.block_size = 4;
   o.backend.max_batch_tokens = 256;
@@ -601,6 +609,39 @@ void test_undrained_forward(const std::string& dir) {
         "undrained: the next step differs from a fresh engine's");
 }
 
+// Embedding pooling is one host implementation for both backends: where their hidden states
+// are equal, their vectors are equal bit for bit. A model whose decoder layers are all zeros
+// leaves the residual stream equal to the token embeddings, which are bf16-exact, so the CPU
+// backend (f32) and the GPU backend (bf16 table) start pooling from the same floats.
+void test_pooling_across_backends(const std::string& root) {
+  TinySpec s;
+  s.zero_layers = true;
+  s.bf16_exact = true;
+  const std::string dir = root + "/zero-layers";
+  write_tiny_model(dir, s, 13);
+  auto cpu = load(dir, 16, false, "cpu");
+  auto simt = load(dir, 16, false, "simt");
+  const int32_t V = static_cast<int32_t>(cpu->config().vocab_size);
+  EmbedInput in;
+  const std::vector<std::vector<int32_t>> seqs{seq(2, 9, V), {5}, seq(3, 14, V)};
+  for (const auto& q : seqs) {
+    in.tokens.insert(in.tokens.end(), q.begin(), q.end());
+    in.lengths.push_back(static_cast<int32_t>(q.size()));
+  }
+  for (Pooling pooling : {Pooling::kLast, Pooling::kMean}) {
+    for (bool normalize : {false, true}) {
+      in.pooling = pooling;
+      in.normalize = normalize;
+      const auto a = cpu->embed(in).vectors, b = simt->embed(in).vectors;
+      size_t differ = 0;
+      for (size_t i = 0; i < a.size(); ++i) differ += std::memcmp(&a[i], &b[i], sizeof(float)) != 0;
+      CHECK(a.size() == b.size() && differ == 0, "pooling %s%s: %zu of %zu cpu and simt values differ (max %g)",
+            pooling == Pooling::kLast ? "last" : "mean", normalize ? ", normalized" : "", differ, a.size(),
+            max_abs_diff(a.data(), b.data(), std::min(a.size(), b.size())));
+    }
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -642,6 +683,7 @@ int main(int argc, char** argv) {
     test_sampling(root + "/llama");
     test_decode_graphs(root + "/llama");
     test_undrained_forward(root + "/llama");
+    test_pooling_across_backends(root);
     test_errors(root);
     if (argc == 4 && std::string(argv[1]) == "--golden") test_golden(argv[2], argv[3]);
   } catch (const std::exception& e) {

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "../core/embedding.h"
 #include "../core/error.h"
 #include "../core/safetensors.h"
 #include "../core/thread_pool.h"
@@ -57,7 +58,7 @@ void GpuBackend::check_supported(const ModelConfig& c, const std::string& device
 
 GpuBackend::GpuBackend(const ModelConfig& config, const SafetensorsStore& weights, const BackendOptions& options,
                        ThreadPool& pool, std::unique_ptr<gpu::Device> device, std::unique_ptr<gpu::KernelApi> kernels)
-    : config_(config), device_(std::move(device)), kernels_(std::move(kernels)) {
+    : config_(config), host_pool_(pool), device_(std::move(device)), kernels_(std::move(kernels)) {
   check_supported(config, options.device);
   const ModelConfig& c = config_;
   layout_.block_size = options.block_size;
@@ -492,32 +493,16 @@ void GpuBackend::run_forward(const gpu::StepPlan& plan) {
   gemm(g);
 }
 
-// Embeddings: the residual stream (act_.x, f32, rows in batch token order) comes to the host,
-// where the final norm and pooling run in f32 as on the CPU backend. One download per pass;
-// embedding passes are prefill-sized, so this is small beside the forward.
+// Embeddings: the residual stream (act_.x, f32, rows in batch token order) comes to the host
+// in one download per pass (embedding passes are prefill-sized, so this is small beside the
+// forward), and pools there through the CPU backend's code (core/embedding.h): equal hidden
+// states give equal vectors on both backends.
 void GpuBackend::pool_hidden(const ForwardBatch& batch, Pooling pooling, float* dst) {
   const int64_t h = config_.hidden_size;
-  const float eps = static_cast<float>(config_.rms_norm_eps);
   std::vector<float> x(static_cast<size_t>(batch.num_tokens) * static_cast<size_t>(h));
   device_->download(x.data(), act_.x, x.size() * sizeof(float));
   device_->synchronize();
-  std::vector<double> sum(static_cast<size_t>(h));
-  auto norm_row = [&](const float* row, double weight) {
-    double ss = 0;
-    for (int64_t j = 0; j < h; ++j) ss += static_cast<double>(row[j]) * row[j];
-    const float inv = 1.0f / std::sqrt(static_cast<float>(ss / static_cast<double>(h)) + eps);
-    for (int64_t j = 0; j < h; ++j) sum[static_cast<size_t>(j)] += weight * (row[j] * inv * final_norm_host_[static_cast<size_t>(j)]);
-  };
-  for (size_t si = 0; si < batch.seqs.size(); ++si) {
-    const ForwardSeq& s = batch.seqs[si];
-    std::fill(sum.begin(), sum.end(), 0.0);
-    if (pooling == Pooling::kLast) {
-      norm_row(x.data() + static_cast<size_t>(s.token_offset + s.num_tokens - 1) * static_cast<size_t>(h), 1.0);
-    } else {
-      for (int32_t i = 0; i < s.num_tokens; ++i) norm_row(x.data() + static_cast<size_t>(s.token_offset + i) * static_cast<size_t>(h), 1.0 / s.num_tokens);
-    }
-    for (int64_t j = 0; j < h; ++j) dst[static_cast<int64_t>(si) * h + j] = static_cast<float>(sum[static_cast<size_t>(j)]);
-  }
+  pool_final_hidden(x.data(), batch, pooling, final_norm_host_.data(), h, static_cast<float>(config_.rms_norm_eps), dst, host_pool_);
 }
 
 }  // namespace tandem

@@ -119,6 +119,7 @@ class GpuBackend final : public Backend {
   void gemm(const gpu::GemmArgs& g);
 
   ModelConfig config_;
+  ThreadPool& host_pool_;  // the Engine's (it outlives the backend): embedding pooling
   KvLayout layout_;
   std::unique_ptr<gpu::Device> device_;
   std::unique_ptr<gpu::KernelApi> kernels_;
@@ -129,7 +130,7 @@ class GpuBackend final : public Backend {
   gpu::bf16_bits* embed_ = nullptr;
   gpu::bf16_bits* lm_head_ = nullptr;  // == embed_ when tied
   float* final_norm_ = nullptr;
-  std::vector<float> final_norm_host_;  // embeddings: the final norm runs on the host (pool_hidden)
+  std::vector<float> final_norm_host_;  // embeddings: the final norm runs on the host (pool_final_hidden)
   float* inv_freq_ = nullptr;
   std::vector<Layer> layers_;
   gpu::bf16_bits* kv_ = nullptr;
