@@ -23,7 +23,7 @@ export interface Block {
   readonly kind: BlockKind;
   /** Its place among the output's blocks, from 0. */
   readonly index: number;
-  /** What it said so far: reasoning or text, or a call's argument text. */
+  /** What it said so far: reasoning or text, or a call's argument text ('' unless the hooks keep text). */
   text: string;
   /** A tool call's id and name. */
   readonly call: { id: string; name: string } | undefined;
@@ -33,8 +33,10 @@ export interface Block {
 
 /** What a codec does at each point of the sequence; `C` is what its calls pass through (a FrameSink, or nothing). */
 export interface BlockHooks<C> {
+  /** Whether `close` reads `block.text` (a unary body, Responses' done events): only then is the text kept, one concatenation per delta. */
+  readonly keepsText: boolean;
   open(block: Block, ctx: C): void;
-  /** One piece of `block`'s text (already added to `block.text`) and its tokens' logprobs; returns the send's backpressure. */
+  /** One piece of `block`'s text (already added to `block.text` when kept) and its tokens' logprobs; returns the send's backpressure. */
   delta(block: Block, text: string, logprobs: readonly TokenLogprob[], ctx: C): Promise<void> | undefined;
   close(block: Block, ctx: C): void;
 }
@@ -111,7 +113,7 @@ export class BlockSequencer<C> {
   private deltaIn(kind: BlockKind, text: string, ctx: C): Promise<void> | undefined {
     if (this.current?.kind !== kind) this.openBlock(kind, ctx);
     const block = this.current!;
-    block.text += text;
+    if (this.hooks.keepsText) block.text += text;
     let logprobs = NO_LOGPROBS;
     if (kind === 'text' && this.pending.length > 0) {
       logprobs = this.pending;

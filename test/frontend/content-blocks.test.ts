@@ -36,6 +36,7 @@ function recorder(): { log: string[]; hooks: BlockHooks<void>; closed: Block[] }
   const log: string[] = [];
   const closed: Block[] = [];
   const hooks: BlockHooks<void> = {
+    keepsText: true,
     open: (b) => void log.push(`open ${b.index} ${b.kind}${b.call ? ` ${b.call.name}` : ''}`),
     delta: (b, text, lps) => void log.push(`delta ${b.index} ${JSON.stringify(text)}${lps.length > 0 ? ` [${lps.map((l) => String.fromCharCode(l.tokenId)).join('')}]` : ''}`),
     close: (b) => {

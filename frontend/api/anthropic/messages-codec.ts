@@ -10,6 +10,7 @@
  * content_block_stop, then message_delta (stop_reason, usage), message_stop.
  */
 import { randomBytes } from 'node:crypto';
+import type { TokenLogprob } from '../../../proto/wire.js';
 import { errorBody, type ApiError } from '../../errors.js';
 import type { ChatFinishReason } from '../../openai/chat-output.js';
 import type { OpenAiFinishReason, PreparedGeneration, Usage } from '../../pipeline/generation.js';
@@ -51,6 +52,8 @@ const send = (out: FrameSink, event: string, body: object): Promise<void> | unde
 
 /** The stream's hooks: content_block_start / content_block_delta / content_block_stop. */
 const STREAM_BLOCKS: BlockHooks<FrameSink> = {
+  // The frames carry each delta; nothing needs a block's whole text.
+  keepsText: false,
   open: (block, out) => void send(out, 'content_block_start', { index: block.index, content_block: BLOCKS[block.kind].start(block) }),
   delta(block, text, _logprobs, out) {
     const spec = BLOCKS[block.kind];
@@ -84,7 +87,7 @@ class MessagesStream implements StreamEncoder {
     send(out, 'ping', {});
   }
 
-  delta(text: string, logprobs: Parameters<StreamEncoder['delta']>[1], out: FrameSink, tokens = 0): Promise<void> | undefined {
+  delta(text: string, logprobs: readonly TokenLogprob[] | undefined, out: FrameSink, tokens = 0): Promise<void> | undefined {
     return this.blocks.push(text, tokens, logprobs, out);
   }
 
@@ -104,7 +107,7 @@ class MessagesStream implements StreamEncoder {
 
 /** The unary hooks: each block, whole, into the message's content. */
 function collect(content: object[]): BlockHooks<void> {
-  return { open: () => undefined, delta: () => undefined, close: (block: Block) => void content.push(BLOCKS[block.kind].whole(block)) };
+  return { keepsText: true, open: () => undefined, delta: () => undefined, close: (block: Block) => void content.push(BLOCKS[block.kind].whole(block)) };
 }
 
 class MessagesUnary implements UnaryEncoder {
@@ -115,7 +118,7 @@ class MessagesUnary implements UnaryEncoder {
     this.blocks = new BlockSequencer(prepared, collect(this.content), newToolUseId);
   }
 
-  add(text: string, logprobs: Parameters<UnaryEncoder['add']>[1], tokens = 0): void {
+  add(text: string, logprobs: readonly TokenLogprob[] | undefined, tokens = 0): void {
     this.blocks.push(text, tokens, logprobs, undefined);
   }
 

@@ -125,6 +125,8 @@ class ResponseItems {
   }
 
   readonly hooks: BlockHooks<FrameSink | undefined> = {
+    // The whole item (its done events, the response's output) carries the text.
+    keepsText: true,
     open: (block, out) => {
       const id = itemId(block.kind);
       this.ids[block.index] = id;
