@@ -1,6 +1,9 @@
 /**
  * The scheduler with KV tiers, stepped by hand: an evicted prefix is offered to the host tier,
- * a later prompt with that prefix is admitted as an onboard (transferring, not in the batch),
+ * and a later prompt with that prefix is admitted with it onboarded. Inline (the default for
+ * host sources): the sequence is in the same step's batch, computed from after the onboarded
+ * blocks, and a failed copy (failInlineOnboards) drops that step's output and recomputes.
+ * Deferred (`inlineHostOnboards: false`, and any disk source): transferring, not in the batch,
  * and completeTransfer makes the onboarded tokens computed and cached; a failed onboard
  * recomputes and stops counting them as cached. Copy-vs-recompute gates the onboard.
  */
@@ -17,9 +20,9 @@ function runToEnd(s: Scheduler): void {
   for (let i = 0; i < 100 && s.hasWork; i++) s.applyStepResult(mockResult(s.schedule()));
 }
 
-function setup(costs: OnboardCosts) {
+function setup(costs: OnboardCosts, inlineHostOnboards = false) {
   const policy = new KvTierPolicy({ hostBlocks: 32, diskBlocks: 0 });
-  const s = new Scheduler({ numBlocks: 8, blockSize: BS, kvTiers: { policy, costs } });
+  const s = new Scheduler({ numBlocks: 8, blockSize: BS, kvTiers: { policy, costs, inlineHostOnboards } });
   const prompt = range(1, 4 * BS + 1); // 4 full blocks + 1
   addSeq(s, prompt, 1, 1);
   runToEnd(s);
@@ -62,6 +65,38 @@ describe('Scheduler with KV tiers', () => {
     const next = s.schedule();
     expect(next.batch.sequences[0]).toMatchObject({ seqId: id, startPos: 0 });
     expect(s.getSequence(id)!.numCachedTokens).toBe(0);
+  });
+
+  it('inline: the onboarded sequence prefills its rest in the same step, the prefix counted as cached', () => {
+    const { s, prompt } = setup(CHEAP, true);
+    const id = addSeq(s, prompt, 2, 3);
+    const plan = s.schedule();
+    expect(plan.onboards).toHaveLength(1);
+    expect(plan.onboards[0]).toMatchObject({ seqId: id, firstBlock: 0, inline: true });
+    expect(plan.onboards[0]!.localBlockIds).toHaveLength(4);
+    // In this step's batch, from after the 4 onboarded blocks: one token left to compute.
+    expect(plan.batch.sequences).toHaveLength(1);
+    expect(plan.batch.sequences[0]).toMatchObject({ seqId: id, startPos: 4 * BS, sample: true });
+    expect(plan.numPrefillTokens).toBe(1);
+    const out = s.applyStepResult(mockResult(plan));
+    expect(out.outputs.map((o) => o.seqId)).toEqual([id]);
+    expect(s.getSequence(id)!.numCachedTokens).toBe(4 * BS);
+    expect(s.getSequence(id)!.numComputedTokens).toBe(4 * BS + 1);
+    // The onboarded blocks are in the pool's prefix cache now.
+    expect(s.blockManager.findPrefixHit(s.getSequence(id)!).numTokens).toBe(4 * BS);
+  });
+
+  it('inline: a failed copy drops that step output and recomputes from the pool hit, not counted as cached', () => {
+    const { s, prompt } = setup(CHEAP, true);
+    const id = addSeq(s, prompt, 2, 3);
+    const plan = s.schedule();
+    s.failInlineOnboards([id]);
+    const out = s.applyStepResult(mockResult(plan));
+    expect(out.outputs).toEqual([]);
+    expect(s.getSequence(id)!.numCachedTokens).toBe(0);
+    const next = s.schedule();
+    expect(next.batch.sequences[0]).toMatchObject({ seqId: id, startPos: 0 });
+    expect(next.batch.sequences[0]!.tokenIds).toHaveLength(4 * BS + 1);
   });
 
   it('does not onboard when copying costs more than recomputing', () => {

@@ -19,7 +19,7 @@ import type { KvImportStart, SchedulePlan, SchedulerConfig, SchedulerLoad, StepO
 import { OutputQueue } from './output-queue.js';
 import type { AcquiredLora, LoraRegistry } from '../lora/lora-registry.js';
 import { StructuredDecoding, type GrammarProvider } from './structured-decoding.js';
-import type { KvTierManager } from '../kv-tiers/kv-tier-manager.js';
+import type { InlineOnboards, KvTierManager } from '../kv-tiers/kv-tier-manager.js';
 
 /** Where the loop reports; the worker process publishes these on the event plane. */
 export interface EngineLoopSinks {
@@ -297,8 +297,10 @@ export class EngineLoop {
     await Promise.resolve();
     while (this.scheduler.hasWork && !this.closed) {
       const plan = this.scheduler.schedule();
-      // Evicted blocks are read out before anything (an import, the step) writes into them.
-      if (this.kvTiers !== undefined) await this.moveTiers(plan);
+      // Evicted blocks are read out before anything (an import, the step) writes into them;
+      // inline onboards land before the step reads them (or beside it: overlapsStep).
+      const inline = this.kvTiers !== undefined ? await this.moveTiers(plan) : undefined;
+      if (inline !== undefined) await inline.ready;
       for (const t of plan.transfers) this.startImport(t);
       if (plan.batch.sequences.length === 0) {
         // Nothing fits now (blocks held by pinned sequences): wait for an add, abort or release.
@@ -312,6 +314,7 @@ export class EngineLoop {
       try {
         if (structured !== undefined && structured.size > 0) plan.batch.prepareSampling = () => structured.prepare(plan.batch);
         const result = await this.engine.step(plan.batch);
+        if (inline !== undefined) this.scheduler.failInlineOnboards(await inline.failed);
         const grammar = structured?.advance(result);
         if (grammar !== undefined && grammar.rejected.length > 0) rejected = grammar.rejected;
         outcome = this.scheduler.applyStepResult(result, grammar?.stops);
@@ -325,7 +328,7 @@ export class EngineLoop {
     }
   }
 
-  private async moveTiers(plan: SchedulePlan): Promise<void> {
+  private async moveTiers(plan: SchedulePlan): Promise<InlineOnboards | undefined> {
     const evicted = this.scheduler.blockManager.drainEvicted();
     const settle = (seqId: number, ok: boolean): void => {
       this.scheduler.completeTransfer(seqId, ok);
@@ -333,9 +336,12 @@ export class EngineLoop {
       this.publish();
     };
     try {
-      await this.kvTiers!.afterSchedule(evicted, plan.onboards, settle);
+      return await this.kvTiers!.afterSchedule(evicted, plan.onboards, settle);
     } catch {
-      // A failed G1 read loses only the offload of those blocks; the step runs on.
+      // A failed G1 read loses only the offload of those blocks; the step runs on. Inline
+      // onboards whose copy may not have landed recompute (their output of this step is dropped).
+      const failed = plan.onboards.flatMap((o) => (o.inline ? [o.seqId] : []));
+      return { ready: Promise.resolve(), failed: Promise.resolve(failed) };
     }
   }
 

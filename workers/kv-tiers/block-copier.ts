@@ -12,6 +12,12 @@ export interface BlockCopier {
   readonly blockBytes: number;
   /** No real bytes move (the mocker): reads return empty arrays and the host tier keeps no slab. */
   readonly virtual?: boolean;
+  /**
+   * A write issued before an engine step lands before the step reads those blocks while the
+   * step already runs (a copy stream beside the compute; the mocker models it), so the step
+   * need not wait for it. Absent: the loop awaits the write before starting the step.
+   */
+  readonly overlapsStep?: boolean;
   /** Copies of G1 blocks `blockIds`, in order. Resolves once the bytes are safe from the next step. */
   readBlocks(blockIds: readonly number[]): Promise<Uint8Array[]>;
   /** Writes `data[i]` into G1 block `blockIds[i]`. `data` may be reused once this resolves. */
@@ -86,11 +92,14 @@ export class DevicePoolCopier implements BlockCopier {
 
 /**
  * The mocker's copier: no bytes, only time. An onboard write takes blocks × blockBytes over the
- * host→device bandwidth (divided by the speedup ratio); an offload read is free, as a device
- * offload overlaps the step on a side stream.
+ * host→device bandwidth (divided by the speedup ratio), beside the step it feeds (a copy stream
+ * next to the compute); an offload read is free, as a device offload overlaps the step on a side
+ * stream.
  */
 export class SimulatedCopier implements BlockCopier {
   readonly virtual = true;
+  /** The copy runs beside the step (the loop waits for both): a step with onboards takes max(step, copy). */
+  readonly overlapsStep = true;
   /** Simulated (unscaled) milliseconds spent onboarding. */
   simulatedMs = 0;
 

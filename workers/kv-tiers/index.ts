@@ -3,7 +3,7 @@ export type { BlockCopier, DeviceBlockPort } from './block-copier.js';
 export { DiskBlockStore, SimulatedDiskStore } from './disk-block-store.js';
 export type { BlockStore, DiskBlockInfo, DiskBlockStoreConfig } from './disk-block-store.js';
 export { KvTierManager } from './kv-tier-manager.js';
-export type { KvTierManagerConfig, KvTierStats } from './kv-tier-manager.js';
+export type { InlineOnboards, KvTierManagerConfig, KvTierStats } from './kv-tier-manager.js';
 export { createKvTiers, devicePoolTierTarget, hostPoolTierTarget, simulatedTierTarget } from './create-kv-tiers.js';
 export type { KvTierOptions, KvTierTarget } from './create-kv-tiers.js';
 export { CPU_TIER_BANDWIDTHS, H100_TIER_BANDWIDTHS, onboardCosts, tierHitWeights } from './tier-costs.js';

@@ -7,7 +7,10 @@
  *   1. read the evicted G1 blocks (batched) before the step overwrites them;
  *   2. start the onboards: host sources are copied out of the slab now, disk sources are read
  *      asynchronously; once all bytes are there they are written into G1 and the sequence's
- *      transfer completes (a failed read → the sequence recomputes, the bad file is dropped);
+ *      transfer completes (a failed read → the sequence recomputes, the bad file is dropped).
+ *      Inline onboards (host sources of a sequence that runs in this very step) are written at
+ *      once; the step starts when they landed, or at once on a copier whose writes overlap the
+ *      step (`BlockCopier.overlapsStep`), and the loop waits for both;
  *   3. apply the offload plan: staged bytes into host slots, host blocks pushed out to disk
  *      (snapshotted now, written on the disk queue, confirmed to the policy when done).
  *
@@ -24,6 +27,16 @@ export interface KvTierManagerConfig {
   copier: BlockCopier;
   disk?: BlockStore;
 }
+
+/** The inline onboards of one plan (see `afterSchedule`). */
+export interface InlineOnboards {
+  /** Resolves when the engine step may start: every inline copy has landed or is ordered before the step's reads. */
+  ready: Promise<void>;
+  /** Resolves once every inline copy has settled, to the sequences whose copy failed (Scheduler.failInlineOnboards). */
+  failed: Promise<number[]>;
+}
+
+const NO_INLINE: InlineOnboards = { ready: Promise.resolve(), failed: Promise.resolve([]) };
 
 export interface KvTierStats {
   hostBlocks: number;
@@ -71,16 +84,26 @@ export class KvTierManager {
     return this.policy.disk.size;
   }
 
-  /** See the file comment. `settle(seqId, ok)` ends an onboard (Scheduler.completeTransfer). */
-  async afterSchedule(evicted: readonly EvictedBlock[], onboards: readonly KvOnboardStart[], settle: (seqId: number, ok: boolean) => void): Promise<void> {
-    if (evicted.length === 0 && onboards.length === 0) return;
+  /**
+   * See the file comment. `settle(seqId, ok)` ends an onboard (Scheduler.completeTransfer).
+   * Inline onboards (host sources, the sequence in this step's batch) are issued here, after the
+   * evicted blocks' read and in the same call, so no write reaches a reused G1 block first; the
+   * answer says when the step may run and which copies failed.
+   */
+  async afterSchedule(evicted: readonly EvictedBlock[], onboards: readonly KvOnboardStart[], settle: (seqId: number, ok: boolean) => void): Promise<InlineOnboards> {
+    if (evicted.length === 0 && onboards.length === 0) return NO_INLINE;
     let staged: Promise<Uint8Array[]> | undefined;
     try {
       staged = evicted.length > 0 ? this.copier.readBlocks(evicted.map((e) => e.blockId)) : undefined;
     } catch (err) {
       staged = Promise.reject(err);
     }
-    for (const ob of onboards) void this.onboard(ob, settle);
+    const inline: Array<Promise<number | undefined>> = [];
+    for (const ob of onboards) {
+      if (ob.inline) inline.push(this.onboardInline(ob));
+      else void this.onboard(ob, settle);
+    }
+    const landed = inline.length === 0 ? NO_INLINE : this.inlineAnswer(inline);
     // Decided (and its events queued) before anything awaits, so the tier events reach the log
     // ahead of the device Removed events of the same blocks; the bytes move once staged.
     const ops = this.policy.offload(evicted);
@@ -94,11 +117,12 @@ export class KvTierManager {
       // Without the bytes the blocks are not kept: never index what was not copied.
       this.policy.discardHost(ops.flatMap((o) => (o.op === 'device-to-host' ? [o.hash] : [])));
       this.run(ops.filter((o) => o.op !== 'device-to-host'));
-      return;
+      return landed;
     }
     const byHash = new Map<bigint, Uint8Array>();
     evicted.forEach((e, i) => byHash.set(e.hash, bytes[i]!));
     this.run(ops, byHash);
+    return landed;
   }
 
   /** Resolves when every disk write and onboard started so far has finished; for tests and shutdown. */
@@ -127,6 +151,42 @@ export class KvTierManager {
   }
 
   // ---- internals ----
+
+  /**
+   * An inline onboard: the host slots are read now (before the offload plan may reuse them) and
+   * the write is issued at once. Resolves to the sequence id when the copy failed.
+   */
+  private onboardInline(ob: KvOnboardStart): Promise<number | undefined> {
+    const bb = this.blockBytes;
+    let write: Promise<void>;
+    try {
+      const data = ob.sources.map((s) => (this.virtual ? new Uint8Array(0) : this.slab.slice(s.slot * bb, (s.slot + 1) * bb)));
+      write = this.copier.writeBlocks(ob.localBlockIds, data);
+    } catch (err) {
+      write = Promise.reject(err);
+    }
+    const task = write.then(
+      () => {
+        this.counts.onboardBytes += ob.sources.length * bb;
+        return undefined;
+      },
+      () => {
+        this.counts.onboardFailures++;
+        return ob.seqId;
+      },
+    );
+    this.track(task);
+    return task;
+  }
+
+  /**
+   * When the step may run: at once if the copier lands a write issued before a step ahead of
+   * the step's reads (it overlaps the step), else once the writes are done.
+   */
+  private inlineAnswer(writes: Array<Promise<number | undefined>>): InlineOnboards {
+    const failed = Promise.all(writes).then((ids) => ids.filter((id): id is number => id !== undefined));
+    return { ready: this.copier.overlapsStep === true ? Promise.resolve() : failed.then(() => undefined), failed };
+  }
 
   /** Copies host sources out now (before the offload plan may reuse their slots); disk sources later. */
   private onboard(ob: KvOnboardStart, settle: (seqId: number, ok: boolean) => void): Promise<void> {

@@ -8,7 +8,9 @@
  *   waiting[next] ── --max-loras: a further adapter waits; behind it no adapter sequence is admitted
  *        │
  *        ├─ remote prefill (numRemoteTokens) ─▶ blocks for the imported tokens, no budget ─▶ transferring (transfers)
- *        ├─ KV tiers hold the next blocks ─────▶ blocks for them, no budget ───────────────▶ transferring (onboards)
+ *        ├─ G2 (host) holds the next blocks ───▶ blocks for them + the rest's prefill ─────▶ running (admitted + inline onboards:
+ *        │                                        the copy lands before this step reads them)
+ *        ├─ G3 (disk) holds some of them ──────▶ blocks for them, no budget ───────────────▶ transferring (onboards)
  *        ├─ a running sequence computes its next prefix block ─▶ deferred (keeps its place; shared-prefill.ts)
  *        └─ otherwise ────────────────────────▶ blocks for min(uncached, budget) tokens ──▶ running (admitted)
  *   stops at: budget spent, no block (running out of blocks is a result: it waits), maxNumSeqs,
@@ -111,6 +113,30 @@ export class Admission {
         continue;
       }
       const fromTiers = this.onboardSources(seq, hit);
+      if (fromTiers.length > 0 && this.o.kvTiers!.inlineHostOnboards !== false && fromTiers.every((f) => f.tier === 'host')) {
+        // Host copies land before this step reads them (the loop's contract, kv-tier-manager.ts):
+        // the sequence prefills its new tokens in this very step, beside the copy, instead of
+        // waiting a whole step in `transferring` first.
+        const numOnboard = fromTiers.length * this.o.blockSize;
+        const numAfter = hit.numTokens + numOnboard;
+        const numNew = Math.min(seq.numTokens - numAfter, budget);
+        if (!bm.allocate(seq, hit, numOnboard + numNew)) break;
+        takeWaiting();
+        const firstAdmission = !seq.hasBeenAdmitted;
+        startCounters(seq, hit.numTokens);
+        if (firstAdmission) seq.numCachedTokens += numOnboard;
+        this.o.kvTiers!.policy.commitOnboard(fromTiers);
+        result.numOnboardedTokens += numOnboard;
+        seq.numComputedTokens = numAfter;
+        seq.status = SEQUENCE_STATUS.running;
+        q.running.push(seq);
+        gate?.track(seq);
+        const first = hit.blockIds.length;
+        result.onboards.push({ seqId: seq.seqId, localBlockIds: seq.blockTableView().slice(first, first + fromTiers.length), firstBlock: first, sources: fromTiers, inline: true });
+        result.admitted.push({ seq, numNewTokens: numNew });
+        budget -= numNew;
+        continue;
+      }
       if (fromTiers.length > 0) {
         const numOnboard = fromTiers.length * this.o.blockSize;
         if (!bm.allocate(seq, hit, numOnboard)) break;

@@ -41,6 +41,8 @@ interface PlannedSeq {
   sample: boolean;
   /** Unscheduled again because a later sequence in the same step preempted it. */
   dropped: boolean;
+  /** Its inline onboard's copy failed: this step's output for it is void; it recomputes from here. */
+  redoFrom?: number;
 }
 
 export class Scheduler {
@@ -68,6 +70,8 @@ export class Scheduler {
   private readonly queues: AdmissionQueues = { waiting: this.waiting, running: this.running, transferring: this.transferring };
   /** Prefix tokens onboarded from the KV tiers, and their blocks per tier (counters). */
   numOnboardedTokens = 0;
+  /** The plan in flight's inline onboards: sequence → tokens it had from the pool itself. */
+  private readonly inlineOnboardFrom = new Map<number, number>();
 
   constructor(config: SchedulerConfig) {
     this.blockSize = config.blockSize ?? SCHEDULER_DEFAULTS.blockSize;
@@ -185,6 +189,7 @@ export class Scheduler {
       const admission = this.admission.admitWaiting(this.queues, budget);
       for (const a of admission.admitted) plan(a.seq, a.numNewTokens);
       ({ deferredSeqIds, transfers, onboards } = admission);
+      for (const ob of onboards) if (ob.inline) this.inlineOnboardFrom.set(ob.seqId, ob.firstBlock * this.blockSize);
       this.numDeferrals += deferredSeqIds.length;
       this.numOnboardedTokens += admission.numOnboardedTokens;
     }
@@ -224,6 +229,22 @@ export class Scheduler {
   }
 
   /**
+   * The copies of these sequences' inline onboards (plan.onboards with `inline`) failed: call
+   * before applying the step's result. Their output of this step is dropped and they compute
+   * their prompt from the pool's own prefix hit on, as a failed transfer does; the onboarded
+   * tokens no longer count as cached.
+   */
+  failInlineOnboards(seqIds: readonly number[]): void {
+    const planned = this.inFlight;
+    if (planned === undefined || seqIds.length === 0) return;
+    for (const p of planned) {
+      if (!seqIds.includes(p.seq.seqId)) continue;
+      const from = this.inlineOnboardFrom.get(p.seq.seqId);
+      if (from !== undefined) p.redoFrom = from;
+    }
+  }
+
+  /**
    * Applies the engine's result for the plan in flight: advances computed counters, caches
    * the blocks that became full, appends sampled tokens and finishes sequences that hit a stop.
    * `grammarStops`: sequences whose structured-output grammar completed with this step's token
@@ -233,6 +254,7 @@ export class Scheduler {
     const planned = this.inFlight;
     if (planned === undefined) throw new Error('applyStepResult() without a step in flight');
     this.inFlight = undefined;
+    this.inlineOnboardFrom.clear();
     const outputs: SequenceOutput[] = [];
     const finished: FinishedSequence[] = [];
     let k = 0;
@@ -243,6 +265,11 @@ export class Scheduler {
       }
       const seq = p.seq;
       if (seq.status !== SEQUENCE_STATUS.running) continue; // aborted while the step ran
+      if (p.redoFrom !== undefined) {
+        seq.numComputedTokens = p.redoFrom;
+        seq.numCachedTokens = Math.min(seq.numCachedTokens, p.redoFrom);
+        continue;
+      }
       seq.numComputedTokens += p.numNewTokens;
       this.blockManager.commitComputed(seq);
       if (sampled === undefined) continue;
@@ -261,6 +288,7 @@ export class Scheduler {
    */
   discardStep(): void {
     this.inFlight = undefined;
+    this.inlineOnboardFrom.clear();
   }
 
   /** Cancels a sequence wherever it is and frees its blocks at once. False if unknown. */

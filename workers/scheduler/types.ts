@@ -30,7 +30,17 @@ export interface SchedulerConfig {
    * KV tiers below the pool (G2 host, G3 disk): evicted blocks are tracked for offload, and a
    * prefix that misses the pool is onboarded from them when copying beats recomputing.
    */
-  kvTiers?: { policy: KvTierPolicy; costs: OnboardCosts };
+  kvTiers?: {
+    policy: KvTierPolicy;
+    costs: OnboardCosts;
+    /**
+     * Host-tier (G2) onboards run in the step that admits them (default true): the sequence is
+     * planned with its new tokens and the loop lands the copy before the step reads those
+     * blocks (`KvOnboardStart.inline`). False: every onboard waits in `transferring` for its
+     * copy and joins a later step (a disk read always does).
+     */
+    inlineHostOnboards?: boolean;
+  };
   /**
    * Multi-LoRA (`--max-loras`): most distinct adapters among running sequences, so a step
    * never mixes more. Default unlimited. A waiting sequence of a further adapter waits; behind
@@ -69,8 +79,11 @@ export interface SchedulePlan {
    */
   transfers: KvImportStart[];
   /**
-   * Sequences admitted this step whose next prefix blocks come from the KV tiers. Like
-   * transfers: not in the batch; the caller copies the sources in, then completeTransfer().
+   * Sequences admitted this step whose next prefix blocks come from the KV tiers. `inline`
+   * ones (host sources) are in the batch, computed from after the onboarded blocks: the caller
+   * must land their copy before the step reads them, and on a failed copy call
+   * `failInlineOnboards` before applying the step's result. The others are like transfers: not
+   * in the batch; the caller copies the sources in, then completeTransfer().
    */
   onboards: KvOnboardStart[];
 }
@@ -81,6 +94,8 @@ export interface KvOnboardStart {
   localBlockIds: Int32Array;
   firstBlock: number;
   sources: OnboardSource[];
+  /** In this step's batch: the copy must land before the step reads the blocks (see SchedulePlan.onboards). */
+  inline?: boolean;
 }
 
 /** A remote-prefill sequence that got its blocks: import KV into them, then completeTransfer. */
