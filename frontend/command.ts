@@ -132,6 +132,8 @@ export function registerFrontendCommand(program: Command): Command {
         routerPrefillLoadScale: flags.routerPrefillLoadScale,
         routerTemperature: flags.routerTemperature,
         routerMaxKvUsage: flags.routerMaxKvUsage,
+        ...(flags.routerBusyThreshold !== undefined ? { routerBusyThreshold: flags.routerBusyThreshold } : {}),
+        ...(flags.routerMaxWaiting !== undefined ? { routerMaxWaiting: flags.routerMaxWaiting } : {}),
         routerReplicaSync: flags.routerReplicaSync,
         kvEvents: flags.kvEvents,
         ...(flags.routerCost !== undefined ? { routerCost: flags.routerCost } : {}),

@@ -12,16 +12,21 @@
  * A booking never confirmed within `unconfirmedTimeoutMs` (the HTTP exchange died between
  * prepare and dispatch) is released.
  *
- * Backpressure (docs/design.md "Router"): when every worker is over its load threshold a request
- * waits, at most `busyWaitMs` and with at most `maxQueued` waiting, for a booking to end (or
- * for load reports to drop); then it fails with `AllWorkersBusyError` (429 + Retry-After). Each model is routed by the component and block size of
- * its model card, read from the process's card feed (runtime/discovery/model-card-feed.ts).
+ * Backpressure (docs/design.md "Router"): by default the router never refuses: with every
+ * worker over its load threshold the least-bad one gets the request and queues it, as
+ * round-robin's would. Only under the opt-in refusal (`--router-busy-threshold`,
+ * `--router-max-waiting`) may it answer all busy; then a request waits, at most `busyWaitMs` and
+ * with at most `maxQueued` waiting, for a booking to end (or for load reports to drop), and then
+ * fails with `AllWorkersBusyError` (429 + Retry-After), counted in
+ * `tandem_router_refused_requests_total{reason}`. Each model is routed by the component and
+ * block size of its model card, read from the process's card feed
+ * (runtime/discovery/model-card-feed.ts).
  */
 import { cardLoras } from './lora/served-adapters.js';
 import { ROUTE_ENDPOINT, servesGeneration, type InstanceId, type RouteTarget } from '../proto/wire.js';
 import { KvRouterHub } from '../router/adapters/index.js';
 import { loadKvRouterConfig, type KvRouterFlags } from '../router/adapters/index.js';
-import { LocalKvBackend, RemoteKvBackend, type KvRoutingBackend } from '../router/adapters/index.js';
+import { LocalKvBackend, RemoteKvBackend, RouterMetrics, type KvRoutingBackend } from '../router/adapters/index.js';
 import { AllWorkersBusyError } from '../router/index.js';
 import type { Discovery } from '../runtime/index.js';
 import { ModelCardFeed } from '../runtime/index.js';
@@ -41,6 +46,8 @@ export interface KvSelectorOptions {
   /** Requests that may wait at once; more are refused at once. */
   maxQueued?: number;
   clock?: () => number;
+  /** Where refusals are counted (`tandem_router_refused_requests_total`); none: not counted. */
+  metrics?: RouterMetrics;
 }
 
 interface Booking {
@@ -132,10 +139,10 @@ export class KvSelector implements WorkerSelector {
     let outcome = await this.options.backend.route(target, requestId, tokenIds, candidates, routeOptions);
     if (outcome.kind === 'all_busy') {
       const deadline = this.clock() + (this.options.busyWaitMs ?? DEFAULT_BUSY_WAIT_MS);
-      if (this.waiters.size >= (this.options.maxQueued ?? DEFAULT_MAX_QUEUED)) throw new AllWorkersBusyError(outcome.retryAfterMs);
+      if (this.waiters.size >= (this.options.maxQueued ?? DEFAULT_MAX_QUEUED)) throw this.refused(target, 'queue_full', outcome.retryAfterMs);
       while (outcome.kind === 'all_busy') {
         const left = deadline - this.clock();
-        if (left <= 0) throw new AllWorkersBusyError(outcome.retryAfterMs);
+        if (left <= 0) throw this.refused(target, 'busy_wait', outcome.retryAfterMs);
         await this.waitForCapacity(Math.min(left, BUSY_RECHECK_MS));
         outcome = await this.options.backend.route(target, requestId, tokenIds, candidates, routeOptions);
       }
@@ -198,6 +205,11 @@ export class KvSelector implements WorkerSelector {
     await this.options.backend.close();
   }
 
+  private refused(target: RouteTarget, reason: 'busy_wait' | 'queue_full', retryAfterMs: number): AllWorkersBusyError {
+    this.options.metrics?.refused.inc({ component: target.component, reason });
+    return new AllWorkersBusyError(retryAfterMs);
+  }
+
   private targetOf(model: string): RouteTarget | undefined {
     const cards = this.targets.get(model);
     return cards === undefined ? undefined : cards.values().next().value;
@@ -257,5 +269,5 @@ export async function createKvSelector(runtime: DistributedRuntime, namespace: s
     });
     backend = new LocalKvBackend(hub);
   }
-  return KvSelector.start({ backend, discovery: runtime.discovery, namespace, ...(deps.cards ? { cards: deps.cards } : {}) });
+  return KvSelector.start({ backend, discovery: runtime.discovery, namespace, metrics: RouterMetrics.for(runtime.metrics), ...(deps.cards ? { cards: deps.cards } : {}) });
 }

@@ -18,7 +18,7 @@ import type { PerfModel } from '../perf-model/index.js';
 import { EventSequencer, type EventSequencerOptions, type SequencerStats } from './event-sequencer.js';
 import { BlockHasher } from './block-hasher.js';
 import type { IndexStats, KvIndexer } from './indexer.js';
-import { DEFAULT_OVERLOAD_POLICY, overloadReason, type OverloadPolicy } from './overload.js';
+import { DEFAULT_OVERLOAD_POLICY, overloadReason, refusalReason, refuses, type OverloadPolicy, type RefusalPolicy } from './overload.js';
 import { RadixIndexer } from './radix-indexer.js';
 import { LowerTierIndex } from './tier-index.js';
 import { isLowerTierEvent } from '../proto/wire.js';
@@ -40,8 +40,11 @@ export interface KvRouterConfig {
   approxTtlMs: number;
   /** Active sequences with no update for this long are presumed lost. */
   activeSequenceTtlMs: number;
+  /** Passed over while another candidate is not; when all are, the least-bad one still gets the request. */
   overload: OverloadPolicy;
-  /** Retry-After hint when every worker is over threshold. */
+  /** Opt-in refusal (`--router-busy-threshold`, `--router-max-waiting`): every candidate busy → `all_busy`. */
+  refusal?: RefusalPolicy;
+  /** Retry-After hint of an `all_busy` answer. */
   busyRetryAfterMs: number;
   seed: number;
   /** Identifies this replica in `router_sync` messages. */
@@ -110,11 +113,13 @@ export interface RouteDecision {
   costs: CostRow[];
   localHashes: readonly bigint[];
   seqHashes: readonly bigint[];
+  /** Every candidate was over its load threshold: the least-bad one got it, to wait in its queue. */
+  saturated?: boolean;
 }
 
 export type RouteResult =
   | { kind: 'routed'; decision: RouteDecision }
-  /** Every candidate is over its load threshold: the frontend answers 429/503 + Retry-After. */
+  /** Refusal is on and every candidate is busy by it: the frontend answers 429/503 + Retry-After. */
   | { kind: 'all_busy'; retryAfterMs: number; costs: CostRow[] }
   | { kind: 'no_candidates' };
 
@@ -123,6 +128,8 @@ export interface KvRouterStats {
   overlapBlocksRouted: number;
   eventsApplied: number;
   allBusy: number;
+  /** Routed while every candidate was over its load threshold (to the least-bad one). */
+  saturated: number;
   index: IndexStats;
   sequencer: SequencerStats;
   activeSequences: number;
@@ -144,7 +151,7 @@ export class KvRouter {
   private syncSeq = 0;
   /** The latest `nowMs` any call brought: `select` takes no time, the calibration's ageing needs one. */
   private latestMs = 0;
-  private readonly counters = { decisions: 0, overlapBlocksRouted: 0, eventsApplied: 0, allBusy: 0 };
+  private readonly counters = { decisions: 0, overlapBlocksRouted: 0, eventsApplied: 0, allBusy: 0, saturated: 0 };
 
   constructor(config: Partial<KvRouterConfig> = {}, rng?: Rng) {
     this.config = { ...DEFAULT_KV_ROUTER_CONFIG, ...config };
@@ -163,8 +170,12 @@ export class KvRouter {
     }
   }
 
-  /** Pick a worker. No booking: follow with `admit`, or use `route` for both. */
-  select(req: RouteRequest, candidates: readonly WorkerCandidate[]): RouteResult {
+  /**
+   * Pick a worker. No booking: follow with `admit`, or use `route` for both. `pinned`: the
+   * request goes to the one candidate whatever its load (never `all_busy`; booking a request
+   * routed elsewhere).
+   */
+  select(req: RouteRequest, candidates: readonly WorkerCandidate[], opts: { pinned?: boolean } = {}): RouteResult {
     if (candidates.length === 0) return { kind: 'no_candidates' };
     const { local, seq, promptTokens } = this.prepare(req);
     const requestBlocks = requestBlocksOf(promptTokens, this.config.blockSize);
@@ -175,7 +186,7 @@ export class KvRouter {
     for (let i = 0; i < candidates.length; i++) {
       const c = candidates[i]!;
       const booked = this.active.load(c.instanceId);
-      const busy = overloadReason(c.load, booked, c.totalBlocks, this.config.overload) !== undefined;
+      const busy = overloadReason(c.load, booked, c.totalBlocks, this.config.overload) !== undefined || refusalReason(c.load, booked, c.totalBlocks, this.config.refusal) !== undefined;
       const indexed = overlap.depths.get(c.instanceId) ?? 0;
       // A prefix still being prefilled there is not in the index yet (events follow the
       // prefill), but it will be cached by the time this request is scheduled.
@@ -202,7 +213,15 @@ export class KvRouter {
       costs[i] = row;
       if (!busy) eligible.push(i);
     }
-    if (eligible.length === 0) return { kind: 'all_busy', retryAfterMs: this.config.busyRetryAfterMs, costs };
+    const saturated = eligible.length === 0;
+    if (saturated) {
+      // Refused only by the opt-in policy, and only when it finds every candidate busy.
+      const refusal = this.config.refusal;
+      if (opts.pinned !== true && refuses(refusal) && candidates.every((c) => refusalReason(c.load, this.active.load(c.instanceId), c.totalBlocks, refusal) !== undefined)) {
+        return { kind: 'all_busy', retryAfterMs: this.config.busyRetryAfterMs, costs };
+      }
+      for (let i = 0; i < candidates.length; i++) eligible.push(i);
+    }
     const pool = this.latency === undefined ? eligible : withinTargets(eligible, costs);
     const pick = pool[selectIndex(pool.map((i) => costs[i]!.cost), this.config.temperature, this.rng)]!;
     const chosen = costs[pick]!;
@@ -217,6 +236,7 @@ export class KvRouter {
         costs,
         localHashes: local,
         seqHashes: seq,
+        ...(saturated ? { saturated: true } : {}),
       },
     };
   }
@@ -236,6 +256,7 @@ export class KvRouter {
     if (row !== undefined) this.latency!.admitted(decision.requestId, row, nowMs);
     this.approx?.record(decision.instanceId, decision.localHashes, nowMs);
     this.counters.decisions++;
+    if (decision.saturated === true) this.counters.saturated++;
     this.counters.overlapBlocksRouted += decision.overlapBlocks;
     return update;
   }

@@ -3,7 +3,7 @@
  * `runtime router`, and their mapping onto the core's `KvRouterConfig`.
  */
 import { Option, type Command } from 'commander';
-import { numberInRange } from '../../runtime/index.js';
+import { intInRange, numberInRange } from '../../runtime/index.js';
 import { ConfigError } from '../../runtime/errors.js';
 import { DEFAULT_KV_ROUTER_CONFIG, type KvRouterConfig } from '../kv-router.js';
 import { DEFAULT_DISK_HIT_WEIGHT, DEFAULT_HOST_HIT_WEIGHT } from '../cost.js';
@@ -18,6 +18,10 @@ export interface KvRouterFlags {
   /** Commander's `--no-kv-events`: false means approximate mode. */
   kvEvents: boolean;
   routerMaxKvUsage: number;
+  /** Opt-in refusal: a worker reporting this KV usage or more is busy; every worker busy → 429. */
+  routerBusyThreshold?: number;
+  /** Opt-in refusal: a worker reporting this many waiting requests or more is busy. */
+  routerMaxWaiting?: number;
   routerHostHitWeight?: number;
   routerDiskHitWeight?: number;
   /** `--router-cost`: blocks (default) or latency (predicted ms; router/latency-cost.ts). */
@@ -44,7 +48,9 @@ export function addKvRouterOptions(cmd: Command): Command {
     .addOption(new Option('--kv-overlap-score-credit <x>', 'kv: blocks of prefill a cached block saves in the cost').argParser(numberInRange(0)).default(d.kvOverlapScoreCredit))
     .addOption(new Option('--router-prefill-load-scale <x>', 'kv: weight of the prefill term against active decode blocks').argParser(numberInRange(0)).default(d.routerPrefillLoadScale))
     .addOption(new Option('--router-temperature <t>', 'kv: 0 = lowest cost wins; above 0, softmax over normalized costs').argParser(numberInRange(0)).default(d.routerTemperature))
-    .addOption(new Option('--router-max-kv-usage <f>', 'kv: a worker at or above this KV usage is skipped').argParser(numberInRange(0.01, 1)).default(d.routerMaxKvUsage))
+    .addOption(new Option('--router-max-kv-usage <f>', 'kv: a worker at or above this KV usage is passed over while another is below it (all above: the least-bad one queues the request)').argParser(numberInRange(0.01, 1)).default(d.routerMaxKvUsage))
+    .addOption(new Option('--router-busy-threshold <f>', 'kv, opt-in refusal: a worker reporting this KV usage or more is busy; when every worker is, requests wait (bounded) and then get 429 + Retry-After').argParser(numberInRange(0.01, 1)))
+    .addOption(new Option('--router-max-waiting <n>', 'kv, opt-in refusal: a worker reporting this many waiting requests or more is busy (as --router-busy-threshold)').argParser(intInRange(1, 1_000_000)))
     .option('--router-replica-sync', 'kv: share active-sequence bookings with other router replicas over router_sync', false)
     .option('--no-kv-events', 'kv: ignore worker KV events and learn cache contents from routing decisions (approximate mode)')
     .addOption(new Option('--router-host-hit-weight <x>', `kv: prefill a block in a worker's host KV tier saves, 0..1 (default ${DEFAULT_HOST_HIT_WEIGHT}: 1 − copy/recompute time; docs/kv-tiers.md)`).argParser(numberInRange(0, 1)))
@@ -84,6 +90,9 @@ export function kvRouterConfigFromFlags(flags: Partial<KvRouterFlags>, replicaId
     temperature: f.routerTemperature,
     useKvEvents: f.kvEvents,
     overload: { ...DEFAULT_KV_ROUTER_CONFIG.overload, maxKvUsage: f.routerMaxKvUsage },
+    ...(f.routerBusyThreshold !== undefined || f.routerMaxWaiting !== undefined
+      ? { refusal: { ...(f.routerBusyThreshold !== undefined ? { kvUsage: f.routerBusyThreshold } : {}), ...(f.routerMaxWaiting !== undefined ? { maxWaiting: f.routerMaxWaiting } : {}) } }
+      : {}),
     replicaId,
     cost: f.routerCost ?? 'blocks',
     latency: latencyFromFlags(f),

@@ -142,6 +142,7 @@ export class KvRouterService {
     if (result.kind === 'routed') {
       this.book(result.decision, now);
       this.metrics.overlapBlocks.observe(this.labels, result.decision.overlapBlocks);
+      if (result.decision.saturated === true) this.metrics.saturated.inc(this.labels);
       // Latency cost: the rows with their predictions (the dashboard shows them beside the measured TTFT).
       if (this.router.latency !== undefined) this.log.debug({ requestId: req.requestId, worker: result.decision.instanceId, costs: result.decision.costs }, 'routed by predicted latency');
     }
@@ -154,7 +155,7 @@ export class KvRouterService {
    * the booking carries the real overlap, but the worker is not checked for load.
    */
   bookOn(req: RouteRequest, instanceId: InstanceId): RouteDecision | undefined {
-    const result = this.router.select(req, [{ instanceId }]);
+    const result = this.router.select(req, [{ instanceId }], { pinned: true });
     if (result.kind !== 'routed') return undefined;
     this.book(result.decision, this.clock());
     this.metrics.decisions.inc({ ...this.labels, result: 'pinned' });

@@ -18,6 +18,8 @@ export class RouterMetrics {
   readonly activeSequences: Gauge<'component'>;
   readonly workerActiveBlocks: Gauge<'component' | 'worker'>;
   readonly syncMessages: Counter<'component' | 'direction'>;
+  readonly saturated: Counter<'component'>;
+  readonly refused: Counter<'component' | 'reason'>;
 
   private constructor(registry: Registry) {
     const registers = [registry];
@@ -38,6 +40,18 @@ export class RouterMetrics {
     this.activeSequences = new Gauge({ name: 'tandem_router_active_sequences', help: 'Sequences booked and not yet finished (all replicas when synced)', labelNames: ['component'], registers });
     this.workerActiveBlocks = new Gauge({ name: 'tandem_router_worker_active_blocks', help: "Router's estimate of each worker's active KV blocks", labelNames: ['component', 'worker'], registers });
     this.syncMessages = new Counter({ name: 'tandem_router_sync_messages_total', help: 'router_sync messages published (out) and applied (in)', labelNames: ['component', 'direction'], registers });
+    this.saturated = new Counter({
+      name: 'tandem_router_saturated_decisions_total',
+      help: 'Requests routed while every worker was over its load threshold: sent to the least-bad one, to wait in its queue',
+      labelNames: ['component'],
+      registers,
+    });
+    this.refused = new Counter({
+      name: 'tandem_router_refused_requests_total',
+      help: 'Requests refused (429 + Retry-After) under the opt-in busy threshold: every worker stayed busy for the wait bound (busy_wait) or the wait queue was full (queue_full)',
+      labelNames: ['component', 'reason'],
+      registers,
+    });
   }
 
   private static readonly byRegistry = new WeakMap<Registry, RouterMetrics>();

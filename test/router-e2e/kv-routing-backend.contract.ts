@@ -145,9 +145,9 @@ export function kvRoutingBackendContract(name: string, harness: () => KvRoutingB
       expect(b.svc().router.stats().activeSequences).toBe(0);
     });
 
-    it('answers all_busy with the router\'s Retry-After when every candidate is over threshold, and books nothing', async () => {
-      // maxKvUsage 0: every worker is over it, reported or not.
-      const b = await open({ overload: { maxKvUsage: 0 }, busyRetryAfterMs: 1234 });
+    it('answers all_busy with the router\'s Retry-After when refusal is on and every candidate is busy, and books nothing', async () => {
+      // Refusal at KV usage 0: every worker is busy by it, reported or not.
+      const b = await open({ refusal: { kvUsage: 0 }, busyRetryAfterMs: 1234 });
       expect(await b.backend.route(TARGET, 'busy', fresh(2), ids())).toEqual({ kind: 'all_busy', retryAfterMs: 1234 });
       expect(b.svc().router.stats().activeSequences).toBe(0);
     });

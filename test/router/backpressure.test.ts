@@ -1,8 +1,10 @@
 /**
- * Backpressure thresholds (router/overload.ts). A worker is skipped ("busy") when what it
- * reports is at or above --router-max-kv-usage (0.95). The router's own bookings over-count (a
- * booked request may still sit in the worker's queue, where round-robin would have put it
- * too), so alone they decide only before a worker reports, or past 2× its pool.
+ * Backpressure (router/overload.ts). A worker is passed over when what it reports is at or
+ * above --router-max-kv-usage (0.95) while another is below. The router's own bookings
+ * over-count (a booked request may still sit in the worker's queue, where round-robin would
+ * have put it too), so alone they decide only before a worker reports, or past 2× its pool.
+ * With every worker over, the least-bad one still gets the request (saturated): refusing is
+ * the opt-in refusal policy's (--router-busy-threshold, --router-max-waiting) alone.
  */
 import { describe, expect, it } from 'vitest';
 import type { LoadMetrics } from '../../proto/wire.js';
@@ -58,13 +60,31 @@ describe('KvRouter backpressure', () => {
     expect(d.costs.every((c) => !c.overloaded)).toBe(true);
   });
 
-  it('queues (all_busy) only when every worker reports it is full, and then books nothing', () => {
+  it('never refuses by default: every worker reporting full → routed to the least-bad one, counted as saturated', () => {
     const router = new KvRouter({ blockSize: BS, busyRetryAfterMs: 500 });
+    const full = ['a', 'b'].map((id) => ({ instanceId: id, totalBlocks: 100, load: report(id, 0.96) }));
+    const first = routed(router.route({ requestId: 'r1', tokens: tokens(1, 8 * BS) }, full, 0));
+    expect(first.saturated).toBe(true);
+    // The first booking made its worker the worse one: the next goes to the other (no pile-up).
+    const second = routed(router.route({ requestId: 'r2', tokens: tokens(2, 8 * BS) }, full, 0));
+    expect(second.instanceId).not.toBe(first.instanceId);
+    expect(router.stats()).toMatchObject({ activeSequences: 2, allBusy: 0, saturated: 2 });
+    // One worker drains below the threshold: it takes the next request, not saturated.
+    const d = routed(router.route({ requestId: 'r3', tokens: tokens(3, 8 * BS) }, [full[0]!, { ...full[1]!, load: report('b', 0.9) }], 1));
+    expect(d).toMatchObject({ instanceId: 'b' });
+    expect(d.saturated).toBeUndefined();
+  });
+
+  it('opt-in refusal: all_busy only when every worker reports at or over the busy threshold (or max waiting), then books nothing', () => {
+    const router = new KvRouter({ blockSize: BS, busyRetryAfterMs: 500, refusal: { kvUsage: 0.96, maxWaiting: 10 } });
     const full = ['a', 'b'].map((id) => ({ instanceId: id, totalBlocks: 100, load: report(id, 0.96) }));
     expect(router.route({ requestId: 'r', tokens: tokens(1, 8 * BS) }, full, 0)).toMatchObject({ kind: 'all_busy', retryAfterMs: 500 });
     expect(router.stats().activeSequences).toBe(0);
-    // One worker drains below the threshold: it takes the request.
-    const d = routed(router.route({ requestId: 'r', tokens: tokens(1, 8 * BS) }, [full[0]!, { ...full[1]!, load: report('b', 0.9) }], 1));
+    // b below the KV bound but with 10 waiting: busy by the other bound.
+    const waiting = { ...full[1]!, load: { ...report('b', 0.5), numWaiting: 10 } };
+    expect(router.route({ requestId: 'r', tokens: tokens(1, 8 * BS) }, [full[0]!, waiting], 0)).toMatchObject({ kind: 'all_busy' });
+    // A worker with no fresh report: its bookings stand in (none here, so it is not busy).
+    const d = routed(router.route({ requestId: 'r', tokens: tokens(1, 8 * BS) }, [full[0]!, { instanceId: 'b', totalBlocks: 100 }], 1));
     expect(d.instanceId).toBe('b');
   });
 });

@@ -102,12 +102,26 @@ describe('selector', () => {
     expect(d.instanceId).toBe('b');
   });
 
-  it('all workers over threshold → all_busy with a Retry-After hint, nothing booked', () => {
-    const router = routerWith({ a: [], b: [] }, { busyRetryAfterMs: 750 });
-    const r = router.route({ requestId: 'r', tokens: request }, [{ instanceId: 'a', load: load('a', 0.99) }, { instanceId: 'b', load: load('b', 0.96) }], 0);
-    expect(r).toMatchObject({ kind: 'all_busy', retryAfterMs: 750 });
+  it('all workers over threshold, no refusal set → the least-bad one gets it (saturated), as round-robin would queue it', () => {
+    // A caches 6 of 8 blocks (cost 2), B nothing (cost 8): both report ≥ 95%, A still wins.
+    const router = routerWith({ a: [request.slice(0, 6 * BS)], b: [] });
+    const d = routed(router.route({ requestId: 'r', tokens: request }, [{ instanceId: 'a', load: load('a', 0.99) }, { instanceId: 'b', load: load('b', 0.96) }], 0));
+    expect(d).toMatchObject({ instanceId: 'a', saturated: true });
+    expect(d.costs.map((c) => c.overloaded)).toEqual([true, true]);
+    expect(router.stats()).toMatchObject({ activeSequences: 1, allBusy: 0, saturated: 1 });
+    expect(router.route({ requestId: 'r2', tokens: request }, [], 0)).toEqual({ kind: 'no_candidates' });
+  });
+
+  it('opt-in refusal (busy threshold 0.9): every worker reporting ≥ 0.9 → all_busy with a Retry-After hint, nothing booked', () => {
+    const router = routerWith({ a: [], b: [] }, { busyRetryAfterMs: 750, refusal: { kvUsage: 0.9 } });
+    const both = [{ instanceId: 'a', load: load('a', 0.99) }, { instanceId: 'b', load: load('b', 0.92) }];
+    expect(router.route({ requestId: 'r', tokens: request }, both, 0)).toMatchObject({ kind: 'all_busy', retryAfterMs: 750 });
     expect(router.stats()).toMatchObject({ activeSequences: 0, allBusy: 1 });
-    expect(router.route({ requestId: 'r', tokens: request }, [], 0)).toEqual({ kind: 'no_candidates' });
+    // One at 0.85: below the refusal bound, but over --router-max-kv-usage? No (0.85 < 0.95): it takes it.
+    const d = routed(router.route({ requestId: 'r', tokens: request }, [both[0]!, { instanceId: 'b', load: load('b', 0.85) }], 0));
+    expect(d.instanceId).toBe('b');
+    // A pinned request is booked wherever it went, refusal or not.
+    expect(routed(router.select({ requestId: 'p', tokens: request }, [both[0]!], { pinned: true })).instanceId).toBe('a');
   });
 
   it('decode leg after remote prefill gets no overlap credit', () => {
