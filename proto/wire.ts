@@ -224,6 +224,14 @@ export interface LoadTierReport {
   diskCapacity: number;
   queryTokens: number;
   hitTokens: { device: number; host: number; disk: number };
+  /**
+   * What a hit in each tier costs on this worker: ms to onboard one block (measured on its last
+   * onboards, the bandwidth's figure before any) against ms to recompute it (its perf model).
+   * The KV router weighs tier hits by 1 − onboard / recompute (router/cost.ts). Absent from
+   * workers that predate it.
+   */
+  onboardMsPerBlock?: { host: number; disk: number };
+  recomputeMsPerBlock?: number;
 }
 
 /** A worker re-publishes its load at least this often, with or without steps. */

@@ -30,10 +30,13 @@ export interface CostWeights {
    * KV tiers: the share of a block's prefill that a hit in the worker's host (G2) or disk (G3)
    * tier saves (`--router-host-hit-weight`, `--router-disk-hit-weight`):
    *   prefill = max(0, new − credit·device − host_weight·host − disk_weight·disk)
-   * Defaults: 1 − copy time / recompute time from the default perf model and H100-like
-   * bandwidths (docs/kv-tiers.md): a 2 MiB block (8B model, bf16) copies over PCIe in 0.084 ms
-   * against 0.243 ms to recompute its 16 tokens → 0.65; from NVMe at 3 GB/s it takes 0.70 ms,
-   * slower than recomputing → 0 (the worker would not onboard it either).
+   * A worker that reports its own tier costs (`LoadTierReport.onboardMsPerBlock`: its measured
+   * onboard time, and its perf model's recompute time) is weighed by those, 1 − onboard /
+   * recompute (`tierHitWeight`), unless these flags are set. Defaults, for workers that do not
+   * report: the same from the default perf model and H100-like bandwidths (docs/kv-tiers.md):
+   * a 2 MiB block (8B model, bf16) copies over PCIe in 0.084 ms against 0.243 ms to recompute
+   * its 16 tokens → 0.65; from NVMe at 3 GB/s it takes 0.70 ms, slower than recomputing → 0
+   * (the worker would not onboard it either).
    */
   hostHitWeight?: number;
   diskHitWeight?: number;
@@ -57,6 +60,9 @@ export interface WorkerCostInput {
   /** Request blocks after the cached ones that the worker holds in its host / disk tier. */
   hostBlocks?: number;
   diskBlocks?: number;
+  /** This worker's own hit weights (1 − its measured onboard time / recompute time), over `CostWeights`'. */
+  hostHitWeight?: number;
+  diskHitWeight?: number;
 }
 
 /** One line of the cost table a decision carries (and logs). */
@@ -74,6 +80,16 @@ export interface CostRow extends WorkerCostInput {
   latency?: LatencyPrediction;
 }
 
+/**
+ * The share of a block's prefill that a hit in a lower tier saves: 1 − onboard copy time /
+ * recompute time, clamped to 0..1. One formula for the worker's figures and the router's
+ * weights (workers/kv-tiers/tier-costs.ts, `KvRouter`).
+ */
+export function tierHitWeight(onboardMsPerBlock: number, recomputeMsPerBlock: number): number {
+  if (!(recomputeMsPerBlock > 0) || !Number.isFinite(onboardMsPerBlock)) return 0;
+  return Math.max(0, Math.min(1, 1 - onboardMsPerBlock / recomputeMsPerBlock));
+}
+
 export function requestBlocksOf(promptTokens: number, blockSize: number): number {
   return Math.ceil(promptTokens / blockSize);
 }
@@ -82,9 +98,9 @@ export function workerCost(requestBlocks: number, w: WorkerCostInput, weights: C
   const newPrefillBlocks = requestBlocks + w.pendingPrefillBlocks;
   const hostBlocks = w.hostBlocks ?? 0;
   const diskBlocks = w.diskBlocks ?? 0;
-  const tierCredit =
-    (hostBlocks > 0 ? (weights.hostHitWeight ?? DEFAULT_HOST_HIT_WEIGHT) * hostBlocks : 0) +
-    (diskBlocks > 0 ? (weights.diskHitWeight ?? DEFAULT_DISK_HIT_WEIGHT) * diskBlocks : 0);
+  const hostWeight = w.hostHitWeight ?? weights.hostHitWeight ?? DEFAULT_HOST_HIT_WEIGHT;
+  const diskWeight = w.diskHitWeight ?? weights.diskHitWeight ?? DEFAULT_DISK_HIT_WEIGHT;
+  const tierCredit = (hostBlocks > 0 ? hostWeight * hostBlocks : 0) + (diskBlocks > 0 ? diskWeight * diskBlocks : 0);
   const prefillBlocks = Math.max(0, newPrefillBlocks - weights.overlapScoreCredit * w.cachedBlocks - tierCredit);
   // An explicit literal, not a spread: this runs per candidate per decision.
   return {
@@ -94,6 +110,7 @@ export function workerCost(requestBlocks: number, w: WorkerCostInput, weights: C
     activeDecodeBlocks: w.activeDecodeBlocks,
     hostBlocks,
     diskBlocks,
+    ...(hostBlocks + diskBlocks > 0 ? { hostHitWeight: hostWeight, diskHitWeight: diskWeight } : {}),
     newPrefillBlocks,
     prefillBlocks,
     cost: weights.prefillLoadScale * prefillBlocks + w.activeDecodeBlocks,

@@ -11,7 +11,7 @@
 import type { InstanceId, KvEvent, LoadMetrics } from '../proto/wire.js';
 import { ActiveSequences, type ActiveSequenceUpdate, type WorkerActiveLoad } from './active-sequences.js';
 import { ApproxIndexer } from './approx-indexer.js';
-import { DEFAULT_COST_WEIGHTS, DEFAULT_DISK_HIT_WEIGHT, DEFAULT_HOST_HIT_WEIGHT, requestBlocksOf, workerCost, type CostRow, type CostWeights } from './cost.js';
+import { DEFAULT_COST_WEIGHTS, DEFAULT_DISK_HIT_WEIGHT, DEFAULT_HOST_HIT_WEIGHT, requestBlocksOf, tierHitWeight, workerCost, type CostRow, type CostWeights } from './cost.js';
 import { DEFAULT_LATENCY_COST, LatencyCost, type LatencyCostConfig, type RouterCostKind } from './latency-cost.js';
 import type { TierHit } from './latency-estimator.js';
 import type { PerfModel } from '../perf-model/index.js';
@@ -56,6 +56,13 @@ export interface KvRouterConfig {
   latency: Partial<LatencyCostConfig>;
   /** Multi-LoRA: cost (in blocks) added for a worker that would have to load the request's adapter first. */
   loraLoadPenaltyBlocks?: number;
+  /**
+   * Weigh each worker's tier hits by the tier costs it reports (its measured onboard time
+   * against its recompute time, `LoadTierReport`), falling back to `weights` for a worker that
+   * has not reported them. False (`--router-host-hit-weight` / `--router-disk-hit-weight`
+   * given): `weights` for everyone.
+   */
+  measuredTierWeights: boolean;
 }
 
 /** About what loading a rank-16 adapter costs next to prefilling blocks (docs/lora.md). */
@@ -75,6 +82,7 @@ export const DEFAULT_KV_ROUTER_CONFIG: KvRouterConfig = {
   sequencer: {},
   cost: 'blocks',
   latency: {},
+  measuredTierWeights: true,
 };
 
 export interface RouteRequest {
@@ -140,6 +148,8 @@ export class KvRouter {
   private readonly events: RadixIndexer | undefined;
   /** Host/disk tier blocks per worker (event mode). */
   readonly tiers = new LowerTierIndex();
+  /** Per worker, its last reported tier costs (`measuredTierWeights`). */
+  private readonly tierCosts = new Map<InstanceId, WorkerTierCosts>();
   private readonly approx: ApproxIndexer | undefined;
   private readonly index: KvIndexer;
   private readonly sequencer: EventSequencer;
@@ -194,17 +204,19 @@ export class KvRouter {
       const cachedBlocks = Math.min(Math.max(indexed, inflight), requestBlocks);
       // The prefix continues in the worker's host / disk tier: it onboards those blocks.
       const lower = this.events !== undefined && !req.noOverlapCredit ? this.tiers.hits(c.instanceId, seq, cachedBlocks) : undefined;
+      const tierCost = lower !== undefined && lower.hostBlocks + lower.diskBlocks > 0 ? this.tierCostsOf(c) : undefined;
       const input = {
         instanceId: c.instanceId,
         cachedBlocks,
         pendingPrefillBlocks: booked.pendingPrefillBlocks,
         activeDecodeBlocks: booked.activeBlocks,
         ...(lower !== undefined && lower.hostBlocks + lower.diskBlocks > 0 ? { hostBlocks: lower.hostBlocks, diskBlocks: lower.diskBlocks } : {}),
+        ...(tierCost !== undefined ? { hostHitWeight: tierCost.hostHitWeight, diskHitWeight: tierCost.diskHitWeight } : {}),
       };
       const row = workerCost(requestBlocks, input, weights, busy);
       row.indexedBlocks = indexed;
       row.inflightBlocks = inflight;
-      if (this.latency !== undefined) this.scoreLatency(row, c, booked, promptTokens);
+      if (this.latency !== undefined) this.scoreLatency(row, c, booked, promptTokens, tierCost);
       if (req.loraResident !== undefined && !req.loraResident.includes(c.instanceId)) {
         const penaltyBlocks = this.config.loraLoadPenaltyBlocks ?? DEFAULT_LORA_LOAD_PENALTY_BLOCKS;
         // The latency cost is in ms: the penalty is the prefill time of as many blocks.
@@ -312,6 +324,7 @@ export class KvRouter {
   removeWorker(workerId: InstanceId): void {
     this.index.removeWorker(workerId);
     this.tiers.removeWorker(workerId);
+    this.tierCosts.delete(workerId);
     this.sequencer.forget(workerId);
     this.active.removeWorker(workerId);
     this.latency?.removeWorker(workerId);
@@ -385,7 +398,7 @@ export class KvRouter {
    * seen prefilled or finished), or the worker's own load report where that says more (another
    * router's traffic), and this request's cached prefix.
    */
-  private scoreLatency(row: CostRow, c: WorkerCandidate, booked: WorkerActiveLoad, promptTokens: number): void {
+  private scoreLatency(row: CostRow, c: WorkerCandidate, booked: WorkerActiveLoad, promptTokens: number, tierCost: WorkerTierCosts | undefined): void {
     const load = c.load;
     const total = c.totalBlocks ?? load?.totalBlocks;
     const bookedUsage = total !== undefined && total > 0 ? booked.activeBlocks / total : 0;
@@ -397,9 +410,28 @@ export class KvRouter {
         kvUsage: Math.max(bookedUsage, load?.kvUsage ?? 0),
         ...(total !== undefined ? { totalBlocks: total, usedBlocks: Math.max(booked.activeBlocks, load?.activeBlocks ?? 0) } : {}),
       },
-      { promptTokens, cachedTokens: Math.min(promptTokens, row.cachedBlocks * this.config.blockSize), tierHits: tierHitsOf(row, this.config.blockSize) },
+      { promptTokens, cachedTokens: Math.min(promptTokens, row.cachedBlocks * this.config.blockSize), tierHits: tierHitsOf(row, this.config.blockSize, tierCost) },
       this.latestMs,
     );
+  }
+
+  /**
+   * The tier costs a worker reported (kept from its last report that had them, so a stale
+   * report does not lose them), when `measuredTierWeights`; else undefined (the flags' weights).
+   */
+  private tierCostsOf(c: WorkerCandidate): WorkerTierCosts | undefined {
+    if (!this.config.measuredTierWeights) return undefined;
+    const t = c.load?.tiers;
+    if (t?.onboardMsPerBlock !== undefined && t.recomputeMsPerBlock !== undefined) {
+      const { host, disk } = t.onboardMsPerBlock;
+      this.tierCosts.set(c.instanceId, {
+        hostOnboardMsPerBlock: host,
+        diskOnboardMsPerBlock: disk,
+        hostHitWeight: tierHitWeight(host, t.recomputeMsPerBlock),
+        diskHitWeight: tierHitWeight(disk, t.recomputeMsPerBlock),
+      });
+    }
+    return this.tierCosts.get(c.instanceId);
   }
 
   private applyReady(ready: readonly KvEvent[]): void {
@@ -449,12 +481,21 @@ function tierOnboardMsPerToken(model: PerfModel, weights: CostWeights): Record<s
 
 const NO_TIER_HITS: readonly TierHit[] = [];
 
-function tierHitsOf(row: CostRow, blockSize: number): readonly TierHit[] {
+function tierHitsOf(row: CostRow, blockSize: number, tierCost: WorkerTierCosts | undefined): readonly TierHit[] {
   const host = row.hostBlocks ?? 0;
   const disk = row.diskBlocks ?? 0;
   if (host + disk === 0) return NO_TIER_HITS;
+  const perToken = (ms: number | undefined) => (ms !== undefined ? { msPerToken: ms / blockSize } : {});
   return [
-    ...(host > 0 ? [{ tier: 'cpu', tokens: host * blockSize }] : []),
-    ...(disk > 0 ? [{ tier: 'disk', tokens: disk * blockSize }] : []),
+    ...(host > 0 ? [{ tier: 'cpu', tokens: host * blockSize, ...perToken(tierCost?.hostOnboardMsPerBlock) }] : []),
+    ...(disk > 0 ? [{ tier: 'disk', tokens: disk * blockSize, ...perToken(tierCost?.diskOnboardMsPerBlock) }] : []),
   ];
+}
+
+/** One worker's tier costs as it reported them, and the hit weights they give. */
+interface WorkerTierCosts {
+  hostOnboardMsPerBlock: number;
+  diskOnboardMsPerBlock: number;
+  hostHitWeight: number;
+  diskHitWeight: number;
 }

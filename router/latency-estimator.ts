@@ -51,6 +51,8 @@ export interface WorkerLatencyView {
 export interface TierHit {
   tier: string;
   tokens: number;
+  /** This worker's own onboard time per token from that tier (its report), over `onboardMsPerToken`. */
+  msPerToken?: number;
 }
 
 /** What the router knows about the request, as seen from one worker. */
@@ -109,7 +111,7 @@ export function estimateLatency(model: PerfModel, worker: WorkerLatencyView, req
   let onboardMs = 0;
   let tierTokens = 0;
   for (const hit of req.tierHits ?? []) {
-    const perToken = options.onboardMsPerToken?.[hit.tier];
+    const perToken = hit.msPerToken ?? options.onboardMsPerToken?.[hit.tier];
     if (perToken === undefined || hit.tokens <= 0) continue;
     onboardMs += perToken * hit.tokens;
     tierTokens += hit.tokens;

@@ -53,8 +53,8 @@ export function addKvRouterOptions(cmd: Command): Command {
     .addOption(new Option('--router-max-waiting <n>', 'kv, opt-in refusal: a worker reporting this many waiting requests or more is busy (as --router-busy-threshold)').argParser(intInRange(1, 1_000_000)))
     .option('--router-replica-sync', 'kv: share active-sequence bookings with other router replicas over router_sync', false)
     .option('--no-kv-events', 'kv: ignore worker KV events and learn cache contents from routing decisions (approximate mode)')
-    .addOption(new Option('--router-host-hit-weight <x>', `kv: prefill a block in a worker's host KV tier saves, 0..1 (default ${DEFAULT_HOST_HIT_WEIGHT}: 1 − copy/recompute time; docs/kv-tiers.md)`).argParser(numberInRange(0, 1)))
-    .addOption(new Option('--router-disk-hit-weight <x>', `kv: prefill a block in a worker's disk KV tier saves, 0..1 (default ${DEFAULT_DISK_HIT_WEIGHT})`).argParser(numberInRange(0, 1)))
+    .addOption(new Option('--router-host-hit-weight <x>', `kv: prefill a block in a worker's host KV tier saves, 0..1, for every worker (default: each worker's own 1 − onboard/recompute time from its load reports, ${DEFAULT_HOST_HIT_WEIGHT} before it reports; docs/kv-tiers.md)`).argParser(numberInRange(0, 1)))
+    .addOption(new Option('--router-disk-hit-weight <x>', `kv: prefill a block in a worker's disk KV tier saves, 0..1, for every worker (default: measured per worker, ${DEFAULT_DISK_HIT_WEIGHT} before it reports)`).argParser(numberInRange(0, 1)))
     .addOption(new Option('--router-cost <kind>', 'kv: blocks = block-count cost; latency = predicted TTFT + weighted ITL in ms, calibrated per worker').choices([...ROUTER_COST_KINDS]).default('blocks'))
     .addOption(new Option('--router-itl-weight <x>', 'kv, latency cost: weight of the ITL penalty against TTFT').argParser(numberInRange(0)).default(1))
     .addOption(new Option('--router-ttft-target-ms <ms>', 'kv, latency cost: a worker predicted over this TTFT is skipped while another is not').argParser(numberInRange(0.001)))
@@ -87,6 +87,8 @@ export function kvRouterConfigFromFlags(flags: Partial<KvRouterFlags>, replicaId
       hostHitWeight: f.routerHostHitWeight ?? DEFAULT_HOST_HIT_WEIGHT,
       diskHitWeight: f.routerDiskHitWeight ?? DEFAULT_DISK_HIT_WEIGHT,
     },
+    // Either weight given by hand: it applies to every worker, whatever their reports say.
+    measuredTierWeights: f.routerHostHitWeight === undefined && f.routerDiskHitWeight === undefined,
     temperature: f.routerTemperature,
     useKvEvents: f.kvEvents,
     overload: { ...DEFAULT_KV_ROUTER_CONFIG.overload, maxKvUsage: f.routerMaxKvUsage },

@@ -83,6 +83,29 @@ describe('KV router with tiered worker caches', () => {
     expect(picks).toEqual(new Set(['empty', 'tiered']));
   });
 
+  it('weighs host hits by what each worker reports: its onboard time against its recompute time', async () => {
+    const tiered = await offloadedWorker('tiered');
+    const empty = await worker('empty', false);
+    const router = new KvRouter({ blockSize: BS });
+    connect(router, [tiered, empty]);
+    // The mocker's tiers: a 2 MiB block over 25 GB/s = 0.0839 ms to onboard; recomputing 16
+    // tokens after 1024 costs 0.2568 ms in the default perf model → weight 1 − 0.0839/0.2568 = 0.673.
+    const report = tiered.loop.loadMetrics();
+    expect(report.tiers!.onboardMsPerBlock!.host).toBeCloseTo(0.0839, 3);
+    expect(report.tiers!.recomputeMsPerBlock!).toBeCloseTo(0.2568, 3);
+    const row = (r: RouteResult, id: string) => (r.kind === 'routed' ? r.decision.costs.find((c) => c.instanceId === id)! : undefined);
+    const measured = row(router.select({ requestId: 'a', tokens: PROMPT }, [{ instanceId: 'empty' }, { instanceId: 'tiered', load: report }]), 'tiered')!;
+    expect(measured.hostHitWeight).toBeCloseTo(0.673, 2);
+    expect(measured.prefillBlocks).toBeCloseTo(9 - 0.673 * 8, 1);
+    // A worker whose copies are slower than recomputing (1 ms a block) gets no credit at all.
+    const slow = { ...report, tiers: { ...report.tiers!, onboardMsPerBlock: { host: 1, disk: 1 } } };
+    expect(row(router.select({ requestId: 'b', tokens: PROMPT }, [{ instanceId: 'empty' }, { instanceId: 'tiered', load: slow }]), 'tiered')!).toMatchObject({ hostHitWeight: 0, prefillBlocks: 9 });
+    // Given by hand (--router-host-hit-weight), the weight applies whatever the workers report.
+    const fixed = new KvRouter({ blockSize: BS, measuredTierWeights: false, weights: { prefillLoadScale: 1, overlapScoreCredit: 1, hostHitWeight: 0.5 } });
+    connect(fixed, [tiered, empty]);
+    expect(row(fixed.select({ requestId: 'c', tokens: PROMPT }, [{ instanceId: 'empty' }, { instanceId: 'tiered', load: slow }]), 'tiered')!).toMatchObject({ hostHitWeight: 0.5, prefillBlocks: 5 });
+  });
+
   it('prefers the worker holding the prefix in its pool (G1) over one holding it in the host tier (G2)', async () => {
     const tiered = await offloadedWorker('g2');
     const device = await worker('g1', false);

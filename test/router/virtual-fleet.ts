@@ -21,7 +21,7 @@ import { MockerEngine } from '../../workers/engines/mocker/index.js';
 import { Scheduler } from '../../workers/scheduler/scheduler.js';
 import type { SchedulePlan } from '../../workers/scheduler/types.js';
 import { KvTierPolicy } from '../../workers/block-manager/kv-tier-policy.js';
-import type { KvEventData, LoadMetrics } from '../../proto/wire.js';
+import type { KvEventData, LoadMetrics, LoadTierReport } from '../../proto/wire.js';
 import { mockResult, stopOpts } from '../workers/builders.js';
 
 export interface VirtualWorkerSpec {
@@ -236,7 +236,10 @@ export class VirtualFleet {
     for (const d of data) {
       if (this.router.config.useKvEvents) this.router.applyEvent({ workerId: w.spec.id, eventId: w.nextEventId++, data: d }, this.nowMs);
     }
-    if (this.options.loadReports) w.report = { workerId: w.spec.id, ...w.scheduler.load(), timestampMs: this.nowMs };
+    if (this.options.loadReports) {
+      w.report = { workerId: w.spec.id, ...w.scheduler.load(), timestampMs: this.nowMs };
+      if (w.tiers !== undefined) w.report.tiers = this.tierReport(w);
+    }
     for (const o of out.outputs) {
       const outcome = this.outcomes.get(w.seqToRequest.get(o.seqId)!)!;
       if (outcome.firstTokenMs === undefined) {
@@ -252,6 +255,22 @@ export class VirtualFleet {
       this.router.onFinished(requestId, this.nowMs, f.usage.completionTokens);
     }
     this.startStep(w);
+  }
+
+  /** What the worker's loop reports about its tiers (EngineLoop.tierReport): occupancy and the onboard / recompute costs. */
+  private tierReport(w: WorkerState): LoadTierReport {
+    const bs = this.router.config.blockSize;
+    const copy = this.options.hostCopyMsPerBlock ?? 0;
+    return {
+      hostBlocks: w.tiers!.host.size,
+      hostCapacity: w.tiers!.host.capacity,
+      diskBlocks: 0,
+      diskCapacity: 0,
+      queryTokens: 0,
+      hitTokens: { device: 0, host: 0, disk: 0 },
+      onboardMsPerBlock: { host: copy, disk: Infinity },
+      recomputeMsPerBlock: (this.model.prefillMs(1024 + bs) - this.model.prefillMs(1024)) / w.spec.speed,
+    };
   }
 
   private worker(id: string): WorkerState {

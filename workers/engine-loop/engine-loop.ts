@@ -243,6 +243,8 @@ export class EngineLoop {
       diskCapacity: s.diskCapacityBlocks,
       queryTokens: bm.prefixCacheQueries,
       hitTokens: { device: bm.prefixCacheHits, host: s.onboardHostBlocks * bs, disk: s.onboardDiskBlocks * bs },
+      onboardMsPerBlock: tiers.onboardMsPerBlock,
+      recomputeMsPerBlock: tiers.recomputeMsPerBlock(bs),
     };
   }
 

@@ -16,10 +16,11 @@
  *
  * Disk I/O never blocks a step; only step 1 (and the host part of step 2) run before it.
  */
-import type { KvTierPolicy, OnboardCosts, EvictedBlock, TierOp } from '../block-manager/kv-tier-policy.js';
+import type { KvTierPolicy, OnboardCosts, OnboardSource, EvictedBlock, TierOp } from '../block-manager/kv-tier-policy.js';
 import type { KvOnboardStart } from '../scheduler/types.js';
 import type { BlockCopier } from './block-copier.js';
 import type { BlockStore } from './disk-block-store.js';
+import { recomputeMsPerBlock } from './tier-costs.js';
 
 export interface KvTierManagerConfig {
   policy: KvTierPolicy;
@@ -37,6 +38,9 @@ export interface InlineOnboards {
 }
 
 const NO_INLINE: InlineOnboards = { ready: Promise.resolve(), failed: Promise.resolve([]) };
+
+/** Weight of the newest onboard in the per-tier average of ms per block. */
+const ONBOARD_EWMA_ALPHA = 0.2;
 
 export interface KvTierStats {
   hostBlocks: number;
@@ -63,6 +67,8 @@ export class KvTierManager {
   private readonly slab: Uint8Array;
   private readonly blockBytes: number;
   private counts = { offloadBytes: 0, onboardBytes: 0, onboardFailures: 0, diskWriteBytes: 0 };
+  /** Measured ms per onboarded block, per source tier (EWMA); starts at the bandwidths' figure. */
+  private readonly onboardMs: { host: number; disk: number };
   private inFlight = new Set<Promise<unknown>>();
 
   constructor(config: KvTierManagerConfig) {
@@ -74,6 +80,21 @@ export class KvTierManager {
     this.blockBytes = config.copier.blockBytes;
     this.virtual = config.copier.virtual === true;
     this.slab = new Uint8Array(this.virtual ? 0 : config.policy.host.slotCount * this.blockBytes);
+    this.onboardMs = { host: config.costs.hostMsPerBlock, disk: config.costs.diskMsPerBlock };
+  }
+
+  /** Ms to recompute one block of `blockSize` tokens on top of a 1024-token prefill (the perf model's marginal cost). */
+  recomputeMsPerBlock(blockSize: number): number {
+    return recomputeMsPerBlock(this.costs, blockSize);
+  }
+
+  /**
+   * Ms to onboard one block from each tier as this worker measures it (exponentially weighted
+   * over its onboards; the bandwidths' figure before the first). A simulated copier (the
+   * mocker) is charged the modelled time, so this is the modelled time there.
+   */
+  get onboardMsPerBlock(): { host: number; disk: number } {
+    return { host: this.onboardMs.host, disk: this.onboardMs.disk };
   }
 
   /** Registers the blocks the disk directory already holds (a restart keeps G3). */
@@ -158,6 +179,7 @@ export class KvTierManager {
    */
   private onboardInline(ob: KvOnboardStart): Promise<number | undefined> {
     const bb = this.blockBytes;
+    const started = performance.now();
     let write: Promise<void>;
     try {
       const data = ob.sources.map((s) => (this.virtual ? new Uint8Array(0) : this.slab.slice(s.slot * bb, (s.slot + 1) * bb)));
@@ -168,6 +190,7 @@ export class KvTierManager {
     const task = write.then(
       () => {
         this.counts.onboardBytes += ob.sources.length * bb;
+        this.measured(ob.sources, performance.now() - started);
         return undefined;
       },
       () => {
@@ -191,6 +214,7 @@ export class KvTierManager {
   /** Copies host sources out now (before the offload plan may reuse their slots); disk sources later. */
   private onboard(ob: KvOnboardStart, settle: (seqId: number, ok: boolean) => void): Promise<void> {
     const bb = this.blockBytes;
+    const started = performance.now();
     const parts: Array<Uint8Array | Promise<Uint8Array | undefined>> = ob.sources.map((s) => {
       if (s.tier === 'host') return this.virtual ? new Uint8Array(0) : this.slab.slice(s.slot * bb, (s.slot + 1) * bb);
       const tokens = this.policy.disk.peek(s.hash)?.tokens;
@@ -215,10 +239,24 @@ export class KvTierManager {
         return;
       }
       this.counts.onboardBytes += data.length * bb;
+      this.measured(ob.sources, performance.now() - started);
       settle(ob.seqId, true);
     })();
     this.track(task);
     return task;
+  }
+
+  /**
+   * One finished onboard of `sources` that took `wallMs`: the per-block time of its slowest
+   * tier (a disk read dominates a mixed one) feeds that tier's average. A simulated copier
+   * reports the modelled time instead of the wall time (which the speedup ratio and timer
+   * granularity distort).
+   */
+  private measured(sources: readonly OnboardSource[], wallMs: number): void {
+    if (sources.length === 0) return;
+    const tier = sources.some((s) => s.tier === 'disk') ? 'disk' : 'host';
+    const perBlock = this.virtual ? (tier === 'disk' ? this.costs.diskMsPerBlock : this.costs.hostMsPerBlock) : wallMs / sources.length;
+    this.onboardMs[tier] += ONBOARD_EWMA_ALPHA * (perBlock - this.onboardMs[tier]);
   }
 
   private run(ops: readonly TierOp[], staged?: Map<bigint, Uint8Array>): void {
