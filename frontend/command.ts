@@ -134,6 +134,7 @@ export function registerFrontendCommand(program: Command): Command {
         routerMaxKvUsage: flags.routerMaxKvUsage,
         ...(flags.routerBusyThreshold !== undefined ? { routerBusyThreshold: flags.routerBusyThreshold } : {}),
         ...(flags.routerMaxWaiting !== undefined ? { routerMaxWaiting: flags.routerMaxWaiting } : {}),
+        ...(flags.routerPrefixAffinity !== undefined ? { routerPrefixAffinity: flags.routerPrefixAffinity } : {}),
         routerReplicaSync: flags.routerReplicaSync,
         kvEvents: flags.kvEvents,
         ...(flags.routerCost !== undefined ? { routerCost: flags.routerCost } : {}),

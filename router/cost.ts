@@ -78,6 +78,10 @@ export interface CostRow extends WorkerCostInput {
   overloaded: boolean;
   /** `--router-cost latency`: the predictions `cost` (then in ms) was made of (latency-cost.ts). */
   latency?: LatencyPrediction;
+  /** Holds at least the prefix-affinity share of the prompt in some tier (prefix-affinity.ts). */
+  prefixHolder?: boolean;
+  /** For a holder: pool − used − the blocks this request adds; negative = it would wait for KV. */
+  kvRoomBlocks?: number;
 }
 
 /**

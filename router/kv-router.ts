@@ -27,6 +27,7 @@ import type { KvDumpResponse, KvReplayResponse, RouterSyncMessage } from '../pro
 import type { RecoveryAction } from './recovery-protocol.js';
 import { updateFromWire, updateToWire } from './router-sync.js';
 import { selectIndex } from './selector.js';
+import { DEFAULT_PREFIX_AFFINITY, affinityPool, markHolders, type AffinityView, type PrefixAffinityPolicy } from './prefix-affinity.js';
 
 export interface KvRouterConfig {
   blockSize: number;
@@ -63,6 +64,8 @@ export interface KvRouterConfig {
    * given): `weights` for everyone.
    */
   measuredTierWeights: boolean;
+  /** A prefix holder with room takes the request unless truly overloaded (prefix-affinity.ts); minHeldShare 0 = off. */
+  prefixAffinity: PrefixAffinityPolicy;
 }
 
 /** About what loading a rank-16 adapter costs next to prefilling blocks (docs/lora.md). */
@@ -83,6 +86,7 @@ export const DEFAULT_KV_ROUTER_CONFIG: KvRouterConfig = {
   cost: 'blocks',
   latency: {},
   measuredTierWeights: true,
+  prefixAffinity: DEFAULT_PREFIX_AFFINITY,
 };
 
 export interface RouteRequest {
@@ -123,6 +127,8 @@ export interface RouteDecision {
   seqHashes: readonly bigint[];
   /** Every candidate was over its load threshold: the least-bad one got it, to wait in its queue. */
   saturated?: boolean;
+  /** Chosen among the prefix holders by prefix affinity (the rows' `prefixHolder`, `kvRoomBlocks` say why). */
+  affinity?: boolean;
 }
 
 export type RouteResult =
@@ -192,6 +198,7 @@ export class KvRouter {
     const overlap = this.index.findMatches(local);
     const weights = req.noOverlapCredit ? { ...this.config.weights, overlapScoreCredit: 0 } : this.config.weights;
     const costs: CostRow[] = new Array(candidates.length);
+    const views: AffinityView[] = new Array(candidates.length);
     const eligible: number[] = [];
     for (let i = 0; i < candidates.length; i++) {
       const c = candidates[i]!;
@@ -223,8 +230,11 @@ export class KvRouter {
         row.cost += this.latency !== undefined ? this.latency.config.perfModel.prefillMs(penaltyBlocks * this.config.blockSize) : penaltyBlocks;
       }
       costs[i] = row;
+      views[i] = { totalBlocks: c.totalBlocks ?? c.load?.totalBlocks, usedBlocks: Math.max(booked.activeBlocks, c.load?.activeBlocks ?? 0) };
       if (!busy) eligible.push(i);
     }
+    // A decode leg after a remote prefill holds nothing worth sticking to (it gets the KV sent).
+    if (!req.noOverlapCredit) markHolders(costs, views, requestBlocks, this.config.prefixAffinity);
     const saturated = eligible.length === 0;
     if (saturated) {
       // Refused only by the opt-in policy, and only when it finds every candidate busy.
@@ -234,7 +244,8 @@ export class KvRouter {
       }
       for (let i = 0; i < candidates.length; i++) eligible.push(i);
     }
-    const pool = this.latency === undefined ? eligible : withinTargets(eligible, costs);
+    const within = this.latency === undefined ? eligible : withinTargets(eligible, costs);
+    const pool = affinityPool(within, costs, this.config.prefixAffinity);
     const pick = pool[selectIndex(pool.map((i) => costs[i]!.cost), this.config.temperature, this.rng)]!;
     const chosen = costs[pick]!;
     return {
@@ -249,6 +260,7 @@ export class KvRouter {
         localHashes: local,
         seqHashes: seq,
         ...(saturated ? { saturated: true } : {}),
+        ...(pool !== within ? { affinity: true } : {}),
       },
     };
   }

@@ -1,0 +1,101 @@
+/**
+ * Prefix affinity (docs/design.md "Router", tiers and conversations): a request whose prefix a
+ * worker already holds, in its pool or in its host/disk tier, goes to that worker unless the
+ * worker is truly overloaded. Pure: rows in, a narrower pool out.
+ *
+ * Why a rule on top of the cost: a conversation's next turn arrives seconds to minutes after
+ * the last, and by then the holder's load is whatever the other traffic made it. The cost
+ * weighs the prefix it saves (a few hundred blocks at most) against the holder's active blocks,
+ * which swing by more than that with the traffic alone, so follow-ups scattered (measured on
+ * Mooncake's conversation trace: 57–73% of the cache ceiling with an unbounded host tier,
+ * bench/mooncake-fleet.ts). Yet sending a follow-up to a holder that has room costs it nothing
+ * in time to first token: active blocks slow a step a little, and only a full pool or a prefill
+ * queue makes the request wait.
+ *
+ * A holder is a candidate that holds at least `minHeldShare` of the prompt's blocks (device
+ * hits, in-flight credit and tier hits together). It is truly overloaded, and the cost decides
+ * as usual, when it:
+ *   - is over its load threshold (not in the eligible pool the caller gives), or
+ *   - has no KV room for the blocks this request adds (`kvRoomBlocks` < 0: pool − used − new), or
+ *   - carries more than `maxLoadRatio` (2) × the mean load of the candidates that do not hold
+ *     it, load = active blocks + pending prefill blocks (so a hot prefix that every request
+ *     shares spreads once its holders run ahead of the rest: a burst never piles onto one
+ *     worker, and a worker that holds nothing is not starved while others do).
+ * Otherwise the request goes to the holders only (lowest cost among them). When every
+ * candidate holds the prefix, or none does, the rule changes nothing.
+ *
+ * Worked example (tests: test/router/prefix-affinity.test.ts). 100-block prompt, minHeldShare
+ * 0.3, three workers with 400-block pools:
+ *   A holds 60 blocks in its host tier, active 250, pending 0 → load 250, room 400 − 250 − 40 = 110
+ *   B holds nothing,                   active 100, pending 20 → load 120
+ *   C holds nothing,                   active 110, pending 0  → load 110
+ * The others' mean load is (120 + 110) / 2 = 115; A's 250 ≤ 2 × 115 = 230? No: A is overloaded
+ * and the cost decides (B = 120 + 100 loses to C = 110 + 100). With A at active 230 instead:
+ * 230 ≤ 230 and room 130 → A takes it although its cost (40 + 230 = 270) is above C's (210).
+ */
+import type { CostRow } from './cost.js';
+
+export interface PrefixAffinityPolicy {
+  /** `--router-prefix-affinity`: share of the prompt's blocks a holder must hold; 0 = off. */
+  minHeldShare: number;
+  /** A holder carrying more than this × the mean load of the candidates that do not hold the prefix is overloaded. */
+  maxLoadRatio: number;
+}
+
+export const DEFAULT_PREFIX_AFFINITY: PrefixAffinityPolicy = { minHeldShare: 0.3, maxLoadRatio: 2 };
+
+/** What the rule reads about one candidate, beside its cost row. */
+export interface AffinityView {
+  /** The worker's KV pool in blocks, when known. */
+  totalBlocks: number | undefined;
+  /** Blocks in use there: the larger of the router's bookings and the worker's report. */
+  usedBlocks: number;
+}
+
+/** Blocks of the prompt the row's worker holds in any tier. */
+export function heldBlocks(row: CostRow): number {
+  return row.cachedBlocks + (row.hostBlocks ?? 0) + (row.diskBlocks ?? 0);
+}
+
+/**
+ * Marks each row with what the rule saw (`prefixHolder`, `kvRoomBlocks`) so a decision's cost
+ * table says why a holder won or lost. No other side effect.
+ */
+export function markHolders(rows: CostRow[], views: readonly AffinityView[], requestBlocks: number, policy: PrefixAffinityPolicy): void {
+  if (!(policy.minHeldShare > 0) || requestBlocks <= 0) return;
+  for (let i = 0; i < rows.length; i++) {
+    const row = rows[i]!;
+    const held = heldBlocks(row);
+    if (held <= 0 || held < policy.minHeldShare * requestBlocks) continue;
+    row.prefixHolder = true;
+    const v = views[i]!;
+    if (v.totalBlocks !== undefined) row.kvRoomBlocks = v.totalBlocks - v.usedBlocks - (requestBlocks - held);
+  }
+}
+
+/**
+ * The pool narrowed to the holders that are not truly overloaded, or `pool` itself when there
+ * are none. A holder whose pool size is unknown has no proven room: it is left to the cost.
+ */
+export function affinityPool(pool: readonly number[], rows: readonly CostRow[], policy: PrefixAffinityPolicy): readonly number[] {
+  if (!(policy.minHeldShare > 0) || pool.length < 2) return pool;
+  let others = 0;
+  let load = 0;
+  for (const i of pool) {
+    if (rows[i]!.prefixHolder === true) continue;
+    load += loadOf(rows[i]!);
+    others++;
+  }
+  // Nobody holds it, or everybody does: nothing to prefer.
+  if (others === 0 || others === pool.length) return pool;
+  const limit = policy.maxLoadRatio * (load / others);
+  const sticky = pool.filter((i) => {
+    const r = rows[i]!;
+    return r.prefixHolder === true && r.kvRoomBlocks !== undefined && r.kvRoomBlocks >= 0 && loadOf(r) <= limit;
+  });
+  return sticky.length > 0 ? sticky : pool;
+}
+
+function loadOf(row: CostRow): number {
+  return row.activeDecodeBlocks + row.pendingPrefillBlocks;
+}

@@ -1,0 +1,136 @@
+/**
+ * Prefix affinity (router/prefix-affinity.ts): a follow-up turn goes to the worker holding its
+ * prefix in any tier unless that worker is truly overloaded (over its load threshold, out of KV
+ * room, or past 2× the mean load of the workers that do not hold it), and the cost rows say which. The worked example of the
+ * file comment, then the rule inside `KvRouter.select` on host-tier holdings.
+ */
+import { describe, expect, it } from 'vitest';
+import type { CostRow } from '../../router/cost.js';
+import { KvRouter, type RouteResult } from '../../router/kv-router.js';
+import { DEFAULT_PREFIX_AFFINITY, affinityPool, markHolders } from '../../router/prefix-affinity.js';
+import { blockHashes } from '../../router/hashing.js';
+import { FakeKvWorker, tokens } from './fixtures.js';
+
+const BS = 16;
+
+function row(instanceId: string, o: Partial<CostRow>): CostRow {
+  return { instanceId, cachedBlocks: 0, pendingPrefillBlocks: 0, activeDecodeBlocks: 0, newPrefillBlocks: 0, prefillBlocks: 0, cost: 0, overloaded: false, ...o };
+}
+
+describe('prefix affinity, worked example (100-block prompt, share 0.3, 400-block pools)', () => {
+  const rows = (aActive: number) => [
+    row('A', { hostBlocks: 60, activeDecodeBlocks: aActive, cost: 40 + aActive }),
+    row('B', { activeDecodeBlocks: 100, pendingPrefillBlocks: 20, cost: 220 }),
+    row('C', { activeDecodeBlocks: 110, cost: 210 }),
+  ];
+  const views = (aActive: number) => [
+    { totalBlocks: 400, usedBlocks: aActive },
+    { totalBlocks: 400, usedBlocks: 100 },
+    { totalBlocks: 400, usedBlocks: 110 },
+  ];
+
+  it("A holds 60 of 100 blocks; at load 250 > 2 × the others' mean 115 = 230 it is overloaded and the cost decides", () => {
+    const r = rows(250);
+    markHolders(r, views(250), 100, DEFAULT_PREFIX_AFFINITY);
+    expect(r.map((x) => x.prefixHolder === true)).toEqual([true, false, false]);
+    expect(r[0]!.kvRoomBlocks).toBe(400 - 250 - 40);
+    expect(affinityPool([0, 1, 2], r, DEFAULT_PREFIX_AFFINITY)).toEqual([0, 1, 2]);
+  });
+
+  it('at load 230 ≤ 230 with room 130, A alone is the pool although its cost 270 > C 210', () => {
+    const r = rows(230);
+    markHolders(r, views(230), 100, DEFAULT_PREFIX_AFFINITY);
+    expect(r[0]!.kvRoomBlocks).toBe(130);
+    expect(affinityPool([0, 1, 2], r, DEFAULT_PREFIX_AFFINITY)).toEqual([0]);
+  });
+
+  it('no KV room for the 40 blocks it adds (used 370 of 400) → overloaded, whatever the load ratio', () => {
+    const r = rows(230);
+    markHolders(r, [{ totalBlocks: 400, usedBlocks: 370 }, ...views(230).slice(1)], 100, DEFAULT_PREFIX_AFFINITY);
+    expect(r[0]!.kvRoomBlocks).toBe(-10);
+    expect(affinityPool([0, 1, 2], r, DEFAULT_PREFIX_AFFINITY)).toEqual([0, 1, 2]);
+  });
+
+  it('holding 29 of 100 blocks is below the 0.3 share: not a holder; share 0 turns the rule off', () => {
+    const r = [row('A', { cachedBlocks: 29 }), row('B', {})];
+    markHolders(r, [{ totalBlocks: 400, usedBlocks: 0 }, { totalBlocks: 400, usedBlocks: 0 }], 100, DEFAULT_PREFIX_AFFINITY);
+    expect(r[0]!.prefixHolder).toBeUndefined();
+    const held = [row('A', { cachedBlocks: 90 }), row('B', {})];
+    const off = { ...DEFAULT_PREFIX_AFFINITY, minHeldShare: 0 };
+    markHolders(held, [{ totalBlocks: 400, usedBlocks: 0 }, { totalBlocks: 400, usedBlocks: 0 }], 100, off);
+    expect(held[0]!.prefixHolder).toBeUndefined();
+    expect(affinityPool([0, 1], held, off)).toEqual([0, 1]);
+  });
+});
+
+/** A router that knows `holder` keeps `prompt`'s blocks in its host tier (medium 'cpu' events). */
+function routerWithHostHolder(prompt: number[], holder: string, others: string[]): KvRouter {
+  const router = new KvRouter({ blockSize: BS });
+  for (const id of [holder, ...others]) {
+    router.addWorker(id, 0);
+    router.applyDump({ workerId: id, nextEventId: 0, events: [] }, 0);
+  }
+  const stored = new FakeKvWorker(holder, BS).store(prompt)!;
+  router.applyEvent({ ...stored, data: { ...stored.data, medium: 'cpu' } as typeof stored.data }, 0);
+  return router;
+}
+
+function routed(r: RouteResult) {
+  if (r.kind !== 'routed') throw new Error(`expected routed, got ${r.kind}`);
+  return r.decision;
+}
+
+describe('KvRouter with prefix affinity: a follow-up turn and its host-tier holder', () => {
+  // The last turn left 48 blocks in A's host tier; the follow-up adds 12 new blocks.
+  const history = tokens(5, 48 * BS);
+  const followUp = [...history, ...tokens(6, 12 * BS)];
+
+  it("goes to the holder although the holder's active blocks make its cost higher; the row says why", () => {
+    const three = ['A', 'B', 'C'].map((id) => ({ instanceId: id, totalBlocks: 512 }));
+    const busy = (router: KvRouter) => {
+      // Other traffic: A decodes 100 blocks, B 30, C 80 (one private block each on top).
+      for (const [id, n, seed] of [['A', 100, 7], ['B', 30, 8], ['C', 80, 9]] as const) {
+        routed(router.route({ requestId: `busy-${id}`, tokens: tokens(seed, n * BS) }, [{ instanceId: id, totalBlocks: 512 }], 0));
+        router.onFirstToken(`busy-${id}`, 0);
+      }
+    };
+    const router = routerWithHostHolder(history, 'A', ['B', 'C']);
+    expect(router.tiers.hits('A', blockHashes(followUp, BS).seq, 0)).toEqual({ hostBlocks: 48, diskBlocks: 0 });
+    busy(router);
+    // A has not reported its tier costs, so its host hits weigh the default 0.65:
+    // A = 60 − 0.65 × 48 + 101 = 129.8, B = 60 + 31 = 91, C = 60 + 81 = 141. The others' loads
+    // 31 and 81 average 56: A's 101 ≤ 2 × 56 = 112, with room 512 − 101 − 12 = 399 → A takes it.
+    const d = routed(router.select({ requestId: 'turn2', tokens: followUp }, three));
+    const [a, b] = ['A', 'B'].map((id) => d.costs.find((c) => c.instanceId === id)!);
+    expect(a!.cost).toBeCloseTo(129.8, 5);
+    expect(b!.cost).toBe(91);
+    expect(d).toMatchObject({ instanceId: 'A', affinity: true });
+    expect(a).toMatchObject({ prefixHolder: true, hostBlocks: 48, kvRoomBlocks: 399 });
+    // Without the rule the cost decides: B.
+    const plain = routerWithHostHolder(history, 'A', ['B', 'C']);
+    (plain.config as { prefixAffinity: typeof DEFAULT_PREFIX_AFFINITY }).prefixAffinity = { ...DEFAULT_PREFIX_AFFINITY, minHeldShare: 0 };
+    busy(plain);
+    expect(routed(plain.select({ requestId: 'turn2', tokens: followUp }, three)).instanceId).toBe('B');
+  });
+
+  it('a holder past 2× the load of those without the prefix is truly overloaded: A at 101 blocks vs B at 31 (limit 62)', () => {
+    const router = routerWithHostHolder(history, 'A', ['B']);
+    for (const [id, n, seed] of [['A', 100, 7], ['B', 30, 8]] as const) {
+      routed(router.route({ requestId: `busy-${id}`, tokens: tokens(seed, n * BS) }, [{ instanceId: id, totalBlocks: 512 }], 0));
+      router.onFirstToken(`busy-${id}`, 0);
+    }
+    const d = routed(router.select({ requestId: 'turn2', tokens: followUp }, ['A', 'B'].map((id) => ({ instanceId: id, totalBlocks: 512 }))));
+    expect(d.instanceId).toBe('B');
+    expect(d.affinity).toBeUndefined();
+  });
+
+  it('a holder with no KV room for the new blocks is truly overloaded: the cost sends the turn elsewhere', () => {
+    const router = routerWithHostHolder(history, 'A', ['B']);
+    // A's pool is 160 blocks and 150 are booked: 12 more do not fit.
+    routed(router.route({ requestId: 'fill-A', tokens: tokens(9, 149 * BS) }, [{ instanceId: 'A', totalBlocks: 160 }], 0));
+    const d = routed(router.select({ requestId: 'turn2', tokens: followUp }, [{ instanceId: 'A', totalBlocks: 160 }, { instanceId: 'B', totalBlocks: 160 }]));
+    expect(d.instanceId).toBe('B');
+    expect(d.affinity).toBeUndefined();
+    expect(d.costs.find((c) => c.instanceId === 'A')).toMatchObject({ prefixHolder: true, kvRoomBlocks: 160 - 150 - 12 });
+  });
+});
