@@ -1,8 +1,9 @@
 /**
  * The worker's KV tiers from its flags: G2 host memory and G3 disk below the engine pool.
  * The native engine copies real blocks out of its pool (host memory directly, a device pool
- * through kvReadBlocks / kvWriteBlocks); the mocker simulates the copies
- * with H100-like bandwidths (its `--kv-bytes-per-token` sizes a block).
+ * through kvReadBlocks / kvWriteBlocks); the mocker simulates the copies with H100-like
+ * bandwidths, blocks sized by the served model's own KV bytes per token (bf16; or
+ * `--kv-bytes-per-token`), so it charges what the native engine on a GPU would copy.
  */
 import { ConfigError } from '../../runtime/errors.js';
 import { PolynomialPerfModel, type PerfModel } from '../../perf-model/index.js';
@@ -12,8 +13,10 @@ import { MockerEngine } from '../engines/mocker/index.js';
 import { createKvTiers, devicePoolTierTarget, hostPoolTierTarget, simulatedTierTarget, type KvTierManager, type KvTierOptions } from '../kv-tiers/index.js';
 
 export interface WorkerKvTierOptions extends KvTierOptions {
-  /** Mocker: bytes of KV per token, for the simulated copy times. */
+  /** Mocker: bytes of KV per token, for the simulated copy times (`--kv-bytes-per-token`). */
   kvBytesPerToken?: number;
+  /** Mocker: the served model's own KV bytes per token (bf16), used when `kvBytesPerToken` is not given. */
+  modelKvBytesPerToken?: number;
 }
 
 export const GIB = 1024 ** 3;
@@ -29,7 +32,8 @@ export async function setupWorkerKvTiers(engine: Engine, options: WorkerKvTierOp
     throw new ConfigError('--kv-disk-cache-gb needs --kv-disk-cache-dir');
   }
   if (engine instanceof MockerEngine) {
-    const bytes = (options.kvBytesPerToken ?? 131072) * engine.info.blockSize;
+    // What the native engine would copy: the model's real KV per token (an 8B model's 128 KiB if unknown).
+    const bytes = (options.kvBytesPerToken ?? options.modelKvBytesPerToken ?? 131072) * engine.info.blockSize;
     return createKvTiers(options, simulatedTierTarget(bytes, engine.speedupRatio, perfModel ?? engine.perfModel));
   }
   const native = engine as NativeEngine;

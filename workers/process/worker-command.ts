@@ -34,7 +34,7 @@ interface WorkerFlags extends RuntimeFlags, Pick<WorkerOptions, SameAsOptions> {
   enforceEager?: boolean;
   kvCacheMemory?: number;
   loadMetricsInterval: number;
-  kvBytesPerToken: number;
+  kvBytesPerToken?: number;
   kvReleaseTimeout: number;
   kvPullTimeout: number;
   kvLayerStreaming?: boolean;
@@ -73,7 +73,7 @@ function workerOptionsFromFlags(flags: WorkerFlags): WorkerOptions {
     ...(flags.enforceEager === true ? { cudaGraphs: false } : {}),
     kvCacheMemoryBytes: flags.kvCacheMemory,
     loadMetricsIntervalMs: flags.loadMetricsInterval,
-    kvBytesPerToken: flags.kvBytesPerToken,
+    ...(flags.kvBytesPerToken !== undefined ? { kvBytesPerToken: flags.kvBytesPerToken } : {}),
     kvReleaseTimeoutMs: Math.round(flags.kvReleaseTimeout * 1000),
     kvPullTimeoutMs: Math.round(flags.kvPullTimeout * 1000),
     ...(flags.kvLayerStreaming === true ? { kvLayerStreaming: true } : {}),
@@ -85,7 +85,7 @@ function workerOptionsFromFlags(flags: WorkerFlags): WorkerOptions {
             ...(flags.kvDiskCacheDir !== undefined ? { diskCacheDir: flags.kvDiskCacheDir } : {}),
             diskCacheBytes: Math.floor((flags.kvDiskCacheGb ?? 0) * GIB),
             diskMinReuse: flags.kvDiskMinReuse,
-            kvBytesPerToken: flags.kvBytesPerToken,
+            ...(flags.kvBytesPerToken !== undefined ? { kvBytesPerToken: flags.kvBytesPerToken } : {}),
           },
         }
       : {}),
@@ -127,7 +127,7 @@ export function registerWorkerCommand(program: Command): void {
     .addOption(new Option('--threads <n>', 'native: compute threads (default: all cores)').argParser(positiveInt))
     .addOption(new Option('--kv-cache-memory <bytes>', 'native: KV pool budget in bytes when --num-gpu-blocks is not set').argParser(positiveInt))
     .addOption(new Option('--load-metrics-interval <ms>', 'publish load metrics at most this often').argParser(intInRange(0, 60_000)).default(10))
-    .addOption(new Option('--kv-bytes-per-token <bytes>', 'prefill/decode with the mocker: KV bytes per token of its real host pool').argParser(positiveInt).default(DEFAULT_MOCKER_KV_BYTES_PER_TOKEN))
+    .addOption(new Option('--kv-bytes-per-token <bytes>', `mocker: KV bytes per token: of its real host pool in prefill/decode mode (default ${DEFAULT_MOCKER_KV_BYTES_PER_TOKEN}), and of the blocks its KV tiers copy (default: the model's own, bf16, from config.json)`).argParser(positiveInt))
     .addOption(new Option('--kv-release-timeout <seconds>', 'prefill: free pinned KV blocks no decode worker released after this long').argParser(numberInRange(0.001)).default(DEFAULT_KV_RELEASE_TIMEOUT_MS / 1000))
     .addOption(new Option('--kv-layer-streaming', 'prefill/decode, host KV pools: stream each hand-off layer by layer while the prefill computes (with the frontend flag of the same name; docs/disaggregation.md)'))
     .addOption(new Option('--kv-pull-timeout <seconds>', 'decode: give up a KV pull and compute the prompt after this long (keep below --kv-release-timeout)').argParser(numberInRange(0.001)).default(DEFAULT_PULL_TIMEOUT_MS / 1000))

@@ -29,7 +29,7 @@ import type { Logger } from '../../runtime/logging.js';
 import { EngineLoop } from '../engine-loop/index.js';
 import { isDeviceKvSetup, kvCardFields, type KvImportService, type KvTransferSetup, type PinnedBlocks } from '../disagg/index.js';
 import type { NativeEngine } from '../engines/native/index.js';
-import { readModelConfig, type ModelConfig } from '../models/index.js';
+import { kvBytesPerToken, readModelConfig, type ModelConfig } from '../models/index.js';
 import { DEFAULT_COMPILE_LIMITS, GrammarCache, GrammarCompiler } from '../../grammar/index.js';
 import type { Vocabulary } from '../../grammar/index.js';
 import { cardLoras, loadStartupAdapters, loraAdminHandler, LoraRegistry } from '../lora/index.js';
@@ -157,7 +157,7 @@ export async function startWorker(runtime: DistributedRuntime, options: WorkerOp
   const metrics = new WorkerMetrics(runtime.metrics, modelName);
   const log = runtime.logger.child({ component: componentName, model: modelName });
   const grammar = buildGrammar(cfg.vocab, options, metrics, modelName, log);
-  const kvTiers = options.kvTiers !== undefined ? await setupWorkerKvTiers(engine, options.kvTiers, modelName) : undefined;
+  const kvTiers = options.kvTiers !== undefined ? await setupWorkerKvTiers(engine, { ...options.kvTiers, modelKvBytesPerToken: kvBytesPerToken(config, 2) }, modelName) : undefined;
   if (kvTiers !== undefined) new KvTierMetrics(runtime.metrics, modelName, kvTiers, engine.info.blockSize);
   const cardPublisher = new ModelCardPublisher(runtime, modelKey(options.namespace, modelName, runtime.instanceId), log);
   const loras = new LoraRegistry(engine, {
