@@ -10,15 +10,7 @@ import { SeededRandom } from '../../runtime/random.js';
 import { encodeWeights, WEIGHT_DTYPE_INFO, type WeightDtype } from '../models/dtype.js';
 import { encodeSafetensors, type TensorData } from '../models/safetensors.js';
 import { LORA_TARGET_MODULES, type LoraTargetModule } from './peft-adapter.js';
-
-export interface LoraModelDims {
-  hiddenSize: number;
-  intermediateSize: number;
-  numLayers: number;
-  numHeads: number;
-  numKvHeads: number;
-  headDim: number;
-}
+import { loraTargetDims, loraTensorName, type LoraModelDims } from './lora-dims.js';
 
 export interface MakeTinyLoraOptions {
   dims: LoraModelDims;
@@ -32,26 +24,6 @@ export interface MakeTinyLoraOptions {
   baseModel?: string;
   /** Extra adapter_config.json fields (tests of refusals: use_dora, modules_to_save, ...). */
   extraConfig?: Record<string, unknown>;
-}
-
-/** in/out features of a target module's base weight. */
-export function loraTargetDims(d: LoraModelDims, t: LoraTargetModule): { inF: number; outF: number } {
-  const q = d.numHeads * d.headDim;
-  const kv = d.numKvHeads * d.headDim;
-  switch (t) {
-    case 'q_proj': return { inF: d.hiddenSize, outF: q };
-    case 'k_proj':
-    case 'v_proj': return { inF: d.hiddenSize, outF: kv };
-    case 'o_proj': return { inF: q, outF: d.hiddenSize };
-    case 'gate_proj':
-    case 'up_proj': return { inF: d.hiddenSize, outF: d.intermediateSize };
-    case 'down_proj': return { inF: d.intermediateSize, outF: d.hiddenSize };
-  }
-}
-
-export function loraTensorName(layer: number, t: LoraTargetModule, factor: 'A' | 'B'): string {
-  const block = t === 'gate_proj' || t === 'up_proj' || t === 'down_proj' ? 'mlp' : 'self_attn';
-  return `base_model.model.model.layers.${layer}.${block}.${t}.lora_${factor}.weight`;
 }
 
 export async function makeTinyLora(o: MakeTinyLoraOptions): Promise<string> {
