@@ -20,10 +20,10 @@
  * No LruMap (runtime/lru.ts) here: it evicts on insert regardless of use, and an adapter with
  * running sequences must never be evicted.
  */
-import { Semaphore } from '../../runtime/semaphore.js';
+import { Semaphore } from '../../runtime/index.js';
 import { TandemError } from '../../runtime/errors.js';
 import { loraIdOf } from '../../router/index.js';
-import { DEFAULT_MAX_LORA_BYTES, DEFAULT_MAX_LORA_RANK, readPeftAdapter, type LoraAdapterSpec } from './peft-adapter.js';
+import { DEFAULT_MAX_LORA_BYTES, DEFAULT_MAX_LORA_RANK, LoraAdapterError, readPeftAdapter, type LoraAdapterSpec } from './peft-adapter.js';
 import type { LoraModelDims } from './lora-dims.js';
 
 export interface LoraEngine {
@@ -45,6 +45,8 @@ export interface LoraRegistryOptions {
   dims?: LoraModelDims;
   /** Called whenever the resident set changes (the worker re-publishes its card). */
   onChange?: () => void;
+  /** A load was refused: `err.detail` (paths, errno) is for the log only; `err.message` is what the caller answers. */
+  onRefused?: (name: string, err: LoraAdapterError) => void;
   /** How adapter files are read (default readPeftAdapter); tests pass an in-memory reader to interleave loads step by step. */
   readAdapter?: typeof readPeftAdapter;
 }
@@ -151,6 +153,15 @@ export class LoraRegistry {
   }
 
   private async doLoad(name: string, dir: string, trusted: boolean): Promise<ResidentLora> {
+    try {
+      return await this.loadNow(name, dir, trusted);
+    } catch (err) {
+      if (err instanceof LoraAdapterError) this.options.onRefused?.(name, err);
+      throw err;
+    }
+  }
+
+  private async loadNow(name: string, dir: string, trusted: boolean): Promise<ResidentLora> {
     if (name.length === 0) throw new TandemError('invalid_argument', 'adapter name is empty');
     const turn = this.loads.acquire();
     if (turn === undefined) throw new TandemError('resource_exhausted', `too many adapter loads are waiting (--max-lora-loads ${this.loads.permits}); retry`);
@@ -174,7 +185,7 @@ export class LoraRegistry {
         await this.engine.loadLora?.(slot, spec);
       } catch (err) {
         this.freeSlots.push(slot);
-        throw err;
+        throw engineRefusal(err, spec.dir);
       } finally {
         this.reserved--;
       }
@@ -265,6 +276,18 @@ export class LoraRegistry {
     this.freeSlots.push(e.slot);
   }
 }
+
+/**
+ * The engine reads the factors again and may still refuse them (a file changed since it was
+ * checked): its message names the file, so the caller gets a fixed sentence and the log the rest.
+ */
+function engineRefusal(err: unknown, dir: string): unknown {
+  const code = (err as { code?: unknown })?.code;
+  if (code !== 'config_invalid' && code !== 'not_found' && code !== 'invalid_argument') return err;
+  return new LoraAdapterError('invalid_weights', ENGINE_REFUSED, `${dir}: the engine refused the factors: ${(err as Error).message}`, { cause: err });
+}
+
+export const ENGINE_REFUSED = 'the adapter does not fit the model: the engine found a factor missing or of another shape';
 
 function resident(e: Entry): ResidentLora {
   return { name: e.name, loraId: e.loraId, path: e.spec.dir, rank: e.spec.rank };
