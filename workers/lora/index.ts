@@ -12,7 +12,7 @@ export {
 } from './peft-adapter.js';
 export { UNREADABLE_ADAPTER, OUTSIDE_ROOT } from './adapter-files.js';
 export { loraTargetDims, loraTensorName, type LoraModelDims } from './lora-dims.js';
-export { makeTinyLora, type MakeTinyLoraOptions } from './make-tiny-lora.js';
+export { makeTinyLora, reshapeModelConfig, type MakeTinyLoraOptions } from './make-tiny-lora.js';
 export { mergeLoraIntoModel } from './merge-adapter.js';
 export {
   LoraRegistry,

@@ -20,6 +20,7 @@
  * No LruMap (runtime/lru.ts) here: it evicts on insert regardless of use, and an adapter with
  * running sequences must never be evicted.
  */
+import type { Logger } from 'pino';
 import { Semaphore } from '../../runtime/index.js';
 import { TandemError } from '../../runtime/errors.js';
 import { loraIdOf } from '../../router/index.js';
@@ -45,8 +46,11 @@ export interface LoraRegistryOptions {
   dims?: LoraModelDims;
   /** Called whenever the resident set changes (the worker re-publishes its card). */
   onChange?: () => void;
-  /** A load was refused: `err.detail` (paths, errno) is for the log only; `err.message` is what the caller answers. */
-  onRefused?: (name: string, err: LoraAdapterError) => void;
+  /**
+   * Where loads are logged: each start (with the loads running and waiting), and each refusal
+   * with its detail (paths, errno: for the log only; the caller answers `err.message`).
+   */
+  log?: Pick<Logger, 'info' | 'warn'>;
   /** How adapter files are read (default readPeftAdapter); tests pass an in-memory reader to interleave loads step by step. */
   readAdapter?: typeof readPeftAdapter;
 }
@@ -156,7 +160,7 @@ export class LoraRegistry {
     try {
       return await this.loadNow(name, dir, trusted);
     } catch (err) {
-      if (err instanceof LoraAdapterError) this.options.onRefused?.(name, err);
+      if (err instanceof LoraAdapterError) this.options.log?.warn({ lora: name, reason: err.reason, detail: err.detail }, 'LoRA adapter refused');
       throw err;
     }
   }
@@ -166,6 +170,7 @@ export class LoraRegistry {
     const turn = this.loads.acquire();
     if (turn === undefined) throw new TandemError('resource_exhausted', `too many adapter loads are waiting (--max-lora-loads ${this.loads.permits}); retry`);
     const release = await turn;
+    this.options.log?.info({ lora: name, running: this.loads.inUse, waiting: this.loads.waiting }, 'LoRA adapter load started');
     try {
       const spec = await (this.options.readAdapter ?? readPeftAdapter)(dir, {
         maxLoraRank: this.maxLoraRank,

@@ -4,7 +4,7 @@
  * initialized PEFT adapter (B = 0) both factors are random, sized so the adapter visibly moves
  * greedy output: that is what tests of adapter application need. Same options -> same bytes.
  */
-import { mkdir, writeFile } from 'node:fs/promises';
+import { mkdir, readFile, writeFile } from 'node:fs/promises';
 import { join, resolve } from 'node:path';
 import { SeededRandom } from '../../runtime/random.js';
 import { encodeWeights, WEIGHT_DTYPE_INFO, type WeightDtype } from '../models/dtype.js';
@@ -68,4 +68,24 @@ export async function makeTinyLora(o: MakeTinyLoraOptions): Promise<string> {
   await writeFile(join(dir, 'adapter_config.json'), `${JSON.stringify(config, null, 2)}\n`);
   await writeFile(join(dir, 'adapter_model.safetensors'), encodeSafetensors(tensors, { format: 'pt' }));
   return dir;
+}
+
+/**
+ * A mocker worker reads only config.json of its model: rewriting a tiny model's dimensions there
+ * lets it serve adapters shaped for a larger model (0.5B-shaped adapters in benches and tests)
+ * without weights of that size. The weight files stay tiny: never run such a model natively.
+ */
+export async function reshapeModelConfig(modelDir: string, dims: LoraModelDims): Promise<void> {
+  const path = join(modelDir, 'config.json');
+  const config = JSON.parse(await readFile(path, 'utf8')) as Record<string, unknown>;
+  const shaped = {
+    ...config,
+    hidden_size: dims.hiddenSize,
+    intermediate_size: dims.intermediateSize,
+    num_hidden_layers: dims.numLayers,
+    num_attention_heads: dims.numHeads,
+    num_key_value_heads: dims.numKvHeads,
+    head_dim: dims.headDim,
+  };
+  await writeFile(path, `${JSON.stringify(shaped, null, 2)}\n`);
 }
