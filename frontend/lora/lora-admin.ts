@@ -97,7 +97,7 @@ export class LoraAdmin {
     const failed = results.find((r): r is PromiseRejectedResult => r.status === 'rejected');
     if (failed !== undefined) {
       const err = toApiError(failed.reason);
-      this.log?.warn({ err: failed.reason, lora: req.op === 'list' ? undefined : req.name, op: req.op }, 'LoRA admin call refused by a worker');
+      this.log?.info({ lora: req.op === 'list' ? undefined : req.name, op: req.op, code: err.code, reason: err.message }, 'LoRA admin call refused by a worker');
       // A refused adapter is the caller's bad input, not a server fault. Workers answer fixed
       // sentences (workers/lora/adapter-files.ts); a path in an older worker's message is cut.
       if (err.code === 'config_invalid' || err.code === 'invalid_argument') throw badRequest(withoutPaths(err.message), req.op === 'load' ? 'lora_path' : 'lora_name');

@@ -11,7 +11,7 @@
  *   prefill: generate = PrefillHandler (pin + kvTransfer), plus `kv_release`
  *   decode:  generate = DecodeHandler (pull via KvImportService, release, continue)
  */
-import { basename, resolve } from 'node:path';
+import { basename, isAbsolute, resolve } from 'node:path';
 import type {
   KvDumpResponse,
   KvEvent,
@@ -65,7 +65,7 @@ import { loadWorkerVocabulary } from './vocabulary-loader.js';
 import { LoadPublisher } from './load-publisher.js';
 import { setupWorkerKvTiers, type WorkerKvTierOptions } from './kv-tiers-setup.js';
 import { KvTierMetrics } from './kv-tier-metrics.js';
-import { LoraRegistry } from '../lora/index.js';
+import { LoraAdapterError, LoraRegistry } from '../lora/index.js';
 import { LORA_ADMIN_ENDPOINT, type LoraAdminRequest, type LoraAdminResponse } from '../../proto/wire.js';
 
 export const COMPONENT_FOR_ROLE: Record<WorkerRole, string> = { agg: 'backend', prefill: 'prefill', decode: 'decode' };
@@ -115,8 +115,12 @@ export interface WorkerOptions {
   kvTiers?: WorkerKvTierOptions;
   /** prefill/decode: UCX config overrides without the UCX_ prefix; UCX_* env applies otherwise. */
   ucxConfig?: Record<string, string>;
-  /** Multi-LoRA: adapters loaded at start (`name=DIR`) and the limits (`--max-loras`, `--max-cpu-loras`, `--max-lora-rank`). */
-  lora?: { adapters: string[]; maxLoras?: number; maxCpuLoras?: number; maxLoraRank?: number };
+  /**
+   * Multi-LoRA: adapters loaded at start (`name=DIR`) and the limits (`--max-loras`,
+   * `--max-cpu-loras`, `--max-lora-rank`, `--max-lora-bytes`, `--max-lora-loads`), and where
+   * run-time loads may read (`--lora-root`).
+   */
+  lora?: { adapters: string[]; maxLoras?: number; maxCpuLoras?: number; maxLoraRank?: number; maxLoraBytes?: number; maxLoraLoads?: number; roots?: string[] };
 }
 
 /** What a prefill or decode worker adds; for tests and the process's own shutdown. */
@@ -250,12 +254,21 @@ export async function startWorker(runtime: DistributedRuntime, options: WorkerOp
   let onLorasChanged = (): void => undefined;
   const loras = new LoraRegistry(engine, {
     onChange: () => onLorasChanged(),
+    log,
+    // Every adapter is checked against the model's shapes before its tensor bytes are read.
+    dims: { hiddenSize: config.hiddenSize, intermediateSize: config.intermediateSize, numLayers: config.numLayers, numHeads: config.numAttentionHeads, numKvHeads: config.numKvHeads, headDim: config.headDim },
     ...(options.lora?.maxCpuLoras !== undefined ? { maxCpuLoras: options.lora.maxCpuLoras } : {}),
     ...(options.lora?.maxLoraRank !== undefined ? { maxLoraRank: options.lora.maxLoraRank } : {}),
+    ...(options.lora?.maxLoraBytes !== undefined ? { maxLoraBytes: options.lora.maxLoraBytes } : {}),
+    ...(options.lora?.maxLoraLoads !== undefined ? { maxLoraLoads: options.lora.maxLoraLoads } : {}),
+    ...(options.lora?.roots !== undefined ? { roots: options.lora.roots } : {}),
   });
   for (const arg of options.lora?.adapters ?? []) {
     const eq = arg.indexOf('=');
-    await loras.load(arg.slice(0, eq), resolve(arg.slice(eq + 1)));
+    // The operator's own adapters (exempt from --lora-root); a refusal names the path for them.
+    await loras.load(arg.slice(0, eq), resolve(arg.slice(eq + 1)), { trusted: true }).catch((err: unknown) => {
+      throw err instanceof LoraAdapterError ? new ConfigError(`--lora ${arg}: ${err.detail}`) : err;
+    });
   }
   // After the start-up adapter loads: its heartbeat samples `loop`, and loading many adapters
   // outlasts the first beat (a ReferenceError before `loop` exists killed the worker).
@@ -354,6 +367,8 @@ export async function startWorker(runtime: DistributedRuntime, options: WorkerOp
     ...(kv !== undefined ? { ucxWorkerAddress: kv.agent.workerAddress } : {}),
     ...(kv !== undefined ? kvCardFields(kv) : {}),
     ...((layers !== undefined && options.mode === 'prefill') || prefetcher !== undefined ? { kvLayerStreaming: true } : {}),
+    // The router sends adapter requests and loads only to workers whose engine runs adapters.
+    supportsLora: engine.info.supportsLora ?? engine.loadLora !== undefined,
   };
   const cardKey = modelKey(options.namespace, modelName, runtime.instanceId);
   // Resident adapters on the card: the frontend lists them and routes requests naming them here.
@@ -366,7 +381,9 @@ export async function startWorker(runtime: DistributedRuntime, options: WorkerOp
   onLorasChanged = () => void publishLoras().catch((err: unknown) => log.warn({ err }, 'model card update after a LoRA change failed'));
   const loraServed = await component.endpoint(LORA_ADMIN_ENDPOINT).serve(async function* (req: LoraAdminRequest): AsyncGenerator<LoraAdminResponse> {
     if (req?.op === 'load' && typeof req.name === 'string' && typeof req.path === 'string') {
-      const l = await loras.load(req.name, resolve(req.path));
+      // Never against this worker's working directory (the frontend refuses relative paths too).
+      if (!isAbsolute(req.path)) throw new TandemError('invalid_argument', 'lora_path must be an absolute path');
+      const l = await loras.load(req.name, req.path);
       await publishLoras();
       log.info({ lora: l.name, loraId: l.loraId, rank: l.rank }, 'LoRA adapter loaded');
       yield { ok: true, loras: loras.list() };
