@@ -19,6 +19,8 @@ import { upForBlock } from './up.js';
 import { chromiumPath, launchChromium } from '../dashboard/browser.js';
 
 const KEY = 'sk-lora-test';
+/** The load and unload routes take only the admin key (--admin-api-key). */
+const ADMIN = 'sk-lora-admin';
 const PROMPT = 'The quick brown fox jumps over the lazy dog and then';
 
 async function fleetFiles(cacheDir: string): Promise<{ model: string; sql: string; chat: string; corrupt: string }> {
@@ -31,7 +33,7 @@ async function fleetFiles(cacheDir: string): Promise<{ model: string; sql: strin
   return { model, sql, chat, corrupt };
 }
 
-async function post(url: string, path: string, body: object, key: string | null = KEY): Promise<{ status: number; text: string }> {
+async function post(url: string, path: string, body: object, key: string | null = ADMIN): Promise<{ status: number; text: string }> {
   const res = await fetch(`${url}${path}`, {
     method: 'POST',
     headers: { 'content-type': 'application/json', ...(key !== null ? { authorization: `Bearer ${key}` } : {}) },
@@ -50,7 +52,7 @@ describe('LoRA serving: native fleet', () => {
   const up = upForBlock('tandem-lora-native-', async (cacheDir) => {
     files.current = await fleetFiles(cacheDir);
     const f = files.current;
-    return ['--engine', 'native', '--model', f.model, '--workers', '2', '--threads', '1', '--num-gpu-blocks', '256', '--lora', `sql=${f.sql}`, '--api-key', KEY, '--log-level', 'warn'];
+    return ['--engine', 'native', '--model', f.model, '--workers', '2', '--threads', '1', '--num-gpu-blocks', '256', '--lora', `sql=${f.sql}`, '--api-key', KEY, '--admin-api-key', ADMIN, '--log-level', 'warn'];
   });
 
   it('lists the adapter with its parent, and a request naming it decodes with it', async () => {
@@ -87,10 +89,11 @@ describe('LoRA serving: native fleet', () => {
     expect(base.text).not.toBe(r.text);
   });
 
-  it('load_lora_adapter needs the key, adds an adapter at run time; a corrupt one is refused and serving goes on', async () => {
+  it('load_lora_adapter needs the admin key, adds an adapter at run time; a corrupt one is refused and serving goes on', async () => {
     const f = files.current!;
     const client = new OpenAI({ baseURL: `${up.url()}/v1`, apiKey: KEY });
     expect((await post(up.url(), '/v1/load_lora_adapter', { lora_name: 'chat', lora_path: f.chat }, null)).status).toBe(401);
+    expect((await post(up.url(), '/v1/load_lora_adapter', { lora_name: 'chat', lora_path: f.chat }, KEY)).status).toBe(401);
     const loaded = await post(up.url(), '/v1/load_lora_adapter', { lora_name: 'chat', lora_path: f.chat });
     expect(loaded).toMatchObject({ status: 200, text: expect.stringContaining("'chat'") });
     expect((await client.models.list()).data.map((m) => m.id)).toContain('chat');
@@ -114,7 +117,7 @@ describe('LoRA serving: unload under traffic (mocker fleet)', () => {
   const up = upForBlock('tandem-lora-mocker-', async (cacheDir) => {
     files.current = await fleetFiles(cacheDir);
     const f = files.current;
-    return ['--engine', 'mocker', '--model', f.model, '--workers', '2', '--lora', `sql=${f.sql}`, '--api-key', KEY, '--log-level', 'warn'];
+    return ['--engine', 'mocker', '--model', f.model, '--workers', '2', '--lora', `sql=${f.sql}`, '--api-key', KEY, '--admin-api-key', ADMIN, '--log-level', 'warn'];
   });
 
   it.skipIf(chromiumPath() === undefined)('the dashboard (chromium) shows the adapters of each worker as they are loaded', async () => {
