@@ -6,12 +6,13 @@
  * The real-process versions (a worker's memory, a hanging load) are in adapter-load-faults.test.ts.
  */
 import { execFileSync } from 'node:child_process';
-import { mkdir, mkdtemp, open, readFile, rm, symlink, truncate, writeFile } from 'node:fs/promises';
+import { mkdir, mkdtemp, readFile, rm, symlink, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { TINY_DIMS } from '../../workers/models/index.js';
 import { encodeSafetensors } from '../../workers/models/safetensors.js';
+import { writeSparseSafetensors } from './sparse-safetensors.js';
 import { LoraAdapterError, OUTSIDE_ROOT, UNREADABLE_ADAPTER, loraTensorName, makeTinyLora, readPeftAdapter } from '../../workers/lora/index.js';
 
 const dims = TINY_DIMS.llama;
@@ -24,29 +25,6 @@ async function refusal(p: Promise<unknown>): Promise<LoraAdapterError> {
   );
   expect(err).toBeInstanceOf(LoraAdapterError);
   return err as LoraAdapterError;
-}
-
-/**
- * A safetensors header for `tensors` (name → shape, f32), data not written: the file is sparse,
- * `fileBytes` long (default: exactly what the header promises), and costs no disk.
- */
-async function headerOnly(path: string, tensors: Record<string, number[]>, fileBytes?: number): Promise<void> {
-  const header: Record<string, unknown> = {};
-  let offset = 0;
-  for (const [name, shape] of Object.entries(tensors)) {
-    const bytes = shape.reduce((a, b) => a * b, 1) * 4;
-    header[name] = { dtype: 'F32', shape, data_offsets: [offset, offset + bytes] };
-    offset += bytes;
-  }
-  let json = JSON.stringify(header);
-  json += ' '.repeat((8 - (json.length % 8)) % 8);
-  const head = Buffer.alloc(8 + json.length);
-  head.writeBigUInt64LE(BigInt(json.length), 0);
-  head.write(json, 8);
-  const f = await open(path, 'w');
-  await f.write(head, 0, head.length, 0);
-  await f.close();
-  await truncate(path, fileBytes ?? head.length + offset);
 }
 
 describe('adapter files are untrusted', () => {
@@ -94,7 +72,7 @@ describe('adapter files are untrusted', () => {
   });
 
   it('a 1 GiB sparse file with a small header is refused from its header (the data section does not match)', async () => {
-    const dir = await adapterWith('sparse', (p) => headerOnly(p, { [loraTensorName(0, 'q_proj', 'A')]: [4, 64] }, GiB));
+    const dir = await adapterWith('sparse', (p) => writeSparseSafetensors(p, { [loraTensorName(0, 'q_proj', 'A')]: [4, 64] }, GiB));
     const err = await refusal(readPeftAdapter(dir, { dims }));
     expect(err).toMatchObject({ reason: 'invalid_weights', message: expect.stringContaining('data section') });
   });
@@ -104,7 +82,7 @@ describe('adapter files are untrusted', () => {
     const a = loraTensorName(0, 'q_proj', 'A');
     const b = loraTensorName(0, 'q_proj', 'B');
     // A [4, 2^26 - 16] + B [64, 4] fills ~1 GiB: a consistent header, shapes no model of these dims has.
-    const dir = await adapterWith('huge-shape', (p) => headerOnly(p, { [a]: [r, (1 << 26) - 64], [b]: [64, r] }));
+    const dir = await adapterWith('huge-shape', (p) => writeSparseSafetensors(p, { [a]: [r, (1 << 26) - 64], [b]: [64, r] }));
     expect(await refusal(readPeftAdapter(dir, { dims }))).toMatchObject({ reason: 'invalid_weights', message: expect.stringContaining(`expected [${r},${dims.hiddenSize}] (from r = ${r} and the base model)`) });
     // Without the model's shapes, --max-lora-bytes bounds it.
     expect(await refusal(readPeftAdapter(dir, { maxBytes: 64 << 20 }))).toMatchObject({ reason: 'too_large', message: expect.stringContaining('over the limit of 67108864') });

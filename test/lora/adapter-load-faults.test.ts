@@ -11,13 +11,14 @@
  * - the load route takes only the admin key (--admin-api-key); an inference key gets 401.
  */
 import { execFileSync } from 'node:child_process';
-import { mkdir, open, readFile, symlink, truncate, writeFile } from 'node:fs/promises';
+import { mkdir, readFile, symlink, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import OpenAI from 'openai';
 import { describe, expect, it } from 'vitest';
 import { makeTinyModel } from '../../workers/models/index.js';
 import { LORA_TARGET_MODULES, loraTargetDims, loraTensorName, reshapeModelConfig, UNREADABLE_ADAPTER, type LoraModelDims } from '../../workers/lora/index.js';
 import { reportedPids, upForBlock } from '../e2e/up.js';
+import { writeSparseSafetensors } from './sparse-safetensors.js';
 
 const KEY = 'sk-inference';
 const ADMIN = 'sk-admin';
@@ -37,31 +38,18 @@ interface Files {
   valid: string;
 }
 
-/** A PEFT adapter for `dims` whose safetensors data is a hole (sparse zeros): large, valid, no disk. */
+/** A PEFT adapter for `dims` whose weights are a hole (sparse zeros): large, valid, no disk. */
 async function sparseAdapter(dir: string, dims: LoraModelDims, rank: number): Promise<string> {
   await mkdir(dir, { recursive: true });
-  const header: Record<string, unknown> = {};
-  let offset = 0;
+  const tensors: Record<string, number[]> = {};
   for (let l = 0; l < dims.numLayers; l++) {
     for (const t of LORA_TARGET_MODULES) {
       const { inF, outF } = loraTargetDims(dims, t);
-      for (const [f, shape] of [['A', [rank, inF]], ['B', [outF, rank]]] as const) {
-        const bytes = shape[0] * shape[1] * 4;
-        header[loraTensorName(l, t, f)] = { dtype: 'F32', shape, data_offsets: [offset, offset + bytes] };
-        offset += bytes;
-      }
+      tensors[loraTensorName(l, t, 'A')] = [rank, inF];
+      tensors[loraTensorName(l, t, 'B')] = [outF, rank];
     }
   }
-  let json = JSON.stringify(header);
-  json += ' '.repeat((8 - (json.length % 8)) % 8);
-  const head = Buffer.alloc(8 + json.length);
-  head.writeBigUInt64LE(BigInt(json.length), 0);
-  head.write(json, 8);
-  const path = join(dir, 'adapter_model.safetensors');
-  const f = await open(path, 'w');
-  await f.write(head, 0, head.length, 0);
-  await f.close();
-  await truncate(path, head.length + offset);
+  await writeSparseSafetensors(join(dir, 'adapter_model.safetensors'), tensors);
   await writeFile(join(dir, 'adapter_config.json'), JSON.stringify({ peft_type: 'LORA', r: rank, lora_alpha: 2 * rank, target_modules: [...LORA_TARGET_MODULES], bias: 'none' }));
   return dir;
 }
@@ -83,11 +71,7 @@ async function fleetFiles(cacheDir: string): Promise<Files> {
   const fifo = await withConfig('fifo');
   execFileSync('mkfifo', [join(fifo, 'adapter_model.safetensors')]);
   const sparse = await withConfig('sparse');
-  const head = Buffer.alloc(16);
-  head.writeBigUInt64LE(8n, 0);
-  head.write('{}      ', 8);
-  await writeFile(join(sparse, 'adapter_model.safetensors'), head);
-  await truncate(join(sparse, 'adapter_model.safetensors'), GiB);
+  await writeSparseSafetensors(join(sparse, 'adapter_model.safetensors'), {}, GiB);
   const big: string[] = [];
   for (let i = 0; i < 8; i++) big.push(await sparseAdapter(join(cacheDir, `big-${i}`), DIMS_05B, 64 - i));
   return { model, zero, fifo, sparse, big, valid };
