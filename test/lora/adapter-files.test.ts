@@ -85,7 +85,7 @@ describe('adapter files are untrusted', () => {
     const dir = await adapterWith('huge-shape', (p) => writeSparseSafetensors(p, { [a]: [r, (1 << 26) - 64], [b]: [64, r] }));
     expect(await refusal(readPeftAdapter(dir, { dims }))).toMatchObject({ reason: 'invalid_weights', message: expect.stringContaining(`expected [${r},${dims.hiddenSize}] (from r = ${r} and the base model)`) });
     // Without the model's shapes, --max-lora-bytes bounds it.
-    expect(await refusal(readPeftAdapter(dir, { maxBytes: 64 << 20 }))).toMatchObject({ reason: 'too_large', message: expect.stringContaining('over the limit of 67108864') });
+    expect(await refusal(readPeftAdapter(dir, { maxBytes: 64 << 20 }))).toMatchObject({ reason: 'too_large', message: "the adapter's weight files are over 67108864 bytes (--max-lora-bytes)" });
   });
 
   it('--max-lora-bytes counts every weight file; a header naming a rank other than r is refused', async () => {

@@ -77,10 +77,10 @@ export interface OpenedFile {
 
 /**
  * Opens `path` without blocking and refuses anything but a regular file of at most `maxBytes`
- * (`what` names the bound in the client's message) whose real path lies under `roots` (none =
+ * (else `tooLarge` is the client's answer) whose real path lies under `roots` (none =
  * anywhere). The caller closes the handle.
  */
-export async function openRegularFile(path: string, maxBytes: number, what: string, roots: readonly string[] = []): Promise<OpenedFile> {
+export async function openRegularFile(path: string, maxBytes: number, tooLarge: string, roots: readonly string[] = []): Promise<OpenedFile> {
   let handle: FileHandle;
   try {
     handle = await open(path, OPEN_FLAGS);
@@ -100,7 +100,7 @@ export async function openRegularFile(path: string, maxBytes: number, what: stri
   }
   if (st.size > maxBytes) {
     await handle.close();
-    throw new LoraAdapterError('too_large', `${what} is ${st.size} bytes, over the limit of ${maxBytes}`, `${path}: ${st.size} bytes > ${maxBytes}`);
+    throw new LoraAdapterError('too_large', tooLarge, `${path}: ${st.size} bytes, ${maxBytes} allowed`);
   }
   const f = { handle, size: st.size, path };
   try {
@@ -125,8 +125,8 @@ export async function readExactly(f: OpenedFile, position: number, length: numbe
 }
 
 /** A whole small file (bounded by `maxBytes`) as UTF-8. */
-export async function readSmallFile(path: string, maxBytes: number, what: string, roots: readonly string[] = []): Promise<string> {
-  const f = await openRegularFile(path, maxBytes, what, roots);
+export async function readSmallFile(path: string, maxBytes: number, tooLarge: string, roots: readonly string[] = []): Promise<string> {
+  const f = await openRegularFile(path, maxBytes, tooLarge, roots);
   try {
     return (await readExactly(f, 0, f.size)).toString('utf8');
   } finally {

@@ -82,7 +82,7 @@ export async function readPeftAdapter(dirIn: string, opts: ReadPeftAdapterOption
   const dir = await adapterDirUnder(dirIn, roots);
   const maxRank = opts.maxLoraRank ?? DEFAULT_MAX_LORA_RANK;
   const maxBytes = opts.maxBytes ?? DEFAULT_MAX_LORA_BYTES;
-  const text = await readSmallFile(join(dir, 'adapter_config.json'), MAX_ADAPTER_CONFIG_BYTES, 'adapter_config.json', roots);
+  const text = await readSmallFile(join(dir, 'adapter_config.json'), MAX_ADAPTER_CONFIG_BYTES, `adapter_config.json is over ${MAX_ADAPTER_CONFIG_BYTES} bytes`, roots);
   let raw: unknown;
   try {
     raw = JSON.parse(text);
@@ -123,7 +123,7 @@ export async function readPeftAdapter(dirIn: string, opts: ReadPeftAdapterOption
     const factors = new Map<string, TensorInfo>();
     let weightBytes = 0;
     for (const name of files) {
-      const file = await openRegularFile(join(dir, name), maxBytes - weightBytes, "the adapter's weight files (--max-lora-bytes)", roots);
+      const file = await openRegularFile(join(dir, name), maxBytes - weightBytes, `the adapter's weight files are over ${maxBytes} bytes (--max-lora-bytes)`, roots);
       opened.push({ file, dataStart: 0 });
       weightBytes += file.size;
       const header = await readHeader(file, dir);
