@@ -2,7 +2,7 @@
  * Multi-LoRA serving over a real `runtime up` fleet, through the `openai` SDK:
  * - native fleet (2 CPU workers, one adapter from --lora): /v1/models lists the adapter with
  *   `parent`; a request naming the adapter decodes differently from the base model and
- *   repeatably; POST /v1/load_lora_adapter (behind the API key) adds one at run time; a
+ *   repeatably; POST /v1/load_lora_adapter (admin key only: --admin-api-key) adds one at run time; a
  *   corrupt adapter is refused with 400 and the fleet keeps serving.
  * - mocker fleet (steps take real time): unloading an adapter while its streams run lets them
  *   finish, and new requests for it get 404.
