@@ -14,7 +14,7 @@ import { isNativeBuilt } from '../../native/index.js';
 import { TINY_DIMS } from '../../workers/models/index.js';
 import { makeTinyLora } from '../../workers/lora/index.js';
 import { CliStack, type CliWorker } from '../harness/cli-stack.js';
-import { metricValue, scrape } from '../harness/http.js';
+import { metricValue, pollUntil, scrape } from '../harness/http.js';
 
 const NATIVE = ['--engine', 'native', '--threads', '1', '--num-gpu-blocks', '64'];
 
@@ -68,6 +68,8 @@ describe.skipIf(!isNativeBuilt())('a worker whose engine refuses adapters (--dev
 
   it('with only such workers left, a load is refused with 400 naming why', async () => {
     await stack.kill9(cpu);
+    // Its card leaves discovery when its lease expires (--lease-ttl 2).
+    await pollUntil('the killed worker\'s card to expire', async () => (await cardOf(stack, cpu).then(() => false, () => true)), 20_000);
     await stack.waitForRoutable(1, { timeoutMs: 20_000 });
     const r = await fetch(`${stack.url}/v1/load_lora_adapter`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ lora_name: 'chat', lora_path: adapter }) });
     expect(r.status).toBe(400);
