@@ -24,3 +24,4 @@ export {
   type ResidentLora,
   type AcquiredLora,
 } from './lora-registry.js';
+export { cardLoras, loadStartupAdapters, loraAdminHandler, type LoraAdminDeps } from './lora-admin.js';
