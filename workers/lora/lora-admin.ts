@@ -11,10 +11,8 @@
  * No transport here: the worker process serves the handler and owns the card.
  */
 import { isAbsolute, resolve } from 'node:path';
-import type { LoraAdminRequest, LoraAdminResponse } from '../../proto/lora.js';
-import type { ModelCard } from '../../proto/wire.js';
-import { ConfigError, TandemError } from '../../runtime/errors.js';
-import type { Logger } from '../../runtime/logging.js';
+import type { LoraAdminRequest, LoraAdminResponse, ModelCard } from '../../proto/wire.js';
+import { ConfigError, TandemError, type Logger } from '../../runtime/index.js';
 import type { LoraRegistry } from './lora-registry.js';
 import { LoraAdapterError } from './adapter-files.js';
 
