@@ -25,7 +25,7 @@ import type { ModelCard } from '../../proto/wire.js';
 import { GENERATE_ENDPOINT, KV_EVENTS_ENDPOINT, LORA_ADMIN_ENDPOINT } from '../../proto/wire.js';
 import { modelKey } from '../../runtime/index.js';
 import type { DistributedRuntime } from '../../runtime/index.js';
-import type { Logger } from '../../runtime/logging.js';
+import type { Logger } from '../../runtime/index.js';
 import { EngineLoop } from '../engine-loop/index.js';
 import { isDeviceKvSetup, kvCardFields, type KvImportService, type KvTransferSetup, type PinnedBlocks } from '../disagg/index.js';
 import type { NativeEngine } from '../engines/native/index.js';
