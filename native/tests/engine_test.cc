@@ -32,6 +32,7 @@
 #include "attention_checks.h"
 #include "check.h"
 #include "gemm_checks.h"
+#include "moe_checks.h"
 
 using namespace tandem;
 
@@ -50,10 +51,18 @@ struct TinySpec {
   int vocab = 97, hidden = 32, inter = 64, layers = 2, heads = 4, kv_heads = 2, head_dim = 8;
   bool tie = false, qk_norm = false, qkv_bias = false;
   std::string extra_config;  // appended JSON members
+  // Mixture of experts (MoE architectures; the config fields go in extra_config): every layer
+  // sparse but dense_layer; Mixtral's tensor names when mixtral; a Qwen2-MoE shared expert when shared > 0.
+  int experts = 0, expert_inter = 0, shared = 0, dense_layer = -1;
+  bool mixtral = false;
 };
 
+/** Tensor values written by hand (by name), instead of random ones. */
+using ValueOverride = std::map<std::string, std::function<float(size_t)>>;
+
 void write_tiny_model(const std::string& dir, const TinySpec& s, uint32_t seed,
-                      const std::map<std::string, std::vector<int64_t>>& shape_override = {}) {
+                      const std::map<std::string, std::vector<int64_t>>& shape_override = {},
+                      const ValueOverride& values = {}) {
   ::mkdir(dir.c_str(), 0755);
   std::ofstream cfg(dir + "/config.json");
   cfg << "{\"architectures\":[\"" << s.arch << "\"],\"vocab_size\":" << s.vocab << ",\"hidden_size\":" << s.hidden
@@ -90,6 +99,23 @@ void write_tiny_model(const std::string& dir, const TinySpec& s, uint32_t seed,
       add(p + "self_attn.q_norm.weight", {s.head_dim});
       add(p + "self_attn.k_norm.weight", {s.head_dim});
     }
+    if (s.experts > 0 && l != s.dense_layer) {
+      const std::string block = p + (s.mixtral ? "block_sparse_moe." : "mlp.");
+      add(block + "gate.weight", {s.experts, s.hidden});
+      for (int e = 0; e < s.experts; ++e) {
+        const std::string x = block + "experts." + std::to_string(e) + ".";
+        add(x + (s.mixtral ? "w1.weight" : "gate_proj.weight"), {s.expert_inter, s.hidden});
+        add(x + (s.mixtral ? "w3.weight" : "up_proj.weight"), {s.expert_inter, s.hidden});
+        add(x + (s.mixtral ? "w2.weight" : "down_proj.weight"), {s.hidden, s.expert_inter});
+      }
+      if (s.shared > 0) {
+        add(block + "shared_expert.gate_proj.weight", {s.shared, s.hidden});
+        add(block + "shared_expert.up_proj.weight", {s.shared, s.hidden});
+        add(block + "shared_expert.down_proj.weight", {s.hidden, s.shared});
+        add(block + "shared_expert_gate.weight", {1, s.hidden});
+      }
+      continue;
+    }
     add(p + "mlp.gate_proj.weight", {s.inter, s.hidden});
     add(p + "mlp.up_proj.weight", {s.inter, s.hidden});
     add(p + "mlp.down_proj.weight", {s.hidden, s.inter});
@@ -107,7 +133,11 @@ void write_tiny_model(const std::string& dir, const TinySpec& s, uint32_t seed,
                            ? 0.5f
                            : 1.0f / std::sqrt(static_cast<float>(shape.back()));
     size_t begin = data.size() * 4;
-    for (size_t j = 0; j < n; ++j) data.push_back(is_norm ? 1.0f + 0.1f * normal(rng) : stdv * normal(rng));
+    auto fixed = values.find(name);
+    for (size_t j = 0; j < n; ++j) {
+      const float v = is_norm ? 1.0f + 0.1f * normal(rng) : stdv * normal(rng);  // drawn either way: same stream
+      data.push_back(fixed != values.end() ? fixed->second(j) : v);
+    }
     header += (i ? "," : "") + std::string("\"") + name + "\":{\"dtype\":\"F32\",\"shape\":[";
     for (size_t d = 0; d < shape.size(); ++d) header += (d ? "," : "") + std::to_string(shape[d]);
     header += "],\"data_offsets\":[" + std::to_string(begin) + "," + std::to_string(data.size() * 4) + "]}";
@@ -480,7 +510,7 @@ void test_errors(const std::string& root) {
   write_tiny_model(root + "/moe", moe, 1);
   expect_error("moe", "config_invalid", [&] { load(root + "/moe"); });
   TinySpec rope;
-  rope.extra_config = ",\"rope_scaling\":{\"rope_type\":\"yarn\",\"factor\":4.0}";
+  rope.extra_config = ",\"rope_scaling\":{\"rope_type\":\"dynamic\",\"factor\":4.0}";
   write_tiny_model(root + "/rope", rope, 1);
   expect_error("rope type", "config_invalid", [&] { load(root + "/rope"); });
   write_tiny_model(root + "/shape", TinySpec{}, 1, {{"model.layers.1.mlp.up_proj.weight", {64, 31}}});
@@ -493,6 +523,98 @@ void test_errors(const std::string& root) {
   StepBuilder short_table;
   short_table.add({1, 2, 3, 4, 5}, 0, {0}, true);
   expect_error("short block table", "invalid_argument", [&] { e->step(short_table.in); });
+}
+
+/** Tiny mixtures of experts of the three families (config fields and per-expert tensors). */
+TinySpec moe_spec(const std::string& family) {
+  TinySpec s;
+  if (family == "qwen3_moe") {  // a dense layer between sparse ones, 8 experts, top-2 renormalized
+    s.arch = "Qwen3MoeForCausalLM";
+    s.tie = s.qk_norm = true;
+    s.head_dim = 16;
+    s.layers = 3;
+    s.experts = 8;
+    s.expert_inter = 16;
+    s.dense_layer = 1;
+    s.extra_config = ",\"num_experts\":8,\"num_experts_per_tok\":2,\"moe_intermediate_size\":16,\"norm_topk_prob\":true,\"mlp_only_layers\":[1]";
+  } else if (family == "mixtral") {  // 4 experts of intermediate_size, top-2, always renormalized
+    s.arch = "MixtralForCausalLM";
+    s.mixtral = true;
+    s.experts = 4;
+    s.expert_inter = s.inter;
+    s.extra_config = ",\"num_local_experts\":4,\"num_experts_per_tok\":2";
+  } else {  // qwen2_moe: top-4 of 8 not renormalized, plus a gated shared expert
+    s.arch = "Qwen2MoeForCausalLM";
+    s.qkv_bias = true;
+    s.experts = 8;
+    s.expert_inter = 16;
+    s.shared = 32;
+    s.extra_config = ",\"num_experts\":8,\"num_experts_per_tok\":4,\"moe_intermediate_size\":16,\"shared_expert_intermediate_size\":32";
+  }
+  return s;
+}
+
+/** Last-position logits of one prompt on a fresh engine. */
+std::vector<float> prompt_logits(const std::string& dir, const std::vector<int32_t>& prompt) {
+  auto e = load(dir);
+  StepBuilder b;
+  b.add(prompt, 0, {0, 1, 2, 3, 4, 5}, true);
+  return e->step(b.in).logits;
+}
+
+// Routing ties are broken as torch.topk breaks them (cpu/moe.h): with a zero router every
+// expert's probability is 1/8 and torch picks experts 6 and 5 (top-2 of 8). Changing every
+// other expert leaves the logits as they were; changing expert 5 or 6 moves them.
+void test_moe_ties(const std::string& root) {
+  TinySpec s = moe_spec("qwen3_moe");
+  s.dense_layer = -1;
+  s.extra_config = ",\"num_experts\":8,\"num_experts_per_tok\":2,\"moe_intermediate_size\":16,\"norm_topk_prob\":true";
+  auto zero = [](size_t) { return 0.0f; };
+  auto wave = [](size_t j) { return 0.3f * std::sin(0.7f * static_cast<float>(j) + 1.0f); };
+  ValueOverride base, others, chosen;
+  for (int l = 0; l < s.layers; ++l) {
+    const std::string block = "model.layers." + std::to_string(l) + ".mlp.";
+    base[block + "gate.weight"] = zero;
+    for (int e = 0; e < s.experts; ++e) {
+      for (const char* proj : {"gate_proj", "up_proj", "down_proj"}) {
+        const std::string name = block + "experts." + std::to_string(e) + "." + proj + ".weight";
+        (e == 5 || e == 6 ? chosen : others)[name] = wave;
+      }
+    }
+  }
+  others.insert(base.begin(), base.end());
+  chosen.insert(base.begin(), base.end());
+  write_tiny_model(root + "/ties", s, 41, {}, base);
+  write_tiny_model(root + "/ties-others", s, 41, {}, others);
+  write_tiny_model(root + "/ties-chosen", s, 41, {}, chosen);
+  const auto prompt = seq(2, 11, s.vocab);
+  const auto a = prompt_logits(root + "/ties", prompt);
+  const auto b = prompt_logits(root + "/ties-others", prompt);
+  const auto c = prompt_logits(root + "/ties-chosen", prompt);
+  const float unchanged = max_abs_diff(a.data(), b.data(), a.size()), moved = max_abs_diff(a.data(), c.data(), a.size());
+  CHECK(unchanged < 1e-6f, "moe ties: changing experts other than 6 and 5 moved the logits by %g (ties not broken as torch.topk)",
+        unchanged);
+  CHECK(moved > 1e-3f, "moe ties: changing experts 5 and 6 moved the logits only %g (they were not chosen)", moved);
+  std::printf("moe ties: zero router -> experts 6, 5 as torch.topk (others changed: %.1e, chosen changed: %.2f)\n", unchanged, moved);
+}
+
+void test_moe_errors(const std::string& root) {
+  TinySpec bad_k = moe_spec("mixtral");
+  bad_k.extra_config = ",\"num_local_experts\":4,\"num_experts_per_tok\":5";
+  write_tiny_model(root + "/moe-k", bad_k, 1);
+  expect_error("top-k above the expert count", "config_invalid", [&] { load(root + "/moe-k"); });
+  TinySpec deepseek;
+  deepseek.arch = "DeepseekV3ForCausalLM";
+  write_tiny_model(root + "/deepseek", deepseek, 1);
+  expect_error("DeepSeek (MLA, grouped top-k)", "config_invalid", [&] { load(root + "/deepseek"); });
+  TinySpec missing = moe_spec("qwen2_moe");
+  write_tiny_model(root + "/moe-missing", missing, 1, {{"model.layers.1.mlp.experts.3.up_proj.weight", {16, 31}}});
+  expect_error("an expert's shape", "config_invalid", [&] { load(root + "/moe-missing"); });
+  auto e = load(root + "/moe-" + std::string("ok"), 8);
+  EmbedInput in;
+  in.tokens = {1, 2, 3};
+  in.lengths = {3};
+  expect_error("embeddings from a MoE model", "unavailable", [&] { e->embed(in); });
 }
 
 // Goldens: greedy tokens and first-step logits from scripts/goldens/make_goldens.py.
@@ -603,6 +725,15 @@ int main(int argc, char** argv) {
     test_sampling(root + "/llama");
     test_decode_graphs(root + "/llama");
     test_errors(root);
+    tandem_test::test_torch_topk();
+    tandem_test::test_moe_route_and_grouping();
+    for (const char* family : {"qwen3_moe", "mixtral", "qwen2_moe"}) {
+      write_tiny_model(root + "/" + family, moe_spec(family), 17);
+      test_consistency(root + "/" + family, family);
+    }
+    write_tiny_model(root + "/moe-ok", moe_spec("qwen3_moe"), 3);
+    test_moe_ties(root);
+    test_moe_errors(root);
     if (argc == 4 && std::string(argv[1]) == "--golden") test_golden(argv[2], argv[3]);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "FAIL: uncaught exception: %s\n", e.what());
