@@ -56,8 +56,8 @@ import { KvPrefetcher } from '../disagg/kv-prefetch.js';
 import type { Engine } from '../engines/engine.js';
 import type { NativeEngine } from '../engines/native/index.js';
 import { MockerEngine } from '../engines/mocker/index.js';
-import { loadPerfProfile, PerfProfileError, type PerfModel } from '../../perf-model/index.js';
-import { readModelConfig, type ModelConfig } from '../models/index.js';
+import { activeParamsPerfModel, loadPerfProfile, PerfProfileError, PolynomialPerfModel, type PerfModel } from '../../perf-model/index.js';
+import { parameterCounts, readModelConfig, type ModelConfig } from '../models/index.js';
 import { DisaggMetrics, WorkerMetrics } from './worker-metrics.js';
 import { DEFAULT_COMPILE_LIMITS, GrammarCache, GrammarCompiler, type CompileLimits } from '../../grammar/index.js';
 import { workerGrammarProvider } from './grammar-provider.js';
@@ -144,7 +144,9 @@ async function createEngine(options: WorkerOptions, config: ModelConfig, layers?
       vocabSize: config.vocabSize,
       speedupRatio: options.speedupRatio,
       eosTokenIds: config.eosTokenIds,
-      ...(options.perfProfile ? { perfModel: await loadMockerProfile(options.perfProfile) } : {}),
+      // A measured profile is the model's own; the default fit stands for a dense model of the
+      // whole size, so a mixture of experts is charged its active share (perf-model/active-params.ts).
+      perfModel: options.perfProfile ? await loadMockerProfile(options.perfProfile) : activeParamsPerfModel(new PolynomialPerfModel(), parameterCounts(config)),
     });
   }
   // Loaded lazily so a machine without the native addon can still run the mocker.
@@ -351,6 +353,8 @@ export async function startWorker(runtime: DistributedRuntime, options: WorkerOp
     instanceId: runtime.instanceId,
     kvBytesPerToken: engine.info.kvBytesPerToken,
     eosTokenIds: config.eosTokenIds,
+    architecture: config.architecture,
+    parameters: parameterCounts(config),
     ...(kv !== undefined ? { ucxWorkerAddress: kv.agent.workerAddress } : {}),
     ...(kv !== undefined ? kvCardFields(kv) : {}),
     ...((layers !== undefined && options.mode === 'prefill') || prefetcher !== undefined ? { kvLayerStreaming: true } : {}),
