@@ -6,6 +6,7 @@
 //   tandem_native_test                         self-contained checks
 //   tandem_native_test --golden DIR FILE.json  also compare with a goldens fixture
 //   tandem_native_test --quick                 one model's mixed steps and sampling only
+//   tandem_native_test --quick-moe             the same on a tiny Qwen3-MoE
 //   env TANDEM_TEST_DEVICE=cuda|simt           run the engine checks on the GPU backend
 //                                              (simt: its kernels on the SIMT harness)
 #include <sys/stat.h>
@@ -27,6 +28,7 @@
 #include "../src/core/engine.h"
 #include "../src/core/error.h"
 #include "../src/core/json.h"
+#include "../src/core/lora.h"
 #include "../src/core/safetensors.h"
 #include "../src/cuda/gpu_backend.h"
 #include "attention_checks.h"
@@ -615,6 +617,7 @@ void test_moe_errors(const std::string& root) {
   in.tokens = {1, 2, 3};
   in.lengths = {3};
   expect_error("embeddings from a MoE model", "unavailable", [&] { e->embed(in); });
+  expect_error("a LoRA adapter on a MoE model", "unavailable", [&] { e->backend().set_lora(0, std::make_shared<LoraAdapter>()); });
 }
 
 // Goldens: greedy tokens and first-step logits from scripts/goldens/make_goldens.py.
@@ -692,12 +695,14 @@ int main(int argc, char** argv) {
   std::string root = ::mkdtemp(tmpl);
   // --quick: one model's chunked, prefix-hit and mixed steps plus sampling (compute-sanitizer runs this).
   const bool quick = argc == 2 && std::string(argv[1]) == "--quick";
+  // --quick-moe: the same for a Qwen3-MoE model (compute-sanitizer on the MoE kernels, scripts/device/moe-check.sh).
+  const bool quick_moe = argc == 2 && std::string(argv[1]) == "--quick-moe";
   try {
-    if (quick) {
-      TinySpec llama;
-      write_tiny_model(root + "/llama", llama, 7);
-      test_consistency(root + "/llama", "llama");
-      test_sampling(root + "/llama");
+    if (quick || quick_moe) {
+      const std::string dir = root + (quick_moe ? "/qwen3_moe" : "/llama");
+      write_tiny_model(dir, quick_moe ? moe_spec("qwen3_moe") : TinySpec{}, 7);
+      test_consistency(dir, quick_moe ? "qwen3_moe" : "llama");
+      test_sampling(dir);
       std::string cleanup = "rm -rf '" + root + "'";
       if (std::system(cleanup.c_str()) != 0) std::fprintf(stderr, "warning: could not remove %s\n", root.c_str());
       std::printf("%d checks, %d failures\n", g_checks, g_failures);

@@ -14,12 +14,12 @@
 #include <vector>
 
 #include "../core/moe_config.h"
+#include "../core/thread_pool.h"
 #include "weight_matrix.h"
 
 namespace tandem {
 
 class SafetensorsStore;
-class ThreadPool;
 struct ModelConfig;
 
 namespace cpu {

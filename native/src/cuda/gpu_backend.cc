@@ -71,6 +71,18 @@ void GpuBackend::check_supported(const ModelConfig& c, const std::string& device
   if (c.intermediate_size % 8 != 0) {
     refuse("intermediate_size " + std::to_string(c.intermediate_size) + " is not a multiple of 8");
   }
+  if (c.moe.enabled()) {
+    if (c.moe.num_experts > gpu::kMoeMaxExperts) {
+      refuse(std::to_string(c.moe.num_experts) + " experts is more than the " + std::to_string(gpu::kMoeMaxExperts) +
+             " the MoE kernels hold (num_experts)");
+    }
+    if (c.hidden_size > gpu::kMoeMaxHidden || c.moe.expert_intermediate > gpu::kMoeMaxHidden) {
+      refuse("MoE layers need hidden_size and the expert width at most " + std::to_string(gpu::kMoeMaxHidden));
+    }
+    if (c.moe.expert_intermediate % 8 != 0 || c.moe.shared_intermediate % 8 != 0) {
+      refuse("the expert width (moe_intermediate_size) and shared_expert_intermediate_size must be multiples of 8");
+    }
+  }
   const int64_t group = c.num_heads / c.num_kv_heads;
   if (gpu::attention_tile_tokens(static_cast<int>(group), static_cast<int>(c.head_dim)) < 1) {
     refuse(std::to_string(group) + " query heads per KV head (num_attention_heads / num_key_value_heads) is more than the " +
@@ -137,6 +149,7 @@ GpuBackend::GpuBackend(const ModelConfig& config, const SafetensorsStore& weight
                           static_cast<size_t>(seqs) * (8 + 2 * 4 * 20));
     size_kv_pool(options);
     kv_copy_ = simt ? gpu::make_simt_kv_copy() : gpu::make_cuda_kv_copy();
+    if (c.moe.enabled()) moe_kernels_ = simt ? gpu::make_simt_moe_kernels() : gpu::make_cuda_moe_kernels();
     progress_ = static_cast<int64_t*>(device_->alloc_pinned(2 * sizeof(int64_t)));
     progress_[0] = progress_[1] = 0;
   } catch (...) {
@@ -177,9 +190,15 @@ void* GpuBackend::alloc(size_t bytes) {
 gpu::bf16_bits* GpuBackend::upload_bf16(const SafetensorsStore& w,
                                         const std::vector<std::pair<std::string, std::vector<int64_t>>>& parts,
                                         ThreadPool& pool) {
+  std::vector<const TensorView*> views;
+  for (const auto& [name, shape] : parts) views.push_back(&w.require(name, shape));
+  return upload_bf16_views(views, pool);
+}
+
+gpu::bf16_bits* GpuBackend::upload_bf16_views(const std::vector<const TensorView*>& parts, ThreadPool& pool) {
   int64_t rows = 0;
-  const int64_t cols = parts.front().second[1];
-  for (const auto& [name, shape] : parts) rows += shape[0];
+  const int64_t cols = parts.front()->shape.back();
+  for (const TensorView* t : parts) rows += static_cast<int64_t>(t->num_elements()) / cols;
   auto* dst = static_cast<gpu::bf16_bits*>(alloc(static_cast<size_t>(rows * cols) * 2));
   // Two pinned staging buffers: the next chunk converts while the previous one uploads.
   const size_t chunk = std::min<size_t>(kUploadChunkElements, static_cast<size_t>(rows * cols));
@@ -188,8 +207,8 @@ gpu::bf16_bits* GpuBackend::upload_bf16(const SafetensorsStore& w,
   int cur = 0;
   size_t at = 0;
   try {
-    for (const auto& [name, shape] : parts) {
-      const TensorView& t = w.require(name, shape);
+    for (const TensorView* tp : parts) {
+      const TensorView& t = *tp;
       const size_t n = t.num_elements();
       for (size_t begin = 0; begin < n; begin += chunk) {
         const size_t count = std::min(chunk, n - begin);
@@ -276,6 +295,10 @@ void GpuBackend::load_weights(const SafetensorsStore& w, ThreadPool& pool) {
       L.q_norm = upload_f32(w, {layer_tensor(l, "self_attn.q_norm.weight")}, {c.head_dim});
       L.k_norm = upload_f32(w, {layer_tensor(l, "self_attn.k_norm.weight")}, {c.head_dim});
     }
+    if (c.moe.is_moe_layer(l)) {
+      upload_moe_layer(w, l, pool);
+      continue;
+    }
     L.wgate_up = upload_bf16(w,
                              {{layer_tensor(l, "mlp.gate_proj.weight"), {c.intermediate_size, h}},
                               {layer_tensor(l, "mlp.up_proj.weight"), {c.intermediate_size, h}}},
@@ -322,6 +345,7 @@ void GpuBackend::free_activations() {
                   act_.gemm_workspace};
   for (void* p : bufs) device_->free(p);
   act_ = Activations{};
+  free_moe_activations();
 }
 
 void GpuBackend::ensure_activations(int64_t tokens, int64_t rows, int64_t decode) {
@@ -347,6 +371,7 @@ void GpuBackend::ensure_activations(int64_t tokens, int64_t rows, int64_t decode
   act_.partial = f32(d * max_splits_ * c.num_heads * gpu::attention_partial_floats(static_cast<int>(c.head_dim)));
   act_.gemm_workspace_floats = gpu::kGemmWorkspaceFloats;
   act_.gemm_workspace = f32(gpu::kGemmWorkspaceFloats);
+  if (c.moe.enabled()) alloc_moe_activations(t);
 }
 
 void GpuBackend::ensure_image(int64_t elements) {
@@ -399,6 +424,7 @@ std::string GpuBackend::description() const {
   s += "; GEMM: ";
   s += cublaslt_ ? "cuBLASLt " + std::to_string(cublaslt_->version()) + " (" + cublaslt_->path() + ")" : cublaslt_note_;
   s += graphs_enabled_ ? "; decode graphs up to batch " + std::to_string(max_graph_batch_) : "; no graphs (eager)";
+  if (config_.moe.enabled()) s += "; " + moe_description();
   return s;
 }
 
@@ -501,6 +527,7 @@ void GpuBackend::run_forward(const gpu::StepPlan& plan) {
   rope.positions = img + L.positions;
   rope.slots = img + L.slots;
   rope.inv_freq = inv_freq_;
+  rope.rope_scale = rope_attention_scale(c);
   rope.num_heads = static_cast<int>(c.num_heads);
   rope.num_kv_heads = static_cast<int>(c.num_kv_heads);
   rope.head_dim = static_cast<int>(c.head_dim);
@@ -568,6 +595,10 @@ void GpuBackend::run_forward(const gpu::StepPlan& plan) {
     gemm(g);
     norm.weight = W.post_norm;
     kernels_->rmsnorm(norm, stream);
+    if (W.moe_router != nullptr) {
+      run_moe(W, t, stream);
+      continue;
+    }
     g.n = static_cast<int>(2 * inter);
     g.k = static_cast<int>(h);
     g.a = act_.xn;
