@@ -629,6 +629,11 @@ void test_moe_errors(const std::string& root) {
 // layer). A greedy token may differ only where the bf16 margins do not decide it: our own
 // logits for our token and the reference's token within twice the max tolerance; the
 // sequences then diverge and the rest of the case is not compared.
+// Mixtures of experts route discontinuously: where the reference's k-th and (k+1)-th routing
+// probabilities were within 2% of each other (the fixture's `min_prompt_routing_gap` and
+// `step_routing_gaps`, scripts/goldens/reference.py), bf16 rounding may pick the other expert.
+// Then, under bf16, the first logits need only the relative L2 bound (a near-tie in the prompt),
+// and a greedy token may differ at or after a step with such a gap (the case stops there).
 void test_golden(const std::string& model_dir, const std::string& golden_path) {
   std::ifstream in(golden_path);
   std::stringstream ss;
@@ -656,7 +661,10 @@ void test_golden(const std::string& model_dir, const std::string& golden_path) {
     }
     const double rms = std::sqrt(sq_ref / static_cast<double>(V)), rel_l2 = std::sqrt(sq_diff / sq_ref);
     const double max_tol = bf16 ? 0.06 * rms : 1e-3;
-    CHECK(d <= max_tol, "golden case %d: first logits max abs diff %g (tolerance %g)", case_index, d, max_tol);
+    constexpr double kRoutingNearTie = 0.02;
+    const Json* prompt_gap = c.find("min_prompt_routing_gap");
+    const bool prompt_near_tie = bf16 && prompt_gap != nullptr && prompt_gap->as_number() < kRoutingNearTie;
+    CHECK(d <= max_tol || prompt_near_tie, "golden case %d: first logits max abs diff %g (tolerance %g)", case_index, d, max_tol);
     if (bf16) CHECK(rel_l2 <= 0.03, "golden case %d: first logits relative L2 error %g (tolerance 0.03)", case_index, rel_l2);
     std::vector<int32_t> got{r.tokens[0]};
     std::vector<std::vector<float>> logits{r.logits};
@@ -670,7 +678,12 @@ void test_golden(const std::string& model_dir, const std::string& golden_path) {
     }
     size_t matched = 0;
     std::string note;
+    const Json* step_gaps = c.find("step_routing_gaps");
+    bool routing_near_tie = prompt_near_tie;  // a step at or before this one routed within bf16 noise
     for (size_t i = 0; i < greedy.size(); ++i) {
+      if (bf16 && step_gaps != nullptr && i < step_gaps->items().size()) {
+        routing_near_tie |= step_gaps->items()[i].as_number() < kRoutingNearTie;
+      }
       const int32_t ref = static_cast<int32_t>(greedy[i].as_number());
       if (got[i] == ref) {
         ++matched;
@@ -678,8 +691,9 @@ void test_golden(const std::string& model_dir, const std::string& golden_path) {
       }
       const double margin = logits[i][static_cast<size_t>(got[i])] - logits[i][static_cast<size_t>(ref)];
       const bool within = bf16 && margin <= 2 * max_tol;
-      CHECK(within, "golden case %d: token %zu is %d, want %d (our margin %g)", case_index, i, got[i], ref, margin);
+      CHECK(within || routing_near_tie, "golden case %d: token %zu is %d, want %d (our margin %g)", case_index, i, got[i], ref, margin);
       if (within) note = ", then diverged within the bf16 margin (" + std::to_string(margin) + ")";
+      else if (routing_near_tie) note = ", then diverged after a routing near-tie (margin " + std::to_string(margin) + ")";
       break;
     }
     std::printf("golden case %d: %zu tokens, %zu equal%s, first-logits max abs diff %.2e, relative L2 %.2e\n", case_index,

@@ -175,6 +175,10 @@ class Reference:
         self.qk_norm = arch in ("Qwen3ForCausalLM", "Qwen3MoeForCausalLM")
         self.inv_freq, self.attention_scaling = rope_inv_freq(c, self.head_dim)
         self.moe = MoeSpec.of(c, arch)
+        # Per sparse layer of the last logits() call: each position's routing gap, the k-th
+        # probability's lead over the (k+1)-th relative to it. Under bf16 a gap of a few tenths
+        # of a percent can flip the choice (engine_test.cc's golden check reads these).
+        self.routing_gaps = []
         tied = c.get("tie_word_embeddings", False)
         self.lm_head = self.w["model.embed_tokens.weight"] if tied else self.w["lm_head.weight"]
 
@@ -186,6 +190,7 @@ class Reference:
     @torch.no_grad()
     def logits(self, token_ids):
         """Logits at every position of one sequence: [seq, vocab]."""
+        self.routing_gaps = []
         ids = torch.tensor(token_ids, dtype=torch.long)[None, :]
         s = ids.shape[1]
         x = self.w["model.embed_tokens.weight"][ids]
@@ -234,6 +239,9 @@ class Reference:
         block = layer_prefix + m.block
         router_logits = self.linear(h, block + ".gate")
         routing_weights = torch.softmax(router_logits, dim=1, dtype=torch.float)
+        if m.top_k < m.num_experts:
+            top = torch.topk(routing_weights, m.top_k + 1, dim=-1).values
+            self.routing_gaps.append((top[:, m.top_k - 1] - top[:, m.top_k]) / top[:, m.top_k - 1])
         routing_weights, selected = torch.topk(routing_weights, m.top_k, dim=-1)
         if m.norm_topk_prob:
             routing_weights /= routing_weights.sum(dim=-1, keepdim=True)
@@ -256,8 +264,11 @@ class Reference:
         tokens = list(prompt)
         out = []
         min_margin = float("inf")
+        self.step_routing_gaps = []  # per step: the smallest routing gap of the token it computes
         for _ in range(steps):
             last = self.logits(tokens)[-1]
+            if self.routing_gaps:
+                self.step_routing_gaps.append(min(float(g[-1]) for g in self.routing_gaps))
             top2 = torch.topk(last, 2).values
             min_margin = min(min_margin, float(top2[0] - top2[1]))
             nxt = int(torch.argmax(last))

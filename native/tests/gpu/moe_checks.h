@@ -236,7 +236,8 @@ inline void check_moe_layer(Gpu& g, const MoeCase& c, tandem::gpu::MoeKernelApi&
     worst = std::max(worst, std::fabs(d) / std::max(1.0, std::fabs(static_cast<double>(want[i]))));
   }
   const double rel = std::sqrt(diff2 / std::max(ref2, 1e-30));
-  CHECK(rel < 1e-2 && worst < 2 * kBf16Tolerance, "moe %s: layer output relative L2 %g, max %g", c.label, rel, worst);
+  // act is rounded to bf16 once per expert row and a token sums up to k + 1 of them: 4 roundings' worth per element.
+  CHECK(rel < 1e-2 && worst < 4 * kBf16Tolerance, "moe %s: layer output relative L2 %g, max %g", c.label, rel, worst);
   int expert3 = 0, expert5 = 0;
   for (int e : got_ids) {
     expert3 += e == 3;
