@@ -58,6 +58,18 @@ export interface ModelCard {
   task?: WorkerTask;
   /** Present exactly when task is 'embed'. */
   embedding?: EmbeddingCapability;
+  /** The model's class from config.json (e.g. Qwen3MoeForCausalLM); absent on older workers. */
+  architecture?: string;
+  /**
+   * Parameters of the model (memory: what a worker must hold) and those one token reads (a
+   * mixture of experts' router, top-k and shared experts; step time). Equal for dense models.
+   */
+  parameters?: ModelParameters;
+}
+
+export interface ModelParameters {
+  total: number;
+  active: number;
 }
 
 /** True for a card whose worker can run adapter requests (`supportsLora` absent or true). */
@@ -145,6 +157,12 @@ export function parseModelCard(value: unknown): ModelCardParse {
   if (v.embedding !== undefined) {
     const reason = embeddingCapabilityError(v.embedding);
     if (reason !== undefined) return fail(reason);
+  }
+  if (v.architecture !== undefined && typeof v.architecture !== 'string') return fail('architecture must be a string');
+  if (v.parameters !== undefined) {
+    const p = v.parameters as Record<string, unknown> | null;
+    const ok = typeof p === 'object' && p !== null && isInt(p.total) && isInt(p.active) && (p.active as number) >= 0 && (p.active as number) <= (p.total as number);
+    if (!ok) return fail('parameters must be {total, active} integers with 0 <= active <= total');
   }
   // Every field of ModelCard was checked above; the cast only forgets the index signature.
   return { ok: true, card: value as ModelCard };
