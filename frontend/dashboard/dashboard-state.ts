@@ -17,6 +17,7 @@
  * Cost: a request costs three calls (start, first token, end), each O(1). Nothing is per token.
  * Every collection is bounded (see each part). Percentiles are computed only in `view`.
  */
+import type { ModelInfo } from './snapshot.js';
 import type { PlannerStatusEvent, RouterDecisionEvent, WorkerRole } from '../../proto/wire.js';
 import { Fleet, type LoadSample } from './fleet.js';
 import { Ring } from './ring.js';
@@ -50,8 +51,8 @@ export class DashboardState {
 
   // ---- fleet ----
 
-  cardAdded(model: string, role: WorkerRole, instanceId: string, totalBlocks: number, now: number, loras?: string[]): void {
-    this.fleet.cardAdded(model, role, instanceId, totalBlocks, now, loras);
+  cardAdded(model: string, role: WorkerRole, instanceId: string, totalBlocks: number, now: number, loras?: string[], info?: ModelInfo): void {
+    this.fleet.cardAdded(model, role, instanceId, totalBlocks, now, loras, info);
   }
 
   cardRemoved(instanceId: string, now: number): void {

@@ -81,7 +81,13 @@ export interface PoolView {
   workers: WorkerView[];
 }
 
-export interface ModelView {
+/** What the page shows of a model beside its name: its class and parameter counts (from its workers' cards). */
+export interface ModelInfo {
+  architecture?: string;
+  parameters?: { total: number; active: number };
+}
+
+export interface ModelView extends ModelInfo {
   name: string;
   pools: PoolView[];
 }

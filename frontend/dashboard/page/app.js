@@ -19,6 +19,14 @@ const num = (v) => Number(v);
 const fmt = (v, digits = 1) => (v === null || v === undefined || Number.isNaN(v) ? '—' : Number(v).toFixed(digits));
 const pct = (v) => (v === null || v === undefined ? '—' : `${(v * 100).toFixed(0)}%`);
 const shortId = (id) => (id.length > 8 ? id.slice(-8) : id);
+/** "Qwen3MoeForCausalLM · 30.5B params, 3.3B active" beside a model's name, from its workers' cards. */
+function modelInfo(m) {
+  if (!m.architecture && !m.parameters) return '';
+  const b = (n) => (n >= 1e9 ? `${(n / 1e9).toFixed(1)}B` : n >= 1e6 ? `${(n / 1e6).toFixed(1)}M` : `${n}`);
+  const p = m.parameters;
+  const params = p ? ` · ${b(p.total)} params${p.active < p.total ? `, ${b(p.active)} active` : ''}` : '';
+  return ` <span class="arch muted" data-testid="arch-${esc(m.name)}">${esc(m.architecture ?? '')}${params}</span>`;
+}
 const clock = (t) => new Date(t).toLocaleTimeString();
 
 function setStat(id, value, text) {
@@ -249,7 +257,7 @@ function renderFleet(models) {
 <table class="grid workers"><thead><tr><th>instance</th><th>state</th><th>running</th><th>waiting</th><th>KV blocks</th><th>prefix hit</th></tr></thead><tbody>${rows}</tbody></table></div>`;
         })
         .join('');
-      return `<div class="model" data-testid="model-${esc(m.name)}"><h3>${esc(m.name)}</h3><div class="pools">${pools}</div></div>`;
+      return `<div class="model" data-testid="model-${esc(m.name)}"><h3>${esc(m.name)}${modelInfo(m)}</h3><div class="pools">${pools}</div></div>`;
     })
     .join('');
   $('fleet').innerHTML = html;
