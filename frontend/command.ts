@@ -139,6 +139,7 @@ export function registerFrontendCommand(program: Command): Command {
         ...(flags.routerBusyThreshold !== undefined ? { routerBusyThreshold: flags.routerBusyThreshold } : {}),
         ...(flags.routerMaxWaiting !== undefined ? { routerMaxWaiting: flags.routerMaxWaiting } : {}),
         ...(flags.routerPrefixAffinity !== undefined ? { routerPrefixAffinity: flags.routerPrefixAffinity } : {}),
+        ...(flags.routerLoraLoadMs !== undefined ? { routerLoraLoadMs: flags.routerLoraLoadMs } : {}),
         routerReplicaSync: flags.routerReplicaSync,
         kvEvents: flags.kvEvents,
         ...(flags.routerCost !== undefined ? { routerCost: flags.routerCost } : {}),

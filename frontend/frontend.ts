@@ -25,7 +25,7 @@ import { FrontendMetrics } from './metrics.js';
 import { ModelWatcher } from './model-watcher.js';
 import { GenerationPipeline } from './pipeline/generation.js';
 import { DEFAULT_MODEL_PARSERS, type ReasoningParserOption, type ToolCallParserOption } from './openai/structured.js';
-import { createKvSelector, type KvSelector, type KvSelectorConfig } from './kv-selector.js';
+import { KvSelector, createKvSelector, type KvSelectorConfig } from './kv-selector.js';
 import { createSelector, type RouterMode, type WorkerSelector } from './routing.js';
 import { WorkerHealth } from './worker-health.js';
 import { runtimeConnector, type RuntimeLike, type WorkerConnector } from './worker-client.js';
@@ -231,6 +231,8 @@ export async function startFrontend(options: FrontendOptions): Promise<FrontendH
     },
   });
   const loraAdmin = new LoraAdmin(models, connector, log);
+  // The KV router's adapter loads ahead of need go through the workers' lora_admin endpoints.
+  if (selector instanceof KvSelector) selector.onLoraPrefetch = (p) => loraAdmin.prefetch(p);
   const httpContext: HttpServerContext = {
     loraAdmin,
     pipeline,

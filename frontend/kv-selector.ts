@@ -50,6 +50,17 @@ export interface KvSelectorOptions {
   metrics?: RouterMetrics;
 }
 
+/** A worker to load an adapter on ahead of need (the router's `loraPrefetch`), with what to load. */
+export interface LoraPrefetch {
+  model: string;
+  instanceId: InstanceId;
+  lora: string;
+  path: string;
+}
+
+/** One prefetch per (adapter, worker) in this long: the worker's card lists it well before. */
+const LORA_PREFETCH_COOLDOWN_MS = 30_000;
+
 interface Booking {
   target: RouteTarget;
   instanceId: InstanceId;
@@ -81,6 +92,13 @@ export class KvSelector implements WorkerSelector {
   private sweeper: NodeJS.Timeout | undefined;
   /** Multi-LoRA: instance → adapters its card lists (the router charges the others a load). */
   private readonly loraHolders = new Map<InstanceId, Set<string>>();
+  /**
+   * Multi-LoRA: asked to load an adapter on a worker ahead of need (the frontend wires it to the
+   * workers' `lora_admin` endpoint); unset, prefetches are dropped.
+   */
+  onLoraPrefetch: ((p: LoraPrefetch) => void) | undefined;
+  /** `${lora}\0${instance}` → when it was last asked for. */
+  private readonly prefetched = new Map<string, number>();
 
   private constructor(private readonly options: KvSelectorOptions) {
     this.clock = options.clock ?? Date.now;
@@ -149,6 +167,7 @@ export class KvSelector implements WorkerSelector {
     }
     if (outcome.kind === 'no_candidates') return undefined;
     this.bookings.set(requestId, { target, instanceId: outcome.instanceId, overlapBlocks: outcome.overlapBlocks, confirmed: false, atMs: this.clock() });
+    if (outcome.loraPrefetch !== undefined) this.prefetchLora(route, target, outcome.loraPrefetch);
     return outcome.instanceId;
   }
 
@@ -203,6 +222,21 @@ export class KvSelector implements WorkerSelector {
     this.unsubscribe?.();
     this.ownedFeed?.close();
     await this.options.backend.close();
+  }
+
+  /** Passes a router's prefetch on, at most once per (adapter, worker) per cooldown, and never to a holder. */
+  private prefetchLora(route: RouteRequest, target: RouteTarget, instanceId: InstanceId): void {
+    const { lora, loraPath } = route.request;
+    if (this.onLoraPrefetch === undefined || lora === undefined || loraPath === undefined) return;
+    if (this.loraHolders.get(instanceId)?.has(lora) === true) return;
+    const key = `${lora}\0${instanceId}`;
+    const now = this.clock();
+    const last = this.prefetched.get(key);
+    if (last !== undefined && now - last < LORA_PREFETCH_COOLDOWN_MS) return;
+    this.prefetched.set(key, now);
+    if (this.prefetched.size > 4096) for (const [k, at] of this.prefetched) if (now - at >= LORA_PREFETCH_COOLDOWN_MS) this.prefetched.delete(k);
+    this.options.metrics?.loraPrefetches.inc({ component: target.component });
+    this.onLoraPrefetch({ model: route.model, instanceId, lora, path: loraPath });
   }
 
   private refused(target: RouteTarget, reason: 'busy_wait' | 'queue_full', retryAfterMs: number): AllWorkersBusyError {

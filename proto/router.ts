@@ -39,7 +39,8 @@ export type RouterCall =
   | (RouteTarget & { type: 'finished'; requestId: string; outputTokens?: number });
 
 export type RouterAnswer =
-  | { type: 'routed'; instanceId: InstanceId; overlapBlocks: number; requestBlocks: number }
+  /** `loraPrefetch` (optional): a worker that should load the request's adapter ahead of need. */
+  | { type: 'routed'; instanceId: InstanceId; overlapBlocks: number; requestBlocks: number; loraPrefetch?: InstanceId }
   | { type: 'all_busy'; retryAfterMs: number }
   | { type: 'no_candidates' }
   | { type: 'ok' };

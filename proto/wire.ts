@@ -210,6 +210,12 @@ export interface LoadMetrics {
   timestampMs: number;
   /** Only on workers with KV tiers below the engine pool (docs/kv-tiers.md); absent means none. */
   tiers?: LoadTierReport;
+  /**
+   * Multi-LoRA: what loading one adapter takes on this worker, its perf model's ms (the mocker
+   * scales wall time by its speedup ratio); averaged over its loads, absent before the first.
+   * The KV router charges it to this worker for a request whose adapter it lacks (docs/lora.md).
+   */
+  loraLoadMs?: number;
 }
 
 /**

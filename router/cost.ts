@@ -94,6 +94,11 @@ export function tierHitWeight(onboardMsPerBlock: number, recomputeMsPerBlock: nu
   return Math.max(0, Math.min(1, 1 - onboardMsPerBlock / recomputeMsPerBlock));
 }
 
+/** Ms the perf model takes to prefill one more block on top of a `contextTokens` prefill (its marginal cost). */
+export function recomputeMsPerBlock(prefillMs: (tokens: number) => number, blockSize: number, contextTokens = 1024): number {
+  return prefillMs(contextTokens + blockSize) - prefillMs(contextTokens);
+}
+
 export function requestBlocksOf(promptTokens: number, blockSize: number): number {
   return Math.ceil(promptTokens / blockSize);
 }

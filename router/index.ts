@@ -12,6 +12,7 @@ export * from './router-sync.js';
 export * from './cost.js';
 export * from './overload.js';
 export * from './prefix-affinity.js';
+export * from './lora-affinity.js';
 export * from './selector.js';
 export type { Rng } from '../runtime/random.js';
 export * from './kv-router.js';

@@ -11,7 +11,8 @@
 import type { InstanceId, KvEvent, LoadMetrics } from '../proto/wire.js';
 import { ActiveSequences, type ActiveSequenceUpdate, type WorkerActiveLoad } from './active-sequences.js';
 import { ApproxIndexer } from './approx-indexer.js';
-import { DEFAULT_COST_WEIGHTS, DEFAULT_DISK_HIT_WEIGHT, DEFAULT_HOST_HIT_WEIGHT, requestBlocksOf, tierHitWeight, workerCost, type CostRow, type CostWeights } from './cost.js';
+import { DEFAULT_COST_WEIGHTS, DEFAULT_DISK_HIT_WEIGHT, DEFAULT_HOST_HIT_WEIGHT, recomputeMsPerBlock, requestBlocksOf, tierHitWeight, workerCost, type CostRow, type CostWeights } from './cost.js';
+import { DEFAULT_LORA_LOAD_MS, LoraDemand, loraPrefetchTarget } from './lora-affinity.js';
 import { DEFAULT_LATENCY_COST, LatencyCost, type LatencyCostConfig, type RouterCostKind } from './latency-cost.js';
 import type { TierHit } from './latency-estimator.js';
 import type { PerfModel } from '../perf-model/index.js';
@@ -55,7 +56,13 @@ export interface KvRouterConfig {
   cost: RouterCostKind;
   /** The latency cost's model, weights and targets (used with `cost: 'latency'`). */
   latency: Partial<LatencyCostConfig>;
-  /** Multi-LoRA: cost (in blocks) added for a worker that would have to load the request's adapter first. */
+  /**
+   * Multi-LoRA: ms a worker takes to load an adapter when it has not reported its own
+   * (`--router-lora-load-ms`); a worker without the request's adapter pays its load time
+   * (lora-affinity.ts).
+   */
+  loraLoadMs: number;
+  /** Multi-LoRA: a fixed penalty in blocks instead (tests, and the old behaviour); absent = from the load time. */
   loraLoadPenaltyBlocks?: number;
   /**
    * Weigh each worker's tier hits by the tier costs it reports (its measured onboard time
@@ -68,8 +75,6 @@ export interface KvRouterConfig {
   prefixAffinity: PrefixAffinityPolicy;
 }
 
-/** About what loading a rank-16 adapter costs next to prefilling blocks (docs/lora.md). */
-export const DEFAULT_LORA_LOAD_PENALTY_BLOCKS = 32;
 
 export const DEFAULT_KV_ROUTER_CONFIG: KvRouterConfig = {
   blockSize: 16,
@@ -87,6 +92,7 @@ export const DEFAULT_KV_ROUTER_CONFIG: KvRouterConfig = {
   latency: {},
   measuredTierWeights: true,
   prefixAffinity: DEFAULT_PREFIX_AFFINITY,
+  loraLoadMs: DEFAULT_LORA_LOAD_MS,
 };
 
 export interface RouteRequest {
@@ -102,7 +108,7 @@ export interface RouteRequest {
   noOverlapCredit?: boolean;
   /** Multi-LoRA: the adapter's lora_id; tokens are hashed under it, so only its blocks match. */
   loraId?: number;
-  /** Multi-LoRA: the candidates that hold the adapter; the others pay `loraLoadPenaltyBlocks`. */
+  /** Multi-LoRA: the candidates that hold the adapter; the others pay its load time (lora-affinity.ts). */
   loraResident?: readonly InstanceId[];
 }
 
@@ -129,6 +135,8 @@ export interface RouteDecision {
   saturated?: boolean;
   /** Chosen among the prefix holders by prefix affinity (the rows' `prefixHolder`, `kvRoomBlocks` say why). */
   affinity?: boolean;
+  /** Multi-LoRA: a worker without the adapter that should load it ahead of need (lora-affinity.ts). */
+  loraPrefetch?: InstanceId;
 }
 
 export type RouteResult =
@@ -156,6 +164,8 @@ export class KvRouter {
   readonly tiers = new LowerTierIndex();
   /** Per worker, its last reported tier costs (`measuredTierWeights`). */
   private readonly tierCosts = new Map<InstanceId, WorkerTierCosts>();
+  /** Multi-LoRA: each adapter's share of recent adapter requests (prefetch by popularity). */
+  private readonly loraDemand = new LoraDemand();
   private readonly approx: ApproxIndexer | undefined;
   private readonly index: KvIndexer;
   private readonly sequencer: EventSequencer;
@@ -199,6 +209,7 @@ export class KvRouter {
     const weights = req.noOverlapCredit ? { ...this.config.weights, overlapScoreCredit: 0 } : this.config.weights;
     const costs: CostRow[] = new Array(candidates.length);
     const views: AffinityView[] = new Array(candidates.length);
+    const loraPenalties: number[] | undefined = req.loraResident !== undefined ? new Array(candidates.length) : undefined;
     const eligible: number[] = [];
     for (let i = 0; i < candidates.length; i++) {
       const c = candidates[i]!;
@@ -224,10 +235,10 @@ export class KvRouter {
       row.indexedBlocks = indexed;
       row.inflightBlocks = inflight;
       if (this.latency !== undefined) this.scoreLatency(row, c, booked, promptTokens, tierCost);
-      if (req.loraResident !== undefined && !req.loraResident.includes(c.instanceId)) {
-        const penaltyBlocks = this.config.loraLoadPenaltyBlocks ?? DEFAULT_LORA_LOAD_PENALTY_BLOCKS;
-        // The latency cost is in ms: the penalty is the prefill time of as many blocks.
-        row.cost += this.latency !== undefined ? this.latency.config.perfModel.prefillMs(penaltyBlocks * this.config.blockSize) : penaltyBlocks;
+      if (loraPenalties !== undefined) {
+        const penalty = req.loraResident!.includes(c.instanceId) ? 0 : this.loraPenalty(c);
+        loraPenalties[i] = penalty;
+        row.cost += penalty;
       }
       costs[i] = row;
       views[i] = { totalBlocks: c.totalBlocks ?? c.load?.totalBlocks, usedBlocks: Math.max(booked.activeBlocks, c.load?.activeBlocks ?? 0) };
@@ -248,6 +259,11 @@ export class KvRouter {
     const pool = affinityPool(within, costs, this.config.prefixAffinity);
     const pick = pool[selectIndex(pool.map((i) => costs[i]!.cost), this.config.temperature, this.rng)]!;
     const chosen = costs[pick]!;
+    let loraPrefetch: InstanceId | undefined;
+    if (loraPenalties !== undefined && req.loraId !== undefined) {
+      this.loraDemand.note(req.loraId);
+      loraPrefetch = loraPrefetchTarget(costs, loraPenalties, pick, req.loraResident!.length, this.loraDemand.share(req.loraId));
+    }
     return {
       kind: 'routed',
       decision: {
@@ -261,6 +277,7 @@ export class KvRouter {
         seqHashes: seq,
         ...(saturated ? { saturated: true } : {}),
         ...(pool !== within ? { affinity: true } : {}),
+        ...(loraPrefetch !== undefined ? { loraPrefetch } : {}),
       },
     };
   }
@@ -425,6 +442,20 @@ export class KvRouter {
       { promptTokens, cachedTokens: Math.min(promptTokens, row.cachedBlocks * this.config.blockSize), tierHits: tierHitsOf(row, this.config.blockSize, tierCost) },
       this.latestMs,
     );
+  }
+
+  /**
+   * What a worker without the request's adapter pays: its reported load time (else
+   * `loraLoadMs`), in ms for the latency cost, in blocks the perf model recomputes in that time
+   * for the block cost; or the fixed `loraLoadPenaltyBlocks` when set.
+   */
+  private loraPenalty(c: WorkerCandidate): number {
+    const model = this.latency?.config.perfModel ?? DEFAULT_LATENCY_COST.perfModel;
+    const bs = this.config.blockSize;
+    const fixed = this.config.loraLoadPenaltyBlocks;
+    if (fixed !== undefined) return this.latency !== undefined ? model.prefillMs(fixed * bs) : fixed;
+    const ms = c.load?.loraLoadMs ?? this.config.loraLoadMs;
+    return this.latency !== undefined ? ms : ms / recomputeMsPerBlock((t) => model.prefillMs(t), bs);
   }
 
   /**

@@ -56,6 +56,19 @@ export class LoraAdmin {
     return `Success: LoRA adapter '${name}' removed successfully.`;
   }
 
+  /**
+   * Loads an adapter on one worker ahead of need (the KV router's prefetch): fire and forget; a
+   * worker that refuses or is gone is only logged, the request path loads on demand anyway.
+   */
+  prefetch(p: { model: string; instanceId: InstanceId; lora: string; path: string }): void {
+    const card = this.models.model(p.model)?.card(p.instanceId);
+    if (card === undefined || !servesLora(card)) return;
+    this.call(card, { op: 'load', name: p.lora, path: p.path }).then(
+      () => this.log?.debug({ lora: p.lora, worker: p.instanceId }, 'LoRA adapter prefetched'),
+      (err: unknown) => this.log?.debug({ lora: p.lora, worker: p.instanceId, err }, 'LoRA adapter prefetch failed'),
+    );
+  }
+
   close(): void {
     for (const c of this.clients.values()) void c.then((client) => client.close(), () => undefined);
     this.clients.clear();

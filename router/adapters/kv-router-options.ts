@@ -9,6 +9,7 @@ import { DEFAULT_KV_ROUTER_CONFIG, type KvRouterConfig } from '../kv-router.js';
 import { DEFAULT_DISK_HIT_WEIGHT, DEFAULT_HOST_HIT_WEIGHT } from '../cost.js';
 import { ROUTER_COST_KINDS, type LatencyCostConfig, type RouterCostKind } from '../latency-cost.js';
 import { DEFAULT_PREFIX_AFFINITY } from '../prefix-affinity.js';
+import { DEFAULT_LORA_LOAD_MS } from '../lora-affinity.js';
 import { loadPerfProfile } from '../../perf-model/index.js';
 
 export interface KvRouterFlags {
@@ -25,6 +26,8 @@ export interface KvRouterFlags {
   routerMaxWaiting?: number;
   /** Share of the prompt a worker must hold (any tier) to take it while not truly overloaded; 0 = off. */
   routerPrefixAffinity?: number;
+  /** Multi-LoRA: ms an adapter load takes on a worker that has not reported its own. */
+  routerLoraLoadMs?: number;
   routerHostHitWeight?: number;
   routerDiskHitWeight?: number;
   /** `--router-cost`: blocks (default) or latency (predicted ms; router/latency-cost.ts). */
@@ -54,6 +57,7 @@ export function addKvRouterOptions(cmd: Command): Command {
     .addOption(new Option('--router-max-kv-usage <f>', 'kv: a worker at or above this KV usage is passed over while another is below it (all above: the least-bad one queues the request)').argParser(numberInRange(0.01, 1)).default(d.routerMaxKvUsage))
     .addOption(new Option('--router-busy-threshold <f>', 'kv, opt-in refusal: a worker reporting this KV usage or more is busy; when every worker is, requests wait (bounded) and then get 429 + Retry-After').argParser(numberInRange(0.01, 1)))
     .addOption(new Option('--router-prefix-affinity <share>', `kv: a worker holding at least this share of the prompt in any KV tier (pool, host, disk) takes it unless over its load threshold, out of KV room or past 2× the mean load of the workers without it; 0 = off (default ${DEFAULT_PREFIX_AFFINITY.minHeldShare})`).argParser(numberInRange(0, 1)))
+    .addOption(new Option('--router-lora-load-ms <ms>', `kv, multi-LoRA: what loading an adapter costs a worker that has not reported its own measured load time; a worker without the request's adapter pays it (default ${DEFAULT_LORA_LOAD_MS})`).argParser(numberInRange(0)))
     .addOption(new Option('--router-max-waiting <n>', 'kv, opt-in refusal: a worker reporting this many waiting requests or more is busy (as --router-busy-threshold)').argParser(intInRange(1, 1_000_000)))
     .option('--router-replica-sync', 'kv: share active-sequence bookings with other router replicas over router_sync', false)
     .option('--no-kv-events', 'kv: ignore worker KV events and learn cache contents from routing decisions (approximate mode)')
@@ -94,6 +98,7 @@ export function kvRouterConfigFromFlags(flags: Partial<KvRouterFlags>, replicaId
     // Either weight given by hand: it applies to every worker, whatever their reports say.
     measuredTierWeights: f.routerHostHitWeight === undefined && f.routerDiskHitWeight === undefined,
     prefixAffinity: { ...DEFAULT_PREFIX_AFFINITY, ...(f.routerPrefixAffinity !== undefined ? { minHeldShare: f.routerPrefixAffinity } : {}) },
+    loraLoadMs: f.routerLoraLoadMs ?? DEFAULT_LORA_LOAD_MS,
     temperature: f.routerTemperature,
     useKvEvents: f.kvEvents,
     overload: { ...DEFAULT_KV_ROUTER_CONFIG.overload, maxKvUsage: f.routerMaxKvUsage },

@@ -15,7 +15,8 @@ import { KvRouterHub } from './kv-router-hub.js';
 import { ROUTE_ENDPOINT, ROUTER_COMPONENT, type RouteTarget, type RouterAnswer, type RouterCall } from '../../proto/wire.js';
 
 export type KvRouteOutcome =
-  | { kind: 'routed'; instanceId: InstanceId; overlapBlocks: number }
+  /** `loraPrefetch`: a worker that should load the request's adapter ahead of need. */
+  | { kind: 'routed'; instanceId: InstanceId; overlapBlocks: number; loraPrefetch?: InstanceId }
   | { kind: 'all_busy'; retryAfterMs: number }
   | { kind: 'no_candidates' };
 
@@ -46,7 +47,8 @@ export class LocalKvBackend implements KvRoutingBackend {
     const result = service.route({ requestId, tokens, ...(options.noOverlapCredit ? { noOverlapCredit: true } : {}), ...(options.loraId !== undefined ? { loraId: options.loraId } : {}), ...(options.loraResident !== undefined ? { loraResident: options.loraResident } : {}) }, candidates);
     if (result.kind === 'routed') {
       this.hub.reportDecision(target.component, result.decision);
-      return { kind: 'routed', instanceId: result.decision.instanceId, overlapBlocks: result.decision.overlapBlocks };
+      const d = result.decision;
+      return { kind: 'routed', instanceId: d.instanceId, overlapBlocks: d.overlapBlocks, ...(d.loraPrefetch !== undefined ? { loraPrefetch: d.loraPrefetch } : {}) };
     }
     return result.kind === 'all_busy' ? { kind: 'all_busy', retryAfterMs: result.retryAfterMs } : { kind: 'no_candidates' };
   }
@@ -109,7 +111,7 @@ export class RemoteKvBackend implements KvRoutingBackend {
     const answer = await this.call(call, replica);
     if (answer.type === 'routed') {
       this.sessions.set(requestId, { replica, chain: Promise.resolve() });
-      return { kind: 'routed', instanceId: answer.instanceId, overlapBlocks: answer.overlapBlocks };
+      return { kind: 'routed', instanceId: answer.instanceId, overlapBlocks: answer.overlapBlocks, ...(answer.loraPrefetch !== undefined ? { loraPrefetch: answer.loraPrefetch } : {}) };
     }
     if (answer.type === 'all_busy') return { kind: 'all_busy', retryAfterMs: answer.retryAfterMs };
     return { kind: 'no_candidates' };

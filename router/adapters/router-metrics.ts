@@ -20,6 +20,7 @@ export class RouterMetrics {
   readonly syncMessages: Counter<'component' | 'direction'>;
   readonly saturated: Counter<'component'>;
   readonly refused: Counter<'component' | 'reason'>;
+  readonly loraPrefetches: Counter<'component'>;
 
   private constructor(registry: Registry) {
     const registers = [registry];
@@ -43,6 +44,12 @@ export class RouterMetrics {
     this.saturated = new Counter({
       name: 'tandem_router_saturated_decisions_total',
       help: 'Requests routed while every worker was over its load threshold: sent to the least-bad one, to wait in its queue',
+      labelNames: ['component'],
+      registers,
+    });
+    this.loraPrefetches = new Counter({
+      name: 'tandem_router_lora_prefetches_total',
+      help: 'Adapter loads asked of a worker ahead of need (the router would have sent it there, or the adapter is popular enough for more holders)',
       labelNames: ['component'],
       registers,
     });

@@ -70,7 +70,7 @@ export async function startRouterServer(runtime: DistributedRuntime, options: Ro
     if (result.kind === 'routed') {
       const d = result.decision;
       hub.reportDecision(call.component, d);
-      yield { type: 'routed', instanceId: d.instanceId, overlapBlocks: d.overlapBlocks, requestBlocks: d.requestBlocks };
+      yield { type: 'routed', instanceId: d.instanceId, overlapBlocks: d.overlapBlocks, requestBlocks: d.requestBlocks, ...(d.loraPrefetch !== undefined ? { loraPrefetch: d.loraPrefetch } : {}) };
     } else if (result.kind === 'all_busy') {
       yield { type: 'all_busy', retryAfterMs: result.retryAfterMs };
     } else {

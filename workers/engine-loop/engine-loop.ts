@@ -67,6 +67,11 @@ export interface EngineLoopConfig {
   kvTiers?: KvTierManager;
   /** Multi-LoRA: the adapters this worker serves; without it a request naming one is refused (not_found). */
   loras?: LoraRegistry;
+  /**
+   * Wall ms × this = the perf model's ms (the mocker: its speedup ratio): scales what the load
+   * report says an adapter load takes, so the router compares it with its own step times.
+   */
+  modelTimeScale?: number;
 }
 
 /** The scheduler's load snapshot plus the loop's running totals (what `/metrics` shows). */
@@ -102,10 +107,12 @@ export class EngineLoop {
   readonly kvTiers: KvTierManager | undefined;
   /** Multi-LoRA: the adapters this worker serves (workers/lora). */
   readonly loras: LoraRegistry | undefined;
+  private readonly modelTimeScale: number;
 
   constructor(config: EngineLoopConfig) {
     this.engine = config.engine;
     this.loras = config.loras;
+    this.modelTimeScale = config.modelTimeScale ?? 1;
     const info = config.engine.info;
     this.scheduler = new Scheduler({
       ...config.scheduler,
@@ -228,6 +235,8 @@ export class EngineLoop {
   loadMetrics(): LoadMetrics {
     const m: LoadMetrics = { workerId: this.kvEventLog.workerId, ...this.scheduler.load(), timestampMs: Date.now() };
     if (this.kvTiers !== undefined) m.tiers = this.tierReport(this.kvTiers);
+    const loraMs = this.loras?.meanLoadMs;
+    if (loraMs !== undefined) m.loraLoadMs = loraMs * this.modelTimeScale;
     return m;
   }
 

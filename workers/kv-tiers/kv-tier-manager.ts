@@ -20,7 +20,7 @@ import type { KvTierPolicy, OnboardCosts, OnboardSource, EvictedBlock, TierOp } 
 import type { KvOnboardStart } from '../scheduler/types.js';
 import type { BlockCopier } from './block-copier.js';
 import type { BlockStore } from './disk-block-store.js';
-import { recomputeMsPerBlock } from './tier-costs.js';
+import { recomputeMsPerBlockOf } from './tier-costs.js';
 
 export interface KvTierManagerConfig {
   policy: KvTierPolicy;
@@ -85,7 +85,7 @@ export class KvTierManager {
 
   /** Ms to recompute one block of `blockSize` tokens on top of a 1024-token prefill (the perf model's marginal cost). */
   recomputeMsPerBlock(blockSize: number): number {
-    return recomputeMsPerBlock(this.costs, blockSize);
+    return recomputeMsPerBlockOf(this.costs, blockSize);
   }
 
   /**

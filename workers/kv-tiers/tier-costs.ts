@@ -7,7 +7,7 @@
  */
 import type { PerfModel } from '../../perf-model/index.js';
 import type { OnboardCosts } from '../block-manager/kv-tier-policy.js';
-import { tierHitWeight } from '../../router/index.js';
+import { recomputeMsPerBlock, tierHitWeight } from '../../router/index.js';
 
 export interface TierBandwidths {
   /** G2 → G1 bytes per second. */
@@ -34,12 +34,12 @@ export function onboardCosts(perf: PerfModel, blockBytes: number, bw: TierBandwi
  * (clamped to 0..1), recompute measured on top of a `contextTokens` prefill.
  */
 export function tierHitWeights(costs: OnboardCosts, blockSize: number, contextTokens = 1024): { host: number; disk: number } {
-  const recompute = recomputeMsPerBlock(costs, blockSize, contextTokens);
+  const recompute = recomputeMsPerBlockOf(costs, blockSize, contextTokens);
   return { host: tierHitWeight(costs.hostMsPerBlock, recompute), disk: tierHitWeight(costs.diskMsPerBlock, recompute) };
 }
 
 /** Ms to recompute one block on top of a `contextTokens` prefill: the perf model's marginal cost. */
-export function recomputeMsPerBlock(costs: Pick<OnboardCosts, 'prefillMs'>, blockSize: number, contextTokens = 1024): number {
-  return costs.prefillMs(contextTokens + blockSize) - costs.prefillMs(contextTokens);
+export function recomputeMsPerBlockOf(costs: Pick<OnboardCosts, 'prefillMs'>, blockSize: number, contextTokens = 1024): number {
+  return recomputeMsPerBlock((t) => costs.prefillMs(t), blockSize, contextTokens);
 }
 

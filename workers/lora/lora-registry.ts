@@ -92,6 +92,8 @@ export const DEFAULT_MAX_LORAS = 4;
 export const DEFAULT_MAX_LORA_LOADS = 2;
 /** Loads that may wait for one of those; past this a load is refused with resource_exhausted. */
 export const LORA_LOADS_WAITING_PER_PERMIT = 16;
+/** Weight of the newest load in `meanLoadMs` (the KV router charges it to workers lacking an adapter). */
+const LOAD_MS_EWMA_ALPHA = 0.3;
 /** acquireWhenReady: loads tried when eviction keeps taking the adapter away before its turn. */
 const ACQUIRE_ATTEMPTS = 3;
 
@@ -111,6 +113,8 @@ export class LoraRegistry {
   private readonly unloadedNames = new Set<string>();
   readonly maxCpuLoras: number;
   readonly maxLoraRank: number;
+  /** Wall ms of a load once it has its turn (read, check, fill a slot), averaged (EWMA); undefined before the first. */
+  meanLoadMs: number | undefined;
 
   constructor(
     private readonly engine: LoraEngine,
@@ -170,6 +174,7 @@ export class LoraRegistry {
     const turn = this.loads.acquire();
     if (turn === undefined) throw new TandemError('resource_exhausted', `too many adapter loads are waiting (--max-lora-loads ${this.loads.permits}); retry`);
     const release = await turn;
+    const started = performance.now();
     this.options.log?.info({ lora: name, running: this.loads.inUse, waiting: this.loads.waiting }, 'LoRA adapter load started');
     try {
       const spec = await (this.options.readAdapter ?? readPeftAdapter)(dir, {
@@ -195,6 +200,8 @@ export class LoraRegistry {
         this.reserved--;
       }
       const entry: Entry = { name, spec, loraId, slot, refs: 0 };
+      const ms = performance.now() - started;
+      this.meanLoadMs = this.meanLoadMs === undefined ? ms : this.meanLoadMs + LOAD_MS_EWMA_ALPHA * (ms - this.meanLoadMs);
       this.byName.set(name, entry);
       this.unloadedNames.delete(name);
       this.options.onChange?.();

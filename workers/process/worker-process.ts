@@ -185,6 +185,8 @@ export async function startWorker(runtime: DistributedRuntime, options: WorkerOp
     ...(decode !== undefined ? { kvImporter: decode.importer } : {}),
     scheduler: { maxNumBatchedTokens: options.maxNumBatchedTokens, maxNumSeqs: options.maxNumSeqs, ...(options.lora?.maxLoras !== undefined ? { maxLoras: options.lora.maxLoras } : {}) },
     ...(grammar !== undefined ? { grammar: grammar.provider } : {}),
+    // The mocker's steps run at its speedup ratio: its adapter loads are reported in model time.
+    ...(options.engine === 'mocker' ? { modelTimeScale: options.speedupRatio ?? 1 } : {}),
     sinks,
   });
   sinks.attach(loop);

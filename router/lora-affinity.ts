@@ -1,0 +1,79 @@
+/**
+ * Multi-LoRA in the KV router's decision: what a worker without the request's adapter pays, and
+ * where to load an adapter ahead of need (docs/lora.md). Pure: time and loads are arguments.
+ *
+ * The penalty is the adapter load time, so a non-holder wins only when the holders are loaded
+ * by more than a load costs. Per worker it is the load time that worker measured and reported
+ * (`LoadMetrics.loraLoadMs`, in its perf model's milliseconds), else `--router-lora-load-ms`.
+ * The latency cost adds those milliseconds; the block cost adds as many blocks as the perf
+ * model recomputes in that time (worked: 50 ms at the default polynomial's 0.2568 ms per block
+ * after 1024 tokens = 194.7 blocks; the old fixed 32 blocks were 8 ms, far below what a load
+ * costs).
+ *
+ * Loads ahead of need (`LoraPrefetch`): a routed adapter request names one worker to start
+ * loading that adapter in the background, so a later request finds it there instead of waiting
+ * for an on-demand load. Two triggers:
+ *   - routing intent: a worker without the adapter would have won without the penalty (the
+ *     holders are busier than it by less than a load, so this request stayed with them, but
+ *     the next ones may not);
+ *   - popularity: the adapter's share of the last `window` adapter requests asks for more
+ *     holders than it has (share × candidates, rounded up).
+ * The target is the non-holder with the lowest cost before the penalty.
+ */
+import type { InstanceId } from '../proto/wire.js';
+import type { CostRow } from './cost.js';
+
+/** What a worker is assumed to take to load an adapter before it reports its own (`--router-lora-load-ms`). */
+export const DEFAULT_LORA_LOAD_MS = 50;
+/** Adapter requests the popularity share is counted over. */
+export const LORA_DEMAND_WINDOW = 256;
+
+/**
+ * The last `window` adapter requests, by lora_id: a ring of ids and a count per id, so the share
+ * of any adapter is one lookup.
+ */
+export class LoraDemand {
+  private readonly ring: Array<number | undefined>;
+  private next = 0;
+  private filled = 0;
+  private readonly counts = new Map<number, number>();
+
+  constructor(readonly window = LORA_DEMAND_WINDOW) {
+    this.ring = new Array<number | undefined>(window);
+  }
+
+  /** Counts one request for `loraId`, dropping the oldest beyond the window. */
+  note(loraId: number): void {
+    const old = this.ring[this.next];
+    if (old !== undefined) {
+      const c = (this.counts.get(old) ?? 1) - 1;
+      if (c <= 0) this.counts.delete(old);
+      else this.counts.set(old, c);
+    }
+    this.ring[this.next] = loraId;
+    this.counts.set(loraId, (this.counts.get(loraId) ?? 0) + 1);
+    this.next = (this.next + 1) % this.window;
+    if (this.filled < this.window) this.filled++;
+  }
+
+  /** Share of the window's adapter requests that named `loraId` (0 before any). */
+  share(loraId: number): number {
+    return this.filled === 0 ? 0 : (this.counts.get(loraId) ?? 0) / this.filled;
+  }
+}
+
+/**
+ * The worker to load the adapter on ahead of need, or undefined. `rows[i]` is candidate i's
+ * cost with the penalty, `penalties[i]` what it paid (0 for holders), `chosen` the index routed.
+ */
+export function loraPrefetchTarget(rows: readonly CostRow[], penalties: readonly number[], chosen: number, holders: number, share: number): InstanceId | undefined {
+  let best = -1;
+  for (let i = 0; i < rows.length; i++) {
+    if (penalties[i]! <= 0 || rows[i]!.overloaded) continue;
+    if (best < 0 || rows[i]!.cost - penalties[i]! < rows[best]!.cost - penalties[best]!) best = i;
+  }
+  if (best < 0 || best === chosen || penalties[chosen]! > 0) return undefined;
+  const intent = rows[best]!.cost - penalties[best]! < rows[chosen]!.cost;
+  const wanted = Math.ceil(share * rows.length);
+  return intent || holders < wanted ? rows[best]!.instanceId : undefined;
+}
