@@ -256,7 +256,7 @@ export class KvRouter {
       for (let i = 0; i < candidates.length; i++) eligible.push(i);
     }
     const within = this.latency === undefined ? eligible : withinTargets(eligible, costs);
-    const pool = affinityPool(within, costs, this.config.prefixAffinity);
+    const pool = affinityPool(within, costs, this.latency === undefined ? this.config.prefixAffinity : latencyAffinity(this.config.prefixAffinity));
     const pick = pool[selectIndex(pool.map((i) => costs[i]!.cost), this.config.temperature, this.rng)]!;
     const chosen = costs[pick]!;
     let loraPrefetch: InstanceId | undefined;
@@ -504,9 +504,7 @@ export class KvRouter {
  */
 function withinTargets(eligible: number[], costs: readonly CostRow[]): number[] {
   const within = eligible.filter((i) => costs[i]!.latency?.overTarget !== true);
-  const pool = within.length > 0 ? within : eligible;
-  const roomy = pool.filter((i) => (costs[i]!.latency?.kvWaitMs ?? 0) === 0);
-  return roomy.length > 0 ? roomy : pool;
+  return within.length > 0 ? within : eligible;
 }
 
 /**
@@ -534,6 +532,18 @@ function tierHitsOf(row: CostRow, blockSize: number, tierCost: WorkerTierCosts |
     ...(disk > 0 ? [{ tier: 'disk', tokens: disk * blockSize, ...perToken(tierCost?.diskOnboardMsPerBlock) }] : []),
   ];
 }
+
+/**
+ * Prefix affinity under the latency cost: a holder is overloaded past 1.5× the others' mean
+ * predicted cost (ms, calibrated per worker), not their block load, which cannot tell a
+ * half-speed worker from a fast one (bench/latency-routing-virtual.ts: the block load made the
+ * latency cost no better than blocks on a heterogeneous fleet).
+ */
+function latencyAffinity(policy: PrefixAffinityPolicy): PrefixAffinityPolicy {
+  return { ...policy, maxLoadRatio: LATENCY_AFFINITY_LOAD_RATIO, load: 'cost' };
+}
+
+const LATENCY_AFFINITY_LOAD_RATIO = 1.5;
 
 /** One worker's tier costs as it reported them, and the hit weights they give. */
 interface WorkerTierCosts {

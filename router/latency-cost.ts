@@ -53,6 +53,16 @@ export const DEFAULT_LATENCY_COST: LatencyCostConfig = {
 };
 
 /** The predicted values a latency-scored cost row carries (and logs). */
+/**
+ * How much worse than predicted a KV wait is taken to be in the cost: the drain model reads
+ * such waits 2–5× short when a pool is oversubscribed (virtual-time measurement), so a worker
+ * predicted to wait is charged its wait this many times over (the prediction itself stays as
+ * estimated). Such a worker used to be left out whenever any worker had room, which turned the
+ * latency cost back into block counting in the middle band: a fast worker a moment from room
+ * lost to a slow one with room. Now it wins when even the pessimistic wait leaves it ahead.
+ */
+export const KV_WAIT_PESSIMISM = 5;
+
 export interface LatencyPrediction {
   /** Calibrated predictions, ms. */
   ttftMs: number;
@@ -114,7 +124,7 @@ export class LatencyCost {
     const { ttftTargetMs, itlTargetMs } = this.config;
     const overTarget = (itlTargetMs !== undefined && itlMs > itlTargetMs) || (ttftTargetMs !== undefined && ttftMs > ttftTargetMs);
     const prediction: LatencyPrediction = { ttftMs, itlMs, itlImpactMs, kvWaitMs, queuedTokens: worker.queuedPrefillTokens, ttftRatio: cal.ttftRatio, itlRatio: cal.itlRatio, overTarget };
-    row.cost = ttftMs + this.config.itlWeight * itlImpactMs;
+    row.cost = ttftMs + (KV_WAIT_PESSIMISM - 1) * kvWaitMs + this.config.itlWeight * itlImpactMs;
     row.latency = prediction;
     return prediction;
   }

@@ -40,6 +40,11 @@ export interface PrefixAffinityPolicy {
   minHeldShare: number;
   /** A holder carrying more than this × the mean load of the candidates that do not hold the prefix is overloaded. */
   maxLoadRatio: number;
+  /**
+   * What load is: `blocks` (default), active + pending prefill blocks; `cost`, the row's cost
+   * (the latency cost's calibrated milliseconds, which know a slow worker from a fast one).
+   */
+  load?: 'blocks' | 'cost';
 }
 
 export const DEFAULT_PREFIX_AFFINITY: PrefixAffinityPolicy = { minHeldShare: 0.3, maxLoadRatio: 2 };
@@ -83,7 +88,7 @@ export function affinityPool(pool: readonly number[], rows: readonly CostRow[], 
   let load = 0;
   for (const i of pool) {
     if (rows[i]!.prefixHolder === true) continue;
-    load += loadOf(rows[i]!);
+    load += loadOf(rows[i]!, policy);
     others++;
   }
   // Nobody holds it, or everybody does: nothing to prefer.
@@ -91,11 +96,11 @@ export function affinityPool(pool: readonly number[], rows: readonly CostRow[], 
   const limit = policy.maxLoadRatio * (load / others);
   const sticky = pool.filter((i) => {
     const r = rows[i]!;
-    return r.prefixHolder === true && r.kvRoomBlocks !== undefined && r.kvRoomBlocks >= 0 && loadOf(r) <= limit;
+    return r.prefixHolder === true && r.kvRoomBlocks !== undefined && r.kvRoomBlocks >= 0 && loadOf(r, policy) <= limit;
   });
   return sticky.length > 0 ? sticky : pool;
 }
 
-function loadOf(row: CostRow): number {
-  return row.activeDecodeBlocks + row.pendingPrefillBlocks;
+function loadOf(row: CostRow, policy: PrefixAffinityPolicy): number {
+  return policy.load === 'cost' ? row.cost : row.activeDecodeBlocks + row.pendingPrefillBlocks;
 }

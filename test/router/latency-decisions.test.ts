@@ -127,20 +127,32 @@ describe('--router-cost latency decisions', () => {
     expect(all.instanceId).toBe('fast');
   });
 
-  it('a worker whose KV pool would make the request wait is passed over while another has room, whatever the milliseconds say', () => {
+  it('a worker whose KV pool would make the request wait is charged 5× its predicted wait: a 1-stream worker loses to a 5× slower one with room, a 6-stream one beats an 8× slower one', () => {
     // fast: a 145-block pool holding a 17-block stream → this 2048-token request (128 + 1
-    // blocks) is 1 block short and would wait for KV; slow (5×) has room. The ms alone favour
-    // fast (a 1-block wait reads short), the filter does not let it: KV waits are what the
-    // model reads worst.
-    const pools: WorkerCandidate[] = [{ instanceId: 'fast', totalBlocks: 145 }, { instanceId: 'slow', totalBlocks: 100_000 }];
-    const router = setUp({ fastDecoding: 1, slowRatio: 5 });
-    const d = routed(router.route(request(0), pools, 10));
-    const fast = d.costs.find((c) => c.instanceId === 'fast')!;
-    const slow = d.costs.find((c) => c.instanceId === 'slow')!;
-    expect(fast.latency!.kvWaitMs).toBeGreaterThan(0);
-    expect(slow.latency!.kvWaitMs).toBe(0);
-    expect(fast.cost).toBeLessThan(slow.cost);
-    expect(d.instanceId).toBe('slow');
+    // blocks) is 1 block short and would wait for KV; slow has room. The predicted wait alone
+    // reads short (the drain model's waits run 2–5× long), so it counts KV_WAIT_PESSIMISM (5)
+    // times: fast cost = TTFT + 4 × wait + ITL impact.
+    const pick = (fastDecoding: number, slowRatio: number) => {
+      const pools: WorkerCandidate[] = [{ instanceId: 'fast', totalBlocks: fastDecoding * 17 + 128 }, { instanceId: 'slow', totalBlocks: 100_000 }];
+      const d = routed(setUp({ fastDecoding, slowRatio }).route(request(0), pools, 10));
+      const fast = d.costs.find((c) => c.instanceId === 'fast')!;
+      const slow = d.costs.find((c) => c.instanceId === 'slow')!;
+      expect(fast.latency!.kvWaitMs).toBeGreaterThan(0);
+      expect(slow.latency!.kvWaitMs).toBe(0);
+      expect(fast.cost).toBeCloseTo(fast.latency!.ttftMs + 4 * fast.latency!.kvWaitMs + fast.latency!.itlImpactMs, 6);
+      return { d, fast, slow };
+    };
+    // One 17-block stream: a predicted 88 ms wait → fast costs 567 ms against the 5× slower
+    // worker's 252: slow. Its plain prediction would have been the lower one.
+    const one = pick(1, 5);
+    expect(one.fast.latency!.ttftMs + one.fast.latency!.itlImpactMs).toBeLessThan(one.slow.cost);
+    expect(one.d.instanceId).toBe('slow');
+    // Six streams: the same 1-block shortfall drains in a predicted 31 ms → fast costs 337 ms and
+    // beats a worker 8× slower (400 ms). The old rule left fast out whenever anyone had room,
+    // which made the latency cost count blocks again in the middle band.
+    const six = pick(6, 8);
+    expect(six.fast.cost).toBeLessThan(six.slow.cost);
+    expect(six.d.instanceId).toBe('fast');
   });
 
   it('calibration follows the requests it routed: first token and stream end feed TTFT and ITL ratios', () => {
