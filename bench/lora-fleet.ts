@@ -3,7 +3,7 @@
  * mocker fleet serving 32 adapters with Zipf popularity, side by side in one run, at the same
  * offered load.
  *
- *   node --import tsx bench/lora-fleet.ts [--quick] [--built] [--requests 240] [--load 0.8] [--zipf 1.1] [--replicas 2] [--order round-robin,kv] [--logs DIR]
+ *   node --import tsx bench/lora-fleet.ts [--quick] [--built] [--requests 240] [--load 0.8] [--zipf 1.1] [--replicas 2] [--order round-robin,kv] [--logs DIR] [--out FILE under bench/results]
  *
  * Fleet: 4 mocker workers (real `runtime worker` processes, bench/fleet startFleet) behind one
  * `runtime frontend`, the tiny model. 32 adapters; adapter i starts on workers i mod 4 and
@@ -344,7 +344,8 @@ async function main(): Promise<void> {
     results,
     comparison,
   };
-  const file = join(ROOT, 'bench', 'results', `lora-fleet${PLAN.replicas !== 2 ? `-replicas${PLAN.replicas}` : ''}${QUICK ? '-quick' : ''}.json`);
+  const named = args.includes('--out') ? args[args.indexOf('--out') + 1] : undefined;
+  const file = resolve(ROOT, 'bench', 'results', named ?? `lora-fleet${PLAN.replicas !== 2 ? `-replicas${PLAN.replicas}` : ''}${QUICK ? '-quick' : ''}.json`);
   mkdirSync(dirname(file), { recursive: true });
   writeFileSync(file, `${JSON.stringify(out, null, 2)}\n`);
   process.stdout.write(

@@ -13,9 +13,11 @@
  * Loads ahead of need (`LoraPrefetch`): a routed adapter request names one worker to start
  * loading that adapter in the background, so a later request finds it there instead of waiting
  * for an on-demand load. Two triggers:
- *   - routing intent: a worker without the adapter would have won without the penalty (the
- *     holders are busier than it by less than a load, so this request stayed with them, but
- *     the next ones may not);
+ *   - routing intent: a worker without the adapter would have won with half the penalty (the
+ *     holders are busier than it by at least half a load, so the next requests may well leave
+ *     them). Not merely "without the penalty": on the 32-adapter Zipf fleet that fired on about
+ *     every other request (28-37 loads a run of 240, each a 17.6 MB read on a busy worker) and
+ *     the loads cost more TTFT than they saved (bench/lora-fleet.ts);
  *   - popularity: the adapter's share of the last `window` adapter requests asks for more
  *     holders than it has (share × candidates, rounded up).
  * The target is the non-holder with the lowest cost before the penalty.
@@ -25,6 +27,8 @@ import type { CostRow } from './cost.js';
 
 /** What a worker is assumed to take to load an adapter before it reports its own (`--router-lora-load-ms`). */
 export const DEFAULT_LORA_LOAD_MS = 50;
+/** Routing intent: the share of a load the holders must be busier by before a non-holder prefetches. */
+export const INTENT_PENALTY_SHARE = 0.5;
 /** Adapter requests the popularity share is counted over. */
 export const LORA_DEMAND_WINDOW = 256;
 
@@ -73,7 +77,7 @@ export function loraPrefetchTarget(rows: readonly CostRow[], penalties: readonly
     if (best < 0 || rows[i]!.cost - penalties[i]! < rows[best]!.cost - penalties[best]!) best = i;
   }
   if (best < 0 || best === chosen || penalties[chosen]! > 0) return undefined;
-  const intent = rows[best]!.cost - penalties[best]! < rows[chosen]!.cost;
+  const intent = rows[best]!.cost - penalties[best]! * (1 - INTENT_PENALTY_SHARE) < rows[chosen]!.cost;
   const wanted = Math.ceil(share * rows.length);
   return intent || holders < wanted ? rows[best]!.instanceId : undefined;
 }

@@ -3,7 +3,7 @@
  * pays its adapter load time, in blocks the perf model recomputes in that time (or in ms under
  * the latency cost), from what that worker measured and reported, else --router-lora-load-ms;
  * and a routed adapter request names a worker to load the adapter on ahead of need, by routing
- * intent (it would have won without the penalty) or by popularity (share × workers holders).
+ * intent (it would have won with half the penalty) or by popularity (share × workers holders).
  */
 import { describe, expect, it } from 'vitest';
 import type { LoadMetrics } from '../../proto/wire.js';
@@ -126,6 +126,12 @@ describe('adapter loads ahead of need', () => {
     const row = (id: string, cost: number, overloaded = false) => ({ instanceId: id, cachedBlocks: 0, pendingPrefillBlocks: 0, activeDecodeBlocks: 0, newPrefillBlocks: 0, prefillBlocks: 0, cost, overloaded });
     expect(loraPrefetchTarget([row('h', 100), row('x', 10 + 50)], [0, 50], 1, 1, 0)).toBeUndefined();
     expect(loraPrefetchTarget([row('h', 100), row('x', 10 + 50, true)], [0, 50], 0, 1, 0)).toBeUndefined();
-    expect(loraPrefetchTarget([row('h', 100), row('x', 10 + 200)], [0, 200], 0, 1, 0)).toBe('x');
+    expect(loraPrefetchTarget([row('h', 200), row('x', 10 + 200)], [0, 200], 0, 1, 0)).toBe('x');
+  });
+
+  it('routing intent needs the holder busier by half a load: 90 blocks of a 200-block load is not enough, 110 is', () => {
+    const row = (id: string, cost: number) => ({ instanceId: id, cachedBlocks: 0, pendingPrefillBlocks: 0, activeDecodeBlocks: 0, newPrefillBlocks: 0, prefillBlocks: 0, cost, overloaded: false });
+    expect(loraPrefetchTarget([row('h', 100), row('x', 10 + 200)], [0, 200], 0, 1, 0)).toBeUndefined();
+    expect(loraPrefetchTarget([row('h', 120), row('x', 10 + 200)], [0, 200], 0, 1, 0)).toBe('x');
   });
 });
