@@ -14,6 +14,7 @@
  */
 import { describe, expect, it } from 'vitest';
 import { upForBlock } from './up.js';
+import { seededWords } from './words.js';
 
 const MAX_TOKENS = 8;
 /** `--model tiny` serves the generated model under its directory's name. */
@@ -49,15 +50,7 @@ async function respond(url: string, input: string, previous?: string): Promise<T
   return { instance: res.headers.get('x-worker-instance-id')!, promptTokens: body.usage.input_tokens, cached: body.usage.input_tokens_details?.cached_tokens ?? 0, text: '', id: body.id };
 }
 
-/** Plain words the tiny tokenizer knows; `seed` makes each text distinct. */
-function words(seed: number, n: number): string {
-  const vocab = ['alpha', 'bravo', 'cargo', 'delta', 'ember', 'fable', 'gamma', 'harbor', 'ivory', 'jolly', 'karma', 'lemon', 'mango', 'noble', 'olive', 'piano'];
-  let x = seed * 2654435761;
-  return Array.from({ length: n }, () => {
-    x = (Math.imul(x ^ (x >>> 13), 0x5bd1e995) + 7) >>> 0;
-    return vocab[x % vocab.length];
-  }).join(' ');
-}
+const words = seededWords;
 
 /** Other users' prompts, about 33 blocks each: sixteen turn both 128-block pools over twice. */
 async function otherTraffic(url: string, seed: number): Promise<void> {

@@ -15,6 +15,7 @@
 import { describe, expect, it } from 'vitest';
 import { metricValue, scrape } from '../harness/http.js';
 import { upForBlock } from './up.js';
+import { seededWords } from './words.js';
 
 const MODEL = 'tiny-llama';
 const BURST = 24;
@@ -25,14 +26,7 @@ interface Outcome {
 }
 
 /** ~37 blocks of prompt (the tiny tokenizer makes about 4 tokens of each of these words). */
-function prompt(seed: number): string {
-  const vocab = ['alpha', 'bravo', 'cargo', 'delta', 'ember', 'fable', 'gamma', 'harbor', 'ivory', 'jolly', 'karma', 'lemon', 'mango', 'noble', 'olive', 'piano'];
-  let x = seed * 2654435761;
-  return Array.from({ length: 140 }, () => {
-    x = (Math.imul(x ^ (x >>> 13), 0x5bd1e995) + 7) >>> 0;
-    return vocab[x % vocab.length];
-  }).join(' ');
-}
+const prompt = (seed: number) => seededWords(seed, 140);
 
 async function burst(url: string): Promise<Outcome[]> {
   return Promise.all(
