@@ -8,12 +8,12 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Option, type Command } from 'commander';
-import { nonNegativeInt, oneOf, parsePort } from '../runtime/index.js';
+import { checkFlagRules, nonNegativeInt, oneOf, parsePort, type FlagRule } from '../runtime/index.js';
 import { ConfigError } from '../runtime/errors.js';
 import { DistributedRuntime, DEFAULT_NAMESPACE, etcdEndpointsFromEnv, natsServerFromEnv } from '../runtime/index.js';
 import { LocalConnector, buildConfig, loadPlannerPerf, loadPlannerProfile, readPlannerConfigFile, startLivePlanner, type LivePlanner, type LocalWorker, type PlannerConfig, type PoolName } from '../planner/index.js';
 import { DEFAULT_RESTART_POLICY, Supervisor, recordWithMsg, runtimeCommand, type RestartPolicy} from '../runtime/index.js';
-import { resolveModel } from '../workers/index.js';
+import { checkWorkerFlags, resolveModel, type WorkerRuleFlags } from '../workers/index.js';
 import { checkChildArgs } from './child-args.js';
 
 interface UpFlags {
@@ -70,8 +70,7 @@ interface UpFlags {
  * process starts, so a bad value is exit 2 with nothing to clean up.
  */
 async function upPlannerConfig(flags: UpFlags, profileKvCapacityTokens: number | undefined): Promise<PlannerConfig | undefined> {
-  if (flags.planner === undefined) return undefined;
-  if (flags.maxWorkers === undefined) throw new ConfigError('--planner needs --max-workers N (the total worker budget)');
+  if (flags.planner === undefined || flags.maxWorkers === undefined) return undefined; // UP_FLAG_RULES refused the second
   const disagg = flags.prefill + flags.decode > 0;
   const raw = flags.plannerConfig !== undefined ? await readPlannerConfigFile(flags.plannerConfig) : undefined;
   const c = buildConfig({ mode: flags.planner, interval: flags.plannerInterval, minWorkers: flags.minWorkers, maxWorkers: flags.maxWorkers, topology: disagg ? 'disagg' : 'agg' }, raw, { kvCapacityTokens: profileKvCapacityTokens });
@@ -83,6 +82,20 @@ async function upPlannerConfig(flags: UpFlags, profileKvCapacityTokens: number |
   }
   return c;
 }
+
+/**
+ * The combinations of `up`'s own flags that cannot run, checked before anything starts (exit 2,
+ * one line). Flags `up` passes on are checked by their child's own rules too (checkForwardedFlags).
+ */
+const UP_FLAG_RULES: readonly FlagRule<UpFlags>[] = [
+  {
+    broken: (f) => (f.workers ?? 0) + f.prefill + f.decode + f.embeddingWorkers === 0,
+    message: 'runtime up needs at least one worker (--workers, --prefill with --decode, or --embedding-workers)',
+  },
+  { broken: (f) => f.prefill > 0 && f.decode === 0, message: '--prefill needs --decode workers too' },
+  { broken: (f) => f.perfProfile !== undefined && f.engine !== 'mocker', message: '--perf-profile is for the mocker engine' },
+  { broken: (f) => f.planner !== undefined && f.maxWorkers === undefined, message: '--planner needs --max-workers N (the total worker budget)' },
+];
 
 /** Restart a crashed child after 0.5 s, 1 s, 2 s, … at most 30 s; a 30 s run resets the backoff. */
 const UP_RESTART_POLICY: RestartPolicy = DEFAULT_RESTART_POLICY;
@@ -173,13 +186,10 @@ export function registerUpCommand(program: Command): void {
     .action(async (flags: UpFlags, cmd: Command) => {
       const onGpu = flags.engine === 'native' && flags.device !== undefined && flags.device !== 'cpu';
       flags.workers ??= flags.prefill + flags.decode + flags.embeddingWorkers > 0 ? 0 : onGpu ? 1 : 2;
-      if (flags.workers + flags.prefill + flags.decode + flags.embeddingWorkers === 0) throw new ConfigError('runtime up needs at least one worker (--workers, --prefill or --decode)');
-      if (flags.prefill > 0 && flags.decode === 0) throw new ConfigError('--prefill needs --decode workers too');
+      checkFlagRules(UP_FLAG_RULES, flags);
       checkForwardedFlags(cmd.parent!, flags, cmd.args);
-      if (flags.perfProfile !== undefined) {
-        if (flags.engine !== 'mocker') throw new ConfigError('--perf-profile is for the mocker engine');
-        await loadPlannerPerf(flags.perfProfile); // a bad file is exit 2 here, not a worker dying at start
-      }
+      // a bad file is exit 2 here, not a worker dying at start
+      if (flags.perfProfile !== undefined) await loadPlannerPerf(flags.perfProfile);
       // The profile before the config: its worker's KV capacity is the planner's default.
       const profile = flags.planner !== undefined ? await loadPlannerProfile(flags.plannerProfile ?? flags.perfProfile) : undefined;
       const plannerConfig = await upPlannerConfig(flags, profile?.kvCapacityTokens);
@@ -274,12 +284,26 @@ function shownLevel(flags: UpFlags): number {
   return PINO_LEVELS[flags.logLevel] ?? 30;
 }
 
-/** Every flag `up` passes on, checked by the child that would read it: exit 2 before anything starts. */
-function checkForwardedFlags(program: Command, flags: UpFlags, frontendExtra: string[]): void {
+/**
+ * Every flag `up` passes on, checked by the child that would read it, values and combinations
+ * (the worker's own rules, workers/process/worker-flag-rules.ts): exit 2 before anything starts.
+ * Returns the frontend's parsed flags (the banner reads whether it needs a key).
+ */
+function checkForwardedFlags(program: Command, flags: UpFlags, frontendExtra: string[]): Record<string, unknown> {
   const args = childArgs(flags, frontendExtra, { modelDir: flags.model, discoveryDir: 'unused' });
-  checkChildArgs(program, 'frontend', args.frontend.slice(1), 'runtime up passes flags it does not know to the frontend');
-  for (const pool of ['agg', 'prefill', 'decode']) checkChildArgs(program, 'worker', args.worker(pool).slice(1), 'runtime up passes it to every worker');
-  if (flags.embeddingWorkers > 0) checkChildArgs(program, 'worker', args.embedWorker.slice(1), 'runtime up passes it to every embedding worker');
+  const frontend = checkChildArgs(program, 'frontend', args.frontend.slice(1), 'runtime up passes flags it does not know to the frontend');
+  const toWorkers = 'runtime up passes it to every worker';
+  const pools: Array<[string, number]> = [['agg', flags.workers ?? 0], ['prefill', flags.prefill], ['decode', flags.decode]];
+  for (const [pool, count] of pools) {
+    const parsed = checkChildArgs(program, 'worker', args.worker(pool).slice(1), toWorkers);
+    // A pool that starts empty may still be scaled up by the planner.
+    if (count > 0 || flags.planner !== undefined) checkWorkerFlags(parsed as unknown as WorkerRuleFlags, toWorkers);
+  }
+  if (flags.embeddingWorkers > 0) {
+    const toEmbed = 'runtime up passes it to every embedding worker';
+    checkWorkerFlags(checkChildArgs(program, 'worker', args.embedWorker.slice(1), toEmbed) as unknown as WorkerRuleFlags, toEmbed);
+  }
+  return frontend;
 }
 
 async function runUp(flags: UpFlags, frontendExtra: string[], plan?: { config: PlannerConfig; perf: Awaited<ReturnType<typeof loadPlannerPerf>> }): Promise<void> {

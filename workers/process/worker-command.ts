@@ -7,6 +7,7 @@ import { DEFAULT_KV_RELEASE_TIMEOUT_MS, DEFAULT_MOCKER_KV_BYTES_PER_TOKEN, DEFAU
 import { DEFAULT_COMPILE_MEMORY_MB, DEFAULT_COMPILE_TIMEOUT_MS, compileLimits } from '../../grammar/index.js';
 import { startWorker, type WorkerOptions } from './worker-process.js';
 import { GIB } from './kv-tiers-setup.js';
+import { checkWorkerFlags } from './worker-flag-rules.js';
 import { startEmbeddingWorker } from '../embedding/index.js';
 import { DEFAULT_MAX_CPU_LORAS, DEFAULT_MAX_LORA_RANK, DEFAULT_MAX_LORAS } from '../lora/index.js';
 
@@ -144,6 +145,7 @@ export function registerWorkerCommand(program: Command): void {
     .addOption(new Option('--max-cpu-loras <n>', 'most adapters resident in host memory; the least recently used idle one makes room').argParser(positiveInt).default(DEFAULT_MAX_CPU_LORAS))
     .addOption(new Option('--max-lora-rank <r>', 'refuse adapters of a higher rank').argParser(positiveInt).default(DEFAULT_MAX_LORA_RANK));
   addRuntimeOptions(cmd).action(async (flags: WorkerFlags) => {
+    checkWorkerFlags(flags);
     const runtime = await createRuntimeFromOptions(flags, `worker-${flags.mode}`);
     const options = workerOptionsFromFlags(flags);
     try {
