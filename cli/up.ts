@@ -15,6 +15,7 @@ import { LocalConnector, buildConfig, loadPlannerPerf, loadPlannerProfile, readP
 import { DEFAULT_RESTART_POLICY, Supervisor, recordWithMsg, runtimeCommand, type RestartPolicy} from '../runtime/index.js';
 import { checkWorkerFlags, resolveModel, type WorkerRuleFlags } from '../workers/index.js';
 import { checkChildArgs } from './child-args.js';
+import { upBanner } from './up-banner.js';
 
 interface UpFlags {
   engine: 'mocker' | 'native';
@@ -187,13 +188,14 @@ export function registerUpCommand(program: Command): void {
       const onGpu = flags.engine === 'native' && flags.device !== undefined && flags.device !== 'cpu';
       flags.workers ??= flags.prefill + flags.decode + flags.embeddingWorkers > 0 ? 0 : onGpu ? 1 : 2;
       checkFlagRules(UP_FLAG_RULES, flags);
-      checkForwardedFlags(cmd.parent!, flags, cmd.args);
+      const frontend = checkForwardedFlags(cmd.parent!, flags, cmd.args);
       // a bad file is exit 2 here, not a worker dying at start
       if (flags.perfProfile !== undefined) await loadPlannerPerf(flags.perfProfile);
       // The profile before the config: its worker's KV capacity is the planner's default.
       const profile = flags.planner !== undefined ? await loadPlannerProfile(flags.plannerProfile ?? flags.perfProfile) : undefined;
       const plannerConfig = await upPlannerConfig(flags, profile?.kvCapacityTokens);
-      await runUp(flags, cmd.args, plannerConfig && profile ? { config: plannerConfig, perf: profile.perf } : undefined);
+      const keyed = frontend.apiKey !== undefined || frontend.apiKeyFile !== undefined;
+      await runUp(flags, cmd.args, keyed, plannerConfig && profile ? { config: plannerConfig, perf: profile.perf } : undefined);
     });
 }
 
@@ -219,7 +221,7 @@ const PINO_LEVELS: Record<string, number> = { trace: 10, debug: 20, info: 30, wa
  * the flags as given) and once for starting (with the model and discovery paths resolved): the
  * same function, so what is checked is what runs.
  */
-function childArgs(flags: UpFlags, frontendExtra: string[], paths: { modelDir: string; discoveryDir: string }): { frontend: string[]; worker: (pool: string) => string[]; embedWorker: string[] } {
+function childArgs(flags: UpFlags, frontendExtra: string[], paths: { modelDir: string; discoveryDir: string }): { frontend: string[]; worker: (pool: string, name: string) => string[]; embedWorker: (name: string) => string[] } {
   // Children log at info at least: `up` waits on their info-level start-up records, and shows only
   // the lines at the asked level (a quieter --log-level must not hide "worker ready" from `up`).
   const childLevel = shownLevel(flags) > 30 ? 'info' : flags.logLevel;
@@ -259,10 +261,13 @@ function childArgs(flags: UpFlags, frontendExtra: string[], paths: { modelDir: s
   for (const l of flags.lora ?? []) workerFlags.push('--lora', l);
   const gpuShare = gpuMemoryShare(flags);
   if (gpuShare !== undefined) workerFlags.push('--gpu-memory-utilization', gpuShare);
+  // Each worker is named as `up` names it (agg-0, embed-0: its logs, its card, the dashboard) and
+  // serves /metrics on a port of its own (any free one; `up` prints where).
+  const own = (name: string) => ['--worker-name', name, '--status-port', '0'];
   return {
     frontend: ['frontend', ...common, '--http-port', String(flags.httpPort), '--host', flags.host, ...budgets, ...streaming, ...frontendExtra],
-    worker: (pool) => ['worker', ...common, ...workerFlags, ...budgets, '--mode', pool],
-    embedWorker: ['worker', ...common, ...workerFlags, '--task', 'embed', ...(flags.pooling !== undefined ? ['--pooling', flags.pooling] : [])],
+    worker: (pool, name) => ['worker', ...common, ...own(name), ...workerFlags, ...budgets, '--mode', pool],
+    embedWorker: (name) => ['worker', ...common, ...own(name), ...workerFlags, '--task', 'embed', ...(flags.pooling !== undefined ? ['--pooling', flags.pooling] : [])],
   };
 }
 
@@ -295,18 +300,18 @@ function checkForwardedFlags(program: Command, flags: UpFlags, frontendExtra: st
   const toWorkers = 'runtime up passes it to every worker';
   const pools: Array<[string, number]> = [['agg', flags.workers ?? 0], ['prefill', flags.prefill], ['decode', flags.decode]];
   for (const [pool, count] of pools) {
-    const parsed = checkChildArgs(program, 'worker', args.worker(pool).slice(1), toWorkers);
+    const parsed = checkChildArgs(program, 'worker', args.worker(pool, `${pool}-0`).slice(1), toWorkers);
     // A pool that starts empty may still be scaled up by the planner.
     if (count > 0 || flags.planner !== undefined) checkWorkerFlags(parsed as unknown as WorkerRuleFlags, toWorkers);
   }
   if (flags.embeddingWorkers > 0) {
     const toEmbed = 'runtime up passes it to every embedding worker';
-    checkWorkerFlags(checkChildArgs(program, 'worker', args.embedWorker.slice(1), toEmbed) as unknown as WorkerRuleFlags, toEmbed);
+    checkWorkerFlags(checkChildArgs(program, 'worker', args.embedWorker('embed-0').slice(1), toEmbed) as unknown as WorkerRuleFlags, toEmbed);
   }
   return frontend;
 }
 
-async function runUp(flags: UpFlags, frontendExtra: string[], plan?: { config: PlannerConfig; perf: Awaited<ReturnType<typeof loadPlannerPerf>> }): Promise<void> {
+async function runUp(flags: UpFlags, frontendExtra: string[], keyed: boolean, plan?: { config: PlannerConfig; perf: Awaited<ReturnType<typeof loadPlannerPerf>> }): Promise<void> {
   const modelDir = await resolveModel(flags.model, (dir) => process.stderr.write(`runtime up: generating the tiny model in ${dir}\n`));
   const discoveryDir = mkdtempSync(join(tmpdir(), 'tandem-up-'));
   const argv = childArgs(flags, frontendExtra, { modelDir, discoveryDir });
@@ -375,19 +380,35 @@ async function runUp(flags: UpFlags, frontendExtra: string[], plan?: { config: P
   ];
   const workers: Array<ReturnType<typeof start>> = [];
   const initial: Partial<Record<PoolName, LocalWorker[]>> = {};
-  const startWorker = (pool: string, name: string): LocalWorker => {
+  // A worker's /metrics is on a port of its own, from its "status server listening" record. The
+  // banner lists the first ones; a worker started after it (a restart, the planner) says its own.
+  const metricsUrl = (run: ReturnType<typeof start>['current']): Promise<string | undefined> =>
+    run.waitFor(recordWithMsg('status server listening'), { timeoutMs: 120_000, what: 'status server listening' }).then(
+      (record) => (typeof record.url === 'string' ? `${record.url}/metrics` : undefined),
+      () => undefined, // it exited first: the supervisor says so
+    );
+  const watchMetrics = (name: string, child: ReturnType<typeof start>) => {
+    const sayUrl = (run: typeof child.current) => {
+      if (phase === 'serving') void metricsUrl(run).then((at) => at !== undefined && say(`${name} metrics at ${at}`));
+    };
+    sayUrl(child.current);
+    child.onRestart(sayUrl);
+  };
+  const startChild = (name: string, args: string[]) => {
     workerNames.push(name);
-    const child = start(name, ownDiskTier(argv.worker(pool), name));
+    const child = start(name, args);
     workers.push(child);
+    watchMetrics(name, child);
+    return child;
+  };
+  const startWorker = (pool: string, name: string): LocalWorker => {
+    const child = startChild(name, ownDiskTier(argv.worker(pool, name), name));
     return { name, stop: () => child.stop() };
   };
   for (const [mode, count] of roles) {
     for (let i = 0; i < count; i++) (initial[mode as PoolName] ??= []).push(startWorker(mode, `${mode}-${i}`));
   }
-  for (let i = 0; i < flags.embeddingWorkers; i++) {
-    workerNames.push(`embed-${i}`);
-    workers.push(start(`embed-${i}`, argv.embedWorker));
-  }
+  for (let i = 0; i < flags.embeddingWorkers; i++) startChild(`embed-${i}`, argv.embedWorker(`embed-${i}`));
 
   const configuredUrl = `http://${flags.host === '0.0.0.0' ? '127.0.0.1' : flags.host}:${flags.httpPort}`;
   // The frontend says where it listens; with --http-port 0 that is the only way to know the port.
@@ -413,21 +434,20 @@ async function runUp(flags: UpFlags, frontendExtra: string[], plan?: { config: P
     });
     const model = await waitForModel(urlOf, 120_000, () => startupFailure, Math.max(1, (flags.workers ?? 0) + flags.decode + flags.embeddingWorkers));
     if (startupFailure) throw startupFailure;
+    // Every worker said "worker ready", which it logs after its status server listens.
+    const metrics = await Promise.all(workers.map(async (w, i) => ({ name: workerNames[i]!, url: await metricsUrl(w.current) })));
     phase = 'serving';
     const url = urlOf();
     process.stdout.write(
-      [
-        '',
-        `Tandem is serving ${model} at ${url}`,
-        `  workers: ${[flags.workers ? `${flags.workers} aggregated` : '', flags.prefill ? `${flags.prefill} prefill` : '', flags.decode ? `${flags.decode} decode` : '', flags.embeddingWorkers ? `${flags.embeddingWorkers} embedding` : ''].filter(Boolean).join(' + ')}`,
-        '',
-        'Try:',
-        `  curl -N ${url}/v1/chat/completions -H 'content-type: application/json' \\`,
-        `    -d '{"model":"${model}","messages":[{"role":"user","content":"Hello!"}],"max_tokens":32,"stream":true}'`,
-        '',
-        'Press Ctrl-C to stop.',
-        '',
-      ].join('\n'),
+      upBanner({
+        url,
+        model,
+        workers: { agg: flags.workers ?? 0, prefill: flags.prefill, decode: flags.decode, embedding: flags.embeddingWorkers },
+        keyed,
+        keyInEnv: process.env.TANDEM_API_KEY !== undefined && process.env.TANDEM_API_KEY !== '' && !frontendExtra.some((a) => a === '--api-key' || a.startsWith('--api-key=')),
+        adapters: (flags.lora ?? []).map((l) => l.slice(0, l.indexOf('='))),
+        metrics: metrics.flatMap((m) => (m.url !== undefined ? [{ name: m.name, url: m.url }] : [])),
+      }),
     );
     if (plan) {
       const runtime = await DistributedRuntime.create({

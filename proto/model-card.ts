@@ -52,7 +52,15 @@ export interface ModelCard {
   task?: WorkerTask;
   /** Present exactly when task is 'embed'. */
   embedding?: EmbeddingCapability;
+  /**
+   * The worker's own name (`runtime worker --worker-name`; `runtime up` names its workers agg-0,
+   * decode-1, embed-0, …): the dashboard shows it beside the instance id. Absent when unnamed.
+   */
+  workerName?: string;
 }
+
+/** What `--worker-name` and a card's `workerName` may be: short, printable, no markup. */
+export const WORKER_NAME = /^[A-Za-z0-9][\w.-]{0,63}$/;
 
 /** True for a card that serves generation (every card without `task`). */
 export function servesGeneration(card: Pick<ModelCard, 'task'>): boolean {
@@ -134,6 +142,7 @@ export function parseModelCard(value: unknown): ModelCardParse {
     const reason = embeddingCapabilityError(v.embedding);
     if (reason !== undefined) return fail(reason);
   }
+  if (v.workerName !== undefined && (typeof v.workerName !== 'string' || !WORKER_NAME.test(v.workerName))) return fail('workerName must be 1-64 letters, digits, ".", "_" or "-"');
   // Every field of ModelCard was checked above; the cast only forgets the index signature.
   return { ok: true, card: value as ModelCard };
 }

@@ -76,6 +76,8 @@ export interface WorkerOptions {
   engine: 'mocker' | 'native';
   modelDir: string;
   modelName?: string;
+  /** On the card (the dashboard shows it): `--worker-name`. */
+  workerName?: string;
   mode: WorkerRole;
   namespace: string;
   component?: string;
@@ -354,6 +356,7 @@ export async function startWorker(runtime: DistributedRuntime, options: WorkerOp
     ...(kv !== undefined ? { ucxWorkerAddress: kv.agent.workerAddress } : {}),
     ...(kv !== undefined ? kvCardFields(kv) : {}),
     ...((layers !== undefined && options.mode === 'prefill') || prefetcher !== undefined ? { kvLayerStreaming: true } : {}),
+    ...(options.workerName !== undefined ? { workerName: options.workerName } : {}),
   };
   const cardKey = modelKey(options.namespace, modelName, runtime.instanceId);
   // Resident adapters on the card: the frontend lists them and routes requests naming them here.
