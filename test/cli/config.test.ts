@@ -45,6 +45,14 @@ describe('runtime CLI configuration', () => {
     expect(bad.output).toMatch(/expected an integer in \[0, 65535\]/);
   });
 
+  it('up --help names the engines and says why --discovery has no memory backend', async () => {
+    const { code, output } = await run(['up', '--help']);
+    expect(code).toBe(0);
+    const flat = output.replace(/\s+/g, ' ');
+    expect(flat).toMatch(/--engine <engine> worker engine: mocker \| native/);
+    expect(flat).toMatch(/--discovery <kind> file \| etcd \(not memory: [^)]*\)/);
+  });
+
   it('an unknown choice lists the allowed ones', async () => {
     const { code, output } = await run(['up', '--engine', 'vllm']);
     expect(code).toBe(2);
