@@ -12,7 +12,7 @@ import { checkFlagRules, nonNegativeInt, oneOf, parsePort, type FlagRule } from 
 import { ConfigError } from '../runtime/errors.js';
 import { DistributedRuntime, DEFAULT_NAMESPACE, etcdEndpointsFromEnv, natsServerFromEnv } from '../runtime/index.js';
 import { LocalConnector, buildConfig, loadPlannerPerf, loadPlannerProfile, readPlannerConfigFile, startLivePlanner, type LivePlanner, type LocalWorker, type PlannerConfig, type PoolName } from '../planner/index.js';
-import { DEFAULT_RESTART_POLICY, Supervisor, recordWithMsg, runtimeCommand, type RestartPolicy} from '../runtime/index.js';
+import { DEFAULT_RESTART_POLICY, EXIT_CODES, StopSignals, Supervisor, recordWithMsg, runtimeCommand, type RestartPolicy } from '../runtime/index.js';
 import { checkWorkerFlags, resolveModel, type WorkerRuleFlags } from '../workers/index.js';
 import { checkChildArgs } from './child-args.js';
 import { upBanner } from './up-banner.js';
@@ -358,13 +358,16 @@ async function runUp(flags: UpFlags, frontendExtra: string[], keyed: boolean, pl
       rmSync(discoveryDir, { recursive: true, force: true });
       process.exit(code);
     })());
-  let signals = 0;
-  const onSignal = () => {
-    // A second Ctrl-C means "now": no more waiting for drains.
-    if (++signals > 1) {
+  // A second Ctrl-C means "now": no more waiting for drains. The same Ctrl-C forwarded by a
+  // wrapper (`npx runtime up`: npm forwards the terminal's SIGINT) is not a second one.
+  const signals = new StopSignals();
+  const onSignal = (signal: NodeJS.Signals) => {
+    const action = signals.receive(signal, Date.now());
+    if (action === 'duplicate') return;
+    if (action === 'now') {
       supervisor.killNow();
       rmSync(discoveryDir, { recursive: true, force: true });
-      process.exit(130);
+      process.exit(EXIT_CODES.interrupted);
     }
     void stopAll(0);
   };
