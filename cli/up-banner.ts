@@ -23,11 +23,11 @@ export interface UpFleetFacts {
 export function upBanner(f: UpFleetFacts): string {
   const w = f.workers;
   const pools = [w.agg ? `${w.agg} aggregated` : '', w.prefill ? `${w.prefill} prefill` : '', w.decode ? `${w.decode} decode` : '', w.embedding ? `${w.embedding} embedding` : ''];
-  const lines = ['', `Tandem is serving ${f.model} at ${f.url}`, `  workers:   ${pools.filter(Boolean).join(' + ')}`];
-  if (f.adapters.length > 0) lines.push(`  adapters:  ${f.adapters.join(', ')} (request one by its name as the model)`);
+  const lines = ['', `Tandem is serving ${f.model} at ${f.url}`, `  workers: ${pools.filter(Boolean).join(' + ')}`];
+  if (f.adapters.length > 0) lines.push(`  adapters: ${f.adapters.join(', ')} (request one by its name as the model)`);
   lines.push(`  dashboard: ${f.url}/dashboard${f.keyed ? ' (asks for the key)' : ''}`);
-  lines.push(`  metrics:   ${f.url}/metrics (frontend)`);
-  for (const m of f.metrics) lines.push(`             ${m.url} (${m.name})`);
+  lines.push(`  metrics: ${f.url}/metrics (frontend)`);
+  for (const m of f.metrics) lines.push(`           ${m.url} (${m.name})`);
   lines.push('', 'Try:');
   const key = f.keyed ? [`    -H "authorization: Bearer $TANDEM_API_KEY" \\`] : [];
   if (w.agg + w.decode > 0) {
