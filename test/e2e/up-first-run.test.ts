@@ -19,7 +19,7 @@ import { promSum } from '../../runtime/prom-text.js';
 import { makeTinyModel, TINY_DIMS } from '../../workers/models/index.js';
 import { makeTinyLora } from '../../workers/lora/index.js';
 import { freePort } from '../harness/ports.js';
-import { startUp, stopAll, type Up } from './up.js';
+import { startUp, stopAll, upForBlock, type Up } from './up.js';
 
 const KEY = 'sk-first-run';
 
@@ -128,26 +128,16 @@ describe('runtime up: the first run of a keyed fleet with tiers, an adapter and 
 });
 
 describe('runtime up: an embedding-only fleet', () => {
-  let cacheDir: string;
-  const ups: Up[] = [];
-  beforeAll(async () => {
-    cacheDir = await mkdtemp(join(tmpdir(), 'tandem-first-run-embed-'));
-  });
-  afterAll(async () => {
-    await stopAll(ups);
-    await rm(cacheDir, { recursive: true, force: true });
-  }, 60_000);
+  const served = upForBlock('tandem-first-run-embed-', async () => ['--engine', 'mocker', '--model', 'tiny', '--embedding-workers', '1']);
 
   it('prints an embeddings curl (no chat request it cannot serve) that works as printed', async () => {
-    const up = await startUp(cacheDir, ['--engine', 'mocker', '--model', 'tiny', '--embedding-workers', '1', '--http-port', String(await freePort())]);
-    ups.push(up);
-    const text = banner(up.proc.output());
+    const text = banner(served.output());
     const printed = curls(text);
     expect(printed.map((c) => c.path)).toEqual(['/v1/embeddings']);
     expect(printed[0]!.headers.authorization).toBeUndefined();
-    const res = await fetch(`${up.url}${printed[0]!.path}`, { method: 'POST', headers: printed[0]!.headers, body: printed[0]!.body });
+    const res = await fetch(`${served.url()}${printed[0]!.path}`, { method: 'POST', headers: printed[0]!.headers, body: printed[0]!.body });
     expect(res.status).toBe(200);
     expect(((await res.json()) as { data: Array<{ embedding: number[] }> }).data[0]!.embedding.length).toBeGreaterThan(0);
     expect([...metricsUrls(text).keys()]).toEqual(['frontend', 'embed-0']);
-  }, 120_000);
+  });
 });
