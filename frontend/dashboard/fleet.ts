@@ -47,6 +47,16 @@ export function readTierReport(x: unknown): LoadTierReport | undefined {
   return { hostBlocks: hostBlocks!, hostCapacity: hostCapacity!, diskBlocks: diskBlocks!, diskCapacity: diskCapacity!, queryTokens: queryTokens!, hitTokens: { device: device!, host: host!, disk: disk! } };
 }
 
+/** What a card says about its worker beyond role and size. */
+export interface CardExtras {
+  /** Resident LoRA adapters. */
+  loras?: string[];
+  /** The worker's name (`workerName`). */
+  name?: string;
+  /** Its architecture and parameter counts (a MoE's active share). */
+  info?: ModelInfo;
+}
+
 interface WorkerEntry {
   instanceId: string;
   model: string;
@@ -66,6 +76,8 @@ interface WorkerEntry {
   loras?: string[];
   /** Its card's architecture and parameter counts (a MoE's active share). */
   model_info?: ModelInfo;
+  /** Its card's `workerName` (`runtime up`'s agg-0, embed-0, …). */
+  name?: string;
   /** Its KV tiers, from its latest report that had them. */
   tiers?: LoadTierReport;
 }
@@ -73,7 +85,8 @@ interface WorkerEntry {
 export class Fleet {
   private readonly workers = new Map<string, WorkerEntry>();
 
-  cardAdded(model: string, role: WorkerRole, instanceId: string, totalBlocks: number, now: number, loras?: string[], info?: ModelInfo): void {
+  cardAdded(model: string, role: WorkerRole, instanceId: string, totalBlocks: number, now: number, card: CardExtras = {}): void {
+    const { loras, name, info } = card;
     const existing = this.workers.get(instanceId);
     if (existing && existing.state !== 'gone') {
       existing.state = 'ready';
@@ -81,11 +94,12 @@ export class Fleet {
       existing.lastSeen = now;
       existing.loras = loras;
       existing.model_info = info;
+      existing.name = name;
       return;
     }
     this.workers.set(instanceId, {
       instanceId, model, role: POOL_OF[role], state: 'ready', running: 0, waiting: 0, kvUsedBlocks: 0, kvTotalBlocks: totalBlocks,
-      cachedTokens: existing?.cachedTokens ?? 0, promptTokens: existing?.promptTokens ?? 0, lastSeen: now, lastLoadAt: 0, loras, model_info: info,
+      cachedTokens: existing?.cachedTokens ?? 0, promptTokens: existing?.promptTokens ?? 0, lastSeen: now, lastLoadAt: 0, loras, name, model_info: info,
     });
   }
 
@@ -179,6 +193,7 @@ function workerView(w: WorkerEntry, now: number): WorkerView {
   const fresh = state !== 'gone' && isFresh(w, now);
   return {
     instanceId: w.instanceId,
+    ...(w.name !== undefined ? { name: w.name } : {}),
     state,
     running: fresh ? w.running : 0,
     waiting: fresh ? w.waiting : 0,

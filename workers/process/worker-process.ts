@@ -232,6 +232,7 @@ export async function startWorker(runtime: DistributedRuntime, options: WorkerOp
     ...(kv !== undefined ? { ucxWorkerAddress: kv.agent.workerAddress } : {}),
     ...(kv !== undefined ? kvCardFields(kv) : {}),
     ...((layers !== undefined && options.mode === 'prefill') || prefetcher !== undefined ? { kvLayerStreaming: true } : {}),
+    ...(options.workerName !== undefined ? { workerName: options.workerName } : {}),
     // The router sends adapter requests and loads only to workers whose engine runs adapters.
     supportsLora: engine.info.supportsLora ?? engine.loadLora !== undefined,
   };
