@@ -285,8 +285,11 @@ class EngineHandle : public Napi::ObjectWrap<EngineHandle> {
     return p;
   }
 
-  // embed(tokens: Int32Array, lengths: Int32Array, pooling: 0 last | 1 mean, normalize: bool)
+  // embed(tokens: Int32Array, lengths: Int32Array, pooling: 0 last | 1 mean, normalize: bool,
+  //       cancel?: Int32Array over a SharedArrayBuffer)
   //   -> Promise<Float32Array> of [lengths.length][hiddenSize] (Engine::embed, embedding.cc).
+  // A non-zero cancel[0] (Atomics.store from JavaScript) stops the call before its next forward
+  // pass: the promise rejects with code 'cancelled'.
   Napi::Value embed(const Napi::CallbackInfo& info) {
     Napi::Env env = info.Env();
     auto engine = require_open(env);
@@ -304,11 +307,25 @@ class EngineHandle : public Napi::ObjectWrap<EngineHandle> {
     if (pooling != 0 && pooling != 1) throw make_error(env, "invalid_argument", "embed: pooling must be 0 (last) or 1 (mean)");
     input->pooling = pooling == 0 ? Pooling::kLast : Pooling::kMean;
     input->normalize = info[3].ToBoolean().Value();
+    Napi::Int32Array cancel;
+    if (info.Length() > 4 && !info[4].IsUndefined()) {
+      if (!info[4].IsTypedArray() || info[4].As<Napi::TypedArray>().TypedArrayType() != napi_int32_array ||
+          info[4].As<Napi::Int32Array>().ElementLength() < 1) {
+        throw make_error(env, "invalid_argument", "embed: cancel must be an Int32Array (over a SharedArrayBuffer)");
+      }
+      cancel = info[4].As<Napi::Int32Array>();
+      // Shared memory does not move and is kept alive by the reference the worker holds; the
+      // engine thread only reads it, atomically, between passes.
+      int32_t* flag = cancel.Data();
+      input->cancelled = [flag] { return __atomic_load_n(flag, __ATOMIC_ACQUIRE) != 0; };
+    }
 
     class EmbedWorker : public PromiseWorker {
      public:
-      EmbedWorker(Napi::Env env, std::shared_ptr<Engine> engine, std::shared_ptr<EmbedInput> input)
-          : PromiseWorker(env), engine_(std::move(engine)), input_(std::move(input)) {}
+      EmbedWorker(Napi::Env env, std::shared_ptr<Engine> engine, std::shared_ptr<EmbedInput> input, Napi::Int32Array cancel)
+          : PromiseWorker(env), engine_(std::move(engine)), input_(std::move(input)) {
+        if (!cancel.IsEmpty()) cancel_ = Napi::Persistent(cancel);
+      }
 
      protected:
       void run() override { output_ = engine_->embed(*input_); }
@@ -317,10 +334,11 @@ class EngineHandle : public Napi::ObjectWrap<EngineHandle> {
      private:
       std::shared_ptr<Engine> engine_;
       std::shared_ptr<EmbedInput> input_;
+      Napi::Reference<Napi::Int32Array> cancel_;
       EmbedOutput output_;
     };
 
-    auto* worker = new EmbedWorker(env, engine, input);
+    auto* worker = new EmbedWorker(env, engine, input, cancel);
     Napi::Promise p = worker->promise();
     worker->Queue();
     return p;
