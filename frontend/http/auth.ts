@@ -5,6 +5,7 @@
  *   key against every digest with `timingSafeEqual` and never stops early, so neither the
  *   position of a match nor the length of a guess shows in the response time.
  * - `presentedKey` (pure): `Authorization: Bearer KEY` or `x-api-key: KEY`.
+ * - `callerScope` (pure): who the caller is, for state kept per key (stored responses).
  * - `checkAccess` (pure): the route policy. `/health` and `/live` are always open (probes
  *   carry no keys); `/metrics` needs a key unless `metricsAuth` is 'none'; every other route
  *   (including unknown ones, so a scan learns nothing) needs a key.
@@ -100,6 +101,17 @@ export function checkAccess(policy: AccessPolicy, path: string, headers: Incomin
   // Never echo the key back, not even a prefix of it.
   if (!keys.matches(key)) return new ApiError('invalid_api_key', 'Incorrect API key provided.');
   return undefined;
+}
+
+/**
+ * Who the caller is, for state kept per caller (stored responses): a digest of the key it
+ * presented (never the key), or '' for everyone when the frontend has no keys. Call it only on
+ * a request `checkAccess` let through.
+ */
+export function callerScope(policy: AccessPolicy | undefined, headers: IncomingHttpHeaders): string {
+  if (policy?.keys() === undefined) return '';
+  const key = presentedKey(headers);
+  return key === undefined ? '' : `key:${digest(key).toString('hex')}`;
 }
 
 /** Headers sent with every 401, as RFC 6750 asks. */

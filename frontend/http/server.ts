@@ -19,7 +19,7 @@
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { Registry } from 'prom-client';
 import { ApiError, modelNotFound, quoteInput, toApiError } from '../errors.js';
-import { checkAccess, corsHeaders, PREFLIGHT_HEADERS, UNAUTHORIZED_HEADERS, type AccessPolicy } from './auth.js';
+import { callerScope, checkAccess, corsHeaders, PREFLIGHT_HEADERS, UNAUTHORIZED_HEADERS, type AccessPolicy } from './auth.js';
 import type { ModelWatcher } from '../model-watcher.js';
 import { applyConnectionLimits, DEFAULT_CONNECTION_LIMITS, serverOptions, type ConnectionLimits } from './connection-limits.js';
 import { handleGenerate, type GenerateContext } from './generate-handler.js';
@@ -60,11 +60,11 @@ export interface HttpServerContext extends GenerateContext {
 }
 
 /** The generation routes: path → the codec that speaks its API. Every one runs handleGenerate. */
-export function generationRoutes(responses: ResponseStore): ReadonlyMap<string, ApiCodec> {
+export function generationRoutes(responses: ResponseStore, access?: AccessPolicy): ReadonlyMap<string, ApiCodec> {
   return new Map<string, ApiCodec>([
     ['/v1/chat/completions', chatCodec],
     ['/v1/completions', completionCodec],
-    ['/v1/responses', responsesCodec(responses)],
+    ['/v1/responses', responsesCodec(responses, (headers) => callerScope(access, headers))],
     ['/v1/messages', messagesCodec],
   ]);
 }
@@ -77,7 +77,7 @@ interface Routes {
 /** One request, whole: routed, answered, every failure caught (the server's request listener). */
 export function createRequestHandler(ctx: HttpServerContext): (req: IncomingMessage, res: ServerResponse) => Promise<void> {
   const responses = ctx.responses ?? new ResponseStore();
-  const routes: Routes = { generation: generationRoutes(responses), responses };
+  const routes: Routes = { generation: generationRoutes(responses, ctx.access), responses };
   return (req, res) =>
     route(ctx, routes, req, res).catch((err: unknown) => {
       ctx.log.error({ err }, 'unhandled error in HTTP handler');
@@ -179,7 +179,7 @@ async function route(ctx: HttpServerContext, routes: Routes, req: IncomingMessag
   if (ctx.dashboardRoutes && isDashboardPath(path)) return handleDashboard(ctx.dashboardRoutes, path, req, res);
   if (path.startsWith(RESPONSES_PREFIX)) {
     req.resume();
-    return sendResponsesRoute(res, responsesRoute(routes.responses, method, path.slice(RESPONSES_PREFIX.length)), {
+    return sendResponsesRoute(res, responsesRoute(routes.responses, method, path.slice(RESPONSES_PREFIX.length), callerScope(ctx.access, req.headers)), {
       json: (status, body) => sendJson(res, status, body),
       error: (err) => sendError(res, err, ctx.retryAfterSeconds),
     });

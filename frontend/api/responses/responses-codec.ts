@@ -11,6 +11,7 @@
  * kept for GET and for `previous_response_id`.
  */
 import { randomBytes } from 'node:crypto';
+import type { IncomingHttpHeaders } from 'node:http';
 import { ApiError, errorBody } from '../../errors.js';
 import { chatOutputParser, type ChatOutputParser, type ChatOutputStep } from '../../openai/chat-output.js';
 import type { OpenAiFinishReason, PreparedGeneration, Usage } from '../../pipeline/generation.js';
@@ -88,7 +89,7 @@ function finished(store: ResponseStore, prepared: PreparedGeneration, parser: Ch
   const ending = ENDINGS[reason];
   const response = responseObject(prepared, ending.status, items, usage, { incomplete_details: ending.incomplete });
   const info = infoOf(prepared);
-  if (info.store) store.put(prepared.id, response, [...info.conversation, assistantMessage(items)]);
+  if (info.store) store.put(prepared.id, info.owner, response, [...info.conversation, assistantMessage(items)]);
   return { response, event: ending.event, finishReason: parser ? parser.finishReason(reason) : reason };
 }
 
@@ -220,11 +221,12 @@ class ResponsesUnary implements UnaryEncoder {
   }
 }
 
-export function responsesCodec(store: ResponseStore): ApiCodec {
+/** `ownerOf`: who a request's caller is (http/auth.ts callerScope); the store keeps each response for its owner only. */
+export function responsesCodec(store: ResponseStore, ownerOf: (headers: IncomingHttpHeaders) => string = () => ''): ApiCodec {
   return {
     endpoint: 'responses',
     idPrefix: 'resp_',
-    parse: (body) => parseResponsesRequest(body, store),
+    parse: (body, headers) => parseResponsesRequest(body, store, ownerOf(headers)),
     streamEncoder: (prepared) => new ResponsesStream(store, prepared),
     unaryEncoder: (prepared) => new ResponsesUnary(store, prepared),
     errorBody: (err) => errorBody(err),
@@ -233,6 +235,7 @@ export function responsesCodec(store: ResponseStore): ApiCodec {
     track: (prepared, cancel) =>
       store.begin(
         prepared.id,
+        infoOf(prepared).owner,
         () => responseObject(prepared, 'in_progress', liveItems.get(prepared)?.() ?? [], null),
         () => cancel(new ApiError('cancelled', 'the response was cancelled (POST /v1/responses/{id}/cancel)')),
       ),
