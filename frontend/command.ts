@@ -39,6 +39,7 @@ export interface FrontendFlags extends RuntimeFlags, KvRouterFlags {
   httpRequestTimeout: number;
   httpIdleTimeout: number;
   maxConnections: number;
+  maxProbeConnections: number;
   maxHeaderBytes: number;
   toolCallParser: ToolCallParserOption;
   reasoningParser: ReasoningParserOption;
@@ -95,7 +96,12 @@ export function registerFrontendCommand(program: Command): Command {
         .default(limits.requestTimeoutMs / 1000),
     )
     .addOption(new Option('--http-idle-timeout <seconds>', 'how long an idle keep-alive connection stays open between requests').argParser(numberInRange(0.001, DAY_SECONDS)).default(limits.idleTimeoutMs / 1000))
-    .addOption(new Option('--max-connections <n>', 'HTTP connections held at once; more are closed as they arrive (0 = no cap)').argParser(nonNegativeInt).default(limits.maxConnections))
+    .addOption(new Option('--max-connections <n>', 'HTTP connections held at once; past it only --max-probe-connections more, for /live and /health (0 = no cap)').argParser(nonNegativeInt).default(limits.maxConnections))
+    .addOption(
+      new Option('--max-probe-connections <n>', 'connections past --max-connections kept for GET /live and /health alone (each must send its request within 2 s; any other request gets 503)')
+        .argParser(nonNegativeInt)
+        .default(limits.maxProbeConnections),
+    )
     .addOption(new Option('--max-header-bytes <n>', 'largest request head (request line and headers); more gets 431').argParser(intInRange(1024, 1024 * 1024)).default(limits.maxHeaderBytes));
   cmd
     .addOption(
@@ -163,6 +169,7 @@ export function registerFrontendCommand(program: Command): Command {
         requestTimeoutMs: toMs(flags.httpRequestTimeout),
         idleTimeoutMs: toMs(flags.httpIdleTimeout),
         maxConnections: flags.maxConnections,
+        maxProbeConnections: flags.maxProbeConnections,
         maxHeaderBytes: flags.maxHeaderBytes,
       },
     }).catch(async (err: unknown) => {

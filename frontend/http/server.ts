@@ -22,6 +22,7 @@ import { ApiError, modelNotFound, quoteInput, toApiError } from '../errors.js';
 import { callerScope, checkAccess, corsHeaders, PREFLIGHT_HEADERS, UNAUTHORIZED_HEADERS, type AccessPolicy } from './auth.js';
 import type { ModelWatcher } from '../model-watcher.js';
 import { applyConnectionLimits, DEFAULT_CONNECTION_LIMITS, serverOptions, type ConnectionLimits } from './connection-limits.js';
+import type { ConnectionBudget } from './connection-budget.js';
 import { handleGenerate, type GenerateContext } from './generate-handler.js';
 import type { ApiCodec } from '../api/codec.js';
 import { chatCodec, completionCodec } from '../api/openai-codecs.js';
@@ -89,8 +90,13 @@ export function createRequestHandler(ctx: HttpServerContext): (req: IncomingMess
 export function createHttpServer(ctx: HttpServerContext): Server {
   const limits = ctx.limits ?? DEFAULT_CONNECTION_LIMITS;
   const handler = createRequestHandler(ctx);
-  const server = createServer(serverOptions(limits), (req, res) => void handler(req, res));
-  applyConnectionLimits(server, limits, ctx.log);
+  let budget: ConnectionBudget | undefined;
+  const server = createServer(serverOptions(limits), (req, res) => {
+    // Past --max-connections a connection may only probe (connection-budget.ts).
+    if (budget?.refuse(req, res)) return;
+    void handler(req, res);
+  });
+  budget = applyConnectionLimits(server, limits, ctx.log, ctx.retryAfterSeconds);
   return server;
 }
 
