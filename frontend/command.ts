@@ -10,6 +10,7 @@ import { addRuntimeOptions, createRuntimeFromOptions, type RuntimeFlags } from '
 import { DEFAULT_DISAGG_POLICY } from './disagg/policy.js';
 import { METRICS_AUTH_MODES, parseKeyList, type MetricsAuth } from './http/auth.js';
 import { FRONTEND_DEFAULTS, startFrontend } from './frontend.js';
+import { DEFAULT_MODEL_GRACE_MS } from './model-watcher.js';
 import { DEFAULT_CONNECTION_LIMITS } from './http/connection-limits.js';
 import { ROUTER_MODES, type RouterMode } from './routing.js';
 import { DEFAULT_MODEL_PARSERS, REASONING_PARSERS, TOOL_CALL_PARSERS, type ReasoningParserOption, type ToolCallParserOption } from './openai/structured.js';
@@ -22,6 +23,7 @@ export interface FrontendFlags extends RuntimeFlags, KvRouterFlags {
   routerMode: RouterMode;
   migrationLimit: number;
   migrationWait: number;
+  modelGracePeriod: number;
   maxInflightRequests: number;
   maxBodyBytes: number;
   retryAfter: number;
@@ -65,6 +67,11 @@ export function registerFrontendCommand(program: Command): Command {
       new Option('--migration-wait <seconds>', 'how long a request waits for a worker when none of its pool is up and no prefill worker can run it (a lone worker died and is restarting); 0 = fail at once')
         .argParser(numberInRange(0, DAY_SECONDS))
         .default(FRONTEND_DEFAULTS.migrationWaitMs / 1000),
+    )
+    .addOption(
+      new Option('--model-grace-period <seconds>', 'how long a model stays listed once all its workers are gone (a crash loop): its requests get 503 no_instances with Retry-After meanwhile, not 404; 0 = forget it at once')
+        .argParser(numberInRange(0, DAY_SECONDS))
+        .default(DEFAULT_MODEL_GRACE_MS / 1000),
     )
     .addOption(new Option('--max-inflight-requests <n>', 'generation requests in flight before answering 503').argParser(positiveInt).default(FRONTEND_DEFAULTS.maxInflightRequests))
     .addOption(new Option('--max-body-bytes <n>', 'largest accepted request body').argParser(intInRange(1024)).default(FRONTEND_DEFAULTS.maxBodyBytes))
@@ -152,6 +159,7 @@ export function registerFrontendCommand(program: Command): Command {
       disagg: { minPrefillTokens: flags.disaggMinPrefillTokens, enforce: flags.enforceDisagg, ...(flags.kvLayerStreaming === true ? { layerStreaming: true } : {}) },
       migrationLimit: flags.migrationLimit,
       migrationWaitMs: toMs(flags.migrationWait),
+      modelGraceMs: toMs(flags.modelGracePeriod),
       maxInflightRequests: flags.maxInflightRequests,
       maxBodyBytes: flags.maxBodyBytes,
       retryAfterSeconds: flags.retryAfter,
