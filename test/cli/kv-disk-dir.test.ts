@@ -12,19 +12,9 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { EXIT_CODES } from '../../runtime/exit-codes.js';
 import { diskCacheDirProblem } from '../../workers/kv-tiers/index.js';
 import { makeTinyModel } from '../../workers/models/index.js';
-import { spawnCli } from '../harness/processes.js';
+import { runCliToExit as run } from '../harness/processes.js';
 
 const STACK_FRAME = /^\s+at /m;
-
-async function run(args: string[], env: NodeJS.ProcessEnv = {}): Promise<{ code: number | null; output: string }> {
-  const p = spawnCli(args, env);
-  const exit = await Promise.race([p.exited(), new Promise<undefined>((r) => setTimeout(() => r(undefined), 60_000))]);
-  if (!exit) {
-    await p.stop(20_000);
-    throw new Error(`runtime ${args.join(' ')} was still running after 60 s:\n${p.output()}`);
-  }
-  return { code: exit.code, output: p.output() };
-}
 
 describe('a --kv-disk-cache-dir that is not a directory', () => {
   let dir: string;

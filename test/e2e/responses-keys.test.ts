@@ -7,19 +7,10 @@
 import OpenAI from 'openai';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { upForBlock } from './up.js';
+import { rejection } from './sdk-errors.js';
 
 const K1 = 'key-one-secret';
 const K2 = 'key-two-secret';
-
-async function rejection(p: Promise<unknown>): Promise<InstanceType<typeof OpenAI.APIError>> {
-  try {
-    await p;
-  } catch (err) {
-    if (err instanceof OpenAI.APIError) return err;
-    throw err;
-  }
-  throw new Error('expected the request to fail');
-}
 
 describe('stored responses are scoped by API key (runtime up, --api-key k1,k2)', () => {
   const served = upForBlock('tandem-responses-keys-', async () => ['--engine', 'mocker', '--model', 'tiny', '--workers', '1', '--speedup-ratio', '100', '--api-key', `${K1},${K2}`, '--log-level', 'warn']);
