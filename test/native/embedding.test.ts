@@ -129,4 +129,16 @@ describe('native embed on the CUDA backend, SIMT harness (bf16 weights, 48 token
   it('refuses an input longer than the tokens per pass, naming both', async () => {
     await expect(engine.embed(new Int32Array(49).fill(2), Int32Array.of(49), 'mean', true)).rejects.toMatchObject({ code: 'invalid_argument', message: expect.stringContaining('maxBatchTokens 48') });
   });
+
+  it('an abort stops the call between forward passes here too (the loop is the engine\'s, not the backend\'s)', async () => {
+    // 400 inputs of 40 tokens, one per 48-token pass: 400 passes.
+    const { tokens, lengths } = pack(prompts(10, Array.from({ length: 400 }, () => 40), 512));
+    const stop = new AbortController();
+    const call = engine.embed(tokens, lengths, 'mean', true, stop.signal);
+    setImmediate(() => stop.abort());
+    await expect(call).rejects.toMatchObject({ code: 'cancelled' });
+    const { tokens: t, lengths: l } = pack(inputs);
+    const got = await engine.embed(t, l, 'mean', true);
+    inputs.forEach((input, i) => expect(maxAbsDiff(got.subarray(i * 64, (i + 1) * 64), ref.embed(input, 'mean'))).toBeLessThan(2e-2));
+  });
 });
