@@ -36,6 +36,8 @@ export interface ExchangeApi {
   endpoint: string;
   /** The error body before the first byte; default OpenAI's. */
   errorBody?: (err: ApiError) => object;
+  /** Rewrites an error before it is sent (a codec's parameter names); default: as it is. */
+  mapError?: (err: ApiError) => ApiError;
   /** The framed error that ends a response already started (a stream); absent = the socket is closed. */
   streamError?: (err: ApiError) => string;
   /** Told of every exchange once it is over, rejected ones included (the dashboard's record). */
@@ -139,7 +141,7 @@ export async function runExchange(
     if (controller.signal.aborted) x.status = 499;
   } catch (err) {
     const drainCut = controller.signal.reason === DRAIN_CUT;
-    const apiError = drainCut ? drainCutError() : toApiError(err);
+    const apiError = drainCut ? drainCutError() : (api.mapError ?? ((e: ApiError) => e))(toApiError(err));
     x.status = controller.signal.aborted && !drainCut ? 499 : apiError.status;
     x.fail(apiError.code);
     if (x.status >= 500 && x.status !== 503) ctx.log.error({ err, cause: apiError.cause, endpoint: api.endpoint }, 'request failed');

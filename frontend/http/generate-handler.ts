@@ -7,6 +7,7 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { DRAIN_CUT } from '../admission.js';
 import type { ApiCodec } from '../api/codec.js';
+import { renameParams } from '../api/param-names.js';
 import { ApiError } from '../errors.js';
 import type { ModelMetrics } from '../metrics.js';
 import { disaggHeaders } from '../disagg/response.js';
@@ -37,6 +38,8 @@ export async function handleGenerate(ctx: GenerateContext, codec: ApiCodec, req:
   const api: ExchangeApi = {
     endpoint: codec.endpoint,
     errorBody: codec.errorBody,
+    // In the API's own field names: its body became a chat request, and chat's names are not the client's.
+    mapError: (err) => renameParams(err, codec.paramNames),
     streamError: (err) => (outcome.streamError ?? codec.streamError)(err),
     ...(dashboard ? { onEnd: (x: Exchange) => recordEnd(dashboard, prepared, outcome, x.errorCode) } : {}),
   };
@@ -120,7 +123,7 @@ async function streamResponse(
       let backpressure: Promise<void> | undefined;
       if (event.type === 'delta') {
         if (outcome.firstTokenAt === undefined) outcome.firstTokenAt = Date.now();
-        backpressure = encoder.delta(event.text, event.logprobs, sse);
+        backpressure = encoder.delta(event.text, event.logprobs, sse, event.tokenIds.length);
       } else {
         outcome.usage = event.usage;
         outcome.firstTokenAt ??= Date.now();
@@ -159,7 +162,7 @@ async function unaryResponse(
   for await (const event of ctx.pipeline.run(prepared, signal, metrics)) {
     if (event.type === 'delta') {
       if (outcome.firstTokenAt === undefined) outcome.firstTokenAt = Date.now();
-      encoder.add(event.text, event.logprobs);
+      encoder.add(event.text, event.logprobs, event.tokenIds.length);
       continue;
     }
     outcome.usage = event.usage;
