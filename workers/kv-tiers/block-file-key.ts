@@ -26,7 +26,8 @@ export async function loadBlockFileKey(dir: string): Promise<BlockFileKey> {
   const path = join(dir, KEY_FILE);
   let raw = await readOwnKey(path);
   if (raw === undefined) {
-    await rm(path, { force: true });
+    // Whatever is there (an exposed file, a symlink, even a directory) is not ours to trust.
+    await rm(path, { force: true, recursive: true });
     raw = randomBytes(KEY_BYTES);
     try {
       const fh = await open(path, constants.O_WRONLY | constants.O_CREAT | constants.O_EXCL | constants.O_NOFOLLOW, 0o600);
