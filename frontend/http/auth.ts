@@ -5,7 +5,6 @@
  *   key against every digest with `timingSafeEqual` and never stops early, so neither the
  *   position of a match nor the length of a guess shows in the response time.
  * - `presentedKey` (pure): `Authorization: Bearer KEY` or `x-api-key: KEY`.
- * - `callerScope` (pure): who the caller is, for state kept per key (stored responses).
  * - `checkAccess` (pure): the route policy. `/health` and `/live` are always open (probes
  *   carry no keys); `/metrics` needs a key unless `metricsAuth` is 'none'; every other route
  *   (including unknown ones, so a scan learns nothing) needs a key.
@@ -14,6 +13,7 @@
  *   is missing or has no keys at start is a ConfigError; a bad re-read keeps the last keys.
  * - `corsHeaders` (pure): CORS is off unless origins are listed; then a listed Origin is
  *   echoed back and a preflight is answered.
+ * - `callerScope` (pure): who the caller is, for state kept per key (stored responses).
  * The server calls `Authenticator.check` once per request, before routing.
  */
 import { createHash, timingSafeEqual } from 'node:crypto';
