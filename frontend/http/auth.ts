@@ -103,17 +103,6 @@ export function checkAccess(policy: AccessPolicy, path: string, headers: Incomin
   return undefined;
 }
 
-/**
- * Who the caller is, for state kept per caller (stored responses): a digest of the key it
- * presented (never the key), or '' for everyone when the frontend has no keys. Call it only on
- * a request `checkAccess` let through.
- */
-export function callerScope(policy: AccessPolicy | undefined, headers: IncomingHttpHeaders): string {
-  if (policy?.keys() === undefined) return '';
-  const key = presentedKey(headers);
-  return key === undefined ? '' : `key:${digest(key).toString('hex')}`;
-}
-
 /** Headers sent with every 401, as RFC 6750 asks. */
 export const UNAUTHORIZED_HEADERS: Readonly<Record<string, string>> = { 'www-authenticate': 'Bearer' };
 
@@ -235,3 +224,14 @@ export const PREFLIGHT_HEADERS: Readonly<Record<string, string>> = {
   'access-control-allow-headers': 'authorization, content-type, x-api-key, x-worker-instance-id',
   'access-control-max-age': '600',
 };
+
+/**
+ * Who the caller is, for state kept per caller (stored responses): a digest of the key it
+ * presented (never the key), or '' for everyone when the frontend has no keys. Call it only on
+ * a request `checkAccess` let through.
+ */
+export function callerScope(policy: AccessPolicy | undefined, headers: IncomingHttpHeaders): string {
+  if (policy?.keys() === undefined) return '';
+  const key = presentedKey(headers);
+  return key === undefined ? '' : `key:${digest(key).toString('hex')}`;
+}
