@@ -7,6 +7,7 @@
  */
 import { accessSync, constants, statSync } from 'node:fs';
 import { dirname, resolve } from 'node:path';
+import { InvalidArgumentError } from 'commander';
 import { ConfigError } from '../../runtime/errors.js';
 
 /** What is wrong with `dir` as a disk tier directory, in words; undefined when it will do. */
@@ -33,6 +34,17 @@ export function diskCacheDirProblem(dir: string): string | undefined {
     }
     return undefined;
   }
+}
+
+/**
+ * The `--kv-disk-cache-dir` argument parser: the worker's command line (and `TANDEM_KV_DISK_CACHE_DIR`)
+ * refuses such a path like any bad value, and so does `runtime up`, which parses the flags it
+ * passes to its workers with the worker's own parser before it starts anything.
+ */
+export function parseDiskCacheDir(value: string): string {
+  const problem = diskCacheDirProblem(value);
+  if (problem !== undefined) throw new InvalidArgumentError(problem);
+  return value;
 }
 
 /** Throws the one-line configuration error (exit 2) for a directory the disk tier cannot use. */
