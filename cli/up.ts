@@ -46,6 +46,9 @@ interface UpFlags {
   maxLoras?: string;
   maxCpuLoras?: string;
   maxLoraRank?: string;
+  maxLoraBytes?: string;
+  maxLoraLoads?: string;
+  loraRoot?: string[];
   grammarCompileTimeoutMs?: string;
   grammarCompileMemoryMb?: string;
   kvHostCacheGb?: string;
@@ -149,6 +152,9 @@ export function registerUpCommand(program: Command): void {
     .option('--max-loras <n>', 'most distinct LoRA adapters in one step, per worker')
     .option('--max-cpu-loras <n>', 'most LoRA adapters resident per worker')
     .option('--max-lora-rank <r>', 'refuse LoRA adapters of a higher rank')
+    .option('--max-lora-bytes <bytes>', 'refuse LoRA adapters whose weight files are larger (default 2 GiB)')
+    .option('--max-lora-loads <n>', 'LoRA adapter loads reading files at once, per worker (default 2)')
+    .option('--lora-root <dir>', 'run-time LoRA loads must name a directory under this one (repeatable)', (v: string, prev: string[] = []) => [...prev, v])
     .option('--perf-profile <file>', 'mocker: every worker runs this perf profile (`runtime profile --out`); also the planner\'s unless --planner-profile')
     .option('--kv-host-cache-gb <gib>', 'KV tier G2: host memory per worker for blocks evicted from its pool')
     .option('--kv-disk-cache-dir <dir>', 'KV tier G3: directory for blocks pushed out of the host tier (each worker uses DIR/<its name>, e.g. agg-0)')
@@ -236,6 +242,8 @@ function childArgs(flags: UpFlags, frontendExtra: string[], paths: { modelDir: s
     ['maxLoras', '--max-loras'],
     ['maxCpuLoras', '--max-cpu-loras'],
     ['maxLoraRank', '--max-lora-rank'],
+    ['maxLoraBytes', '--max-lora-bytes'],
+    ['maxLoraLoads', '--max-lora-loads'],
   ];
   // The grammar budgets bound both compiles of a request: the frontend's check and the worker's.
   const budgets: string[] = [];
@@ -247,6 +255,7 @@ function childArgs(flags: UpFlags, frontendExtra: string[], paths: { modelDir: s
   const streaming = flags.kvLayerStreaming === true ? ['--kv-layer-streaming'] : [];
   workerFlags.push(...streaming);
   for (const l of flags.lora ?? []) workerFlags.push('--lora', l);
+  for (const root of flags.loraRoot ?? []) workerFlags.push('--lora-root', root);
   const gpuShare = gpuMemoryShare(flags);
   if (gpuShare !== undefined) workerFlags.push('--gpu-memory-utilization', gpuShare);
   return {

@@ -48,10 +48,21 @@ export interface ModelCard {
   eosTokenIds: number[];
   /** Multi-LoRA: adapters resident on this worker, by name, with their lora_id (router/hashing.ts loraIdOf). */
   loras?: Array<{ name: string; loraId: number; path?: string }>;
+  /**
+   * Multi-LoRA: false on a worker whose engine refuses adapters (the CUDA backend has no LoRA
+   * kernels yet), which then never receives an adapter request or load. Absent (cards of older
+   * workers) = supports them, as CPU and mocker workers always have.
+   */
+  supportsLora?: boolean;
   /** What the worker serves; absent = 'generate'. An 'embed' card's `endpoint` is `embed` (proto/embedding.ts). */
   task?: WorkerTask;
   /** Present exactly when task is 'embed'. */
   embedding?: EmbeddingCapability;
+}
+
+/** True for a card whose worker can run adapter requests (`supportsLora` absent or true). */
+export function servesLora(card: Pick<ModelCard, 'supportsLora'> | undefined): boolean {
+  return card !== undefined && card.supportsLora !== false;
 }
 
 /** True for a card that serves generation (every card without `task`). */
@@ -128,6 +139,7 @@ export function parseModelCard(value: unknown): ModelCardParse {
   if (v.kvTransports !== undefined && (!Array.isArray(v.kvTransports) || !v.kvTransports.every((t) => typeof t === 'string'))) return fail('kvTransports must be an array of strings');
   if (v.kvPlacement !== undefined && (typeof v.kvPlacement !== 'object' || v.kvPlacement === null || Array.isArray(v.kvPlacement))) return fail('kvPlacement must be an object');
   if (v.kvLayerStreaming !== undefined && typeof v.kvLayerStreaming !== 'boolean') return fail('kvLayerStreaming must be a boolean');
+  if (v.supportsLora !== undefined && typeof v.supportsLora !== 'boolean') return fail('supportsLora must be a boolean');
   if (v.task !== undefined && !WORKER_TASKS.includes(v.task as WorkerTask)) return fail(`task must be one of ${WORKER_TASKS.join(', ')}`);
   if ((v.task === 'embed') !== (v.embedding !== undefined)) return fail("embedding must be present exactly when task is 'embed'");
   if (v.embedding !== undefined) {

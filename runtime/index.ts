@@ -21,3 +21,4 @@ export { createDiscovery, type CreateDiscoveryOptions } from './discovery/create
 export { GrpcRequestPlaneClient, type GrpcClientOptions } from './request-plane/grpc-client.js';
 export { threadEntry, type ThreadEntry } from './thread-entry.js';
 export { LruMap, type LruOptions } from './lru.js';
+export { Semaphore, type Release } from './semaphore.js';

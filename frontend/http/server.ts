@@ -182,8 +182,16 @@ async function route(ctx: HttpServerContext, routes: Routes, req: IncomingMessag
     case '/v1/unload_lora_adapter': {
       if (!ctx.loraAdmin) break;
       if (method !== 'POST') return methodNotAllowed(ctx, res, 'POST');
-      const body = await readJsonBody(req, 1 << 20);
-      const text = path === '/v1/load_lora_adapter' ? await ctx.loraAdmin.load(body) : await ctx.loraAdmin.unload(body);
+      let text: string;
+      try {
+        const body = await readJsonBody(req, 1 << 20);
+        text = path === '/v1/load_lora_adapter' ? await ctx.loraAdmin.load(body) : await ctx.loraAdmin.unload(body);
+      } catch (err) {
+        // A refused adapter is an answer, not a fault of this server (the worker logged why).
+        const apiError = toApiError(err);
+        if (apiError.status >= 500) ctx.log.warn({ err }, 'LoRA admin call failed');
+        return sendError(res, apiError, ctx.retryAfterSeconds);
+      }
       res.writeHead(200, { 'content-type': 'text/plain; charset=utf-8' });
       res.end(text);
       return;

@@ -1,5 +1,6 @@
 /** `runtime worker`: flags and start-up of one worker process. */
 import { InvalidArgumentError, Option, type Command } from 'commander';
+import { resolve } from 'node:path';
 import { intInRange, numberInRange, oneOf, positiveInt } from '../../runtime/index.js';
 import { addRuntimeOptions, createRuntimeFromOptions, type RuntimeFlags } from '../../runtime/index.js';
 import { DEFAULT_KV_BLOCK_SIZE } from '../models/index.js';
@@ -9,7 +10,7 @@ import { startWorker, type WorkerOptions } from './worker-process.js';
 import { GIB } from './kv-tiers-setup.js';
 import { parseDiskCacheDir } from '../kv-tiers/index.js';
 import { startEmbeddingWorker } from '../embedding/index.js';
-import { DEFAULT_MAX_CPU_LORAS, DEFAULT_MAX_LORA_RANK, DEFAULT_MAX_LORAS } from '../lora/index.js';
+import { DEFAULT_MAX_CPU_LORAS, DEFAULT_MAX_LORA_BYTES, DEFAULT_MAX_LORA_LOADS, DEFAULT_MAX_LORA_RANK, DEFAULT_MAX_LORAS } from '../lora/index.js';
 
 /** Flags that carry a WorkerOptions field under the same name and unit. */
 type SameAsOptions =
@@ -51,6 +52,9 @@ interface WorkerFlags extends RuntimeFlags, Pick<WorkerOptions, SameAsOptions> {
   maxLoras: number;
   maxCpuLoras: number;
   maxLoraRank: number;
+  maxLoraBytes: number;
+  maxLoraLoads: number;
+  loraRoot: string[];
 }
 
 function workerOptionsFromFlags(flags: WorkerFlags): WorkerOptions {
@@ -90,7 +94,15 @@ function workerOptionsFromFlags(flags: WorkerFlags): WorkerOptions {
           },
         }
       : {}),
-    lora: { adapters: flags.lora, maxLoras: flags.maxLoras, maxCpuLoras: flags.maxCpuLoras, maxLoraRank: flags.maxLoraRank },
+    lora: {
+      adapters: flags.lora,
+      maxLoras: flags.maxLoras,
+      maxCpuLoras: flags.maxCpuLoras,
+      maxLoraRank: flags.maxLoraRank,
+      maxLoraBytes: flags.maxLoraBytes,
+      maxLoraLoads: flags.maxLoraLoads,
+      roots: flags.loraRoot.map((r) => resolve(r)),
+    },
   };
 }
 
@@ -143,7 +155,14 @@ export function registerWorkerCommand(program: Command): void {
     .addOption(new Option('--lora <name=dir>', 'serve this PEFT LoRA adapter under name (repeatable); more at run time with POST /v1/load_lora_adapter').argParser(collectLora).default([]))
     .addOption(new Option('--max-loras <n>', 'most distinct adapters in one step').argParser(positiveInt).default(DEFAULT_MAX_LORAS))
     .addOption(new Option('--max-cpu-loras <n>', 'most adapters resident in host memory; the least recently used idle one makes room').argParser(positiveInt).default(DEFAULT_MAX_CPU_LORAS))
-    .addOption(new Option('--max-lora-rank <r>', 'refuse adapters of a higher rank').argParser(positiveInt).default(DEFAULT_MAX_LORA_RANK));
+    .addOption(new Option('--max-lora-rank <r>', 'refuse adapters of a higher rank').argParser(positiveInt).default(DEFAULT_MAX_LORA_RANK))
+    .addOption(new Option('--max-lora-bytes <bytes>', "refuse adapters whose weight files are larger (checked from their size and headers before reading)").argParser(positiveInt).default(DEFAULT_MAX_LORA_BYTES))
+    .addOption(new Option('--max-lora-loads <n>', 'adapter loads reading files at once; 16 x that many more wait, the rest get 429').argParser(positiveInt).default(DEFAULT_MAX_LORA_LOADS))
+    .addOption(
+      new Option('--lora-root <dir>', 'run-time adapter loads (load_lora_adapter, on demand) must name a directory under this one (repeatable); --lora adapters are exempt; default: anywhere')
+        .argParser((v: string, prev: string[]) => [...prev, v])
+        .default([]),
+    );
   addRuntimeOptions(cmd).action(async (flags: WorkerFlags) => {
     const runtime = await createRuntimeFromOptions(flags, `worker-${flags.mode}`);
     const options = workerOptionsFromFlags(flags);

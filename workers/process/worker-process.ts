@@ -25,7 +25,7 @@ import type { ModelCard } from '../../proto/wire.js';
 import { GENERATE_ENDPOINT, KV_EVENTS_ENDPOINT, LORA_ADMIN_ENDPOINT } from '../../proto/wire.js';
 import { modelKey } from '../../runtime/index.js';
 import type { DistributedRuntime } from '../../runtime/index.js';
-import type { Logger } from '../../runtime/logging.js';
+import type { Logger } from '../../runtime/index.js';
 import { EngineLoop } from '../engine-loop/index.js';
 import { isDeviceKvSetup, kvCardFields, type KvImportService, type KvTransferSetup, type PinnedBlocks } from '../disagg/index.js';
 import type { NativeEngine } from '../engines/native/index.js';
@@ -162,8 +162,14 @@ export async function startWorker(runtime: DistributedRuntime, options: WorkerOp
   const cardPublisher = new ModelCardPublisher(runtime, modelKey(options.namespace, modelName, runtime.instanceId), log);
   const loras = new LoraRegistry(engine, {
     onChange: () => cardPublisher.lorasChanged(),
+    log,
+    // Every adapter is checked against the model's shapes before its tensor bytes are read.
+    dims: { hiddenSize: config.hiddenSize, intermediateSize: config.intermediateSize, numLayers: config.numLayers, numHeads: config.numAttentionHeads, numKvHeads: config.numKvHeads, headDim: config.headDim },
     ...(options.lora?.maxCpuLoras !== undefined ? { maxCpuLoras: options.lora.maxCpuLoras } : {}),
     ...(options.lora?.maxLoraRank !== undefined ? { maxLoraRank: options.lora.maxLoraRank } : {}),
+    ...(options.lora?.maxLoraBytes !== undefined ? { maxLoraBytes: options.lora.maxLoraBytes } : {}),
+    ...(options.lora?.maxLoraLoads !== undefined ? { maxLoraLoads: options.lora.maxLoraLoads } : {}),
+    ...(options.lora?.roots !== undefined ? { roots: options.lora.roots } : {}),
   });
   await loadStartupAdapters(loras, options.lora?.adapters ?? []);
   const disaggCtx = kv !== undefined ? { runtime, options, kv, modelName, log } : undefined;
@@ -224,6 +230,8 @@ export async function startWorker(runtime: DistributedRuntime, options: WorkerOp
     ...(kv !== undefined ? { ucxWorkerAddress: kv.agent.workerAddress } : {}),
     ...(kv !== undefined ? kvCardFields(kv) : {}),
     ...((layers !== undefined && options.mode === 'prefill') || prefetcher !== undefined ? { kvLayerStreaming: true } : {}),
+    // The router sends adapter requests and loads only to workers whose engine runs adapters.
+    supportsLora: engine.info.supportsLora ?? engine.loadLora !== undefined,
   };
   await cardPublisher.publish(card, loras);
   const loraServed = await component.endpoint(LORA_ADMIN_ENDPOINT).serve(loraAdminHandler({ registry: loras, publishCard: () => cardPublisher.put(), log }));

@@ -1,6 +1,7 @@
 // Safetensors reader: every *.safetensors file of a model directory is mmapped read-only and
 // its header indexed, so a backend converts tensors straight from the page cache with no
-// intermediate copy. Offsets and sizes are checked against the file before any read.
+// intermediate copy. Only regular files are opened (without blocking); the header length is
+// bounded, and offsets and sizes are checked against the file before any read.
 #pragma once
 
 #include <cstddef>
@@ -13,6 +14,9 @@
 namespace tandem {
 
 enum class DType { kF32, kF16, kBF16 };
+
+/** Header lengths beyond this are refused (as workers/models/safetensors.ts does). */
+constexpr uint64_t kMaxSafetensorsHeaderBytes = 100ull * 1024 * 1024;
 
 struct TensorView {
   std::string name;
