@@ -58,7 +58,27 @@ export interface ModelCard {
   task?: WorkerTask;
   /** Present exactly when task is 'embed'. */
   embedding?: EmbeddingCapability;
+  /** The model's class from config.json (e.g. Qwen3MoeForCausalLM); absent on older workers. */
+  architecture?: string;
+  /**
+   * Parameters of the model (memory: what a worker must hold) and those one token reads (a
+   * mixture of experts' router, top-k and shared experts; step time). Equal for dense models.
+   */
+  parameters?: ModelParameters;
+  /**
+   * The worker's own name (`runtime worker --worker-name`; `runtime up` names its workers agg-0,
+   * decode-1, embed-0, …): the dashboard shows it beside the instance id. Absent when unnamed.
+   */
+  workerName?: string;
 }
+
+export interface ModelParameters {
+  total: number;
+  active: number;
+}
+
+/** What `--worker-name` and a card's `workerName` may be: short, printable, no markup. */
+export const WORKER_NAME = /^[A-Za-z0-9][\w.-]{0,63}$/;
 
 /** True for a card whose worker can run adapter requests (`supportsLora` absent or true). */
 export function servesLora(card: Pick<ModelCard, 'supportsLora'> | undefined): boolean {
@@ -146,6 +166,13 @@ export function parseModelCard(value: unknown): ModelCardParse {
     const reason = embeddingCapabilityError(v.embedding);
     if (reason !== undefined) return fail(reason);
   }
+  if (v.architecture !== undefined && typeof v.architecture !== 'string') return fail('architecture must be a string');
+  if (v.parameters !== undefined) {
+    const p = v.parameters as Record<string, unknown> | null;
+    const ok = typeof p === 'object' && p !== null && isInt(p.total) && isInt(p.active) && (p.active as number) >= 0 && (p.active as number) <= (p.total as number);
+    if (!ok) return fail('parameters must be {total, active} integers with 0 <= active <= total');
+  }
+  if (v.workerName !== undefined && (typeof v.workerName !== 'string' || !WORKER_NAME.test(v.workerName))) return fail('workerName must be 1-64 letters, digits, ".", "_" or "-"');
   // Every field of ModelCard was checked above; the cast only forgets the index signature.
   return { ok: true, card: value as ModelCard };
 }

@@ -4,11 +4,13 @@ import { resolve } from 'node:path';
 import { intInRange, numberInRange, oneOf, positiveInt } from '../../runtime/index.js';
 import { addRuntimeOptions, createRuntimeFromOptions, type RuntimeFlags } from '../../runtime/index.js';
 import { DEFAULT_KV_BLOCK_SIZE } from '../models/index.js';
+import { WORKER_NAME } from '../../proto/wire.js';
 import { DEFAULT_KV_RELEASE_TIMEOUT_MS, DEFAULT_MOCKER_KV_BYTES_PER_TOKEN, DEFAULT_PULL_TIMEOUT_MS } from '../disagg/index.js';
 import { DEFAULT_COMPILE_MEMORY_MB, DEFAULT_COMPILE_TIMEOUT_MS, compileLimits } from '../../grammar/index.js';
 import { startWorker, type WorkerOptions } from './worker-process.js';
 import { GIB } from './kv-tiers-setup.js';
 import { parseDiskCacheDir } from '../kv-tiers/index.js';
+import { checkWorkerFlags } from './worker-flag-rules.js';
 import { startEmbeddingWorker } from '../embedding/index.js';
 import { DEFAULT_MAX_CPU_LORAS, DEFAULT_MAX_LORA_BYTES, DEFAULT_MAX_LORA_LOADS, DEFAULT_MAX_LORA_RANK, DEFAULT_MAX_LORAS } from '../lora/index.js';
 
@@ -16,6 +18,7 @@ import { DEFAULT_MAX_CPU_LORAS, DEFAULT_MAX_LORA_BYTES, DEFAULT_MAX_LORA_LOADS, 
 type SameAsOptions =
   | 'engine'
   | 'modelName'
+  | 'workerName'
   | 'mode'
   | 'component'
   | 'blockSize'
@@ -62,6 +65,7 @@ function workerOptionsFromFlags(flags: WorkerFlags): WorkerOptions {
     engine: flags.engine,
     modelDir: flags.model,
     modelName: flags.modelName,
+    ...(flags.workerName !== undefined ? { workerName: flags.workerName } : {}),
     mode: flags.mode,
     namespace: flags.namespace,
     component: flags.component,
@@ -112,6 +116,11 @@ function collectLora(value: string, previous: string[]): string[] {
   return [...previous, value];
 }
 
+function parseWorkerName(value: string): string {
+  if (WORKER_NAME.test(value)) return value;
+  throw new InvalidArgumentError(`expected 1-64 letters, digits, '.', '_' or '-' (starting with a letter or digit), got '${value}'`);
+}
+
 /** cpu | cuda | cuda:N (simt: the CUDA backend's kernels on the host, for tests). */
 export function parseDevice(value: string): string {
   if (value === 'cpu' || value === 'cuda' || value === 'simt' || /^cuda:\d{1,4}$/.test(value)) return value;
@@ -125,6 +134,7 @@ export function registerWorkerCommand(program: Command): void {
     .addOption(new Option('--engine <engine>', 'mocker | native').argParser(oneOf(['mocker', 'native'] as const)).default('mocker'))
     .addOption(new Option('--model <dir>', 'Hugging Face model directory').makeOptionMandatory(true))
     .option('--model-name <name>', 'served model name (default: the directory name)')
+    .addOption(new Option('--worker-name <name>', "this worker's name in its log lines and on the dashboard (runtime up names its workers agg-0, decode-1, embed-0, …; default: worker-<mode>, or worker-embed)").argParser(parseWorkerName))
     .addOption(new Option('--mode <mode>', 'agg | prefill | decode').argParser(oneOf(['agg', 'prefill', 'decode'] as const)).default('agg'))
     .option('--component <name>', 'component to serve under (default: backend, prefill or decode by mode)')
     .addOption(new Option('--block-size <tokens>', 'tokens per KV block').argParser(intInRange(1, 1024)).default(DEFAULT_KV_BLOCK_SIZE))
@@ -164,7 +174,8 @@ export function registerWorkerCommand(program: Command): void {
         .default([]),
     );
   addRuntimeOptions(cmd).action(async (flags: WorkerFlags) => {
-    const runtime = await createRuntimeFromOptions(flags, `worker-${flags.mode}`);
+    checkWorkerFlags(flags);
+    const runtime = await createRuntimeFromOptions(flags, flags.workerName ?? (flags.task === 'embed' ? 'worker-embed' : `worker-${flags.mode}`));
     const options = workerOptionsFromFlags(flags);
     try {
       if (flags.task === 'embed') await startEmbeddingWorker(runtime, { ...options, ...(flags.pooling ? { pooling: flags.pooling } : {}) });

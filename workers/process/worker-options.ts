@@ -12,6 +12,8 @@ export interface WorkerOptions {
   engine: 'mocker' | 'native';
   modelDir: string;
   modelName?: string;
+  /** On the card (the dashboard shows it): `--worker-name`. */
+  workerName?: string;
   mode: WorkerRole;
   namespace: string;
   component?: string;

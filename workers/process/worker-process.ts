@@ -29,7 +29,7 @@ import type { Logger } from '../../runtime/index.js';
 import { EngineLoop } from '../engine-loop/index.js';
 import { isDeviceKvSetup, kvCardFields, type KvImportService, type KvTransferSetup, type PinnedBlocks } from '../disagg/index.js';
 import type { NativeEngine } from '../engines/native/index.js';
-import { readModelConfig, type ModelConfig } from '../models/index.js';
+import { parameterCounts, readModelConfig, type ModelConfig } from '../models/index.js';
 import { DEFAULT_COMPILE_LIMITS, GrammarCache, GrammarCompiler } from '../../grammar/index.js';
 import type { Vocabulary } from '../../grammar/index.js';
 import { cardLoras, loadStartupAdapters, loraAdminHandler, LoraRegistry } from '../lora/index.js';
@@ -227,9 +227,12 @@ export async function startWorker(runtime: DistributedRuntime, options: WorkerOp
     instanceId: runtime.instanceId,
     kvBytesPerToken: engine.info.kvBytesPerToken,
     eosTokenIds: config.eosTokenIds,
+    architecture: config.architecture,
+    parameters: parameterCounts(config),
     ...(kv !== undefined ? { ucxWorkerAddress: kv.agent.workerAddress } : {}),
     ...(kv !== undefined ? kvCardFields(kv) : {}),
     ...((layers !== undefined && options.mode === 'prefill') || prefetcher !== undefined ? { kvLayerStreaming: true } : {}),
+    ...(options.workerName !== undefined ? { workerName: options.workerName } : {}),
     // The router sends adapter requests and loads only to workers whose engine runs adapters.
     supportsLora: engine.info.supportsLora ?? engine.loadLora !== undefined,
   };

@@ -92,6 +92,16 @@ std::unique_ptr<SafetensorsStore> SafetensorsStore::open_dir(const std::string& 
   return store;
 }
 
+std::unique_ptr<SafetensorsStore> SafetensorsStore::from_views(std::vector<TensorView> views) {
+  std::unique_ptr<SafetensorsStore> store(new SafetensorsStore());
+  store->dir_ = "(memory)";
+  for (TensorView& v : views) {
+    std::string name = v.name;
+    store->tensors_[name] = std::move(v);
+  }
+  return store;
+}
+
 SafetensorsStore::~SafetensorsStore() = default;
 
 void SafetensorsStore::add_file(const std::string& path) {

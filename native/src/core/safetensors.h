@@ -33,6 +33,11 @@ class SafetensorsStore {
  public:
   /** Maps every *.safetensors in model_dir. none found -> NativeError(not_found). */
   static std::unique_ptr<SafetensorsStore> open_dir(const std::string& model_dir);
+  /**
+   * Tensors already in memory (benchmarks of shapes too large to write to disk); each view's
+   * data must outlive the store. Several views may alias the same bytes.
+   */
+  static std::unique_ptr<SafetensorsStore> from_views(std::vector<TensorView> views);
   ~SafetensorsStore();
 
   const TensorView* find(const std::string& name) const;
