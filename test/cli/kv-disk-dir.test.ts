@@ -47,11 +47,13 @@ describe('a --kv-disk-cache-dir that is not a directory', () => {
   });
 
   for (const engine of ['mocker', 'native'] as const) {
-    it(`runtime worker --engine ${engine}: refused as a bad --kv-disk-cache-dir value, naming the path, exit 2, no stack`, async () => {
+    it(`runtime worker --engine ${engine}: one line refusing the --kv-disk-cache-dir value, naming the path, exit 2, no stack`, async () => {
       const { code, output } = await run(['worker', ...local, '--engine', engine, '--model', modelDir, ...tiers(file)]);
       expect(code, output).toBe(EXIT_CODES.config);
-      expect(output).toContain('--kv-disk-cache-dir');
-      expect(output).toContain(`${file} is not a directory (it is a file)`);
+      const lines = output.trimEnd().split('\n');
+      expect(lines, output).toHaveLength(1);
+      expect(lines[0]).toMatch(/^runtime: .*--kv-disk-cache-dir/);
+      expect(lines[0]).toContain(`${file} is not a directory (it is a file)`);
       expect(output).not.toMatch(STACK_FRAME);
     }, 90_000);
   }
