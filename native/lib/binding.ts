@@ -191,9 +191,11 @@ export interface RawEngineHandle {
    * Embeddings: runs each sequence (`lengths[i]` tokens of `tokens`, back to back) from
    * position 0, pools its final-norm hidden states (`pooling` 0 = last token, 1 = mean) and
    * L2-normalizes when asked; [lengths.length][hiddenSize]. Overwrites the KV pool's first
-   * blocks: only for an engine that serves no generation.
+   * blocks: only for an engine that serves no generation. `cancel` (an Int32Array over a
+   * SharedArrayBuffer) is read before each forward pass: once `cancel[0]` is non-zero
+   * (`Atomics.store`) the call stops there and rejects with code `cancelled`.
    */
-  embed(tokens: Int32Array, lengths: Int32Array, pooling: 0 | 1, normalize: boolean): Promise<Float32Array>;
+  embed(tokens: Int32Array, lengths: Int32Array, pooling: 0 | 1, normalize: boolean, cancel?: Int32Array): Promise<Float32Array>;
   /**
    * KV movement between workers (issue 24), off the JS thread. Token t of a copy lives in block
    * ids[t / blockSize], slot t % blockSize on each side, so block size and dtype may differ.

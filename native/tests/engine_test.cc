@@ -505,6 +505,16 @@ void test_embed(const std::string& dir, const char* label) {
     refused = err.code() == ErrorCode::kInvalidArgument;
   }
   CHECK(refused, "%s embed: a token outside the vocabulary is refused", label);
+
+  // Cancel is asked before every pass: the two-pass batch answering "stop" at the second ask
+  // runs one pass, then fails 'cancelled'; the engine serves the next call as before.
+  int asks = 0;
+  EmbedInput stop = batch;
+  stop.cancelled = [&asks] { return ++asks == 2; };
+  expect_error("embed cancelled between passes", "cancelled", [&] { e->embed(stop); });
+  CHECK(asks == 2, "%s embed: cancel asked %d times before stopping, wanted 2 (once per pass)", label, asks);
+  const auto again = e->embed(batch);
+  CHECK(max_abs_diff(again.vectors.data(), all.vectors.data(), all.vectors.size()) < tol, "%s embed: a call after a cancel differs", label);
 }
 
 void test_errors(const std::string& root) {

@@ -15,6 +15,7 @@ import { chainHash, localBlockHashes } from '../../router/index.js';
 import type { Sequence } from '../sequence.js';
 import { FreeBlockQueue } from './free-block-queue.js';
 import type { EvictedBlock } from './kv-tier-policy.js';
+import { storedEvent } from './kv-events.js';
 
 export interface BlockManagerConfig {
   numBlocks: number;
@@ -54,6 +55,8 @@ export class BlockManager {
   private numActive = 0;
   /** Prefix hits each registered block served since it was registered (gates disk promotion). */
   private readonly hitCount: Int32Array;
+  /** Multi-LoRA: the adapter each registered block was computed under (undefined = base model); the tiers announce it too. */
+  private readonly blockLora: Array<number | undefined>;
   private readonly trackEvictions: boolean;
   private evicted: EvictedBlock[] = [];
 
@@ -68,6 +71,7 @@ export class BlockManager {
     this.blockHash = new Array(this.numBlocks).fill(undefined);
     this.blockTokens = new Int32Array(this.enablePrefixCaching ? this.numBlocks * this.blockSize : 0);
     this.hitCount = new Int32Array(this.numBlocks);
+    this.blockLora = new Array(this.numBlocks).fill(undefined);
     this.trackEvictions = (config.trackEvictions ?? false) && this.enablePrefixCaching;
   }
 
@@ -188,6 +192,7 @@ export class BlockManager {
       }
       this.cached.set(hash, id);
       this.blockHash[id] = hash;
+      this.blockLora[id] = seq.loraId;
       this.blockTokens.set(seq.tokenSlice(b * this.blockSize, (b + 1) * this.blockSize), id * this.blockSize);
       if (run.length === 0) runParent = parent;
       run.push({ blockHash: hash.toString(), tokensHash: seq.localHashes[b]!.toString() });
@@ -287,7 +292,10 @@ export class BlockManager {
       this.cached.delete(hash);
       this.blockHash[id] = undefined;
       this.pendingRemoved.push(hash.toString());
-      if (this.trackEvictions) this.evicted.push({ hash, blockId: id, tokens: this.blockTokensOf(id), reuse: this.hitCount[id]! });
+      if (this.trackEvictions) {
+        const loraId = this.blockLora[id];
+        this.evicted.push({ hash, blockId: id, tokens: this.blockTokensOf(id), reuse: this.hitCount[id]!, ...(loraId !== undefined ? { loraId } : {}) });
+      }
     }
     this.hitCount[id] = 0;
     this.refCount[id] = 1;
@@ -321,10 +329,4 @@ export class BlockManager {
     for (let i = 0; i < bs; i++) if (this.blockTokens[base + i] !== seq.tokenAt(start + i)) return false;
     return true;
   }
-}
-
-function storedEvent(parent: bigint | undefined, blocks: KvStoredBlock[], loraId?: number): KvEventData {
-  const e: KvEventData = parent === undefined ? { type: 'stored', blocks } : { type: 'stored', parentHash: parent.toString(), blocks };
-  if (loraId !== undefined) e.loraId = loraId;
-  return e;
 }

@@ -9,6 +9,7 @@ import { DEFAULT_KV_RELEASE_TIMEOUT_MS, DEFAULT_MOCKER_KV_BYTES_PER_TOKEN, DEFAU
 import { DEFAULT_COMPILE_MEMORY_MB, DEFAULT_COMPILE_TIMEOUT_MS, compileLimits } from '../../grammar/index.js';
 import { startWorker, type WorkerOptions } from './worker-process.js';
 import { GIB } from './kv-tiers-setup.js';
+import { parseDiskCacheDir } from '../kv-tiers/index.js';
 import { checkWorkerFlags } from './worker-flag-rules.js';
 import { startEmbeddingWorker } from '../embedding/index.js';
 import { DEFAULT_MAX_CPU_LORAS, DEFAULT_MAX_LORA_BYTES, DEFAULT_MAX_LORA_LOADS, DEFAULT_MAX_LORA_RANK, DEFAULT_MAX_LORAS } from '../lora/index.js';
@@ -156,7 +157,7 @@ export function registerWorkerCommand(program: Command): void {
     .addOption(new Option('--grammar-compile-timeout-ms <ms>', 'structured output: most wall time one new grammar may take to compile (then 400)').argParser(intInRange(1, 3_600_000)).default(DEFAULT_COMPILE_TIMEOUT_MS))
     .addOption(new Option('--grammar-compile-memory-mb <mb>', 'structured output: most memory one new grammar may need, automaton and token classes (then 400)').argParser(numberInRange(0.001)).default(DEFAULT_COMPILE_MEMORY_MB))
     .addOption(new Option('--kv-host-cache-gb <gib>', 'KV tier G2: host memory (GiB) that keeps blocks evicted from the engine pool (docs/kv-tiers.md)').argParser(numberInRange(0)))
-    .option('--kv-disk-cache-dir <dir>', 'KV tier G3: directory for blocks pushed out of the host tier (survives restarts)')
+    .addOption(new Option('--kv-disk-cache-dir <dir>', 'KV tier G3: directory for blocks pushed out of the host tier (survives restarts; it must be a directory this process may write, or creatable)').argParser(parseDiskCacheDir))
     .addOption(new Option('--kv-disk-cache-gb <gib>', 'KV tier G3: most disk space (GiB) it uses, LRU').argParser(numberInRange(0)))
     .addOption(new Option('--kv-disk-min-reuse <n>', 'KV tier G3: prefix hits a block needs before it is written to disk').argParser(intInRange(0, 1_000_000)).default(2))
     .addOption(new Option('--task <task>', 'generate | embed (an embedding worker: serves /v1/embeddings through the `embed` endpoint, docs/embeddings.md)').argParser(oneOf(['generate', 'embed'] as const)).default('generate'))

@@ -8,6 +8,7 @@
 #include <map>
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -109,6 +110,9 @@ struct EmbedInput {
   std::vector<int32_t> lengths;
   Pooling pooling = Pooling::kLast;
   bool normalize = true;  // L2-normalize each vector (sentence-transformers' Normalize module)
+  // Asked before each forward pass; true stops the call with ErrorCode::kCancelled (the caller
+  // is gone: an abandoned request must not hold the engine for its remaining passes).
+  std::function<bool()> cancelled;
 };
 
 /** One vector per input sequence, in order: [num_seqs][dim]. */

@@ -271,16 +271,24 @@ export class NativeEngine implements Engine {
   /**
    * Embedding worker only (it overwrites the KV pool): pooled, optionally normalized vectors
    * of each sequence, [lengths.length][hiddenSize], computed on a native thread. Serialized
-   * with steps.
+   * with steps. `signal` aborts the call before its next forward pass (a call that has not
+   * started yet does not start): it then rejects with code `cancelled`.
    */
-  embed(tokens: Int32Array, lengths: Int32Array, pooling: 'last' | 'mean', normalize: boolean): Promise<Float32Array> {
+  embed(tokens: Int32Array, lengths: Int32Array, pooling: 'last' | 'mean', normalize: boolean, signal?: AbortSignal): Promise<Float32Array> {
     return this.enqueue(async () => {
       const handle = this.handle;
       if (handle === undefined) throw new NativeEngineError('unavailable', 'native engine is closed');
+      if (signal?.aborted) throw new NativeEngineError('cancelled', 'embed: cancelled by the caller before it started');
+      // The native thread reads this flag between passes; shared memory, so no copy is involved.
+      const flag = signal !== undefined ? new Int32Array(new SharedArrayBuffer(4)) : undefined;
+      const onAbort = () => Atomics.store(flag!, 0, 1);
+      signal?.addEventListener('abort', onAbort, { once: true });
       try {
-        return await handle.embed(tokens, lengths, pooling === 'last' ? 0 : 1, normalize);
+        return await handle.embed(tokens, lengths, pooling === 'last' ? 0 : 1, normalize, flag);
       } catch (err) {
         throw fromNativeError(err);
+      } finally {
+        signal?.removeEventListener('abort', onAbort);
       }
     });
   }
