@@ -151,6 +151,7 @@ ModelConfig ModelConfig::from_json(const Json& root, const std::string& source) 
   c.rms_norm_eps = optional_number(root, "rms_norm_eps", 1e-6, source);
   c.tie_word_embeddings = optional_bool(root, "tie_word_embeddings", false, source);
   c.rope_scaling = parse_rope_scaling(root, source);
+  c.quant = QuantConfig::from_json(root, source);
 
   bool attention_bias = optional_bool(root, "attention_bias", false, source);
   switch (c.arch) {

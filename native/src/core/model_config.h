@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "quant_config.h"
+
 namespace tandem {
 
 class Json;
@@ -40,6 +42,7 @@ struct ModelConfig {
   bool qk_norm = false;      // Qwen3 per-head RMSNorm on q and k
   RopeScaling rope_scaling;
   std::vector<int64_t> eos_token_ids;
+  QuantConfig quant;  // quantization_config (FP8 checkpoints); quant_config.h
 
   int64_t q_dim() const { return num_heads * head_dim; }
   int64_t kv_dim() const { return num_kv_heads * head_dim; }
