@@ -150,7 +150,11 @@ class EngineHandle : public Napi::ObjectWrap<EngineHandle> {
     o.Set("backend", engine->backend_name());
     o.Set("device", engine->backend_description());
     o.Set("kvPoolOnHost", Napi::Boolean::New(env, engine->kv_pool_on_host()));
-    o.Set("kvDtype", kv.elem_bytes == 2 ? "bf16" : "f32");
+    o.Set("kvDtype", kv_dtype_name(kv.elem_bytes));
+    Napi::Array scales = Napi::Array::New(env, engine->kv_scales().size());
+    for (size_t i = 0; i < engine->kv_scales().size(); ++i) scales.Set(static_cast<uint32_t>(i), static_cast<double>(engine->kv_scales()[i]));
+    o.Set("kvScales", scales);
+    o.Set("quantization", c.quant.describe());
     o.Set("threads", Napi::Number::New(env, engine->num_threads()));
     return o;
   }
@@ -510,8 +514,8 @@ class EngineHandle : public Napi::ObjectWrap<EngineHandle> {
     num("headDim", kv.head_dim);
     if (o.Get("dtype").IsString()) {
       const std::string d = o.Get("dtype").As<Napi::String>().Utf8Value();
-      if (d != "f32" && d != "bf16") throw make_error(env, "invalid_argument", "dtype '" + d + "' (expected f32 or bf16)");
-      kv.elem_bytes = d == "f32" ? 4 : 2;
+      if (kv_dtype_bytes(d) == 0) throw make_error(env, "invalid_argument", "dtype '" + d + "' (expected f32, bf16 or fp8_e4m3)");
+      kv.elem_bytes = kv_dtype_bytes(d);
     }
     return kv;
   }
@@ -667,6 +671,9 @@ void read_engine_options(Napi::Env env, Napi::Object o, EngineOptions& opts) {
   opts.backend.max_seqs = static_cast<int64_t>(num("maxSeqs", 256));
   if (o.Get("cudaGraphs").IsBoolean()) opts.backend.cuda_graphs = o.Get("cudaGraphs").As<Napi::Boolean>().Value();
   if (o.Get("gemm").IsString()) opts.backend.gemm = o.Get("gemm").As<Napi::String>().Utf8Value();
+  if (o.Get("kvCacheDtype").IsString()) opts.backend.kv_cache_dtype = o.Get("kvCacheDtype").As<Napi::String>().Utf8Value();
+  if (o.Get("quantization").IsString()) opts.backend.quantization = o.Get("quantization").As<Napi::String>().Utf8Value();
+  if (o.Get("fp8Compute").IsString()) opts.backend.fp8_compute = o.Get("fp8Compute").As<Napi::String>().Utf8Value();
   opts.threads = static_cast<int>(num("threads", 0));
 }
 
@@ -740,7 +747,7 @@ Napi::Value describe_kv_layout(const Napi::CallbackInfo& info) {
   o.Set("kvBytesPerToken", Napi::Number::New(env, static_cast<double>(kv.bytes_per_token())));
   o.Set("kvBytesPerBlock", Napi::Number::New(env, static_cast<double>(kv.bytes_per_block())));
   o.Set("kvLayout", kKvLayoutName);
-  o.Set("kvDtype", kv.elem_bytes == 2 ? "bf16" : "f32");
+  o.Set("kvDtype", kv_dtype_name(kv.elem_bytes));
   return o;
 }
 
@@ -764,6 +771,7 @@ Napi::Value backend_status_js(const Napi::CallbackInfo& info) {
     o.Set("available", Napi::Boolean::New(env, all[i].available));
     if (!all[i].reason.empty()) o.Set("reason", all[i].reason);
     if (!all[i].detail.empty()) o.Set("detail", all[i].detail);
+    if (!all[i].fp8.empty()) o.Set("fp8", all[i].fp8);
     out.Set(static_cast<uint32_t>(i), o);
   }
   return out;

@@ -37,6 +37,10 @@ void to_bf16(const TensorView& t, size_t begin, size_t count, gpu::bf16_bits* ou
       for (size_t i = 0; i < count; ++i) out[i] = gpu::float_to_bf16_bits(f16_to_f32(src[i]));
       return;
     }
+    case DType::kF8E4M3:
+    case DType::kF8E5M2:
+      // FP8 tensors go through upload_matrix (gpu_backend_fp8.cc), which applies their scales.
+      throw NativeError(ErrorCode::kInternal, "tensor '" + t.name + "' is FP8: it needs its scales to convert");
   }
 }
 
@@ -87,7 +91,7 @@ GpuBackend::GpuBackend(const ModelConfig& config, const SafetensorsStore& weight
   layout_.num_layers = c.num_layers;
   layout_.num_kv_heads = c.num_kv_heads;
   layout_.head_dim = c.head_dim;
-  layout_.elem_bytes = 2;
+  layout_.elem_bytes = kv_elem_bytes(options.device, options.kv_cache_dtype);
   qkv_width_ = c.q_dim() + 2 * c.kv_dim();
   logit_stride_ = round_up(c.vocab_size, 8);
   geo_.block_stride = layout_.block_stride();
@@ -123,10 +127,17 @@ GpuBackend::GpuBackend(const ModelConfig& config, const SafetensorsStore& weight
 
   try {
     load_weights(weights, pool);
+    {
+      const std::vector<float> kv_scales = load_kv_scales(weights, c);
+      kv_scales_ = static_cast<float*>(alloc(kv_scales.size() * sizeof(float)));
+      device_->upload(kv_scales_, kv_scales.data(), kv_scales.size() * sizeof(float));
+      device_->synchronize();
+    }
     if (cublaslt_) {
       lt_workspace_ = alloc(kCublasLtWorkspaceBytes);
       lt_workspace_bytes_ = kCublasLtWorkspaceBytes;
     }
+    setup_fp8(options);  // after cuBLASLt's workspace: its FP8 probe runs products
     // Everything a step allocates, before the pool takes what is left: activations, the step
     // tables (a full batch with 2048-entry block tables), sampling scratch for every row.
     const int64_t tokens = std::max<int64_t>(1, options.max_batch_tokens), seqs = std::max<int64_t>(1, options.max_seqs);
@@ -166,6 +177,7 @@ GpuBackend::~GpuBackend() {
   device_->free_pinned(kv_staging_);
   device_->free(kv_ids_);
   device_->free_pinned(progress_);
+  for (void* p : {static_cast<void*>(fp8_act_), static_cast<void*>(fp8_act_scales_), static_cast<void*>(fp8_act_dq_)}) device_->free(p);
 }
 
 void* GpuBackend::alloc(size_t bytes) {
@@ -231,8 +243,9 @@ float* GpuBackend::upload_f32(const SafetensorsStore& w, const std::vector<std::
 void GpuBackend::load_weights(const SafetensorsStore& w, ThreadPool& pool) {
   const ModelConfig& c = config_;
   const int64_t h = c.hidden_size;
-  embed_ = upload_bf16(w, {{"model.embed_tokens.weight", {c.vocab_size, h}}}, pool);
-  lm_head_ = c.tie_word_embeddings ? embed_ : upload_bf16(w, {{"lm_head.weight", {c.vocab_size, h}}}, pool);
+  // Embeddings and the LM head stay bf16 (an FP8 checkpoint's, where it quantized them, dequantized).
+  embed_ = upload_matrix(w, {{"model.embed_tokens.weight", {c.vocab_size, h}}}, false, pool, nullptr);
+  lm_head_ = c.tie_word_embeddings ? embed_ : upload_matrix(w, {{"lm_head.weight", {c.vocab_size, h}}}, false, pool, nullptr);
   final_norm_ = upload_f32(w, {"model.norm.weight"}, {h});
   {
     const TensorView& t = w.require("model.norm.weight", {h});
@@ -250,11 +263,11 @@ void GpuBackend::load_weights(const SafetensorsStore& w, ThreadPool& pool) {
     Layer& L = layers_[static_cast<size_t>(l)];
     L.input_norm = upload_f32(w, {layer_tensor(l, "input_layernorm.weight")}, {h});
     L.post_norm = upload_f32(w, {layer_tensor(l, "post_attention_layernorm.weight")}, {h});
-    L.wqkv = upload_bf16(w,
+    L.wqkv = upload_matrix(w,
                          {{layer_tensor(l, "self_attn.q_proj.weight"), {c.q_dim(), h}},
                           {layer_tensor(l, "self_attn.k_proj.weight"), {c.kv_dim(), h}},
                           {layer_tensor(l, "self_attn.v_proj.weight"), {c.kv_dim(), h}}},
-                         pool);
+                         true, pool, &L.fqkv);
     if (c.qkv_bias) {
       // q, k and v biases have different lengths: concatenate on the host.
       std::vector<float> b;
@@ -270,17 +283,17 @@ void GpuBackend::load_weights(const SafetensorsStore& w, ThreadPool& pool) {
       device_->upload(L.bqkv, b.data(), b.size() * sizeof(float));
       device_->synchronize();
     }
-    L.wo = upload_bf16(w, {{layer_tensor(l, "self_attn.o_proj.weight"), {h, c.q_dim()}}}, pool);
+    L.wo = upload_matrix(w, {{layer_tensor(l, "self_attn.o_proj.weight"), {h, c.q_dim()}}}, true, pool, &L.fo);
     if (c.o_bias) L.bo = upload_f32(w, {layer_tensor(l, "self_attn.o_proj.bias")}, {h});
     if (c.qk_norm) {
       L.q_norm = upload_f32(w, {layer_tensor(l, "self_attn.q_norm.weight")}, {c.head_dim});
       L.k_norm = upload_f32(w, {layer_tensor(l, "self_attn.k_norm.weight")}, {c.head_dim});
     }
-    L.wgate_up = upload_bf16(w,
+    L.wgate_up = upload_matrix(w,
                              {{layer_tensor(l, "mlp.gate_proj.weight"), {c.intermediate_size, h}},
                               {layer_tensor(l, "mlp.up_proj.weight"), {c.intermediate_size, h}}},
-                             pool);
-    L.wdown = upload_bf16(w, {{layer_tensor(l, "mlp.down_proj.weight"), {h, c.intermediate_size}}}, pool);
+                             true, pool, &L.fgate_up);
+    L.wdown = upload_matrix(w, {{layer_tensor(l, "mlp.down_proj.weight"), {h, c.intermediate_size}}}, true, pool, &L.fdown);
   }
 }
 
@@ -399,10 +412,15 @@ std::string GpuBackend::description() const {
   s += "; GEMM: ";
   s += cublaslt_ ? "cuBLASLt " + std::to_string(cublaslt_->version()) + " (" + cublaslt_->path() + ")" : cublaslt_note_;
   s += graphs_enabled_ ? "; decode graphs up to batch " + std::to_string(max_graph_batch_) : "; no graphs (eager)";
+  s += fp8_description();
   return s;
 }
 
-void GpuBackend::gemm(const gpu::GemmArgs& g) {
+void GpuBackend::gemm(const gpu::GemmArgs& g, const Fp8Weight* fp8) {
+  if (fp8 != nullptr && *fp8) {
+    gemm_fp8(g, *fp8);
+    return;
+  }
   if (cublaslt_ && cublaslt_->matmul(g, lt_workspace_, lt_workspace_bytes_, device_->stream())) return;
   gpu::GemmArgs own = g;
   own.workspace = act_.gemm_workspace;
@@ -506,6 +524,8 @@ void GpuBackend::run_forward(const gpu::StepPlan& plan) {
   rope.head_dim = static_cast<int>(c.head_dim);
   rope.pool = kv_;
   rope.geo = geo_;
+  rope.kv_fp8 = layout_.elem_bytes == 1;
+  rope.kv_scales = kv_scales_;
 
   gpu::AttentionArgs attn;
   attn.q = act_.qkv;
@@ -514,6 +534,8 @@ void GpuBackend::run_forward(const gpu::StepPlan& plan) {
   attn.out_stride = c.q_dim();
   attn.pool = kv_;
   attn.geo = geo_;
+  attn.kv_fp8 = layout_.elem_bytes == 1;
+  attn.kv_scales = kv_scales_;
   attn.num_heads = static_cast<int>(c.num_heads);
   attn.scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
   attn.seqs = reinterpret_cast<const gpu::SeqDesc*>(img + L.seqs);
@@ -546,7 +568,7 @@ void GpuBackend::run_forward(const gpu::StepPlan& plan) {
     g.ldc = qkv_width_;
     g.out = gpu::GemmOut::kF32;
     g.accumulate = false;
-    gemm(g);
+    gemm(g, &W.fqkv);
     rope.bias = W.bqkv;
     rope.q_norm = W.q_norm;
     rope.k_norm = W.k_norm;
@@ -565,7 +587,7 @@ void GpuBackend::run_forward(const gpu::StepPlan& plan) {
     g.c = act_.x;
     g.ldc = h;
     g.accumulate = true;
-    gemm(g);
+    gemm(g, &W.fo);
     norm.weight = W.post_norm;
     kernels_->rmsnorm(norm, stream);
     g.n = static_cast<int>(2 * inter);
@@ -579,7 +601,7 @@ void GpuBackend::run_forward(const gpu::StepPlan& plan) {
     g.ldc = 2 * inter;
     g.out = gpu::GemmOut::kBf16;
     g.accumulate = false;
-    gemm(g);
+    gemm(g, &W.fgate_up);
     kernels_->silu_mul(silu, stream);
     g.n = static_cast<int>(h);
     g.k = static_cast<int>(inter);
@@ -591,7 +613,7 @@ void GpuBackend::run_forward(const gpu::StepPlan& plan) {
     g.ldc = h;
     g.out = gpu::GemmOut::kF32;
     g.accumulate = true;
-    gemm(g);
+    gemm(g, &W.fdown);
   }
   if (plan.num_logit_rows == 0) return;
   gpu::RmsNormArgs fin = norm;

@@ -2,6 +2,7 @@
 // with the reason, and `--device cuda` fails with it.
 #include "../core/error.h"
 #include "device.h"
+#include "fp8_kernels.h"
 #include "kv_copy.h"
 
 namespace tandem::gpu {
@@ -25,6 +26,10 @@ std::unique_ptr<Device> make_cuda_device(int ordinal) {
 
 std::unique_ptr<KvCopyApi> make_cuda_kv_copy() {
   throw NativeError(ErrorCode::kUnavailable, std::string("the CUDA KV copy: ") + kReason);
+}
+
+std::unique_ptr<Fp8KernelApi> make_cuda_fp8_kernels() {
+  throw NativeError(ErrorCode::kUnavailable, std::string("the CUDA FP8 kernels: ") + kReason);
 }
 
 }  // namespace tandem::gpu
