@@ -10,6 +10,7 @@ import type { WeightDtype } from './dtype.js';
 import { join } from 'node:path';
 import { TINY_DIMS } from './tiny-arch.js';
 import { makeTinyLora } from '../lora/make-tiny-lora.js';
+import { FP8_FORMATS, type Fp8Format } from './fp8.js';
 
 const parseSeed = intInRange(0, 0xffffffff);
 
@@ -24,9 +25,10 @@ export function registerModelCommand(program: Command): Command {
     .option('--seed <n>', 'weight PRNG seed', parseSeed, 0)
     .option('--embedding <pooling>', 'also write sentence-transformers files (an embedding model): last | mean', oneOf(['last', 'mean'] as const))
     .option('--matryoshka', 'declare Matryoshka embeddings (config.json is_matryoshka): /v1/embeddings then accepts `dimensions`')
+    .option('--quantize <format>', `write an FP8 checkpoint: ${FP8_FORMATS.join(' | ')} (linear layers e4m3 with scales; see docs/real-model.md)`, oneOf(FP8_FORMATS))
     .option('--lora <n>', 'also write n random PEFT LoRA adapters to <out>/loras/lora-<i> (all linear layers)', intInRange(0, 1024), 0)
     .option('--lora-rank <r>', 'rank of those adapters', intInRange(1, 1024), 8)
-    .action(async (opts: { arch: TinyArch; out: string; dtype: WeightDtype; seed: number; embedding?: 'last' | 'mean'; matryoshka?: boolean; lora: number; loraRank: number }) => {
+    .action(async (opts: { arch: TinyArch; out: string; dtype: WeightDtype; seed: number; embedding?: 'last' | 'mean'; matryoshka?: boolean; quantize?: Fp8Format; lora: number; loraRank: number }) => {
       const info = await makeTinyModel({
         arch: opts.arch,
         outDir: opts.out,
@@ -34,9 +36,10 @@ export function registerModelCommand(program: Command): Command {
         seed: opts.seed,
         ...(opts.embedding !== undefined ? { embedding: opts.embedding } : {}),
         ...(opts.matryoshka === true ? { matryoshka: true } : {}),
+        ...(opts.quantize !== undefined ? { quantize: opts.quantize } : {}),
       });
       process.stdout.write(
-        `wrote ${info.arch} (${info.dtype}, seed ${info.seed}) to ${info.outDir}: ` +
+        `wrote ${info.arch} (${info.dtype}${info.quantize !== undefined ? `, ${info.quantize}` : ''}, seed ${info.seed}) to ${info.outDir}: ` +
           `${info.numParameters} parameters, vocab ${info.vocabSize}, ${info.totalBytes} bytes\n`,
       );
       for (let i = 0; i < opts.lora; i++) {

@@ -57,7 +57,7 @@ import type { Engine } from '../engines/engine.js';
 import type { NativeEngine } from '../engines/native/index.js';
 import { MockerEngine } from '../engines/mocker/index.js';
 import { loadPerfProfile, PerfProfileError, type PerfModel } from '../../perf-model/index.js';
-import { readModelConfig, type ModelConfig } from '../models/index.js';
+import { kvBytesPerToken, readModelConfig, type ModelConfig } from '../models/index.js';
 import { DisaggMetrics, WorkerMetrics } from './worker-metrics.js';
 import { DEFAULT_COMPILE_LIMITS, GrammarCache, GrammarCompiler, type CompileLimits } from '../../grammar/index.js';
 import { workerGrammarProvider } from './grammar-provider.js';
@@ -89,6 +89,13 @@ export interface WorkerOptions {
   perfProfile?: string;
   /** native: cpu, cuda, cuda:N (or simt, the CUDA backend's kernels on the host, for tests) */
   device: string;
+  /** native: `--quantization` (unset: the checkpoint's own quantization_config). */
+  quantization?: 'fp8' | 'none';
+  /**
+   * `--kv-cache-dtype`: the native pool's element type; the mocker sizes its pool from
+   * --kv-cache-memory with the bytes per token a native GPU pool of this type would have.
+   */
+  kvCacheDtype?: 'auto' | 'bf16' | 'fp8';
   threads?: number;
   kvCacheMemoryBytes?: number;
   /** native on a GPU: share of device memory the worker may fill (default 0.9). */
@@ -139,7 +146,7 @@ async function createEngine(options: WorkerOptions, config: ModelConfig, layers?
   if (options.engine === 'mocker') {
     return new MockerEngine({
       ...(layers !== undefined ? { numLayers: layers.numLayers, onLayers: layers.onLayers } : {}),
-      numBlocks: options.numGpuBlocks ?? DEFAULT_MOCKER_BLOCKS,
+      numBlocks: mockerNumBlocks(options, config),
       blockSize: options.blockSize,
       vocabSize: config.vocabSize,
       speedupRatio: options.speedupRatio,
@@ -150,6 +157,19 @@ async function createEngine(options: WorkerOptions, config: ModelConfig, layers?
   // Loaded lazily so a machine without the native addon can still run the mocker.
   const { createNativeEngine } = await import('../engines/native/index.js');
   return createNativeEngine(nativeEngineOptions(options));
+}
+
+/**
+ * The mocker's pool: --num-gpu-blocks, else --kv-cache-memory over the bytes a block of this model
+ * takes in a GPU pool (bf16, or e4m3 with --kv-cache-dtype fp8: twice the blocks), else 16384.
+ */
+export function mockerNumBlocks(options: Pick<WorkerOptions, 'numGpuBlocks' | 'kvCacheMemoryBytes' | 'kvCacheDtype' | 'blockSize'>, config: ModelConfig): number {
+  if (options.numGpuBlocks !== undefined) return options.numGpuBlocks;
+  if (options.kvCacheMemoryBytes === undefined) return DEFAULT_MOCKER_BLOCKS;
+  const blockBytes = options.blockSize * kvBytesPerToken(config, options.kvCacheDtype === 'fp8' ? 1 : 2);
+  const blocks = Math.floor(options.kvCacheMemoryBytes / blockBytes);
+  if (blocks < 1) throw new ConfigError(`--kv-cache-memory ${options.kvCacheMemoryBytes} holds no KV block of ${blockBytes} bytes`);
+  return blocks;
 }
 
 /** perf-model imports no runtime: its error becomes the ConfigError that exits the CLI with 2. */
@@ -175,6 +195,8 @@ function nativeEngineOptions(options: WorkerOptions) {
     ...(options.threads !== undefined ? { threads: options.threads } : {}),
     ...(options.gpuMemoryUtilization !== undefined ? { gpuMemoryUtilization: options.gpuMemoryUtilization } : {}),
     ...(options.cudaGraphs !== undefined ? { cudaGraphs: options.cudaGraphs } : {}),
+    ...(options.quantization !== undefined ? { quantization: options.quantization } : {}),
+    ...(options.kvCacheDtype !== undefined ? { kvCacheDtype: options.kvCacheDtype } : {}),
   };
 }
 
@@ -398,6 +420,7 @@ export async function startWorker(runtime: DistributedRuntime, options: WorkerOp
   };
   runtime.onShutdown(shutdownKv);
   const device = (engine as Partial<NativeEngine>).deviceDescription;
+  const native = (engine as Partial<NativeEngine>).model;
   log.info(
     {
       instanceId: runtime.instanceId,
@@ -407,6 +430,7 @@ export async function startWorker(runtime: DistributedRuntime, options: WorkerOp
       mode: options.mode,
       kvBytesPerToken: engine.info.kvBytesPerToken,
       ...(device !== undefined ? { device } : {}),
+      ...(native !== undefined ? { quantization: native.quantization, kvDtype: native.kvDtype } : {}),
       ...(kv !== undefined ? { kvPool: kv.placement.pool, kvTransports: card.kvTransports, kvLayout: kv.pool.layout } : {}),
     },
     'worker ready',
@@ -508,6 +532,8 @@ async function startDisagg(
         ? { verify: (job: KvImportJob) => stamps.firstMismatch(job.localBlockIds, job.tokenIds, job.firstBlock * stamps.blockSize, job.numTokens, job.firstBlock) }
         : {}),
       ...(kv.layout !== undefined ? { layout: kv.layout } : {}),
+      // e4m3 pools convert with the model's KV scales (a hand-off between pools of other dtypes).
+      ...((kv.engine as Partial<NativeEngine>).model?.kvScales !== undefined ? { kvScales: (kv.engine as NativeEngine).model.kvScales } : {}),
       placement: kv.placement,
       ...(prefetcher !== undefined ? { prefetcher } : {}),
       onOutcome: (job, outcome) => {
