@@ -585,7 +585,7 @@ inline void test_fp8_refusals(const std::string& root) {
     Fp8Format wrong_name = channel;
     wrong_name.scale_name = "scale";
     tiny.write(wrong_name, root + "/refuse-missing", root + "/refuse-missing-twin");
-    expect_refusal(root + "/refuse-missing", "not_found", "weight_scale' missing", "missing scale");
+    expect_refusal(root + "/refuse-missing", "config_invalid", "weight_scale' missing", "missing scale");
     Fp8Format no_config = channel;
     no_config.quantization_config = "";
     tiny.write(no_config, root + "/refuse-noconfig", root + "/refuse-noconfig-twin");

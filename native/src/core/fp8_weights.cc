@@ -30,7 +30,7 @@ int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 const TensorView& require_tensor(const SafetensorsStore& store, const std::string& name, const std::string& why) {
   const TensorView* t = store.find(name);
-  if (t == nullptr) throw NativeError(ErrorCode::kNotFound, "tensor '" + name + "' missing from the safetensors files (" + why + ")");
+  if (t == nullptr) throw NativeError(ErrorCode::kConfigInvalid, "tensor '" + name + "' missing from the safetensors files (" + why + ")");
   if (t->dtype == DType::kF8E4M3 || t->dtype == DType::kF8E5M2) {
     throw NativeError(ErrorCode::kConfigInvalid, t->file + ": tensor '" + name + "' is " + dtype_name(t->dtype) + "; scales must be F32, BF16 or F16");
   }
@@ -247,7 +247,7 @@ std::vector<float> load_kv_scales(const SafetensorsStore& store, const ModelConf
       }
       if (t == nullptr) {
         if (config.quant.kv_cache_scales) {
-          throw NativeError(ErrorCode::kNotFound, "tensor '" + names[0] + "' missing from the safetensors files (quantization_config.kv_cache_scheme declares KV-cache scales)");
+          throw NativeError(ErrorCode::kConfigInvalid, "tensor '" + names[0] + "' missing from the safetensors files (quantization_config.kv_cache_scheme declares KV-cache scales)");
         }
         continue;
       }

@@ -135,7 +135,7 @@ class GpuBackend final : public Backend {
   /** After the weights: the FP8 kernels, W8A16 below sm_89, scratch, the cuBLASLt FP8 probe. */
   void setup_fp8(const BackendOptions& options);
   void ensure_fp8_dequant();
-  void ensure_fp8_act(int64_t rows);
+  void ensure_fp8_act(int64_t rows, int64_t k);
   void gemm_fp8(const gpu::GemmArgs& g, const Fp8Weight& w);
   bool gemm_fp8_lt(const gpu::GemmArgs& g, const Fp8Weight& w, gpu::CublasLt::Fp8Scale mode, bool act_kmajor);
   void probe_lt_fp8();
@@ -211,7 +211,7 @@ class GpuBackend final : public Backend {
   int64_t fp8_max_elems_ = 0, fp8_max_k_ = 0;
   bool lt_fp8_[2] = {false, false};  // cuBLASLt FP8 per Fp8Scale, verified by probe_lt_fp8
   bool lt_act_kmajor_ = false;       // block mode: activation scales token-contiguous per group
-  int64_t fp8_act_rows_ = 0;
+  int64_t fp8_act_elems_ = 0;
   gpu::fp8_bits* fp8_act_ = nullptr;        // [tokens][k] quantized activations
   float* fp8_act_scales_ = nullptr;
   gpu::bf16_bits* fp8_act_dq_ = nullptr;    // [tokens][k] activations through e4m3, as bf16 (fallback)

@@ -118,7 +118,7 @@ void GpuBackend::setup_fp8(const BackendOptions& options) {
                 " has no FP8 tensor cores: FP8 weights compute W8A16 (weights dequantized, activations bf16)";
     std::fprintf(stderr, "tandem: %s\n", fp8_note_.c_str());
   }
-  ensure_fp8_act(std::max<int64_t>(1, options.max_batch_tokens));
+  ensure_fp8_act(std::max<int64_t>(1, options.max_batch_tokens), fp8_max_k_);
   if (cublaslt_ && !fp8_w8a16_ && !simt) probe_lt_fp8();
   // The fallback's bf16 weight scratch (the largest FP8 matrix), only where some product with
   // more rows than the GEMV takes will need it: allocated now, never during a graph capture.
@@ -135,16 +135,18 @@ void GpuBackend::setup_fp8(const BackendOptions& options) {
   if (fallback) ensure_fp8_dequant();
 }
 
-void GpuBackend::ensure_fp8_act(int64_t rows) {
-  // Activation scratch: e4m3 rows, their scales (any layout), and bf16 rows for the fallback.
-  // Sized for the step's token budget at load; a larger step (never a captured decode) regrows it.
-  if (rows <= fp8_act_rows_) return;
+void GpuBackend::ensure_fp8_act(int64_t rows, int64_t k) {
+  // Activation scratch: e4m3 rows, their scales (one per 16 columns at most, any layout), and
+  // bf16 rows for the fallback. Sized for the step's token budget at load; a larger product
+  // (never in a captured decode, whose rows the GEMV takes) regrows it.
+  const int64_t elems = rows * k;
+  if (elems <= fp8_act_elems_) return;
   device_->synchronize();
   for (void* p : {static_cast<void*>(fp8_act_), static_cast<void*>(fp8_act_scales_), static_cast<void*>(fp8_act_dq_)}) device_->free(p);
-  fp8_act_ = static_cast<gpu::fp8_bits*>(device_->alloc(static_cast<size_t>(rows * fp8_max_k_)));
-  fp8_act_scales_ = static_cast<float*>(device_->alloc(static_cast<size_t>(rows * (fp8_max_k_ / 16 + 1)) * sizeof(float)));
-  fp8_act_dq_ = static_cast<gpu::bf16_bits*>(device_->alloc(static_cast<size_t>(rows * fp8_max_k_) * 2));
-  fp8_act_rows_ = rows;
+  fp8_act_ = static_cast<gpu::fp8_bits*>(device_->alloc(static_cast<size_t>(elems)));
+  fp8_act_scales_ = static_cast<float*>(device_->alloc(static_cast<size_t>(elems / 16 + rows) * sizeof(float)));
+  fp8_act_dq_ = static_cast<gpu::bf16_bits*>(device_->alloc(static_cast<size_t>(elems) * 2));
+  fp8_act_elems_ = elems;
 }
 
 void GpuBackend::ensure_fp8_dequant() {
@@ -205,7 +207,7 @@ void GpuBackend::gemm_fp8(const gpu::GemmArgs& g, const Fp8Weight& w) {
   r.w_groups = w.groups;
   r.group_k = w.group_k;
   if (fp8_kernels_->gemm_rows(r, stream)) return;
-  ensure_fp8_act(g.m);
+  ensure_fp8_act(g.m, g.k);
 
   if (act != gpu::Fp8Act::kNone && g.bias == nullptr && cublaslt_) {
     if (w.groups == 1 && lt_fp8_[0] && gemm_fp8_lt(g, w, gpu::CublasLt::Fp8Scale::kOuterVec, false)) return;
@@ -327,7 +329,7 @@ void GpuBackend::probe_lt_fp8() {
   g.c = d_c;
   g.ldc = n;
   g.out = gpu::GemmOut::kF32;
-  std::string modes;
+  ensure_fp8_act(m, k);
   try {
     Fp8Weight w;
     w.w = d_w;
