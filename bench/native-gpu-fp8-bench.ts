@@ -26,6 +26,7 @@ import { dirname, join, resolve } from 'node:path';
 import { performance } from 'node:perf_hooks';
 import { parseArgs } from 'node:util';
 import { benchSequences } from './fixtures/step-sequences.js';
+import type { RandomModelShape } from './fixtures/random-model.js';
 import { createNativeEngine, type NativeEngine, type NativeEngineOptions } from '../workers/engines/native/index.js';
 
 const { values: args } = parseArgs({
@@ -42,14 +43,7 @@ const { values: args } = parseArgs({
 
 const REPO = resolve(import.meta.dirname, existsSync(resolve(import.meta.dirname, '../bin/runtime.js')) ? '..' : '../..');
 
-interface ModelShape {
-  hidden: number;
-  layers: number;
-  heads: number;
-  kvHeads: number;
-  headDim: number;
-  inter: number;
-  vocab: number;
+interface ModelShape extends RandomModelShape {
   tie: boolean;
 }
 

@@ -27,6 +27,8 @@
 #include <string>
 #include <vector>
 
+#include "bench_common.h"
+
 #include "../../native/src/core/error.h"
 #include "../../native/src/cuda/bf16.h"
 #include "../../native/src/cuda/cublaslt.h"
@@ -38,38 +40,6 @@
 using namespace tandem;
 
 namespace {
-
-std::string arg(int argc, char** argv, const std::string& flag, const std::string& fallback = "") {
-  for (int i = 2; i + 1 < argc; ++i) {
-    if (flag == argv[i]) return argv[i + 1];
-  }
-  return fallback;
-}
-
-bool has(int argc, char** argv, const std::string& flag) {
-  for (int i = 2; i < argc; ++i) {
-    if (flag == argv[i]) return true;
-  }
-  return false;
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-
-double time_per_call(gpu::Device& dev, int reps, const std::function<void(int)>& fn) {
-  for (int i = 0; i < std::min(reps, 3); ++i) fn(i);
-  dev.synchronize();
-  std::vector<double> samples;
-  for (int b = 0; b < 5; ++b) {
-    const auto t0 = std::chrono::steady_clock::now();
-    for (int i = 0; i < reps; ++i) fn(i);
-    dev.synchronize();
-    samples.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / reps);
-  }
-  return median(samples);
-}
 
 std::string num(double v) { return std::isfinite(v) ? std::to_string(v) : "null"; }
 

@@ -170,14 +170,20 @@ CublasLt::Plan* CublasLt::plan_for(const GemmArgs& g, size_t workspace_bytes) {
   const uint32_t epilogue = g.bias != nullptr ? lt::kEpilogueBias : lt::kEpilogueDefault;
   api_->desc_set(p->desc, lt::kDescEpilogue, &epilogue, sizeof(epilogue));
   if (g.bias != nullptr) api_->desc_set(p->desc, lt::kDescBiasPointer, &g.bias, sizeof(g.bias));
+  finish_plan(p, lt::kR16BF, out_type, g.m, g.n, g.k, g.lda, g.ldw, g.ldc, workspace_bytes);
+  return p;
+}
+
+void CublasLt::finish_plan(Plan* p, int in_type, int out_type, int64_t m, int64_t n, int64_t k, int64_t lda, int64_t ldw,
+                           int64_t ldc, size_t workspace_bytes) {
   // Column-major views: W is k x n (ld ldw), A is k x m (ld lda), C/D are n x m (ld ldc).
-  if (api_->layout_create(&p->a, lt::kR16BF, static_cast<uint64_t>(g.k), static_cast<uint64_t>(g.n), g.ldw) != 0 ||
-      api_->layout_create(&p->b, lt::kR16BF, static_cast<uint64_t>(g.k), static_cast<uint64_t>(g.m), g.lda) != 0 ||
-      api_->layout_create(&p->c, out_type, static_cast<uint64_t>(g.n), static_cast<uint64_t>(g.m), g.ldc) != 0) {
-    return p;
+  if (api_->layout_create(&p->a, in_type, static_cast<uint64_t>(k), static_cast<uint64_t>(n), ldw) != 0 ||
+      api_->layout_create(&p->b, in_type, static_cast<uint64_t>(k), static_cast<uint64_t>(m), lda) != 0 ||
+      api_->layout_create(&p->c, out_type, static_cast<uint64_t>(n), static_cast<uint64_t>(m), ldc) != 0) {
+    return;
   }
   lt::Pref pref = nullptr;
-  if (api_->pref_create(&pref) != 0) return p;
+  if (api_->pref_create(&pref) != 0) return;
   const uint64_t ws = workspace_bytes;
   api_->pref_set(pref, lt::kPrefMaxWorkspace, &ws, sizeof(ws));
   lt::Heuristic result[1];
@@ -188,7 +194,6 @@ CublasLt::Plan* CublasLt::plan_for(const GemmArgs& g, size_t workspace_bytes) {
     p->algo = result[0].algo;
     p->ok = true;
   }
-  return p;
 }
 
 bool CublasLt::matmul(const GemmArgs& g, void* workspace, size_t workspace_bytes, void* stream) {
@@ -227,23 +232,7 @@ CublasLt::Plan* CublasLt::fp8_plan_for(const Fp8Args& a, Fp8Scale mode, size_t w
   const float* sp = &kProbeScale;
   api_->desc_set(p->desc, lt::kDescAScalePointer, &sp, sizeof(sp));
   api_->desc_set(p->desc, lt::kDescBScalePointer, &sp, sizeof(sp));
-  if (api_->layout_create(&p->a, lt::kR8FE4M3, static_cast<uint64_t>(a.k), static_cast<uint64_t>(a.n), a.ldw) != 0 ||
-      api_->layout_create(&p->b, lt::kR8FE4M3, static_cast<uint64_t>(a.k), static_cast<uint64_t>(a.m), a.lda) != 0 ||
-      api_->layout_create(&p->c, out_type, static_cast<uint64_t>(a.n), static_cast<uint64_t>(a.m), a.ldc) != 0) {
-    return p;
-  }
-  lt::Pref pref = nullptr;
-  if (api_->pref_create(&pref) != 0) return p;
-  const uint64_t ws = workspace_bytes;
-  api_->pref_set(pref, lt::kPrefMaxWorkspace, &ws, sizeof(ws));
-  lt::Heuristic result[1];
-  int found = 0;
-  const lt::Status st = api_->heuristic(handle_, p->desc, p->a, p->b, p->c, p->c, pref, 1, result, &found);
-  api_->pref_destroy(pref);
-  if (st == 0 && found > 0 && result[0].state == 0) {
-    p->algo = result[0].algo;
-    p->ok = true;
-  }
+  finish_plan(p, lt::kR8FE4M3, out_type, a.m, a.n, a.k, a.lda, a.ldw, a.ldc, workspace_bytes);
   return p;
 }
 

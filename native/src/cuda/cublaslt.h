@@ -77,6 +77,9 @@ class CublasLt {
   CublasLt() = default;
   Plan* plan_for(const GemmArgs& g, size_t workspace_bytes);
   Plan* fp8_plan_for(const Fp8Args& a, Fp8Scale mode, size_t workspace_bytes);
+  /** The operand layouts and the heuristic's algorithm: p->ok when it offered one. */
+  void finish_plan(Plan* p, int in_type, int out_type, int64_t m, int64_t n, int64_t k, int64_t lda, int64_t ldw, int64_t ldc,
+                   size_t workspace_bytes);
 
   void* lib_ = nullptr;
   std::unique_ptr<Api> api_;
