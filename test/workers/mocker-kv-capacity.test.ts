@@ -4,7 +4,7 @@
  * (the capacity the model card's totalKvBlocks carries to the router and the planner).
  */
 import { describe, expect, it } from 'vitest';
-import { mockerNumBlocks } from '../../workers/process/worker-process.js';
+import { mockerNumBlocks } from '../../workers/process/worker-engine.js';
 import { kvBytesPerToken, parseModelConfig } from '../../workers/models/index.js';
 import { ConfigError } from '../../runtime/errors.js';
 
