@@ -43,6 +43,8 @@ interface UpFlags {
   perfProfile?: string;
   contextLength?: string;
   kvCacheMemory?: string;
+  kvCacheDtype?: string;
+  quantization?: string;
   lora?: string[];
   maxLoras?: string;
   maxCpuLoras?: string;
@@ -160,6 +162,8 @@ export function registerUpCommand(program: Command): void {
     .option('--kv-layer-streaming', 'disaggregated, host KV pools: decode workers copy each hand-off layer by layer while the prefill computes (frontend and workers)')
     .option('--context-length <n>', 'cap the model context length of every worker')
     .option('--kv-cache-memory <bytes>', 'native: KV pool budget in bytes per worker when --num-gpu-blocks is not set')
+    .option('--kv-cache-dtype <dtype>', 'KV cache element type per worker: auto | bf16 | fp8 (e4m3: twice the tokens in the same memory)')
+    .option('--quantization <method>', 'native weights: fp8 (quantize at load) | none (dequantize an FP8 checkpoint); default: the checkpoint\'s own')
     .option('--grammar-compile-timeout-ms <ms>', 'structured output: most wall time one new grammar may take to compile, in the frontend\'s check and in each worker (then 400)')
     .option('--grammar-compile-memory-mb <mb>', 'structured output: most memory one new grammar may need, in the frontend\'s check and in each worker (then 400)')
     .option('--lora <name=dir>', 'serve this PEFT LoRA adapter on every worker (repeatable)', (v: string, prev: string[] = []) => [...prev, v])
@@ -247,6 +251,8 @@ function childArgs(flags: UpFlags, frontendExtra: string[], paths: { modelDir: s
     ['perfProfile', '--perf-profile'],
     ['contextLength', '--context-length'],
     ['kvCacheMemory', '--kv-cache-memory'],
+    ['kvCacheDtype', '--kv-cache-dtype'],
+    ['quantization', '--quantization'],
     ['kvHostCacheGb', '--kv-host-cache-gb'],
     ['kvDiskCacheDir', '--kv-disk-cache-dir'],
     ['kvDiskCacheGb', '--kv-disk-cache-gb'],

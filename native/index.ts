@@ -15,5 +15,6 @@ export {
   type RawStepResult,
   type LoadEngineOptions,
   type BackendStatus,
+  type KvPoolDtype,
 } from './lib/binding.js';
 export { NativeEngineError, NativeUnavailableError, fromNativeError } from './lib/errors.js';

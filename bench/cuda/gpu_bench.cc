@@ -27,6 +27,8 @@
 #include <thread>
 #include <vector>
 
+#include "bench_common.h"
+
 #include "../../native/src/core/error.h"
 #include "../../native/src/cuda/bf16.h"
 #include "../../native/src/cuda/cublaslt.h"
@@ -64,20 +66,6 @@ const Shape& find_shape(const std::string& name) {
     if (s.name == name) return s;
   }
   throw std::runtime_error("unknown shape '" + name + "' (qwen2-0.5b, llama-3.2-1b, llama-3.1-8b, tiny)");
-}
-
-std::string arg(int argc, char** argv, const std::string& flag, const std::string& fallback = "") {
-  for (int i = 2; i + 1 < argc; ++i) {
-    if (flag == argv[i]) return argv[i + 1];
-  }
-  return fallback;
-}
-
-bool has(int argc, char** argv, const std::string& flag) {
-  for (int i = 2; i < argc; ++i) {
-    if (flag == argv[i]) return true;
-  }
-  return false;
 }
 
 // ---- make-model ----------------------------------------------------------------------------
@@ -167,26 +155,7 @@ void make_model(const Shape& s, const std::string& dir) {
   std::printf("wrote %s: %s, %.2f GB of bf16 weights\n", dir.c_str(), s.name.c_str(), offset / 1e9);
 }
 
-// ---- timing --------------------------------------------------------------------------------
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-
-/** Seconds per call of fn: warm-up, then the median of 5 synchronized batches of `reps` calls. */
-double time_per_call(gpu::Device& dev, int reps, const std::function<void(int)>& fn) {
-  for (int i = 0; i < std::min(reps, 3); ++i) fn(i);
-  dev.synchronize();
-  std::vector<double> samples;
-  for (int b = 0; b < 5; ++b) {
-    const auto t0 = std::chrono::steady_clock::now();
-    for (int i = 0; i < reps; ++i) fn(i);
-    dev.synchronize();
-    samples.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / reps);
-  }
-  return median(samples);
-}
+// ---- timing: bench_common.h ---------------------------------------------------------------------
 
 struct Opened {
   std::unique_ptr<gpu::Device> dev;

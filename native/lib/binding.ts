@@ -58,6 +58,12 @@ export interface LoadEngineOptions {
   cudaGraphs?: boolean;
   /** GPU: 'auto' (cuBLASLt where it loads), 'cublaslt', or 'own' (our kernels). */
   gemm?: 'auto' | 'cublaslt' | 'own';
+  /** KV pool element type: 'auto' (f32 on the CPU, bf16 on GPUs), 'bf16', or 'fp8' (e4m3 with the checkpoint's k/v scales). */
+  kvCacheDtype?: 'auto' | 'bf16' | 'fp8';
+  /** Weights: the checkpoint's own config (unset), 'fp8' (quantize linear layers at load), 'none' (dequantize an FP8 checkpoint). */
+  quantization?: 'fp8' | 'none';
+  /** FP8 weights: 'auto' (the checkpoint's activation scheme, W8A8) or 'w8a16' (activations unquantized; tests, benches). */
+  fp8Compute?: 'auto' | 'w8a16';
   /**
    * Caller-owned KV pool (e.g. a UCX `allocatePool` buffer, which a peer reads over shared
    * memory without this process's CPU): exactly numBlocks × kvBytesPerBlock bytes (see
@@ -77,8 +83,11 @@ export interface RawKvLayout {
   kvBytesPerToken: number;
   kvBytesPerBlock: number;
   kvLayout: string;
-  kvDtype: 'f32' | 'bf16';
+  kvDtype: KvPoolDtype;
 }
+
+/** Element type of a KV pool: fp8_e4m3 holds K / k_scale and V / v_scale (the model's per-layer scales). */
+export type KvPoolDtype = 'f32' | 'bf16' | 'fp8_e4m3';
 
 export interface RawEngineInfo {
   architecture: string;
@@ -100,7 +109,11 @@ export interface RawEngineInfo {
   /** False for a GPU pool: kvPool() refuses, no host transfer agent can read it in place. */
   kvPoolOnHost: boolean;
   /** Element type of the KV pool. */
-  kvDtype: 'f32' | 'bf16';
+  kvDtype: KvPoolDtype;
+  /** The model's e4m3 KV scales, [layer][K, V] (1.0 where the checkpoint has none): what converts to or from an fp8_e4m3 pool. */
+  kvScales: number[];
+  /** The weights' quantization, e.g. 'fp8 weights per 128x128 block, activations dynamic per token and 128-column group', or 'none'. */
+  quantization: string;
   /** 'cpu', 'cuda' or 'simt'. */
   backend: string;
   /** One line: the device and how it computes (GEMM library, graphs). */
@@ -118,6 +131,8 @@ export interface BackendStatus {
   reason?: string;
   /** e.g. the GPU's name. */
   detail?: string;
+  /** The FP8 paths this backend runs here (weights, KV cache); absent when unavailable. */
+  fp8?: string;
 }
 
 export interface RawStepResult {
@@ -220,7 +235,7 @@ export interface RawEngineHandle {
 /** A pool layout for KV copies; fields left out are this engine's. */
 export interface RawKvCopyLayout {
   blockSize?: number;
-  dtype?: 'f32' | 'bf16';
+  dtype?: KvPoolDtype;
   numBlocks?: number;
   numLayers?: number;
   numKvHeads?: number;

@@ -7,6 +7,8 @@
 //   tandem_native_test --golden DIR FILE.json  also compare with a goldens fixture
 //   tandem_native_test --quick                 one model's mixed steps and sampling only
 //   tandem_native_test --quick-moe             the same on a tiny Qwen3-MoE
+//   tandem_native_test --fp8                   the FP8 suite only (fp8_checks.h; on simt/cuda: the
+//                                              GPU backend on FP8 checkpoints against the CPU's)
 //   env TANDEM_TEST_DEVICE=cuda|simt           run the engine checks on the GPU backend
 //                                              (simt: its kernels on the SIMT harness)
 #include <sys/stat.h>
@@ -33,6 +35,7 @@
 #include "../src/cuda/gpu_backend.h"
 #include "attention_checks.h"
 #include "check.h"
+#include "fp8_checks.h"
 #include "gemm_checks.h"
 #include "kv_pool_sizing_checks.h"
 #include "moe_checks.h"
@@ -798,7 +801,20 @@ int main(int argc, char** argv) {
   const bool quick = argc == 2 && std::string(argv[1]) == "--quick";
   // --quick-moe: the same for a Qwen3-MoE model (compute-sanitizer on the MoE kernels, scripts/device/moe-check.sh).
   const bool quick_moe = argc == 2 && std::string(argv[1]) == "--quick-moe";
+  // --fp8: the FP8 suite alone (the GPU backend on FP8 checkpoints against the CPU backend).
+  const bool fp8_only = argc == 2 && std::string(argv[1]) == "--fp8";
   try {
+    if (fp8_only) {
+      if (device() == "cpu") {
+        tandem_test::test_fp8(root);
+      } else {
+        tandem_test::test_fp8_gpu_backend(root, device());
+      }
+      std::string cleanup = "rm -rf '" + root + "'";
+      if (std::system(cleanup.c_str()) != 0) std::fprintf(stderr, "warning: could not remove %s\n", root.c_str());
+      std::printf("%d checks, %d failures\n", g_checks, g_failures);
+      return g_failures == 0 ? 0 : 1;
+    }
     if (quick || quick_moe) {
       const std::string dir = root + (quick_moe ? "/qwen3_moe" : "/llama");
       write_tiny_model(dir, quick_moe ? moe_spec("qwen3_moe") : TinySpec{}, 7);
@@ -843,6 +859,7 @@ int main(int argc, char** argv) {
     write_tiny_model(root + "/moe-ok", moe_spec("qwen3_moe"), 3);
     test_moe_ties(root);
     test_moe_errors(root);
+    if (device() == "cpu") tandem_test::test_fp8(root);
     if (argc == 4 && std::string(argv[1]) == "--golden") test_golden(argv[2], argv[3]);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "FAIL: uncaught exception: %s\n", e.what());

@@ -4,28 +4,43 @@
 // the harness cannot (the tensor-core PTX, real concurrency).
 //
 //   tandem_gpu_kernel_test            prints one summary line per suite, then "N checks, M failures"
+//   tandem_gpu_kernel_test --fp8      the FP8 kernels only (scripts/device/fp8-check.sh)
 #include <cstdio>
 #include <exception>
+#include <string>
 
 #include "check.h"
 #include "gpu/attention_checks.h"
 #include "gpu/elementwise_checks.h"
+#include "gpu/fp8_checks.h"
 #include "gpu/gemm_checks.h"
 #include "gpu/kv_copy_checks.h"
 #include "gpu/moe_checks.h"
 #include "gpu/sampling_checks.h"
 
-int main() {
+int main(int argc, char** argv) {
   using namespace tandem_test::gpu;
+  // --fp8: the FP8 kernels only (scripts/device/fp8-check.sh): GEMV, quantization, attention and
+  // the KV write over an e4m3 pool, KV copies with e4m3 sides.
+  const bool fp8_only = argc == 2 && std::string(argv[1]) == "--fp8";
   try {
     Gpu g = Gpu::open();
     std::printf("device: %s (%s)\n", g.device->info().name.c_str(), g.name.c_str());
+    if (fp8_only) {
+      check_qkv_rope(g, true, false, true, true);
+      check_qkv_rope(g, false, true, false, true);
+      test_kv_copy(g);
+      test_fp8_kernels(g);
+      std::printf("%d checks, %d failures\n", tandem_test::g_checks, tandem_test::g_failures);
+      return tandem_test::g_failures == 0 ? 0 : 1;
+    }
     test_elementwise(g);
     test_attention(g);
     test_gemm(g);
     test_sampling(g);
     test_kv_copy(g);
     test_moe(g);
+    test_fp8_kernels(g);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "FAIL: uncaught exception: %s\n", e.what());
     ++tandem_test::g_failures;

@@ -49,6 +49,11 @@ it('the C++ test binary passes its own checks and a golden fixture', async () =>
   // Mixtures of experts: torch.topk's tie order, routing, grouping, and ties end to end.
   expect(stdout).toMatch(/moe: torch\.topk tie order \(16 recorded cases\)/);
   expect(stdout).toMatch(/moe ties: zero router -> experts 6, 5 as torch\.topk/);
+  // FP8 (fp8_checks.h): every checkpoint format on the CPU backend against its dequantized twin.
+  for (const format of ['fp8-block', 'fp8-tensor-static', 'fp8-tensor-dynamic', 'ct-channel-token', 'ct-tensor-static', 'ct-channel-weight-only', 'ct-block-group', 'fbgemm']) {
+    expect(stdout).toMatch(new RegExp(`fp8 ${format} +W8A16 max rel \\S+, W8A8 logits rel L2 \\S+`));
+  }
+  expect(stdout).toMatch(/fp8 KV cache: logits rel L2 \S+ \(bf16 KV \S+\)/);
   expect(stdout).toMatch(/\d+ checks, 0 failures/);
 });
 
@@ -60,6 +65,13 @@ it('the MoE and YaRN golden fixtures hold on the CPU backend (1e-3, every greedy
     expect(stdout, label).toMatch(/\d+ checks, 0 failures/);
   }
 }, 240_000);
+
+it('the GPU backend on FP8 checkpoints (SIMT harness) agrees with the CPU backend: every format, W8A8 and W8A16, and the FP8 KV cache', async () => {
+  const { stdout } = await run(BINARY, ['--fp8'], { env: { ...process.env, TANDEM_TEST_DEVICE: 'simt' }, maxBuffer: 1 << 24 });
+  expect(stdout.match(/^fp8 on simt: .* W8A16 max \|diff\| \/ RMS \S+, W8A8 rel L2 \S+ against the exact model$/gm)).toHaveLength(8);
+  expect(stdout).toMatch(/fp8 KV on simt: rel L2 \S+ against the exact model; simt:.*KV cache fp8_e4m3/);
+  expect(stdout).toMatch(/\d+ checks, 0 failures/);
+}, 300_000);
 
 it('the engine checks pass on the GPU backend (SIMT harness), decode graphs equal eager steps, and every golden fixture holds at the bf16 tolerance', async () => {
   const env = { ...process.env, TANDEM_TEST_DEVICE: 'simt' };
@@ -80,7 +92,8 @@ it('every GPU kernel agrees with the CPU backend on the SIMT harness', async () 
   expect(stdout).toMatch(/gpu attention prefill: .* checked on simt/);
   expect(stdout).toMatch(/gpu gemm: \d+ shapes, \d+ plans .* checked on simt/);
   expect(stdout).toMatch(/gpu sampling: \d+ rows .* checked against the CPU sampler on simt/);
-  expect(stdout).toMatch(/gpu kv copy: 192 cases .* checked on simt/);
+  expect(stdout).toMatch(/gpu kv copy: 432 cases .*f32\/bf16\/fp8.* checked on simt/);
   expect(stdout).toMatch(/gpu moe: topk tie emulation vs libstdc\+\+, 6 layers .* checked on simt/);
+  expect(stdout).toMatch(/gpu fp8: \d+ cases .* checked on simt/);
   expect(stdout).toMatch(/\d+ checks, 0 failures/);
 }, 120_000);

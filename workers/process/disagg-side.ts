@@ -30,6 +30,7 @@ import {
 import type { LayerPublisher } from '../disagg/layer-publisher.js';
 import type { LayerProgressRegion } from '../disagg/layer-progress-region.js';
 import { KvPrefetcher } from '../disagg/kv-prefetch.js';
+import type { NativeEngine } from '../engines/native/index.js';
 import { TRANSFER_SECONDS_BUCKETS } from '../kv-transfer/index.js';
 import { DisaggMetrics, type DisaggGaugeSources } from './worker-metrics.js';
 import { COMPONENT_FOR_ROLE, type WorkerOptions } from './worker-options.js';
@@ -94,6 +95,8 @@ export async function startDecodeSide(ctx: DisaggContext): Promise<DecodeSide> {
       ? { verify: (job: KvImportJob) => stamps.firstMismatch(job.localBlockIds, job.tokenIds, job.firstBlock * stamps.blockSize, job.numTokens, job.firstBlock) }
       : {}),
     ...(kv.layout !== undefined ? { layout: kv.layout } : {}),
+    // e4m3 pools convert with the model's KV scales (a hand-off between pools of other dtypes).
+    ...((kv.engine as Partial<NativeEngine>).model?.kvScales !== undefined ? { kvScales: (kv.engine as NativeEngine).model.kvScales } : {}),
     placement: kv.placement,
     ...(prefetcher !== undefined ? { prefetcher } : {}),
     onOutcome: (job, outcome) => {

@@ -35,6 +35,8 @@ type SameAsOptions =
 /** What commander parses; the rest differ from WorkerOptions in name or unit (seconds). */
 interface WorkerFlags extends RuntimeFlags, Pick<WorkerOptions, SameAsOptions> {
   model: string;
+  quantization?: 'fp8' | 'none';
+  kvCacheDtype: 'auto' | 'bf16' | 'fp8';
   gpuMemoryUtilization?: number;
   enforceEager?: boolean;
   kvCacheMemory?: number;
@@ -78,6 +80,8 @@ function workerOptionsFromFlags(flags: WorkerFlags): WorkerOptions {
     perfProfile: flags.perfProfile,
     device: flags.device,
     threads: flags.threads,
+    ...(flags.quantization !== undefined ? { quantization: flags.quantization } : {}),
+    kvCacheDtype: flags.kvCacheDtype,
     ...(flags.gpuMemoryUtilization !== undefined ? { gpuMemoryUtilization: flags.gpuMemoryUtilization } : {}),
     ...(flags.enforceEager === true ? { cudaGraphs: false } : {}),
     kvCacheMemoryBytes: flags.kvCacheMemory,
@@ -148,7 +152,9 @@ export function registerWorkerCommand(program: Command): void {
     .addOption(new Option('--gpu-memory-utilization <share>', 'native on a GPU: share of device memory for weights, activations and the KV pool (default 0.9) when --num-gpu-blocks and --kv-cache-memory are unset').argParser(numberInRange(0.01, 1)))
     .addOption(new Option('--enforce-eager', 'native on a GPU: no CUDA graphs (every decode step launches its kernels)'))
     .addOption(new Option('--threads <n>', 'native: compute threads (default: all cores)').argParser(positiveInt))
-    .addOption(new Option('--kv-cache-memory <bytes>', 'native: KV pool budget in bytes when --num-gpu-blocks is not set').argParser(positiveInt))
+    .addOption(new Option('--kv-cache-memory <bytes>', 'KV pool budget in bytes when --num-gpu-blocks is not set (the mocker sizes its block count from it and the model shape)').argParser(positiveInt))
+    .addOption(new Option('--kv-cache-dtype <dtype>', 'KV cache element type: auto (f32 on the CPU, bf16 on GPUs) | bf16 | fp8 (e4m3, scaled by the checkpoint\'s k_scale/v_scale or 1.0; half the bytes per token of bf16)').argParser(oneOf(['auto', 'bf16', 'fp8'] as const)).default('auto'))
+    .addOption(new Option('--quantization <method>', "native weights: fp8 (quantize a bf16/f16 checkpoint's linear layers at load: per-channel scales, dynamic per-token activations) | none (dequantize an FP8 checkpoint); default: the checkpoint's own quantization_config").argParser(oneOf(['fp8', 'none'] as const)))
     .addOption(new Option('--load-metrics-interval <ms>', 'publish load metrics at most this often').argParser(intInRange(0, 60_000)).default(10))
     .addOption(new Option('--kv-bytes-per-token <bytes>', 'prefill/decode with the mocker: KV bytes per token of its real host pool').argParser(positiveInt).default(DEFAULT_MOCKER_KV_BYTES_PER_TOKEN))
     .addOption(new Option('--kv-release-timeout <seconds>', 'prefill: free pinned KV blocks no decode worker released after this long').argParser(numberInRange(0.001)).default(DEFAULT_KV_RELEASE_TIMEOUT_MS / 1000))

@@ -26,7 +26,7 @@ import type { Engine } from '../engines/engine.js';
 import type { NativeEngine } from '../engines/native/index.js';
 import { MockerEngine } from '../engines/mocker/index.js';
 import { activeParamsPerfModel, loadPerfProfile, PerfProfileError, PolynomialPerfModel, type PerfModel } from '../../perf-model/index.js';
-import { parameterCounts, type ModelConfig } from '../models/index.js';
+import { kvBytesPerToken, parameterCounts, type ModelConfig } from '../models/index.js';
 import type { WorkerOptions } from './worker-options.js';
 
 const DEFAULT_MOCKER_BLOCKS = 16384;
@@ -65,7 +65,7 @@ async function createEngine(options: WorkerOptions, config: ModelConfig, layers?
   if (options.engine === 'mocker') {
     return new MockerEngine({
       ...(layers !== undefined ? { numLayers: layers.numLayers, onLayers: layers.onLayers } : {}),
-      numBlocks: options.numGpuBlocks ?? DEFAULT_MOCKER_BLOCKS,
+      numBlocks: mockerNumBlocks(options, config),
       blockSize: options.blockSize,
       vocabSize: config.vocabSize,
       speedupRatio: options.speedupRatio,
@@ -78,6 +78,19 @@ async function createEngine(options: WorkerOptions, config: ModelConfig, layers?
   // Loaded lazily so a machine without the native addon can still run the mocker.
   const { createNativeEngine } = await import('../engines/native/index.js');
   return createNativeEngine(nativeEngineOptions(options));
+}
+
+/**
+ * The mocker's pool: --num-gpu-blocks, else --kv-cache-memory over the bytes a block of this model
+ * takes in a GPU pool (bf16, or e4m3 with --kv-cache-dtype fp8: twice the blocks), else 16384.
+ */
+export function mockerNumBlocks(options: Pick<WorkerOptions, 'numGpuBlocks' | 'kvCacheMemoryBytes' | 'kvCacheDtype' | 'blockSize'>, config: ModelConfig): number {
+  if (options.numGpuBlocks !== undefined) return options.numGpuBlocks;
+  if (options.kvCacheMemoryBytes === undefined) return DEFAULT_MOCKER_BLOCKS;
+  const blockBytes = options.blockSize * kvBytesPerToken(config, options.kvCacheDtype === 'fp8' ? 1 : 2);
+  const blocks = Math.floor(options.kvCacheMemoryBytes / blockBytes);
+  if (blocks < 1) throw new ConfigError(`--kv-cache-memory ${options.kvCacheMemoryBytes} holds no KV block of ${blockBytes} bytes`);
+  return blocks;
 }
 
 /** perf-model imports no runtime: its error becomes the ConfigError that exits the CLI with 2. */
@@ -103,6 +116,8 @@ function nativeEngineOptions(options: WorkerOptions) {
     ...(options.threads !== undefined ? { threads: options.threads } : {}),
     ...(options.gpuMemoryUtilization !== undefined ? { gpuMemoryUtilization: options.gpuMemoryUtilization } : {}),
     ...(options.cudaGraphs !== undefined ? { cudaGraphs: options.cudaGraphs } : {}),
+    ...(options.quantization !== undefined ? { quantization: options.quantization } : {}),
+    ...(options.kvCacheDtype !== undefined ? { kvCacheDtype: options.kvCacheDtype } : {}),
   };
 }
 

@@ -27,6 +27,13 @@ export interface WorkerOptions {
   perfProfile?: string;
   /** native: cpu, cuda, cuda:N (or simt, the CUDA backend's kernels on the host, for tests) */
   device: string;
+  /** native: `--quantization` (unset: the checkpoint's own quantization_config). */
+  quantization?: 'fp8' | 'none';
+  /**
+   * `--kv-cache-dtype`: the native pool's element type; the mocker sizes its pool from
+   * --kv-cache-memory with the bytes per token a native GPU pool of this type would have.
+   */
+  kvCacheDtype?: 'auto' | 'bf16' | 'fp8';
   threads?: number;
   kvCacheMemoryBytes?: number;
   /** native on a GPU: share of device memory the worker may fill (default 0.9). */

@@ -251,6 +251,7 @@ export async function startWorker(runtime: DistributedRuntime, options: WorkerOp
   };
   runtime.onShutdown(shutdownKv);
   const device = (engine as Partial<NativeEngine>).deviceDescription;
+  const native = (engine as Partial<NativeEngine>).model;
   log.info(
     {
       instanceId: runtime.instanceId,
@@ -260,6 +261,7 @@ export async function startWorker(runtime: DistributedRuntime, options: WorkerOp
       mode: options.mode,
       kvBytesPerToken: engine.info.kvBytesPerToken,
       ...(device !== undefined ? { device } : {}),
+      ...(native !== undefined ? { quantization: native.quantization, kvDtype: native.kvDtype } : {}),
       ...(kv !== undefined ? { kvPool: kv.placement.pool, kvTransports: card.kvTransports, kvLayout: kv.pool.layout } : {}),
     },
     'worker ready',

@@ -45,8 +45,8 @@ KvLayout layout_arg(Napi::Env env, const Engine& engine, Napi::Value v) {
   num("headDim", kv.head_dim);
   if (o.Get("dtype").IsString()) {
     const std::string d = o.Get("dtype").As<Napi::String>().Utf8Value();
-    if (d != "f32" && d != "bf16") throw make_error(env, "invalid_argument", "dtype '" + d + "' (expected f32 or bf16)");
-    kv.elem_bytes = d == "f32" ? 4 : 2;
+    if (kv_dtype_bytes(d) == 0) throw make_error(env, "invalid_argument", "dtype '" + d + "' (expected f32, bf16 or fp8_e4m3)");
+    kv.elem_bytes = kv_dtype_bytes(d);
   }
   return kv;
 }
@@ -67,6 +67,9 @@ void read_engine_options(Napi::Env env, Napi::Object o, EngineOptions& opts) {
   opts.backend.max_seqs = static_cast<int64_t>(num("maxSeqs", 256));
   if (o.Get("cudaGraphs").IsBoolean()) opts.backend.cuda_graphs = o.Get("cudaGraphs").As<Napi::Boolean>().Value();
   if (o.Get("gemm").IsString()) opts.backend.gemm = o.Get("gemm").As<Napi::String>().Utf8Value();
+  if (o.Get("kvCacheDtype").IsString()) opts.backend.kv_cache_dtype = o.Get("kvCacheDtype").As<Napi::String>().Utf8Value();
+  if (o.Get("quantization").IsString()) opts.backend.quantization = o.Get("quantization").As<Napi::String>().Utf8Value();
+  if (o.Get("fp8Compute").IsString()) opts.backend.fp8_compute = o.Get("fp8Compute").As<Napi::String>().Utf8Value();
   opts.threads = static_cast<int>(num("threads", 0));
 }
 

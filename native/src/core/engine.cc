@@ -6,6 +6,8 @@
 #include <thread>
 
 #include "error.h"
+#include "fp8_weights.h"
+#include "quant_config.h"
 #include "safetensors.h"
 #include "thread_pool.h"
 
@@ -23,7 +25,7 @@ KvLayout layout_for(const ModelConfig& c, const BackendOptions& o) {
   kv.num_layers = c.num_layers;
   kv.num_kv_heads = c.num_kv_heads;
   kv.head_dim = c.head_dim;
-  kv.elem_bytes = kv_elem_bytes(o.device);
+  kv.elem_bytes = kv_elem_bytes(o.device, o.kv_cache_dtype);
   if (kv.block_size <= 0 || kv.block_size > 1024) {
     throw NativeError(ErrorCode::kInvalidArgument, "blockSize must be in [1, 1024]");
   }
@@ -66,7 +68,11 @@ std::unique_ptr<Engine> Engine::load(const EngineOptions& options) {
   std::unique_ptr<Engine> e(new Engine());
   e->config_ = ModelConfig::load(options.model_dir);
   BackendOptions backend = options.backend;
-  if (backend.kv_pool != nullptr && kv_elem_bytes(backend.device) != sizeof(float)) {
+  apply_quantization_option(e->config_.quant, backend.quantization);
+  if (backend.fp8_compute != "auto" && backend.fp8_compute != "w8a16") {
+    throw NativeError(ErrorCode::kInvalidArgument, "fp8 compute '" + backend.fp8_compute + "' (expected auto or w8a16)");
+  }
+  if (backend.kv_pool != nullptr && backend.device != "cpu") {
     throw NativeError(ErrorCode::kInvalidArgument, "device '" + backend.device +
                                                        "' keeps its KV pool in device memory: a caller-owned (host) pool cannot be used");
   }
@@ -84,6 +90,7 @@ std::unique_ptr<Engine> Engine::load(const EngineOptions& options) {
   e->pool_ = std::make_unique<ThreadPool>(threads);
   // The store (and its mappings) is dropped after this: backends copy what they keep.
   e->backend_ = create_backend(e->config_, *store, backend, *e->pool_);
+  e->kv_scales_ = load_kv_scales(*store, e->config_);
   if (backend.kv_pool != nullptr && (e->kv_pool_base() != backend.kv_pool || e->kv_pool_bytes() != backend.kv_pool_bytes)) {
     throw NativeError(ErrorCode::kInternal, std::string("backend '") + e->backend_name() +
                                                 "' did not place its KV pool in the given memory");
@@ -291,7 +298,9 @@ void Engine::kv_check_compatible(const KvLayout& o, const char* what) const {
                           std::to_string(kv.num_layers) + " x " + std::to_string(kv.num_kv_heads) + " x " +
                           std::to_string(kv.head_dim) + " (a different tensor-parallel split is not supported yet)");
   }
-  if (o.elem_bytes != 2 && o.elem_bytes != 4) throw NativeError(ErrorCode::kInvalidArgument, std::string(what) + ": dtype must be f32 or bf16");
+  if (o.elem_bytes != 1 && o.elem_bytes != 2 && o.elem_bytes != 4) {
+    throw NativeError(ErrorCode::kInvalidArgument, std::string(what) + ": dtype must be f32, bf16 or fp8_e4m3");
+  }
   if (o.block_size <= 0 || o.block_size > 1024) {
     throw NativeError(ErrorCode::kInvalidArgument, std::string(what) + ": blockSize must be in [1, 1024]");
   }

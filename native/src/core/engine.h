@@ -138,6 +138,8 @@ class Engine {
   ~Engine();
 
   const ModelConfig& config() const { return config_; }
+  /** The model's e4m3 KV-cache scales, [layer][K, V] (1.0 without checkpoint scales): what converts to or from an e4m3 pool. */
+  const std::vector<float>& kv_scales() const { return kv_scales_; }
   const KvLayout& kv_layout() const { return backend_->kv_layout(); }
   const char* backend_name() const { return backend_->name(); }
   std::string backend_description() const { return backend_->description(); }
@@ -199,6 +201,7 @@ class Engine {
   void validate(const StepInput& input) const;
 
   ModelConfig config_;
+  std::vector<float> kv_scales_;
   std::unique_ptr<ThreadPool> pool_;
   std::unique_ptr<Backend> backend_;
   bool kv_pool_external_ = false;

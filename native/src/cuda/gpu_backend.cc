@@ -77,7 +77,7 @@ GpuBackend::GpuBackend(const ModelConfig& config, const SafetensorsStore& weight
   layout_.num_layers = c.num_layers;
   layout_.num_kv_heads = c.num_kv_heads;
   layout_.head_dim = c.head_dim;
-  layout_.elem_bytes = 2;
+  layout_.elem_bytes = kv_elem_bytes(options.device, options.kv_cache_dtype);
   qkv_width_ = c.q_dim() + 2 * c.kv_dim();
   logit_stride_ = round_up(c.vocab_size, 8);
   geo_.block_stride = layout_.block_stride();
@@ -113,10 +113,17 @@ GpuBackend::GpuBackend(const ModelConfig& config, const SafetensorsStore& weight
 
   try {
     load_weights(weights, pool);
+    {
+      const std::vector<float> kv_scales = load_kv_scales(weights, c);
+      kv_scales_ = static_cast<float*>(alloc(kv_scales.size() * sizeof(float)));
+      device_->upload(kv_scales_, kv_scales.data(), kv_scales.size() * sizeof(float));
+      device_->synchronize();
+    }
     if (cublaslt_) {
       lt_workspace_ = alloc(kCublasLtWorkspaceBytes);
       lt_workspace_bytes_ = kCublasLtWorkspaceBytes;
     }
+    setup_fp8(options);  // after cuBLASLt's workspace: its FP8 probe runs products
     // Everything a step allocates, before the pool takes what is left: activations, the step
     // tables (a full batch with 2048-entry block tables), sampling scratch for every row.
     const int64_t tokens = std::max<int64_t>(1, options.max_batch_tokens), seqs = std::max<int64_t>(1, options.max_seqs);
@@ -164,6 +171,11 @@ void GpuBackend::free_buffers() noexcept {
   for (void* p : kv_retired_pinned_) device_->free_pinned(p);
   for (void* p : kv_retired_device_) device_->free(p);
   device_->free_pinned(progress_);
+  for (void* p : {static_cast<void*>(fp8_act_), static_cast<void*>(fp8_act_scales_), static_cast<void*>(fp8_act_dq_)}) device_->free(p);
+  fp8_act_ = nullptr;
+  fp8_act_scales_ = nullptr;
+  fp8_act_dq_ = nullptr;
+  fp8_act_elems_ = 0;
   image_ = image_staging_ = sample_in_dev_ = sample_in_staging_ = sample_out_dev_ = sample_out_staging_ = kv_staging_ = nullptr;
   sample_work_ = nullptr;
   kv_ids_ = nullptr;
@@ -261,10 +273,15 @@ std::string GpuBackend::description() const {
   s += cublaslt_ ? "cuBLASLt " + std::to_string(cublaslt_->version()) + " (" + cublaslt_->path() + ")" : cublaslt_note_;
   s += graphs_enabled_ ? "; decode graphs up to batch " + std::to_string(max_graph_batch_) : "; no graphs (eager)";
   if (config_.moe.enabled()) s += "; " + moe_description();
+  s += fp8_description();
   return s;
 }
 
-void GpuBackend::gemm(const gpu::GemmArgs& g) {
+void GpuBackend::gemm(const gpu::GemmArgs& g, const Fp8Weight* fp8) {
+  if (fp8 != nullptr && *fp8) {
+    gemm_fp8(g, *fp8);
+    return;
+  }
   if (cublaslt_ && cublaslt_->matmul(g, lt_workspace_, lt_workspace_bytes_, device_->stream())) return;
   gpu::GemmArgs own = g;
   own.workspace = act_.gemm_workspace;
@@ -401,6 +418,8 @@ void GpuBackend::run_forward(const gpu::StepPlan& plan) {
   rope.head_dim = static_cast<int>(c.head_dim);
   rope.pool = kv_;
   rope.geo = geo_;
+  rope.kv_fp8 = layout_.elem_bytes == 1;
+  rope.kv_scales = kv_scales_;
 
   gpu::AttentionArgs attn;
   attn.q = act_.qkv;
@@ -409,6 +428,8 @@ void GpuBackend::run_forward(const gpu::StepPlan& plan) {
   attn.out_stride = c.q_dim();
   attn.pool = kv_;
   attn.geo = geo_;
+  attn.kv_fp8 = layout_.elem_bytes == 1;
+  attn.kv_scales = kv_scales_;
   attn.num_heads = static_cast<int>(c.num_heads);
   attn.scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
   attn.seqs = reinterpret_cast<const gpu::SeqDesc*>(img + L.seqs);
@@ -441,7 +462,7 @@ void GpuBackend::run_forward(const gpu::StepPlan& plan) {
     g.ldc = qkv_width_;
     g.out = gpu::GemmOut::kF32;
     g.accumulate = false;
-    gemm(g);
+    gemm(g, &W.fqkv);
     rope.bias = W.bqkv;
     rope.q_norm = W.q_norm;
     rope.k_norm = W.k_norm;
@@ -460,7 +481,7 @@ void GpuBackend::run_forward(const gpu::StepPlan& plan) {
     g.c = act_.x;
     g.ldc = h;
     g.accumulate = true;
-    gemm(g);
+    gemm(g, &W.fo);
     norm.weight = W.post_norm;
     kernels_->rmsnorm(norm, stream);
     if (W.moe_router != nullptr) {
@@ -478,7 +499,7 @@ void GpuBackend::run_forward(const gpu::StepPlan& plan) {
     g.ldc = 2 * inter;
     g.out = gpu::GemmOut::kBf16;
     g.accumulate = false;
-    gemm(g);
+    gemm(g, &W.fgate_up);
     kernels_->silu_mul(silu, stream);
     g.n = static_cast<int>(h);
     g.k = static_cast<int>(inter);
@@ -490,7 +511,7 @@ void GpuBackend::run_forward(const gpu::StepPlan& plan) {
     g.ldc = h;
     g.out = gpu::GemmOut::kF32;
     g.accumulate = true;
-    gemm(g);
+    gemm(g, &W.fdown);
   }
   if (plan.num_logit_rows == 0) return;
   gpu::RmsNormArgs fin = norm;

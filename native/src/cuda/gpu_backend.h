@@ -24,8 +24,10 @@
 #include <vector>
 
 #include "../core/backend.h"
+#include "../core/fp8_weights.h"
 #include "cublaslt.h"
 #include "device.h"
+#include "fp8_kernels.h"
 #include "kernel_api.h"
 #include "kv_copy.h"
 #include "moe_api.h"
@@ -72,6 +74,17 @@ class GpuBackend final : public Backend {
   static void check_supported(const ModelConfig& config, const std::string& device);
 
  private:
+  /** An FP8 weight on the device (core/fp8_weights.h): e4m3 rows, scales per row and k group. */
+  struct Fp8Weight {
+    gpu::fp8_bits* w = nullptr;
+    float* scales = nullptr;        // [n][groups]
+    float* block_scales = nullptr;  // [ceil(n/128)][groups] when the stacked rows keep 128-row blocks (cuBLASLt's mode)
+    int64_t n = 0, k = 0;
+    int groups = 1, group_k = 0;
+    gpu::Fp8Act act = gpu::Fp8Act::kNone;
+    float act_static = 1.0f, act_ub = 0.0f;
+    explicit operator bool() const { return w != nullptr; }
+  };
   struct Layer {
     float* input_norm = nullptr;
     float* post_norm = nullptr;
@@ -91,6 +104,8 @@ class GpuBackend final : public Backend {
     gpu::bf16_bits* shared_gate_up = nullptr;
     gpu::bf16_bits* shared_down = nullptr;
     gpu::bf16_bits* shared_gate = nullptr;
+    // FP8 twins (gpu_backend_fp8.cc): set instead of the bf16 matrix when the weight is FP8.
+    Fp8Weight fqkv, fo, fgate_up, fdown;
   };
   /** MoE scratch for up to `tokens` tokens at a time (gpu_backend_moe.cc); larger steps run in chunks. */
   struct MoeActivations {
@@ -154,7 +169,23 @@ class GpuBackend final : public Backend {
   std::string moe_description() const;
   /** Parts stacked by rows into one bf16 device matrix (staged through pinned buffers). */
   gpu::bf16_bits* upload_bf16_views(const std::vector<const TensorView*>& parts, ThreadPool& pool);
-  void gemm(const gpu::GemmArgs& g);
+  /** The product with weight g.w, or with `fp8` when that weight is FP8 (gpu_backend_fp8.cc). */
+  void gemm(const gpu::GemmArgs& g, const Fp8Weight* fp8 = nullptr);
+
+  // FP8 (gpu_backend_fp8.cc).
+  /** One matrix weight (parts stacked by rows): into *fp8 when it loads as FP8 (then null), else bf16 (FP8 parts dequantized). */
+  gpu::bf16_bits* upload_matrix(const SafetensorsStore& w, const std::vector<WeightPart>& parts, bool linear, ThreadPool& pool,
+                                Fp8Weight* fp8);
+  Fp8Weight upload_fp8(const SafetensorsStore& w, const std::vector<WeightPart>& parts, ThreadPool& pool);
+  gpu::bf16_bits* upload_dequantized(const SafetensorsStore& w, const std::vector<WeightPart>& parts);
+  /** After the weights: the FP8 kernels, W8A16 below sm_89, scratch, the cuBLASLt FP8 probe. */
+  void setup_fp8(const BackendOptions& options);
+  void ensure_fp8_dequant();
+  void ensure_fp8_act(int64_t rows, int64_t k);
+  void gemm_fp8(const gpu::GemmArgs& g, const Fp8Weight& w);
+  bool gemm_fp8_lt(const gpu::GemmArgs& g, const Fp8Weight& w, gpu::CublasLt::Fp8Scale mode, bool act_kmajor);
+  void probe_lt_fp8();
+  std::string fp8_description() const;
 
   ModelConfig config_;
   ThreadPool& host_pool_;  // the Engine's (it outlives the backend): embedding pooling
@@ -233,6 +264,20 @@ class GpuBackend final : public Backend {
   std::vector<void*> kv_retired_pinned_;  // outgrown staging, freed with the backend
   std::vector<void*> kv_retired_device_;  // outgrown id buffers, freed with the backend
   bool kv_exported_ = false;
+  // FP8 (gpu_backend_fp8.cc).
+  std::unique_ptr<gpu::Fp8KernelApi> fp8_kernels_;
+  bool fp8_weights_ = false;  // some weight is FP8
+  bool fp8_w8a16_ = false;    // activations stay bf16 (fp8_compute w8a16, or no FP8 tensor cores)
+  std::string fp8_note_;      // why W8A16 was forced, for the log line and description()
+  int64_t fp8_max_elems_ = 0, fp8_max_k_ = 0;
+  bool lt_fp8_[2] = {false, false};  // cuBLASLt FP8 per Fp8Scale, verified by probe_lt_fp8
+  bool lt_act_kmajor_ = false;       // block mode: activation scales token-contiguous per group
+  int64_t fp8_act_elems_ = 0;
+  gpu::fp8_bits* fp8_act_ = nullptr;        // [tokens][k] quantized activations
+  float* fp8_act_scales_ = nullptr;
+  gpu::bf16_bits* fp8_act_dq_ = nullptr;    // [tokens][k] activations through e4m3, as bf16 (fallback)
+  gpu::bf16_bits* fp8_dequant_ = nullptr;   // the fallback's bf16 weight, allocated on first use
+  float* kv_scales_ = nullptr;              // [layer][k, v] e4m3 KV scales (device)
   // layer_progress(): pinned, [0] forwards begun (host), [1] layers written (a kernel after each
   // layer's K/V write), so a poller sees the device's progress without a CUDA call.
   int64_t* progress_ = nullptr;

@@ -83,6 +83,7 @@ void GpuBackend::kv_read_blocks(const int32_t* ids, int32_t n, void* dst, int l0
     a.num_tokens = static_cast<int64_t>(m) * layout_.block_size;
     a.layer_begin = l0;
     a.layer_end = l1;
+    a.scales = kv_scales_;
     kv_copy_->copy(a, side);
   };
   auto drain = [&](int32_t first, int h) {
@@ -159,6 +160,7 @@ void GpuBackend::kv_write_blocks(const int32_t* ids, int32_t n, const void* src,
     a.src_first = src_first + t0 - first_block(t0) * s.block_size;
     a.layer_begin = l0;
     a.layer_end = l1;
+    a.scales = kv_scales_;
     kv_copy_->copy(a, side);
   };
   fill(0, 0);
@@ -207,6 +209,7 @@ void GpuBackend::kv_copy_from_peer(void* peer_base, const KvLayout& peer, const 
   a.src_first = src_first;
   a.layer_begin = l0;
   a.layer_end = l1;
+  a.scales = kv_scales_;
   kv_copy_->copy(a, device_->side_stream());
   device_->synchronize_side();
 }

@@ -3,6 +3,7 @@
 #include "../core/error.h"
 #include "device.h"
 #include "kernel_api.h"
+#include "fp8_kernels.h"
 #include "kv_copy.h"
 #include "moe_api.h"
 
@@ -35,6 +36,10 @@ std::unique_ptr<KernelApi> make_cuda_kernels() {
 
 std::unique_ptr<MoeKernelApi> make_cuda_moe_kernels() {
   throw NativeError(ErrorCode::kUnavailable, std::string("the CUDA MoE kernels: ") + kReason);
+}
+
+std::unique_ptr<Fp8KernelApi> make_cuda_fp8_kernels() {
+  throw NativeError(ErrorCode::kUnavailable, std::string("the CUDA FP8 kernels: ") + kReason);
 }
 
 }  // namespace tandem::gpu

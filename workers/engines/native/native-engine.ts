@@ -33,6 +33,12 @@ export interface NativeEngineOptions {
   cudaGraphs?: boolean;
   /** GPU: 'auto' (cuBLASLt where it loads), 'cublaslt', or 'own' (our kernels). */
   gemm?: 'auto' | 'cublaslt' | 'own';
+  /** KV pool element type (`--kv-cache-dtype`): 'auto' (f32 on the CPU, bf16 on GPUs), 'bf16', 'fp8'. */
+  kvCacheDtype?: 'auto' | 'bf16' | 'fp8';
+  /** `--quantization`: unset = the checkpoint's own config; 'fp8' quantizes at load; 'none' dequantizes FP8. */
+  quantization?: 'fp8' | 'none';
+  /** FP8 weights computed W8A8 as the checkpoint says ('auto'), or W8A16 (tests, benches). */
+  fp8Compute?: 'auto' | 'w8a16';
   /**
    * Caller-owned KV pool, exactly numBlocks × kvBytesPerBlock bytes (`describeNativeKvLayout`):
    * prefill/decode workers pass a UCX `allocatePool` buffer so peers read blocks over shared
@@ -79,6 +85,9 @@ function sizing(options: NativeEngineOptions): Omit<LoadEngineOptions, 'kvPool'>
     ...(options.maxSeqs !== undefined ? { maxSeqs: options.maxSeqs } : {}),
     ...(options.cudaGraphs !== undefined ? { cudaGraphs: options.cudaGraphs } : {}),
     ...(options.gemm !== undefined ? { gemm: options.gemm } : {}),
+    ...(options.kvCacheDtype !== undefined ? { kvCacheDtype: options.kvCacheDtype } : {}),
+    ...(options.quantization !== undefined ? { quantization: options.quantization } : {}),
+    ...(options.fp8Compute !== undefined ? { fp8Compute: options.fp8Compute } : {}),
   };
 }
 
@@ -104,7 +113,7 @@ export function describeNativeKvLayout(options: Omit<NativeEngineOptions, 'kvPoo
 
 /** Layout name for transfers: the pool layout plus the shape and element type that fix a block's bytes. */
 export function nativeKvLayoutName(
-  m: Pick<RawKvLayout, 'kvLayout' | 'numLayers' | 'numKvHeads' | 'headDim' | 'blockSize'> & { kvDtype?: 'f32' | 'bf16' },
+  m: Pick<RawKvLayout, 'kvLayout' | 'numLayers' | 'numKvHeads' | 'headDim' | 'blockSize'> & { kvDtype?: RawKvLayout['kvDtype'] },
 ): string {
   return `${m.kvLayout};layers=${m.numLayers};kv_heads=${m.numKvHeads};head_dim=${m.headDim};block=${m.blockSize};${m.kvDtype ?? 'f32'}`;
 }

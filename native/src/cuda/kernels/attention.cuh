@@ -17,6 +17,7 @@
 #include "../kernel_api.h"
 #include "attention_mma.cuh"
 #include "bf16_vec.cuh"
+#include "fp8_vec.cuh"
 #include "launch.h"
 #include "reduce.cuh"
 
@@ -75,10 +76,16 @@ TD_DEVICE void attention_tile(const AttentionArgs& a, const AttentionTile& tile,
       float kv[8], vv[8];
       if (pos < tile.key_end) {
         const int64_t blk = table[pos / a.geo.block_size];
-        const td::bf16_bits* src =
-            a.pool + blk * a.geo.block_stride + layer_off + static_cast<int64_t>(pos % a.geo.block_size) * a.geo.token_stride + c8;
-        unpack8(*reinterpret_cast<const td::vec16*>(src), kv);
-        unpack8(*reinterpret_cast<const td::vec16*>(src + a.geo.kv_stride), vv);
+        const int64_t at = blk * a.geo.block_stride + layer_off + static_cast<int64_t>(pos % a.geo.block_size) * a.geo.token_stride + c8;
+        if (a.kv_fp8) {  // e4m3 pool: 8-byte loads, times the layer's K / V scales
+          const fp8_bits* src = reinterpret_cast<const fp8_bits*>(a.pool) + at;
+          fp8x8_to_float(src, a.kv_scales[2 * a.layer], kv);
+          fp8x8_to_float(src + a.geo.kv_stride, a.kv_scales[2 * a.layer + 1], vv);
+        } else {
+          const td::bf16_bits* src = a.pool + at;
+          unpack8(*reinterpret_cast<const td::vec16*>(src), kv);
+          unpack8(*reinterpret_cast<const td::vec16*>(src + a.geo.kv_stride), vv);
+        }
       } else {
         for (int x = 0; x < 8; ++x) kv[x] = vv[x] = 0.0f;
       }
@@ -200,7 +207,8 @@ TD_GLOBAL void attention_merge_kernel(AttentionArgs a) {
 
 inline void launch_attention(const AttentionArgs& a, void* stream) {
   const int group = a.num_heads / a.geo.num_kv_heads;
-  if (a.num_prefill_items > 0 && attention_mma_applies(a)) {
+  // The tensor-core kernel copies K/V as bf16 (cp.async): an e4m3 pool prefills on CUDA cores.
+  if (a.num_prefill_items > 0 && !a.kv_fp8 && attention_mma_applies(a)) {
     launch_attention_mma(a, stream);  // head_dim 64 / 128: tensor cores (attention_mma.cuh)
   } else if (a.num_prefill_items > 0) {
     const int rows = attention_max_rows(a.geo.head_dim);

@@ -4,6 +4,7 @@
 // (cpu/kernels.cc): f32 arithmetic in the same order, bf16 only where a value is stored.
 #pragma once
 
+#include "../fp8.h"
 #include "../kernel_api.h"
 #include "launch.h"
 #include "bf16_vec.cuh"
@@ -51,10 +52,10 @@ TD_GLOBAL void qkv_rope_kernel(QkvRopeArgs a) {
   float* row = a.qkv + t * a.qkv_stride;
   const int32_t pos = a.positions[t];
   const int32_t slot = a.slots[t];
-  td::bf16_bits* dst_base = nullptr;
+  int64_t dst_base = -1;  // element offset of the token's slot in this layer
   if (slot >= 0) {
     const int64_t blk = slot / a.geo.block_size, off = slot % a.geo.block_size;
-    dst_base = a.pool + blk * a.geo.block_stride + static_cast<int64_t>(a.layer) * a.geo.layer_stride + off * a.geo.token_stride;
+    dst_base = blk * a.geo.block_stride + static_cast<int64_t>(a.layer) * a.geo.layer_stride + off * a.geo.token_stride;
   }
   for (int h = static_cast<int>(threadIdx.x / 32); h < heads; h += warps) {
     const bool is_q = h < a.num_heads;
@@ -105,14 +106,28 @@ TD_GLOBAL void qkv_rope_kernel(QkvRopeArgs a) {
           head[i + half] = x2[p];
         }
       }
-    } else if (dst_base != nullptr) {
+    } else if (dst_base >= 0) {
       const int kv_head = is_v ? h - a.num_heads - a.num_kv_heads : h - a.num_heads;
-      td::bf16_bits* dst = dst_base + (is_v ? a.geo.kv_stride : 0) + static_cast<int64_t>(kv_head) * d;
-      for (int p = 0; p < kRopePairsPerLane; ++p) {
-        const int i = static_cast<int>(lane) + 32 * p;
-        if (i < half) {
-          dst[i] = td::float_to_bf16(x1[p]);
-          dst[i + half] = td::float_to_bf16(x2[p]);
+      const int64_t at = dst_base + (is_v ? a.geo.kv_stride : 0) + static_cast<int64_t>(kv_head) * d;
+      if (a.kv_fp8) {
+        // e4m3 pool: value / the layer's K or V scale, rounded to nearest even, saturating.
+        fp8_bits* dst = reinterpret_cast<fp8_bits*>(a.pool) + at;
+        const float s = a.kv_scales[2 * a.layer + (is_v ? 1 : 0)];
+        for (int p = 0; p < kRopePairsPerLane; ++p) {
+          const int i = static_cast<int>(lane) + 32 * p;
+          if (i < half) {
+            dst[i] = fp8_quantize(x1[p], s);
+            dst[i + half] = fp8_quantize(x2[p], s);
+          }
+        }
+      } else {
+        td::bf16_bits* dst = a.pool + at;
+        for (int p = 0; p < kRopePairsPerLane; ++p) {
+          const int i = static_cast<int>(lane) + 32 * p;
+          if (i < half) {
+            dst[i] = td::float_to_bf16(x1[p]);
+            dst[i + half] = td::float_to_bf16(x2[p]);
+          }
         }
       }
     }
