@@ -37,9 +37,9 @@ echo "decode path: ${TANDEM_GPU_DECODE:-fused (default)}"
 for shape in ${shapes//,/ }; do
   [ -f "$models/$shape/config.json" ] || native/build/tandem_gpu_bench make-model --shape "$shape" --out "$models/$shape" >/dev/null || exit 1
   echo "=== $shape, decode batch $batch"
-  node dist/bench/native-gpu-bench.js --shapes "$shape" --models-dir "$models" --batches "$batch" --prefill 16 --decode-steps 32 --out "$work/plain.json" 2>&1 | grep -E "decode batch|graphs"
+  node dist/bench/native-gpu-bench.js --shapes "$shape" --models-dir "$models" --batches "$batch" --prefill 16 --decode-steps 32 --no-compare-decode --out "$work/plain.json" 2>&1 | grep -E "decode batch|graphs"
   "$ncu" --metrics gpu__time_duration.sum --csv --print-units base --graph-profiling node --launch-count 3000 \
-    node dist/bench/native-gpu-bench.js --shapes "$shape" --models-dir "$models" --batches "$batch" --prefill 16 --decode-steps 32 --out "$work/$shape.json" \
+    node dist/bench/native-gpu-bench.js --shapes "$shape" --models-dir "$models" --batches "$batch" --prefill 16 --decode-steps 32 --no-compare-decode --out "$work/$shape.json" \
     >"$work/ncu-$shape.txt" 2>"$work/ncu-$shape.err" || { tail -20 "$work/ncu-$shape.err"; exit 1; }
   grep -E '^"' "$work/ncu-$shape.txt" >"$OUT/kernels-$shape$label.csv"
   python3 - "$OUT/kernels-$shape$label.csv" <<'PY'

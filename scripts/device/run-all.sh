@@ -14,7 +14,8 @@
 #   TANDEM_RUN_STEPS=cuda,kv-transfer   run these steps (default: every *-check.sh but those
 #                                       marked default=no), in their declared order
 #   TANDEM_CHECK_DEVICE=simt            a dry run on this machine (no GPU): the same flow on the
-#                                       SIMT harness, in place when there is no bundle
+#                                       SIMT harness, in place when there is no bundle; budgets
+#                                       and the deadline x TANDEM_CHECK_SIMT_SCALE (default 4)
 #
 # What comes back ($OUT; the device tool returns at most 8 files): run-all.json (each step's
 # status, time, budget and its own summary), run-all.log (everything printed) and results.tar.gz
@@ -28,7 +29,11 @@ mkdir -p "$OUT"
 exec > >(tee -a "$OUT/run-all.log") 2>&1
 device=${TANDEM_CHECK_DEVICE:-cuda}
 work=${TANDEM_CHECK_WORK:-/tmp/tandem-run-all}
-deadline_s=${TANDEM_RUN_DEADLINE:-530}
+# The SIMT harness runs kernels on the host, several times slower than a GPU: a dry run scales
+# every budget (and the deadline) by TANDEM_CHECK_SIMT_SCALE (default 4).
+scale=1
+[ "$device" = simt ] && scale=${TANDEM_CHECK_SIMT_SCALE:-4}
+deadline_s=${TANDEM_RUN_DEADLINE:-$((530 * scale))}
 started=$(date +%s)
 rm -rf "$work"
 mkdir -p "$work/out"
@@ -84,7 +89,7 @@ PY
 
 for name in $(echo "$table" | awk '{print $2}'); do
   case ",$wanted," in *",$name,"*) ;; *) continue ;; esac
-  budget=$(echo "$table" | awk -v n="$name" '$2 == n {print $3}')
+  budget=$(($(echo "$table" | awk -v n="$name" '$2 == n {print $3}') * scale))
   left=$((deadline_s - ($(date +%s) - started)))
   limit=$((budget < left ? budget : left))
   out="$work/out/$name"
