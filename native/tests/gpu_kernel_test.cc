@@ -4,26 +4,47 @@
 // the harness cannot (the tensor-core PTX, real concurrency).
 //
 //   tandem_gpu_kernel_test            prints one summary line per suite, then "N checks, M failures"
+//   TANDEM_TEST_SUITES=fused,kv_copy  runs only these suites (scripts/device/sanitizer-check.sh)
+//   TANDEM_TEST_QUICK=1               fewer cases where a suite offers it (under compute-sanitizer)
 #include <cstdio>
+#include <cstdlib>
 #include <exception>
+#include <string>
 
 #include "check.h"
 #include "gpu/attention_checks.h"
+#include "gpu/decode_checks.h"
 #include "gpu/elementwise_checks.h"
 #include "gpu/gemm_checks.h"
 #include "gpu/kv_copy_checks.h"
 #include "gpu/sampling_checks.h"
+#include "gpu/sampling_fast_checks.h"
+
+namespace {
+
+bool wanted(const char* suite) {
+  const char* env = std::getenv("TANDEM_TEST_SUITES");
+  if (env == nullptr || *env == 0) return true;
+  const std::string list = std::string(",") + env + ",";
+  return list.find(std::string(",") + suite + ",") != std::string::npos;
+}
+
+}  // namespace
 
 int main() {
   using namespace tandem_test::gpu;
+  const char* quick_env = std::getenv("TANDEM_TEST_QUICK");
+  const bool quick = quick_env != nullptr && std::string(quick_env) == "1";
   try {
     Gpu g = Gpu::open();
     std::printf("device: %s (%s)\n", g.device->info().name.c_str(), g.name.c_str());
-    test_elementwise(g);
-    test_attention(g);
-    test_gemm(g);
-    test_sampling(g);
-    test_kv_copy(g);
+    if (wanted("elementwise")) test_elementwise(g);
+    if (wanted("attention")) test_attention(g);
+    if (wanted("gemm")) test_gemm(g);
+    if (wanted("fused")) test_decode_fused(g, quick);
+    if (wanted("sampling")) test_sampling(g);
+    if (wanted("sampling_fast")) test_sampling_fast(g);
+    if (wanted("kv_copy")) test_kv_copy(g);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "FAIL: uncaught exception: %s\n", e.what());
     ++tandem_test::g_failures;
