@@ -60,7 +60,7 @@ it('the engine checks pass on the GPU backend (SIMT harness), decode graphs equa
     expect(stdout.match(/^golden case \d: 32 tokens/gm), label).toHaveLength(4);
     expect(stdout, label).toMatch(/\d+ checks, 0 failures/);
   }
-}, 120_000);
+}, 240_000);
 
 it('every GPU kernel agrees with the CPU backend on the SIMT harness', async () => {
   expect(existsSync(KERNELS), `${KERNELS} missing: run npm run build:native`).toBe(true);
@@ -74,4 +74,4 @@ it('every GPU kernel agrees with the CPU backend on the SIMT harness', async () 
   expect(stdout).toMatch(/gpu sampling fast path: \d+ rows checked against the CPU sampler on simt/);
   expect(stdout).toMatch(/gpu kv copy: 192 cases .* checked on simt/);
   expect(stdout).toMatch(/\d+ checks, 0 failures/);
-}, 120_000);
+}, 240_000);

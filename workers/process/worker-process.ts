@@ -53,6 +53,9 @@ import { KV_PREFETCH_ENDPOINT, type KvPrefetchRequest, type KvPrefetchResponse }
 import { LayerPublisher, MOCKER_STREAM_LAYERS } from '../disagg/layer-publisher.js';
 import { LayerProgressRegion } from '../disagg/layer-progress-region.js';
 import { KvPrefetcher } from '../disagg/kv-prefetch.js';
+import { DeviceKvPrefetcher, stagingBlocksFor } from '../disagg/device-kv-prefetch.js';
+import type { LayerPrefetcher } from '../disagg/prefetch-table.js';
+import type { LayerStreamResult } from '../disagg/layer-ready.js';
 import type { Engine } from '../engines/engine.js';
 import type { NativeEngine } from '../engines/native/index.js';
 import { MockerEngine } from '../engines/mocker/index.js';
@@ -215,12 +218,18 @@ export async function startWorker(runtime: DistributedRuntime, options: WorkerOp
   const modelName = options.modelName ?? basename(modelDir);
   const componentName = options.component ?? COMPONENT_FOR_ROLE[options.mode];
   const contextLength = Math.min(options.contextLength ?? config.contextLength, config.contextLength);
-  // Layer-wise streaming on a host-pool prefill worker: per-layer readiness of its hand-offs.
+  // Layer-wise streaming on a prefill worker (host or device pool): per-layer readiness of its hand-offs.
   const layers =
-    options.kvLayerStreaming === true && options.mode === 'prefill' && (options.engine === 'mocker' || options.device === 'cpu')
+    options.kvLayerStreaming === true && options.mode === 'prefill' && (options.engine === 'mocker' || options.engine === 'native')
       ? new LayerPublisher(options.engine === 'mocker' ? MOCKER_STREAM_LAYERS : config.numLayers)
       : undefined;
   const { engine, kv } = await createEngineWithTransfer(options, config, layers);
+  // A device-pool decode worker that streams keeps the tail of its pool out of the scheduler:
+  // staging blocks for layer-wise prefetches (device-kv-prefetch.ts).
+  const stagingBlocks =
+    options.kvLayerStreaming === true && options.mode === 'decode' && kv !== undefined && isDeviceKvSetup(kv)
+      ? stagingBlocksFor(engine.info.numBlocks, contextLength, engine.info.blockSize)
+      : 0;
   const component = runtime.namespace(options.namespace).component(componentName);
   const metrics = new WorkerMetrics(runtime.metrics, modelName);
   const log = runtime.logger.child({ component: componentName, model: modelName });
@@ -239,7 +248,7 @@ export async function startWorker(runtime: DistributedRuntime, options: WorkerOp
     log.debug({ vocabSize: vocab.size, ms: Math.round(ms) }, 'structured output: vocabulary prepared');
   }
 
-  const disagg = kv === undefined ? undefined : await startDisagg(runtime, options, kv, modelName, log, () => loop, (id) => prefillHandler?.pinEnded(id));
+  const disagg = kv === undefined ? undefined : await startDisagg(runtime, options, kv, modelName, log, () => loop, (id) => prefillHandler?.pinEnded(id), stagingBlocks);
   const region = layers !== undefined && kv !== undefined ? new LayerProgressRegion(kv.agent, 256) : undefined;
   const loopEngine =
     layers !== undefined ? layers.wrap(engine, options.engine === 'native' ? () => (engine as NativeEngine).layerProgress() : undefined) : engine;
@@ -271,7 +280,12 @@ export async function startWorker(runtime: DistributedRuntime, options: WorkerOp
     workerId: runtime.instanceId,
     ...(kvTiers !== undefined ? { kvTiers } : {}),
     ...(disagg?.importer !== undefined ? { kvImporter: disagg.importer } : {}),
-    scheduler: { maxNumBatchedTokens: options.maxNumBatchedTokens, maxNumSeqs: options.maxNumSeqs, ...(options.lora?.maxLoras !== undefined ? { maxLoras: options.lora.maxLoras } : {}) },
+    scheduler: {
+      maxNumBatchedTokens: options.maxNumBatchedTokens,
+      maxNumSeqs: options.maxNumSeqs,
+      ...(options.lora?.maxLoras !== undefined ? { maxLoras: options.lora.maxLoras } : {}),
+      ...(stagingBlocks > 0 ? { numBlocks: engine.info.numBlocks - stagingBlocks } : {}),
+    },
     ...(vocab !== undefined ? { grammar: workerGrammarProvider(vocab, grammarCache, grammarCompiler) } : {}),
     sinks: {
       onKvEvents: (events: KvEvent[]) => {
@@ -342,7 +356,7 @@ export async function startWorker(runtime: DistributedRuntime, options: WorkerOp
     chatTemplateSource: modelDir,
     contextLength,
     kvBlockSize: engine.info.blockSize,
-    totalKvBlocks: engine.info.numBlocks,
+    totalKvBlocks: engine.info.numBlocks - stagingBlocks,
     maxNumBatchedTokens: options.maxNumBatchedTokens,
     role: options.mode,
     engine: options.engine,
@@ -432,7 +446,7 @@ interface StartedDisagg {
   parts: DisaggParts;
   pinned?: PinnedBlocks;
   importer?: KvImportService;
-  prefetcher?: KvPrefetcher;
+  prefetcher?: LayerPrefetcher;
   close(): void;
 }
 
@@ -449,15 +463,18 @@ async function startDisagg(
   log: DistributedRuntime['logger'],
   getLoop: () => EngineLoop,
   onPinEnd: (transferId: string) => void,
+  stagingBlocks = 0,
 ): Promise<StartedDisagg> {
   let pinned: PinnedBlocks | undefined;
   let importer: KvImportService | undefined;
-  let prefetcher: KvPrefetcher | undefined;
+  let prefetcher: LayerPrefetcher | undefined;
+  let devicePrefetcher: DeviceKvPrefetcher | undefined;
   let releaseClient: EndpointClient | undefined;
   let stageClient: EndpointClient | undefined;
   const dm = new DisaggMetrics(runtime.metrics, modelName, TRANSFER_SECONDS_BUCKETS, {
     inflight: () => kv.agent.counters.inflight,
     pins: () => ({ transfers: pinned?.size ?? 0, blocks: pinned?.numBlocks ?? 0 }),
+    stagingBlocks: () => devicePrefetcher?.stagingBlocksInUse ?? 0,
   });
   const unsubscribe = kv.agent.counters.onTransfer((e) => dm.transfer(e));
   dm.describeTransport({ pool: kv.placement.pool, transports: kvCardFields(kv).kvTransports ?? [], layout: kv.pool.layout });
@@ -481,21 +498,31 @@ async function startDisagg(
     const stamps = kv.stamps;
     const device = isDeviceKvSetup(kv) ? kv : undefined;
     const pullTimeoutMs = options.kvPullTimeoutMs ?? DEFAULT_PULL_TIMEOUT_MS;
+    const onStreamed = (source: KvTransferParams, { copies, readyAtIssue, report }: LayerStreamResult): void => {
+      dm.streamed(report.hiddenFraction);
+      log.info(
+        { transferId: source.transferId, numLayers: source.kvLayerProgress?.numLayers, copies: copies.length, layersReadyAtFirstCopy: readyAtIssue[0], readyAtIssue, copyMs: report.copyMs, hiddenMs: report.hiddenMs, exposedMs: report.exposedMs, hiddenFraction: report.hiddenFraction },
+        'KV streamed layer by layer',
+      );
+    };
+    const onFailed = (source: KvTransferParams, err: unknown, open: number): void => log.info({ transferId: source.transferId, err, open }, 'KV layer stream failed: the decode request pulls or recomputes');
     if (options.kvLayerStreaming === true && device === undefined) {
-      prefetcher = new KvPrefetcher({
+      prefetcher = new KvPrefetcher({ agent: kv.agent, pool: kv.pool, expireMs: pullTimeoutMs, pullTimeoutMs, onStreamed, onFailed });
+    }
+    if (device !== undefined && stagingBlocks > 0 && kv.layout !== undefined) {
+      const total = device.engine.info.numBlocks;
+      devicePrefetcher = new DeviceKvPrefetcher({
         agent: kv.agent,
-        pool: kv.pool,
+        engine: device.engine,
+        layout: kv.layout,
+        staging: { first: total - stagingBlocks, count: stagingBlocks },
+        peerFor: (source) => (importer as DeviceKvImporter).peerFor(source),
         expireMs: pullTimeoutMs,
         pullTimeoutMs,
-        onStreamed: (source, { copies, readyAtIssue, report }) => {
-          dm.streamed(report.hiddenFraction);
-          log.info(
-            { transferId: source.transferId, numLayers: source.kvLayerProgress?.numLayers, copies: copies.length, layersReadyAtFirstCopy: readyAtIssue[0], copyMs: report.copyMs, hiddenMs: report.hiddenMs, exposedMs: report.exposedMs, hiddenFraction: report.hiddenFraction },
-            'KV streamed layer by layer',
-          );
-        },
-        onFailed: (source, err, open) => log.info({ transferId: source.transferId, err, open }, 'KV layer stream failed: the decode request pulls or recomputes'),
+        onStreamed,
+        onFailed,
       });
+      prefetcher = devicePrefetcher;
     }
     importer = new (device !== undefined ? DeviceKvImporter : KvImportService)({
       ...(device !== undefined ? { engine: device.engine } : {}),
@@ -509,7 +536,8 @@ async function startDisagg(
         : {}),
       ...(kv.layout !== undefined ? { layout: kv.layout } : {}),
       placement: kv.placement,
-      ...(prefetcher !== undefined ? { prefetcher } : {}),
+      ...(prefetcher instanceof KvPrefetcher ? { prefetcher } : {}),
+      ...(devicePrefetcher !== undefined ? { devicePrefetcher } : {}),
       onOutcome: (job, outcome) => {
         if (outcome.blocks > 0 || !outcome.ok) dm.imported(outcome);
         if (outcome.streamed === true) log.info({ requestId: job.requestId, transferId: job.source.transferId, blocks: outcome.blocks, waitMs: outcome.seconds * 1000 }, 'KV adopted from the layer stream');
