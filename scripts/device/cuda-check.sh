@@ -38,6 +38,10 @@ goldens() {
 }
 memcheck() {
   local sanitizer
+  if [ "$device" != cuda ]; then
+    skip_because memcheck "compute-sanitizer checks CUDA launches only (a dry run)"
+    return 77
+  fi
   sanitizer=$(command -v compute-sanitizer || ls /usr/local/cuda*/bin/compute-sanitizer 2>/dev/null | head -1)
   [ -n "$sanitizer" ] || { echo "compute-sanitizer not found"; return 1; }
   "$sanitizer" --tool memcheck --error-exitcode 3 --print-limit 20 native/build/tandem_native_test --quick
