@@ -33,7 +33,7 @@ export {
   type ToolCallStreamParser,
 } from './tool-calls/parsers.js';
 export { detectToolCallFormat } from './tool-calls/detect.js';
-export { createReasoningParser, splitReasoning, THINK_OPEN, THINK_CLOSE, type ReasoningSplit, type ReasoningStreamParser } from './reasoning/think.js';
+export { createReasoningParser, splitReasoning, THINK_OPEN, THINK_CLOSE, type ReasoningPhase, type ReasoningSplit, type ReasoningStreamParser } from './reasoning/think.js';
 export { packVocabulary, unpackVocabulary, type PackedVocabulary } from './vocabulary.js';
 export { type ClassifiedNode } from './automaton/matcher.js';
 export { GrammarCompiler, type CompileOutcome, type GrammarCompilerOptions } from './off-thread/compiler.js';

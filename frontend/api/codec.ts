@@ -11,6 +11,7 @@ import type { TokenLogprob } from '../../proto/wire.js';
 import type { ApiError } from '../errors.js';
 import type { OpenAiFinishReason, PreparedGeneration, Usage } from '../pipeline/generation.js';
 import type { GenerationRequest } from '../openai/validate.js';
+import type { ParamNames } from './param-names.js';
 
 /** Where a stream encoder writes: one already-framed SSE frame; a promise while the client is slow. */
 export interface FrameSink {
@@ -21,8 +22,8 @@ export interface FrameSink {
 export interface StreamEncoder {
   /** Frames before the first token (chat's role chunk, Messages' message_start). */
   open(out: FrameSink): void;
-  /** The frames for one piece of text; returns the last send's backpressure. */
-  delta(text: string, logprobs: readonly TokenLogprob[] | undefined, out: FrameSink): Promise<void> | undefined;
+  /** The frames for one piece of text, made by `tokens` generated tokens; returns the last send's backpressure. */
+  delta(text: string, logprobs: readonly TokenLogprob[] | undefined, out: FrameSink, tokens: number): Promise<void> | undefined;
   /** Frames for what parsers held back, the finish and the usage (`stopString`: the stop string that ended it). Returns the reason the client was told. */
   finish(reason: OpenAiFinishReason, usage: Usage, out: FrameSink, stopString?: string): { finishReason: string; backpressure: Promise<void> | undefined };
   /** The framed tail of a stream that ended well (`data: [DONE]`, or '' for APIs with none). */
@@ -33,7 +34,8 @@ export interface StreamEncoder {
 
 /** One unary response. */
 export interface UnaryEncoder {
-  add(text: string, logprobs: readonly TokenLogprob[] | undefined): void;
+  /** One piece of text, made by `tokens` generated tokens. */
+  add(text: string, logprobs: readonly TokenLogprob[] | undefined, tokens: number): void;
   /** The body and the finish reason it reports (the same one a stream of the request reports). */
   body(reason: OpenAiFinishReason, usage: Usage, stopString?: string): { body: object; finishReason: string };
 }
@@ -58,6 +60,12 @@ export interface ApiCodec {
   streamError(err: ApiError): string;
   /** Extra unary body fields (disaggregation's `nvext` on the OpenAI codecs); absent = none. */
   unaryExtras?(prepared: PreparedGeneration): object | undefined;
+  /**
+   * Chat field → this API's field, for every error this route answers (param-names.ts): its
+   * body becomes a chat request, so chat validation and the pipeline name chat's fields.
+   * Absent: the API's fields are chat's (Chat Completions, Completions).
+   */
+  readonly paramNames?: ParamNames;
 }
 
 /** `data: <json>\n\n`: the OpenAI frame. */

@@ -8,6 +8,7 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Logger } from 'pino';
 import { DRAIN_CUT, type AdmissionGate } from '../admission.js';
 import type { ApiCodec } from '../api/codec.js';
+import { renameParams } from '../api/param-names.js';
 import { ApiError, toApiError } from '../errors.js';
 import type { FrontendMetrics, ModelMetrics } from '../metrics.js';
 import { disaggHeaders } from '../disagg/response.js';
@@ -95,7 +96,8 @@ export async function handleGenerate(ctx: GenerateContext, codec: ApiCodec, req:
     if (controller.signal.aborted) status = 499;
   } catch (err) {
     const drainCut = controller.signal.reason === DRAIN_CUT;
-    const apiError = drainCut ? drainCutError() : toApiError(err);
+    // In the API's own field names: its body became a chat request, and chat's names are not the client's.
+    const apiError = drainCut ? drainCutError() : renameParams(toApiError(err), codec.paramNames);
     status = controller.signal.aborted && !drainCut ? 499 : apiError.status;
     errorCode = status === 499 ? 'cancelled' : apiError.code;
     if (status >= 500 && status !== 503) ctx.log.error({ err, cause: apiError.cause }, 'request failed');
@@ -185,7 +187,7 @@ async function streamResponse(
       let backpressure: Promise<void> | undefined;
       if (event.type === 'delta') {
         if (outcome.firstTokenAt === undefined) outcome.firstTokenAt = Date.now();
-        backpressure = encoder.delta(event.text, event.logprobs, sse);
+        backpressure = encoder.delta(event.text, event.logprobs, sse, event.tokenIds.length);
       } else {
         outcome.usage = event.usage;
         outcome.firstTokenAt ??= Date.now();
@@ -224,7 +226,7 @@ async function unaryResponse(
   for await (const event of ctx.pipeline.run(prepared, signal, metrics)) {
     if (event.type === 'delta') {
       if (outcome.firstTokenAt === undefined) outcome.firstTokenAt = Date.now();
-      encoder.add(event.text, event.logprobs);
+      encoder.add(event.text, event.logprobs, event.tokenIds.length);
       continue;
     }
     outcome.usage = event.usage;

@@ -59,7 +59,10 @@ export interface HttpServerContext extends GenerateContext {
   loraAdmin?: LoraAdmin;
 }
 
-/** The generation routes: path → the codec that speaks its API. Every one runs handleGenerate. */
+/**
+ * The generation routes: path → the codec that speaks its API. Every one runs handleGenerate, and
+ * the table also says which API a path under a route belongs to (`apiOf`).
+ */
 export function generationRoutes(responses: ResponseStore): ReadonlyMap<string, ApiCodec> {
   return new Map<string, ApiCodec>([
     ['/v1/chat/completions', chatCodec],
@@ -72,6 +75,19 @@ export function generationRoutes(responses: ResponseStore): ReadonlyMap<string, 
 interface Routes {
   generation: ReadonlyMap<string, ApiCodec>;
   responses: ResponseStore;
+}
+
+/**
+ * The API a path belongs to: its generation route's codec, or the codec of the route it sits
+ * under (`/v1/messages/count_tokens` is Anthropic's, `/v1/responses/{id}` OpenAI's). Every error on
+ * that path — 401, 405, 404, a bad body — answers in that codec's shape and field names; a path
+ * under no API's route gets OpenAI's.
+ */
+export function apiOf(generation: ReadonlyMap<string, ApiCodec>, path: string): ApiCodec | undefined {
+  const exact = generation.get(path);
+  if (exact !== undefined) return exact;
+  for (const [route, codec] of generation) if (path.startsWith(`${route}/`)) return codec;
+  return undefined;
 }
 
 /** One request, whole: routed, answered, every failure caught (the server's request listener). */
@@ -130,8 +146,8 @@ async function route(ctx: HttpServerContext, routes: Routes, req: IncomingMessag
     if (denied) {
       req.resume();
       for (const [name, value] of Object.entries(UNAUTHORIZED_HEADERS)) res.setHeader(name, value);
-      // A generation route answers in its own API's error shape (Anthropic clients parse theirs).
-      return sendError(res, denied, ctx.retryAfterSeconds, routes.generation.get(path)?.errorBody ?? (path.startsWith('/v1/messages') ? messagesCodec.errorBody : undefined));
+      // A route answers in its own API's error shape (Anthropic clients parse theirs).
+      return sendError(res, denied, ctx.retryAfterSeconds, apiOf(routes.generation, path)?.errorBody);
     }
   }
   const codec = routes.generation.get(path);
@@ -141,8 +157,9 @@ async function route(ctx: HttpServerContext, routes: Routes, req: IncomingMessag
   }
   const count = COUNT_ROUTES.get(path);
   if (count !== undefined) {
-    if (method !== 'POST') return methodNotAllowed(ctx, res, 'POST', count === 'count_tokens' ? messagesCodec : undefined);
-    return handleCount(ctx, count, req, res);
+    const api = apiOf(routes.generation, path);
+    if (method !== 'POST') return methodNotAllowed(ctx, res, 'POST', api);
+    return handleCount(ctx, count, req, res, api);
   }
   switch (path) {
     case '/v1/embeddings':
@@ -181,7 +198,7 @@ async function route(ctx: HttpServerContext, routes: Routes, req: IncomingMessag
     req.resume();
     return sendResponsesRoute(res, responsesRoute(routes.responses, method, path.slice(RESPONSES_PREFIX.length)), {
       json: (status, body) => sendJson(res, status, body),
-      error: (err) => sendError(res, err, ctx.retryAfterSeconds),
+      error: (err) => sendError(res, err, ctx.retryAfterSeconds, apiOf(routes.generation, path)?.errorBody),
     });
   }
   if (path.startsWith('/v1/models/') && method === 'GET') {
@@ -193,7 +210,7 @@ async function route(ctx: HttpServerContext, routes: Routes, req: IncomingMessag
     return sendError(res, modelNotFound(name), ctx.retryAfterSeconds);
   }
   req.resume();
-  sendError(res, new ApiError('route_not_found', `no route for ${quoteInput(method)} ${quoteInput(path)}`), ctx.retryAfterSeconds);
+  sendError(res, new ApiError('route_not_found', `no route for ${quoteInput(method)} ${quoteInput(path)}`), ctx.retryAfterSeconds, apiOf(routes.generation, path)?.errorBody);
 }
 
 /** `%ZZ` and friends are a client error, not a URIError 500. */

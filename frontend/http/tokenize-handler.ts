@@ -3,11 +3,14 @@
  * (GenerationPipeline.tokenizeOnly: the same codec and chat template as generation):
  *   POST /tokenize, POST /detokenize     vLLM's shapes, OpenAI-shaped errors
  *   POST /v1/messages/count_tokens       Anthropic's, Anthropic-shaped errors
+ * The route's API (server.ts `apiOf`: the codec whose route it sits under) gives the error shape
+ * and the field names; a vLLM route has none and answers OpenAI's.
  */
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { isObject } from '../../proto/wire.js';
 import type { PromptInput } from '../codec.js';
-import { messagesErrorBody } from '../api/anthropic/messages-codec.js';
+import type { ApiCodec } from '../api/codec.js';
+import { renameParams } from '../api/param-names.js';
 import { parseMessagesRequest } from '../api/anthropic/messages-request.js';
 import { badRequest, errorBody, toApiError, type ApiError } from '../errors.js';
 import { parseChatRequest } from '../openai/validate.js';
@@ -42,8 +45,8 @@ function modelOf(ctx: GenerateContext, body: Body): string {
   return only;
 }
 
-export async function handleCount(ctx: GenerateContext, route: CountRoute, req: IncomingMessage, res: ServerResponse): Promise<void> {
-  const shape = route === 'count_tokens' ? messagesErrorBody : errorBody;
+export async function handleCount(ctx: GenerateContext, route: CountRoute, req: IncomingMessage, res: ServerResponse, api?: ApiCodec): Promise<void> {
+  const shape = api?.errorBody ?? errorBody;
   let model = '_unknown';
   let status = 200;
   try {
@@ -88,7 +91,7 @@ export async function handleCount(ctx: GenerateContext, route: CountRoute, req: 
       token_strs: strs ? tokenIds.map((id) => codec.tokenText(id)) : null,
     });
   } catch (err) {
-    const apiError: ApiError = toApiError(err);
+    const apiError: ApiError = renameParams(toApiError(err), api?.paramNames);
     status = apiError.status;
     sendError(res, apiError, ctx.retryAfterSeconds, shape);
   } finally {

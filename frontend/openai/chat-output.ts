@@ -10,6 +10,7 @@
  */
 import {
   type ParsedToolCall,
+  type ReasoningPhase,
   type ReasoningStreamParser,
   type ToolCallDelta,
   type ToolCallStreamParser,
@@ -53,6 +54,9 @@ export class ChatOutputParser {
   private readonly reasoningParser: ReasoningStreamParser | undefined;
   private readonly toolParser: ToolCallStreamParser | undefined;
   private calls = 0;
+  private reasoningCount = 0;
+  /** Tokens pushed while the phase was undecided: reasoning or not once it is decided. */
+  private undecidedTokens = 0;
 
   constructor(input: ChatOutputOptions, newId?: () => string) {
     this.reasoningParser = input.reasoningParser === 'think' ? createReasoningParser({ startsInReasoning: input.reasoningStartsInPrompt ?? false }) : undefined;
@@ -69,15 +73,45 @@ export class ChatOutputParser {
     return this.calls;
   }
 
-  push(text: string): ChatOutputStep {
-    const split = this.reasoningParser ? this.reasoningParser.push(text) : { reasoning: '', content: text };
+  /**
+   * Generated tokens spent reasoning: every token up to and including the one that closed the
+   * reasoning (`</think>`, tags counted, as Anthropic's `thinking_tokens`), all of them when the
+   * output ended inside it, 0 without a reasoning parser. Counted by the `tokens` each push
+   * brings: exact when a push carries one token (a delta is one token unless the client falls
+   * behind the worker); a push that closes the reasoning counts whole.
+   */
+  get reasoningTokens(): number {
+    return this.reasoningCount;
+  }
+
+  /** `tokens`: how many generated tokens made `text` (for `reasoningTokens`). */
+  push(text: string, tokens = 0): ChatOutputStep {
+    if (!this.reasoningParser) return this.toolStep('', text, false);
+    const before = this.reasoningParser.phase;
+    const split = this.reasoningParser.push(text);
+    this.countReasoning(before, tokens);
     return this.toolStep(split.reasoning, split.content, false);
   }
 
   /** End of output: what the parsers held back. */
   finish(): ChatOutputStep {
-    const split = this.reasoningParser ? this.reasoningParser.finish() : { reasoning: '', content: '' };
+    if (!this.reasoningParser) return this.toolStep('', '', true);
+    const before = this.reasoningParser.phase;
+    const split = this.reasoningParser.finish();
+    this.countReasoning(before, 0);
     return this.toolStep(split.reasoning, split.content, true);
+  }
+
+  /** The phase only moves forward (undecided → reasoning → content): a push was reasoning if it started or ended there. */
+  private countReasoning(before: ReasoningPhase, tokens: number): void {
+    const after = this.reasoningParser!.phase;
+    if (after === 'undecided') {
+      this.undecidedTokens += tokens;
+      return;
+    }
+    const reasoned = after === 'reasoning' || before === 'reasoning' || (before === 'undecided' && this.reasoningParser!.reasoned);
+    if (reasoned) this.reasoningCount += this.undecidedTokens + tokens;
+    this.undecidedTokens = 0;
   }
 
   /** The reason the response reports: a response that called tools stopped to call them. */

@@ -18,9 +18,19 @@ export interface ReasoningSplit {
   content: string;
 }
 
+/**
+ * Where the output stands: `undecided` while what came so far could still open reasoning (only
+ * whitespace or a prefix of `<think>`), then `reasoning`, then `content`, in that order only.
+ */
+export type ReasoningPhase = 'undecided' | 'reasoning' | 'content';
+
 export interface ReasoningStreamParser {
   push(text: string): ReasoningSplit;
   finish(): ReasoningSplit;
+  /** The phase after the text pushed so far (counting reasoning tokens reads it around each push). */
+  readonly phase: ReasoningPhase;
+  /** Whether the output has been in reasoning at all (a push may go from undecided to content through it). */
+  readonly reasoned: boolean;
 }
 
 export const THINK_OPEN = '<think>';
@@ -29,11 +39,18 @@ export const THINK_CLOSE = '</think>';
 class ThinkParser implements ReasoningStreamParser {
   /** 'opening': a leading `<think>` may still come; `opensReasoning` says what follows if none does. */
   private state: 'opening' | 'reasoning' | 'content' = 'opening';
+  reasoned = false;
   private buf = '';
   private readonly reasoningOut = new TrimmedStream();
   private readonly contentOut = new TrimmedStream();
 
   constructor(private readonly opensReasoning: boolean) {}
+
+  get phase(): ReasoningPhase {
+    // The template opened <think>: all output is reasoning until </think>, a repeated tag or not.
+    if (this.state === 'opening') return this.opensReasoning ? 'reasoning' : 'undecided';
+    return this.state;
+  }
 
   push(text: string): ReasoningSplit {
     if (this.state === 'content') return { reasoning: '', content: this.contentOut.push(text) };
@@ -59,6 +76,7 @@ class ThinkParser implements ReasoningStreamParser {
       } else {
         this.state = this.opensReasoning ? 'reasoning' : 'content';
       }
+      this.reasoned = this.state === 'reasoning';
     }
     if (this.state === 'reasoning') {
       const close = this.buf.indexOf(THINK_CLOSE);

@@ -55,6 +55,12 @@ async function poolCount(page: Page, role: string): Promise<number | undefined> 
   return v === undefined ? undefined : Number(v);
 }
 
+/** Until the page has rendered `n` more snapshots (about one a second): its own progress, not a clock. */
+async function moreSnapshots(page: Page, n: number): Promise<void> {
+  const target = (await snapshotsSeen(page)) + n;
+  await expect.poll(() => snapshotsSeen(page), { timeout: 15_000 * n, interval: 100 }).toBeGreaterThanOrEqual(target);
+}
+
 function bench(url: string, seconds: number, extra: string[] = []): Spawned {
   return spawnCli([
     'bench', '--url', url, '--model', MODEL, '--workload', 'shared-prefix', '--groups', '4', '--prompts-per-group', '400',
@@ -168,9 +174,11 @@ suite(`dashboard in chromium (${CHROMIUM ?? 'missing'})`, () => {
     }
     expect(rates.size, `request rates seen: ${[...rates].join(', ')}`).toBeGreaterThanOrEqual(2);
     expect(kv.size, `KV used blocks seen: ${[...kv].join(', ')}`).toBeGreaterThanOrEqual(2);
-    // The charts drew (uPlot canvases), and the counters agree with the load.
+    // The charts drew (uPlot canvases), and the counters agree with the load: the page's total
+    // passes 10 while the bench runs (read from the DOM as snapshots arrive, not after a guess
+    // at how long 10 requests take on a loaded box).
     expect(await page.locator('[data-testid="chart-rate"] canvas').count()).toBe(1);
-    expect(Number(await attr(page, 'stat-requests-total', 'data-value'))).toBeGreaterThan(10);
+    await expect.poll(async () => Number(await attr(page, 'stat-requests-total', 'data-value')), { timeout: 45_000, interval: 250 }).toBeGreaterThan(10);
     // The history window buttons switch (the charts keep drawing from the same rings).
     await page.locator('[data-testid="window-15"]').click();
     expect(await attr(page, 'window-15', 'aria-pressed')).toBe('true');
@@ -194,10 +202,10 @@ suite(`dashboard in chromium (${CHROMIUM ?? 'missing'})`, () => {
       .toBe('true');
     expect(await page.locator('[data-testid="inspect-input"]').inputValue()).toBe(clickedId);
     await page.locator('[data-testid="routing-decisions"]').evaluate((el) => el.scrollTo(0, 0));
-    await page.waitForTimeout(4_000); // a few more points on the charts for the picture
+    await moreSnapshots(page, 4); // a few more points on the charts for the picture
     await screenshot(page, 'dashboard-under-load');
     await page.emulateMedia({ colorScheme: 'dark' });
-    await page.waitForTimeout(1_500);
+    await moreSnapshots(page, 1);
     expect(await page.locator('[data-testid="chart-rate"] canvas').count()).toBe(1); // rebuilt in dark colours
     await screenshot(page, 'dashboard-under-load-dark');
     await page.emulateMedia({ colorScheme: 'light' });
@@ -246,7 +254,7 @@ suite(`dashboard in chromium (${CHROMIUM ?? 'missing'})`, () => {
     expect(Number(await pool.getAttribute('data-current'))).toBeGreaterThanOrEqual(1);
     expect(Number(await pool.getAttribute('data-desired'))).toBeGreaterThanOrEqual(1);
     expect(await p.locator('[data-testid="chart-planner-rate"] canvas').count()).toBe(1);
-    await p.waitForTimeout(3_000);
+    await moreSnapshots(p, 3); // a few points on the planner's charts for the picture
     await screenshot(p, 'dashboard-planner');
     await p.close();
   }, 120_000);

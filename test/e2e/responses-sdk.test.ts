@@ -149,6 +149,9 @@ describe('OpenAI clients against runtime up, Responses API (tiny-qwen3, --reason
       if (e.type === 'response.reasoning_text.delta') streamed += e.delta;
     }
     expect(streamed).toBe(reasoning);
+    // The <think> block's tokens, tags included: some, and fewer than the whole output.
+    expect(unary.usage!.output_tokens_details.reasoning_tokens).toBeGreaterThan(0);
+    expect(unary.usage!.output_tokens_details.reasoning_tokens).toBeLessThan(unary.usage!.output_tokens);
     expect(runs(types).slice(0, 5)).toEqual(['response.created', 'response.in_progress', 'response.output_item.added', 'response.content_part.added', 'response.reasoning_text.delta']);
   });
 

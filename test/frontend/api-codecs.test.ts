@@ -32,7 +32,19 @@ interface Contract {
   error(body: any, status: number): string;
   /** A body the API refuses, and a word its 400 message must name. */
   invalid: { body: object; names: string };
+  /** The API's field for chat's `max_tokens`, and a 400's `param` (null: the API's errors carry none). */
+  maxTokensField: string;
+  param(body: any): string | null;
+  /** APIs with tools: a call forced to a tool whose schema the grammar engine refuses, and how the API names that schema. */
+  badTool?: { body(model: string): object; field: string };
+  /** APIs whose output is typed blocks: each block's type in order, unary and streamed. */
+  blockTypes?: { unary(body: any): string[]; stream(text: string): string[]; interleaved: string[] };
 }
+
+/** The grammar engine refuses `uniqueItems`: a forced call to this tool is a 400 from the pipeline. */
+const BAD_SCHEMA = { type: 'array', uniqueItems: true };
+/** Text, a call, then text again: blocks in the order the model produced them. */
+const INTERLEAVED_TEXT = `Checking.\n<tool_call>\n{"name":"get_weather","arguments":{"city":"Oslo"}}\n</tool_call>\nDone.`;
 
 const TOOL = { name: 'get_weather', description: 'Weather', parameters: { type: 'object', properties: { city: { type: 'string' } }, required: ['city'] } };
 const REASONING = 'the user wants a greeting';
@@ -53,6 +65,8 @@ function sseEvents(text: string): Array<{ event?: string; data: string }> {
       return m[1] !== undefined ? { event: m[1], data: m[2]! } : { data: m[2]! };
     });
 }
+
+const openAiParam = (body: any): string | null => body.error.param;
 
 function openAiError(body: any, status: number): string {
   expect(Object.keys(body)).toEqual(['error']);
@@ -94,6 +108,12 @@ const CONTRACTS: Contract[] = [
     finish: { stop: 'stop', toolCalls: 'tool_calls' },
     error: openAiError,
     invalid: { body: { model: 'plain-model', messages: 'hi' }, names: 'messages' },
+    maxTokensField: 'max_tokens',
+    param: openAiParam,
+    badTool: {
+      body: (model) => ({ model, messages: [{ role: 'user', content: 'hi' }], max_tokens: 20, tools: [{ type: 'function', function: { name: 'tag', parameters: BAD_SCHEMA } }], tool_choice: 'required' }),
+      field: 'tools[0].function.parameters',
+    },
   },
   {
     name: 'completions',
@@ -111,6 +131,8 @@ const CONTRACTS: Contract[] = [
     finish: { stop: 'stop', toolCalls: 'stop' },
     error: openAiError,
     invalid: { body: { model: 'plain-model', prompt: 5 }, names: 'prompt' },
+    maxTokensField: 'max_tokens',
+    param: openAiParam,
   },
   {
     name: 'openai responses',
@@ -155,6 +177,17 @@ const CONTRACTS: Contract[] = [
     finish: { stop: 'stop', toolCalls: 'tool_calls' },
     error: openAiError,
     invalid: { body: { model: 'plain-model', input: [{ role: 'user', content: [{ type: 'input_image', image_url: 'https://x/y.png' }] }] }, names: 'input_image' },
+    maxTokensField: 'max_output_tokens',
+    param: openAiParam,
+    badTool: {
+      body: (model) => ({ model, input: 'hi', max_output_tokens: 20, tools: [{ type: 'function', name: 'tag', parameters: BAD_SCHEMA }], tool_choice: 'required' }),
+      field: 'tools[0].parameters',
+    },
+    blockTypes: {
+      unary: (body) => body.output.map((item: any) => item.type),
+      stream: (text) => sseEvents(text).map((e) => JSON.parse(e.data)).filter((d) => d.type === 'response.output_item.added').map((d) => d.item.type),
+      interleaved: ['message', 'function_call', 'message'],
+    },
   },
   {
     name: 'anthropic messages',
@@ -218,6 +251,18 @@ const CONTRACTS: Contract[] = [
       return body.error.message as string;
     },
     invalid: { body: { model: 'plain-model', messages: [{ role: 'user', content: 'hi' }] }, names: 'max_tokens' },
+    maxTokensField: 'max_tokens',
+    // Anthropic's error body has no param; the message names the field.
+    param: () => null,
+    badTool: {
+      body: (model) => ({ model, max_tokens: 20, messages: [{ role: 'user', content: 'hi' }], tools: [{ name: 'tag', input_schema: BAD_SCHEMA }], tool_choice: { type: 'any' } }),
+      field: 'tools[0].input_schema',
+    },
+    blockTypes: {
+      unary: (body) => body.content.map((block: any) => block.type),
+      stream: (text) => sseEvents(text).map((e) => JSON.parse(e.data)).filter((d) => d.type === 'content_block_start').map((d) => d.content_block.type),
+      interleaved: ['text', 'tool_use', 'text'],
+    },
   },
 ];
 
@@ -227,10 +272,11 @@ describe('ApiCodec contract: every generation route, through handle()', () => {
     t = await startTestFrontend({ toolCallParser: 'hermes', reasoningParser: 'think', unavailableCooldownMs: 0, migrationWaitMs: 0 }, async (cluster) => {
       await cluster.addWorker({ text: PLAIN_TEXT }, { name: 'plain-model' });
       await cluster.addWorker({ text: TOOL_TEXT }, { name: 'tool-model' });
+      await cluster.addWorker({ text: INTERLEAVED_TEXT }, { name: 'interleaved-model' });
       // Each call dies after 3 tokens: 8 letters and EOS take three workers' turns (two migrations, never back to a worker that failed).
       for (let i = 0; i < 3; i++) await cluster.addWorker({ text: MIGRATED, dieAfterTokens: 3 }, { name: 'dying-model' });
     });
-    await waitFor(() => t.frontend.models.names().length === 3);
+    await waitFor(() => t.frontend.models.names().length === 4);
   });
   afterAll(() => t.close());
 
@@ -278,6 +324,36 @@ describe('ApiCodec contract: every generation route, through handle()', () => {
         expect(get.status).toBe(405);
         c.error(get.json(), 405);
       });
+
+      it('a 400 from the pipeline names the API’s own field: the context length on its max-tokens field', async () => {
+        const res = await post(c.path, { ...c.body('plain-model', false, false), [c.maxTokensField]: 100_000 });
+        expect(res.status).toBe(400);
+        expect(c.error(res.json(), 400)).toMatch(/maximum context length is 256 tokens/);
+        if (c.param === openAiParam) expect(res.json<any>().error).toMatchObject({ code: 'context_length_exceeded', param: c.maxTokensField });
+        else expect(c.param(res.json())).toBeNull();
+      });
+
+      if (c.badTool) {
+        const badTool = c.badTool;
+        it('a forced tool whose schema does not compile: the 400 names the schema as this API spells it', async () => {
+          const res = await post(c.path, badTool.body('plain-model'));
+          expect(res.status).toBe(400);
+          const message = c.error(res.json(), 400);
+          expect(message.startsWith(`'${badTool.field}' (function 'tag')`), message).toBe(true);
+          if (c.param === openAiParam) expect(c.param(res.json())).toBe(badTool.field);
+        });
+      }
+
+      if (c.blockTypes) {
+        const blocks = c.blockTypes;
+        it('blocks come in the order the model produced them (text, call, text), unary as streamed', async () => {
+          const unary = await post(c.path, c.body('interleaved-model', false, true));
+          expect(blocks.unary(unary.json())).toEqual(blocks.interleaved);
+          const streamed = await post(c.path, c.body('interleaved-model', true, true));
+          expect(blocks.stream(streamed.text)).toEqual(blocks.interleaved);
+          expect(c.stream(streamed.text)).toEqual(c.unary(unary.json()));
+        });
+      }
 
       it('migration: workers dying mid-stream are invisible to the client, streamed and unary', async () => {
         for (const stream of [false, true]) {

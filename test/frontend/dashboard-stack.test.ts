@@ -12,7 +12,6 @@
 import { request as httpRequest, type IncomingMessage } from 'node:http';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { CliStack } from '../harness/cli-stack.js';
-import { pollUntil } from '../harness/http.js';
 import { spawnCli, type Spawned } from '../harness/processes.js';
 import type { DashboardSnapshot, RequestRecord } from '../../frontend/dashboard/snapshot.js';
 
@@ -25,6 +24,7 @@ class SnapshotReader {
   frames = 0;
   retry: number | undefined;
   private buf = '';
+  private readonly waiters = new Set<(s: DashboardSnapshot) => void>();
 
   constructor(readonly res: IncomingMessage) {
     res.setEncoding('utf8');
@@ -41,8 +41,29 @@ class SnapshotReader {
         if (lines.includes('event: snapshot') && data) {
           this.latest = JSON.parse(data.slice('data: '.length)) as DashboardSnapshot;
           this.frames++;
+          for (const waiter of [...this.waiters]) waiter(this.latest);
         }
       }
+    });
+  }
+
+  /**
+   * The first value `find` gives for the latest snapshot or one of the next `frames` snapshots;
+   * undefined once that many more arrived without it. Driven by the frames themselves (the
+   * dashboard sends about one a second), never by a clock.
+   */
+  within<T>(frames: number, find: (s: DashboardSnapshot) => T | undefined): Promise<T | undefined> {
+    const now = this.latest !== undefined ? find(this.latest) : undefined;
+    if (now !== undefined) return Promise.resolve(now);
+    return new Promise((resolve) => {
+      let left = frames;
+      const waiter = (s: DashboardSnapshot): void => {
+        const found = find(s);
+        if (found === undefined && --left > 0) return;
+        this.waiters.delete(waiter);
+        resolve(found);
+      };
+      this.waiters.add(waiter);
     });
   }
 
@@ -114,14 +135,15 @@ describe('dashboard on a real frontend and mocker fleet', () => {
   it('snapshots list both workers of the aggregated pool, with load and kv totals', async () => {
     const reader = new SnapshotReader(await openEvents(stack.url, AUTH));
     try {
-      await pollUntil('a snapshot', () => reader.latest !== undefined, 10_000);
+      expect(await reader.within(1, (snap) => snap)).toBeDefined();
       expect(reader.retry).toBeGreaterThan(0);
       const workers = aggregatedWorkers(reader.latest, stack.model);
       expect(workers.map((w) => w.instanceId).sort()).toEqual(stack.workers.map((w) => w.instanceId).sort());
       expect(workers.every((w) => w.state === 'ready' && w.kvTotalBlocks > 0)).toBe(true);
       expect(reader.latest!.routing.mode).toBe('kv');
       // About 1 Hz: a second frame comes.
-      await pollUntil('a second snapshot', () => reader.frames >= 2, 10_000);
+      await reader.within(2, () => undefined);
+      expect(reader.frames).toBeGreaterThanOrEqual(2);
     } finally {
       reader.close();
     }
@@ -166,8 +188,9 @@ describe('dashboard on a real frontend and mocker fleet', () => {
     try {
       const victim = stack.workers[1]!;
       await stack.kill9(victim);
-      // Lease TTL 2 s; bound generously for a loaded machine.
-      await pollUntil('the killed worker gone', () => aggregatedWorkers(reader.latest, stack.model).find((w) => w.instanceId === victim.instanceId)?.state === 'gone', 20_000);
+      // Lease TTL 2 s, about two snapshots; bound generously, in frames, for a loaded machine.
+      const gone = await reader.within(30, (snap) => (aggregatedWorkers(snap, stack.model).find((w) => w.instanceId === victim.instanceId)?.state === 'gone' ? true : undefined));
+      expect(gone, 'the killed worker gone within 30 snapshots').toBe(true);
       const survivor = aggregatedWorkers(reader.latest, stack.model).find((w) => w.instanceId === stack.workers[0]!.instanceId);
       expect(survivor?.state).toBe('ready');
     } finally {
@@ -195,26 +218,34 @@ describe('dashboard with a standalone router', () => {
   });
 
   it("the router's published decision reaches the dashboard and names the header's worker", async () => {
-    const res = await fetch(`${stack.url}/v1/completions`, {
-      method: 'POST',
-      headers: { 'content-type': 'application/json' },
-      body: JSON.stringify({ model: stack.model, prompt: `a prompt for the standalone router ${'y'.repeat(100)}`, max_tokens: 4 }),
-    });
-    expect(res.status).toBe(200);
-    await res.text();
-    const id = res.headers.get('x-request-id')!;
-    const worker = res.headers.get('x-worker-instance-id')!;
-    const record = (await (await fetch(`${stack.url}/dashboard/api/requests/${id}`)).json()) as RequestRecord;
-    expect(record.workers).toEqual([worker]);
-    // The decision arrives over the event plane, possibly after the response: poll the snapshot.
-    let decision: DashboardSnapshot['routing']['decisions'][number] | undefined;
-    await pollUntil('the decision in the snapshot', async () => {
-      const snap = (await (await fetch(`${stack.url}/dashboard/api/snapshot`)).json()) as DashboardSnapshot;
-      decision = snap.routing.decisions.find((d) => d.requestId === id);
-      return decision !== undefined && decision.decidedBy !== 'frontend';
-    }, 15_000, 100).catch(() => undefined);
-    expect(decision?.winner).toBe(worker);
-    expect(decision?.decidedBy).not.toBe('frontend');
-    expect(decision?.candidates.map((c) => c.instanceId).sort()).toEqual(stack.workers.map((w) => w.instanceId).sort());
-  });
+    // The frontend hears `router_decisions` once its event-plane stream to the router is open; a
+    // decision published before that (a loaded box may take seconds) is not kept for it. So the
+    // test sends requests until one's decision arrives, each given three dashboard snapshots
+    // after its response, and checks that decision: waits by the SSE stream's frames, no clock.
+    const reader = new SnapshotReader(await openEvents(stack.url));
+    try {
+      let seen: { id: string; worker: string; decision: DashboardSnapshot['routing']['decisions'][number] } | undefined;
+      for (let attempt = 0; seen === undefined; attempt++) {
+        expect(attempt, 'no request of 20 had its router decision reach the dashboard').toBeLessThan(20);
+        const res = await fetch(`${stack.url}/v1/completions`, {
+          method: 'POST',
+          headers: { 'content-type': 'application/json' },
+          body: JSON.stringify({ model: stack.model, prompt: `a prompt for the standalone router ${'y'.repeat(100)} ${attempt}`, max_tokens: 4 }),
+        });
+        expect(res.status).toBe(200);
+        await res.text();
+        const id = res.headers.get('x-request-id')!;
+        const worker = res.headers.get('x-worker-instance-id')!;
+        const record = (await (await fetch(`${stack.url}/dashboard/api/requests/${id}`)).json()) as RequestRecord;
+        expect(record.workers).toEqual([worker]);
+        const decision = await reader.within(3, (snap) => snap.routing.decisions.find((d) => d.requestId === id && d.decidedBy !== 'frontend'));
+        if (decision) seen = { id, worker, decision };
+      }
+      expect(seen.decision.winner).toBe(seen.worker);
+      expect(seen.decision.decidedBy).not.toBe('frontend');
+      expect(seen.decision.candidates.map((c) => c.instanceId).sort()).toEqual(stack.workers.map((w) => w.instanceId).sort());
+    } finally {
+      reader.close();
+    }
+  }, 120_000);
 });

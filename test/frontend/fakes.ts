@@ -46,7 +46,7 @@ class ByteDetokenizer implements TextDetokenizer {
 
   constructor(private readonly stops: readonly string[]) {}
 
-  push(tokenIds: readonly number[]): { text: string; stopped: boolean } {
+  push(tokenIds: readonly number[]): { text: string; stopped: boolean; stopString?: string } {
     if (this.stopped) return { text: '', stopped: true };
     const bytes = Uint8Array.from(tokenIds.filter((id) => id < 256));
     const text = this.held + this.decoder.decode(bytes, { stream: true });

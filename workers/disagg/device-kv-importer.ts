@@ -33,8 +33,6 @@ export interface DeviceKvImporterOptions extends KvImportServiceOptions {
   engine: DeviceKvEngine;
   layout: KvLayoutDescriptor;
   placement: KvPlacement;
-  /** Layer-wise streaming into staging blocks of this pool (device-kv-prefetch.ts). */
-  devicePrefetcher?: LayerPrefetcher;
 }
 
 /** SIMT pools are exported like CUDA ones: for the choice, a pair of them is a CUDA pair. */
@@ -44,11 +42,21 @@ function forChoice(p: KvPlacement, other: KvPlacement): KvPlacement {
 
 export class DeviceKvImporter extends KvImportService {
   private readonly peers = new Map<InstanceId, { handle: string; peer: number }>();
+  private devicePrefetcher: LayerPrefetcher | undefined;
   numPeerCopies = 0;
   numStagedCopies = 0;
 
   constructor(private readonly device: DeviceKvImporterOptions) {
     super(device);
+  }
+
+  /**
+   * Layer-wise streaming into staging blocks of this pool (device-kv-prefetch.ts): hand-offs it
+   * prefetched are adopted from it. Set once, after construction (the prefetcher maps peers
+   * through this importer).
+   */
+  useDevicePrefetcher(prefetcher: LayerPrefetcher): void {
+    this.devicePrefetcher = prefetcher;
   }
 
   /** The prefill instance left discovery: unmap its pool. */
@@ -78,7 +86,7 @@ export class DeviceKvImporter extends KvImportService {
     const n = job.localBlockIds.length;
     if (n === 0) return { ok: true, blocks: 0, bytes: 0, seconds: 0 };
     const started = performance.now();
-    if ((await this.device.devicePrefetcher?.adopt(job)) === 'adopted') {
+    if ((await this.devicePrefetcher?.adopt(job)) === 'adopted') {
       return { ok: true, blocks: n, bytes: n * source.blockBytes, seconds: (performance.now() - started) / 1000, transport: 'cuda-ipc', streamed: true };
     }
     const local = this.device.layout;

@@ -1,27 +1,62 @@
 /**
  * The Messages API's output vocabulary in one table, read by both the stream encoder and the
  * unary body (as grammar/tool-calls/formats.ts is read by both the forcing grammar and the
- * parsers): each content block kind's start shape, its delta type and the delta's field; the
- * stop reasons; and the error types by code.
+ * parsers): for each kind of block the sequencer (../content-blocks.ts) makes, its Anthropic
+ * content block — start shape, delta type and field, whole shape; the stop reasons; the error
+ * types by code; and the request fields chat validation names by their Messages names.
  */
 import type { ApiErrorCode } from '../../errors.js';
 import type { ChatFinishReason } from '../../openai/chat-output.js';
-
-export type BlockKind = 'text' | 'thinking' | 'tool_use';
+import type { Block, BlockKind } from '../content-blocks.js';
+import type { ParamNames } from '../param-names.js';
 
 export interface BlockSpec {
-  /** The `content_block` of `content_block_start` (tool_use adds id and name). */
-  start: Readonly<Record<string, unknown>>;
+  /** The `content_block` of `content_block_start`. */
+  start(block: Block): Record<string, unknown>;
   /** `content_block_delta`'s `delta.type`. */
   delta: string;
   /** The field of that delta that carries the text. */
   field: string;
+  /** The block whole, as the unary message's `content` holds it. */
+  whole(block: Block): Record<string, unknown>;
+}
+
+/** A tool call's argument text as the `input` object (a cut-off call's prefix becomes {}). */
+export function toolInput(args: string): unknown {
+  try {
+    const value: unknown = JSON.parse(args);
+    return value !== null && typeof value === 'object' && !Array.isArray(value) ? value : {};
+  } catch {
+    return {};
+  }
 }
 
 export const BLOCKS: Readonly<Record<BlockKind, BlockSpec>> = {
-  text: { start: { type: 'text', text: '' }, delta: 'text_delta', field: 'text' },
-  thinking: { start: { type: 'thinking', thinking: '', signature: '' }, delta: 'thinking_delta', field: 'thinking' },
-  tool_use: { start: { type: 'tool_use', input: {} }, delta: 'input_json_delta', field: 'partial_json' },
+  text: { start: () => ({ type: 'text', text: '' }), delta: 'text_delta', field: 'text', whole: (b) => ({ type: 'text', text: b.text }) },
+  reasoning: {
+    start: () => ({ type: 'thinking', thinking: '', signature: '' }),
+    delta: 'thinking_delta',
+    field: 'thinking',
+    whole: (b) => ({ type: 'thinking', thinking: b.text, signature: '' }),
+  },
+  tool_call: {
+    start: (b) => ({ type: 'tool_use', id: b.call?.id, name: b.call?.name, input: {} }),
+    delta: 'input_json_delta',
+    field: 'partial_json',
+    whole: (b) => ({ type: 'tool_use', id: b.call?.id, name: b.call?.name, input: toolInput(b.text) }),
+  },
+};
+
+/**
+ * Chat request fields → the Messages fields they came from (messages-request.ts translates one
+ * into the other), so a 400 from chat validation or the pipeline names what the client sent.
+ */
+export const MESSAGES_PARAMS: ParamNames = {
+  stop: 'stop_sequences',
+  max_completion_tokens: 'max_tokens',
+  // Anthropic tools are flat: `tools[i].input_schema`, `tools[i].name`.
+  tools: (rest) => `tools${rest.replace(/^(\[\d+\])\.function\.parameters/, '$1.input_schema').replace(/^(\[\d+\])\.function\./, '$1.')}`,
+  parallel_tool_calls: () => 'tool_choice.disable_parallel_tool_use',
 };
 
 /** `stop_reason` when one of the request's `stop_sequences` ended the output. */

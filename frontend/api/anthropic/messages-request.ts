@@ -3,18 +3,16 @@
  * own shape (content blocks, `max_tokens` required, `tool_choice` kinds) and translated to the
  * chat fields; the chat request's own validation (openai/validate.ts) then runs on the result,
  * so sampling bounds, tools and forced-call grammars are checked in exactly one place. A 400
- * names the Anthropic field.
+ * names the Anthropic field: this file's own refusals do, and chat's are renamed by the codec's
+ * table (messages-events.ts `MESSAGES_PARAMS`) where the handler answers.
  */
 import { isObject } from '../../../proto/wire.js';
-import { ApiError, badRequest, quoteInput } from '../../errors.js';
+import { badRequest, quoteInput, type ApiError } from '../../errors.js';
 import { parseChatRequest, type ChatGenerationRequest } from '../../openai/validate.js';
 
 type Body = Record<string, unknown>;
 
 const present = (body: Body, key: string): boolean => body[key] !== undefined && body[key] !== null;
-
-/** Chat field → the Messages field it came from, for the `param` of a 400 raised by chat validation. */
-const PARAM_NAMES: Readonly<Record<string, string>> = { stop: 'stop_sequences', max_completion_tokens: 'max_tokens', tool_choice: 'tool_choice', tools: 'tools' };
 
 /** Fields beyond Anthropic's that pass to the chat request as they are (documented in docs/). */
 const EXTENSIONS = ['seed', 'structured_outputs', 'chat_template_kwargs', 'ignore_eos', 'min_tokens'] as const;
@@ -190,13 +188,5 @@ export function parseMessagesRequest(body: unknown, countOnly = false): ChatGene
     chat.tool_choice = choice;
     chat.parallel_tool_calls = parallel;
   }
-  try {
-    return parseChatRequest(chat);
-  } catch (err) {
-    if (err instanceof ApiError && err.param !== null && PARAM_NAMES[err.param] !== undefined && PARAM_NAMES[err.param] !== err.param) {
-      const param = PARAM_NAMES[err.param]!;
-      throw new ApiError(err.code, err.message.replaceAll(`'${err.param}'`, `'${param}'`), param);
-    }
-    throw err;
-  }
+  return parseChatRequest(chat);
 }

@@ -1,8 +1,11 @@
 /**
  * Codec 3: OpenAI's Responses API, `POST /v1/responses`. The request becomes a chat request
- * (responses-request.ts); the output goes through the same ChatOutputParser chat uses, and its
- * parts become output items — `reasoning`, `message`, `function_call` — in the order the model
- * produced them. Item shapes and events come from responses-events.ts.
+ * (responses-request.ts); the output goes through the one content-block sequencer
+ * (../content-blocks.ts, over the ChatOutputParser chat uses), whose blocks become output items —
+ * `reasoning`, `message`, `function_call` — in the order the model produced them, streamed and
+ * unary alike. Item shapes, events and the request fields' names come from responses-events.ts.
+ * `usage.output_tokens_details.reasoning_tokens` is the sequencer's count; a message's
+ * `output_text` carries its tokens' logprobs when `include` asks for them.
  *
  * Stream: response.created, response.in_progress, then per item output_item.added
  * (content_part.added, *.delta…, *.done, content_part.done) output_item.done, then
@@ -11,35 +14,38 @@
  * kept for GET and for `previous_response_id`.
  */
 import { randomBytes } from 'node:crypto';
+import type { TokenLogprob } from '../../../proto/wire.js';
 import { ApiError, errorBody } from '../../errors.js';
-import { chatOutputParser, type ChatOutputParser, type ChatOutputStep } from '../../openai/chat-output.js';
+import { chatLogprobs, TokenNamer, type ChatLogprobEntry } from '../../openai/format.js';
 import type { OpenAiFinishReason, PreparedGeneration, Usage } from '../../pipeline/generation.js';
 import { eventFrame, type ApiCodec, type FrameSink, type StreamEncoder, type UnaryEncoder } from '../codec.js';
-import { ENDINGS, ITEMS, type ItemKind } from './responses-events.js';
+import { BlockSequencer, type BlockHooks, type BlocksEnd, type BlockKind } from '../content-blocks.js';
+import { ENDINGS, ITEMS, RESPONSES_PARAMS } from './responses-events.js';
 import type { ResponseStore } from './response-store.js';
 import { parseResponsesRequest, type ResponsesRequestInfo } from './responses-request.js';
 
 type Item = Record<string, unknown>;
 
-const itemId = (kind: ItemKind): string => `${ITEMS[kind].idPrefix}${randomBytes(12).toString('hex')}`;
+const itemId = (kind: BlockKind): string => `${ITEMS[kind].idPrefix}${randomBytes(12).toString('hex')}`;
 
 function infoOf(prepared: PreparedGeneration): ResponsesRequestInfo {
   return prepared.input.api as ResponsesRequestInfo;
 }
 
-function usageBody(usage: Usage | null): object | null {
+/** `reasoningTokens`: the sequencer's count of generated tokens spent reasoning (part of output_tokens). */
+function usageBody(usage: Usage | null, reasoningTokens: number): object | null {
   if (usage === null) return null;
   return {
     input_tokens: usage.promptTokens,
     input_tokens_details: { cached_tokens: usage.cachedTokens },
     output_tokens: usage.completionTokens,
-    output_tokens_details: { reasoning_tokens: 0 },
+    output_tokens_details: { reasoning_tokens: reasoningTokens },
     total_tokens: usage.promptTokens + usage.completionTokens,
   };
 }
 
 /** The response object, in any state. */
-export function responseObject(prepared: PreparedGeneration, status: string, output: Item[], usage: Usage | null, extra: Record<string, unknown> = {}): Record<string, unknown> {
+export function responseObject(prepared: PreparedGeneration, status: string, output: Item[], usage: Usage | null, reasoningTokens = 0, extra: Record<string, unknown> = {}): Record<string, unknown> {
   const info = infoOf(prepared);
   return {
     id: prepared.id,
@@ -61,9 +67,10 @@ export function responseObject(prepared: PreparedGeneration, status: string, out
     text: info.text,
     tool_choice: info.toolChoice,
     tools: info.tools,
+    top_logprobs: info.topLogprobs,
     top_p: info.topP,
     truncation: 'disabled',
-    usage: usageBody(usage),
+    usage: usageBody(usage, reasoningTokens),
     user: info.user,
     metadata: info.metadata,
     ...extra,
@@ -84,29 +91,89 @@ function assistantMessage(items: Item[]): Record<string, unknown> {
 }
 
 /** The finished response: its object (stored when asked) and the reason it records. */
-function finished(store: ResponseStore, prepared: PreparedGeneration, parser: ChatOutputParser | undefined, reason: OpenAiFinishReason, items: Item[], usage: Usage): { response: Record<string, unknown>; event: string; finishReason: string } {
+function finished(store: ResponseStore, prepared: PreparedGeneration, end: BlocksEnd, reason: OpenAiFinishReason, items: Item[], usage: Usage): { response: Record<string, unknown>; event: string; finishReason: string } {
   const ending = ENDINGS[reason];
-  const response = responseObject(prepared, ending.status, items, usage, { incomplete_details: ending.incomplete });
+  const response = responseObject(prepared, ending.status, items, usage, end.reasoningTokens, { incomplete_details: ending.incomplete });
   const info = infoOf(prepared);
   if (info.store) store.put(prepared.id, response, [...info.conversation, assistantMessage(items)]);
-  return { response, event: ending.event, finishReason: parser ? parser.finishReason(reason) : reason };
+  return { response, event: ending.event, finishReason: end.finishReason };
 }
 
 /** What a started response's items are so far, for `/cancel` and `GET` while it generates. */
 const liveItems = new WeakMap<PreparedGeneration, () => Item[]>();
 
+/**
+ * One response's output items, stream or unary: the sequencer's blocks become items (ITEMS), each
+ * closed item kept in order. `frames` is the stream's event writer; the unary answer has none.
+ */
+class ResponseItems {
+  readonly items: Item[] = [];
+  private readonly ids: string[] = [];
+  private readonly namer: TokenNamer | undefined;
+
+  constructor(
+    prepared: PreparedGeneration,
+    private readonly frames?: { send(out: FrameSink, event: string, body: object): void; seq(): number },
+  ) {
+    // `include: ["message.output_text.logprobs"]` asked for them (the request then carries `logprobs`).
+    this.namer = prepared.input.logprobs !== undefined ? new TokenNamer(prepared.codec, false) : undefined;
+    liveItems.set(prepared, () => [...this.items]);
+  }
+
+  logprobs(entries: readonly TokenLogprob[]): ChatLogprobEntry[] {
+    return this.namer && entries.length > 0 ? chatLogprobs(entries, this.namer) : [];
+  }
+
+  readonly hooks: BlockHooks<FrameSink | undefined> = {
+    // The whole item (its done events, the response's output) carries the text.
+    keepsText: true,
+    open: (block, out) => {
+      const id = itemId(block.kind);
+      this.ids[block.index] = id;
+      if (!this.frames || !out) return;
+      const spec = ITEMS[block.kind];
+      this.frames.send(out, 'response.output_item.added', { output_index: block.index, item: spec.opened(id, block) });
+      if (spec.part) this.frames.send(out, 'response.content_part.added', { item_id: id, output_index: block.index, content_index: 0, part: spec.part });
+    },
+    delta: (block, text, logprobs, out) => {
+      if (!this.frames || !out) return undefined;
+      const id = this.ids[block.index]!;
+      const spec = ITEMS[block.kind];
+      // The per-token frame: built from strings so only the text (and any logprobs) go through JSON.stringify.
+      const where = spec.part ? `,"item_id":"${id}","output_index":${block.index},"content_index":0` : `,"item_id":"${id}","output_index":${block.index}`;
+      const tail = block.kind === 'text' ? `,"logprobs":${logprobs.length > 0 ? JSON.stringify(this.logprobs(logprobs)) : '[]'}}` : '}';
+      return out.frame(`event: ${spec.delta}\ndata: {"type":"${spec.delta}","sequence_number":${this.frames.seq()}${where},"delta":${JSON.stringify(text)}${tail}\n\n`);
+    },
+    close: (block, out) => {
+      const id = this.ids[block.index]!;
+      const spec = ITEMS[block.kind];
+      const logprobs = block.kind === 'text' ? this.logprobs(block.logprobs) : [];
+      const item = spec.closed(id, block, logprobs);
+      if (this.frames && out) {
+        if (spec.part) {
+          this.frames.send(out, spec.done, { item_id: id, output_index: block.index, content_index: 0, text: block.text, ...(block.kind === 'text' ? { logprobs } : {}) });
+          this.frames.send(out, 'response.content_part.done', { item_id: id, output_index: block.index, content_index: 0, part: (item.content as object[])[0] });
+        } else {
+          this.frames.send(out, spec.done, { item_id: id, output_index: block.index, name: block.call?.name, arguments: block.text });
+        }
+        this.frames.send(out, 'response.output_item.done', { output_index: block.index, item });
+      }
+      this.items.push(item);
+    },
+  };
+}
+
 class ResponsesStream implements StreamEncoder {
-  private readonly parser: ChatOutputParser | undefined;
   private seq = 0;
-  private readonly items: Item[] = [];
-  private current: { kind: ItemKind; id: string; index: number; text: string; extra: Record<string, unknown> } | undefined;
+  private readonly output: ResponseItems;
+  private readonly blocks: BlockSequencer<FrameSink | undefined>;
 
   constructor(
     private readonly store: ResponseStore,
     private readonly prepared: PreparedGeneration,
   ) {
-    this.parser = chatOutputParser(prepared.input);
-    liveItems.set(prepared, () => [...this.items]);
+    this.output = new ResponseItems(prepared, { send: (out, event, body) => void this.send(out, event, body), seq: () => this.seq++ });
+    this.blocks = new BlockSequencer(prepared, this.output.hooks);
   }
 
   private event(event: string, body: object): string {
@@ -123,62 +190,12 @@ class ResponsesStream implements StreamEncoder {
     this.send(out, 'response.in_progress', { response });
   }
 
-  private openItem(out: FrameSink, kind: ItemKind, extra: Record<string, unknown> = {}): void {
-    this.closeItem(out);
-    const spec = ITEMS[kind];
-    const id = itemId(kind);
-    const index = this.items.length;
-    this.current = { kind, id, index, text: '', extra };
-    this.send(out, 'response.output_item.added', { output_index: index, item: spec.opened(id, extra) });
-    if (spec.part) this.send(out, 'response.content_part.added', { item_id: id, output_index: index, content_index: 0, part: spec.part });
-  }
-
-  private closeItem(out: FrameSink): void {
-    const c = this.current;
-    if (c === undefined) return;
-    this.current = undefined;
-    const spec = ITEMS[c.kind];
-    const item = spec.closed(c.id, c.text, c.extra);
-    if (spec.part) {
-      this.send(out, spec.done, { item_id: c.id, output_index: c.index, content_index: 0, text: c.text, ...(c.kind === 'message' ? { logprobs: [] } : {}) });
-      this.send(out, 'response.content_part.done', { item_id: c.id, output_index: c.index, content_index: 0, part: { ...spec.part, text: c.text } });
-    } else {
-      this.send(out, spec.done, { item_id: c.id, output_index: c.index, name: c.extra.name, arguments: c.text });
-    }
-    this.send(out, 'response.output_item.done', { output_index: c.index, item });
-    this.items.push(item);
-  }
-
-  private deltaIn(out: FrameSink, kind: ItemKind, text: string): Promise<void> | undefined {
-    if (this.current?.kind !== kind) this.openItem(out, kind);
-    const c = this.current!;
-    c.text += text;
-    // The per-token frame: built from strings so only the text goes through JSON.stringify.
-    const event = ITEMS[kind].delta;
-    const where = ITEMS[kind].part ? `,"item_id":"${c.id}","output_index":${c.index},"content_index":0` : `,"item_id":"${c.id}","output_index":${c.index}`;
-    const tail = kind === 'message' ? ',"logprobs":[]}' : '}';
-    return out.frame(`event: ${event}\ndata: {"type":"${event}","sequence_number":${this.seq++}${where},"delta":${JSON.stringify(text)}${tail}\n\n`);
-  }
-
-  private step(out: FrameSink, step: ChatOutputStep): Promise<void> | undefined {
-    let backpressure: Promise<void> | undefined;
-    if (step.reasoning.length > 0) backpressure = this.deltaIn(out, 'reasoning', step.reasoning);
-    if (step.content.length > 0) backpressure = this.deltaIn(out, 'message', step.content);
-    for (const call of step.toolCalls) {
-      if (call.id !== undefined) this.openItem(out, 'function_call', { call_id: call.id, name: call.name ?? '' });
-      if (call.arguments !== undefined && call.arguments.length > 0) backpressure = this.deltaIn(out, 'function_call', call.arguments);
-    }
-    return backpressure;
-  }
-
-  delta(text: string, _logprobs: unknown, out: FrameSink): Promise<void> | undefined {
-    return this.step(out, this.parser ? this.parser.push(text) : { reasoning: '', content: text, toolCalls: [] });
+  delta(text: string, logprobs: readonly TokenLogprob[] | undefined, out: FrameSink, tokens = 0): Promise<void> | undefined {
+    return this.blocks.push(text, tokens, logprobs, out);
   }
 
   finish(reason: OpenAiFinishReason, usage: Usage, out: FrameSink): { finishReason: string; backpressure: Promise<void> | undefined } {
-    if (this.parser) this.step(out, this.parser.finish());
-    this.closeItem(out);
-    const end = finished(this.store, this.prepared, this.parser, reason, this.items, usage);
+    const end = finished(this.store, this.prepared, this.blocks.finish(reason, out), reason, this.output.items, usage);
     return { finishReason: end.finishReason, backpressure: this.send(out, end.event, { response: end.response }) };
   }
 
@@ -190,32 +207,29 @@ class ResponsesStream implements StreamEncoder {
   error(err: ApiError): string {
     const body = errorBody(err).error;
     const status = err.code === 'cancelled' ? 'cancelled' : 'failed';
-    const response = responseObject(this.prepared, status, this.items, null, { error: { code: body.code, message: body.message } });
+    const response = responseObject(this.prepared, status, this.output.items, null, 0, { error: { code: body.code, message: body.message } });
     return this.event('response.failed', { response });
   }
 }
 
 class ResponsesUnary implements UnaryEncoder {
-  private text = '';
+  private readonly output: ResponseItems;
+  private readonly blocks: BlockSequencer<FrameSink | undefined>;
+
   constructor(
     private readonly store: ResponseStore,
     private readonly prepared: PreparedGeneration,
   ) {
-    liveItems.set(prepared, () => []);
+    this.output = new ResponseItems(prepared);
+    this.blocks = new BlockSequencer(prepared, this.output.hooks);
   }
 
-  add(text: string): void {
-    this.text += text;
+  add(text: string, logprobs: readonly TokenLogprob[] | undefined, tokens = 0): void {
+    this.blocks.push(text, tokens, logprobs, undefined);
   }
 
   body(reason: OpenAiFinishReason, usage: Usage): { body: object; finishReason: string } {
-    const parser = chatOutputParser(this.prepared.input);
-    const items: Item[] = [];
-    const out = parser ? parser.parseAll(this.text) : { reasoning: undefined, content: this.text, toolCalls: [] };
-    if (out.reasoning !== undefined && out.reasoning.length > 0) items.push(ITEMS.reasoning.closed(itemId('reasoning'), out.reasoning, {}));
-    if (out.content.length > 0) items.push(ITEMS.message.closed(itemId('message'), out.content, {}));
-    for (const call of out.toolCalls) items.push(ITEMS.function_call.closed(itemId('function_call'), call.arguments, { call_id: call.id, name: call.name }));
-    const end = finished(this.store, this.prepared, parser, reason, items, usage);
+    const end = finished(this.store, this.prepared, this.blocks.finish(reason, undefined), reason, this.output.items, usage);
     return { body: end.response, finishReason: end.finishReason };
   }
 }
@@ -228,6 +242,7 @@ export function responsesCodec(store: ResponseStore): ApiCodec {
     streamEncoder: (prepared) => new ResponsesStream(store, prepared),
     unaryEncoder: (prepared) => new ResponsesUnary(store, prepared),
     errorBody: (err) => errorBody(err),
+    paramNames: RESPONSES_PARAMS,
     // Before an encoder exists (a cut before the first token): a bare failed event.
     streamError: (err) => eventFrame('response.failed', JSON.stringify({ type: 'response.failed', sequence_number: 0, response: { status: 'failed', error: { code: errorBody(err).error.code, message: errorBody(err).error.message } } })),
     track: (prepared, cancel) =>

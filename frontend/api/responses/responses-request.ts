@@ -4,12 +4,15 @@
  * `previous_response_id`; `instructions` become the system message; `text.format` becomes
  * `response_format`; function tools stay function tools. The chat request's own validation then
  * runs on the result (openai/validate.ts), so sampling, tools, forced calls and output grammars
- * are checked in one place. A 400 names the Responses field.
+ * are checked in one place. A 400 names the Responses field: this file's own refusals do, and
+ * chat's are renamed by the codec's table (responses-events.ts `RESPONSES_PARAMS`) where the
+ * handler answers.
  */
 import { isObject } from '../../../proto/wire.js';
-import { ApiError, badRequest, quoteInput } from '../../errors.js';
+import { badRequest, quoteInput } from '../../errors.js';
 import { parseChatRequest, type ChatGenerationRequest } from '../../openai/validate.js';
 import type { ResponseStore } from './response-store.js';
+import { INCLUDABLE, INCLUDE_LOGPROBS } from './responses-events.js';
 
 type Body = Record<string, unknown>;
 type ChatMessageBody = Record<string, unknown>;
@@ -30,13 +33,11 @@ export interface ResponsesRequestInfo {
   maxOutputTokens: number | null;
   temperature: number | null;
   topP: number | null;
+  topLogprobs: number | null;
   metadata: Record<string, unknown>;
   user: string | null;
   createdAt: number;
 }
-
-/** Chat field → the Responses field, for the `param` of a 400 raised by chat validation. */
-const PARAM_NAMES: Readonly<Record<string, string>> = { max_tokens: 'max_output_tokens', response_format: 'text.format', messages: 'input' };
 
 /** Hosted tools OpenAI runs on its side; Tandem has none of them. */
 const BUILT_IN_TOOLS = new Set([
@@ -177,6 +178,16 @@ function translateFormat(text: unknown): { format: Record<string, unknown>; resp
   }
 }
 
+/** OpenAI's `include` list; true when it asks for the output text's logprobs. */
+function includesLogprobs(value: unknown): boolean {
+  if (value === undefined || value === null) return false;
+  if (!Array.isArray(value)) throw badRequest("'include' must be an array of strings", 'include');
+  value.forEach((entry: unknown, i) => {
+    if (typeof entry !== 'string' || !INCLUDABLE.has(entry)) throw badRequest(`'include[${i}]' must be one of ${[...INCLUDABLE].join(', ')}`, `include[${i}]`);
+  });
+  return value.includes(INCLUDE_LOGPROBS);
+}
+
 function num(body: Body, key: string): number | null {
   return typeof body[key] === 'number' ? (body[key] as number) : null;
 }
@@ -216,18 +227,17 @@ export function parseResponsesRequest(body: unknown, store: ResponseStore): Chat
     ...(present(body, 'parallel_tool_calls') ? { parallel_tool_calls: body.parallel_tool_calls } : {}),
     ...(present(body, 'user') ? { user: body.user } : {}),
   };
-  for (const key of EXTENSIONS) if (present(body, key)) chat[key] = body[key];
-  let request: ChatGenerationRequest;
-  try {
-    request = parseChatRequest(chat);
-  } catch (err) {
-    if (err instanceof ApiError && err.param !== null) {
-      const root = err.param.split(/[.[]/, 1)[0]!;
-      const renamed = PARAM_NAMES[root];
-      if (renamed !== undefined) throw new ApiError(err.code, err.message.replaceAll(`'${root}`, `'${renamed}`), renamed + err.param.slice(root.length));
-    }
-    throw err;
+  // Logprobs come back only when `include` asks (as OpenAI: `top_logprobs` alone returns none);
+  // `top_logprobs` is checked either way, by chat's own bounds.
+  const logprobs = includesLogprobs(body.include);
+  if (logprobs) chat.logprobs = true;
+  if (present(body, 'top_logprobs')) {
+    chat.top_logprobs = body.top_logprobs;
+    chat.logprobs = true;
   }
+  for (const key of EXTENSIONS) if (present(body, key)) chat[key] = body[key];
+  const request = parseChatRequest(chat);
+  if (!logprobs) delete request.logprobs;
   if (present(body, 'metadata') && !isObject(body.metadata)) throw badRequest("'metadata' must be an object", 'metadata');
   const info: ResponsesRequestInfo = {
     instructions,
@@ -241,6 +251,7 @@ export function parseResponsesRequest(body: unknown, store: ResponseStore): Chat
     maxOutputTokens: num(body, 'max_output_tokens'),
     temperature: num(body, 'temperature'),
     topP: num(body, 'top_p'),
+    topLogprobs: num(body, 'top_logprobs'),
     metadata: isObject(body.metadata) ? body.metadata : {},
     user: typeof body.user === 'string' ? body.user : null,
     createdAt: Math.floor(Date.now() / 1000),

@@ -154,7 +154,11 @@ TD_GLOBAL void TD_LAUNCH_BOUNDS(kRowsThreads) decode_gemv_kernel(DecodeGemvArgs 
     const int items = g.m * (h1 - h0);
     for (int it = warp; it < items; it += nt / 32) qkv_rope_head(a.rope, it / (h1 - h0), h0 + it % (h1 - h0), lane);
     if (a.progress == nullptr || !last_block_arrive(a.counters + p.groups, p.groups, flag)) return;
-    if (tid == 0) *reinterpret_cast<volatile int64_t*>(a.progress) = a.progress_value;
+    if (tid == 0) {
+      // The host or a peer polls the flag: every group's K/V (seen through the counters) first.
+      td::threadfence_system();
+      *reinterpret_cast<volatile int64_t*>(a.progress) = a.progress_value;
+    }
     return;
   }
   if (!last_block_arrive(a.counters + tile, splits, flag)) return;
