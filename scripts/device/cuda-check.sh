@@ -52,7 +52,12 @@ serve() {
   local up=$!
   for _ in $(seq 1 120); do grep -q "Press Ctrl-C" "$log" && break; kill -0 $up 2>/dev/null || break; sleep 0.5; done
   cat "$log"
-  node scripts/device/serve-check.mjs "http://127.0.0.1:$port" "$OUT/serve.json" || rc=1
+  local corpus=scripts/device/schema-corpus.json
+  if [ ! -f "$corpus" ]; then  # in place (a dry run): made from the checkout as pack.sh makes it
+    corpus="$work/schema-corpus.json"
+    node --import tsx -e "import('$repo/test/grammar/schema-corpus.ts').then(({ SCHEMA_CORPUS }) => require('node:fs').writeFileSync('$corpus', JSON.stringify(SCHEMA_CORPUS)))" || rc=1
+  fi
+  TANDEM_SCHEMA_CORPUS="$corpus" node scripts/device/serve-check.mjs "http://127.0.0.1:$port" "$OUT/serve.json" || rc=1
   kill -INT $up 2>/dev/null
   wait $up
   return $rc
