@@ -30,8 +30,7 @@ for spec in "mean 31" "last 32"; do
     --out "$OUT/embedding-goldens/qwen3-embed-$pooling.json" || status=fail
 done
 # The pooling step on the GPU against the CPU backend (unverified until this runs on one).
-cp "$repo/scripts/device/embed-check.mjs" "$bundle/"
-cuda=$(cd "$bundle" && node embed-check.mjs "$work/models/qwen3-embed-mean" "${TANDEM_CHECK_DEVICE:-cuda}") || status=fail
+cuda=$(cd "$bundle" && node "$repo/scripts/device/embed-check.mjs" "$work/models/qwen3-embed-mean" "${TANDEM_CHECK_DEVICE:-cuda}") || status=fail
 printf '{"status": "%s", "sentence_transformers": "%s", "cuda_embed": %s}\n' "$status" "$(python3 -c 'import sentence_transformers as s; print(s.__version__)' 2>/dev/null)" "${cuda:-null}" >"$OUT/embedding-goldens.json"
 cat "$OUT/embedding-goldens.json"
 [ "$status" = pass ]
