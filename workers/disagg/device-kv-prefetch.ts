@@ -20,9 +20,7 @@ import type { KvTransferParams } from '../../proto/wire.js';
 import type { KvImportJob } from '../engine-loop/index.js';
 import type { NativeEngine } from '../engines/native/index.js';
 import { blocksCovering, peerLayout, type KvLayoutDescriptor, type KvTransferAgent } from '../kv-transfer/index.js';
-import { remoteLayerSource, slotFromWire } from './layer-progress-region.js';
-import { streamLayers } from './layer-ready.js';
-import { PrefetchTable, type LayerPrefetcher, type PrefetchHooks } from './prefetch-table.js';
+import { PrefetchTable, streamFromSlot, type LayerPrefetcher, type PrefetchHooks } from './prefetch-table.js';
 
 /** Staging blocks a decode worker keeps out of its scheduler for layer-wise prefetches. */
 export function stagingBlocksFor(numBlocks: number, contextTokens: number, blockSize: number): number {
@@ -87,20 +85,9 @@ export class DeviceKvPrefetcher implements LayerPrefetcher {
     const srcIds = Int32Array.from(source.blockIds.slice(0, span.numBlocks));
     const dstIds = Int32Array.from(blocks);
     const { engine, agent } = this.options;
-    this.table.add(source, blocks, async (signal) => {
-      const progress = remoteLayerSource(agent, slotFromWire(slot), { intervalMs: 1, timeoutMs: this.options.pullTimeoutMs, signal });
-      try {
-        return await streamLayers({
-          source: progress,
-          copy: async (range) => {
-            if (signal.aborted) throw new Error('prefetch dropped');
-            await engine.kvCopyFromPeer(peer, srcIds, dstIds, [range.first, range.end], 0);
-          },
-        });
-      } finally {
-        progress.close();
-      }
-    });
+    this.table.add(source, blocks, (signal) =>
+      streamFromSlot(agent, slot, this.options.pullTimeoutMs, signal, (range) => engine.kvCopyFromPeer(peer, srcIds, dstIds, [range.first, range.end], 0)),
+    );
     return true;
   }
 

@@ -18,9 +18,8 @@
 import type { KvTransferParams } from '../../proto/wire.js';
 import type { KvImportJob } from '../engine-loop/index.js';
 import type { KvPool, KvTransferAgent, KvTransferDescriptor } from '../kv-transfer/index.js';
-import { streamLayers, type LayerStreamResult } from './layer-ready.js';
-import { remoteLayerSource, slotFromWire } from './layer-progress-region.js';
-import { PrefetchTable, type LayerPrefetcher } from './prefetch-table.js';
+import type { LayerStreamResult } from './layer-ready.js';
+import { PrefetchTable, streamFromSlot, type LayerPrefetcher } from './prefetch-table.js';
 
 const ADOPT_SLICE_BYTES = 4 << 20;
 
@@ -91,20 +90,11 @@ export class KvPrefetcher implements LayerPrefetcher {
     };
     const into = Array.from({ length: n }, (_, i) => i);
     const layerBytes = source.blockBytes / slot.numLayers;
-    this.table.add(source, staging, async (signal) => {
-      const progress = remoteLayerSource(agent, slotFromWire(slot), { intervalMs: 1, timeoutMs: this.options.pullTimeoutMs, signal });
-      try {
-        return await streamLayers({
-          source: progress,
-          copy: async (range) => {
-            if (signal.aborted) throw new Error('prefetch dropped');
-            await agent.pull(remote, staging, into, { slice: { offset: range.first * layerBytes, bytes: (range.end - range.first) * layerBytes }, timeoutMs: this.options.pullTimeoutMs });
-          },
-        });
-      } finally {
-        progress.close();
-      }
-    });
+    this.table.add(source, staging, (signal) =>
+      streamFromSlot(agent, slot, this.options.pullTimeoutMs, signal, async (range) => {
+        await agent.pull(remote, staging, into, { slice: { offset: range.first * layerBytes, bytes: (range.end - range.first) * layerBytes }, timeoutMs: this.options.pullTimeoutMs });
+      }),
+    );
     return true;
   }
 

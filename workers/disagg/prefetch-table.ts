@@ -10,9 +10,12 @@
  *
  * Staging is released exactly once, and never while its stream may still write into it.
  */
-import type { KvTransferParams } from '../../proto/wire.js';
+import type { KvLayerProgressSlot, KvTransferParams } from '../../proto/wire.js';
 import type { KvImportJob } from '../engine-loop/index.js';
-import type { LayerStreamResult } from './layer-ready.js';
+import type { KvTransferAgent } from '../kv-transfer/index.js';
+import { remoteLayerSource, slotFromWire } from './layer-progress-region.js';
+import { streamLayers, type LayerStreamResult } from './layer-ready.js';
+import type { LayerRange } from './layer-stream.js';
 
 /** What a decode worker's `kv_prefetch` serves with: a host-pool or a device-pool prefetcher. */
 export interface LayerPrefetcher {
@@ -107,5 +110,30 @@ export class PrefetchTable<R> {
       entry.abort.abort();
       void entry.done.then(() => this.release(entry.staging));
     }
+  }
+}
+
+/**
+ * A prefetch's stream: the prefill's progress slot polled over UCX every millisecond, each
+ * layer range handed to `copy` once it is ready; no copy starts after `signal` aborts.
+ */
+export async function streamFromSlot(
+  agent: KvTransferAgent,
+  slot: KvLayerProgressSlot,
+  timeoutMs: number,
+  signal: AbortSignal,
+  copy: (range: LayerRange) => Promise<void>,
+): Promise<LayerStreamResult> {
+  const progress = remoteLayerSource(agent, slotFromWire(slot), { intervalMs: 1, timeoutMs, signal });
+  try {
+    return await streamLayers({
+      source: progress,
+      copy: async (range) => {
+        if (signal.aborted) throw new Error('prefetch dropped');
+        await copy(range);
+      },
+    });
+  } finally {
+    progress.close();
   }
 }
