@@ -266,7 +266,6 @@ TD_GLOBAL void TD_SAMPLE_BOUNDS sample_kernel(SampleArgs a, SampleConfig cfg) {
   }
 
   // ---- logprobs of the raw logits.
-  const int64_t top_base = static_cast<int64_t>(row_index) * a.top_stride;
   int top_n = 0;
   if (row.num_top >= 0) {
     float m_raw = m;
@@ -290,21 +289,10 @@ TD_GLOBAL void TD_SAMPLE_BOUNDS sample_kernel(SampleArgs a, SampleConfig cfg) {
       z = block_sum(zl, dscr);
     }
     const float log_z = m_raw + static_cast<float>(log(z));
-    if (tid == 0) a.out_logprobs[row_index] = raw[token] - log_z;
-    for (int k = tid; k < top_n; k += nt) {
-      const uint64_t e = sm.buf[k];
-      const int32_t id = entry_id(e);
-      a.out_top_ids[top_base + k] = id;
-      a.out_top_logprobs[top_base + k] = raw[id] - log_z;
-    }
-  } else if (tid == 0) {
-    a.out_logprobs[row_index] = NAN;
+    sample_write_row(a, row_index, token, true, log_z, raw, sm.buf, top_n);
+  } else {
+    sample_write_row(a, row_index, token, false, 0.0f, raw, sm.buf, 0);
   }
-  for (int k = top_n + tid; k < a.top_stride; k += nt) {
-    a.out_top_ids[top_base + k] = -1;
-    a.out_top_logprobs[top_base + k] = NAN;
-  }
-  if (tid == 0) a.out_tokens[row_index] = token;
 }
 
 #undef TD_SAMPLE_BOUNDS

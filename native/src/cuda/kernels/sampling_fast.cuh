@@ -377,28 +377,14 @@ TD_GLOBAL void sample_fast_pass(SampleArgs a, SampleFastArgs f) {
   }
 
   // ---- logprobs.
-  const int64_t top_base = static_cast<int64_t>(row_index) * a.top_stride;
   const int top_n = row.num_top > 0 ? td::imin(td::imin(row.num_top, vocab), a.top_stride) : 0;
   if (top_n > 0 && (prepare || top_n > ncand)) resolved = false;
   if (resolved) {
+    double zt = 0.0;
     if (row.num_top >= 0) {
-      double zt = 0.0;
       for (int c = 0; c < l.chunks; ++c) zt += load_volatile(&stats[c].z);
-      const float log_z = m_raw + static_cast<float>(log(zt));
-      if (tid == 0) a.out_logprobs[row_index] = raw[token] - log_z;
-      for (int k = tid; k < top_n; k += nt) {
-        const int32_t id = entry_id(buf[k]);
-        a.out_top_ids[top_base + k] = id;
-        a.out_top_logprobs[top_base + k] = raw[id] - log_z;
-      }
-    } else if (tid == 0) {
-      a.out_logprobs[row_index] = NAN;
     }
-    for (int k = top_n + tid; k < a.top_stride; k += nt) {
-      a.out_top_ids[top_base + k] = -1;
-      a.out_top_logprobs[top_base + k] = NAN;
-    }
-    if (tid == 0) a.out_tokens[row_index] = token;
+    sample_write_row(a, row_index, token, row.num_top >= 0, m_raw + static_cast<float>(log(zt)), raw, buf, top_n);
   }
   if (tid == 0) st->status = resolved ? 1 : 2;
 }

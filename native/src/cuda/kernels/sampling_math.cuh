@@ -199,4 +199,28 @@ TD_DEVICE void sample_prepare(const SampleArgs& a, const SampleRowDesc& row, con
   }
 }
 
+// ---- the row's outputs ------------------------------------------------------------------------
+
+/**
+ * Writes a sampled row, by the whole block: the token, its raw logprob (with_logprobs; else
+ * NaN), the top_n ids of entries[0, top_n) (the raw order's best, sorted) with theirs, and the
+ * rest of the row's top_stride as padding (-1, NaN).
+ */
+TD_DEVICE void sample_write_row(const SampleArgs& a, int row_index, int32_t token, bool with_logprobs, float log_z, const float* raw,
+                                const uint64_t* entries, int top_n) {
+  const int nt = static_cast<int>(blockDim.x), tid = static_cast<int>(threadIdx.x);
+  const int64_t top_base = static_cast<int64_t>(row_index) * a.top_stride;
+  if (tid == 0) a.out_logprobs[row_index] = with_logprobs ? raw[token] - log_z : NAN;
+  for (int k = tid; k < top_n; k += nt) {
+    const int32_t id = static_cast<int32_t>(static_cast<uint32_t>(entries[k]));
+    a.out_top_ids[top_base + k] = id;
+    a.out_top_logprobs[top_base + k] = raw[id] - log_z;
+  }
+  for (int k = top_n + tid; k < a.top_stride; k += nt) {
+    a.out_top_ids[top_base + k] = -1;
+    a.out_top_logprobs[top_base + k] = NAN;
+  }
+  if (tid == 0) a.out_tokens[row_index] = token;
+}
+
 }  // namespace tandem::gpu::TD_NS
