@@ -4,7 +4,8 @@
 // the harness cannot (the tensor-core PTX, real concurrency).
 //
 //   tandem_gpu_kernel_test            prints one summary line per suite, then "N checks, M failures"
-//   TANDEM_TEST_SUITES=fused,kv_copy  runs only these suites (scripts/device/sanitizer-check.sh)
+//   TANDEM_TEST_SUITES=fused,kv_copy  runs only these suites (elementwise, attention, gemm, fused, sampling,
+//                                     sampling_fast, kv_copy, moe; scripts/device/sanitizer-check.sh)
 //   TANDEM_TEST_QUICK=1               fewer cases where a suite offers it (under compute-sanitizer)
 #include <cstdio>
 #include <cstdlib>
@@ -17,6 +18,7 @@
 #include "gpu/elementwise_checks.h"
 #include "gpu/gemm_checks.h"
 #include "gpu/kv_copy_checks.h"
+#include "gpu/moe_checks.h"
 #include "gpu/sampling_checks.h"
 #include "gpu/sampling_fast_checks.h"
 
@@ -45,6 +47,7 @@ int main() {
     if (wanted("sampling")) test_sampling(g);
     if (wanted("sampling_fast")) test_sampling_fast(g);
     if (wanted("kv_copy")) test_kv_copy(g);
+    if (wanted("moe")) test_moe(g);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "FAIL: uncaught exception: %s\n", e.what());
     ++tandem_test::g_failures;

@@ -1,19 +1,23 @@
 /** `runtime worker`: flags and start-up of one worker process. */
 import { InvalidArgumentError, Option, type Command } from 'commander';
+import { resolve } from 'node:path';
 import { intInRange, numberInRange, oneOf, positiveInt } from '../../runtime/index.js';
 import { addRuntimeOptions, createRuntimeFromOptions, type RuntimeFlags } from '../../runtime/index.js';
 import { DEFAULT_KV_BLOCK_SIZE } from '../models/index.js';
+import { WORKER_NAME } from '../../proto/wire.js';
 import { DEFAULT_KV_RELEASE_TIMEOUT_MS, DEFAULT_MOCKER_KV_BYTES_PER_TOKEN, DEFAULT_PULL_TIMEOUT_MS } from '../disagg/index.js';
 import { DEFAULT_COMPILE_MEMORY_MB, DEFAULT_COMPILE_TIMEOUT_MS, compileLimits } from '../../grammar/index.js';
 import { startWorker, type WorkerOptions } from './worker-process.js';
 import { GIB } from './kv-tiers-setup.js';
+import { checkWorkerFlags } from './worker-flag-rules.js';
 import { startEmbeddingWorker } from '../embedding/index.js';
-import { DEFAULT_MAX_CPU_LORAS, DEFAULT_MAX_LORA_RANK, DEFAULT_MAX_LORAS } from '../lora/index.js';
+import { DEFAULT_MAX_CPU_LORAS, DEFAULT_MAX_LORA_BYTES, DEFAULT_MAX_LORA_LOADS, DEFAULT_MAX_LORA_RANK, DEFAULT_MAX_LORAS } from '../lora/index.js';
 
 /** Flags that carry a WorkerOptions field under the same name and unit. */
 type SameAsOptions =
   | 'engine'
   | 'modelName'
+  | 'workerName'
   | 'mode'
   | 'component'
   | 'blockSize'
@@ -50,6 +54,9 @@ interface WorkerFlags extends RuntimeFlags, Pick<WorkerOptions, SameAsOptions> {
   maxLoras: number;
   maxCpuLoras: number;
   maxLoraRank: number;
+  maxLoraBytes: number;
+  maxLoraLoads: number;
+  loraRoot: string[];
 }
 
 function workerOptionsFromFlags(flags: WorkerFlags): WorkerOptions {
@@ -57,6 +64,7 @@ function workerOptionsFromFlags(flags: WorkerFlags): WorkerOptions {
     engine: flags.engine,
     modelDir: flags.model,
     modelName: flags.modelName,
+    ...(flags.workerName !== undefined ? { workerName: flags.workerName } : {}),
     mode: flags.mode,
     namespace: flags.namespace,
     component: flags.component,
@@ -89,7 +97,15 @@ function workerOptionsFromFlags(flags: WorkerFlags): WorkerOptions {
           },
         }
       : {}),
-    lora: { adapters: flags.lora, maxLoras: flags.maxLoras, maxCpuLoras: flags.maxCpuLoras, maxLoraRank: flags.maxLoraRank },
+    lora: {
+      adapters: flags.lora,
+      maxLoras: flags.maxLoras,
+      maxCpuLoras: flags.maxCpuLoras,
+      maxLoraRank: flags.maxLoraRank,
+      maxLoraBytes: flags.maxLoraBytes,
+      maxLoraLoads: flags.maxLoraLoads,
+      roots: flags.loraRoot.map((r) => resolve(r)),
+    },
   };
 }
 
@@ -97,6 +113,11 @@ function workerOptionsFromFlags(flags: WorkerFlags): WorkerOptions {
 function collectLora(value: string, previous: string[]): string[] {
   if (!/^[^=]+=.+$/.test(value)) throw new InvalidArgumentError(`expected name=DIR, got '${value}'`);
   return [...previous, value];
+}
+
+function parseWorkerName(value: string): string {
+  if (WORKER_NAME.test(value)) return value;
+  throw new InvalidArgumentError(`expected 1-64 letters, digits, '.', '_' or '-' (starting with a letter or digit), got '${value}'`);
 }
 
 /** cpu | cuda | cuda:N (simt: the CUDA backend's kernels on the host, for tests). */
@@ -112,6 +133,7 @@ export function registerWorkerCommand(program: Command): void {
     .addOption(new Option('--engine <engine>', 'mocker | native').argParser(oneOf(['mocker', 'native'] as const)).default('mocker'))
     .addOption(new Option('--model <dir>', 'Hugging Face model directory').makeOptionMandatory(true))
     .option('--model-name <name>', 'served model name (default: the directory name)')
+    .addOption(new Option('--worker-name <name>', "this worker's name in its log lines and on the dashboard (runtime up names its workers agg-0, decode-1, embed-0, …; default: worker-<mode>, or worker-embed)").argParser(parseWorkerName))
     .addOption(new Option('--mode <mode>', 'agg | prefill | decode').argParser(oneOf(['agg', 'prefill', 'decode'] as const)).default('agg'))
     .option('--component <name>', 'component to serve under (default: backend, prefill or decode by mode)')
     .addOption(new Option('--block-size <tokens>', 'tokens per KV block').argParser(intInRange(1, 1024)).default(DEFAULT_KV_BLOCK_SIZE))
@@ -142,9 +164,17 @@ export function registerWorkerCommand(program: Command): void {
     .addOption(new Option('--lora <name=dir>', 'serve this PEFT LoRA adapter under name (repeatable); more at run time with POST /v1/load_lora_adapter').argParser(collectLora).default([]))
     .addOption(new Option('--max-loras <n>', 'most distinct adapters in one step').argParser(positiveInt).default(DEFAULT_MAX_LORAS))
     .addOption(new Option('--max-cpu-loras <n>', 'most adapters resident in host memory; the least recently used idle one makes room').argParser(positiveInt).default(DEFAULT_MAX_CPU_LORAS))
-    .addOption(new Option('--max-lora-rank <r>', 'refuse adapters of a higher rank').argParser(positiveInt).default(DEFAULT_MAX_LORA_RANK));
+    .addOption(new Option('--max-lora-rank <r>', 'refuse adapters of a higher rank').argParser(positiveInt).default(DEFAULT_MAX_LORA_RANK))
+    .addOption(new Option('--max-lora-bytes <bytes>', "refuse adapters whose weight files are larger (checked from their size and headers before reading)").argParser(positiveInt).default(DEFAULT_MAX_LORA_BYTES))
+    .addOption(new Option('--max-lora-loads <n>', 'adapter loads reading files at once; 16 x that many more wait, the rest get 429').argParser(positiveInt).default(DEFAULT_MAX_LORA_LOADS))
+    .addOption(
+      new Option('--lora-root <dir>', 'run-time adapter loads (load_lora_adapter, on demand) must name a directory under this one (repeatable); --lora adapters are exempt; default: anywhere')
+        .argParser((v: string, prev: string[]) => [...prev, v])
+        .default([]),
+    );
   addRuntimeOptions(cmd).action(async (flags: WorkerFlags) => {
-    const runtime = await createRuntimeFromOptions(flags, `worker-${flags.mode}`);
+    checkWorkerFlags(flags);
+    const runtime = await createRuntimeFromOptions(flags, flags.workerName ?? (flags.task === 'embed' ? 'worker-embed' : `worker-${flags.mode}`));
     const options = workerOptionsFromFlags(flags);
     try {
       if (flags.task === 'embed') await startEmbeddingWorker(runtime, { ...options, ...(flags.pooling ? { pooling: flags.pooling } : {}) });

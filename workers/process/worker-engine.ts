@@ -26,8 +26,8 @@ import { LayerProgressRegion } from '../disagg/layer-progress-region.js';
 import type { Engine } from '../engines/engine.js';
 import type { NativeEngine } from '../engines/native/index.js';
 import { MockerEngine } from '../engines/mocker/index.js';
-import { loadPerfProfile, PerfProfileError, type PerfModel } from '../../perf-model/index.js';
-import type { ModelConfig } from '../models/index.js';
+import { activeParamsPerfModel, loadPerfProfile, PerfProfileError, PolynomialPerfModel, type PerfModel } from '../../perf-model/index.js';
+import { parameterCounts, type ModelConfig } from '../models/index.js';
 import type { WorkerOptions } from './worker-options.js';
 
 const DEFAULT_MOCKER_BLOCKS = 16384;
@@ -71,7 +71,9 @@ async function createEngine(options: WorkerOptions, config: ModelConfig, layers?
       vocabSize: config.vocabSize,
       speedupRatio: options.speedupRatio,
       eosTokenIds: config.eosTokenIds,
-      ...(options.perfProfile ? { perfModel: await loadMockerProfile(options.perfProfile) } : {}),
+      // A measured profile is the model's own; the default fit stands for a dense model of the
+      // whole size, so a mixture of experts is charged its active share (perf-model/active-params.ts).
+      perfModel: options.perfProfile ? await loadMockerProfile(options.perfProfile) : activeParamsPerfModel(new PolynomialPerfModel(), parameterCounts(config)),
     });
   }
   // Loaded lazily so a machine without the native addon can still run the mocker.

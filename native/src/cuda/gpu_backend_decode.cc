@@ -35,7 +35,9 @@ void GpuBackend::init_decode_path() {
   const bool simt = std::string(device_->kind()) == "simt";
   const char* decode = std::getenv("TANDEM_GPU_DECODE");
   const char* sampler = std::getenv("TANDEM_GPU_SAMPLER");
-  decode_fused_ = decode == nullptr || std::string(decode) != "unfused";
+  // Mixture-of-experts layers run their own MLP kernels (gpu_backend_moe.cc) between the norms
+  // this path fuses into the projections: such models keep the per-op decode step.
+  decode_fused_ = (decode == nullptr || std::string(decode) != "unfused") && !config_.moe.enabled();
   decode_max_rows_ = cublaslt_ ? 4 : gpu::kDecodeMaxRows;
   if (const char* rows = std::getenv("TANDEM_GPU_DECODE_MAX_ROWS")) {
     decode_max_rows_ = std::max(1, std::min(gpu::kDecodeMaxRows, std::atoi(rows)));

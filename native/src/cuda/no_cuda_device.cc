@@ -5,6 +5,7 @@
 #include "decode_api.h"
 #include "kernel_api.h"
 #include "kv_copy.h"
+#include "moe_api.h"
 
 namespace tandem::gpu {
 
@@ -35,6 +36,10 @@ std::unique_ptr<KernelApi> make_cuda_kernels() {
 
 std::unique_ptr<DecodeKernelApi> make_cuda_decode_kernels() {
   throw NativeError(ErrorCode::kUnavailable, std::string("the CUDA decode kernels: ") + kReason);
+}
+
+std::unique_ptr<MoeKernelApi> make_cuda_moe_kernels() {
+  throw NativeError(ErrorCode::kUnavailable, std::string("the CUDA MoE kernels: ") + kReason);
 }
 
 }  // namespace tandem::gpu

@@ -6,7 +6,8 @@
 //    contract every GPU kernel keeps: cpu::rmsnorm, cpu::silu_mul, cpu::rope_rotate).
 // Shapes reach 1, 2, 3, 5 and 16 rows (row passes of 1, 2, 4, 8, 16), k split 1 to 16 ways,
 // the last tile past n, head_dim 64 / 80 / 128 (one head, two heads, and a quarter of a head
-// per tile group), a padded row (slot -1, no pool write), Qwen2 biases and Qwen3 q/k norms.
+// per tile group), a padded row (slot -1, no pool write), Qwen2 biases, Qwen3 q/k norms and YaRN's
+// cos/sin scale.
 // Each case runs the fused kernel twice: the second launch must find its counters reset (a CUDA
 // graph replays launches with the counters as the last one left them).
 #pragma once
@@ -212,7 +213,7 @@ inline void check_decode_silu(Gpu& g, tandem::gpu::DecodeKernelApi& dk, int m, i
 
 // q/k/v projection + bias + q/k norm + RoPE + K/V write.
 inline void check_decode_qkv(Gpu& g, tandem::gpu::DecodeKernelApi& dk, int m, int heads, int kv_heads, int d, int k, bool qwen3,
-                             bool bias, uint32_t seed) {
+                             bool bias, uint32_t seed, float rope_scale = 1.0f) {
   std::mt19937 rng(seed);
   const int q_dim = heads * d, kv_dim = kv_heads * d, width = q_dim + 2 * kv_dim;
   DecodeInputs in(g, rng, m, width, k);
@@ -261,6 +262,7 @@ inline void check_decode_qkv(Gpu& g, tandem::gpu::DecodeKernelApi& dk, int m, in
   rope.positions = d_pos.get();
   rope.slots = d_slots.get();
   rope.inv_freq = d_inv.get();
+  rope.rope_scale = rope_scale;  // YaRN's attention factor on cos/sin
   rope.num_heads = heads;
   rope.num_kv_heads = kv_heads;
   rope.head_dim = d;
@@ -299,7 +301,7 @@ inline void check_decode_qkv(Gpu& g, tandem::gpu::DecodeKernelApi& dk, int m, in
     std::vector<float> row(static_cast<size_t>(width));
     for (int j = 0; j < width; ++j) row[static_cast<size_t>(j)] = static_cast<float>(in.dot(t, j));
     qkv_rope_reference(row, bias ? b.data() : nullptr, qwen3 ? qn.data() : nullptr, qwen3 ? kn.data() : nullptr, heads, kv_heads, d,
-                       positions[static_cast<size_t>(t)], inv_freq);
+                       positions[static_cast<size_t>(t)], inv_freq, rope_scale);
     worst_q = std::max(worst_q, max_rel_error(qkv.data() + t * stride, row.data(), static_cast<size_t>(q_dim)));
     if (slots[static_cast<size_t>(t)] < 0) continue;
     const int64_t blk = slots[static_cast<size_t>(t)] / L.block_size, off = slots[static_cast<size_t>(t)] % L.block_size;
@@ -438,6 +440,7 @@ inline void test_decode_fused(Gpu& g, bool quick) {
   for (const auto& s : qkv) {
     for (int v = 0; v < (quick ? 1 : 4); ++v, ++cases) check_decode_qkv(g, *dk, s[0], s[1], s[2], s[3], s[4], v & 2, v & 1, 970 + cases);
   }
+  check_decode_qkv(g, *dk, 2, 4, 2, 64, 256, true, false, 970 + cases++, 1.1386f);  // YaRN: cos/sin scaled
   // Attention: GQA groups 2 / 7 / 1, block sizes 16 / 4 / 1, one to sixteen rows, 1 to 7 splits.
   const std::vector<int32_t> short_and_long = {0, 5, 130, 300};
   for (int splits : {1, 3, 7}) {

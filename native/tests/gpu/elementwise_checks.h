@@ -71,17 +71,18 @@ inline void check_embed_and_rmsnorm(Gpu& g) {
 /**
  * The attention prologue on the CPU, in place on one token's q/k/v row: the biases as the GEMM
  * adds them, cpu::rmsnorm per head (Qwen3: q_norm, k_norm non-null), cpu::rope_rotate with f32
- * cos/sin of position x inv_freq (v heads are rotated too; callers compare q and k/v only).
+ * cos/sin of position x inv_freq, times rope_scale (YaRN) (v heads are rotated too; callers compare q
+ * and k/v only).
  */
 inline void qkv_rope_reference(std::vector<float>& row, const float* bias, const float* q_norm, const float* k_norm, int heads,
-                               int kv_heads, int d, int32_t position, const std::vector<float>& inv_freq) {
+                               int kv_heads, int d, int32_t position, const std::vector<float>& inv_freq, float rope_scale = 1.0f) {
   if (bias != nullptr) for (size_t i = 0; i < row.size(); ++i) row[i] += bias[i];
   const int half = d / 2;
   std::vector<float> cs(static_cast<size_t>(half)), sn(static_cast<size_t>(half));
   for (int j = 0; j < half; ++j) {
     const float angle = static_cast<float>(position) * inv_freq[static_cast<size_t>(j)];
-    cs[static_cast<size_t>(j)] = std::cos(angle);
-    sn[static_cast<size_t>(j)] = std::sin(angle);
+    cs[static_cast<size_t>(j)] = std::cos(angle) * rope_scale;
+    sn[static_cast<size_t>(j)] = std::sin(angle) * rope_scale;
   }
   for (int h = 0; h < heads + kv_heads; ++h) {
     float* head = row.data() + h * d;
@@ -90,7 +91,7 @@ inline void qkv_rope_reference(std::vector<float>& row, const float* bias, const
   }
 }
 
-inline void check_qkv_rope(Gpu& g, bool qwen3, bool bias, bool llama3_rope) {
+inline void check_qkv_rope(Gpu& g, bool qwen3, bool bias, bool llama3_rope, bool yarn = false) {
   std::mt19937 rng(qwen3 * 4 + bias * 2 + llama3_rope + 7);
   const int heads = 6, kv_heads = 2, d = 80, tokens = 5;
   const int q_dim = heads * d, kv_dim = kv_heads * d, width = q_dim + 2 * kv_dim;
@@ -116,7 +117,14 @@ inline void check_qkv_rope(Gpu& g, bool qwen3, bool bias, bool llama3_rope) {
     c.rope_scaling.factor = 8.0;
     c.rope_scaling.original_max_position_embeddings = 64;
   }
+  if (yarn) {  // frequencies in all three YaRN bands, and a cos/sin scale
+    c.rope_scaling.yarn = true;
+    c.rope_scaling.factor = 4.0;
+    c.rope_scaling.original_max_position_embeddings = 64;
+    c.rope_scaling.attention_factor = 1.1386;
+  }
   auto inv_freq = tandem::rope_inv_freq(c);
+  const float rope_scale = tandem::rope_attention_scale(c);
   std::vector<int32_t> positions = {0, 1, 7, 300, 4};
   std::vector<int32_t> slots = {4 * 3 + 0, 4 * 3 + 1, 4 * 0 + 3, -1, 4 * 5 + 2};  // token 3: padding
 
@@ -135,6 +143,7 @@ inline void check_qkv_rope(Gpu& g, bool qwen3, bool bias, bool llama3_rope) {
   a.positions = d_pos.get();
   a.slots = d_slots.get();
   a.inv_freq = d_inv.get();
+  a.rope_scale = rope_scale;
   a.num_heads = heads;
   a.num_kv_heads = kv_heads;
   a.head_dim = d;
@@ -152,7 +161,7 @@ inline void check_qkv_rope(Gpu& g, bool qwen3, bool bias, bool llama3_rope) {
   for (int t = 0; t < tokens; ++t) {
     std::vector<float> row(qkv.begin() + t * stride, qkv.begin() + t * stride + width);
     qkv_rope_reference(row, bias ? b.data() : nullptr, qwen3 ? qn.data() : nullptr, qwen3 ? kn.data() : nullptr, heads, kv_heads, d,
-                       positions[static_cast<size_t>(t)], inv_freq);
+                       positions[static_cast<size_t>(t)], inv_freq, rope_scale);
     worst_q = std::max(worst_q, max_rel_error(got_q.data() + t * stride, row.data(), q_dim));
     if (slots[static_cast<size_t>(t)] < 0) continue;
     const int64_t blk = slots[static_cast<size_t>(t)] / L.block_size, off = slots[static_cast<size_t>(t)] % L.block_size;
@@ -199,8 +208,10 @@ inline void check_silu_mul(Gpu& g) {
 inline void test_elementwise(Gpu& g) {
   check_embed_and_rmsnorm(g);
   for (int v = 0; v < 8; ++v) check_qkv_rope(g, v & 4, v & 2, v & 1);
+  check_qkv_rope(g, true, false, false, true);  // YaRN (Qwen3-style)
+  check_qkv_rope(g, false, true, false, true);
   check_silu_mul(g);
-  std::printf("gpu elementwise: embed, rmsnorm, 8 qkv_rope variants, silu_mul checked on %s\n", g.name.c_str());
+  std::printf("gpu elementwise: embed, rmsnorm, 10 qkv_rope variants (2 YaRN), silu_mul checked on %s\n", g.name.c_str());
 }
 
 }  // namespace tandem_test::gpu

@@ -82,7 +82,7 @@ TD_DEVICE void qkv_rope_head(const QkvRopeArgs& a, int64_t t, int h, unsigned la
       const int i = static_cast<int>(lane) + 32 * p;
       if (i < half) {
         const float angle = static_cast<float>(pos) * a.inv_freq[i];
-        const float c = cosf(angle), s = sinf(angle);
+        const float c = cosf(angle) * a.rope_scale, s = sinf(angle) * a.rope_scale;  // YaRN scales cos/sin
         const float r1 = x1[p] * c - x2[p] * s;
         const float r2 = x2[p] * c + x1[p] * s;
         x1[p] = r1;
