@@ -1,8 +1,12 @@
-// On the GPU machine (run by embedding-goldens.sh from the unpacked bundle's directory): the
+// On the GPU machine (run by embedding-goldens.sh with the unpacked bundle as the working directory): the
 // pooling step on cuda against the CPU backend on the same tiny embedding model. Prints one
 // JSON line {device, maxAbsDiff per pooling, ms, abort}; exits 1 when a difference exceeds bf16
 // rounding or an aborted call is not cancelled between its passes.
-import { createNativeEngine } from './dist/workers/engines/native/index.js';
+import { join } from 'node:path';
+import { pathToFileURL } from 'node:url';
+
+// The engine of the bundle (or checkout) this runs in: the working directory's dist/.
+const { createNativeEngine } = await import(pathToFileURL(join(process.cwd(), 'dist/workers/engines/native/index.js')).href);
 
 const [modelDir, device = 'cuda'] = process.argv.slice(2);
 const inputs = [[1, 2, 3, 4, 5, 6, 7], [300], Array.from({ length: 40 }, (_, i) => (i * 37) % 512)];

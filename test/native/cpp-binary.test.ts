@@ -79,6 +79,9 @@ it('the engine checks pass on the GPU backend (SIMT harness), decode graphs equa
     const { model, fixture } = await fixtureModel(label);
     const { stdout } = await run(BINARY, ['--golden', model, fixture], { env, maxBuffer: 1 << 24 });
     expect(stdout, label).toMatch(/decode graphs: 30 steps replayed from \d graphs/);
+    // The fused decode kernels and the fast sampler equal the per-op kernels and the one-block sampler.
+    expect(stdout, label).toMatch(/decode paths \(qwen2\): 12 fused decode steps equal the per-op kernels bit for bit/);
+    expect(stdout, label).toMatch(/decode paths \(qwen3\): 12 fused decode steps equal the per-op kernels bit for bit/);
     expect(stdout.match(/^golden case \d: 32 tokens/gm), label).toHaveLength(4);
     expect(stdout, label).toMatch(/\d+ checks, 0 failures/);
   }
@@ -91,9 +94,11 @@ it('every GPU kernel agrees with the CPU backend on the SIMT harness', async () 
   expect(stdout).toMatch(/gpu attention: 8 layouts x 7 sequences x 4 split counts checked on simt/);
   expect(stdout).toMatch(/gpu attention prefill: .* checked on simt/);
   expect(stdout).toMatch(/gpu gemm: \d+ shapes, \d+ plans .* checked on simt/);
+  expect(stdout).toMatch(/gpu decode fused: \d+ cases .* checked on simt/);
   expect(stdout).toMatch(/gpu sampling: \d+ rows .* checked against the CPU sampler on simt/);
+  expect(stdout).toMatch(/gpu sampling fast path: \d+ rows checked against the CPU sampler on simt/);
   expect(stdout).toMatch(/gpu kv copy: 432 cases .*f32\/bf16\/fp8.* checked on simt/);
   expect(stdout).toMatch(/gpu moe: topk tie emulation vs libstdc\+\+, 6 layers .* checked on simt/);
   expect(stdout).toMatch(/gpu fp8: \d+ cases .* checked on simt/);
   expect(stdout).toMatch(/\d+ checks, 0 failures/);
-}, 120_000);
+}, 240_000);

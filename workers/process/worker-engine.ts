@@ -9,8 +9,9 @@
  *   native on the CPU        setupNativeKvTransfer: the engine loads into the agent's pool
  *   mocker                   setupKvTransfer over the mocker's host pool
  *
- * Layer-wise streaming on a host-pool prefill worker wraps the engine so each step publishes
- * per-layer readiness (LayerPublisher) into a region peers poll (LayerProgressRegion).
+ * Layer-wise streaming on a prefill worker (host pool, or a device pool: its engine's live
+ * layer counter) wraps the engine so each step publishes per-layer readiness (LayerPublisher)
+ * into a region peers poll (LayerProgressRegion).
  */
 import { ConfigError } from '../../runtime/errors.js';
 import {
@@ -36,7 +37,7 @@ export interface WorkerEngine {
   engine: Engine;
   /** prefill/decode: the transfer agent and the pool it serves. */
   kv?: KvTransferSetup;
-  /** Layer-wise streaming (host-pool prefill): readiness per layer, and the region peers read it from. */
+  /** Layer-wise streaming (prefill): readiness per layer, and the region peers read it from. */
   layers?: LayerPublisher;
   region?: LayerProgressRegion;
   /** What the loop steps: the engine, or the engine wrapped to publish layer readiness. */
@@ -45,7 +46,7 @@ export interface WorkerEngine {
 
 export async function buildWorkerEngine(options: WorkerOptions, config: ModelConfig): Promise<WorkerEngine> {
   const layers =
-    options.kvLayerStreaming === true && options.mode === 'prefill' && (options.engine === 'mocker' || options.device === 'cpu')
+    options.kvLayerStreaming === true && options.mode === 'prefill' && (options.engine === 'mocker' || options.engine === 'native')
       ? new LayerPublisher(options.engine === 'mocker' ? MOCKER_STREAM_LAYERS : config.numLayers)
       : undefined;
   const { engine, kv } = await createEngineWithTransfer(options, config, layers);

@@ -41,6 +41,7 @@ import { KvTierMetrics } from './kv-tier-metrics.js';
 import { COMPONENT_FOR_ROLE, type WorkerOptions } from './worker-options.js';
 import { buildWorkerEngine } from './worker-engine.js';
 import { startDecodeSide, startPrefillSide } from './disagg-side.js';
+import { stagingBlocksFor } from '../disagg/device-kv-prefetch.js';
 import { WorkerLoopSinks } from './loop-sinks.js';
 import { serveWorkerEndpoints } from './worker-endpoints.js';
 
@@ -172,8 +173,14 @@ export async function startWorker(runtime: DistributedRuntime, options: WorkerOp
     ...(options.lora?.roots !== undefined ? { roots: options.lora.roots } : {}),
   });
   await loadStartupAdapters(loras, options.lora?.adapters ?? []);
+  // A device-pool decode worker that streams keeps the tail of its pool out of the scheduler:
+  // staging blocks for layer-wise prefetches (workers/disagg/device-kv-prefetch.ts).
+  const stagingBlocks =
+    options.kvLayerStreaming === true && options.mode === 'decode' && kv !== undefined && isDeviceKvSetup(kv)
+      ? stagingBlocksFor(engine.info.numBlocks, cfg.contextLength, engine.info.blockSize)
+      : 0;
   const disaggCtx = kv !== undefined ? { runtime, options, kv, modelName, log } : undefined;
-  const decode = disaggCtx !== undefined && options.mode === 'decode' ? await startDecodeSide(disaggCtx) : undefined;
+  const decode = disaggCtx !== undefined && options.mode === 'decode' ? await startDecodeSide({ ...disaggCtx, stagingBlocks }) : undefined;
 
   // 4. the loop
   const sinks = new WorkerLoopSinks({ component, metrics, modelName, log, loadMetricsIntervalMs: options.loadMetricsIntervalMs });
@@ -183,7 +190,12 @@ export async function startWorker(runtime: DistributedRuntime, options: WorkerOp
     workerId: runtime.instanceId,
     ...(kvTiers !== undefined ? { kvTiers } : {}),
     ...(decode !== undefined ? { kvImporter: decode.importer } : {}),
-    scheduler: { maxNumBatchedTokens: options.maxNumBatchedTokens, maxNumSeqs: options.maxNumSeqs, ...(options.lora?.maxLoras !== undefined ? { maxLoras: options.lora.maxLoras } : {}) },
+    scheduler: {
+      maxNumBatchedTokens: options.maxNumBatchedTokens,
+      maxNumSeqs: options.maxNumSeqs,
+      ...(options.lora?.maxLoras !== undefined ? { maxLoras: options.lora.maxLoras } : {}),
+      ...(stagingBlocks > 0 ? { numBlocks: engine.info.numBlocks - stagingBlocks } : {}),
+    },
     ...(grammar !== undefined ? { grammar: grammar.provider } : {}),
     sinks,
   });
@@ -218,7 +230,7 @@ export async function startWorker(runtime: DistributedRuntime, options: WorkerOp
     chatTemplateSource: cfg.modelDir,
     contextLength: cfg.contextLength,
     kvBlockSize: engine.info.blockSize,
-    totalKvBlocks: engine.info.numBlocks,
+    totalKvBlocks: engine.info.numBlocks - stagingBlocks,
     maxNumBatchedTokens: options.maxNumBatchedTokens,
     role: options.mode,
     engine: options.engine,

@@ -134,6 +134,7 @@ GpuBackend::GpuBackend(const ModelConfig& config, const SafetensorsStore& weight
                           static_cast<size_t>(seqs) * (8 + 2 * 4 * 20));
     size_kv_pool(options);
     allocate_kv_staging();
+    init_decode_path();
     kv_copy_ = simt ? gpu::make_simt_kv_copy() : gpu::make_cuda_kv_copy();
     if (c.moe.enabled()) moe_kernels_ = simt ? gpu::make_simt_moe_kernels() : gpu::make_cuda_moe_kernels();
     progress_ = static_cast<int64_t*>(device_->alloc_pinned(2 * sizeof(int64_t)));
@@ -176,6 +177,10 @@ void GpuBackend::free_buffers() noexcept {
   fp8_act_scales_ = nullptr;
   fp8_act_dq_ = nullptr;
   fp8_act_elems_ = 0;
+  device_->free(sample_fast_scratch_);
+  device_->free(sample_fast_counters_);
+  sample_fast_scratch_ = nullptr;
+  sample_fast_counters_ = nullptr;
   image_ = image_staging_ = sample_in_dev_ = sample_in_staging_ = sample_out_dev_ = sample_out_staging_ = kv_staging_ = nullptr;
   sample_work_ = nullptr;
   kv_ids_ = nullptr;
@@ -326,6 +331,7 @@ void GpuBackend::forward(const ForwardBatch& batch) {
   assert_progress_settled();
   __atomic_store_n(&progress_[1], 0, __ATOMIC_RELEASE);
   __atomic_store_n(&progress_[0], progress_[0] + 1, __ATOMIC_RELEASE);
+  if (fused_decode_applies(plan_)) ++fused_decode_steps_;
   std::memcpy(image_staging_, plan_.image.data(), static_cast<size_t>(plan_.layout.total) * 4);
   device_->upload(image_, image_staging_, static_cast<size_t>(plan_.layout.total) * 4);
   if (use_graph) {
@@ -339,12 +345,12 @@ void GpuBackend::forward(const ForwardBatch& batch) {
         }
         graphs_.erase(oldest);
       }
-      it = graphs_.emplace(key, CapturedGraph{device_->capture([&] { run_forward(plan_); }), 0}).first;
+      it = graphs_.emplace(key, CapturedGraph{device_->capture([&] { run_step(plan_); }), 0}).first;
     }
     it->second.graph->launch();
     it->second.last_used = ++graph_replays_;
   } else {
-    run_forward(plan_);
+    run_step(plan_);
   }
   last_logit_rows_ = batch.num_logit_rows;
   (void)c;
@@ -376,6 +382,80 @@ void GpuBackend::assert_progress_settled() {
                                               " layers) was still queued when the next forward began");
 }
 
+void GpuBackend::run_step(const gpu::StepPlan& plan) {
+  if (fused_decode_applies(plan)) {
+    run_decode_fused(plan);  // gpu_backend_decode.cc
+  } else {
+    run_forward(plan);
+  }
+}
+
+gpu::QkvRopeArgs GpuBackend::rope_args(const gpu::StepPlan& plan) const {
+  const ModelConfig& c = config_;
+  const int32_t* img = static_cast<const int32_t*>(image_);
+  gpu::QkvRopeArgs rope;
+  rope.qkv = act_.qkv;
+  rope.qkv_stride = qkv_width_;
+  rope.num_tokens = plan.num_tokens;
+  rope.eps = static_cast<float>(c.rms_norm_eps);
+  rope.positions = img + plan.layout.positions;
+  rope.slots = img + plan.layout.slots;
+  rope.inv_freq = inv_freq_;
+  rope.rope_scale = rope_attention_scale(c);
+  rope.num_heads = static_cast<int>(c.num_heads);
+  rope.num_kv_heads = static_cast<int>(c.num_kv_heads);
+  rope.head_dim = static_cast<int>(c.head_dim);
+  rope.pool = kv_;
+  rope.geo = geo_;
+  rope.kv_fp8 = layout_.elem_bytes == 1;
+  rope.kv_scales = kv_scales_;
+  return rope;
+}
+
+gpu::AttentionArgs GpuBackend::attention_args(const gpu::StepPlan& plan) const {
+  const ModelConfig& c = config_;
+  const int32_t* img = static_cast<const int32_t*>(image_);
+  const gpu::StepLayout& L = plan.layout;
+  gpu::AttentionArgs attn;
+  attn.q = act_.qkv;
+  attn.q_stride = qkv_width_;
+  attn.out = act_.attn;
+  attn.out_stride = c.q_dim();
+  attn.pool = kv_;
+  attn.geo = geo_;
+  attn.kv_fp8 = layout_.elem_bytes == 1;
+  attn.kv_scales = kv_scales_;
+  attn.num_heads = static_cast<int>(c.num_heads);
+  attn.scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+  attn.seqs = reinterpret_cast<const gpu::SeqDesc*>(img + L.seqs);
+  attn.block_tables = img + L.block_tables;
+  attn.prefill_items = reinterpret_cast<const gpu::PrefillItem*>(img + L.prefill_items);
+  attn.num_prefill_items = plan.num_prefill_items;
+  attn.decode_seqs = img + L.decode_seqs;
+  attn.num_decode = plan.num_decode;
+  attn.num_splits = plan.num_splits;
+  attn.partial = act_.partial;
+  return attn;
+}
+
+void GpuBackend::lm_head(int32_t rows) {
+  const ModelConfig& c = config_;
+  gpu::GemmArgs g;
+  g.m = rows;
+  g.n = static_cast<int>(c.vocab_size);
+  g.k = static_cast<int>(c.hidden_size);
+  g.a = act_.rows_normed;
+  g.lda = c.hidden_size;
+  g.w = lm_head_;
+  g.ldw = c.hidden_size;
+  g.bias = nullptr;
+  g.c = act_.logits;
+  g.ldc = logit_stride_;
+  g.out = gpu::GemmOut::kF32;
+  g.accumulate = false;
+  gemm(g);
+}
+
 void GpuBackend::run_forward(const gpu::StepPlan& plan) {
   const ModelConfig& c = config_;
   void* stream = device_->stream();
@@ -404,42 +484,9 @@ void GpuBackend::run_forward(const gpu::StepPlan& plan) {
   gpu::GemmArgs g;
   g.m = static_cast<int>(t);
 
-  gpu::QkvRopeArgs rope;
-  rope.qkv = act_.qkv;
-  rope.qkv_stride = qkv_width_;
-  rope.num_tokens = static_cast<int>(t);
-  rope.eps = eps;
-  rope.positions = img + L.positions;
-  rope.slots = img + L.slots;
-  rope.inv_freq = inv_freq_;
-  rope.rope_scale = rope_attention_scale(c);
-  rope.num_heads = static_cast<int>(c.num_heads);
-  rope.num_kv_heads = static_cast<int>(c.num_kv_heads);
-  rope.head_dim = static_cast<int>(c.head_dim);
-  rope.pool = kv_;
-  rope.geo = geo_;
-  rope.kv_fp8 = layout_.elem_bytes == 1;
-  rope.kv_scales = kv_scales_;
+  gpu::QkvRopeArgs rope = rope_args(plan);
 
-  gpu::AttentionArgs attn;
-  attn.q = act_.qkv;
-  attn.q_stride = qkv_width_;
-  attn.out = act_.attn;
-  attn.out_stride = c.q_dim();
-  attn.pool = kv_;
-  attn.geo = geo_;
-  attn.kv_fp8 = layout_.elem_bytes == 1;
-  attn.kv_scales = kv_scales_;
-  attn.num_heads = static_cast<int>(c.num_heads);
-  attn.scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
-  attn.seqs = reinterpret_cast<const gpu::SeqDesc*>(img + L.seqs);
-  attn.block_tables = img + L.block_tables;
-  attn.prefill_items = reinterpret_cast<const gpu::PrefillItem*>(img + L.prefill_items);
-  attn.num_prefill_items = plan.num_prefill_items;
-  attn.decode_seqs = img + L.decode_seqs;
-  attn.num_decode = plan.num_decode;
-  attn.num_splits = plan.num_splits;
-  attn.partial = act_.partial;
+  gpu::AttentionArgs attn = attention_args(plan);
 
   gpu::SiluMulArgs silu;
   silu.gate_up = act_.gate_up;
@@ -520,19 +567,7 @@ void GpuBackend::run_forward(const gpu::StepPlan& plan) {
   fin.weight = final_norm_;
   fin.out = act_.rows_normed;
   kernels_->rmsnorm(fin, stream);
-  g.m = plan.num_logit_rows;
-  g.n = static_cast<int>(c.vocab_size);
-  g.k = static_cast<int>(h);
-  g.a = act_.rows_normed;
-  g.lda = h;
-  g.w = lm_head_;
-  g.ldw = h;
-  g.bias = nullptr;
-  g.c = act_.logits;
-  g.ldc = logit_stride_;
-  g.out = gpu::GemmOut::kF32;
-  g.accumulate = false;
-  gemm(g);
+  lm_head(plan.num_logit_rows);
 }
 
 // Embeddings: the residual stream (act_.x, f32, rows in batch token order) comes to the host

@@ -8,7 +8,8 @@
 //            norm of the sampled rows -> lm_head GEMM (f32 logits stay on the device).
 //   decode   a decode-only batch replays a captured graph of the whole forward, keyed by its
 //            padded size and block-table width; kernel arguments are fixed at capture, the
-//            tables change in place.
+//            tables change in place. Up to 16 rows (4 with cuBLASLt) it runs the fused decode kernels
+//            (gpu_backend_decode.cc, decode_api.h): 5 launches a layer.
 //   GEMMs    cuBLASLt when it loads and has an algorithm, our own kernels otherwise.
 //   sampling on the device (kernels/sampling.cuh): only token ids and the asked logprobs
 //            come back to the host.
@@ -26,6 +27,7 @@
 #include "../core/backend.h"
 #include "../core/fp8_weights.h"
 #include "cublaslt.h"
+#include "decode_api.h"
 #include "device.h"
 #include "fp8_kernels.h"
 #include "kernel_api.h"
@@ -69,6 +71,8 @@ class GpuBackend final : public Backend {
   /** Forward passes that replayed a captured graph (tests, benchmarks). */
   uint64_t graph_replays() const { return graph_replays_; }
   size_t graphs_captured() const { return graphs_.size(); }
+  /** Forward passes that ran the fused decode kernels (eager or replayed). */
+  uint64_t fused_decode_steps() const { return fused_decode_steps_; }
 
   /** Refusals for what the kernels cannot run, naming the field (config_invalid). */
   static void check_supported(const ModelConfig& config, const std::string& device);
@@ -156,7 +160,13 @@ class GpuBackend final : public Backend {
   void grow_staged(void*& device_buf, void*& pinned_buf, size_t& capacity, size_t need);
   /** Sampling buffers for `rows` rows, `in_bytes` of packed inputs, `out_bytes` of results (gpu_backend_sample.cc). */
   void ensure_sample_buffers(int64_t rows, size_t in_bytes, size_t out_bytes);
+  /** The fused decode path when it applies to the plan, else run_forward. */
+  void run_step(const gpu::StepPlan& plan);
   void run_forward(const gpu::StepPlan& plan);
+  gpu::QkvRopeArgs rope_args(const gpu::StepPlan& plan) const;
+  gpu::AttentionArgs attention_args(const gpu::StepPlan& plan) const;
+  /** logits[0, rows) = lm_head(rows_normed[0, rows)). */
+  void lm_head(int32_t rows);
   // Mixture of experts (gpu_backend_moe.cc).
   void upload_moe_layer(const SafetensorsStore& w, int64_t layer, ThreadPool& pool);
   void alloc_moe_activations(int64_t tokens);
@@ -186,6 +196,12 @@ class GpuBackend final : public Backend {
   bool gemm_fp8_lt(const gpu::GemmArgs& g, const Fp8Weight& w, gpu::CublasLt::Fp8Scale mode, bool act_kmajor);
   void probe_lt_fp8();
   std::string fp8_description() const;
+  // gpu_backend_decode.cc: the fused decode step and the sampler's fast path.
+  void init_decode_path();
+  bool fused_decode_applies(const gpu::StepPlan& plan) const;
+  void run_decode_fused(const gpu::StepPlan& plan);
+  gpu::SampleFastArgs sample_fast_args(int rows);
+  void run_sampler(const gpu::SampleArgs& a);
 
   ModelConfig config_;
   ThreadPool& host_pool_;  // the Engine's (it outlives the backend): embedding pooling
@@ -248,6 +264,21 @@ class GpuBackend final : public Backend {
   void* sample_out_dev_ = nullptr;
   void* sample_out_staging_ = nullptr;
   size_t sample_out_capacity_ = 0;
+
+  // The fused decode path (gpu_backend_decode.cc). TANDEM_GPU_DECODE=unfused and
+  // TANDEM_GPU_SAMPLER=block select the per-op kernels and the one-block sampler (before/after
+  // measurements); read once, at construction.
+  std::unique_ptr<gpu::DecodeKernelApi> decode_;
+  bool decode_fused_ = true;
+  int decode_max_rows_ = gpu::kDecodeMaxRows;  // padded rows the fused path takes
+  bool sampler_fast_ = true;
+  uint64_t fused_decode_steps_ = 0;
+  int* decode_counters_ = nullptr;  // device, zero between launches (allocations_)
+  int64_t decode_counters_count_ = 0;
+  void* sample_fast_scratch_ = nullptr;
+  int* sample_fast_counters_ = nullptr;
+  int64_t sample_fast_bytes_ = 0;
+  int64_t sample_fast_counter_count_ = 0;
 
   // KV movement (gpu_backend_kv.cc).
   /** The pinned staging (two halves for host <-> pool copies) and the device id buffer, once at construction. */

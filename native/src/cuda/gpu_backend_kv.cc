@@ -188,9 +188,17 @@ std::string GpuBackend::kv_export_handle() {
   return device_->export_handle(kv_, bytes);
 }
 
-void* GpuBackend::kv_open_peer(const std::string& handle, size_t bytes) { return device_->open_ipc(handle, bytes); }
+// Our own handle (a decode worker copying between blocks of its own pool: layer-wise prefetch
+// staging -> a sequence's blocks) is our pool: CUDA cannot open a process's own IPC handle.
+void* GpuBackend::kv_open_peer(const std::string& handle, size_t bytes) {
+  if (kv_exported_ && handle == device_->export_handle(kv_, layout_.bytes_per_block() * static_cast<size_t>(layout_.num_blocks))) return kv_;
+  return device_->open_ipc(handle, bytes);
+}
 
-void GpuBackend::kv_close_peer(void* base) { device_->close_ipc(base); }
+void GpuBackend::kv_close_peer(void* base) {
+  if (base == kv_) return;  // our own pool, opened by handle: nothing was mapped
+  device_->close_ipc(base);
+}
 
 // One launch for the whole table: the kernel reads the mapped peer pool and writes ours.
 void GpuBackend::kv_copy_from_peer(void* peer_base, const KvLayout& peer, const int32_t* src_ids, int32_t ns,

@@ -222,6 +222,10 @@ struct SampleArgs {
   float* out_logprobs = nullptr;        // [num_rows] (NaN when not asked)
   int32_t* out_top_ids = nullptr;       // [num_rows][top_stride], -1 padded
   float* out_top_logprobs = nullptr;    // same shape, NaN padded
+  // Rows another pass already sampled (the fast path, decode_api.h): row r is left alone when
+  // the int32 at skip_status + r * skip_stride_bytes is 1. Null: every row is sampled.
+  const unsigned char* skip_status = nullptr;
+  int64_t skip_stride_bytes = 0;
 };
 
 class KernelApi {

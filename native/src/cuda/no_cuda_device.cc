@@ -2,6 +2,7 @@
 // with the reason, and `--device cuda` fails with it.
 #include "../core/error.h"
 #include "device.h"
+#include "decode_api.h"
 #include "kernel_api.h"
 #include "fp8_kernels.h"
 #include "kv_copy.h"
@@ -32,6 +33,10 @@ std::unique_ptr<KvCopyApi> make_cuda_kv_copy() {
 
 std::unique_ptr<KernelApi> make_cuda_kernels() {
   throw NativeError(ErrorCode::kUnavailable, std::string("the CUDA kernels: ") + kReason);
+}
+
+std::unique_ptr<DecodeKernelApi> make_cuda_decode_kernels() {
+  throw NativeError(ErrorCode::kUnavailable, std::string("the CUDA decode kernels: ") + kReason);
 }
 
 std::unique_ptr<MoeKernelApi> make_cuda_moe_kernels() {

@@ -69,12 +69,35 @@ inline void check_embed_and_rmsnorm(Gpu& g) {
   CHECK(worst <= kBf16Tolerance, "rmsnorm: max relative error %g", worst);
 }
 
+/**
+ * The attention prologue on the CPU, in place on one token's q/k/v row: the biases as the GEMM
+ * adds them, cpu::rmsnorm per head (Qwen3: q_norm, k_norm non-null), cpu::rope_rotate with f32
+ * cos/sin of position x inv_freq, times rope_scale (YaRN) (v heads are rotated too; callers compare q
+ * and k/v only).
+ */
+inline void qkv_rope_reference(std::vector<float>& row, const float* bias, const float* q_norm, const float* k_norm, int heads,
+                               int kv_heads, int d, int32_t position, const std::vector<float>& inv_freq, float rope_scale = 1.0f) {
+  if (bias != nullptr) for (size_t i = 0; i < row.size(); ++i) row[i] += bias[i];
+  const int half = d / 2;
+  std::vector<float> cs(static_cast<size_t>(half)), sn(static_cast<size_t>(half));
+  for (int j = 0; j < half; ++j) {
+    const float angle = static_cast<float>(position) * inv_freq[static_cast<size_t>(j)];
+    cs[static_cast<size_t>(j)] = std::cos(angle) * rope_scale;
+    sn[static_cast<size_t>(j)] = std::sin(angle) * rope_scale;
+  }
+  for (int h = 0; h < heads + kv_heads; ++h) {
+    float* head = row.data() + h * d;
+    if (q_norm != nullptr) tandem::cpu::rmsnorm(head, h < heads ? q_norm : k_norm, d, 1e-6f, head);
+    tandem::cpu::rope_rotate(head, cs.data(), sn.data(), d);
+  }
+}
+
 // yarn: frequencies in all three YaRN bands and a cos/sin scale.
 // fp8: the pool is e4m3 (--kv-cache-dtype fp8): K and V land as e4m3(value / the layer's scale),
 // within one e4m3 rounding of the CPU's value (2^-4 relative, or half the smallest subnormal step).
 inline void check_qkv_rope(Gpu& g, bool qwen3, bool bias, bool llama3_rope, bool yarn = false, bool fp8 = false) {
   std::mt19937 rng(qwen3 * 4 + bias * 2 + llama3_rope + 7);
-  const int heads = 6, kv_heads = 2, d = 80, half = d / 2, tokens = 5;
+  const int heads = 6, kv_heads = 2, d = 80, tokens = 5;
   const int q_dim = heads * d, kv_dim = kv_heads * d, width = q_dim + 2 * kv_dim;
   const int64_t stride = width + 8;
   tandem::KvLayout L;
@@ -146,18 +169,8 @@ inline void check_qkv_rope(Gpu& g, bool qwen3, bool bias, bool llama3_rope, bool
   std::vector<bool> written(pool.size(), false);
   for (int t = 0; t < tokens; ++t) {
     std::vector<float> row(qkv.begin() + t * stride, qkv.begin() + t * stride + width);
-    if (bias) for (int i = 0; i < width; ++i) row[static_cast<size_t>(i)] += b[static_cast<size_t>(i)];
-    std::vector<float> cs(half), sn(half);
-    for (int j = 0; j < half; ++j) {
-      const float angle = static_cast<float>(positions[static_cast<size_t>(t)]) * inv_freq[static_cast<size_t>(j)];
-      cs[static_cast<size_t>(j)] = std::cos(angle) * rope_scale;
-      sn[static_cast<size_t>(j)] = std::sin(angle) * rope_scale;
-    }
-    for (int h = 0; h < heads + kv_heads; ++h) {
-      float* head = row.data() + h * d;
-      if (qwen3) tandem::cpu::rmsnorm(head, h < heads ? qn.data() : kn.data(), d, 1e-6f, head);
-      tandem::cpu::rope_rotate(head, cs.data(), sn.data(), d);
-    }
+    qkv_rope_reference(row, bias ? b.data() : nullptr, qwen3 ? qn.data() : nullptr, qwen3 ? kn.data() : nullptr, heads, kv_heads, d,
+                       positions[static_cast<size_t>(t)], inv_freq, rope_scale);
     worst_q = std::max(worst_q, max_rel_error(got_q.data() + t * stride, row.data(), q_dim));
     if (slots[static_cast<size_t>(t)] < 0) continue;
     const int64_t blk = slots[static_cast<size_t>(t)] / L.block_size, off = slots[static_cast<size_t>(t)] % L.block_size;
