@@ -32,6 +32,7 @@
 #include "attention_checks.h"
 #include "check.h"
 #include "gemm_checks.h"
+#include "spec_checks.h"
 
 using namespace tandem;
 
@@ -563,6 +564,8 @@ void test_golden(const std::string& model_dir, const std::string& golden_path) {
   }
 }
 
+#include "spec_engine_checks.h"
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -602,6 +605,7 @@ int main(int argc, char** argv) {
     test_consistency(root + "/qwen2", "qwen2");
     test_sampling(root + "/llama");
     test_decode_graphs(root + "/llama");
+    test_speculative(root);
     test_errors(root);
     if (argc == 4 && std::string(argv[1]) == "--golden") test_golden(argv[2], argv[3]);
   } catch (const std::exception& e) {
