@@ -18,6 +18,7 @@ namespace {
 
 constexpr int kSeqMetaStride = 11;
 constexpr int kSamplingStride = 8;
+constexpr int kSpecMetaStride = 3;  // native/lib/binding.ts SPEC_META_STRIDE
 
 struct AddonData {
   Napi::FunctionReference engine_ctor;
@@ -106,6 +107,8 @@ class EngineHandle : public Napi::ObjectWrap<EngineHandle> {
                         InstanceMethod<&EngineHandle::layerProgress>("layerProgress"),
                         InstanceMethod<&EngineHandle::loadLora>("loadLora"),
                         InstanceMethod<&EngineHandle::unloadLora>("unloadLora"),
+                        InstanceMethod<&EngineHandle::draftBegin>("draftBegin"),
+                        InstanceMethod<&EngineHandle::draftEnd>("draftEnd"),
                         InstanceMethod<&EngineHandle::close>("close")});
   }
 
@@ -215,6 +218,15 @@ class EngineHandle : public Napi::ObjectWrap<EngineHandle> {
       input->deferred_masks = std::make_shared<DeferredMasks>();
       pending_masks_ = input->deferred_masks;
     }
+    std::vector<int32_t> spec_meta;  // speculative decoding: [numDrafts, proposeDrafts, draftKey] per sequence
+    if (info.Length() > 12 && !info[12].IsUndefined()) {
+      if (!info[12].IsTypedArray() || info[12].As<Napi::TypedArray>().TypedArrayType() != napi_int32_array ||
+          info[12].As<Napi::TypedArray>().ElementLength() != num_seqs * kSpecMetaStride) {
+        throw make_error(env, "invalid_argument", "step: specMeta (Int32Array, 3 per sequence) expected");
+      }
+      auto m = info[12].As<Napi::Int32Array>();
+      spec_meta.assign(m.Data(), m.Data() + m.ElementLength());
+    }
     std::vector<int32_t> lora_slots;  // multi-LoRA: one adapter slot per sequence, -1 = base
     if (info.Length() > 11 && !info[11].IsUndefined()) {
       if (!info[11].IsTypedArray() || info[11].As<Napi::TypedArray>().TypedArrayType() != napi_int32_array ||
@@ -245,6 +257,11 @@ class EngineHandle : public Napi::ObjectWrap<EngineHandle> {
       s.bias_len = m[10];
       s.mask_row = mask_rows.empty() ? -1 : mask_rows[i];
       s.lora_slot = lora_slots.empty() ? -1 : lora_slots[i];
+      if (!spec_meta.empty()) {
+        s.num_drafts = spec_meta[i * kSpecMetaStride];
+        s.propose_drafts = spec_meta[i * kSpecMetaStride + 1];
+        s.draft_key = spec_meta[i * kSpecMetaStride + 2];
+      }
       s.sampling.temperature = static_cast<float>(sp[0]);
       s.sampling.top_p = static_cast<float>(sp[1]);
       s.sampling.top_k = static_cast<int32_t>(sp[2]);
@@ -270,6 +287,13 @@ class EngineHandle : public Napi::ObjectWrap<EngineHandle> {
         o.Set("topIds", to_typed<int32_t>(env, output_.top_ids));
         o.Set("topLogprobs", to_typed<float>(env, output_.top_logprobs));
         if (input_->return_logits) o.Set("logits", to_typed<float>(env, output_.logits));
+        // Speculative decoding: tokens per sampled sequence, and the drafter's proposals.
+        o.Set("emitted", to_typed<int32_t>(env, output_.emitted));
+        if (!output_.draft_counts.empty()) {
+          o.Set("draftCounts", to_typed<int32_t>(env, output_.draft_counts));
+          o.Set("drafts", to_typed<int32_t>(env, output_.drafts));
+          o.Set("draftScores", to_typed<float>(env, output_.draft_scores));
+        }
         return o;
       }
 
@@ -283,6 +307,29 @@ class EngineHandle : public Napi::ObjectWrap<EngineHandle> {
     Napi::Promise p = worker->promise();
     worker->Queue();
     return p;
+  }
+
+  // Speculative decoding: draftBegin(key, tokens: Int32Array) gives the drafter a sequence's
+  // tokens so far; draftEnd(key, finished) drops it. Both only queue (the step thread applies them).
+  Napi::Value draftBegin(const Napi::CallbackInfo& info) {
+    Napi::Env env = info.Env();
+    auto engine = require_open(env);
+    if (engine->drafter() == nullptr) throw make_error(env, "unavailable", "draftBegin: the engine was loaded without speculative decoding");
+    if (info.Length() < 2 || !info[0].IsNumber() || !info[1].IsTypedArray() ||
+        info[1].As<Napi::TypedArray>().TypedArrayType() != napi_int32_array) {
+      throw make_error(env, "invalid_argument", "draftBegin(key: number, tokens: Int32Array)");
+    }
+    auto tokens = info[1].As<Napi::Int32Array>();
+    engine->drafter()->begin(info[0].As<Napi::Number>().Int64Value(), tokens.Data(), static_cast<int32_t>(tokens.ElementLength()));
+    return env.Undefined();
+  }
+
+  Napi::Value draftEnd(const Napi::CallbackInfo& info) {
+    Napi::Env env = info.Env();
+    if (!engine_ || engine_->drafter() == nullptr) return env.Undefined();
+    if (info.Length() < 1 || !info[0].IsNumber()) throw make_error(env, "invalid_argument", "draftEnd(key: number, finished?: boolean)");
+    engine_->drafter()->end(info[0].As<Napi::Number>().Int64Value(), info.Length() > 1 && info[1].ToBoolean().Value());
+    return env.Undefined();
   }
 
   // embed(tokens: Int32Array, lengths: Int32Array, pooling: 0 last | 1 mean, normalize: bool)
@@ -668,6 +715,28 @@ void read_engine_options(Napi::Env env, Napi::Object o, EngineOptions& opts) {
   if (o.Get("cudaGraphs").IsBoolean()) opts.backend.cuda_graphs = o.Get("cudaGraphs").As<Napi::Boolean>().Value();
   if (o.Get("gemm").IsString()) opts.backend.gemm = o.Get("gemm").As<Napi::String>().Utf8Value();
   opts.threads = static_cast<int>(num("threads", 0));
+  // speculative: {method: 'ngram'|'suffix', numSpeculativeTokens, promptLookupMin/Max, suffix*} (spec/drafter.h)
+  if (o.Get("speculative").IsObject()) {
+    Napi::Object sp = o.Get("speculative").As<Napi::Object>();
+    auto sp_num = [&](const char* key, double fallback) {
+      Napi::Value v = sp.Get(key);
+      return v.IsNumber() ? v.As<Napi::Number>().DoubleValue() : fallback;
+    };
+    spec::DraftConfig c;
+    try {
+      c.method = spec::parse_draft_method(sp.Get("method").IsString() ? sp.Get("method").As<Napi::String>().Utf8Value() : "");
+    } catch (const NativeError& e) {
+      throw make_error(env, e.code_name(), e.what());
+    }
+    c.max_drafts = static_cast<int32_t>(sp_num("numSpeculativeTokens", c.max_drafts));
+    c.ngram_min = static_cast<int32_t>(sp_num("promptLookupMin", c.ngram_min));
+    c.ngram_max = static_cast<int32_t>(sp_num("promptLookupMax", c.ngram_max));
+    c.suffix_max_depth = static_cast<int32_t>(sp_num("suffixMaxDepth", c.suffix_max_depth));
+    c.suffix_max_spec_factor = static_cast<float>(sp_num("suffixMaxSpecFactor", c.suffix_max_spec_factor));
+    c.suffix_min_token_prob = static_cast<float>(sp_num("suffixMinTokenProb", c.suffix_min_token_prob));
+    c.suffix_cache_tokens = static_cast<int64_t>(sp_num("suffixCacheTokens", static_cast<double>(c.suffix_cache_tokens)));
+    opts.speculative = c;
+  }
 }
 
 Napi::Value load_engine(const Napi::CallbackInfo& info) {
