@@ -9,6 +9,8 @@ import { startWorker, type WorkerOptions } from './worker-process.js';
 import { GIB } from './kv-tiers-setup.js';
 import { startEmbeddingWorker } from '../embedding/index.js';
 import { DEFAULT_MAX_CPU_LORAS, DEFAULT_MAX_LORA_RANK, DEFAULT_MAX_LORAS } from '../lora/index.js';
+import { ConfigError } from '../../runtime/errors.js';
+import { MAX_SPECULATIVE_TOKENS, SPECULATIVE_METHODS, speculativeOptions, type SpeculativeFlags } from '../speculative/index.js';
 
 /** Flags that carry a WorkerOptions field under the same name and unit. */
 type SameAsOptions =
@@ -28,7 +30,7 @@ type SameAsOptions =
   | 'namespace';
 
 /** What commander parses; the rest differ from WorkerOptions in name or unit (seconds). */
-interface WorkerFlags extends RuntimeFlags, Pick<WorkerOptions, SameAsOptions> {
+interface WorkerFlags extends RuntimeFlags, Pick<WorkerOptions, SameAsOptions>, SpeculativeFlags {
   model: string;
   gpuMemoryUtilization?: number;
   enforceEager?: boolean;
@@ -90,7 +92,19 @@ function workerOptionsFromFlags(flags: WorkerFlags): WorkerOptions {
         }
       : {}),
     lora: { adapters: flags.lora, maxLoras: flags.maxLoras, maxCpuLoras: flags.maxCpuLoras, maxLoraRank: flags.maxLoraRank },
+    ...speculativeFromFlags(flags),
   };
+}
+
+/** --speculative and its knobs; a combination no single parser sees is one line and exit 2. */
+function speculativeFromFlags(flags: WorkerFlags): Pick<WorkerOptions, 'speculative'> {
+  if (flags.speculative !== 'off' && flags.task === 'embed') throw new ConfigError('--speculative is for generation workers, not --task embed');
+  try {
+    const speculative = speculativeOptions(flags);
+    return speculative !== undefined ? { speculative } : {};
+  } catch (err) {
+    throw new ConfigError((err as Error).message);
+  }
 }
 
 /** `--lora name=DIR`, repeatable. */
@@ -142,10 +156,15 @@ export function registerWorkerCommand(program: Command): void {
     .addOption(new Option('--lora <name=dir>', 'serve this PEFT LoRA adapter under name (repeatable); more at run time with POST /v1/load_lora_adapter').argParser(collectLora).default([]))
     .addOption(new Option('--max-loras <n>', 'most distinct adapters in one step').argParser(positiveInt).default(DEFAULT_MAX_LORAS))
     .addOption(new Option('--max-cpu-loras <n>', 'most adapters resident in host memory; the least recently used idle one makes room').argParser(positiveInt).default(DEFAULT_MAX_CPU_LORAS))
-    .addOption(new Option('--max-lora-rank <r>', 'refuse adapters of a higher rank').argParser(positiveInt).default(DEFAULT_MAX_LORA_RANK));
+    .addOption(new Option('--max-lora-rank <r>', 'refuse adapters of a higher rank').argParser(positiveInt).default(DEFAULT_MAX_LORA_RANK))
+    .addOption(new Option('--speculative <method>', 'speculative decoding: off | ngram (prompt lookup) | suffix (suffix decoding); docs/speculative.md').argParser(oneOf(SPECULATIVE_METHODS)).default('off'))
+    .addOption(new Option('--num-speculative-tokens <n>', 'most drafts a sequence verifies in one step (default 5 for ngram, 16 for suffix)').argParser(intInRange(1, MAX_SPECULATIVE_TOKENS)))
+    .addOption(new Option('--prompt-lookup-min <n>', 'ngram: shortest n-gram matched (default 2)').argParser(intInRange(1, 64)))
+    .addOption(new Option('--prompt-lookup-max <n>', 'ngram: longest n-gram matched, tried first (default 5)').argParser(intInRange(1, 64)))
+    .addOption(new Option('--spec-acceptance <p>', 'mocker with --speculative: the chance each draft is accepted (default 0.7)').argParser(numberInRange(0, 1)));
   addRuntimeOptions(cmd).action(async (flags: WorkerFlags) => {
+    const options = workerOptionsFromFlags(flags);  // refusals first: nothing has started
     const runtime = await createRuntimeFromOptions(flags, `worker-${flags.mode}`);
-    const options = workerOptionsFromFlags(flags);
     try {
       if (flags.task === 'embed') await startEmbeddingWorker(runtime, { ...options, ...(flags.pooling ? { pooling: flags.pooling } : {}) });
       else await startWorker(runtime, options);

@@ -56,7 +56,7 @@ import { KvPrefetcher } from '../disagg/kv-prefetch.js';
 import type { Engine } from '../engines/engine.js';
 import type { NativeEngine } from '../engines/native/index.js';
 import { MockerEngine } from '../engines/mocker/index.js';
-import { loadPerfProfile, PerfProfileError, type PerfModel } from '../../perf-model/index.js';
+import { loadPerfProfile, PerfProfileError, PolynomialPerfModel, type PerfModel } from '../../perf-model/index.js';
 import { readModelConfig, type ModelConfig } from '../models/index.js';
 import { DisaggMetrics, WorkerMetrics } from './worker-metrics.js';
 import { DEFAULT_COMPILE_LIMITS, GrammarCache, GrammarCompiler, type CompileLimits } from '../../grammar/index.js';
@@ -67,6 +67,7 @@ import { setupWorkerKvTiers, type WorkerKvTierOptions } from './kv-tiers-setup.j
 import { KvTierMetrics } from './kv-tier-metrics.js';
 import { LoraRegistry } from '../lora/index.js';
 import { LORA_ADMIN_ENDPOINT, type LoraAdminRequest, type LoraAdminResponse } from '../../proto/wire.js';
+import { MeasuredStepCost, PerfModelStepCost, nativeSpeculative, type SpeculativeOptions, type SpeculatorConfig } from '../speculative/index.js';
 
 export const COMPONENT_FOR_ROLE: Record<WorkerRole, string> = { agg: 'backend', prefill: 'prefill', decode: 'decode' };
 /** Wire names, defined in proto/ and re-exported for the worker's callers. */
@@ -117,6 +118,8 @@ export interface WorkerOptions {
   ucxConfig?: Record<string, string>;
   /** Multi-LoRA: adapters loaded at start (`name=DIR`) and the limits (`--max-loras`, `--max-cpu-loras`, `--max-lora-rank`). */
   lora?: { adapters: string[]; maxLoras?: number; maxCpuLoras?: number; maxLoraRank?: number };
+  /** Speculative decoding (`--speculative`, docs/speculative.md); undefined = off. */
+  speculative?: SpeculativeOptions;
 }
 
 /** What a prefill or decode worker adds; for tests and the process's own shutdown. */
@@ -145,6 +148,7 @@ async function createEngine(options: WorkerOptions, config: ModelConfig, layers?
       speedupRatio: options.speedupRatio,
       eosTokenIds: config.eosTokenIds,
       ...(options.perfProfile ? { perfModel: await loadMockerProfile(options.perfProfile) } : {}),
+      ...(options.speculative !== undefined ? { speculative: { acceptance: options.speculative.mockerAcceptance } } : {}),
     });
   }
   // Loaded lazily so a machine without the native addon can still run the mocker.
@@ -175,7 +179,19 @@ function nativeEngineOptions(options: WorkerOptions) {
     ...(options.threads !== undefined ? { threads: options.threads } : {}),
     ...(options.gpuMemoryUtilization !== undefined ? { gpuMemoryUtilization: options.gpuMemoryUtilization } : {}),
     ...(options.cudaGraphs !== undefined ? { cudaGraphs: options.cudaGraphs } : {}),
+    ...(options.speculative !== undefined ? { speculative: nativeSpeculative(options.speculative) } : {}),
   };
+}
+
+/** The speculator's config: the mocker's step cost is its perf model's; a native engine's is measured. */
+async function speculatorConfig(options: WorkerOptions): Promise<SpeculatorConfig | undefined> {
+  // A prefill worker returns one token per request: nothing to speculate.
+  if (options.speculative === undefined || options.mode === 'prefill') return undefined;
+  const cost =
+    options.engine === 'mocker'
+      ? new PerfModelStepCost(options.perfProfile ? await loadMockerProfile(options.perfProfile) : new PolynomialPerfModel())
+      : new MeasuredStepCost();
+  return { maxDraftTokens: options.speculative.numSpeculativeTokens, cost };
 }
 
 /**
@@ -265,6 +281,7 @@ export async function startWorker(runtime: DistributedRuntime, options: WorkerOp
     sample: () => loop.loadMetrics(),
     publish: (m) => void component.publish(TOPICS.loadMetrics, m).catch((err: unknown) => log.debug({ err }, 'load metrics publish failed')),
   });
+  const speculative = await speculatorConfig(options);
   const loop: EngineLoop = new EngineLoop({
     engine: loopEngine,
     loras,
@@ -272,6 +289,7 @@ export async function startWorker(runtime: DistributedRuntime, options: WorkerOp
     ...(kvTiers !== undefined ? { kvTiers } : {}),
     ...(disagg?.importer !== undefined ? { kvImporter: disagg.importer } : {}),
     scheduler: { maxNumBatchedTokens: options.maxNumBatchedTokens, maxNumSeqs: options.maxNumSeqs, ...(options.lora?.maxLoras !== undefined ? { maxLoras: options.lora.maxLoras } : {}) },
+    ...(speculative !== undefined ? { speculative } : {}),
     ...(vocab !== undefined ? { grammar: workerGrammarProvider(vocab, grammarCache, grammarCompiler) } : {}),
     sinks: {
       onKvEvents: (events: KvEvent[]) => {
