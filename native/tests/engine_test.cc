@@ -32,6 +32,7 @@
 #include "attention_checks.h"
 #include "check.h"
 #include "gemm_checks.h"
+#include "kv_pool_sizing_checks.h"
 #include "spec_checks.h"
 
 using namespace tandem;
@@ -50,6 +51,8 @@ struct TinySpec {
   std::string arch = "LlamaForCausalLM";
   int vocab = 97, hidden = 32, inter = 64, layers = 2, heads = 4, kv_heads = 2, head_dim = 8;
   bool tie = false, qk_norm = false, qkv_bias = false;
+  bool zero_layers = false;  // every decoder-layer tensor 0: the residual stream stays the token embeddings
+  bool bf16_exact = false;   // every value rounded to bf16, so a bf16 backend holds the weights exactly
   std::string extra_config;  // appended JSON members
 };
 
@@ -108,7 +111,13 @@ void write_tiny_model(const std::string& dir, const TinySpec& s, uint32_t seed,
                            ? 0.5f
                            : 1.0f / std::sqrt(static_cast<float>(shape.back()));
     size_t begin = data.size() * 4;
-    for (size_t j = 0; j < n; ++j) data.push_back(is_norm ? 1.0f + 0.1f * normal(rng) : stdv * normal(rng));
+    const bool zero = s.zero_layers && name.rfind("model.layers.", 0) == 0;
+    for (size_t j = 0; j < n; ++j) {
+      float v = is_norm ? 1.0f + 0.1f * normal(rng) : stdv * normal(rng);
+      if (zero) v = 0.0f;
+      if (s.bf16_exact) v = tandem::gpu::bf16_bits_to_float(tandem::gpu::float_to_bf16_bits(v));
+      data.push_back(v);
+    }
     header += (i ? "," : "") + std::string("\"") + name + "\":{\"dtype\":\"F32\",\"shape\":[";
     for (size_t d = 0; d < shape.size(); ++d) header += (d ? "," : "") + std::to_string(shape[d]);
     header += "],\"data_offsets\":[" + std::to_string(begin) + "," + std::to_string(data.size() * 4) + "]}";
@@ -121,10 +130,10 @@ void write_tiny_model(const std::string& dir, const TinySpec& s, uint32_t seed,
   st.write(reinterpret_cast<const char*>(data.data()), static_cast<std::streamsize>(data.size() * 4));
 }
 
-std::unique_ptr<Engine> load(const std::string& dir, int64_t blocks = 64, bool graphs = true) {
+std::unique_ptr<Engine> load(const std::string& dir, int64_t blocks = 64, bool graphs = true, const std::string& dev = device()) {
   EngineOptions o;
   o.model_dir = dir;
-  o.backend.device = device();
+  o.backend.device = dev;
   o.backend.num_blocks = blocks;
   o.backend.block_size = 4;
   o.backend.max_batch_tokens = 256;
@@ -564,6 +573,76 @@ void test_golden(const std::string& model_dir, const std::string& golden_path) {
   }
 }
 
+// A step that fails between its forward and its sample (masks supplied for the wrong number of
+// sequences) leaves its forward undrained. The next forward must drain it before it resets the
+// layer progress (a late mark would announce an old layer as the new forward's), and compute
+// what it computes on a fresh engine.
+void test_undrained_forward(const std::string& dir) {
+  if (device() == "cpu") return;
+  auto e = load(dir, 64, false);
+  auto fresh = load(dir, 64, false);
+  auto* gpu = dynamic_cast<GpuBackend*>(&e->backend());
+  CHECK(gpu != nullptr, "undrained: not a GpuBackend");
+  if (gpu == nullptr) return;
+  const int32_t V = static_cast<int32_t>(e->config().vocab_size);
+  const size_t words = static_cast<size_t>((V + 31) / 32);
+  StepBuilder bad;
+  bad.add(seq(3, 6, V), 0, {0, 1}, true);
+  bad.in.deferred_masks = std::make_shared<DeferredMasks>();
+  bad.in.deferred_masks->supply({0, 0}, std::vector<uint32_t>(words, ~0u));  // two rows for one sequence
+  std::string code;
+  try {
+    e->step(bad.in);
+  } catch (const NativeError& err) {
+    code = err.code_name();
+  }
+  CHECK(code == "invalid_argument", "undrained: the bad masks fail the step (got '%s')", code.c_str());
+  CHECK(gpu->undrained_forwards() == 0, "undrained: counted before the next forward");
+  StepBuilder good;
+  good.add(seq(4, 7, V), 0, {2, 3}, true);
+  const auto got = e->step(good.in);
+  const auto want = fresh->step(good.in);
+  CHECK(gpu->undrained_forwards() == 1, "undrained: the next forward drained %llu forwards (want 1)",
+        static_cast<unsigned long long>(gpu->undrained_forwards()));
+  CHECK(e->layer_progress()[1] == e->config().num_layers, "undrained: layer progress %lld after the step",
+        static_cast<long long>(e->layer_progress()[1]));
+  CHECK(got.tokens == want.tokens && max_abs_diff(got.logits.data(), want.logits.data(), got.logits.size()) == 0,
+        "undrained: the next step differs from a fresh engine's");
+}
+
+// Embedding pooling is one host implementation for both backends: where their hidden states
+// are equal, their vectors are equal bit for bit. A model whose decoder layers are all zeros
+// leaves the residual stream equal to the token embeddings, which are bf16-exact, so the CPU
+// backend (f32) and the GPU backend (bf16 table) start pooling from the same floats.
+void test_pooling_across_backends(const std::string& root) {
+  TinySpec s;
+  s.zero_layers = true;
+  s.bf16_exact = true;
+  const std::string dir = root + "/zero-layers";
+  write_tiny_model(dir, s, 13);
+  auto cpu = load(dir, 16, false, "cpu");
+  auto simt = load(dir, 16, false, "simt");
+  const int32_t V = static_cast<int32_t>(cpu->config().vocab_size);
+  EmbedInput in;
+  const std::vector<std::vector<int32_t>> seqs{seq(2, 9, V), {5}, seq(3, 14, V)};
+  for (const auto& q : seqs) {
+    in.tokens.insert(in.tokens.end(), q.begin(), q.end());
+    in.lengths.push_back(static_cast<int32_t>(q.size()));
+  }
+  for (Pooling pooling : {Pooling::kLast, Pooling::kMean}) {
+    for (bool normalize : {false, true}) {
+      in.pooling = pooling;
+      in.normalize = normalize;
+      const auto a = cpu->embed(in).vectors, b = simt->embed(in).vectors;
+      size_t differ = 0;
+      for (size_t i = 0; i < a.size(); ++i) differ += std::memcmp(&a[i], &b[i], sizeof(float)) != 0;
+      CHECK(a.size() == b.size() && differ == 0, "pooling %s%s: %zu of %zu cpu and simt values differ (max %g)",
+            pooling == Pooling::kLast ? "last" : "mean", normalize ? ", normalized" : "", differ, a.size(),
+            max_abs_diff(a.data(), b.data(), std::min(a.size(), b.size())));
+    }
+  }
+}
+
 #include "spec_engine_checks.h"
 
 }  // namespace
@@ -586,6 +665,7 @@ int main(int argc, char** argv) {
     }
     tandem_test::test_gemm_shapes();
     tandem_test::test_paged_attention();
+    tandem_test::test_kv_pool_sizing();
     TinySpec llama;
     write_tiny_model(root + "/llama", llama, 7);
     test_consistency(root + "/llama", "llama");
@@ -605,6 +685,8 @@ int main(int argc, char** argv) {
     test_consistency(root + "/qwen2", "qwen2");
     test_sampling(root + "/llama");
     test_decode_graphs(root + "/llama");
+    test_undrained_forward(root + "/llama");
+    test_pooling_across_backends(root);
     test_speculative(root);
     test_errors(root);
     if (argc == 4 && std::string(argv[1]) == "--golden") test_golden(argv[2], argv[3]);

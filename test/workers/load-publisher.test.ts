@@ -19,7 +19,8 @@ describe('LoadPublisher', () => {
     vi.useFakeTimers({ now: 0 });
     sent = [];
     current = report(0);
-    pub = new LoadPublisher({ minIntervalMs: 100, heartbeatMs: 1000, sample: () => current, publish: (m) => sent.push({ at: Date.now(), running: m.numRunning }) });
+    pub = new LoadPublisher({ minIntervalMs: 100, heartbeatMs: 1000, publish: (m) => sent.push({ at: Date.now(), running: m.numRunning }) });
+    pub.start(() => current);
   });
   afterEach(() => {
     pub.close();
@@ -54,7 +55,8 @@ describe('LoadPublisher', () => {
   });
 
   it('interval 0: every report goes out at once', () => {
-    const all = new LoadPublisher({ minIntervalMs: 0, heartbeatMs: 1000, sample: () => current, publish: (m) => sent.push({ at: Date.now(), running: m.numRunning }) });
+    const all = new LoadPublisher({ minIntervalMs: 0, heartbeatMs: 1000, publish: (m) => sent.push({ at: Date.now(), running: m.numRunning }) });
+    all.start(() => current);
     all.offer(report(1));
     all.offer(report(2));
     all.offer(report(0));

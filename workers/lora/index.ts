@@ -10,3 +10,4 @@ export {
 export { makeTinyLora, loraTargetDims, loraTensorName, type MakeTinyLoraOptions, type LoraModelDims } from './make-tiny-lora.js';
 export { mergeLoraIntoModel } from './merge-adapter.js';
 export { LoraRegistry, DEFAULT_MAX_CPU_LORAS, DEFAULT_MAX_LORAS, type LoraEngine, type LoraRegistryOptions, type ResidentLora, type AcquiredLora } from './lora-registry.js';
+export { cardLoras, loadStartupAdapters, loraAdminHandler, type LoraAdminDeps } from './lora-admin.js';

@@ -10,6 +10,9 @@
  *   - with no step at all (an idle worker, or a request cancelled while nothing runs), the
  *     current load is re-sent every `heartbeatMs`, so readers can tell "idle" from "silent"
  *     and expire reports that stop coming (proto/wire.ts `LOAD_REPORT_STALE_MS`).
+ *
+ * Heartbeats begin at `start(sample)`: the publisher exists before the engine loop it
+ * reports for (it is among the loop's sinks), and samples that loop once it is built.
  */
 import type { LoadMetrics } from '../../proto/wire.js';
 
@@ -18,8 +21,6 @@ export interface LoadPublisherOptions {
   minIntervalMs: number;
   /** Re-send the current load when nothing was sent for this long. */
   heartbeatMs: number;
-  /** The worker's load now (for heartbeats). */
-  sample(): LoadMetrics;
   publish(m: LoadMetrics): void;
   clock?: () => number;
 }
@@ -28,13 +29,18 @@ export class LoadPublisher {
   private lastSentAt = Number.NEGATIVE_INFINITY;
   private held: LoadMetrics | undefined;
   private trailing: NodeJS.Timeout | undefined;
-  private readonly heartbeat: NodeJS.Timeout;
+  private heartbeat: NodeJS.Timeout | undefined;
   private readonly clock: () => number;
   private closed = false;
 
   constructor(private readonly o: LoadPublisherOptions) {
     this.clock = o.clock ?? Date.now;
-    this.heartbeat = setInterval(() => this.beat(), Math.max(1, Math.floor(o.heartbeatMs / 2)));
+  }
+
+  /** Starts the heartbeat; `sample` is the worker's load now. */
+  start(sample: () => LoadMetrics): void {
+    if (this.closed || this.heartbeat !== undefined) return;
+    this.heartbeat = setInterval(() => this.beat(sample), Math.max(1, Math.floor(this.o.heartbeatMs / 2)));
     this.heartbeat.unref();
   }
 
@@ -65,9 +71,9 @@ export class LoadPublisher {
     if (m !== undefined && !this.closed) this.send(m);
   }
 
-  private beat(): void {
+  private beat(sample: () => LoadMetrics): void {
     if (this.closed || this.trailing !== undefined) return;
-    if (this.clock() - this.lastSentAt >= this.o.heartbeatMs) this.send(this.o.sample());
+    if (this.clock() - this.lastSentAt >= this.o.heartbeatMs) this.send(sample());
   }
 
   private send(m: LoadMetrics): void {

@@ -11,13 +11,15 @@
  * preempted by recompute: its blocks are freed and it goes back to the front of the waiting
  * queue with 0 computed tokens; on resume its prefix is usually still cached.
  *
- * A waiting sequence whose next uncached prefix blocks a running sequence is computing right
- * now is skipped (deferred) and admitted once they are cached (shared-prefill.ts).
+ * Which waiting sequences join, and how each gets its blocks (prefix hit, remote import,
+ * onboarding from the KV tiers, deferral behind a running sequence computing the same prefix:
+ * shared-prefill.ts), is admission.ts.
  */
 import type { StepResult, StepSequence } from '../engines/engine.js';
 import { BlockManager } from '../block-manager/block-manager.js';
 import { SEQUENCE_STATUS, Sequence, type SequenceInit } from '../sequence.js';
-import { MAX_DEFERRED_PER_STEP, SharedPrefillGate } from './shared-prefill.js';
+import { SharedPrefillGate } from './shared-prefill.js';
+import { Admission, refuseSequence, type AdmissionQueues } from './admission.js';
 import {
   SCHEDULER_DEFAULTS,
   type AddSequenceResult,
@@ -32,7 +34,6 @@ import {
   type StepOutcome,
 } from './types.js';
 import type { FinishReason } from '../../proto/wire.js';
-import { onboardCount, type OnboardSource } from '../block-manager/kv-tier-policy.js';
 import type { Speculator } from '../speculative/speculator.js';
 
 interface PlannedSeq {
@@ -66,9 +67,9 @@ export class Scheduler {
   private readonly bySeqId = new Map<number, Sequence>();
   private inFlight: PlannedSeq[] | undefined;
   private nextSeqId = 1;
-  /** Undefined when deferral is off (by config, or without prefix caching). */
-  private readonly sharedPrefill: SharedPrefillGate | undefined;
-  private readonly kvTiers: SchedulerConfig['kvTiers'];
+  /** Which waiting sequences join a step (admission.ts), over the queues above. */
+  private readonly admission: Admission;
+  private readonly queues: AdmissionQueues = { waiting: this.waiting, running: this.running, transferring: this.transferring };
   /** Prefix tokens onboarded from the KV tiers, and their blocks per tier (counters). */
   numOnboardedTokens = 0;
   /** Speculative decoding's policy and counters; undefined when off. */
@@ -86,11 +87,18 @@ export class Scheduler {
       enablePrefixCaching: config.enablePrefixCaching ?? true,
       trackEvictions: config.kvTiers?.policy.enabled ?? false,
     });
-    this.kvTiers = config.kvTiers?.policy.enabled ? config.kvTiers : undefined;
     const maxDeferSteps = config.maxDeferSteps ?? SCHEDULER_DEFAULTS.maxDeferSteps;
     if (!Number.isInteger(maxDeferSteps) || maxDeferSteps < 0) throw new RangeError('maxDeferSteps must be a non-negative integer');
     const defer = (config.deferSharedPrefill ?? SCHEDULER_DEFAULTS.deferSharedPrefill) && this.blockManager.enablePrefixCaching;
-    this.sharedPrefill = defer && maxDeferSteps > 0 ? new SharedPrefillGate(this.blockManager, maxDeferSteps) : undefined;
+    this.admission = new Admission({
+      blockManager: this.blockManager,
+      blockSize: this.blockSize,
+      maxNumSeqs: this.maxNumSeqs,
+      maxLoras: this.maxLoras,
+      // Undefined when deferral is off (by config, or without prefix caching).
+      sharedPrefill: defer && maxDeferSteps > 0 ? new SharedPrefillGate(this.blockManager, maxDeferSteps) : undefined,
+      kvTiers: config.kvTiers?.policy.enabled ? config.kvTiers : undefined,
+    });
     this.speculator = config.speculative;
   }
 
@@ -120,29 +128,8 @@ export class Scheduler {
   }
 
   addSequence(init: Omit<SequenceInit, 'seqId'>): AddSequenceResult {
-    const numPrompt = init.promptTokenIds.length;
-    if (numPrompt === 0) return { type: 'rejected', code: 'invalid_argument', message: 'prompt is empty' };
-    if (!(init.stop.maxTokens >= 1)) return { type: 'rejected', code: 'invalid_argument', message: 'maxTokens must be at least 1' };
-    const numRemote = init.numRemoteTokens ?? 0;
-    if (!Number.isInteger(numRemote) || numRemote < 0 || numRemote >= numPrompt) {
-      return { type: 'rejected', code: 'invalid_argument', message: `remote KV for ${numRemote} of ${numPrompt} tokens (at least one must be computed here)` };
-    }
-    const total = numPrompt + init.stop.maxTokens;
-    if (total > this.maxModelLen) {
-      return {
-        type: 'rejected',
-        code: 'invalid_argument',
-        message: `prompt (${numPrompt}) + maxTokens (${init.stop.maxTokens}) exceeds the maximum sequence length ${this.maxModelLen}`,
-      };
-    }
-    // A sequence that cannot fit the whole pool would preempt itself forever.
-    if (this.blockManager.blocksFor(total) > this.blockManager.numBlocks) {
-      return {
-        type: 'rejected',
-        code: 'resource_exhausted',
-        message: `sequence of ${total} tokens needs more than the ${this.blockManager.numBlocks} KV blocks of this worker`,
-      };
-    }
+    const refused = refuseSequence(init, this);
+    if (refused !== undefined) return refused;
     const seq = new Sequence({ ...init, seqId: this.nextSeqId++ });
     this.bySeqId.set(seq.seqId, seq);
     this.waiting.push(seq);
@@ -156,8 +143,6 @@ export class Scheduler {
     const planned: PlannedSeq[] = [];
     const plannedBySeq = new Map<Sequence, PlannedSeq>();
     const preemptedSeqIds: number[] = [];
-    const transfers: KvImportStart[] = [];
-    const onboards: KvOnboardStart[] = [];
     let budget = this.maxNumBatchedTokens;
 
     const plan = (seq: Sequence, numNewTokens: number, numDrafts = 0): void => {
@@ -210,92 +195,17 @@ export class Scheduler {
       }
     }
 
-    // Waiting sequences, FCFS; none if this step had to preempt (the pool is full). A deferred
-    // sequence keeps its place: `next` walks past it and admissions behind it are compacted out.
-    const deferredSeqIds: number[] = [];
-    const gate = this.waiting.length > 0 && preemptedSeqIds.length === 0 ? this.sharedPrefill : undefined;
-    gate?.reset(this.running);
-    let next = 0;
-    let admittedPastDeferred = false;
-    // --max-loras: adapters of the running and transferring sequences; once one waiting
-    // sequence is held for a further adapter, no adapter sequence behind it is admitted.
-    const activeLoras = this.maxLoras !== undefined ? this.activeLoraIds() : undefined;
-    let loraBlocked = false;
-    const takeWaiting = (): void => {
-      if (next === 0) {
-        this.waiting.shift();
-      } else {
-        admittedPastDeferred = true;
-        next++;
-      }
-    };
-    while (
-      preemptedSeqIds.length === 0 &&
-      budget > 0 &&
-      next < this.waiting.length &&
-      this.running.length + this.transferring.size < this.maxNumSeqs
-    ) {
-      const seq = this.waiting[next]!;
-      if (activeLoras !== undefined && seq.loraId !== undefined && !activeLoras.has(seq.loraId) ? loraBlocked || activeLoras.size >= this.maxLoras! : loraBlocked && seq.loraId !== undefined) {
-        loraBlocked = true;
-        next++;
-        continue;
-      }
-      if (seq.loraId !== undefined) activeLoras?.add(seq.loraId);
-      const hit = bm.findPrefixHit(seq);
-      if (seq.numRemoteTokens > 0) {
-        // Blocks for the imported tokens only; the import costs no compute budget.
-        const numImport = Math.max(0, seq.numRemoteTokens - hit.numTokens);
-        if (!bm.allocate(seq, hit, numImport)) break;
-        takeWaiting();
-        this.admit(seq, hit.numTokens);
-        seq.status = SEQUENCE_STATUS.transferring;
-        this.transferring.set(seq.seqId, seq);
-        const first = hit.blockIds.length;
-        transfers.push({
-          seqId: seq.seqId,
-          requestId: seq.requestId,
-          localBlockIds: seq.blockTableView().slice(first, bm.blocksFor(seq.numRemoteTokens)),
-          firstBlock: first,
-          numTokens: seq.numRemoteTokens,
-        });
-        continue;
-      }
-      const fromTiers = this.onboardSources(seq, hit.blockIds.length);
-      if (fromTiers.length > 0) {
-        const numOnboard = fromTiers.length * this.blockSize;
-        if (!bm.allocate(seq, hit, numOnboard)) break;
-        takeWaiting();
-        const firstAdmission = !seq.hasBeenAdmitted;
-        this.admit(seq, hit.numTokens);
-        if (firstAdmission) seq.numCachedTokens += numOnboard;
-        this.kvTiers!.policy.commitOnboard(fromTiers);
-        this.numOnboardedTokens += numOnboard;
-        seq.numRemoteTokens = hit.numTokens + numOnboard;
-        seq.status = SEQUENCE_STATUS.transferring;
-        this.transferring.set(seq.seqId, seq);
-        const first = hit.blockIds.length;
-        onboards.push({ seqId: seq.seqId, localBlockIds: seq.blockTableView().slice(first, first + fromTiers.length), firstBlock: first, sources: fromTiers });
-        continue;
-      }
-      if (gate?.leaderFor(seq, hit) !== undefined) {
-        seq.numDeferredSteps++;
-        this.numDeferrals++;
-        deferredSeqIds.push(seq.seqId);
-        if (deferredSeqIds.length >= MAX_DEFERRED_PER_STEP) break;
-        next++;
-        continue;
-      }
-      const numNew = Math.min(seq.numTokens - hit.numTokens, budget);
-      if (!bm.allocate(seq, hit, numNew)) break;
-      takeWaiting();
-      this.admit(seq, hit.numTokens);
-      seq.status = SEQUENCE_STATUS.running;
-      this.running.push(seq);
-      gate?.track(seq);
-      plan(seq, numNew);
+    // Waiting sequences, FCFS (admission.ts); none if this step had to preempt (the pool is full).
+    let deferredSeqIds: number[] = [];
+    let transfers: KvImportStart[] = [];
+    let onboards: KvOnboardStart[] = [];
+    if (preemptedSeqIds.length === 0 && this.waiting.length > 0) {
+      const admission = this.admission.admitWaiting(this.queues, budget);
+      for (const a of admission.admitted) plan(a.seq, a.numNewTokens);
+      ({ deferredSeqIds, transfers, onboards } = admission);
+      this.numDeferrals += deferredSeqIds.length;
+      this.numOnboardedTokens += admission.numOnboardedTokens;
     }
-    if (admittedPastDeferred) this.removeAdmittedFromWaiting();
 
     const live = planned.filter((p) => !p.dropped);
     this.inFlight = live;
@@ -484,14 +394,6 @@ export class Scheduler {
 
   // ---- internals ----
 
-  private admit(seq: Sequence, numHitTokens: number): void {
-    seq.numComputedTokens = numHitTokens;
-    if (!seq.hasBeenAdmitted) {
-      seq.numCachedTokens = numHitTokens;
-      seq.hasBeenAdmitted = true;
-    }
-  }
-
   private preempt(seq: Sequence): void {
     this.blockManager.free(seq);
     seq.numComputedTokens = 0;
@@ -527,43 +429,10 @@ export class Scheduler {
     };
   }
 
-  private removeAdmittedFromWaiting(): void {
-    let w = 0;
-    for (const s of this.waiting) if (s.status === SEQUENCE_STATUS.waiting) this.waiting[w++] = s;
-    this.waiting.length = w;
-  }
-
-  private activeLoraIds(): Set<number> {
-    const ids = new Set<number>();
-    for (const s of this.running) if (s.loraId !== undefined) ids.add(s.loraId);
-    for (const s of this.transferring.values()) if (s.loraId !== undefined) ids.add(s.loraId);
-    return ids;
-  }
-
   private removeFinishedFromRunning(): void {
     let w = 0;
     for (const s of this.running) if (s.status === SEQUENCE_STATUS.running) this.running[w++] = s;
     this.running.length = w;
-  }
-
-  /**
-   * The blocks after the G1 hit that the KV tiers hold and that are cheaper to copy than to
-   * recompute (at least one prompt token is always left to compute).
-   */
-  private onboardSources(seq: Sequence, numHitBlocks: number): OnboardSource[] {
-    const tiers = this.kvTiers;
-    if (tiers === undefined || seq.numRemoteTokens > 0) return [];
-    const bs = this.blockSize;
-    const maxBlocks = Math.floor((seq.numTokens - 1) / bs);
-    if (maxBlocks <= numHitBlocks) return [];
-    this.blockManager.seqHashAt(seq, maxBlocks - 1);
-    const sources = tiers.policy.match(seq.seqHashes.slice(0, maxBlocks), numHitBlocks, (b, tokens) => {
-      for (let i = 0; i < bs; i++) if (tokens[i] !== seq.tokenAt(b * bs + i)) return false;
-      return true;
-    });
-    if (sources.length === 0) return sources;
-    const rest = seq.numTokens - (numHitBlocks + sources.length) * bs;
-    return sources.slice(0, onboardCount(sources, tiers.costs, bs, rest));
   }
 
   private toPlan(

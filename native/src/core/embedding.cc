@@ -1,19 +1,47 @@
 // Engine::embed: the pooling step of an embedding worker. Sequences are packed into forward
 // passes that fit the KV pool (each sequence from position 0 through its own fresh blocks),
-// the backend pools each sequence's final-norm hidden states, and the vectors are
-// L2-normalized here, on the host, the same way for every backend.
+// the backend pools each sequence's final-norm hidden states (pool_final_hidden, the one host
+// implementation both backends call), and the vectors are L2-normalized here, on the host, the
+// same way for every backend.
+#include "embedding.h"
+
 #include <algorithm>
 #include <cmath>
 #include <string>
+#include <vector>
 
+#include "../cpu/kernels.h"
 #include "engine.h"
 #include "error.h"
+#include "thread_pool.h"
 
 namespace tandem {
 
 void Backend::pool_hidden(const ForwardBatch&, Pooling, float*) {
   throw NativeError(ErrorCode::kInvalidArgument,
                     std::string("embeddings are not implemented on the '") + name() + "' backend (use --device cpu)");
+}
+
+void pool_final_hidden(const float* x, const ForwardBatch& batch, Pooling pooling, const float* norm_weight, int64_t hidden,
+                       float eps, float* dst, ThreadPool& pool) {
+  pool.parallel_for(static_cast<int64_t>(batch.seqs.size()), 1, [&](int64_t b, int64_t e, int) {
+    std::vector<float> normed(static_cast<size_t>(hidden));
+    std::vector<double> sum(static_cast<size_t>(hidden));
+    for (int64_t si = b; si < e; ++si) {
+      const ForwardSeq& s = batch.seqs[static_cast<size_t>(si)];
+      float* out = dst + si * hidden;
+      if (pooling == Pooling::kLast) {
+        cpu::rmsnorm(x + static_cast<int64_t>(s.token_offset + s.num_tokens - 1) * hidden, norm_weight, hidden, eps, out);
+        continue;
+      }
+      std::fill(sum.begin(), sum.end(), 0.0);
+      for (int32_t i = 0; i < s.num_tokens; ++i) {
+        cpu::rmsnorm(x + static_cast<int64_t>(s.token_offset + i) * hidden, norm_weight, hidden, eps, normed.data());
+        for (int64_t j = 0; j < hidden; ++j) sum[static_cast<size_t>(j)] += normed[static_cast<size_t>(j)];
+      }
+      for (int64_t j = 0; j < hidden; ++j) out[j] = static_cast<float>(sum[static_cast<size_t>(j)] / s.num_tokens);
+    }
+  });
 }
 
 namespace {

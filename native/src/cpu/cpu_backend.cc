@@ -5,6 +5,7 @@
 #include <cstring>
 #include <utility>
 
+#include "../core/embedding.h"
 #include "../core/error.h"
 #include "../core/kv_copy_host.h"
 #include "../core/safetensors.h"
@@ -349,25 +350,8 @@ void CpuBackend::sample(const std::vector<SampleRow>& rows, SampledRows& out) {
 
 void CpuBackend::pool_hidden(const ForwardBatch& batch, Pooling pooling, float* dst) {
   // x_ still holds the last forward's residual stream (pre final norm) for every token.
-  const int64_t hd = config_.hidden_size;
-  const float eps = static_cast<float>(config_.rms_norm_eps);
-  pool_.parallel_for(static_cast<int64_t>(batch.seqs.size()), 1, [&](int64_t b, int64_t e, int) {
-    std::vector<float> normed(static_cast<size_t>(hd));
-    for (int64_t si = b; si < e; ++si) {
-      const ForwardSeq& s = batch.seqs[static_cast<size_t>(si)];
-      float* out = dst + si * hd;
-      if (pooling == Pooling::kLast) {
-        cpu::rmsnorm(x_.data() + (s.token_offset + s.num_tokens - 1) * hd, final_norm_.data(), hd, eps, out);
-        continue;
-      }
-      std::vector<double> sum(static_cast<size_t>(hd), 0.0);
-      for (int32_t i = 0; i < s.num_tokens; ++i) {
-        cpu::rmsnorm(x_.data() + (s.token_offset + i) * hd, final_norm_.data(), hd, eps, normed.data());
-        for (int64_t j = 0; j < hd; ++j) sum[static_cast<size_t>(j)] += normed[static_cast<size_t>(j)];
-      }
-      for (int64_t j = 0; j < hd; ++j) out[j] = static_cast<float>(sum[static_cast<size_t>(j)] / s.num_tokens);
-    }
-  });
+  pool_final_hidden(x_.data(), batch, pooling, final_norm_.data(), config_.hidden_size, static_cast<float>(config_.rms_norm_eps),
+                    dst, pool_);
 }
 
 void CpuBackend::read_logits(float* dst, int32_t rows) {

@@ -4,42 +4,22 @@
 #include <cmath>
 #include <cstring>
 
+#include "../core/embedding.h"
 #include "../core/error.h"
 #include "../core/safetensors.h"
 #include "../core/thread_pool.h"
 #include "../spec/verify.h"
+#include "kv_pool_sizing.h"
 
 namespace tandem {
 namespace {
 
 constexpr size_t kCublasLtWorkspaceBytes = size_t{32} << 20;  // cuBLASLt's recommendation for Hopper
-constexpr size_t kUploadChunkElements = size_t{16} << 20;     // 32 MiB of bf16 per staged upload
-constexpr int64_t kSimtDefaultKvBytes = int64_t{256} << 20;   // the SIMT device's pool without a size
-constexpr double kDefaultGpuMemoryUtilization = 0.9;
-constexpr int64_t kReserveBytes = int64_t{256} << 20;  // graphs, cuBLASLt, the driver's own growth
 // Decode graphs kept at once: batch buckets x block-table widths seen recently. The least
 // recently replayed one goes when a new one would exceed this.
 constexpr size_t kMaxGraphs = 48;
 
 int64_t round_up(int64_t n, int64_t m) { return (n + m - 1) / m * m; }
-
-void to_bf16(const TensorView& t, size_t begin, size_t count, gpu::bf16_bits* out) {
-  switch (t.dtype) {
-    case DType::kBF16:
-      std::memcpy(out, t.data + begin * 2, count * 2);
-      return;
-    case DType::kF32: {
-      const auto* src = reinterpret_cast<const float*>(t.data) + begin;
-      for (size_t i = 0; i < count; ++i) out[i] = gpu::float_to_bf16_bits(src[i]);
-      return;
-    }
-    case DType::kF16: {
-      const auto* src = reinterpret_cast<const uint16_t*>(t.data) + begin;
-      for (size_t i = 0; i < count; ++i) out[i] = gpu::float_to_bf16_bits(f16_to_f32(src[i]));
-      return;
-    }
-  }
-}
 
 /** Decode-graph batch sizes: every size up to 8, then steps that keep padding under ~25%. */
 int32_t graph_batch_bucket(int32_t n) {
@@ -55,8 +35,6 @@ int32_t next_pow2(int32_t n) {
   while (p < n) p <<= 1;
   return p;
 }
-
-std::string mib(int64_t bytes) { return std::to_string(bytes >> 20) + " MiB"; }
 
 }  // namespace
 
@@ -81,7 +59,7 @@ void GpuBackend::check_supported(const ModelConfig& c, const std::string& device
 
 GpuBackend::GpuBackend(const ModelConfig& config, const SafetensorsStore& weights, const BackendOptions& options,
                        ThreadPool& pool, std::unique_ptr<gpu::Device> device, std::unique_ptr<gpu::KernelApi> kernels)
-    : config_(config), device_(std::move(device)), kernels_(std::move(kernels)) {
+    : config_(config), host_pool_(pool), device_(std::move(device)), kernels_(std::move(kernels)) {
   check_supported(config, options.device);
   const ModelConfig& c = config_;
   layout_.block_size = options.block_size;
@@ -139,13 +117,12 @@ GpuBackend::GpuBackend(const ModelConfig& config, const SafetensorsStore& weight
     ensure_sample_buffers(rows, static_cast<size_t>(rows) * (sizeof(gpu::SampleRowDesc) + mask_bytes + 4096),
                           static_cast<size_t>(rows) * (8 + 2 * 4 * 20));
     size_kv_pool(options);
+    allocate_kv_staging();
     kv_copy_ = simt ? gpu::make_simt_kv_copy() : gpu::make_cuda_kv_copy();
     progress_ = static_cast<int64_t*>(device_->alloc_pinned(2 * sizeof(int64_t)));
     progress_[0] = progress_[1] = 0;
   } catch (...) {
-    free_activations();
-    for (void* p : allocations_) device_->free(p);
-    allocations_.clear();
+    free_buffers();
     throw;
   }
 }
@@ -157,8 +134,14 @@ GpuBackend::~GpuBackend() {
     // Tearing down after a failed kernel: free what we can.
   }
   graphs_.clear();
+  free_buffers();
+}
+
+// Everything the constructor may have allocated (a failed construction frees what it got).
+void GpuBackend::free_buffers() noexcept {
   free_activations();
   for (void* p : allocations_) device_->free(p);
+  allocations_.clear();
   device_->free(image_);
   device_->free_pinned(image_staging_);
   device_->free(sample_in_dev_);
@@ -168,7 +151,15 @@ GpuBackend::~GpuBackend() {
   device_->free_pinned(sample_out_staging_);
   device_->free_pinned(kv_staging_);
   device_->free(kv_ids_);
+  for (void* p : kv_retired_pinned_) device_->free_pinned(p);
+  for (void* p : kv_retired_device_) device_->free(p);
   device_->free_pinned(progress_);
+  image_ = image_staging_ = sample_in_dev_ = sample_in_staging_ = sample_out_dev_ = sample_out_staging_ = kv_staging_ = nullptr;
+  sample_work_ = nullptr;
+  kv_ids_ = nullptr;
+  progress_ = nullptr;
+  kv_retired_pinned_.clear();
+  kv_retired_device_.clear();
 }
 
 void* GpuBackend::alloc(size_t bytes) {
@@ -177,142 +168,13 @@ void* GpuBackend::alloc(size_t bytes) {
   return p;
 }
 
-gpu::bf16_bits* GpuBackend::upload_bf16(const SafetensorsStore& w,
-                                        const std::vector<std::pair<std::string, std::vector<int64_t>>>& parts,
-                                        ThreadPool& pool) {
-  int64_t rows = 0;
-  const int64_t cols = parts.front().second[1];
-  for (const auto& [name, shape] : parts) rows += shape[0];
-  auto* dst = static_cast<gpu::bf16_bits*>(alloc(static_cast<size_t>(rows * cols) * 2));
-  // Two pinned staging buffers: the next chunk converts while the previous one uploads.
-  const size_t chunk = std::min<size_t>(kUploadChunkElements, static_cast<size_t>(rows * cols));
-  gpu::bf16_bits* staging[2] = {static_cast<gpu::bf16_bits*>(device_->alloc_pinned(chunk * 2)),
-                                static_cast<gpu::bf16_bits*>(device_->alloc_pinned(chunk * 2))};
-  int cur = 0;
-  size_t at = 0;
-  try {
-    for (const auto& [name, shape] : parts) {
-      const TensorView& t = w.require(name, shape);
-      const size_t n = t.num_elements();
-      for (size_t begin = 0; begin < n; begin += chunk) {
-        const size_t count = std::min(chunk, n - begin);
-        gpu::bf16_bits* buf = staging[cur];
-        pool.parallel_for(static_cast<int64_t>(count), 1 << 16, [&](int64_t b, int64_t e, int) {
-          to_bf16(t, begin + static_cast<size_t>(b), static_cast<size_t>(e - b), buf + b);
-        });
-        device_->synchronize();  // the buffer converted two chunks ago has finished uploading
-        device_->upload(dst + at, buf, count * 2);
-        at += count;
-        cur ^= 1;
-      }
-    }
-    device_->synchronize();
-  } catch (...) {
-    device_->free_pinned(staging[0]);
-    device_->free_pinned(staging[1]);
-    throw;
-  }
-  device_->free_pinned(staging[0]);
-  device_->free_pinned(staging[1]);
-  return dst;
-}
-
-float* GpuBackend::upload_f32(const SafetensorsStore& w, const std::vector<std::string>& names, const std::vector<int64_t>& shape) {
-  std::vector<float> host;
-  for (const std::string& name : names) {
-    const TensorView& t = w.require(name, shape);
-    const size_t at = host.size();
-    host.resize(at + t.num_elements());
-    convert_to_f32(t, host.data() + at);
-  }
-  auto* dst = static_cast<float*>(alloc(host.size() * sizeof(float)));
-  device_->upload(dst, host.data(), host.size() * sizeof(float));
-  device_->synchronize();
-  return dst;
-}
-
-void GpuBackend::load_weights(const SafetensorsStore& w, ThreadPool& pool) {
-  const ModelConfig& c = config_;
-  const int64_t h = c.hidden_size;
-  embed_ = upload_bf16(w, {{"model.embed_tokens.weight", {c.vocab_size, h}}}, pool);
-  lm_head_ = c.tie_word_embeddings ? embed_ : upload_bf16(w, {{"lm_head.weight", {c.vocab_size, h}}}, pool);
-  final_norm_ = upload_f32(w, {"model.norm.weight"}, {h});
-  {
-    const TensorView& t = w.require("model.norm.weight", {h});
-    final_norm_host_.resize(static_cast<size_t>(h));
-    convert_to_f32(t, final_norm_host_.data());
-  }
-  {
-    const std::vector<float> inv = rope_inv_freq(c);
-    inv_freq_ = static_cast<float*>(alloc(inv.size() * sizeof(float)));
-    device_->upload(inv_freq_, inv.data(), inv.size() * sizeof(float));
-    device_->synchronize();
-  }
-  layers_.resize(static_cast<size_t>(c.num_layers));
-  for (int64_t l = 0; l < c.num_layers; ++l) {
-    Layer& L = layers_[static_cast<size_t>(l)];
-    L.input_norm = upload_f32(w, {layer_tensor(l, "input_layernorm.weight")}, {h});
-    L.post_norm = upload_f32(w, {layer_tensor(l, "post_attention_layernorm.weight")}, {h});
-    L.wqkv = upload_bf16(w,
-                         {{layer_tensor(l, "self_attn.q_proj.weight"), {c.q_dim(), h}},
-                          {layer_tensor(l, "self_attn.k_proj.weight"), {c.kv_dim(), h}},
-                          {layer_tensor(l, "self_attn.v_proj.weight"), {c.kv_dim(), h}}},
-                         pool);
-    if (c.qkv_bias) {
-      // q, k and v biases have different lengths: concatenate on the host.
-      std::vector<float> b;
-      const std::pair<const char*, int64_t> parts[] = {
-          {"self_attn.q_proj.bias", c.q_dim()}, {"self_attn.k_proj.bias", c.kv_dim()}, {"self_attn.v_proj.bias", c.kv_dim()}};
-      for (const auto& [suffix, n] : parts) {
-        const TensorView& t = w.require(layer_tensor(l, suffix), {n});
-        const size_t at = b.size();
-        b.resize(at + t.num_elements());
-        convert_to_f32(t, b.data() + at);
-      }
-      L.bqkv = static_cast<float*>(alloc(b.size() * sizeof(float)));
-      device_->upload(L.bqkv, b.data(), b.size() * sizeof(float));
-      device_->synchronize();
-    }
-    L.wo = upload_bf16(w, {{layer_tensor(l, "self_attn.o_proj.weight"), {h, c.q_dim()}}}, pool);
-    if (c.o_bias) L.bo = upload_f32(w, {layer_tensor(l, "self_attn.o_proj.bias")}, {h});
-    if (c.qk_norm) {
-      L.q_norm = upload_f32(w, {layer_tensor(l, "self_attn.q_norm.weight")}, {c.head_dim});
-      L.k_norm = upload_f32(w, {layer_tensor(l, "self_attn.k_norm.weight")}, {c.head_dim});
-    }
-    L.wgate_up = upload_bf16(w,
-                             {{layer_tensor(l, "mlp.gate_proj.weight"), {c.intermediate_size, h}},
-                              {layer_tensor(l, "mlp.up_proj.weight"), {c.intermediate_size, h}}},
-                             pool);
-    L.wdown = upload_bf16(w, {{layer_tensor(l, "mlp.down_proj.weight"), {h, c.intermediate_size}}}, pool);
-  }
-}
-
 void GpuBackend::size_kv_pool(const BackendOptions& o) {
   const int64_t per_block = static_cast<int64_t>(layout_.bytes_per_block());
-  int64_t blocks = 0;
-  const bool simt = std::string(device_->kind()) == "simt";
-  if (o.num_blocks > 0) {
-    blocks = o.num_blocks;
-  } else if (o.memory_budget_bytes > 0 || simt) {
-    blocks = (o.memory_budget_bytes > 0 ? o.memory_budget_bytes : kSimtDefaultKvBytes) / per_block;
-  } else {
-    const double util = o.gpu_memory_utilization > 0 ? o.gpu_memory_utilization : kDefaultGpuMemoryUtilization;
-    if (util > 1.0) throw NativeError(ErrorCode::kInvalidArgument, "gpuMemoryUtilization must be in (0, 1]");
-    const int64_t total = static_cast<int64_t>(device_->info().total_bytes);
-    const int64_t used = total - static_cast<int64_t>(device_->free_bytes());  // weights, activations, other processes
-    const int64_t budget = static_cast<int64_t>(util * static_cast<double>(total)) - used - kReserveBytes;
-    blocks = budget / per_block;
-    if (blocks < 1) {
-      throw NativeError(ErrorCode::kResourceExhausted,
-                        "device '" + std::string(device_->kind()) + "': " + mib(used) + " of " + mib(total) +
-                            " is in use after loading the weights and activations; a GPU memory utilization of " +
-                            std::to_string(util) + " leaves no room for a KV block of " + std::to_string(per_block) +
-                            " bytes (raise --gpu-memory-utilization, or lower --max-num-batched-tokens)");
-    }
-  }
-  if (blocks < 1) {
-    throw NativeError(ErrorCode::kInvalidArgument, "the KV pool holds no block (one block is " + std::to_string(per_block) + " bytes)");
-  }
+  gpu::DeviceMemory m;
+  m.kind = device_->kind();
+  m.total_bytes = static_cast<int64_t>(device_->info().total_bytes);
+  m.free_bytes = static_cast<int64_t>(device_->free_bytes());
+  const int64_t blocks = gpu::kv_pool_blocks(o, per_block, m);
   layout_.num_blocks = blocks;
   kv_ = static_cast<gpu::bf16_bits*>(alloc(static_cast<size_t>(blocks * per_block)));
   // Zeros, so graph padding that reads block 0 before anything was written stays finite.
@@ -372,22 +234,6 @@ void GpuBackend::grow_staged(void*& device_buf, void*& pinned_buf, size_t& capac
   capacity = cap;
 }
 
-void GpuBackend::ensure_sample_buffers(int64_t rows, size_t in_bytes, size_t out_bytes) {
-  // Grown rarely (a longer penalty history, more top logprobs than ever before); each buffer is
-  // replaced only after the device is idle, so nothing in flight reads the old one.
-  grow_staged(sample_in_dev_, sample_in_staging_, sample_in_capacity_, in_bytes);
-  if (rows > sample_work_rows_) {
-    const int64_t cap = std::max(rows, sample_work_rows_ * 2);
-    device_->synchronize();
-    device_->free(sample_work_);
-    sample_work_ = nullptr;
-    sample_work_rows_ = 0;
-    sample_work_ = static_cast<float*>(device_->alloc(static_cast<size_t>(cap * config_.vocab_size) * sizeof(float)));
-    sample_work_rows_ = cap;
-  }
-  grow_staged(sample_out_dev_, sample_out_staging_, sample_out_capacity_, out_bytes);
-}
-
 void GpuBackend::adopt_kv_pool(void*) {
   throw NativeError(ErrorCode::kInvalidArgument, std::string("backend '") + name() + "' keeps its KV pool in device memory");
 }
@@ -397,7 +243,7 @@ std::string GpuBackend::description() const {
   std::string s = std::string(device_->kind()) + ":" + std::to_string(i.ordinal) + " " + i.name;
   if (std::string(device_->kind()) == "cuda") {
     s += " (sm_" + std::to_string(i.cc_major) + std::to_string(i.cc_minor) + ", " + std::to_string(i.sm_count) + " SMs, " +
-         mib(static_cast<int64_t>(i.total_bytes)) + ")";
+         gpu::mib(static_cast<int64_t>(i.total_bytes)) + ")";
   }
   s += "; GEMM: ";
   s += cublaslt_ ? "cuBLASLt " + std::to_string(cublaslt_->version()) + " (" + cublaslt_->path() + ")" : cublaslt_note_;
@@ -441,7 +287,16 @@ void GpuBackend::forward(const ForwardBatch& requested) {
   gpu::plan_step(batch, o, plan_);
   ensure_activations(plan_.num_tokens, plan_.num_logit_rows, plan_.num_decode);
   ensure_image(plan_.layout.total);
-  // The previous forward has finished (sampled, or synchronized below): no mark is in flight.
+  // The reset below needs every mark of earlier forwards landed: a late one would announce a
+  // layer of the old forward as this one's. A forward is drained by its sample(), or by the
+  // synchronize at the end of a forward without logit rows; a step that failed between its
+  // forward and its sample (bad supplied masks) left one running, so drain it here.
+  if (forward_pending_) {
+    device_->synchronize();
+    forward_pending_ = false;
+    ++undrained_forwards_;
+  }
+  assert_progress_settled();
   __atomic_store_n(&progress_[1], 0, __ATOMIC_RELEASE);
   __atomic_store_n(&progress_[0], progress_[0] + 1, __ATOMIC_RELEASE);
   std::memcpy(image_staging_, plan_.image.data(), static_cast<size_t>(plan_.layout.total) * 4);
@@ -468,7 +323,30 @@ void GpuBackend::forward(const ForwardBatch& requested) {
   (void)c;
   // Without rows to sample nothing else waits for this step: finish it here, so the staging
   // buffers are free and a kernel failure is reported by the step that caused it.
-  if (batch.num_logit_rows == 0) device_->synchronize();
+  if (batch.num_logit_rows == 0) {
+    device_->synchronize();
+  } else {
+    forward_pending_ = true;
+  }
+}
+
+// The precondition of the progress reset, checked from the pinned counter: every earlier
+// forward's marks have landed, so it reads 0 (no forward yet) or the layer count (the last
+// forward completed). Another value is either a forward that failed on the host partway (its
+// launches stop; nothing is in flight) or a mark still queued behind the reset: the count then
+// moves across a synchronize, and that is a draining bug, reported as one.
+void GpuBackend::assert_progress_settled() {
+  auto settled = [&](int64_t written) {
+    return __atomic_load_n(&progress_[0], __ATOMIC_ACQUIRE) == 0 ? written == 0 : written == config_.num_layers;
+  };
+  const int64_t written = __atomic_load_n(&progress_[1], __ATOMIC_ACQUIRE);
+  if (settled(written)) return;
+  device_->synchronize();
+  const int64_t after = __atomic_load_n(&progress_[1], __ATOMIC_ACQUIRE);
+  if (after == written) return;
+  throw NativeError(ErrorCode::kInternal, "layer progress: a mark of the previous forward (" + std::to_string(written) + " -> " +
+                                              std::to_string(after) + " of " + std::to_string(config_.num_layers) +
+                                              " layers) was still queued when the next forward began");
 }
 
 void GpuBackend::run_forward(const gpu::StepPlan& plan) {
@@ -621,102 +499,16 @@ void GpuBackend::run_forward(const gpu::StepPlan& plan) {
   gemm(g);
 }
 
-void GpuBackend::sample(const std::vector<SampleRow>& rows, SampledRows& out) {
-  const int n = static_cast<int>(rows.size());
-  const int vocab = static_cast<int>(config_.vocab_size);
-  gpu::SampleInputs& in = sample_inputs_;
-  in.build(rows.data(), rows.size(), vocab);
-  const int32_t top = in.top_stride;
-
-  // One upload: [row descs][penalties][bias ids][bias values][masks], each 16-byte aligned.
-  auto align = [](size_t b) { return (b + 15) / 16 * 16; };
-  const size_t o_rows = 0;
-  const size_t o_pen = align(o_rows + in.rows.size() * sizeof(gpu::SampleRowDesc));
-  const size_t o_bid = align(o_pen + in.penalties.size() * sizeof(gpu::PenaltyEntry));
-  const size_t o_bval = align(o_bid + in.bias_ids.size() * sizeof(int32_t));
-  const size_t o_mask = align(o_bval + in.bias_values.size() * sizeof(float));
-  const size_t in_bytes = align(o_mask + in.masks.size() * sizeof(uint32_t));
-  // Outputs: [tokens][logprobs][top ids][top logprobs].
-  const size_t o_tok = 0, o_lp = align(static_cast<size_t>(n) * 4), o_tid = align(o_lp + static_cast<size_t>(n) * 4);
-  const size_t o_tlp = align(o_tid + static_cast<size_t>(n) * static_cast<size_t>(top) * 4);
-  const size_t out_bytes = align(o_tlp + static_cast<size_t>(n) * static_cast<size_t>(top) * 4);
-  ensure_sample_buffers(n, in_bytes, out_bytes);
-  auto* st = static_cast<char*>(sample_in_staging_);
-  std::memcpy(st + o_rows, in.rows.data(), in.rows.size() * sizeof(gpu::SampleRowDesc));
-  std::memcpy(st + o_pen, in.penalties.data(), in.penalties.size() * sizeof(gpu::PenaltyEntry));
-  std::memcpy(st + o_bid, in.bias_ids.data(), in.bias_ids.size() * sizeof(int32_t));
-  std::memcpy(st + o_bval, in.bias_values.data(), in.bias_values.size() * sizeof(float));
-  std::memcpy(st + o_mask, in.masks.data(), in.masks.size() * sizeof(uint32_t));
-  device_->upload(sample_in_dev_, sample_in_staging_, in_bytes);
-
-  auto* din = static_cast<char*>(sample_in_dev_);
-  auto* dout = static_cast<char*>(sample_out_dev_);
-  gpu::SampleArgs a;
-  a.logits = act_.logits;
-  a.logit_stride = logit_stride_;
-  a.vocab = vocab;
-  a.rows = reinterpret_cast<const gpu::SampleRowDesc*>(din + o_rows);
-  a.num_rows = n;
-  a.penalties = reinterpret_cast<const gpu::PenaltyEntry*>(din + o_pen);
-  a.bias_ids = reinterpret_cast<const int32_t*>(din + o_bid);
-  a.bias_values = reinterpret_cast<const float*>(din + o_bval);
-  a.masks = reinterpret_cast<const uint32_t*>(din + o_mask);
-  a.work = sample_work_;
-  a.top_stride = top;
-  a.out_tokens = reinterpret_cast<int32_t*>(dout + o_tok);
-  a.out_logprobs = reinterpret_cast<float*>(dout + o_lp);
-  a.out_top_ids = reinterpret_cast<int32_t*>(dout + o_tid);
-  a.out_top_logprobs = reinterpret_cast<float*>(dout + o_tlp);
-  kernels_->sample(a, device_->stream());
-  device_->download(sample_out_staging_, sample_out_dev_, out_bytes);
-  device_->synchronize();
-
-  const char* host = static_cast<const char*>(sample_out_staging_);
-  out.tokens.assign(reinterpret_cast<const int32_t*>(host + o_tok), reinterpret_cast<const int32_t*>(host + o_tok) + n);
-  out.logprobs.assign(reinterpret_cast<const float*>(host + o_lp), reinterpret_cast<const float*>(host + o_lp) + n);
-  out.top_stride = top;
-  const size_t tn = static_cast<size_t>(n) * static_cast<size_t>(top);
-  out.top_ids.assign(reinterpret_cast<const int32_t*>(host + o_tid), reinterpret_cast<const int32_t*>(host + o_tid) + tn);
-  out.top_logprobs.assign(reinterpret_cast<const float*>(host + o_tlp), reinterpret_cast<const float*>(host + o_tlp) + tn);
-}
-
-void GpuBackend::read_logits(float* dst, int32_t rows) {
-  const size_t vocab = static_cast<size_t>(config_.vocab_size);
-  std::vector<float> host(static_cast<size_t>(rows) * static_cast<size_t>(logit_stride_));
-  device_->download(host.data(), act_.logits, host.size() * sizeof(float));
-  device_->synchronize();
-  for (int32_t r = 0; r < rows; ++r) {
-    std::memcpy(dst + static_cast<size_t>(r) * vocab, host.data() + static_cast<size_t>(r) * static_cast<size_t>(logit_stride_),
-                vocab * sizeof(float));
-  }
-}
-
-// Embeddings: the residual stream (act_.x, f32, rows in batch token order) comes to the host,
-// where the final norm and pooling run in f32 as on the CPU backend. One download per pass;
-// embedding passes are prefill-sized, so this is small beside the forward.
+// Embeddings: the residual stream (act_.x, f32, rows in batch token order) comes to the host
+// in one download per pass (embedding passes are prefill-sized, so this is small beside the
+// forward), and pools there through the CPU backend's code (core/embedding.h): equal hidden
+// states give equal vectors on both backends.
 void GpuBackend::pool_hidden(const ForwardBatch& batch, Pooling pooling, float* dst) {
   const int64_t h = config_.hidden_size;
-  const float eps = static_cast<float>(config_.rms_norm_eps);
   std::vector<float> x(static_cast<size_t>(batch.num_tokens) * static_cast<size_t>(h));
   device_->download(x.data(), act_.x, x.size() * sizeof(float));
   device_->synchronize();
-  std::vector<double> sum(static_cast<size_t>(h));
-  auto norm_row = [&](const float* row, double weight) {
-    double ss = 0;
-    for (int64_t j = 0; j < h; ++j) ss += static_cast<double>(row[j]) * row[j];
-    const float inv = 1.0f / std::sqrt(static_cast<float>(ss / static_cast<double>(h)) + eps);
-    for (int64_t j = 0; j < h; ++j) sum[static_cast<size_t>(j)] += weight * (row[j] * inv * final_norm_host_[static_cast<size_t>(j)]);
-  };
-  for (size_t si = 0; si < batch.seqs.size(); ++si) {
-    const ForwardSeq& s = batch.seqs[si];
-    std::fill(sum.begin(), sum.end(), 0.0);
-    if (pooling == Pooling::kLast) {
-      norm_row(x.data() + static_cast<size_t>(s.token_offset + s.num_tokens - 1) * static_cast<size_t>(h), 1.0);
-    } else {
-      for (int32_t i = 0; i < s.num_tokens; ++i) norm_row(x.data() + static_cast<size_t>(s.token_offset + i) * static_cast<size_t>(h), 1.0 / s.num_tokens);
-    }
-    for (int64_t j = 0; j < h; ++j) dst[static_cast<int64_t>(si) * h + j] = static_cast<float>(sum[static_cast<size_t>(j)]);
-  }
+  pool_final_hidden(x.data(), batch, pooling, final_norm_host_.data(), h, static_cast<float>(config_.rms_norm_eps), dst, host_pool_);
 }
 
 }  // namespace tandem

@@ -12,6 +12,9 @@
 //   GEMMs    cuBLASLt when it loads and has an algorithm, our own kernels otherwise.
 //   sampling on the device (kernels/sampling.cuh): only token ids and the asked logprobs
 //            come back to the host.
+// Files: gpu_backend.cc (construction, activations, the forward pass, decode graphs),
+// gpu_backend_weights.cc (weight upload), kv_pool_sizing.{h,cc} (how many KV blocks),
+// gpu_backend_sample.cc (sampling), gpu_backend_kv.cc (KV movement).
 #pragma once
 
 #include <map>
@@ -58,6 +61,8 @@ class GpuBackend final : public Backend {
                          int32_t nd, int l0, int l1, int64_t src_first) override;
   const int64_t* layer_progress() const override { return progress_; }
 
+  /** Forwards with logit rows that no sample() drained, found running by the next forward (tests). */
+  uint64_t undrained_forwards() const { return undrained_forwards_; }
   /** Forward passes that replayed a captured graph (tests, benchmarks). */
   uint64_t graph_replays() const { return graph_replays_; }
   size_t graphs_captured() const { return graphs_.size(); }
@@ -95,22 +100,26 @@ class GpuBackend final : public Backend {
   };
 
   void* alloc(size_t bytes);
+  // gpu_backend_weights.cc
   void load_weights(const SafetensorsStore& weights, ThreadPool& pool);
   gpu::bf16_bits* upload_bf16(const SafetensorsStore& w, const std::vector<std::pair<std::string, std::vector<int64_t>>>& parts,
                               ThreadPool& pool);
   float* upload_f32(const SafetensorsStore& w, const std::vector<std::string>& names, const std::vector<int64_t>& shape);
+  /** The pool's blocks (kv_pool_sizing.h) allocated and zeroed. */
   void size_kv_pool(const BackendOptions& options);
   void ensure_activations(int64_t tokens, int64_t rows, int64_t decode);
   void free_activations();
+  void free_buffers() noexcept;
   void ensure_image(int64_t elements);
   /** A device buffer and its pinned staging twin, regrown (doubling) to hold `need` bytes. */
   void grow_staged(void*& device_buf, void*& pinned_buf, size_t& capacity, size_t need);
-  /** Sampling buffers for `rows` rows, `in_bytes` of packed inputs, `out_bytes` of results. */
+  /** Sampling buffers for `rows` rows, `in_bytes` of packed inputs, `out_bytes` of results (gpu_backend_sample.cc). */
   void ensure_sample_buffers(int64_t rows, size_t in_bytes, size_t out_bytes);
   void run_forward(const gpu::StepPlan& plan);
   void gemm(const gpu::GemmArgs& g);
 
   ModelConfig config_;
+  ThreadPool& host_pool_;  // the Engine's (it outlives the backend): embedding pooling
   KvLayout layout_;
   std::unique_ptr<gpu::Device> device_;
   std::unique_ptr<gpu::KernelApi> kernels_;
@@ -121,7 +130,7 @@ class GpuBackend final : public Backend {
   gpu::bf16_bits* embed_ = nullptr;
   gpu::bf16_bits* lm_head_ = nullptr;  // == embed_ when tied
   float* final_norm_ = nullptr;
-  std::vector<float> final_norm_host_;  // embeddings: the final norm runs on the host (pool_hidden)
+  std::vector<float> final_norm_host_;  // embeddings: the final norm runs on the host (pool_final_hidden)
   float* inv_freq_ = nullptr;
   std::vector<Layer> layers_;
   gpu::bf16_bits* kv_ = nullptr;
@@ -163,19 +172,27 @@ class GpuBackend final : public Backend {
   size_t sample_out_capacity_ = 0;
 
   // KV movement (gpu_backend_kv.cc).
-  /** Pinned staging of at least `bytes` (two halves for host <-> pool copies), regrown on demand. */
+  /** The pinned staging (two halves for host <-> pool copies) and the device id buffer, once at construction. */
+  void allocate_kv_staging();
+  /** Pinned staging of at least `bytes`; grows (retiring the old buffer, never freeing it) only past the preallocation. */
   void* kv_staging(size_t bytes);
-  /** Device memory for `count` block ids (the kernel reads its tables from device memory, not over PCIe). */
+  /** Device memory for `count` block ids (the kernel reads its tables from device memory, not over PCIe); grows like kv_staging. */
   int32_t* kv_ids(size_t count);
   std::unique_ptr<gpu::KvCopyApi> kv_copy_;
   void* kv_staging_ = nullptr;  // pinned
   size_t kv_staging_bytes_ = 0;
   int32_t* kv_ids_ = nullptr;  // device
   size_t kv_ids_count_ = 0;
+  std::vector<void*> kv_retired_pinned_;  // outgrown staging, freed with the backend
+  std::vector<void*> kv_retired_device_;  // outgrown id buffers, freed with the backend
   bool kv_exported_ = false;
   // layer_progress(): pinned, [0] forwards begun (host), [1] layers written (a kernel after each
   // layer's K/V write), so a poller sees the device's progress without a CUDA call.
   int64_t* progress_ = nullptr;
+  void assert_progress_settled();
+  // A forward with logit rows is queued and not yet drained by sample() (or a synchronize).
+  bool forward_pending_ = false;
+  uint64_t undrained_forwards_ = 0;
 };
 
 }  // namespace tandem

@@ -21,12 +21,28 @@ size_t align16(size_t n) { return (n + 15) / 16 * 16; }
 
 }  // namespace
 
+// Allocated once, with the pool. KV copies run under the Engine's kv_mu_ while a forward runs
+// on the main stream, and cudaFree / cudaFreeHost synchronize the whole device: freeing (or
+// regrowing) here stalled the step until the forward finished. The staged paths size their
+// chunks to these halves; the id buffer holds two chunks' tables or a peer table of four
+// pools' worth of blocks.
+void GpuBackend::allocate_kv_staging() {
+  kv_staging_ = device_->alloc_pinned(2 * kKvStagingHalfBytes);
+  kv_staging_bytes_ = 2 * kKvStagingHalfBytes;
+  const size_t chunk_ids = kKvStagingHalfBytes / layout_.bytes_per_block() + 2;
+  const size_t ids = std::max<size_t>({1024, 2 * chunk_ids, 4 * static_cast<size_t>(layout_.num_blocks)});
+  kv_ids_ = static_cast<int32_t*>(device_->alloc(ids * 4));
+  kv_ids_count_ = ids;
+}
+
+// Larger than preallocated: only a block bigger than a staging half, or a peer table longer
+// than the id buffer. The old buffer is retired, not freed (a free would wait for the forward);
+// retired buffers go with the backend.
 void* GpuBackend::kv_staging(size_t bytes) {
   if (bytes > kv_staging_bytes_) {
-    device_->free_pinned(kv_staging_);
-    kv_staging_ = nullptr;
-    kv_staging_bytes_ = 0;
-    kv_staging_ = device_->alloc_pinned(bytes);
+    void* grown = device_->alloc_pinned(bytes);
+    kv_retired_pinned_.push_back(kv_staging_);
+    kv_staging_ = grown;
     kv_staging_bytes_ = bytes;
   }
   return kv_staging_;
@@ -34,11 +50,10 @@ void* GpuBackend::kv_staging(size_t bytes) {
 
 int32_t* GpuBackend::kv_ids(size_t count) {
   if (count > kv_ids_count_) {
-    device_->free(kv_ids_);
-    kv_ids_ = nullptr;
-    kv_ids_count_ = 0;
-    kv_ids_ = static_cast<int32_t*>(device_->alloc(std::max<size_t>(count, 1024) * 4));
-    kv_ids_count_ = std::max<size_t>(count, 1024);
+    auto* grown = static_cast<int32_t*>(device_->alloc(count * 4));
+    kv_retired_device_.push_back(kv_ids_);
+    kv_ids_ = grown;
+    kv_ids_count_ = count;
   }
   return kv_ids_;
 }
@@ -49,7 +64,8 @@ void GpuBackend::kv_read_blocks(const int32_t* ids, int32_t n, void* dst, int l0
   if (n <= 0 || l1 <= l0) return;
   const size_t bb = layout_.bytes_per_block();
   const size_t layer_bytes = static_cast<size_t>(layout_.layer_stride()) * layout_.elem_bytes;
-  const int32_t chunk = static_cast<int32_t>(std::max<size_t>(1, kKvStagingHalfBytes / bb));
+  // Whole blocks and their ids per half, as many as fit the preallocated half.
+  const int32_t chunk = static_cast<int32_t>(std::max<size_t>(1, (kv_staging_bytes_ / 2 - 32) / (bb + 4)));
   const size_t half = align16(static_cast<size_t>(chunk) * bb) + align16(static_cast<size_t>(chunk) * 4);
   auto* base = static_cast<unsigned char*>(kv_staging(2 * half));
   int32_t* table = kv_ids(2 * static_cast<size_t>(chunk));
@@ -102,7 +118,11 @@ void GpuBackend::kv_write_blocks(const int32_t* ids, int32_t n, const void* src,
   const size_t layer_bytes = static_cast<size_t>(s.layer_stride()) * s.elem_bytes;
   const int64_t unit = std::lcm(s.block_size, layout_.block_size);
   const int64_t unit_bytes = static_cast<int64_t>(sbb) * (unit / s.block_size);
-  const int64_t chunk_tokens = unit * std::max<int64_t>(1, static_cast<int64_t>(kKvStagingHalfBytes) / unit_bytes);
+  // Units per half, as many as fit the preallocated half with the extra source block of a
+  // mid-block start and the destination ids.
+  const int64_t unit_ids = unit / layout_.block_size;
+  const int64_t room = static_cast<int64_t>(kv_staging_bytes_ / 2) - static_cast<int64_t>(sbb) - 64;
+  const int64_t chunk_tokens = unit * std::max<int64_t>(1, room / (unit_bytes + 4 * unit_ids));
   const size_t data_bytes = align16(static_cast<size_t>(chunk_tokens / s.block_size + 1) * sbb);
   const size_t half = data_bytes + align16(static_cast<size_t>(chunk_tokens / layout_.block_size + 1) * 4);
   auto* base = static_cast<unsigned char*>(kv_staging(2 * half));

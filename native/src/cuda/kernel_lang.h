@@ -11,7 +11,8 @@
 //     kernel's top level (the SIMT target hands out arena space in declaration order);
 //   - 1-D blocks whose size is a multiple of 32; collectives with the full warp;
 //   - no early return before a barrier; no dependence on blocks running concurrently;
-//   - math through td:: (rsqrt, exp_fast) or <cmath> names valid on both (expf, logf, sqrtf).
+//   - math through td:: (rsqrt, exp_fast) or <cmath> names valid on both (expf, logf, sqrtf);
+//   - fences through td:: (threadfence_system before a flag the host or a peer polls).
 // Each target puts the kernels in its own namespace (TD_NS) so both link into one binary.
 #pragma once
 
@@ -55,6 +56,9 @@ TD_DEVICE uint32_t float_to_bits(float f) { return __float_as_uint(f); }
 TD_DEVICE float rsqrt(float x) { return rsqrtf(x); }
 TD_DEVICE float exp_fast(float x) { return __expf(x); }
 TD_DEVICE int atomic_add(int* p, int v) { return atomicAdd(p, v); }
+// Orders this thread's earlier writes before its later ones for every observer: other GPUs
+// (peer mappings) and the host (mapped pinned memory). Before a flag another agent polls.
+TD_DEVICE void threadfence_system() { __threadfence_system(); }
 
 // Asynchronous 16-byte global -> shared copy; with pred false the destination is zeroed and
 // nothing is read.
@@ -146,6 +150,8 @@ inline uint32_t float_to_bits(float f) {
 inline float rsqrt(float x) { return 1.0f / std::sqrt(x); }
 inline float exp_fast(float x) { return std::exp(x); }
 inline int atomic_add(int* p, int v) { return __atomic_fetch_add(p, v, __ATOMIC_RELAXED); }
+// The host's fence: fibers and the host threads that poll share one memory.
+inline void threadfence_system() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
 
 inline void cp_async16(void* smem, const void* gmem, bool pred) {
   if (pred) {

@@ -87,10 +87,15 @@ inline void launch_kv_copy(const KvCopyArgs& a, void* stream) {
   }
 }
 
-// One thread: the store reaches host memory when the kernel completes, after every kernel
-// queued before it on the stream (the layer's K/V write).
+// One thread, queued after the layer's K/V write on the stream. A host (or peer) poller reads
+// the slot in mapped pinned memory while kernels run, so the store is a system-scope release:
+// the fence orders everything this stream wrote before it (the K/V the flag announces) ahead of
+// the flag for every observer, not only for this GPU.
 TD_GLOBAL void kv_mark_kernel(int64_t* slot, int64_t value) {
-  if (threadIdx.x == 0) *reinterpret_cast<volatile int64_t*>(slot) = value;
+  if (threadIdx.x == 0) {
+    td::threadfence_system();
+    *reinterpret_cast<volatile int64_t*>(slot) = value;
+  }
 }
 
 class TargetKvCopy final : public KvCopyApi {
