@@ -62,6 +62,11 @@ interface UpFlags {
   /** Embedding workers (`worker --task embed`); with them and no --workers, no generation workers. */
   embeddingWorkers: number;
   pooling?: string;
+  speculative?: string;
+  numSpeculativeTokens?: string;
+  promptLookupMin?: string;
+  promptLookupMax?: string;
+  specAcceptance?: string;
 }
 
 /**
@@ -163,6 +168,11 @@ export function registerUpCommand(program: Command): void {
     .option('--planner-profile <file>', 'planner, sla mode: perf profile JSON (default: the polynomial model)')
     .addOption(new Option('--embedding-workers <n>', 'embedding workers (`worker --task embed`) serving /v1/embeddings; without --workers, the fleet is embedding-only').argParser(nonNegativeInt).default(0))
     .option('--pooling <mode>', "embedding workers: last | mean (default: the model's sentence-transformers config, else last)")
+    .option('--speculative <method>', 'generation workers: speculative decoding, off | ngram | suffix (docs/speculative.md)')
+    .option('--num-speculative-tokens <n>', 'generation workers: most drafts a sequence verifies per step')
+    .option('--prompt-lookup-min <n>', 'generation workers, ngram: shortest n-gram matched')
+    .option('--prompt-lookup-max <n>', 'generation workers, ngram: longest n-gram matched')
+    .option('--spec-acceptance <p>', 'mocker workers with --speculative: the chance each draft is accepted')
     .allowUnknownOption(true)
     .allowExcessArguments(true)
     .addHelpText(
@@ -175,6 +185,9 @@ export function registerUpCommand(program: Command): void {
       flags.workers ??= flags.prefill + flags.decode + flags.embeddingWorkers > 0 ? 0 : onGpu ? 1 : 2;
       if (flags.workers + flags.prefill + flags.decode + flags.embeddingWorkers === 0) throw new ConfigError('runtime up needs at least one worker (--workers, --prefill or --decode)');
       if (flags.prefill > 0 && flags.decode === 0) throw new ConfigError('--prefill needs --decode workers too');
+      if (flags.speculative !== undefined && flags.speculative !== 'off' && flags.workers + flags.prefill + flags.decode === 0) {
+        throw new ConfigError('--speculative is for generation workers; this fleet has only embedding workers');
+      }
       checkForwardedFlags(cmd.parent!, flags, cmd.args);
       if (flags.perfProfile !== undefined) {
         if (flags.engine !== 'mocker') throw new ConfigError('--perf-profile is for the mocker engine');
@@ -249,9 +262,19 @@ function childArgs(flags: UpFlags, frontendExtra: string[], paths: { modelDir: s
   for (const l of flags.lora ?? []) workerFlags.push('--lora', l);
   const gpuShare = gpuMemoryShare(flags);
   if (gpuShare !== undefined) workerFlags.push('--gpu-memory-utilization', gpuShare);
+  // Speculative decoding: generation workers only (an embedding worker refuses it).
+  const speculation: string[] = [];
+  const specFlags: Array<[keyof UpFlags, string]> = [
+    ['speculative', '--speculative'],
+    ['numSpeculativeTokens', '--num-speculative-tokens'],
+    ['promptLookupMin', '--prompt-lookup-min'],
+    ['promptLookupMax', '--prompt-lookup-max'],
+    ['specAcceptance', '--spec-acceptance'],
+  ];
+  for (const [key, flag] of specFlags) if (flags[key] !== undefined) speculation.push(flag, String(flags[key]));
   return {
     frontend: ['frontend', ...common, '--http-port', String(flags.httpPort), '--host', flags.host, ...budgets, ...streaming, ...frontendExtra],
-    worker: (pool) => ['worker', ...common, ...workerFlags, ...budgets, '--mode', pool],
+    worker: (pool) => ['worker', ...common, ...workerFlags, ...speculation, ...budgets, '--mode', pool],
     embedWorker: ['worker', ...common, ...workerFlags, '--task', 'embed', ...(flags.pooling !== undefined ? ['--pooling', flags.pooling] : [])],
   };
 }

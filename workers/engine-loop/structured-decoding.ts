@@ -15,7 +15,7 @@
  * (native: on its own thread; mocker: its simulated step time), so mask work on the JS
  * thread overlaps the compute.
  */
-import type { ForkableMatcher, GrammarMatcher } from '../../grammar/index.js';
+import type { GrammarMatcher } from '../../grammar/index.js';
 import { GrammarError, bitmaskWords } from '../../grammar/index.js';
 import type { StructuredOutputSpec } from '../../proto/wire.js';
 import { TandemError } from '../../runtime/errors.js';
@@ -185,7 +185,7 @@ export class StructuredDecoding {
       const row = rows.subarray(i * w, (i + 1) * w);
       try {
         if (i > 0) {
-          matcher = i === 1 ? forkOf(c.matcher) : matcher;
+          matcher = i === 1 ? c.matcher.fork() : matcher;
           // A draft the grammar rejects was cut at proposal time; if one slips through, the rows after it allow nothing.
           if (!matcher.acceptToken(tokenIds[tokenIds.length - numDrafts + i - 1]!)) {
             rows.fill(0, i * w);
@@ -245,7 +245,7 @@ export class StructuredDecoding {
 
   /** The drafts the grammar allows from its current state, up to the first it refuses (or its end). */
   private grammarPrefix(matcher: GrammarMatcher, drafts: Int32Array): Int32Array {
-    const fork = forkOf(matcher);
+    const fork = matcher.fork();
     let n = 0;
     while (n < drafts.length && fork.acceptToken(drafts[n]!)) {
       n++;
@@ -259,9 +259,3 @@ export class StructuredDecoding {
   }
 }
 
-/** A copy of the matcher's state to try tokens on (speculative decoding's drafts). */
-function forkOf(matcher: GrammarMatcher): GrammarMatcher {
-  const f = (matcher as Partial<ForkableMatcher>).fork;
-  if (typeof f !== 'function') throw new Error('structured output: this matcher cannot fork (speculative decoding needs it)');
-  return f.call(matcher);
-}

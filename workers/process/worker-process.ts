@@ -38,6 +38,7 @@ import { workerGrammarProvider } from './grammar-provider.js';
 import { loadWorkerVocabulary } from './vocabulary-loader.js';
 import { setupWorkerKvTiers } from './kv-tiers-setup.js';
 import { KvTierMetrics } from './kv-tier-metrics.js';
+import { SpecMetrics } from './spec-metrics.js';
 import { COMPONENT_FOR_ROLE, type WorkerOptions } from './worker-options.js';
 import { buildWorkerEngine, speculatorConfig } from './worker-engine.js';
 import { startDecodeSide, startPrefillSide } from './disagg-side.js';
@@ -184,6 +185,7 @@ export async function startWorker(runtime: DistributedRuntime, options: WorkerOp
     sinks,
   });
   sinks.attach(loop);
+  if (speculative !== undefined) new SpecMetrics(runtime.metrics, modelName, () => loop.scheduler.speculator?.counters);
 
   // 5. the prefill side, over the loop
   const prefill =
