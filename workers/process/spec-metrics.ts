@@ -26,8 +26,9 @@ export class SpecMetrics {
         collect() {
           const t = totals();
           if (t === undefined) return;
+          // Exposed from the start (at 0), as vLLM's are.
           const v = value(t);
-          if (v > prev) this.inc(base, v - prev);
+          this.inc(base, v > prev ? v - prev : 0);
           prev = v;
         },
       });
