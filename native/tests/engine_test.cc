@@ -6,6 +6,7 @@
 //   tandem_native_test                         self-contained checks
 //   tandem_native_test --golden DIR FILE.json  also compare with a goldens fixture
 //   tandem_native_test --quick                 one model's mixed steps and sampling only
+//   tandem_native_test --spec                  the speculative decoding checks only
 //   env TANDEM_TEST_DEVICE=cuda|simt           run the engine checks on the GPU backend
 //                                              (simt: its kernels on the SIMT harness)
 #include <sys/stat.h>
@@ -652,7 +653,18 @@ int main(int argc, char** argv) {
   std::string root = ::mkdtemp(tmpl);
   // --quick: one model's chunked, prefix-hit and mixed steps plus sampling (compute-sanitizer runs this).
   const bool quick = argc == 2 && std::string(argv[1]) == "--quick";
+  // --spec: the speculative decoding checks only (scripts/device/spec-check.sh runs them on a GPU).
+  const bool spec_only = argc == 2 && std::string(argv[1]) == "--spec";
   try {
+    if (spec_only) {
+      TinySpec llama;
+      write_tiny_model(root + "/llama", llama, 7);
+      test_speculative(root);
+      std::string cleanup = "rm -rf '" + root + "'";
+      if (std::system(cleanup.c_str()) != 0) std::fprintf(stderr, "warning: could not remove %s\n", root.c_str());
+      std::printf("%d checks, %d failures\n", g_checks, g_failures);
+      return g_failures == 0 ? 0 : 1;
+    }
     if (quick) {
       TinySpec llama;
       write_tiny_model(root + "/llama", llama, 7);

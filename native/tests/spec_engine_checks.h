@@ -251,11 +251,104 @@ inline void test_engine_drafter(const std::string& dir, DraftMethod method, cons
   e->drafter()->end(77, true);
 }
 
+/**
+ * Two-sample chi-square homogeneity of two token samples over the same vocabulary: bins with an
+ * expected count under 5 in either sample are pooled into one. Returns the upper-tail
+ * probability (Wilson-Hilferty's normal approximation of the chi-square distribution).
+ */
+inline double chi_square_p(const std::vector<int32_t>& a, const std::vector<int32_t>& b, int32_t vocab, double* stat_out = nullptr) {
+  std::vector<double> ca(static_cast<size_t>(vocab) + 1, 0), cb(static_cast<size_t>(vocab) + 1, 0);
+  for (int32_t t : a) ca[static_cast<size_t>(t)] += 1;
+  for (int32_t t : b) cb[static_cast<size_t>(t)] += 1;
+  const double na = static_cast<double>(a.size()), nb = static_cast<double>(b.size());
+  std::vector<double> oa, ob;
+  double pool_a = 0, pool_b = 0;
+  for (int32_t t = 0; t < vocab; ++t) {
+    const double tot = ca[static_cast<size_t>(t)] + cb[static_cast<size_t>(t)];
+    if (tot * std::min(na, nb) / (na + nb) < 5) {
+      pool_a += ca[static_cast<size_t>(t)];
+      pool_b += cb[static_cast<size_t>(t)];
+    } else {
+      oa.push_back(ca[static_cast<size_t>(t)]);
+      ob.push_back(cb[static_cast<size_t>(t)]);
+    }
+  }
+  if (pool_a + pool_b > 0) {
+    oa.push_back(pool_a);
+    ob.push_back(pool_b);
+  }
+  double stat = 0;
+  for (size_t i = 0; i < oa.size(); ++i) {
+    const double tot = oa[i] + ob[i];
+    const double ea = tot * na / (na + nb), eb = tot * nb / (na + nb);
+    if (ea > 0) stat += (oa[i] - ea) * (oa[i] - ea) / ea;
+    if (eb > 0) stat += (ob[i] - eb) * (ob[i] - eb) / eb;
+  }
+  if (stat_out != nullptr) *stat_out = stat;
+  const double df = std::max<double>(1, static_cast<double>(oa.size()) - 1);
+  const double z = (std::cbrt(stat / df) - (1 - 2 / (9 * df))) / std::sqrt(2 / (9 * df));
+  return 0.5 * std::erfc(z / std::sqrt(2.0));
+}
+
+/**
+ * temperature > 0: the token sampled after a draft has the target distribution. 4000 seeds run
+ * plainly and 4000 other seeds verify a draft at the second output position (the most likely
+ * token there, so it is accepted about as often as not); their second tokens' distributions
+ * agree under a chi-square test (p > 0.001). The same test rejects a planted bug, an engine that
+ * always accepts the draft (every second token the draft).
+ */
+inline void test_verify_distribution(const std::string& dir) {
+  auto e = load(dir, 8);
+  const int32_t V = e->config().vocab_size;
+  const auto prompt = seq(4, 5, V);
+  SamplingParams hot;
+  hot.temperature = 1.0f;
+  // The draft: the most likely second token after the plain greedy first one.
+  StepBuilder g;
+  g.add(prompt, 0, {0, 1}, true);
+  const int32_t first_greedy = e->step(g.in).tokens[0];
+  StepBuilder g2;
+  g2.add({first_greedy}, static_cast<int32_t>(prompt.size()), {0, 1}, true);
+  const int32_t draft = e->step(g2.in).tokens[0];
+
+  const int n = 4000;
+  std::vector<int32_t> plain_second, spec_second;
+  int accepted = 0;
+  for (int i = 0; i < 2 * n; ++i) {
+    SamplingParams sp = hot;
+    sp.seed = static_cast<uint64_t>(1000 + i);
+    StepBuilder a;
+    a.add(prompt, 0, {0, 1}, true, sp);
+    a.in.return_logits = false;
+    const int32_t first = e->step(a.in).tokens[0];
+    StepBuilder b;
+    const bool speculate = i >= n;
+    b.add(speculate ? std::vector<int32_t>{first, draft} : std::vector<int32_t>{first}, static_cast<int32_t>(prompt.size()), {0, 1}, true, sp);
+    b.in.return_logits = false;
+    if (speculate) b.in.seqs.back().num_drafts = 1;
+    auto r = e->step(b.in);
+    (speculate ? spec_second : plain_second).push_back(r.tokens[0]);
+    if (speculate && r.emitted[0] == 2) ++accepted;
+  }
+  double stat = 0;
+  const double p = chi_square_p(plain_second, spec_second, V, &stat);
+  CHECK(p > 1e-3, "verify distribution: chi-square %.1f, p %.2e: sampling after a draft changed the distribution", stat, p);
+  CHECK(accepted > n / 10 && accepted < n - n / 10, "verify distribution: the draft was accepted %d of %d times (both branches must be exercised)", accepted, n);
+  // The planted bug: accepting every draft makes every second token the draft.
+  const std::vector<int32_t> always(spec_second.size(), draft);
+  double bug_stat = 0;
+  const double bug_p = chi_square_p(plain_second, always, V, &bug_stat);
+  CHECK(bug_p < 1e-9, "verify distribution: an always-accept engine passed (chi-square %.1f, p %.2e)", bug_stat, bug_p);
+  std::printf("verify distribution: draft accepted %d / %d, chi-square %.1f (p %.3f); always-accept %.0f (p %.1e)\n", accepted, n, stat, p,
+              bug_stat, bug_p);
+}
+
 inline void test_speculative(const std::string& root) {
   spec_test::test_ngram_drafter();
   spec_test::test_suffix_tree();
   spec_test::test_suffix_drafter();
   test_verify_step(root + "/llama", "llama");
+  test_verify_distribution(root + "/llama");
   test_engine_drafter(root + "/llama", DraftMethod::kNgram, "ngram");
   test_engine_drafter(root + "/llama", DraftMethod::kSuffix, "suffix");
 }
