@@ -127,12 +127,17 @@ interface LoopRun {
   spec?: SpecTotals;
 }
 
-async function runLoop(engine: NativeEngine, speculate: boolean, requests: PreprocessedRequest[]): Promise<LoopRun> {
-  const loop = new EngineLoop({
+/** An EngineLoop over the engine, kept for the whole case as a worker keeps it (the policy learns as it runs). */
+function loopOver(engine: NativeEngine, speculate: boolean): EngineLoop {
+  return new EngineLoop({
     engine,
     scheduler: { maxNumSeqs: 64, maxNumBatchedTokens: 8192 },
     ...(speculate ? { speculative: { maxDraftTokens: MAX_DRAFTS, cost: new MeasuredStepCost() } } : {}),
   });
+}
+
+async function runLoop(loop: EngineLoop, requests: PreprocessedRequest[]): Promise<LoopRun> {
+  const before = loop.stats().specTotals;
   const t0 = performance.now();
   const outs = await Promise.all(requests.map(async (r) => {
     let n = 0;
@@ -141,25 +146,31 @@ async function runLoop(engine: NativeEngine, speculate: boolean, requests: Prepr
   }));
   const seconds = (performance.now() - t0) / 1000;
   const tokens = outs.reduce((a, b) => a + b, 0);
-  const spec = loop.stats().specTotals;
-  // The loop does not own the engine here: detach without closing it.
+  const after = loop.stats().specTotals;
+  // This run's own counts: the loop's totals since the run began.
+  const spec =
+    after !== undefined && before !== undefined
+      ? { drafts: after.drafts - before.drafts, draftTokens: after.draftTokens - before.draftTokens, acceptedTokens: after.acceptedTokens - before.acceptedTokens, acceptedPerPos: after.acceptedPerPos.map((v, i) => v - (before.acceptedPerPos[i] ?? 0)) }
+      : undefined;
   return { tokens, seconds, tokensPerSec: tokens / seconds, ...(spec !== undefined ? { spec } : {}) };
 }
 
-/** Plain and speculative runs alternated `reps` times; medians of tok/s, the last run's acceptance. */
+/** Plain and speculative runs alternated `reps` times; medians of tok/s, acceptance over the speculative runs. */
 async function sideBySide(plain: NativeEngine, spec: NativeEngine, requests: (rep: number) => PreprocessedRequest[]) {
+  const plainLoop = loopOver(plain, false);
+  const specLoop = loopOver(spec, true);
   const a: LoopRun[] = [];
   const b: LoopRun[] = [];
   for (let r = 0; r < reps; r++) {
-    a.push(await runLoop(plain, false, requests(r)));
-    b.push(await runLoop(spec, true, requests(r)));
+    a.push(await runLoop(plainLoop, requests(r)));
+    b.push(await runLoop(specLoop, requests(r)));
   }
-  const t = b[b.length - 1]!.spec!;
+  const t = specLoop.stats().specTotals!;
   return {
     plainTokensPerSec: median(a.map((x) => x.tokensPerSec)),
     specTokensPerSec: median(b.map((x) => x.tokensPerSec)),
     ratio: median(b.map((x) => x.tokensPerSec)) / median(a.map((x) => x.tokensPerSec)),
-    runs: { plain: a.map((x) => x.tokensPerSec), spec: b.map((x) => x.tokensPerSec) },
+    runs: { plain: a.map((x) => x.tokensPerSec), spec: b.map((x) => x.tokensPerSec), acceptance: b.map((x) => (x.spec!.draftTokens > 0 ? x.spec!.acceptedTokens / x.spec!.draftTokens : null)) },
     acceptance: t.draftTokens > 0 ? t.acceptedTokens / t.draftTokens : null,
     meanTokensPerVerify: t.drafts > 0 ? 1 + t.acceptedTokens / t.drafts : null,
     drafts: t.drafts,
