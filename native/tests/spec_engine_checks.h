@@ -222,6 +222,7 @@ inline void test_engine_drafter(const std::string& dir, DraftMethod method, cons
   run.num_prompt = static_cast<int32_t>(prompt.size());
   int32_t computed = 0;
   int drafted = 0;
+  int drafted_after_pause = 0;  // proposals after a step that asked for none
   while (static_cast<int>(run.tokens.size()) - run.num_prompt < n) {
     const int remaining = n - (static_cast<int>(run.tokens.size()) - run.num_prompt);
     std::vector<int32_t> toks(run.tokens.begin() + computed, run.tokens.end());
@@ -232,9 +233,13 @@ inline void test_engine_drafter(const std::string& dir, DraftMethod method, cons
     b.add(toks, computed, blocks, true);
     b.in.return_logits = false;
     b.in.seqs.back().num_drafts = static_cast<int32_t>(drafts.size());
-    b.in.seqs.back().propose_drafts = 6;
+    // Every third step asks for no drafts: the drafter must still follow the sequence's tokens.
+    const bool ask = run.steps % 3 != 2;
+    b.in.seqs.back().propose_drafts = ask ? 6 : 0;
     b.in.seqs.back().draft_key = 77;
     auto r = e->step(b.in);
+    if (!ask) CHECK(r.draft_counts[0] == 0, "%s drafter: proposed when asked for none", label);
+    if (ask && run.steps > 3) drafted_after_pause += r.draft_counts[0];
     ++run.steps;
     const int32_t emitted = r.emitted[0];
     run.accepted += emitted - 1;
@@ -246,6 +251,7 @@ inline void test_engine_drafter(const std::string& dir, DraftMethod method, cons
   CHECK(run.tokens == plain.tokens, "%s drafter: output differs from plain decoding", label);
   CHECK(drafted > 0 && run.accepted > 0 && run.steps < plain.steps, "%s drafter: %d drafted, %d accepted, %d steps vs %d", label,
         drafted, run.accepted, run.steps, plain.steps);
+  CHECK(drafted_after_pause > 0, "%s drafter: no proposals after a step that asked for none (it lost the sequence)", label);
   std::printf("%s drafter: %d steps for %d tokens (plain %d), %d of %d drafts accepted\n", label, run.steps, n, plain.steps, run.accepted,
               drafted);
   e->drafter()->end(77, true);

@@ -45,7 +45,11 @@ export interface StepSequence {
    * With `allowedTokens`, it holds numDraftTokens + 1 rows, one per sampled position.
    */
   numDraftTokens?: number;
-  /** Speculative decoding: after this step, ask the engine's drafter for up to this many drafts (SampledToken.drafts). */
+  /**
+   * Speculative decoding: after this step, ask the engine's drafter for up to this many drafts
+   * (SampledToken.drafts). Set (0 included) on every sampled sequence of a speculating worker:
+   * the drafter follows each such sequence's returned tokens, asked for drafts or not.
+   */
   proposeDrafts?: number;
 }
 

@@ -469,8 +469,9 @@ export class Scheduler {
       if (seq.logprobs !== undefined) step.logprobs = seq.logprobs;
       if (seq.loraSlot !== undefined) step.loraSlot = seq.loraSlot;
       if (numDrafts > 0) step.numDraftTokens = numDrafts;
-      // Drafts are asked for where the next step could still verify one (max_tokens leaves room).
-      if (sample && proposeDrafts > 0 && seq.stop.maxTokens - seq.numNewOutputTokens >= 3) step.proposeDrafts = proposeDrafts;
+      // Drafts are asked for where the next step could still verify one (max_tokens leaves
+      // room); 0 still shows the drafter this step's tokens, so its view stays in sync.
+      if (sample && this.speculator !== undefined) step.proposeDrafts = proposeDrafts > 0 && seq.stop.maxTokens - seq.numNewOutputTokens >= 3 ? proposeDrafts : 0;
       sequences[i] = step;
     }
     return {

@@ -159,14 +159,15 @@ export class BatchMarshal {
   /** Speculative decoding: drafts to verify and drafts to propose, keyed by seqId for the drafter. */
   private marshalSpec(batch: StepBatch): { specMeta?: Int32Array } {
     const seqs = batch.sequences;
-    if (!seqs.some((s) => (s.numDraftTokens ?? 0) > 0 || (s.proposeDrafts ?? 0) > 0)) return {};
+    if (!seqs.some((s) => (s.numDraftTokens ?? 0) > 0 || s.proposeDrafts !== undefined)) return {};
     this.specMeta = grow(this.specMeta, seqs.length * SPEC_META_STRIDE);
     for (let i = 0; i < seqs.length; i++) {
       const s = seqs[i]!;
       const m = i * SPEC_META_STRIDE;
       this.specMeta[m + SpecMeta.numDrafts] = s.numDraftTokens ?? 0;
       this.specMeta[m + SpecMeta.proposeDrafts] = s.proposeDrafts ?? 0;
-      this.specMeta[m + SpecMeta.draftKey] = (s.proposeDrafts ?? 0) > 0 ? s.seqId : -1;
+      // The drafter follows every sequence it was told about, whether it drafts for it this step or not.
+      this.specMeta[m + SpecMeta.draftKey] = s.proposeDrafts !== undefined ? s.seqId : -1;
     }
     return { specMeta: this.specMeta.subarray(0, seqs.length * SPEC_META_STRIDE) };
   }
