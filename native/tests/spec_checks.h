@@ -156,5 +156,41 @@ inline void test_suffix_drafter() {
   CHECK(small->stats().shared_tokens <= 10, "suffix: global tree grew past its bound (%lld)", static_cast<long long>(small->stats().shared_tokens));
 }
 
+inline void test_expand_verify() {
+  // A prefill chunk (no logits), a decode, a verify of 3 drafts, and a 5-token sequence with
+  // logits at its last 2: the device plan's sequences after expansion.
+  const int32_t table[] = {4, 5, 6};
+  tandem::ForwardBatch b;
+  b.num_tokens = 4 + 1 + 4 + 5;
+  auto add = [&](int32_t off, int32_t n, int32_t start, bool logits, int32_t rows) {
+    tandem::ForwardSeq f;
+    f.token_offset = off;
+    f.num_tokens = n;
+    f.start_pos = start;
+    f.block_table = table;
+    f.num_blocks = 3;
+    f.want_logits = logits;
+    f.num_logits = rows;
+    b.seqs.push_back(f);
+  };
+  add(0, 4, 0, false, 1);
+  add(4, 1, 7, true, 1);
+  add(5, 4, 10, true, 4);
+  add(9, 5, 20, true, 2);
+  b.num_logit_rows = 1 + 4 + 2;
+  tandem::ForwardBatch scratch;
+  const tandem::ForwardBatch& e = tandem::spec::expand_verify(b, scratch);
+  // prefill, decode, 4 verify rows, then the lead (3 tokens, no logits) and 2 single rows.
+  std::vector<std::vector<int32_t>> got;
+  for (const auto& f : e.seqs) got.push_back({f.token_offset, f.num_tokens, f.start_pos, f.want_logits ? 1 : 0});
+  const std::vector<std::vector<int32_t>> want = {{0, 4, 0, 0}, {4, 1, 7, 1}, {5, 1, 10, 1}, {6, 1, 11, 1}, {7, 1, 12, 1}, {8, 1, 13, 1},
+                                                  {9, 3, 20, 0}, {12, 1, 23, 1}, {13, 1, 24, 1}};
+  CHECK(got == want, "expand_verify: %zu sequences", got.size());
+  CHECK(e.num_logit_rows == 7 && e.num_tokens == 14, "expand_verify: rows %d tokens %d", e.num_logit_rows, e.num_tokens);
+  tandem::ForwardBatch plain;
+  plain.seqs = {b.seqs[0], b.seqs[1]};
+  CHECK(&tandem::spec::expand_verify(plain, scratch) == &plain, "expand_verify: a batch without verify rows is not copied");
+}
+
 }  // namespace spec_test
 

@@ -353,6 +353,7 @@ inline void test_speculative(const std::string& root) {
   spec_test::test_ngram_drafter();
   spec_test::test_suffix_tree();
   spec_test::test_suffix_drafter();
+  spec_test::test_expand_verify();
   test_verify_step(root + "/llama", "llama");
   test_verify_distribution(root + "/llama");
   test_engine_drafter(root + "/llama", DraftMethod::kNgram, "ngram");
