@@ -187,8 +187,7 @@ export class Scheduler {
         if ((seq.numUncomputedTokens === 1 && !seq.isPrefilling) !== decoding) continue;
         if (plannedBySeq.has(seq)) continue;
         let k = decoding ? Math.min(drafts?.lengths.get(seq) ?? 0, draftBudget, budget - 1) : 0;
-        // Drafts never make room by preemption, nor take new blocks a waiting sequence could be admitted with: fewer of them instead.
-        while (k > 0 && !(bm.canAppend(seq, 1 + k) && (this.waiting.length === 0 || bm.blocksFor(seq.numComputedTokens + 1 + k) <= Math.max(seq.numBlocks, bm.blocksFor(seq.numComputedTokens + 1))))) k--;
+        while (k > 0 && !this.draftBlocksFit(seq, k)) k--;
         draftBudget -= k;
         const numNew = Math.min(seq.numUncomputedTokens + k, budget);
         if (reserve(seq, numNew)) plan(seq, numNew, k);
@@ -235,6 +234,18 @@ export class Scheduler {
     for (let i = 0; i < decodes.length; i++) if (planned[i]! > 0) lengths.set(decodes[i]!, planned[i]!);
     const propose = spec.wantDrafts(decodes.length, prefill, kv) ? spec.maxDraftTokens : 0;
     return { lengths, numDecodes: decodes.length, prefillTokens: prefill, propose };
+  }
+
+  /**
+   * Whether `k` drafts of a decoding sequence fit without costing anyone else a block: they
+   * never make room by preemption, and they take new blocks only while no sequence waits and a
+   * free block stays for each running sequence (a decode later in this step may need one).
+   */
+  private draftBlocksFit(seq: Sequence, k: number): boolean {
+    const bm = this.blockManager;
+    const extra = bm.blocksFor(seq.numComputedTokens + 1 + k) - Math.max(seq.numBlocks, bm.blocksFor(seq.numComputedTokens + 1));
+    if (extra <= 0) return bm.canAppend(seq, 1 + k);
+    return this.waiting.length === 0 && bm.numFreeBlocks - extra - Math.max(0, bm.blocksFor(seq.numComputedTokens + 1) - seq.numBlocks) >= this.running.length;
   }
 
   /** Drafts a decoding sequence may verify: no more than it has, and none past max_tokens or the model length. */

@@ -24,7 +24,8 @@ export interface AcceptanceOptions {
   decay: number;
 }
 
-export const ACCEPTANCE_DEFAULTS: AcceptanceOptions = { sequenceWeight: 2, priorRate: 0.5, priorWeight: 4, decay: 0.999 };
+/** A new worker expects 0.3 of drafts accepted until it has judged a few (n-gram and suffix drafts are right about that often on code and chat). */
+export const ACCEPTANCE_DEFAULTS: AcceptanceOptions = { sequenceWeight: 2, priorRate: 0.3, priorWeight: 3, decay: 0.999 };
 
 /** What a sequence carries for its correction (workers/sequence.ts). */
 export interface SequenceRecord {

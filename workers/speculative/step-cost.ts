@@ -2,11 +2,13 @@
  * What a step of t tokens costs, for the draft policy (pure: observations in, estimates out).
  *
  *   MeasuredStepCost  the native engine's: step times measured by the engine loop, kept per
- *                     token count (exact up to 16, then about 1.25x apart), each an exponential
- *                     average; between measured counts it interpolates, above the largest it
- *                     extends the slope of the two largest, and with one measurement it assumes
- *                     time proportional to tokens (pessimistic: drafts look expensive until a
- *                     probe measures a larger step).
+ *                     token count (exact up to 16, then about 1.25x apart), each the median of
+ *                     its last 9 measurements (a busy machine's slow step moves it little), used
+ *                     once it has 3, and made non-decreasing in tokens (noise never makes more
+ *                     tokens look free); between measured counts it interpolates, above the
+ *                     largest it extends the slope of the two largest, and with one it assumes
+ *                     time proportional to tokens (pessimistic: drafts look expensive until
+ *                     probes measure a larger step).
  *   PerfModelStepCost the mocker's: its perf model's decode time plus the prefill curve's
  *                     marginal cost of the extra tokens (perf-model/speculative.ts).
  *
@@ -38,61 +40,88 @@ function bucketTokens(bucket: number): number {
 }
 
 export class MeasuredStepCost implements StepCostModel {
-  /** Weight of a new measurement in its bucket's average. */
-  private readonly alpha: number;
-  private readonly ms = new Map<number, number>();
+  /** Measurements a bucket keeps (its estimate is their median: a slow step of a busy machine moves it little). */
+  private readonly window: number;
+  /** Measurements a bucket needs before it counts as measured. */
+  private readonly minSamples: number;
+  private readonly samples = new Map<number, number[]>();
+  private readonly next = new Map<number, number>();
+  private estimates: Map<number, number> | undefined;
   private sorted: number[] | undefined;
 
-  constructor(options: { alpha?: number } = {}) {
-    this.alpha = options.alpha ?? 0.2;
+  constructor(options: { window?: number; minSamples?: number } = {}) {
+    this.window = options.window ?? 9;
+    this.minSamples = options.minSamples ?? 3;
   }
 
   /** A step of `tokens` tokens took `ms` milliseconds. */
   observe(tokens: number, ms: number): void {
     if (!(tokens >= 1) || !(ms > 0) || !Number.isFinite(ms)) return;
     const b = costBucket(tokens);
-    const old = this.ms.get(b);
-    if (old === undefined) this.sorted = undefined;
-    this.ms.set(b, old === undefined ? ms : old + this.alpha * (ms - old));
+    let ring = this.samples.get(b);
+    if (ring === undefined) this.samples.set(b, (ring = []));
+    if (ring.length < this.window) ring.push(ms);
+    else {
+      const at = this.next.get(b) ?? 0;
+      ring[at] = ms;
+      this.next.set(b, (at + 1) % this.window);
+    }
+    this.estimates = undefined;
   }
 
-  /** Whether a step of this many tokens has been measured (its bucket). */
+  /** Whether a step of this many tokens has been measured enough (its bucket). */
   has(tokens: number): boolean {
-    return this.ms.has(costBucket(tokens));
+    return (this.samples.get(costBucket(tokens))?.length ?? 0) >= this.minSamples;
   }
 
   get numBuckets(): number {
-    return this.ms.size;
+    return this.measured().size;
   }
 
   stepMs(tokens: number): number {
-    const buckets = (this.sorted ??= [...this.ms.keys()].sort((a, b) => a - b));
+    const est = this.measured();
+    const buckets = this.sorted!;
     if (buckets.length === 0) return Math.max(1, tokens);  // nothing measured: proportional, in arbitrary units
     const t = Math.max(1, tokens);
     const b = costBucket(t);
-    const exact = this.ms.get(b);
-    if (exact !== undefined) return exact;
-    // Interpolate between the measured buckets around it, by token count.
+    // More tokens never cost less: below the largest measured bucket under t, never cheaper than it.
     let lo = -1;
-    for (let i = 0; i < buckets.length && buckets[i]! < b; i++) lo = i;
+    for (let i = 0; i < buckets.length && buckets[i]! <= b; i++) lo = i;
+    const floor = lo >= 0 ? est.get(buckets[lo]!)! : 0;
+    const exact = est.get(b);
+    if (exact !== undefined) return Math.max(exact, floor);
     const hi = lo + 1 < buckets.length ? lo + 1 : -1;
     if (lo >= 0 && hi >= 0) {
+      // Interpolate between the measured buckets around it, by token count.
       const t0 = bucketTokens(buckets[lo]!), t1 = bucketTokens(buckets[hi]!);
-      const m0 = this.ms.get(buckets[lo]!)!, m1 = this.ms.get(buckets[hi]!)!;
+      const m0 = floor, m1 = Math.max(est.get(buckets[hi]!)!, floor);
       return m0 + ((m1 - m0) * (t - t0)) / Math.max(1, t1 - t0);
     }
-    if (lo < 0) {
-      // Below every measurement: no cheaper than the smallest one measured.
-      return this.ms.get(buckets[0]!)!;
-    }
+    if (lo < 0) return est.get(buckets[0]!)!;  // below every measurement: no cheaper than the smallest
     // Above every measurement: the slope of the two largest, or proportional with one.
     const top = buckets[lo]!;
-    const t1 = bucketTokens(top), m1 = this.ms.get(top)!;
-    if (lo === 0) return (m1 * t) / t1;
+    const t1 = bucketTokens(top);
+    if (lo === 0) return (floor * t) / t1;
     const prev = buckets[lo - 1]!;
-    const t0 = bucketTokens(prev), m0 = this.ms.get(prev)!;
-    const slope = Math.max(0, (m1 - m0) / Math.max(1, t1 - t0));
-    return m1 + slope * (t - t1);
+    const slope = Math.max(0, (floor - est.get(prev)!) / Math.max(1, t1 - bucketTokens(prev)));
+    return floor + slope * (t - t1);
+  }
+
+  /** Median per bucket with enough measurements, made non-decreasing in tokens. */
+  private measured(): Map<number, number> {
+    if (this.estimates !== undefined) return this.estimates;
+    const keys = [...this.samples.keys()].filter((b) => this.samples.get(b)!.length >= this.minSamples).sort((a, b) => a - b);
+    const est = new Map<number, number>();
+    let running = 0;
+    for (const b of keys) {
+      const xs = [...this.samples.get(b)!].sort((x, y) => x - y);
+      const m = xs.length % 2 ? xs[(xs.length - 1) / 2]! : (xs[xs.length / 2 - 1]! + xs[xs.length / 2]!) / 2;
+      running = Math.max(running, m);
+      est.set(b, running);
+    }
+    this.estimates = est;
+    this.sorted = keys;
+    return est;
   }
 }
 

@@ -64,7 +64,7 @@ describe('AcceptanceModel', () => {
     expect(out[0]).toBeCloseTo((0.6 * 5) / 6.8, 9);
   });
 
-  it('the worker-wide rate starts at the prior and follows what is judged: 2 + 10 accepted of 4 + 20 -> 0.5', () => {
+  it('the worker-wide rate starts at the prior and follows what is judged: 2 + 10 accepted of 4 + 20 -> 0.5 (prior 0.5, weight 4)', () => {
     const m = new AcceptanceModel({ sequenceWeight: 2, priorRate: 0.5, priorWeight: 4, decay: 1 });
     expect(m.rate).toBe(0.5);
     m.record(undefined, 20, 10);  // judged 20 in a row, the first 10 accepted
@@ -80,10 +80,12 @@ describe('AcceptanceModel', () => {
 });
 
 describe('step costs', () => {
+  const thrice = (c: MeasuredStepCost, tokens: number, ms: number) => [0, 1, 2].forEach(() => c.observe(tokens, ms));
+
   it('MeasuredStepCost: 10 ms at 1 token and 11 at 2 -> 3 tokens cost 12 (the slope of the last two)', () => {
     const c = new MeasuredStepCost();
-    c.observe(1, 10);
-    c.observe(2, 11);
+    thrice(c, 1, 10);
+    thrice(c, 2, 11);
     expect(c.stepMs(3)).toBeCloseTo(12, 9);
     expect(c.has(2)).toBe(true);
     expect(c.has(3)).toBe(false);
@@ -91,17 +93,28 @@ describe('step costs', () => {
 
   it('MeasuredStepCost: only 10 ms at 1 token -> 3 tokens assumed 30 ms (proportional, pessimistic)', () => {
     const c = new MeasuredStepCost();
-    c.observe(1, 10);
+    thrice(c, 1, 10);
     expect(c.stepMs(3)).toBeCloseTo(30, 9);
   });
 
-  it('MeasuredStepCost interpolates between measured counts and averages repeats (alpha 0.5)', () => {
-    const c = new MeasuredStepCost({ alpha: 0.5 });
-    c.observe(1, 10);
+  it('MeasuredStepCost: a bucket counts from its third measurement, and is the median of its last ones (a slow outlier moves nothing)', () => {
+    const c = new MeasuredStepCost();
+    thrice(c, 1, 10);
     c.observe(5, 14);
-    expect(c.stepMs(3)).toBeCloseTo(12, 9);
-    c.observe(5, 18);
-    expect(c.stepMs(5)).toBeCloseTo(16, 9);
+    c.observe(5, 14);
+    expect(c.has(5)).toBe(false);
+    expect(c.stepMs(5)).toBeCloseTo(50, 9);  // still unmeasured: proportional
+    c.observe(5, 400);  // a stall
+    expect(c.stepMs(5)).toBe(14);
+    expect(c.stepMs(3)).toBeCloseTo(12, 9);  // interpolated between 1 and 5
+  });
+
+  it('MeasuredStepCost: more tokens never look cheaper (noise: 10 ms at 1, 9 at 2 -> 2 tokens: 10 ms)', () => {
+    const c = new MeasuredStepCost();
+    thrice(c, 1, 10);
+    thrice(c, 2, 9);
+    expect(c.stepMs(2)).toBe(10);
+    expect(c.stepMs(4)).toBeGreaterThanOrEqual(10);
   });
 
   it('PerfModelStepCost (polynomial): 1 decode + 4 drafts = 5.74 + 0.0607 ms; 64 decodes + 256 drafts = 5.74 + 3.9146 ms', () => {
