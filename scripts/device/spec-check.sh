@@ -46,7 +46,7 @@ bench_gpu() {
 }
 export -f engine_checks serve_check bench_gpu
 
-step engine 30 engine_checks
+step engine 60 engine_checks
 step serve 60 serve_check
 step bench 150 bench_gpu
 check_end
