@@ -40,7 +40,8 @@ import { machineLoad, snapshotWorkers, sourceLauncher, spreadOf, startFleet, typ
 import { FrontendStreamClient, type StreamSample } from './fleet/stream-clients.js';
 import { Rng } from './loadgen/rng.js';
 import { summarize as statsOf } from './loadgen/stats.js';
-import { makeTinyLora } from '../workers/lora/index.js';
+import { makeTinyLora, reshapeModelConfig } from '../workers/lora/index.js';
+import { makeTinyModel } from '../workers/models/index.js';
 
 const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '..');
 const args = process.argv.slice(2);
@@ -147,8 +148,9 @@ function residentAdapters(fleet: Fleet): number[] {
   return counts;
 }
 
-function fleetFor(mode: Mode, adapterDirs: string[], runtimeBin: string | undefined): Promise<Fleet> {
+function fleetFor(mode: Mode, adapterDirs: string[], runtimeBin: string | undefined, model: string): Promise<Fleet> {
   return startFleet({
+    model,
     workers: PLAN.workers,
     routerMode: mode,
     numGpuBlocks: PLAN.numGpuBlocks,
@@ -290,8 +292,13 @@ async function main(): Promise<void> {
       cpSync(first, dir, { recursive: true });
       adapterDirs.push(dir);
     }
+    // The mocker reads only config.json: the tiny model reshaped to the adapters' 0.5B shape, so
+    // the workers' checks of every factor against the model pass (as they would natively).
+    const modelDir = join(scratch, 'tiny-0.5b-shaped');
+    await makeTinyModel({ arch: 'llama', outDir: modelDir, dtype: 'f32', seed: PLAN.seed });
+    await reshapeModelConfig(modelDir, dims);
     for (const mode of MODES) {
-      const fleet = await fleetFor(mode, adapterDirs, runtimeBin);
+      const fleet = await fleetFor(mode, adapterDirs, runtimeBin, modelDir);
       try {
         if (mode === MODES[0]) {
           // Capacity: base-model requests of the same shape, closed loop, on this fresh fleet.

@@ -33,6 +33,7 @@ export interface FrontendFlags extends RuntimeFlags, KvRouterFlags {
   kvLayerStreaming?: boolean;
   apiKey?: string[];
   apiKeyFile?: string;
+  adminApiKey?: string[];
   metricsAuth?: MetricsAuth;
   corsOrigins?: string[];
   httpHeaderTimeout: number;
@@ -84,6 +85,9 @@ export function registerFrontendCommand(program: Command): Command {
   cmd
     .addOption(new Option('--api-key <key>', 'accept this API key (repeatable; a comma-separated list also works, as in TANDEM_API_KEY); every route but /health and /live then needs it').argParser(parseKeyList))
     .addOption(new Option('--api-key-file <path>', 'accept the keys in this file, one per line (# comments); re-read when it changes'))
+    .addOption(
+      new Option('--admin-api-key <key>', 'the key of the admin routes (LoRA load/unload), which refuse inference keys once any key is set (repeatable or comma-separated); also accepted on every other route').argParser(parseKeyList),
+    )
     .addOption(new Option('--metrics-auth <mode>', `with API keys set, whether /metrics needs one: ${METRICS_AUTH_MODES.join(' | ')} (default: required)`).argParser(oneOf(METRICS_AUTH_MODES)))
     .addOption(new Option('--cors-origins <origins>', "comma-separated origins allowed by CORS ('*' = any); default: CORS off").argParser((v: string) => v.split(',').map((o) => o.trim()).filter((o) => o.length > 0)));
   const limits = DEFAULT_CONNECTION_LIMITS;
@@ -153,6 +157,7 @@ export function registerFrontendCommand(program: Command): Command {
       grammarLimits: compileLimits(flags.grammarCompileTimeoutMs, flags.grammarCompileMemoryMb),
       ...(flags.apiKey !== undefined ? { apiKeys: flags.apiKey } : {}),
       ...(flags.apiKeyFile !== undefined ? { apiKeyFile: flags.apiKeyFile } : {}),
+      ...(flags.adminApiKey !== undefined ? { adminApiKeys: flags.adminApiKey } : {}),
       ...(flags.metricsAuth !== undefined ? { metricsAuth: flags.metricsAuth } : {}),
       ...(flags.corsOrigins !== undefined ? { corsOrigins: flags.corsOrigins } : {}),
       toolCallParser: flags.toolCallParser,

@@ -14,7 +14,7 @@ import { listenOn } from '../runtime/index.js';
 import { AdmissionGate } from './admission.js';
 import { CodecCache, type CodecLoader } from './codec.js';
 import { startDisaggregation, type DisaggOptions } from './disagg/index.js';
-import { ApiKeyFile, keySource, type MetricsAuth } from './http/auth.js';
+import { ApiKeyFile, ApiKeySet, keySource, type MetricsAuth } from './http/auth.js';
 import { DEFAULT_CONNECTION_LIMITS, type ConnectionLimits } from './http/connection-limits.js';
 import { createHttpServer, createMemoryHandle, type HttpServerContext } from './http/server.js';
 import type { MemoryRequest, MemoryResponse } from './http/in-memory.js';
@@ -83,6 +83,8 @@ export interface FrontendOptions {
   apiKeys?: string[];
   /** A file of API keys, one per line, re-read on change; missing or empty at start: ConfigError. */
   apiKeyFile?: string;
+  /** Keys of the admin routes (LoRA load/unload; http/auth.ts ADMIN_PATHS), also accepted everywhere else. */
+  adminApiKeys?: string[];
   /** Whether /metrics needs a key when keys are set; default 'required'. */
   metricsAuth?: MetricsAuth;
   /** Origins allowed by CORS ('*' = any); default none: CORS off. */
@@ -145,6 +147,7 @@ export async function startFrontend(options: FrontendOptions): Promise<FrontendH
   // First, so a bad key file fails start-up before anything is opened.
   const keyFile = options.apiKeyFile !== undefined ? ApiKeyFile.open(options.apiKeyFile, { extraKeys: options.apiKeys ?? [], log }) : undefined;
   const keys = keySource(options.apiKeys ?? [], keyFile);
+  const adminKeys = (options.adminApiKeys ?? []).length > 0 ? new ApiKeySet(options.adminApiKeys!) : undefined;
   const routerMode = options.routerMode ?? FRONTEND_DEFAULTS.routerMode;
   // The one watch of model cards and the one client cache; every card reader below shares them.
   const cards = await ModelCardFeed.start(discovery, namespace, log);
@@ -227,7 +230,7 @@ export async function startFrontend(options: FrontendOptions): Promise<FrontendH
       log.warn({ model, from, generated, err: cause }, 'worker failed mid-stream: migrating request');
     },
   });
-  const loraAdmin = new LoraAdmin(models, connector);
+  const loraAdmin = new LoraAdmin(models, connector, log);
   const httpContext: HttpServerContext = {
     loraAdmin,
     pipeline,
@@ -239,7 +242,7 @@ export async function startFrontend(options: FrontendOptions): Promise<FrontendH
     maxBodyBytes: options.maxBodyBytes ?? FRONTEND_DEFAULTS.maxBodyBytes,
     retryAfterSeconds: options.retryAfterSeconds ?? FRONTEND_DEFAULTS.retryAfterSeconds,
     modelCreated: (name) => created.get(name) ?? Math.floor(Date.now() / 1000),
-    ...(keys() !== undefined ? { access: { keys, metricsAuth: options.metricsAuth ?? 'required' } } : {}),
+    ...(keys() !== undefined || adminKeys !== undefined ? { access: { keys, metricsAuth: options.metricsAuth ?? 'required', ...(adminKeys !== undefined ? { adminKeys } : {}) } } : {}),
     corsOrigins: new Set(options.corsOrigins ?? []),
     limits: { ...DEFAULT_CONNECTION_LIMITS, ...options.limits },
     ...(dashboard ? { dashboard: dashboard.state, dashboardRoutes: dashboard } : {}),

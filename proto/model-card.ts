@@ -48,10 +48,41 @@ export interface ModelCard {
   eosTokenIds: number[];
   /** Multi-LoRA: adapters resident on this worker, by name, with their lora_id (router/hashing.ts loraIdOf). */
   loras?: Array<{ name: string; loraId: number; path?: string }>;
+  /**
+   * Multi-LoRA: false on a worker whose engine refuses adapters (the CUDA backend has no LoRA
+   * kernels yet), which then never receives an adapter request or load. Absent (cards of older
+   * workers) = supports them, as CPU and mocker workers always have.
+   */
+  supportsLora?: boolean;
   /** What the worker serves; absent = 'generate'. An 'embed' card's `endpoint` is `embed` (proto/embedding.ts). */
   task?: WorkerTask;
   /** Present exactly when task is 'embed'. */
   embedding?: EmbeddingCapability;
+  /** The model's class from config.json (e.g. Qwen3MoeForCausalLM); absent on older workers. */
+  architecture?: string;
+  /**
+   * Parameters of the model (memory: what a worker must hold) and those one token reads (a
+   * mixture of experts' router, top-k and shared experts; step time). Equal for dense models.
+   */
+  parameters?: ModelParameters;
+  /**
+   * The worker's own name (`runtime worker --worker-name`; `runtime up` names its workers agg-0,
+   * decode-1, embed-0, …): the dashboard shows it beside the instance id. Absent when unnamed.
+   */
+  workerName?: string;
+}
+
+export interface ModelParameters {
+  total: number;
+  active: number;
+}
+
+/** What `--worker-name` and a card's `workerName` may be: short, printable, no markup. */
+export const WORKER_NAME = /^[A-Za-z0-9][\w.-]{0,63}$/;
+
+/** True for a card whose worker can run adapter requests (`supportsLora` absent or true). */
+export function servesLora(card: Pick<ModelCard, 'supportsLora'> | undefined): boolean {
+  return card !== undefined && card.supportsLora !== false;
 }
 
 /** True for a card that serves generation (every card without `task`). */
@@ -128,12 +159,20 @@ export function parseModelCard(value: unknown): ModelCardParse {
   if (v.kvTransports !== undefined && (!Array.isArray(v.kvTransports) || !v.kvTransports.every((t) => typeof t === 'string'))) return fail('kvTransports must be an array of strings');
   if (v.kvPlacement !== undefined && (typeof v.kvPlacement !== 'object' || v.kvPlacement === null || Array.isArray(v.kvPlacement))) return fail('kvPlacement must be an object');
   if (v.kvLayerStreaming !== undefined && typeof v.kvLayerStreaming !== 'boolean') return fail('kvLayerStreaming must be a boolean');
+  if (v.supportsLora !== undefined && typeof v.supportsLora !== 'boolean') return fail('supportsLora must be a boolean');
   if (v.task !== undefined && !WORKER_TASKS.includes(v.task as WorkerTask)) return fail(`task must be one of ${WORKER_TASKS.join(', ')}`);
   if ((v.task === 'embed') !== (v.embedding !== undefined)) return fail("embedding must be present exactly when task is 'embed'");
   if (v.embedding !== undefined) {
     const reason = embeddingCapabilityError(v.embedding);
     if (reason !== undefined) return fail(reason);
   }
+  if (v.architecture !== undefined && typeof v.architecture !== 'string') return fail('architecture must be a string');
+  if (v.parameters !== undefined) {
+    const p = v.parameters as Record<string, unknown> | null;
+    const ok = typeof p === 'object' && p !== null && isInt(p.total) && isInt(p.active) && (p.active as number) >= 0 && (p.active as number) <= (p.total as number);
+    if (!ok) return fail('parameters must be {total, active} integers with 0 <= active <= total');
+  }
+  if (v.workerName !== undefined && (typeof v.workerName !== 'string' || !WORKER_NAME.test(v.workerName))) return fail('workerName must be 1-64 letters, digits, ".", "_" or "-"');
   // Every field of ModelCard was checked above; the cast only forgets the index signature.
   return { ok: true, card: value as ModelCard };
 }

@@ -15,6 +15,11 @@ export function xxh3Seeded(bytes: Uint8Array): bigint {
   return xxh3.xxh64(bytes, KV_HASH_SEED);
 }
 
+/** The same hash over input fed in pieces (`update`, then `digest`): large files are never held whole. */
+export function xxh3SeededStream(): xxh3.Xxh3 {
+  return xxh3.Xxh3.withSeed(KV_HASH_SEED);
+}
+
 /**
  * LoRA: the adapter identity as vLLM's integer `lora_id`, from its name and the content hash
  * of its weights (workers/lora/peft-adapter.ts): 53 bits of XXH3(utf8 name ‖ 0 ‖ content hash),

@@ -11,6 +11,7 @@
  * workers past retention are left out) without changing anything; `advance(now)` commits
  * those transitions and forgets old gone workers.
  */
+import type { ModelInfo } from './snapshot.js';
 import { LOAD_REPORT_STALE_MS, type LoadSpecReport, type LoadTierReport, type WorkerRole } from '../../proto/wire.js';
 import type { ModelView, PoolRole, PoolView, WorkerSpecView, WorkerState, WorkerTierView, WorkerView } from './snapshot.js';
 
@@ -58,6 +59,16 @@ export function readTierReport(x: unknown): LoadTierReport | undefined {
   return { hostBlocks: hostBlocks!, hostCapacity: hostCapacity!, diskBlocks: diskBlocks!, diskCapacity: diskCapacity!, queryTokens: queryTokens!, hitTokens: { device: device!, host: host!, disk: disk! } };
 }
 
+/** What a card says about its worker beyond role and size. */
+export interface CardExtras {
+  /** Resident LoRA adapters. */
+  loras?: string[];
+  /** The worker's name (`workerName`). */
+  name?: string;
+  /** Its architecture and parameter counts (a MoE's active share). */
+  info?: ModelInfo;
+}
+
 interface WorkerEntry {
   instanceId: string;
   model: string;
@@ -75,6 +86,10 @@ interface WorkerEntry {
   goneAt?: number;
   /** LoRA adapters its card lists. */
   loras?: string[];
+  /** Its card's architecture and parameter counts (a MoE's active share). */
+  model_info?: ModelInfo;
+  /** Its card's `workerName` (`runtime up`'s agg-0, embed-0, …). */
+  name?: string;
   /** Its KV tiers, from its latest report that had them. */
   tiers?: LoadTierReport;
   /** Its speculative decoding counters, from its latest report. */
@@ -84,18 +99,21 @@ interface WorkerEntry {
 export class Fleet {
   private readonly workers = new Map<string, WorkerEntry>();
 
-  cardAdded(model: string, role: WorkerRole, instanceId: string, totalBlocks: number, now: number, loras?: string[]): void {
+  cardAdded(model: string, role: WorkerRole, instanceId: string, totalBlocks: number, now: number, card: CardExtras = {}): void {
+    const { loras, name, info } = card;
     const existing = this.workers.get(instanceId);
     if (existing && existing.state !== 'gone') {
       existing.state = 'ready';
       existing.kvTotalBlocks ||= totalBlocks;
       existing.lastSeen = now;
       existing.loras = loras;
+      existing.model_info = info;
+      existing.name = name;
       return;
     }
     this.workers.set(instanceId, {
       instanceId, model, role: POOL_OF[role], state: 'ready', running: 0, waiting: 0, kvUsedBlocks: 0, kvTotalBlocks: totalBlocks,
-      cachedTokens: existing?.cachedTokens ?? 0, promptTokens: existing?.promptTokens ?? 0, lastSeen: now, lastLoadAt: 0, loras,
+      cachedTokens: existing?.cachedTokens ?? 0, promptTokens: existing?.promptTokens ?? 0, lastSeen: now, lastLoadAt: 0, loras, name, model_info: info,
     });
   }
 
@@ -140,9 +158,11 @@ export class Fleet {
 
   view(now: number): ModelView[] {
     const byModel = new Map<string, Map<PoolRole, PoolView>>();
+    const infoOf = new Map<string, ModelInfo>();
     for (const w of this.workers.values()) {
       const v = workerView(w, now);
       if (v.state === 'gone' && now - v.goneAt! > GONE_RETENTION_MS) continue;
+      if (w.model_info !== undefined && (!infoOf.has(w.model) || w.state !== 'gone')) infoOf.set(w.model, w.model_info);
       let pools = byModel.get(w.model);
       if (!pools) byModel.set(w.model, (pools = new Map()));
       let pool = pools.get(w.role);
@@ -153,6 +173,7 @@ export class Fleet {
       .sort(([a], [b]) => a.localeCompare(b))
       .map(([name, pools]) => ({
         name,
+        ...(infoOf.get(name) ?? {}),
         pools: POOL_ORDER.filter((r) => pools.has(r)).map((r) => {
           const pool = pools.get(r)!;
           pool.workers.sort((a, b) => a.instanceId.localeCompare(b.instanceId));
@@ -187,6 +208,7 @@ function workerView(w: WorkerEntry, now: number): WorkerView {
   const fresh = state !== 'gone' && isFresh(w, now);
   return {
     instanceId: w.instanceId,
+    ...(w.name !== undefined ? { name: w.name } : {}),
     state,
     running: fresh ? w.running : 0,
     waiting: fresh ? w.waiting : 0,

@@ -38,6 +38,8 @@ export type PoolRole = 'aggregated' | 'prefill' | 'decode';
 export interface WorkerView {
   /** 16 hex digits. */
   instanceId: string;
+  /** The worker's name from its card (`runtime up`'s agg-0, decode-1, embed-0, …), when it has one. */
+  name?: string;
   state: WorkerState;
   /**
    * From the worker's latest `load_metrics`: 0 before the first, and 0 once that report is
@@ -94,7 +96,13 @@ export interface PoolView {
   workers: WorkerView[];
 }
 
-export interface ModelView {
+/** What the page shows of a model beside its name: its class and parameter counts (from its workers' cards). */
+export interface ModelInfo {
+  architecture?: string;
+  parameters?: { total: number; active: number };
+}
+
+export interface ModelView extends ModelInfo {
   name: string;
   pools: PoolView[];
 }

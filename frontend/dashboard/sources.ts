@@ -54,7 +54,14 @@ export class DashboardSources {
     this.unsubscribeCards = o.cards.subscribe((e) => {
       const { entry } = e;
       if (e.type === 'removed') return o.state.cardRemoved(entry.instanceId, clock());
-      o.state.cardAdded(entry.model, entry.card.role, entry.instanceId, entry.card.totalKvBlocks, clock(), cardLoras(entry.card).map((l) => l.name));
+      o.state.cardAdded(entry.model, entry.card.role, entry.instanceId, entry.card.totalKvBlocks, clock(), {
+        loras: cardLoras(entry.card).map((l) => l.name),
+        ...(entry.card.workerName !== undefined ? { name: entry.card.workerName } : {}),
+        info: {
+          ...(entry.card.architecture !== undefined ? { architecture: entry.card.architecture } : {}),
+          ...(entry.card.parameters !== undefined ? { parameters: entry.card.parameters } : {}),
+        },
+      });
       this.follow(entry.card.component);
     });
   }

@@ -5,7 +5,8 @@
  * prefix-overlap credit, because the decode worker receives the whole prompt's KV anyway).
  * Everything that can refuse the request (--enforce-disagg) happens here, before any byte.
  */
-import type { InstanceId, PreprocessedRequest } from '../../proto/wire.js';
+import { servesLora, type InstanceId, type PreprocessedRequest } from '../../proto/wire.js';
+import { loraCapable } from '../lora/served-adapters.js';
 import { NoInstancesError } from '../../runtime/errors.js';
 import type { ServedModel } from '../model-watcher.js';
 import { RoundRobinSelector, type RouteRequest, type WorkerSelector } from '../routing.js';
@@ -61,10 +62,14 @@ export class PrefillRouter {
     this.health = options.health;
   }
 
-  /** Live, healthy prefill instances for a model, minus `excluded`. */
-  prefillCandidates(model: string, excluded?: ReadonlySet<InstanceId>): InstanceId[] {
+  /**
+   * Live, healthy prefill instances for a model, minus `excluded`; for an adapter request
+   * (`lora`), only workers whose engine runs adapters.
+   */
+  prefillCandidates(model: string, excluded?: ReadonlySet<InstanceId>, lora?: string): InstanceId[] {
     let ids = this.pool.candidates(model);
     if (excluded && excluded.size > 0) ids = ids.filter((id) => !excluded.has(id));
+    if (lora !== undefined) ids = loraCapable((id) => this.pool.card(model, id), ids);
     // Unlike WorkerHealth.filter, a pool of only failed workers is empty: aggregated beats a dead prefill.
     const now = Date.now();
     return this.health ? ids.filter((id) => !this.health!.isDown(id, now)) : ids;
@@ -72,7 +77,7 @@ export class PrefillRouter {
 
   /** Pick a prefill worker; undefined when none is live (or the selector declines). */
   async pickPrefill(model: string, request: PreprocessedRequest, excluded?: ReadonlySet<InstanceId>): Promise<InstanceId | undefined> {
-    const candidates = this.prefillCandidates(model, excluded);
+    const candidates = this.prefillCandidates(model, excluded, request.lora);
     if (candidates.length === 0) return undefined;
     return this.prefillSelector.select({ model, request }, candidates);
   }
@@ -82,8 +87,8 @@ export class PrefillRouter {
    * model's agg/decode workers; it runs the request when the answer is aggregated.
    */
   async route(model: ServedModel, request: PreprocessedRequest, chosen: InstanceId, selector: WorkerSelector, pinned: boolean): Promise<RouteOutcome> {
-    const decodeIds = this.decodeCandidates(model, pinned ? [chosen] : model.candidates());
-    const prefillIds = this.prefillCandidates(model.name);
+    const decodeIds = this.decodeCandidates(model, pinned ? [chosen] : model.candidates(), request.lora);
+    const prefillIds = this.prefillCandidates(model.name, undefined, request.lora);
     const overlapSource = this.overlap ?? (hasOverlapSource(selector) ? selector : undefined);
     const cached = overlapSource?.overlapTokens({ model: model.name, request }, chosen) ?? 0;
     const decision = decideDisagg(
@@ -112,13 +117,14 @@ export class PrefillRouter {
     return { kind: 'disagg', route: { prefillInstance, decodeInstance, uncachedTokens: decision.uncachedTokens } };
   }
 
-  /** Decode-role workers: only they accept a KV hand-off from a prefill worker. */
-  private decodeCandidates(model: ServedModel, ids: readonly InstanceId[]): InstanceId[] {
+  /** Decode-role workers: only they accept a KV hand-off from a prefill worker (and for an adapter request, only those that run adapters). */
+  private decodeCandidates(model: ServedModel, ids: readonly InstanceId[], lora: string | undefined): InstanceId[] {
     const out: InstanceId[] = [];
     const now = Date.now();
     for (const id of ids) {
       const card = model.card(id);
       if (card?.role !== 'decode') continue;
+      if (lora !== undefined && !servesLora(card)) continue;
       if (this.health?.isDown(id, now)) continue;
       out.push(id);
     }

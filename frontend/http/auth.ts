@@ -6,8 +6,10 @@
  *   position of a match nor the length of a guess shows in the response time.
  * - `presentedKey` (pure): `Authorization: Bearer KEY` or `x-api-key: KEY`.
  * - `checkAccess` (pure): the route policy. `/health` and `/live` are always open (probes
- *   carry no keys); `/metrics` needs a key unless `metricsAuth` is 'none'; every other route
- *   (including unknown ones, so a scan learns nothing) needs a key.
+ *   carry no keys); `/metrics` needs a key unless `metricsAuth` is 'none'; the admin routes
+ *   (`ADMIN_PATHS`: LoRA load/unload) need an admin key (`--admin-api-key`) once any key is
+ *   set, and answer an inference key 401 "insufficient permissions"; every other route (including unknown ones, so a scan
+ *   learns nothing) needs a key, inference or admin.
  * - `ApiKeyFile` (I/O): one key per line; re-read when it changes (fs.watch, plus a stat poll
  *   because watches miss editors that replace the file and network filesystems). A file that
  *   is missing or has no keys at start is a ConfigError; a bad re-read keeps the last keys.
@@ -86,20 +88,49 @@ export interface AccessPolicy {
   /** The accepted keys now (a key file swaps them); undefined = authentication off. */
   keys(): ApiKeySet | undefined;
   metricsAuth: MetricsAuth;
+  /** `--admin-api-key`: the only keys the admin routes accept; also accepted on every other route. */
+  adminKeys?: ApiKeySet;
 }
+
+/**
+ * Routes that change what the fleet serves (load an adapter from a path on the workers' hosts):
+ * with any key configured, they need an admin key; an inference key gets 401.
+ */
+export const ADMIN_PATHS: ReadonlySet<string> = new Set(['/v1/load_lora_adapter', '/v1/unload_lora_adapter']);
+
+const MISSING_KEY = "You didn't provide an API key. Provide it as 'Authorization: Bearer YOUR_KEY' or 'x-api-key: YOUR_KEY'.";
 
 /** undefined when the request may proceed; otherwise the 401 to send. */
 export function checkAccess(policy: AccessPolicy, path: string, headers: IncomingHttpHeaders): ApiError | undefined {
   const keys = policy.keys();
+  const admin = policy.adminKeys;
+  if (ADMIN_PATHS.has(path)) return checkAdmin(keys, admin, headers);
   if (keys === undefined || OPEN_PATHS.has(path)) return undefined;
   if (path === '/metrics' && policy.metricsAuth === 'none') return undefined;
   const key = presentedKey(headers);
-  if (key === undefined) {
-    return new ApiError('invalid_api_key', "You didn't provide an API key. Provide it as 'Authorization: Bearer YOUR_KEY' or 'x-api-key: YOUR_KEY'.");
-  }
-  // Never echo the key back, not even a prefix of it.
-  if (!keys.matches(key)) return new ApiError('invalid_api_key', 'Incorrect API key provided.');
+  if (key === undefined) return new ApiError('invalid_api_key', MISSING_KEY);
+  // Never echo the key back, not even a prefix of it. Both sets are always compared (no early exit).
+  const isAdmin = admin?.matches(key) ?? false;
+  if (!keys.matches(key) && !isAdmin) return new ApiError('invalid_api_key', 'Incorrect API key provided.');
   return undefined;
+}
+
+/** Open when no key at all is configured (as every route then is); otherwise an admin key only. */
+function checkAdmin(keys: ApiKeySet | undefined, admin: ApiKeySet | undefined, headers: IncomingHttpHeaders): ApiError | undefined {
+  if (keys === undefined && admin === undefined) return undefined;
+  const key = presentedKey(headers);
+  if (key === undefined) return new ApiError('invalid_api_key', MISSING_KEY);
+  const isAdmin = admin?.matches(key) ?? false;
+  const isInference = keys?.matches(key) ?? false;
+  if (isAdmin) return undefined;
+  if (!isInference) return new ApiError('invalid_api_key', 'Incorrect API key provided.');
+  // 401 as OpenAI answers a restricted key that lacks a scope ("insufficient permissions").
+  return new ApiError(
+    'invalid_api_key',
+    admin !== undefined
+      ? 'You have insufficient permissions for this operation: loading and unloading adapters needs an admin key (--admin-api-key).'
+      : 'You have insufficient permissions for this operation: loading and unloading adapters at run time needs an admin key; start the frontend with --admin-api-key.',
+  );
 }
 
 /** Headers sent with every 401, as RFC 6750 asks. */

@@ -31,7 +31,7 @@ import { ResponseStore } from '../api/responses/response-store.js';
 import { responsesCodec } from '../api/responses/responses-codec.js';
 import { RESPONSES_PREFIX, responsesRoute, sendResponsesRoute } from '../api/responses/responses-routes.js';
 import { handleInMemory, type MemoryRequest, type MemoryResponse } from './in-memory.js';
-import { dashboardKey, handleDashboard, isDashboardPath, type DashboardRoutes } from '../dashboard/index.js';
+import { dashboardKey, handleDashboard, isDashboardPath, isOpenDashboardPath, refusedPageLoad, type DashboardRoutes } from '../dashboard/index.js';
 import { sendError, sendJson } from './respond.js';
 import { handleEmbeddings, type EmbeddingsService } from '../embeddings/index.js';
 import { readJsonBody } from './body.js';
@@ -138,13 +138,15 @@ async function route(ctx: HttpServerContext, routes: Routes, req: IncomingMessag
       return;
     }
   }
-  if (ctx.access) {
+  // The dashboard's shell and static files carry no data: a browser without the key gets the page, which asks for it.
+  if (ctx.access && !(ctx.dashboardRoutes && isOpenDashboardPath(path, req.url ?? path))) {
     // A browser cannot set headers on a page load or an EventSource: under /dashboard the key
     // may also come as ?api_key= or the dashboard's cookie (dashboard-auth.ts); same check.
     const dashKey = ctx.dashboardRoutes && isDashboardPath(path) ? dashboardKey(req.url ?? path, req.headers) : undefined;
     const denied = checkAccess(ctx.access, path, dashKey !== undefined ? { ...req.headers, authorization: `Bearer ${dashKey}` } : req.headers);
     if (denied) {
       req.resume();
+      if (ctx.dashboardRoutes && refusedPageLoad(path, req, res)) return;
       for (const [name, value] of Object.entries(UNAUTHORIZED_HEADERS)) res.setHeader(name, value);
       // A route answers in its own API's error shape (Anthropic clients parse theirs).
       return sendError(res, denied, ctx.retryAfterSeconds, apiOf(routes.generation, path)?.errorBody);
@@ -176,8 +178,16 @@ async function route(ctx: HttpServerContext, routes: Routes, req: IncomingMessag
     case '/v1/unload_lora_adapter': {
       if (!ctx.loraAdmin) break;
       if (method !== 'POST') return methodNotAllowed(ctx, res, 'POST');
-      const body = await readJsonBody(req, 1 << 20);
-      const text = path === '/v1/load_lora_adapter' ? await ctx.loraAdmin.load(body) : await ctx.loraAdmin.unload(body);
+      let text: string;
+      try {
+        const body = await readJsonBody(req, 1 << 20);
+        text = path === '/v1/load_lora_adapter' ? await ctx.loraAdmin.load(body) : await ctx.loraAdmin.unload(body);
+      } catch (err) {
+        // A refused adapter is an answer, not a fault of this server (the worker logged why).
+        const apiError = toApiError(err);
+        if (apiError.status >= 500) ctx.log.warn({ err }, 'LoRA admin call failed');
+        return sendError(res, apiError, ctx.retryAfterSeconds);
+      }
       res.writeHead(200, { 'content-type': 'text/plain; charset=utf-8' });
       res.end(text);
       return;

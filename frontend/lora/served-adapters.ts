@@ -3,7 +3,7 @@
  * worker's LoraRegistry): an adapter is served while at least one routable card of its base
  * model lists it. Pure reads over ModelWatcher; no I/O.
  */
-import type { InstanceId, ModelCard } from '../../proto/wire.js';
+import { servesLora, type InstanceId, type ModelCard } from '../../proto/wire.js';
 import type { ModelWatcher, ServedModel } from '../model-watcher.js';
 
 export interface ServedAdapter {
@@ -49,4 +49,12 @@ export function findAdapter(models: ModelWatcher, name: string): { adapter: Serv
 /** Candidates whose card lists the adapter. */
 export function instancesWithAdapter(model: ServedModel, candidates: readonly InstanceId[], name: string): InstanceId[] {
   return candidates.filter((id) => cardLoras(model.card(id)).some((l) => l.name === name));
+}
+
+/**
+ * Candidates that can run an adapter request at all: a worker whose card says its engine has no
+ * LoRA kernels (`supportsLora: false`, CUDA today) is never one, holder or not.
+ */
+export function loraCapable(cardOf: (id: InstanceId) => ModelCard | undefined, candidates: readonly InstanceId[]): InstanceId[] {
+  return candidates.filter((id) => servesLora(cardOf(id)));
 }

@@ -11,7 +11,7 @@
  * A selector that declines every candidate (a KV router whose workers are all over their
  * threshold) is answered at once: that is overload, which waiting here would only hide.
  */
-import { instancesWithAdapter } from '../lora/served-adapters.js';
+import { instancesWithAdapter, loraCapable } from '../lora/served-adapters.js';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { InstanceId, PreprocessedRequest, TokenDelta } from '../../proto/wire.js';
 import { NoInstancesError } from '../../runtime/errors.js';
@@ -105,6 +105,8 @@ function poolCandidates(
   allWorkersForAdapters = false,
 ): InstanceId[] {
   let candidates = model.candidates();
+  // An adapter request never goes to a worker whose engine refuses adapters (card.supportsLora).
+  if (lora !== undefined) candidates = loraCapable((id) => model.card(id), candidates);
   // A request for an adapter goes to workers whose card lists it; when none of them is left it may
   // go to any worker, which loads the adapter from `loraPath` first. (The KV router sees every
   // worker and charges the others a load: kv-selector.ts.)

@@ -133,6 +133,8 @@ export interface RawEngineInfo {
   backend: string;
   /** One line: the device and how it computes (GEMM library, graphs). */
   device: string;
+  /** The backend has LoRA kernels (Engine::supports_lora); absent from addons built before the field. */
+  supportsLora?: boolean;
   threads: number;
 }
 

@@ -6,6 +6,7 @@
 //   tandem_native_test                         self-contained checks
 //   tandem_native_test --golden DIR FILE.json  also compare with a goldens fixture
 //   tandem_native_test --quick                 one model's mixed steps and sampling only
+//   tandem_native_test --quick-moe             the same on a tiny Qwen3-MoE
 //   tandem_native_test --spec                  the speculative decoding checks only
 //   env TANDEM_TEST_DEVICE=cuda|simt           run the engine checks on the GPU backend
 //                                              (simt: its kernels on the SIMT harness)
@@ -28,12 +29,14 @@
 #include "../src/core/engine.h"
 #include "../src/core/error.h"
 #include "../src/core/json.h"
+#include "../src/core/lora.h"
 #include "../src/core/safetensors.h"
 #include "../src/cuda/gpu_backend.h"
 #include "attention_checks.h"
 #include "check.h"
 #include "gemm_checks.h"
 #include "kv_pool_sizing_checks.h"
+#include "moe_checks.h"
 #include "spec_checks.h"
 
 using namespace tandem;
@@ -55,10 +58,18 @@ struct TinySpec {
   bool zero_layers = false;  // every decoder-layer tensor 0: the residual stream stays the token embeddings
   bool bf16_exact = false;   // every value rounded to bf16, so a bf16 backend holds the weights exactly
   std::string extra_config;  // appended JSON members
+  // Mixture of experts (MoE architectures; the config fields go in extra_config): every layer
+  // sparse but dense_layer; Mixtral's tensor names when mixtral; a Qwen2-MoE shared expert when shared > 0.
+  int experts = 0, expert_inter = 0, shared = 0, dense_layer = -1;
+  bool mixtral = false;
 };
 
+/** Tensor values written by hand (by name), instead of random ones. */
+using ValueOverride = std::map<std::string, std::function<float(size_t)>>;
+
 void write_tiny_model(const std::string& dir, const TinySpec& s, uint32_t seed,
-                      const std::map<std::string, std::vector<int64_t>>& shape_override = {}) {
+                      const std::map<std::string, std::vector<int64_t>>& shape_override = {},
+                      const ValueOverride& values = {}) {
   ::mkdir(dir.c_str(), 0755);
   std::ofstream cfg(dir + "/config.json");
   cfg << "{\"architectures\":[\"" << s.arch << "\"],\"vocab_size\":" << s.vocab << ",\"hidden_size\":" << s.hidden
@@ -95,6 +106,23 @@ void write_tiny_model(const std::string& dir, const TinySpec& s, uint32_t seed,
       add(p + "self_attn.q_norm.weight", {s.head_dim});
       add(p + "self_attn.k_norm.weight", {s.head_dim});
     }
+    if (s.experts > 0 && l != s.dense_layer) {
+      const std::string block = p + (s.mixtral ? "block_sparse_moe." : "mlp.");
+      add(block + "gate.weight", {s.experts, s.hidden});
+      for (int e = 0; e < s.experts; ++e) {
+        const std::string x = block + "experts." + std::to_string(e) + ".";
+        add(x + (s.mixtral ? "w1.weight" : "gate_proj.weight"), {s.expert_inter, s.hidden});
+        add(x + (s.mixtral ? "w3.weight" : "up_proj.weight"), {s.expert_inter, s.hidden});
+        add(x + (s.mixtral ? "w2.weight" : "down_proj.weight"), {s.hidden, s.expert_inter});
+      }
+      if (s.shared > 0) {
+        add(block + "shared_expert.gate_proj.weight", {s.shared, s.hidden});
+        add(block + "shared_expert.up_proj.weight", {s.shared, s.hidden});
+        add(block + "shared_expert.down_proj.weight", {s.hidden, s.shared});
+        add(block + "shared_expert_gate.weight", {1, s.hidden});
+      }
+      continue;
+    }
     add(p + "mlp.gate_proj.weight", {s.inter, s.hidden});
     add(p + "mlp.up_proj.weight", {s.inter, s.hidden});
     add(p + "mlp.down_proj.weight", {s.hidden, s.inter});
@@ -113,9 +141,11 @@ void write_tiny_model(const std::string& dir, const TinySpec& s, uint32_t seed,
                            : 1.0f / std::sqrt(static_cast<float>(shape.back()));
     size_t begin = data.size() * 4;
     const bool zero = s.zero_layers && name.rfind("model.layers.", 0) == 0;
+    auto fixed = values.find(name);
     for (size_t j = 0; j < n; ++j) {
-      float v = is_norm ? 1.0f + 0.1f * normal(rng) : stdv * normal(rng);
+      float v = is_norm ? 1.0f + 0.1f * normal(rng) : stdv * normal(rng);  // drawn either way: same stream
       if (zero) v = 0.0f;
+      if (fixed != values.end()) v = fixed->second(j);
       if (s.bf16_exact) v = tandem::gpu::bf16_bits_to_float(tandem::gpu::float_to_bf16_bits(v));
       data.push_back(v);
     }
@@ -491,7 +521,7 @@ void test_errors(const std::string& root) {
   write_tiny_model(root + "/moe", moe, 1);
   expect_error("moe", "config_invalid", [&] { load(root + "/moe"); });
   TinySpec rope;
-  rope.extra_config = ",\"rope_scaling\":{\"rope_type\":\"yarn\",\"factor\":4.0}";
+  rope.extra_config = ",\"rope_scaling\":{\"rope_type\":\"dynamic\",\"factor\":4.0}";
   write_tiny_model(root + "/rope", rope, 1);
   expect_error("rope type", "config_invalid", [&] { load(root + "/rope"); });
   write_tiny_model(root + "/shape", TinySpec{}, 1, {{"model.layers.1.mlp.up_proj.weight", {64, 31}}});
@@ -506,6 +536,99 @@ void test_errors(const std::string& root) {
   expect_error("short block table", "invalid_argument", [&] { e->step(short_table.in); });
 }
 
+/** Tiny mixtures of experts of the three families (config fields and per-expert tensors). */
+TinySpec moe_spec(const std::string& family) {
+  TinySpec s;
+  if (family == "qwen3_moe") {  // a dense layer between sparse ones, 8 experts, top-2 renormalized
+    s.arch = "Qwen3MoeForCausalLM";
+    s.tie = s.qk_norm = true;
+    s.head_dim = 16;
+    s.layers = 3;
+    s.experts = 8;
+    s.expert_inter = 16;
+    s.dense_layer = 1;
+    s.extra_config = ",\"num_experts\":8,\"num_experts_per_tok\":2,\"moe_intermediate_size\":16,\"norm_topk_prob\":true,\"mlp_only_layers\":[1]";
+  } else if (family == "mixtral") {  // 4 experts of intermediate_size, top-2, always renormalized
+    s.arch = "MixtralForCausalLM";
+    s.mixtral = true;
+    s.experts = 4;
+    s.expert_inter = s.inter;
+    s.extra_config = ",\"num_local_experts\":4,\"num_experts_per_tok\":2";
+  } else {  // qwen2_moe: top-4 of 8 not renormalized, plus a gated shared expert
+    s.arch = "Qwen2MoeForCausalLM";
+    s.qkv_bias = true;
+    s.experts = 8;
+    s.expert_inter = 16;
+    s.shared = 32;
+    s.extra_config = ",\"num_experts\":8,\"num_experts_per_tok\":4,\"moe_intermediate_size\":16,\"shared_expert_intermediate_size\":32";
+  }
+  return s;
+}
+
+/** Last-position logits of one prompt on a fresh engine. */
+std::vector<float> prompt_logits(const std::string& dir, const std::vector<int32_t>& prompt) {
+  auto e = load(dir);
+  StepBuilder b;
+  b.add(prompt, 0, {0, 1, 2, 3, 4, 5}, true);
+  return e->step(b.in).logits;
+}
+
+// Routing ties are broken as torch.topk breaks them (cpu/moe.h): with a zero router every
+// expert's probability is 1/8 and torch picks experts 6 and 5 (top-2 of 8). Changing every
+// other expert leaves the logits as they were; changing expert 5 or 6 moves them.
+void test_moe_ties(const std::string& root) {
+  TinySpec s = moe_spec("qwen3_moe");
+  s.dense_layer = -1;
+  s.extra_config = ",\"num_experts\":8,\"num_experts_per_tok\":2,\"moe_intermediate_size\":16,\"norm_topk_prob\":true";
+  auto zero = [](size_t) { return 0.0f; };
+  auto wave = [](size_t j) { return 0.3f * std::sin(0.7f * static_cast<float>(j) + 1.0f); };
+  ValueOverride base, others, chosen;
+  for (int l = 0; l < s.layers; ++l) {
+    const std::string block = "model.layers." + std::to_string(l) + ".mlp.";
+    base[block + "gate.weight"] = zero;
+    for (int e = 0; e < s.experts; ++e) {
+      for (const char* proj : {"gate_proj", "up_proj", "down_proj"}) {
+        const std::string name = block + "experts." + std::to_string(e) + "." + proj + ".weight";
+        (e == 5 || e == 6 ? chosen : others)[name] = wave;
+      }
+    }
+  }
+  others.insert(base.begin(), base.end());
+  chosen.insert(base.begin(), base.end());
+  write_tiny_model(root + "/ties", s, 41, {}, base);
+  write_tiny_model(root + "/ties-others", s, 41, {}, others);
+  write_tiny_model(root + "/ties-chosen", s, 41, {}, chosen);
+  const auto prompt = seq(2, 11, s.vocab);
+  const auto a = prompt_logits(root + "/ties", prompt);
+  const auto b = prompt_logits(root + "/ties-others", prompt);
+  const auto c = prompt_logits(root + "/ties-chosen", prompt);
+  const float unchanged = max_abs_diff(a.data(), b.data(), a.size()), moved = max_abs_diff(a.data(), c.data(), a.size());
+  CHECK(unchanged < 1e-6f, "moe ties: changing experts other than 6 and 5 moved the logits by %g (ties not broken as torch.topk)",
+        unchanged);
+  CHECK(moved > 1e-3f, "moe ties: changing experts 5 and 6 moved the logits only %g (they were not chosen)", moved);
+  std::printf("moe ties: zero router -> experts 6, 5 as torch.topk (others changed: %.1e, chosen changed: %.2f)\n", unchanged, moved);
+}
+
+void test_moe_errors(const std::string& root) {
+  TinySpec bad_k = moe_spec("mixtral");
+  bad_k.extra_config = ",\"num_local_experts\":4,\"num_experts_per_tok\":5";
+  write_tiny_model(root + "/moe-k", bad_k, 1);
+  expect_error("top-k above the expert count", "config_invalid", [&] { load(root + "/moe-k"); });
+  TinySpec deepseek;
+  deepseek.arch = "DeepseekV3ForCausalLM";
+  write_tiny_model(root + "/deepseek", deepseek, 1);
+  expect_error("DeepSeek (MLA, grouped top-k)", "config_invalid", [&] { load(root + "/deepseek"); });
+  TinySpec missing = moe_spec("qwen2_moe");
+  write_tiny_model(root + "/moe-missing", missing, 1, {{"model.layers.1.mlp.experts.3.up_proj.weight", {16, 31}}});
+  expect_error("an expert's shape", "config_invalid", [&] { load(root + "/moe-missing"); });
+  auto e = load(root + "/moe-" + std::string("ok"), 8);
+  EmbedInput in;
+  in.tokens = {1, 2, 3};
+  in.lengths = {3};
+  expect_error("embeddings from a MoE model", "unavailable", [&] { e->embed(in); });
+  expect_error("a LoRA adapter on a MoE model", "unavailable", [&] { e->backend().set_lora(0, std::make_shared<LoraAdapter>()); });
+}
+
 // Goldens: greedy tokens and first-step logits from scripts/goldens/make_goldens.py.
 // The CPU backend computes in f32: logits within 1e-3 and every greedy token equal. A GPU
 // backend (cuda, or simt: the same kernels on the host) computes in bf16, so its stated
@@ -515,6 +638,11 @@ void test_errors(const std::string& root) {
 // layer). A greedy token may differ only where the bf16 margins do not decide it: our own
 // logits for our token and the reference's token within twice the max tolerance; the
 // sequences then diverge and the rest of the case is not compared.
+// Mixtures of experts route discontinuously: where the reference's k-th and (k+1)-th routing
+// probabilities were within 2% of each other (the fixture's `min_prompt_routing_gap` and
+// `step_routing_gaps`, scripts/goldens/reference.py), bf16 rounding may pick the other expert.
+// Then, under bf16, the first logits need only the relative L2 bound (a near-tie in the prompt),
+// and a greedy token may differ at or after a step with such a gap (the case stops there).
 void test_golden(const std::string& model_dir, const std::string& golden_path) {
   std::ifstream in(golden_path);
   std::stringstream ss;
@@ -542,7 +670,10 @@ void test_golden(const std::string& model_dir, const std::string& golden_path) {
     }
     const double rms = std::sqrt(sq_ref / static_cast<double>(V)), rel_l2 = std::sqrt(sq_diff / sq_ref);
     const double max_tol = bf16 ? 0.06 * rms : 1e-3;
-    CHECK(d <= max_tol, "golden case %d: first logits max abs diff %g (tolerance %g)", case_index, d, max_tol);
+    constexpr double kRoutingNearTie = 0.02;
+    const Json* prompt_gap = c.find("min_prompt_routing_gap");
+    const bool prompt_near_tie = bf16 && prompt_gap != nullptr && prompt_gap->as_number() < kRoutingNearTie;
+    CHECK(d <= max_tol || prompt_near_tie, "golden case %d: first logits max abs diff %g (tolerance %g)", case_index, d, max_tol);
     if (bf16) CHECK(rel_l2 <= 0.03, "golden case %d: first logits relative L2 error %g (tolerance 0.03)", case_index, rel_l2);
     std::vector<int32_t> got{r.tokens[0]};
     std::vector<std::vector<float>> logits{r.logits};
@@ -556,7 +687,12 @@ void test_golden(const std::string& model_dir, const std::string& golden_path) {
     }
     size_t matched = 0;
     std::string note;
+    const Json* step_gaps = c.find("step_routing_gaps");
+    bool routing_near_tie = prompt_near_tie;  // a step at or before this one routed within bf16 noise
     for (size_t i = 0; i < greedy.size(); ++i) {
+      if (bf16 && step_gaps != nullptr && i < step_gaps->items().size()) {
+        routing_near_tie |= step_gaps->items()[i].as_number() < kRoutingNearTie;
+      }
       const int32_t ref = static_cast<int32_t>(greedy[i].as_number());
       if (got[i] == ref) {
         ++matched;
@@ -564,8 +700,9 @@ void test_golden(const std::string& model_dir, const std::string& golden_path) {
       }
       const double margin = logits[i][static_cast<size_t>(got[i])] - logits[i][static_cast<size_t>(ref)];
       const bool within = bf16 && margin <= 2 * max_tol;
-      CHECK(within, "golden case %d: token %zu is %d, want %d (our margin %g)", case_index, i, got[i], ref, margin);
+      CHECK(within || routing_near_tie, "golden case %d: token %zu is %d, want %d (our margin %g)", case_index, i, got[i], ref, margin);
       if (within) note = ", then diverged within the bf16 margin (" + std::to_string(margin) + ")";
+      else if (routing_near_tie) note = ", then diverged after a routing near-tie (margin " + std::to_string(margin) + ")";
       break;
     }
     std::printf("golden case %d: %zu tokens, %zu equal%s, first-logits max abs diff %.2e, relative L2 %.2e\n", case_index,
@@ -653,6 +790,8 @@ int main(int argc, char** argv) {
   std::string root = ::mkdtemp(tmpl);
   // --quick: one model's chunked, prefix-hit and mixed steps plus sampling (compute-sanitizer runs this).
   const bool quick = argc == 2 && std::string(argv[1]) == "--quick";
+  // --quick-moe: the same for a Qwen3-MoE model (compute-sanitizer on the MoE kernels, scripts/device/moe-check.sh).
+  const bool quick_moe = argc == 2 && std::string(argv[1]) == "--quick-moe";
   // --spec: the speculative decoding checks only (scripts/device/spec-check.sh runs them on a GPU).
   const bool spec_only = argc == 2 && std::string(argv[1]) == "--spec";
   try {
@@ -665,11 +804,11 @@ int main(int argc, char** argv) {
       std::printf("%d checks, %d failures\n", g_checks, g_failures);
       return g_failures == 0 ? 0 : 1;
     }
-    if (quick) {
-      TinySpec llama;
-      write_tiny_model(root + "/llama", llama, 7);
-      test_consistency(root + "/llama", "llama");
-      test_sampling(root + "/llama");
+    if (quick || quick_moe) {
+      const std::string dir = root + (quick_moe ? "/qwen3_moe" : "/llama");
+      write_tiny_model(dir, quick_moe ? moe_spec("qwen3_moe") : TinySpec{}, 7);
+      test_consistency(dir, quick_moe ? "qwen3_moe" : "llama");
+      test_sampling(dir);
       std::string cleanup = "rm -rf '" + root + "'";
       if (std::system(cleanup.c_str()) != 0) std::fprintf(stderr, "warning: could not remove %s\n", root.c_str());
       std::printf("%d checks, %d failures\n", g_checks, g_failures);
@@ -701,6 +840,15 @@ int main(int argc, char** argv) {
     test_pooling_across_backends(root);
     test_speculative(root);
     test_errors(root);
+    tandem_test::test_torch_topk();
+    tandem_test::test_moe_route_and_grouping();
+    for (const char* family : {"qwen3_moe", "mixtral", "qwen2_moe"}) {
+      write_tiny_model(root + "/" + family, moe_spec(family), 17);
+      test_consistency(root + "/" + family, family);
+    }
+    write_tiny_model(root + "/moe-ok", moe_spec("qwen3_moe"), 3);
+    test_moe_ties(root);
+    test_moe_errors(root);
     if (argc == 4 && std::string(argv[1]) == "--golden") test_golden(argv[2], argv[3]);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "FAIL: uncaught exception: %s\n", e.what());

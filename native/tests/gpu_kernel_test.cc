@@ -12,6 +12,7 @@
 #include "gpu/elementwise_checks.h"
 #include "gpu/gemm_checks.h"
 #include "gpu/kv_copy_checks.h"
+#include "gpu/moe_checks.h"
 #include "gpu/sampling_checks.h"
 
 int main() {
@@ -24,6 +25,7 @@ int main() {
     test_gemm(g);
     test_sampling(g);
     test_kv_copy(g);
+    test_moe(g);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "FAIL: uncaught exception: %s\n", e.what());
     ++tandem_test::g_failures;

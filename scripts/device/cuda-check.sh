@@ -9,7 +9,8 @@
 #   goldens     the four golden fixtures on cuda (bf16 tolerance, see native/tests/engine_test.cc)
 #   memcheck    compute-sanitizer memcheck on the engine checks' mixed steps
 #   serve       runtime up --engine native --device cuda: a completion, a json_schema answer, the
-#               schema corpus (every answer parses and validates) and regex/choice outputs
+#               schema corpus (every answer parses and validates) and regex/choice outputs;
+#               a LoRA load refused with 400 (the CUDA worker's card says supportsLora: false)
 #   bench       bandwidth, GEMMs (cuBLASLt, ours), torch.matmul and transformers baselines, the
 #               engine benchmark (decode, prefill, graphs) on the three model shapes
 # Budget: under 6 minutes (run it with the device tool's timeout_s=600); TANDEM_CHECK_STEPS=

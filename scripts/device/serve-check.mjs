@@ -2,7 +2,8 @@
 // --device cuda): one completion, one json_schema answer, then every schema of the corpus
 // (schema-corpus.json, written by pack.sh from test/grammar/schema-corpus.ts) and the regex and
 // choice cases of test/e2e/structured-validity.test.ts. An answer must parse, validate under
-// ajv (+ formats) and finish "stop". Writes a JSON report; exits 1 on any failure.
+// ajv (+ formats) and finish "stop". Last, a LoRA load is refused with 400 (CUDA workers say
+// supportsLora: false on their cards). Writes a JSON report; exits 1 on any failure.
 //
 //   node scripts/device/serve-check.mjs http://127.0.0.1:PORT OUT.json
 import { readFileSync, writeFileSync } from 'node:fs';
@@ -81,6 +82,14 @@ for (const o of exact) {
   else if (!o.ok.test(o.content) || o.finish !== 'stop') report.failures.push(`${o.name}: ${JSON.stringify(o.content)} (${o.finish})`);
 }
 report.exact = exact.length;
+
+// LoRA: a CUDA worker has no LoRA kernels, so its card says supportsLora: false and the frontend
+// refuses a run-time load up front (400 naming why) instead of sending it to a worker that would
+// fail it; no adapter files are needed for that.
+const lora = await fetch(`${base}/v1/load_lora_adapter`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ lora_name: 'probe', lora_path: '/nonexistent/adapter' }) });
+const loraBody = await lora.json().catch(() => ({}));
+report.lora = { status: lora.status, message: loraBody?.error?.message };
+if (lora.status !== 400 || !/runs LoRA adapters/.test(String(loraBody?.error?.message))) report.failures.push(`lora: load on a cuda fleet answered ${lora.status} ${JSON.stringify(loraBody).slice(0, 200)}, want 400 'no worker ... runs LoRA adapters'`);
 report.seconds = (performance.now() - t0) / 1000;
 writeFileSync(outPath, `${JSON.stringify(report, null, 2)}\n`);
 console.log(`serve: completion ${JSON.stringify(report.completion.text)}; corpus ${valid}/${corpus.length} valid; ${exact.length} regex/choice; ${report.failures.length} failures in ${report.seconds.toFixed(1)} s`);

@@ -49,14 +49,19 @@ def main():
     for n in PROMPT_LENGTHS:
         prompt = [rng.randrange(vocab) for _ in range(n)]
         first = ref.logits(prompt)[-1]
+        prompt_gap = min((float(g.min()) for g in ref.routing_gaps), default=None)
         greedy, margin = ref.greedy(prompt, args.steps)
         assert greedy[0] == int(first.argmax())
-        cases.append({
+        case = {
             "prompt": prompt,
             "greedy": greedy,
             "min_greedy_margin": round(margin, 6),
             "first_logits": [float(f"{v:.7g}") for v in first.tolist()],
-        })
+        }
+        if prompt_gap is not None:  # mixtures of experts: how close the routing came to a flip
+            case["min_prompt_routing_gap"] = round(prompt_gap, 6)
+            case["step_routing_gaps"] = [round(g, 6) for g in ref.step_routing_gaps]
+        cases.append(case)
         print(f"{args.label or args.model}: prompt {n} tokens -> {args.steps} greedy tokens, "
               f"min top1-top2 margin {margin:.4f}", file=sys.stderr)
 

@@ -8,14 +8,24 @@ out=test/fixtures/goldens
 mkdir -p "$out"
 # scripts/goldens/make-tiny.ts makes the same makeTinyModel call as `runtime model make-tiny`.
 make_tiny() { node --import tsx scripts/goldens/make-tiny.ts "$@"; }
-for spec in "llama f32 11" "qwen2 f32 12" "qwen3 f32 13" "llama bf16 14"; do
+# arch dtype seed [rope scaling]: the dense families, the mixtures of experts (issue 36) and a
+# YaRN model.
+for spec in "llama f32 11" "qwen2 f32 12" "qwen3 f32 13" "llama bf16 14" \
+            "qwen3_moe f32 21" "mixtral f32 22" "qwen2_moe f32 23" "qwen3 f32 24 yarn" "mixtral bf16 25"; do
   set -- $spec
-  arch=$1 dtype=$2 seed=$3
-  dir="$tmp/$arch-$dtype"
-  cmd="runtime model make-tiny --arch $arch --out DIR --dtype $dtype --seed $seed"
-  make_tiny --arch "$arch" --out "$dir" --dtype "$dtype" --seed "$seed"
-  /usr/bin/python3 scripts/goldens/make_goldens.py --model "$dir" --label "$arch-$dtype" \
-    --make-tiny "$cmd" --out "$out/$arch-$dtype.json"
+  arch=$1 dtype=$2 seed=$3 rope=${4:-}
+  label="$arch-$dtype"
+  extra=""
+  if [ -n "$rope" ]; then
+    label="$arch-$rope-$dtype"
+    extra="--rope-scaling $rope"
+  fi
+  label=$(echo "$label" | tr _ -)
+  dir="$tmp/$label"
+  cmd="runtime model make-tiny --arch $arch --out DIR --dtype $dtype --seed $seed${extra:+ $extra}"
+  make_tiny --arch "$arch" --out "$dir" --dtype "$dtype" --seed "$seed" $extra
+  /usr/bin/python3 scripts/goldens/make_goldens.py --model "$dir" --label "$label" \
+    --make-tiny "$cmd" --out "$out/$label.json"
 done
 ls -l "$out"
 

@@ -32,6 +32,16 @@ describe('DashboardState', () => {
     expect(s.view(1300).models[0]!.pools.map((p) => p.role)).toEqual(['aggregated', 'decode']);
   });
 
+  it("fleet: a model shows its card's architecture and total/active parameters (a MoE's active share)", () => {
+    const s = state();
+    const info = { architecture: 'Qwen3MoeForCausalLM', parameters: { total: 30_532_110_336, active: 3_353_020_416 } };
+    s.cardAdded('moe', 'agg', A, 100, 1000, { loras: [], info });
+    s.cardAdded('dense', 'agg', B, 100, 1000);
+    const models = s.view(1000).models;
+    expect(models.find((m) => m.name === 'moe')).toMatchObject(info);
+    expect(models.find((m) => m.name === 'dense')).not.toHaveProperty('architecture');
+  });
+
   it('percentiles are nearest-rank: p50 of 1..10 is 5, p90 is 9, p99 is 10', () => {
     expect(percentiles([10, 9, 8, 7, 6, 5, 4, 3, 2, 1])).toEqual({ p50: 5, p90: 9, p99: 10 });
     expect(percentiles([])).toEqual({ p50: null, p90: null, p99: null });

@@ -48,6 +48,23 @@ describe('Scheduler --max-loras', () => {
     expect(s.hasWork).toBe(false);
   });
 
+  it('a follower deferred behind its leader (shared prefix) takes no adapter slot of its own: another adapter is admitted beside them', () => {
+    // Issue 34 asked whether a deferred sequence holds a --max-loras slot. A follower is only
+    // deferred behind a leader computing the same chained block hashes, and those hashes are
+    // keyed by lora_id, so its adapter is always its (running) leader's, already counted.
+    const s = new Scheduler({ numBlocks: 512, blockSize: 4, maxLoras: 2, maxNumBatchedTokens: 64 });
+    const prompt = range(1, 40);
+    const ids: number[] = [];
+    for (const [i, loraId, tokens] of [[0, 7, prompt], [1, 7, prompt], [2, 8, range(500, 20)]] as const) {
+      const r = s.addSequence({ requestId: `d${i}`, promptTokenIds: [...tokens], sampling: {}, stop: stopOpts(4), requestSeed: 1, loraId });
+      if (r.type !== 'added') throw new Error(r.message);
+      ids.push(r.seqId);
+    }
+    const plan = s.schedule();
+    expect(plan.deferredSeqIds).toEqual([ids[1]]);
+    expect(plan.batch.sequences.map((q) => q.seqId)).toEqual([ids[0], ids[2]]);
+  });
+
   it('without the limit every adapter runs in the first step', () => {
     const s = new Scheduler({ numBlocks: 512, blockSize: 4 });
     const loraOf = new Map<number, number | undefined>();

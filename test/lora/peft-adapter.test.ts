@@ -74,13 +74,38 @@ describe('readPeftAdapter', () => {
     await expect(readPeftAdapter(d)).rejects.toThrow(/targets 'k_proj'/);
   });
 
-  it('refuses a missing config, a missing weight file and a corrupt one', async () => {
-    await expect(readPeftAdapter(join(root, 'nowhere'))).rejects.toThrow(/adapter_config\.json/);
+  it('refuses a missing config, a missing weight file and a corrupt one; the log detail names the path, the message does not', async () => {
+    const missing = await readPeftAdapter(join(root, 'nowhere')).catch((e: unknown) => e as LoraAdapterError);
+    expect(missing).toMatchObject({ reason: 'unreadable', message: expect.stringContaining('adapter_config.json'), detail: expect.stringContaining(join(root, 'nowhere')) });
+    expect(missing.message).not.toContain(root);
     const d = await makeTinyLora({ dims, outDir: join(root, 'corrupt') });
     await writeFile(join(d, 'adapter_model.safetensors'), Buffer.from([1, 2, 3]));
-    await expect(readPeftAdapter(d)).rejects.toThrow(LoraAdapterError);
+    await expect(readPeftAdapter(d)).rejects.toMatchObject({ reason: 'invalid_weights', message: expect.stringMatching(/^adapter_model\.safetensors: invalid safetensors/) });
     await rm(join(d, 'adapter_model.safetensors'));
-    await expect(readPeftAdapter(d)).rejects.toThrow(/no \*\.safetensors/);
+    const none = await readPeftAdapter(d).catch((e: unknown) => e as LoraAdapterError);
+    expect(none).toMatchObject({ reason: 'unreadable', detail: expect.stringMatching(/no \*\.safetensors/) });
+    await writeFile(join(d, 'adapter_config.json'), '{"r": 4, "target_modules": ["q_proj"], ');
+    const json = await readPeftAdapter(d).catch((e: unknown) => e as LoraAdapterError);
+    // V8's JSON error quotes the file; the client gets a fixed sentence.
+    expect(json).toMatchObject({ reason: 'invalid_config', message: 'adapter_config.json is not valid JSON' });
+  });
+
+  it('the content hash covers the normalised config: the same weights under another alpha, rsLoRA or target set get another hash', async () => {
+    const base = { dims, rank: 4, seed: 11, targets: ['q_proj', 'v_proj'] as const };
+    const a = await readPeftAdapter(await makeTinyLora({ ...base, outDir: join(root, 'cfg-a'), alpha: 8 }));
+    const alpha = await readPeftAdapter(await makeTinyLora({ ...base, outDir: join(root, 'cfg-alpha'), alpha: 16 }));
+    const rs = await readPeftAdapter(await makeTinyLora({ ...base, outDir: join(root, 'cfg-rs'), alpha: 8, useRslora: true }));
+    // Same weight bytes, the config lists one more target (no tensors for it: only without the model's shapes).
+    const wider = await makeTinyLora({ ...base, outDir: join(root, 'cfg-wide'), alpha: 8, extraConfig: { target_modules: ['q_proj', 'v_proj', 'o_proj'] } });
+    const wide = await readPeftAdapter(wider);
+    const bytes = async (dir: string) => readFile(join(dir, 'adapter_model.safetensors'));
+    expect((await bytes(join(root, 'cfg-a'))).equals(await bytes(join(root, 'cfg-alpha')))).toBe(true);
+    expect(new Set([a.contentHash, alpha.contentHash, rs.contentHash, wide.contentHash]).size).toBe(4);
+    // The same config written with other key order and a dotted module name normalises to the same hash.
+    const again = await makeTinyLora({ ...base, outDir: join(root, 'cfg-a2'), alpha: 8, extraConfig: { target_modules: ['self_attn.v_proj', 'q_proj'] } });
+    expect((await readPeftAdapter(again)).contentHash).toBe(a.contentHash);
+    // With the model's shapes, the wider config is refused: its o_proj factors are missing.
+    await expect(readPeftAdapter(wider, { dims })).rejects.toMatchObject({ reason: 'invalid_weights', message: expect.stringContaining('o_proj.lora_A.weight') });
   });
 
   it('runtime model make-tiny --lora 2 writes the model and two readable adapters of the asked rank', async () => {

@@ -30,12 +30,18 @@ afterAll(async () => {
 /** The exact state dict transformers builds for each class, with [out, in] linear shapes. */
 function expectedTensors(arch: TinyArch): Map<string, number[]> {
   const v = TINY_VOCAB_SIZE;
-  const headDim = arch === 'qwen3' ? 32 : 16;
+  const headDim = arch === 'qwen3' || arch === 'qwen3_moe' ? 32 : 16;
   const q = 4 * headDim;
   const kv = 2 * headDim;
+  const layers = arch === 'qwen3_moe' ? [0, 1, 2] : [0, 1];
   const m = new Map<string, number[]>([['model.embed_tokens.weight', [v, 64]], ['model.norm.weight', [64]]]);
-  if (arch === 'llama') m.set('lm_head.weight', [v, 64]);
-  for (const l of [0, 1]) {
+  if (arch === 'llama' || arch === 'mixtral' || arch === 'qwen2_moe') m.set('lm_head.weight', [v, 64]);
+  const mlp = (prefix: string, inter: number, names = ['gate_proj', 'up_proj', 'down_proj']): void => {
+    m.set(`${prefix}.${names[0]}.weight`, [inter, 64]);
+    m.set(`${prefix}.${names[1]}.weight`, [inter, 64]);
+    m.set(`${prefix}.${names[2]}.weight`, [64, inter]);
+  };
+  for (const l of layers) {
     const p = `model.layers.${l}`;
     m.set(`${p}.input_layernorm.weight`, [64]);
     m.set(`${p}.post_attention_layernorm.weight`, [64]);
@@ -43,15 +49,28 @@ function expectedTensors(arch: TinyArch): Map<string, number[]> {
     m.set(`${p}.self_attn.k_proj.weight`, [kv, 64]);
     m.set(`${p}.self_attn.v_proj.weight`, [kv, 64]);
     m.set(`${p}.self_attn.o_proj.weight`, [64, q]);
-    m.set(`${p}.mlp.gate_proj.weight`, [128, 64]);
-    m.set(`${p}.mlp.up_proj.weight`, [128, 64]);
-    m.set(`${p}.mlp.down_proj.weight`, [64, 128]);
-    if (arch === 'qwen2') {
+    if (arch === 'qwen3_moe' && l !== 1) {
+      // Qwen3MoeSparseMoeBlock: mlp.gate (router) and mlp.experts.N (layer 1 is in mlp_only_layers)
+      m.set(`${p}.mlp.gate.weight`, [8, 64]);
+      for (let e = 0; e < 8; e++) mlp(`${p}.mlp.experts.${e}`, 32);
+    } else if (arch === 'mixtral') {
+      // MixtralSparseMoeBlock as published: block_sparse_moe.gate, experts.N.w1 (gate) / w3 (up) / w2 (down)
+      m.set(`${p}.block_sparse_moe.gate.weight`, [4, 64]);
+      for (let e = 0; e < 4; e++) mlp(`${p}.block_sparse_moe.experts.${e}`, 64, ['w1', 'w3', 'w2']);
+    } else if (arch === 'qwen2_moe') {
+      m.set(`${p}.mlp.gate.weight`, [8, 64]);
+      for (let e = 0; e < 8; e++) mlp(`${p}.mlp.experts.${e}`, 32);
+      mlp(`${p}.mlp.shared_expert`, 64);
+      m.set(`${p}.mlp.shared_expert_gate.weight`, [1, 64]);
+    } else {
+      mlp(`${p}.mlp`, 128);
+    }
+    if (arch === 'qwen2' || arch === 'qwen2_moe') {
       m.set(`${p}.self_attn.q_proj.bias`, [q]);
       m.set(`${p}.self_attn.k_proj.bias`, [kv]);
       m.set(`${p}.self_attn.v_proj.bias`, [kv]);
     }
-    if (arch === 'qwen3') {
+    if (arch === 'qwen3' || arch === 'qwen3_moe') {
       m.set(`${p}.self_attn.q_norm.weight`, [headDim]);
       m.set(`${p}.self_attn.k_norm.weight`, [headDim]);
     }
@@ -109,6 +128,33 @@ describe('make-tiny: config.json', () => {
     const c = await readJson('qwen3', 'config.json');
     expect(c.architectures).toEqual(['Qwen3ForCausalLM']);
     expect(c).toMatchObject({ model_type: 'qwen3', head_dim: 32, hidden_size: 64, num_attention_heads: 4, attention_bias: false, tie_word_embeddings: true });
+  });
+
+  it('qwen3_moe: Qwen3MoeForCausalLM with a dense layer among sparse ones, top-2 of 8 renormalized', async () => {
+    const c = await readJson('qwen3_moe', 'config.json');
+    expect(c.architectures).toEqual(['Qwen3MoeForCausalLM']);
+    expect(c).toMatchObject({ model_type: 'qwen3_moe', num_experts: 8, num_experts_per_tok: 2, moe_intermediate_size: 32, norm_topk_prob: true, decoder_sparse_step: 1, mlp_only_layers: [1], num_hidden_layers: 3 });
+  });
+
+  it('mixtral and qwen2_moe: their MoE fields, Qwen2-MoE with a shared expert', async () => {
+    expect(await readJson('mixtral', 'config.json')).toMatchObject({ architectures: ['MixtralForCausalLM'], model_type: 'mixtral', num_local_experts: 4, num_experts_per_tok: 2, intermediate_size: 64, sliding_window: null });
+    expect(await readJson('qwen2_moe', 'config.json')).toMatchObject({
+      architectures: ['Qwen2MoeForCausalLM'],
+      model_type: 'qwen2_moe',
+      num_experts: 8,
+      num_experts_per_tok: 4,
+      norm_topk_prob: false,
+      shared_expert_intermediate_size: 64,
+      tie_word_embeddings: false,
+    });
+  });
+
+  it('--rope-scaling yarn: YaRN with max_position_embeddings = factor x original', async () => {
+    const dir = join(root, 'qwen3-yarn');
+    await makeTinyModel({ arch: 'qwen3', outDir: dir, ropeScaling: 'yarn' });
+    const c = JSON.parse(await readFile(join(dir, 'config.json'), 'utf8'));
+    expect(c.rope_scaling).toEqual({ rope_type: 'yarn', factor: 4, original_max_position_embeddings: 512, beta_fast: 32, beta_slow: 1 });
+    expect(c.max_position_embeddings).toBe(c.rope_scaling.factor * c.rope_scaling.original_max_position_embeddings);
   });
 
   it('generation_config lists every end-of-turn id', async () => {

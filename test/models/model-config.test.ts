@@ -97,4 +97,10 @@ describe('runtime model make-tiny (commander)', () => {
     const missing = await err(['model', 'make-tiny', '--arch', 'llama']);
     expect(missing.code).toBe('commander.missingMandatoryOptionValue');
   });
+
+  it('the MoE archs refuse --lora and --embedding (the engine refuses both on MoE models), naming the arch', async () => {
+    const fail = (args: string[]) => program().parseAsync(['model', 'make-tiny', ...args], { from: 'user' });
+    await expect(fail(['--arch', 'qwen3_moe', '--out', join(root, 'm1'), '--lora', '1'])).rejects.toMatchObject({ name: 'ModelFormatError', code: 'config_invalid', message: expect.stringMatching(/LoRA adapters on a mixture-of-experts model \(qwen3_moe\)/) });
+    await expect(fail(['--arch', 'mixtral', '--out', join(root, 'm2'), '--embedding', 'mean'])).rejects.toMatchObject({ code: 'config_invalid', message: expect.stringMatching(/mixtral/) });
+  });
 });

@@ -34,7 +34,8 @@ async function fixtureModel(label: string): Promise<{ model: string; fixture: st
   const fixture = join(FIXTURES, `${label}.json`);
   const meta = JSON.parse(readFileSync(fixture, 'utf8')) as { make_tiny: string };
   const [, arch, dtype, seed] = /--arch (\w+) .*--dtype (\w+) --seed (\d+)/.exec(meta.make_tiny)!;
-  return { model: await tinyModel(tmp.dir, arch as 'llama', dtype as 'f32', Number(seed)), fixture };
+  const yarn = meta.make_tiny.includes('--rope-scaling yarn') ? ('yarn' as const) : undefined;
+  return { model: await tinyModel(tmp.dir, arch as 'llama', dtype as 'f32', Number(seed), yarn), fixture };
 }
 
 it('the C++ test binary passes its own checks and a golden fixture', async () => {
@@ -45,19 +46,31 @@ it('the C++ test binary passes its own checks and a golden fixture', async () =>
   // The kernel suites (GEMM edge shapes x tokens 1..37, paged attention layouts) ran.
   expect(stdout).toMatch(/gemm: 7 shapes x tokens 1\.\.37 x bias\/no bias x f32\/bf16 checked/);
   expect(stdout).toMatch(/attention: 6 layouts x 5 sequences checked/);
+  // Mixtures of experts: torch.topk's tie order, routing, grouping, and ties end to end.
+  expect(stdout).toMatch(/moe: torch\.topk tie order \(16 recorded cases\)/);
+  expect(stdout).toMatch(/moe ties: zero router -> experts 6, 5 as torch\.topk/);
   expect(stdout).toMatch(/\d+ checks, 0 failures/);
 });
 
+it('the MoE and YaRN golden fixtures hold on the CPU backend (1e-3, every greedy token)', async () => {
+  for (const label of ['qwen3-moe-f32', 'mixtral-bf16', 'qwen3-yarn-f32']) {
+    const { model, fixture } = await fixtureModel(label);
+    const { stdout } = await run(BINARY, ['--golden', model, fixture], { maxBuffer: 1 << 24 });
+    expect(stdout.match(/^golden case \d: 32 tokens, 32 equal/gm), label).toHaveLength(4);
+    expect(stdout, label).toMatch(/\d+ checks, 0 failures/);
+  }
+}, 240_000);
+
 it('the engine checks pass on the GPU backend (SIMT harness), decode graphs equal eager steps, and every golden fixture holds at the bf16 tolerance', async () => {
   const env = { ...process.env, TANDEM_TEST_DEVICE: 'simt' };
-  for (const label of ['llama-f32', 'qwen2-f32', 'qwen3-f32', 'llama-bf16']) {
+  for (const label of ['llama-f32', 'qwen2-f32', 'qwen3-f32', 'llama-bf16', 'qwen2-moe-f32']) {
     const { model, fixture } = await fixtureModel(label);
     const { stdout } = await run(BINARY, ['--golden', model, fixture], { env, maxBuffer: 1 << 24 });
     expect(stdout, label).toMatch(/decode graphs: 30 steps replayed from \d graphs/);
     expect(stdout.match(/^golden case \d: 32 tokens/gm), label).toHaveLength(4);
     expect(stdout, label).toMatch(/\d+ checks, 0 failures/);
   }
-}, 120_000);
+}, 240_000);
 
 it('every GPU kernel agrees with the CPU backend on the SIMT harness', async () => {
   expect(existsSync(KERNELS), `${KERNELS} missing: run npm run build:native`).toBe(true);
@@ -68,5 +81,6 @@ it('every GPU kernel agrees with the CPU backend on the SIMT harness', async () 
   expect(stdout).toMatch(/gpu gemm: \d+ shapes, \d+ plans .* checked on simt/);
   expect(stdout).toMatch(/gpu sampling: \d+ rows .* checked against the CPU sampler on simt/);
   expect(stdout).toMatch(/gpu kv copy: 192 cases .* checked on simt/);
+  expect(stdout).toMatch(/gpu moe: topk tie emulation vs libstdc\+\+, 6 layers .* checked on simt/);
   expect(stdout).toMatch(/\d+ checks, 0 failures/);
 }, 120_000);

@@ -58,7 +58,9 @@ describe('native engine errors', () => {
   it.each([
     ['sliding window (Mistral)', (c: Record<string, unknown>) => Object.assign(c, { architectures: ['MistralForCausalLM'], sliding_window: 4096 }), 'sliding_window'],
     ['MoE', (c: Record<string, unknown>) => Object.assign(c, { num_local_experts: 8 }), 'num_local_experts'],
-    ['rope type yarn', (c: Record<string, unknown>) => Object.assign(c, { rope_scaling: { rope_type: 'yarn', factor: 4 } }), 'rope_scaling.rope_type'],
+    ['rope type longrope', (c: Record<string, unknown>) => Object.assign(c, { rope_scaling: { rope_type: 'longrope', factor: 4 } }), 'rope_scaling.rope_type'],
+    ['DeepSeek (MLA, grouped top-k)', (c: Record<string, unknown>) => Object.assign(c, { architectures: ['DeepseekV3ForCausalLM'] }), 'kv_lora_rank'],
+    ['top-k above the experts', (c: Record<string, unknown>) => Object.assign(c, { architectures: ['MixtralForCausalLM'], num_local_experts: 4, num_experts_per_tok: 5 }), 'num_experts_per_tok'],
     ['unknown architecture', (c: Record<string, unknown>) => Object.assign(c, { architectures: ['GPT2LMHeadModel'] }), 'architectures'],
     ['hidden size that no longer matches the weights', (c: Record<string, unknown>) => Object.assign(c, { intermediate_size: 96 }), 'mlp.gate_proj.weight'],
   ])('%s is config_invalid naming %s', async (_name, edit, field) => {

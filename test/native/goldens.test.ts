@@ -31,13 +31,14 @@ interface Golden {
 const FIXTURES = join(import.meta.dirname, '../fixtures/goldens');
 const goldenFiles = readdirSync(FIXTURES).filter((f) => f.endsWith('.json')).sort();
 
-function parseMakeTiny(cmd: string): { arch: TinyArch; dtype: 'f32' | 'bf16'; seed: number } {
+function parseMakeTiny(cmd: string): { arch: TinyArch; dtype: 'f32' | 'bf16'; seed: number; ropeScaling?: 'yarn' } {
   const flag = (name: string): string => {
     const m = new RegExp(`--${name} (\\S+)`).exec(cmd);
     if (m === null) throw new Error(`fixture make_tiny lacks --${name}: ${cmd}`);
     return m[1]!;
   };
-  return { arch: flag('arch') as TinyArch, dtype: flag('dtype') as 'f32' | 'bf16', seed: Number(flag('seed')) };
+  const rope = /--rope-scaling (\S+)/.exec(cmd)?.[1];
+  return { arch: flag('arch') as TinyArch, dtype: flag('dtype') as 'f32' | 'bf16', seed: Number(flag('seed')), ...(rope === 'yarn' ? { ropeScaling: 'yarn' as const } : {}) };
 }
 
 let tmp: Awaited<ReturnType<typeof withTempDir>>;
@@ -48,8 +49,18 @@ afterAll(async () => {
   await tmp.cleanup();
 });
 
-it('goldens: every committed fixture is covered (llama, qwen2, qwen3, bf16)', () => {
-  expect(goldenFiles).toEqual(['llama-bf16.json', 'llama-f32.json', 'qwen2-f32.json', 'qwen3-f32.json']);
+it('goldens: every committed fixture is covered (llama, qwen2, qwen3, bf16; the MoEs and YaRN)', () => {
+  expect(goldenFiles).toEqual([
+    'llama-bf16.json',
+    'llama-f32.json',
+    'mixtral-bf16.json',
+    'mixtral-f32.json',
+    'qwen2-f32.json',
+    'qwen2-moe-f32.json',
+    'qwen3-f32.json',
+    'qwen3-moe-f32.json',
+    'qwen3-yarn-f32.json',
+  ]);
 });
 
 describe.each(goldenFiles)('goldens %s', (file) => {
@@ -58,8 +69,8 @@ describe.each(goldenFiles)('goldens %s', (file) => {
   let modelDir: string;
 
   beforeAll(async () => {
-    const { arch, dtype, seed } = parseMakeTiny(golden.make_tiny);
-    modelDir = await tinyModel(tmp.dir, arch, dtype, seed);
+    const { arch, dtype, seed, ropeScaling } = parseMakeTiny(golden.make_tiny);
+    modelDir = await tinyModel(tmp.dir, arch, dtype, seed, ropeScaling);
     engine = await createNativeEngine({ modelDir, numBlocks: 64, blockSize: 16, threads: 2 });
   });
   afterAll(async () => {

@@ -13,9 +13,9 @@ export async function withTempDir(): Promise<{ dir: string; cleanup: () => Promi
   return { dir, cleanup: () => rm(dir, { recursive: true, force: true }) };
 }
 
-export async function tinyModel(root: string, arch: TinyArch, dtype: 'f32' | 'bf16', seed: number): Promise<string> {
-  const outDir = join(root, `${arch}-${dtype}-${seed}`);
-  await makeTinyModel({ arch, outDir, dtype, seed });
+export async function tinyModel(root: string, arch: TinyArch, dtype: 'f32' | 'bf16', seed: number, ropeScaling?: 'yarn'): Promise<string> {
+  const outDir = join(root, `${arch}-${dtype}-${seed}${ropeScaling !== undefined ? `-${ropeScaling}` : ''}`);
+  await makeTinyModel({ arch, outDir, dtype, seed, ...(ropeScaling !== undefined ? { ropeScaling } : {}) });
   return outDir;
 }
 

@@ -32,7 +32,7 @@ function card(overrides: Partial<ModelCard> = {}): ModelCard {
 
 describe('parseModelCard', () => {
   it('accepts a full card, with or without the optional fields, and keeps it as is', () => {
-    const full = card({ ucxWorkerAddress: 'abcd', kvBytesPerToken: 1024 });
+    const full = card({ ucxWorkerAddress: 'abcd', kvBytesPerToken: 1024, architecture: 'Qwen3MoeForCausalLM', parameters: { total: 30_532_110_336, active: 3_353_020_416 } });
     expect(parseModelCard(full)).toEqual({ ok: true, card: full });
     expect(parseModelCard(card())).toEqual({ ok: true, card: card() });
   });
@@ -58,6 +58,9 @@ describe('parseModelCard', () => {
     ['no eos ids', { ...card(), eosTokenIds: undefined }, 'eosTokenIds must be an array of token ids'],
     ['a numeric UCX address', { ...card(), ucxWorkerAddress: 5 }, 'ucxWorkerAddress must be a string'],
     ['a negative kvBytesPerToken', card({ kvBytesPerToken: -4 }), 'kvBytesPerToken must be a non-negative number'],
+    ['a numeric architecture', { ...card(), architecture: 7 }, 'architecture must be a string'],
+    ['more active than total parameters', card({ parameters: { total: 10, active: 11 } }), 'parameters must be {total, active} integers with 0 <= active <= total'],
+    ['fractional parameters', card({ parameters: { total: 10.5, active: 1 } }), 'parameters must be {total, active} integers with 0 <= active <= total'],
   ])('rejects %s, naming the field', (_what, value, reason) => {
     expect(parseModelCard(value)).toEqual({ ok: false, reason });
   });

@@ -24,6 +24,8 @@ export interface EmbeddingWorkerOptions {
   engine: 'mocker' | 'native';
   modelDir: string;
   modelName?: string;
+  /** On the card (the dashboard shows it): `--worker-name`. */
+  workerName?: string;
   namespace: string;
   component?: string;
   /** Overrides the model's sentence-transformers pooling; default there, else 'last'. */
@@ -105,6 +107,7 @@ export async function startEmbeddingWorker(runtime: DistributedRuntime, options:
     eosTokenIds: config.eosTokenIds,
     task: 'embed',
     embedding: capability,
+    ...(options.workerName !== undefined ? { workerName: options.workerName } : {}),
   };
   const cardKey = modelKey(options.namespace, modelName, runtime.instanceId);
   await runtime.discovery.put(cardKey, card);

@@ -157,11 +157,11 @@ export class EngineLoop {
         return;
       }
     }
-    // An adapter this worker lacks but the request says where to find: loaded before admission.
-    if (request.lora !== undefined && this.loras !== undefined) await this.loras.ensure(request.lora, request.loraPath);
     const matcher = request.structured !== undefined ? this.createMatcher(request) : undefined;
     const remote = this.kvImporter !== undefined ? usableKvTransfer(request) : undefined;
-    const lora = request.lora !== undefined ? this.acquireLora(request.lora) : undefined;
+    // An adapter this worker lacks but the request says where to find: loaded before admission,
+    // and acquired in the same step as the check that it is resident (no eviction in between).
+    const lora = request.lora !== undefined ? await this.acquireLora(request.lora, request.loraPath) : undefined;
     let added: ReturnType<Scheduler['addSequence']>;
     try {
       added = this.scheduler.addSequence({
@@ -219,9 +219,9 @@ export class EngineLoop {
     }
   }
 
-  private acquireLora(name: string): AcquiredLora {
+  private acquireLora(name: string, path: string | undefined): Promise<AcquiredLora> {
     if (this.loras === undefined) throw new TandemError('not_found', `adapter '${name}' is not served by this worker`);
-    return this.loras.acquire(name);
+    return this.loras.acquireWhenReady(name, path);
   }
 
   /**

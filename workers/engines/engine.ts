@@ -114,6 +114,11 @@ export interface EngineInfo {
   kvBytesPerToken: number;
   numBlocks: number;
   blockSize: number;
+  /**
+   * Multi-LoRA: false when the engine refuses adapters (the CUDA backend has no LoRA kernels);
+   * absent = it applies them iff it has `loadLora`. Published on the model card (`supportsLora`).
+   */
+  supportsLora?: boolean;
 }
 
 export interface Engine {

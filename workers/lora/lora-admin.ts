@@ -10,23 +10,27 @@
  *
  * No transport here: the worker process serves the handler and owns the card.
  */
-import { resolve } from 'node:path';
-import type { LoraAdminRequest, LoraAdminResponse } from '../../proto/lora.js';
-import type { ModelCard } from '../../proto/wire.js';
-import { TandemError } from '../../runtime/errors.js';
-import type { Logger } from '../../runtime/logging.js';
+import { isAbsolute, resolve } from 'node:path';
+import type { LoraAdminRequest, LoraAdminResponse, ModelCard } from '../../proto/wire.js';
+import { ConfigError, TandemError, type Logger } from '../../runtime/index.js';
 import type { LoraRegistry } from './lora-registry.js';
+import { LoraAdapterError } from './adapter-files.js';
 
 /** What the model card lists of the resident adapters (the frontend routes requests naming them). */
 export function cardLoras(registry: LoraRegistry): NonNullable<ModelCard['loras']> {
   return registry.list().map(({ name, loraId, path }) => ({ name, loraId, path }));
 }
 
-/** Loads `--lora name=DIR` adapters in order; the first refusal ends the start-up. */
+/**
+ * Loads `--lora name=DIR` adapters in order; the first refusal ends the start-up. They are the
+ * operator's own: exempt from `--lora-root`, and a refusal names the path (a ConfigError, exit 2).
+ */
 export async function loadStartupAdapters(registry: LoraRegistry, args: readonly string[]): Promise<void> {
   for (const arg of args) {
     const eq = arg.indexOf('=');
-    await registry.load(arg.slice(0, eq), resolve(arg.slice(eq + 1)));
+    await registry.load(arg.slice(0, eq), resolve(arg.slice(eq + 1)), { trusted: true }).catch((err: unknown) => {
+      throw err instanceof LoraAdapterError ? new ConfigError(`--lora ${arg}: ${err.detail}`) : err;
+    });
   }
 }
 
@@ -42,7 +46,9 @@ export function loraAdminHandler(deps: LoraAdminDeps): (req: LoraAdminRequest) =
   const { registry, publishCard, log } = deps;
   return async function* (req: LoraAdminRequest): AsyncGenerator<LoraAdminResponse> {
     if (req?.op === 'load' && typeof req.name === 'string' && typeof req.path === 'string') {
-      const l = await registry.load(req.name, resolve(req.path));
+      // Never against this worker's working directory (the frontend refuses relative paths too).
+      if (!isAbsolute(req.path)) throw new TandemError('invalid_argument', 'lora_path must be an absolute path');
+      const l = await registry.load(req.name, req.path);
       await publishCard();
       log.info({ lora: l.name, loraId: l.loraId, rank: l.rank }, 'LoRA adapter loaded');
       yield { ok: true, loras: registry.list() };

@@ -4,21 +4,13 @@
  * initialized PEFT adapter (B = 0) both factors are random, sized so the adapter visibly moves
  * greedy output: that is what tests of adapter application need. Same options -> same bytes.
  */
-import { mkdir, writeFile } from 'node:fs/promises';
+import { mkdir, readFile, writeFile } from 'node:fs/promises';
 import { join, resolve } from 'node:path';
 import { SeededRandom } from '../../runtime/random.js';
 import { encodeWeights, WEIGHT_DTYPE_INFO, type WeightDtype } from '../models/dtype.js';
 import { encodeSafetensors, type TensorData } from '../models/safetensors.js';
 import { LORA_TARGET_MODULES, type LoraTargetModule } from './peft-adapter.js';
-
-export interface LoraModelDims {
-  hiddenSize: number;
-  intermediateSize: number;
-  numLayers: number;
-  numHeads: number;
-  numKvHeads: number;
-  headDim: number;
-}
+import { loraTargetDims, loraTensorName, type LoraModelDims } from './lora-dims.js';
 
 export interface MakeTinyLoraOptions {
   dims: LoraModelDims;
@@ -32,26 +24,6 @@ export interface MakeTinyLoraOptions {
   baseModel?: string;
   /** Extra adapter_config.json fields (tests of refusals: use_dora, modules_to_save, ...). */
   extraConfig?: Record<string, unknown>;
-}
-
-/** in/out features of a target module's base weight. */
-export function loraTargetDims(d: LoraModelDims, t: LoraTargetModule): { inF: number; outF: number } {
-  const q = d.numHeads * d.headDim;
-  const kv = d.numKvHeads * d.headDim;
-  switch (t) {
-    case 'q_proj': return { inF: d.hiddenSize, outF: q };
-    case 'k_proj':
-    case 'v_proj': return { inF: d.hiddenSize, outF: kv };
-    case 'o_proj': return { inF: q, outF: d.hiddenSize };
-    case 'gate_proj':
-    case 'up_proj': return { inF: d.hiddenSize, outF: d.intermediateSize };
-    case 'down_proj': return { inF: d.intermediateSize, outF: d.hiddenSize };
-  }
-}
-
-export function loraTensorName(layer: number, t: LoraTargetModule, factor: 'A' | 'B'): string {
-  const block = t === 'gate_proj' || t === 'up_proj' || t === 'down_proj' ? 'mlp' : 'self_attn';
-  return `base_model.model.model.layers.${layer}.${block}.${t}.lora_${factor}.weight`;
 }
 
 export async function makeTinyLora(o: MakeTinyLoraOptions): Promise<string> {
@@ -96,4 +68,24 @@ export async function makeTinyLora(o: MakeTinyLoraOptions): Promise<string> {
   await writeFile(join(dir, 'adapter_config.json'), `${JSON.stringify(config, null, 2)}\n`);
   await writeFile(join(dir, 'adapter_model.safetensors'), encodeSafetensors(tensors, { format: 'pt' }));
   return dir;
+}
+
+/**
+ * A mocker worker reads only config.json of its model: rewriting a tiny model's dimensions there
+ * lets it serve adapters shaped for a larger model (0.5B-shaped adapters in benches and tests)
+ * without weights of that size. The weight files stay tiny: never run such a model natively.
+ */
+export async function reshapeModelConfig(modelDir: string, dims: LoraModelDims): Promise<void> {
+  const path = join(modelDir, 'config.json');
+  const config = JSON.parse(await readFile(path, 'utf8')) as Record<string, unknown>;
+  const shaped = {
+    ...config,
+    hidden_size: dims.hiddenSize,
+    intermediate_size: dims.intermediateSize,
+    num_hidden_layers: dims.numLayers,
+    num_attention_heads: dims.numHeads,
+    num_key_value_heads: dims.numKvHeads,
+    head_dim: dims.headDim,
+  };
+  await writeFile(path, `${JSON.stringify(shaped, null, 2)}\n`);
 }

@@ -7,7 +7,7 @@ import { copyFile, mkdir, readdir, writeFile } from 'node:fs/promises';
 import { join, resolve } from 'node:path';
 import { encodeSafetensors, SafetensorsFile, type TensorData } from '../models/safetensors.js';
 import { encodeWeights } from '../models/dtype.js';
-import { loraTensorName } from './make-tiny-lora.js';
+import { loraTensorName } from './lora-dims.js';
 import { readPeftAdapter } from './peft-adapter.js';
 
 export async function mergeLoraIntoModel(modelDir: string, adapterDir: string, outDir: string): Promise<void> {

@@ -10,6 +10,7 @@ import type { WeightDtype } from './dtype.js';
 import { join } from 'node:path';
 import { TINY_DIMS } from './tiny-arch.js';
 import { makeTinyLora } from '../lora/make-tiny-lora.js';
+import { ModelFormatError } from './errors.js';
 
 const parseSeed = intInRange(0, 0xffffffff);
 
@@ -26,7 +27,14 @@ export function registerModelCommand(program: Command): Command {
     .option('--matryoshka', 'declare Matryoshka embeddings (config.json is_matryoshka): /v1/embeddings then accepts `dimensions`')
     .option('--lora <n>', 'also write n random PEFT LoRA adapters to <out>/loras/lora-<i> (all linear layers)', intInRange(0, 1024), 0)
     .option('--lora-rank <r>', 'rank of those adapters', intInRange(1, 1024), 8)
-    .action(async (opts: { arch: TinyArch; out: string; dtype: WeightDtype; seed: number; embedding?: 'last' | 'mean'; matryoshka?: boolean; lora: number; loraRank: number }) => {
+    .option('--rope-scaling <type>', 'replace the family\'s RoPE scaling: yarn', oneOf(['yarn'] as const))
+    .action(async (opts: { arch: TinyArch; out: string; dtype: WeightDtype; seed: number; embedding?: 'last' | 'mean'; matryoshka?: boolean; lora: number; loraRank: number; ropeScaling?: 'yarn' }) => {
+      if (TINY_DIMS[opts.arch].moe !== undefined && opts.lora > 0) {
+        throw new ModelFormatError(`--lora: LoRA adapters on a mixture-of-experts model (${opts.arch}) are not supported`);
+      }
+      if (TINY_DIMS[opts.arch].moe !== undefined && opts.embedding !== undefined) {
+        throw new ModelFormatError(`--embedding: a mixture-of-experts model (${opts.arch}) cannot be an embedding model here`);
+      }
       const info = await makeTinyModel({
         arch: opts.arch,
         outDir: opts.out,
@@ -34,6 +42,7 @@ export function registerModelCommand(program: Command): Command {
         seed: opts.seed,
         ...(opts.embedding !== undefined ? { embedding: opts.embedding } : {}),
         ...(opts.matryoshka === true ? { matryoshka: true } : {}),
+        ...(opts.ropeScaling !== undefined ? { ropeScaling: opts.ropeScaling } : {}),
       });
       process.stdout.write(
         `wrote ${info.arch} (${info.dtype}, seed ${info.seed}) to ${info.outDir}: ` +

@@ -8,8 +8,10 @@ export {
   readModelConfig,
   parseModelConfig,
   kvBytesPerToken,
+  parameterCounts,
   DEFAULT_KV_BLOCK_SIZE,
   type ModelConfig,
+  type MoeShape,
   type RopeScaling,
 } from './model-config.js';
 export {

@@ -1,7 +1,7 @@
 /**
  * `makeTinyModel`: writes a complete Hugging Face model directory (config.json,
  * generation_config.json, model.safetensors, tokenizer.json, tokenizer_config.json) for a tiny
- * random Llama / Qwen2 / Qwen3. Same options -> byte-identical files, so tests and the native
+ * random Llama / Qwen2 / Qwen3, or mixture of experts (Qwen3-MoE, Mixtral, Qwen2-MoE). Same options -> byte-identical files, so tests and the native
  * engine's PyTorch reference can regenerate it anywhere instead of shipping weights.
  */
 import { mkdir, writeFile } from 'node:fs/promises';
@@ -10,7 +10,7 @@ import { WEIGHT_DTYPE_INFO, encodeWeights, type WeightDtype } from './dtype.js';
 import { ModelFormatError } from './errors.js';
 import { SeededRandom } from '../../runtime/random.js';
 import { encodeSafetensors, numel, type TensorData } from './safetensors.js';
-import { TINY_DIMS, buildConfigJson, tensorSpecs } from './tiny-arch.js';
+import { TINY_DIMS, TINY_YARN, buildConfigJson, tensorSpecs } from './tiny-arch.js';
 import { TINY_ARCHS, buildTinyTokenizer, type TinyArch } from './tiny-tokenizer.js';
 import { writeSentenceTransformersFiles } from './embedding-config.js';
 import type { EmbeddingPooling } from '../../proto/wire.js';
@@ -26,6 +26,8 @@ export interface MakeTinyModelOptions {
   embedding?: EmbeddingPooling;
   /** Declare Matryoshka embeddings in config.json (`is_matryoshka`): `dimensions` is then allowed. */
   matryoshka?: boolean;
+  /** Replace the family's RoPE with YaRN scaling (TINY_YARN). */
+  ropeScaling?: 'yarn';
 }
 
 export interface TinyModelInfo {
@@ -80,6 +82,8 @@ export async function makeTinyModel(options: MakeTinyModelOptions): Promise<Tiny
   }
 
   if (options.matryoshka === true) config.is_matryoshka = true;
+  if (options.ropeScaling === 'yarn') config.rope_scaling = { ...TINY_YARN };
+  else if (options.ropeScaling !== undefined) throw new ModelFormatError(`unknown rope scaling '${String(options.ropeScaling)}'`);
   const files: Record<string, Uint8Array | string> = {
     'config.json': json(config),
     'generation_config.json': json(generationConfig),

@@ -19,6 +19,19 @@ export interface RopeScaling {
   originalMaxPositionEmbeddings?: number;
 }
 
+/** A mixture of experts (Mixtral, Qwen2-MoE, Qwen3-MoE): how many experts and how many a token reads. */
+export interface MoeShape {
+  numExperts: number;
+  /** num_experts_per_tok. */
+  topK: number;
+  /** Each expert's width (moe_intermediate_size; Mixtral: intermediate_size). */
+  expertIntermediateSize: number;
+  /** Qwen2-MoE's shared expert width; 0 without one. */
+  sharedIntermediateSize: number;
+  /** Layers whose MLP is a MoE block (the rest stay dense with intermediateSize). */
+  numMoeLayers: number;
+}
+
 export interface ModelConfig {
   /** First entry of `architectures`, e.g. LlamaForCausalLM. */
   architecture: string;
@@ -44,6 +57,8 @@ export interface ModelConfig {
   torchDtype: string;
   bosTokenId?: number;
   eosTokenIds: number[];
+  /** Present for mixtures of experts. */
+  moe?: MoeShape;
 }
 
 export async function readModelConfig(modelDir: string): Promise<ModelConfig> {
@@ -90,15 +105,63 @@ export function parseModelConfig(config: Record<string, unknown>, generation?: R
     rmsNormEps: num('rms_norm_eps', 1e-6),
     ropeTheta: num('rope_theta', 10000),
     tieWordEmbeddings: config.tie_word_embeddings === true,
-    qkvBias: modelType === 'qwen2' || config.attention_bias === true,
-    qkNorm: modelType === 'qwen3',
+    qkvBias: modelType === 'qwen2' || modelType === 'qwen2_moe' || config.attention_bias === true,
+    qkNorm: modelType === 'qwen3' || modelType === 'qwen3_moe',
     torchDtype: String(config.torch_dtype ?? config.dtype ?? 'float32'),
     eosTokenIds: [...eos],
   };
   if (bos !== undefined) result.bosTokenId = bos;
   const scaling = parseRopeScaling(config.rope_scaling);
   if (scaling) result.ropeScaling = scaling;
+  const moe = parseMoe(config, result.numLayers, result.intermediateSize);
+  if (moe) result.moe = moe;
   return result;
+}
+
+/** The MoE fields as transformers reads them (the native loader validates them in full: native/src/core/moe_config.cc). */
+function parseMoe(config: Record<string, unknown>, numLayers: number, intermediateSize: number): MoeShape | undefined {
+  const n = (v: unknown): number => (typeof v === 'number' && Number.isInteger(v) && v > 0 ? v : 0);
+  const mixtral = n(config.num_local_experts);
+  const numExperts = mixtral || n(config.num_experts);
+  const topK = n(config.num_experts_per_tok);
+  if (numExperts === 0 || topK === 0) return undefined;
+  const step = n(config.decoder_sparse_step) || 1;
+  const only = Array.isArray(config.mlp_only_layers) ? new Set(config.mlp_only_layers) : new Set();
+  let numMoeLayers = 0;
+  for (let l = 0; l < numLayers; l++) if (mixtral > 0 || (!only.has(l) && (l + 1) % step === 0)) numMoeLayers++;
+  return {
+    numExperts,
+    topK,
+    expertIntermediateSize: mixtral > 0 ? intermediateSize : n(config.moe_intermediate_size),
+    sharedIntermediateSize: n(config.shared_expert_intermediate_size),
+    numMoeLayers,
+  };
+}
+
+/**
+ * Parameters of the model, and those one token's forward pass reads (attention, embeddings,
+ * dense MLPs, each MoE layer's router, top-k experts and any shared expert): what the perf
+ * model charges per decoded token.
+ */
+export function parameterCounts(c: ModelConfig): { total: number; active: number } {
+  const h = c.hiddenSize;
+  const q = c.numAttentionHeads * c.headDim;
+  const kv = c.numKvHeads * c.headDim;
+  const attention = h * (q + 2 * kv) + q * h + 2 * h;
+  const embeddings = c.vocabSize * h * (c.tieWordEmbeddings ? 1 : 2) + h;
+  const dense = 3 * h * c.intermediateSize;
+  const m = c.moe;
+  const moeLayers = m?.numMoeLayers ?? 0;
+  const denseLayers = c.numLayers - moeLayers;
+  const base = embeddings + c.numLayers * attention + denseLayers * dense;
+  if (m === undefined) return { total: base, active: base };
+  const expert = 3 * h * m.expertIntermediateSize;
+  const shared = m.sharedIntermediateSize > 0 ? 3 * h * m.sharedIntermediateSize + h : 0;
+  const router = m.numExperts * h;
+  return {
+    total: base + moeLayers * (router + m.numExperts * expert + shared),
+    active: base + moeLayers * (router + m.topK * expert + shared),
+  };
 }
 
 /** Bytes of KV cache per token over all layers, K and V. */

@@ -12,8 +12,24 @@ import { trainByteLevelBpe, type BpeModel } from './bpe-trainer.js';
 import { LLAMA3_CHAT_TEMPLATE, QWEN2_CHAT_TEMPLATE, QWEN3_CHAT_TEMPLATE } from './chat-templates.js';
 import { TINY_CORPUS } from './corpus.js';
 
-export type TinyArch = 'llama' | 'qwen2' | 'qwen3';
-export const TINY_ARCHS: readonly TinyArch[] = ['llama', 'qwen2', 'qwen3'];
+export type TinyArch = 'llama' | 'qwen2' | 'qwen3' | 'qwen3_moe' | 'mixtral' | 'qwen2_moe';
+export const TINY_ARCHS: readonly TinyArch[] = ['llama', 'qwen2', 'qwen3', 'qwen3_moe', 'mixtral', 'qwen2_moe'];
+
+/** The dense families whose tokenizers the tiny models use. */
+type TokenizerFamilyName = 'llama' | 'qwen2' | 'qwen3';
+/**
+ * Each architecture's tokenizer: the MoE models take their dense family's. Mixtral's published
+ * tokenizer is SentencePiece (Llama 2's); the tiny one is the byte-level Llama 3 shape instead,
+ * which exercises the same serving paths.
+ */
+const TOKENIZER_OF: Record<TinyArch, TokenizerFamilyName> = {
+  llama: 'llama',
+  qwen2: 'qwen2',
+  qwen3: 'qwen3',
+  qwen3_moe: 'qwen3',
+  mixtral: 'llama',
+  qwen2_moe: 'qwen2',
+};
 
 /** Total vocabulary (bytes + merges + special tokens) of every tiny tokenizer. */
 export const TINY_VOCAB_SIZE = 512;
@@ -63,7 +79,7 @@ const QWEN_FAMILY: Omit<TokenizerFamily, 'chatTemplate'> = {
   tokenizerClass: 'Qwen2Tokenizer',
 };
 
-const FAMILIES: Record<TinyArch, TokenizerFamily> = {
+const FAMILIES: Record<TokenizerFamilyName, TokenizerFamily> = {
   qwen2: { ...QWEN_FAMILY, chatTemplate: QWEN2_CHAT_TEMPLATE },
   qwen3: { ...QWEN_FAMILY, chatTemplate: QWEN3_CHAT_TEMPLATE },
   llama: {
@@ -96,17 +112,18 @@ export interface TinyTokenizerFiles {
   numMerges: number;
 }
 
-const bpeCache = new Map<TinyArch, BpeModel>();
+const bpeCache = new Map<TokenizerFamilyName, BpeModel>();
 
 export function buildTinyTokenizer(arch: TinyArch, modelMaxLength: number): TinyTokenizerFiles {
-  const family = FAMILIES[arch];
-  let bpe = bpeCache.get(arch);
+  const familyName = TOKENIZER_OF[arch];
+  const family = FAMILIES[familyName];
+  let bpe = bpeCache.get(familyName);
   if (!bpe) {
     bpe = trainByteLevelBpe(TINY_CORPUS, {
       pattern: family.trainPattern,
       vocabSize: TINY_VOCAB_SIZE - family.specialTokens.length,
     });
-    bpeCache.set(arch, bpe);
+    bpeCache.set(familyName, bpe);
   }
   const vocab: Record<string, number> = {};
   bpe.vocab.forEach((token, id) => (vocab[token] = id));

@@ -14,7 +14,7 @@
 import type { KvReleaseRequest, KvReleaseResponse, KvStageRequest, KvStageResponse, KvTransferParams } from '../../proto/wire.js';
 import { KV_RELEASE_ENDPOINT, KV_STAGE_ENDPOINT } from '../../proto/wire.js';
 import type { DistributedRuntime, EndpointClient } from '../../runtime/index.js';
-import type { Logger } from '../../runtime/logging.js';
+import type { Logger } from '../../runtime/index.js';
 import type { EngineLoop, KvImportJob } from '../engine-loop/index.js';
 import {
   DEFAULT_KV_RELEASE_TIMEOUT_MS,

@@ -4,7 +4,6 @@
  * through kvReadBlocks / kvWriteBlocks); the mocker simulates the copies
  * with H100-like bandwidths (its `--kv-bytes-per-token` sizes a block).
  */
-import { ConfigError } from '../../runtime/errors.js';
 import { PolynomialPerfModel, type PerfModel } from '../../perf-model/index.js';
 import type { Engine } from '../engines/engine.js';
 import type { NativeEngine } from '../engines/native/index.js';
@@ -19,15 +18,8 @@ export interface WorkerKvTierOptions extends KvTierOptions {
 export const GIB = 1024 ** 3;
 
 export async function setupWorkerKvTiers(engine: Engine, options: WorkerKvTierOptions, modelName: string, perfModel?: PerfModel): Promise<KvTierManager | undefined> {
-  if (!((options.hostCacheBytes ?? 0) > 0)) {
-    if (options.diskCacheDir !== undefined || (options.diskCacheBytes ?? 0) > 0) {
-      throw new ConfigError('--kv-disk-cache-dir / --kv-disk-cache-gb need --kv-host-cache-gb: the disk tier sits below the host tier');
-    }
-    return undefined;
-  }
-  if ((options.diskCacheBytes ?? 0) > 0 && options.diskCacheDir === undefined && !(engine instanceof MockerEngine)) {
-    throw new ConfigError('--kv-disk-cache-gb needs --kv-disk-cache-dir');
-  }
+  // The flag combinations were checked before the worker started (worker-flag-rules.ts).
+  if (!((options.hostCacheBytes ?? 0) > 0)) return undefined;
   if (engine instanceof MockerEngine) {
     const bytes = (options.kvBytesPerToken ?? 131072) * engine.info.blockSize;
     return createKvTiers(options, simulatedTierTarget(bytes, engine.speedupRatio, perfModel ?? engine.perfModel));

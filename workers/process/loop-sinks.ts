@@ -9,7 +9,7 @@
 import type { KvEvent, LoadMetrics } from '../../proto/wire.js';
 import { LOAD_REPORT_HEARTBEAT_MS, TOPICS } from '../../proto/wire.js';
 import type { Component } from '../../runtime/index.js';
-import type { Logger } from '../../runtime/logging.js';
+import type { Logger } from '../../runtime/index.js';
 import type { EngineLoop, EngineLoopSinks } from '../engine-loop/index.js';
 import { LoadPublisher } from './load-publisher.js';
 import type { WorkerMetrics } from './worker-metrics.js';

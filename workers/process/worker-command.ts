@@ -1,21 +1,24 @@
 /** `runtime worker`: flags and start-up of one worker process. */
 import { InvalidArgumentError, Option, type Command } from 'commander';
+import { resolve } from 'node:path';
 import { intInRange, numberInRange, oneOf, positiveInt } from '../../runtime/index.js';
 import { addRuntimeOptions, createRuntimeFromOptions, type RuntimeFlags } from '../../runtime/index.js';
 import { DEFAULT_KV_BLOCK_SIZE } from '../models/index.js';
+import { WORKER_NAME } from '../../proto/wire.js';
 import { DEFAULT_KV_RELEASE_TIMEOUT_MS, DEFAULT_MOCKER_KV_BYTES_PER_TOKEN, DEFAULT_PULL_TIMEOUT_MS } from '../disagg/index.js';
 import { DEFAULT_COMPILE_MEMORY_MB, DEFAULT_COMPILE_TIMEOUT_MS, compileLimits } from '../../grammar/index.js';
 import { startWorker, type WorkerOptions } from './worker-process.js';
 import { GIB } from './kv-tiers-setup.js';
+import { checkWorkerFlags } from './worker-flag-rules.js';
 import { startEmbeddingWorker } from '../embedding/index.js';
-import { DEFAULT_MAX_CPU_LORAS, DEFAULT_MAX_LORA_RANK, DEFAULT_MAX_LORAS } from '../lora/index.js';
-import { ConfigError } from '../../runtime/errors.js';
+import { DEFAULT_MAX_CPU_LORAS, DEFAULT_MAX_LORA_BYTES, DEFAULT_MAX_LORA_LOADS, DEFAULT_MAX_LORA_RANK, DEFAULT_MAX_LORAS } from '../lora/index.js';
 import { MAX_SPECULATIVE_TOKENS, SPECULATIVE_METHODS, speculativeOptions, type SpeculativeFlags } from '../speculative/index.js';
 
 /** Flags that carry a WorkerOptions field under the same name and unit. */
 type SameAsOptions =
   | 'engine'
   | 'modelName'
+  | 'workerName'
   | 'mode'
   | 'component'
   | 'blockSize'
@@ -52,6 +55,9 @@ interface WorkerFlags extends RuntimeFlags, Pick<WorkerOptions, SameAsOptions>, 
   maxLoras: number;
   maxCpuLoras: number;
   maxLoraRank: number;
+  maxLoraBytes: number;
+  maxLoraLoads: number;
+  loraRoot: string[];
 }
 
 function workerOptionsFromFlags(flags: WorkerFlags): WorkerOptions {
@@ -59,6 +65,7 @@ function workerOptionsFromFlags(flags: WorkerFlags): WorkerOptions {
     engine: flags.engine,
     modelDir: flags.model,
     modelName: flags.modelName,
+    ...(flags.workerName !== undefined ? { workerName: flags.workerName } : {}),
     mode: flags.mode,
     namespace: flags.namespace,
     component: flags.component,
@@ -91,26 +98,34 @@ function workerOptionsFromFlags(flags: WorkerFlags): WorkerOptions {
           },
         }
       : {}),
-    lora: { adapters: flags.lora, maxLoras: flags.maxLoras, maxCpuLoras: flags.maxCpuLoras, maxLoraRank: flags.maxLoraRank },
+    lora: {
+      adapters: flags.lora,
+      maxLoras: flags.maxLoras,
+      maxCpuLoras: flags.maxCpuLoras,
+      maxLoraRank: flags.maxLoraRank,
+      maxLoraBytes: flags.maxLoraBytes,
+      maxLoraLoads: flags.maxLoraLoads,
+      roots: flags.loraRoot.map((r) => resolve(r)),
+    },
     ...speculativeFromFlags(flags),
   };
 }
 
-/** --speculative and its knobs; a combination no single parser sees is one line and exit 2. */
+/** --speculative and its knobs (worker-flag-rules.ts refused the combinations that cannot run). */
 function speculativeFromFlags(flags: WorkerFlags): Pick<WorkerOptions, 'speculative'> {
-  if (flags.speculative !== 'off' && flags.task === 'embed') throw new ConfigError('--speculative is for generation workers, not --task embed');
-  try {
-    const speculative = speculativeOptions(flags);
-    return speculative !== undefined ? { speculative } : {};
-  } catch (err) {
-    throw new ConfigError((err as Error).message);
-  }
+  const speculative = speculativeOptions(flags);
+  return speculative !== undefined ? { speculative } : {};
 }
 
 /** `--lora name=DIR`, repeatable. */
 function collectLora(value: string, previous: string[]): string[] {
   if (!/^[^=]+=.+$/.test(value)) throw new InvalidArgumentError(`expected name=DIR, got '${value}'`);
   return [...previous, value];
+}
+
+function parseWorkerName(value: string): string {
+  if (WORKER_NAME.test(value)) return value;
+  throw new InvalidArgumentError(`expected 1-64 letters, digits, '.', '_' or '-' (starting with a letter or digit), got '${value}'`);
 }
 
 /** cpu | cuda | cuda:N (simt: the CUDA backend's kernels on the host, for tests). */
@@ -126,6 +141,7 @@ export function registerWorkerCommand(program: Command): void {
     .addOption(new Option('--engine <engine>', 'mocker | native').argParser(oneOf(['mocker', 'native'] as const)).default('mocker'))
     .addOption(new Option('--model <dir>', 'Hugging Face model directory').makeOptionMandatory(true))
     .option('--model-name <name>', 'served model name (default: the directory name)')
+    .addOption(new Option('--worker-name <name>', "this worker's name in its log lines and on the dashboard (runtime up names its workers agg-0, decode-1, embed-0, …; default: worker-<mode>, or worker-embed)").argParser(parseWorkerName))
     .addOption(new Option('--mode <mode>', 'agg | prefill | decode').argParser(oneOf(['agg', 'prefill', 'decode'] as const)).default('agg'))
     .option('--component <name>', 'component to serve under (default: backend, prefill or decode by mode)')
     .addOption(new Option('--block-size <tokens>', 'tokens per KV block').argParser(intInRange(1, 1024)).default(DEFAULT_KV_BLOCK_SIZE))
@@ -157,14 +173,22 @@ export function registerWorkerCommand(program: Command): void {
     .addOption(new Option('--max-loras <n>', 'most distinct adapters in one step').argParser(positiveInt).default(DEFAULT_MAX_LORAS))
     .addOption(new Option('--max-cpu-loras <n>', 'most adapters resident in host memory; the least recently used idle one makes room').argParser(positiveInt).default(DEFAULT_MAX_CPU_LORAS))
     .addOption(new Option('--max-lora-rank <r>', 'refuse adapters of a higher rank').argParser(positiveInt).default(DEFAULT_MAX_LORA_RANK))
+    .addOption(new Option('--max-lora-bytes <bytes>', "refuse adapters whose weight files are larger (checked from their size and headers before reading)").argParser(positiveInt).default(DEFAULT_MAX_LORA_BYTES))
+    .addOption(new Option('--max-lora-loads <n>', 'adapter loads reading files at once; 16 x that many more wait, the rest get 429').argParser(positiveInt).default(DEFAULT_MAX_LORA_LOADS))
+    .addOption(
+      new Option('--lora-root <dir>', 'run-time adapter loads (load_lora_adapter, on demand) must name a directory under this one (repeatable); --lora adapters are exempt; default: anywhere')
+        .argParser((v: string, prev: string[]) => [...prev, v])
+        .default([]),
+    )
     .addOption(new Option('--speculative <method>', 'speculative decoding: off | ngram (prompt lookup) | suffix (suffix decoding); docs/speculative.md').argParser(oneOf(SPECULATIVE_METHODS)).default('off'))
     .addOption(new Option('--num-speculative-tokens <n>', 'most drafts a sequence verifies in one step (default 5 for ngram, 16 for suffix)').argParser(intInRange(1, MAX_SPECULATIVE_TOKENS)))
     .addOption(new Option('--prompt-lookup-min <n>', 'ngram: shortest n-gram matched (default 2)').argParser(intInRange(1, 64)))
     .addOption(new Option('--prompt-lookup-max <n>', 'ngram: longest n-gram matched, tried first (default 5)').argParser(intInRange(1, 64)))
     .addOption(new Option('--spec-acceptance <p>', 'mocker with --speculative: the chance each draft is accepted (default 0.7)').argParser(numberInRange(0, 1)));
   addRuntimeOptions(cmd).action(async (flags: WorkerFlags) => {
-    const options = workerOptionsFromFlags(flags);  // refusals first: nothing has started
-    const runtime = await createRuntimeFromOptions(flags, `worker-${flags.mode}`);
+    checkWorkerFlags(flags);
+    const runtime = await createRuntimeFromOptions(flags, flags.workerName ?? (flags.task === 'embed' ? 'worker-embed' : `worker-${flags.mode}`));
+    const options = workerOptionsFromFlags(flags);
     try {
       if (flags.task === 'embed') await startEmbeddingWorker(runtime, { ...options, ...(flags.pooling ? { pooling: flags.pooling } : {}) });
       else await startWorker(runtime, options);

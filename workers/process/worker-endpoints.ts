@@ -26,7 +26,7 @@ import type {
 import { GENERATE_ENDPOINT, KV_EVENTS_ENDPOINT, KV_PREFETCH_ENDPOINT, KV_RELEASE_ENDPOINT, KV_STAGE_ENDPOINT } from '../../proto/wire.js';
 import { TandemError } from '../../runtime/errors.js';
 import type { Component, RequestContext, ServedEndpoint } from '../../runtime/index.js';
-import type { Logger } from '../../runtime/logging.js';
+import type { Logger } from '../../runtime/index.js';
 import type { EngineLoop } from '../engine-loop/index.js';
 import { DecodeHandler, type KvImportService, type PrefillHandler } from '../disagg/index.js';
 import type { KvPrefetcher } from '../disagg/kv-prefetch.js';

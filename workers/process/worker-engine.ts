@@ -25,8 +25,8 @@ import { LayerProgressRegion } from '../disagg/layer-progress-region.js';
 import type { Engine } from '../engines/engine.js';
 import type { NativeEngine } from '../engines/native/index.js';
 import { MockerEngine } from '../engines/mocker/index.js';
-import { loadPerfProfile, PerfProfileError, PolynomialPerfModel, type PerfModel } from '../../perf-model/index.js';
-import type { ModelConfig } from '../models/index.js';
+import { activeParamsPerfModel, loadPerfProfile, PerfProfileError, PolynomialPerfModel, type PerfModel } from '../../perf-model/index.js';
+import { parameterCounts, type ModelConfig } from '../models/index.js';
 import type { WorkerOptions } from './worker-options.js';
 import { MeasuredStepCost, PerfModelStepCost, nativeSpeculative, type SpeculatorConfig } from '../speculative/index.js';
 
@@ -71,13 +71,22 @@ async function createEngine(options: WorkerOptions, config: ModelConfig, layers?
       vocabSize: config.vocabSize,
       speedupRatio: options.speedupRatio,
       eosTokenIds: config.eosTokenIds,
-      ...(options.perfProfile ? { perfModel: await loadMockerProfile(options.perfProfile) } : {}),
+      perfModel: await mockerPerfModel(options, config),
       ...(options.speculative !== undefined ? { speculative: { acceptance: options.speculative.mockerAcceptance } } : {}),
     });
   }
   // Loaded lazily so a machine without the native addon can still run the mocker.
   const { createNativeEngine } = await import('../engines/native/index.js');
   return createNativeEngine(nativeEngineOptions(options));
+}
+
+/**
+ * The mocker's step times. A measured profile is the model's own; the default fit stands for a
+ * dense model of the whole size, so a mixture of experts is charged its active share
+ * (perf-model/active-params.ts).
+ */
+async function mockerPerfModel(options: WorkerOptions, config: ModelConfig): Promise<PerfModel> {
+  return options.perfProfile ? await loadMockerProfile(options.perfProfile) : activeParamsPerfModel(new PolynomialPerfModel(), parameterCounts(config));
 }
 
 /** perf-model imports no runtime: its error becomes the ConfigError that exits the CLI with 2. */
@@ -108,12 +117,12 @@ function nativeEngineOptions(options: WorkerOptions) {
 }
 
 /** The speculator's config: the mocker's step cost is its perf model's; a native engine's is measured. */
-export async function speculatorConfig(options: WorkerOptions): Promise<SpeculatorConfig | undefined> {
+export async function speculatorConfig(options: WorkerOptions, config: ModelConfig): Promise<SpeculatorConfig | undefined> {
   // A prefill worker returns one token per request: nothing to speculate.
   if (options.speculative === undefined || options.mode === 'prefill') return undefined;
   const cost =
     options.engine === 'mocker'
-      ? new PerfModelStepCost(options.perfProfile ? await loadMockerProfile(options.perfProfile) : new PolynomialPerfModel())
+      ? new PerfModelStepCost(await mockerPerfModel(options, config))
       : new MeasuredStepCost();
   return { maxDraftTokens: options.speculative.numSpeculativeTokens, cost };
 }

@@ -13,6 +13,8 @@ export interface WorkerOptions {
   engine: 'mocker' | 'native';
   modelDir: string;
   modelName?: string;
+  /** On the card (the dashboard shows it): `--worker-name`. */
+  workerName?: string;
   mode: WorkerRole;
   namespace: string;
   component?: string;
@@ -52,8 +54,12 @@ export interface WorkerOptions {
   kvTiers?: WorkerKvTierOptions;
   /** prefill/decode: UCX config overrides without the UCX_ prefix; UCX_* env applies otherwise. */
   ucxConfig?: Record<string, string>;
-  /** Multi-LoRA: adapters loaded at start (`name=DIR`) and the limits (`--max-loras`, `--max-cpu-loras`, `--max-lora-rank`). */
-  lora?: { adapters: string[]; maxLoras?: number; maxCpuLoras?: number; maxLoraRank?: number };
+  /**
+   * Multi-LoRA: adapters loaded at start (`name=DIR`) and the limits (`--max-loras`,
+   * `--max-cpu-loras`, `--max-lora-rank`, `--max-lora-bytes`, `--max-lora-loads`), and where
+   * run-time loads may read (`--lora-root`).
+   */
+  lora?: { adapters: string[]; maxLoras?: number; maxCpuLoras?: number; maxLoraRank?: number; maxLoraBytes?: number; maxLoraLoads?: number; roots?: string[] };
   /** Speculative decoding (`--speculative`, docs/speculative.md); undefined = off. */
   speculative?: SpeculativeOptions;
 }

@@ -25,11 +25,11 @@ import type { ModelCard } from '../../proto/wire.js';
 import { GENERATE_ENDPOINT, KV_EVENTS_ENDPOINT, LORA_ADMIN_ENDPOINT } from '../../proto/wire.js';
 import { modelKey } from '../../runtime/index.js';
 import type { DistributedRuntime } from '../../runtime/index.js';
-import type { Logger } from '../../runtime/logging.js';
+import type { Logger } from '../../runtime/index.js';
 import { EngineLoop } from '../engine-loop/index.js';
 import { isDeviceKvSetup, kvCardFields, type KvImportService, type KvTransferSetup, type PinnedBlocks } from '../disagg/index.js';
 import type { NativeEngine } from '../engines/native/index.js';
-import { readModelConfig, type ModelConfig } from '../models/index.js';
+import { parameterCounts, readModelConfig, type ModelConfig } from '../models/index.js';
 import { DEFAULT_COMPILE_LIMITS, GrammarCache, GrammarCompiler } from '../../grammar/index.js';
 import type { Vocabulary } from '../../grammar/index.js';
 import { cardLoras, loadStartupAdapters, loraAdminHandler, LoraRegistry } from '../lora/index.js';
@@ -163,8 +163,14 @@ export async function startWorker(runtime: DistributedRuntime, options: WorkerOp
   const cardPublisher = new ModelCardPublisher(runtime, modelKey(options.namespace, modelName, runtime.instanceId), log);
   const loras = new LoraRegistry(engine, {
     onChange: () => cardPublisher.lorasChanged(),
+    log,
+    // Every adapter is checked against the model's shapes before its tensor bytes are read.
+    dims: { hiddenSize: config.hiddenSize, intermediateSize: config.intermediateSize, numLayers: config.numLayers, numHeads: config.numAttentionHeads, numKvHeads: config.numKvHeads, headDim: config.headDim },
     ...(options.lora?.maxCpuLoras !== undefined ? { maxCpuLoras: options.lora.maxCpuLoras } : {}),
     ...(options.lora?.maxLoraRank !== undefined ? { maxLoraRank: options.lora.maxLoraRank } : {}),
+    ...(options.lora?.maxLoraBytes !== undefined ? { maxLoraBytes: options.lora.maxLoraBytes } : {}),
+    ...(options.lora?.maxLoraLoads !== undefined ? { maxLoraLoads: options.lora.maxLoraLoads } : {}),
+    ...(options.lora?.roots !== undefined ? { roots: options.lora.roots } : {}),
   });
   await loadStartupAdapters(loras, options.lora?.adapters ?? []);
   const disaggCtx = kv !== undefined ? { runtime, options, kv, modelName, log } : undefined;
@@ -172,7 +178,7 @@ export async function startWorker(runtime: DistributedRuntime, options: WorkerOp
 
   // 4. the loop
   const sinks = new WorkerLoopSinks({ component, metrics, modelName, log, loadMetricsIntervalMs: options.loadMetricsIntervalMs });
-  const speculative = await speculatorConfig(options);
+  const speculative = await speculatorConfig(options, config);
   const loop = new EngineLoop({
     engine: loopEngine,
     loras,
@@ -225,9 +231,14 @@ export async function startWorker(runtime: DistributedRuntime, options: WorkerOp
     instanceId: runtime.instanceId,
     kvBytesPerToken: engine.info.kvBytesPerToken,
     eosTokenIds: config.eosTokenIds,
+    architecture: config.architecture,
+    parameters: parameterCounts(config),
     ...(kv !== undefined ? { ucxWorkerAddress: kv.agent.workerAddress } : {}),
     ...(kv !== undefined ? kvCardFields(kv) : {}),
     ...((layers !== undefined && options.mode === 'prefill') || prefetcher !== undefined ? { kvLayerStreaming: true } : {}),
+    ...(options.workerName !== undefined ? { workerName: options.workerName } : {}),
+    // The router sends adapter requests and loads only to workers whose engine runs adapters.
+    supportsLora: engine.info.supportsLora ?? engine.loadLora !== undefined,
   };
   await cardPublisher.publish(card, loras);
   const loraServed = await component.endpoint(LORA_ADMIN_ENDPOINT).serve(loraAdminHandler({ registry: loras, publishCard: () => cardPublisher.put(), log }));

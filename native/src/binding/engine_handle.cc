@@ -64,6 +64,7 @@ Napi::Value EngineHandle::info(const Napi::CallbackInfo& info) {
   o.Set("kvPoolExternal", Napi::Boolean::New(env, engine->kv_pool_external()));
   o.Set("backend", engine->backend_name());
   o.Set("device", engine->backend_description());
+  o.Set("supportsLora", Napi::Boolean::New(env, engine->supports_lora()));
   o.Set("kvPoolOnHost", Napi::Boolean::New(env, engine->kv_pool_on_host()));
   o.Set("kvDtype", kv.elem_bytes == 2 ? "bf16" : "f32");
   o.Set("threads", Napi::Number::New(env, engine->num_threads()));

@@ -37,6 +37,10 @@ void validate_weights(const ModelConfig& c, const SafetensorsStore& w) {
       w.require(layer_tensor(l, "self_attn.q_norm.weight"), {c.head_dim});
       w.require(layer_tensor(l, "self_attn.k_norm.weight"), {c.head_dim});
     }
+    if (c.moe.is_moe_layer(l)) {
+      (void)MoeLayerTensors(c, w, l);  // the router, every expert (per-expert or fused layout), any shared expert
+      continue;
+    }
     w.require(layer_tensor(l, "mlp.gate_proj.weight"), {c.intermediate_size, h});
     w.require(layer_tensor(l, "mlp.up_proj.weight"), {c.intermediate_size, h});
     w.require(layer_tensor(l, "mlp.down_proj.weight"), {h, c.intermediate_size});

@@ -59,6 +59,10 @@ void l2_normalize(float* v, int64_t n) {
 EmbedOutput Engine::embed(const EmbedInput& in) {
   std::lock_guard<std::mutex> lock(step_mu_);
   auto bad = [](const std::string& what) { throw NativeError(ErrorCode::kInvalidArgument, "embed: " + what); };
+  if (config_.moe.enabled()) {
+    throw NativeError(ErrorCode::kUnavailable,
+                      "embed: embeddings from a mixture-of-experts model (" + config_.architecture + ") are not supported");
+  }
   const KvLayout& kv = backend_->kv_layout();
   const int64_t hidden = config_.hidden_size;
   int64_t total = 0;

@@ -49,9 +49,9 @@ struct LoraAdapter {
 
 /**
  * Reads `adapter_model.safetensors` (any *.safetensors in spec.dir) and checks every factor's
- * presence and shape against the model. Tensor names are PEFT's:
+ * presence and shape against the model before converting any of them. Tensor names are PEFT's:
  * `base_model.model.model.layers.{l}.{self_attn|mlp}.{q_proj..down_proj}.lora_{A|B}.weight`.
- * Missing -> not_found, wrong shape -> config_invalid, both naming the tensor.
+ * Missing -> not_found, wrong shape or a file that is not a regular one -> config_invalid.
  */
 std::shared_ptr<const LoraAdapter> load_lora_adapter(const LoraSpec& spec, const ModelConfig& config);
 

@@ -1,5 +1,6 @@
 // ModelConfig: the validated subset of a Hugging Face config.json this runner supports
-// (LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM). Anything we
+// (LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, and the mixtures of
+// experts MixtralForCausalLM, Qwen2MoeForCausalLM, Qwen3MoeForCausalLM: moe_config.h). Anything we
 // cannot compute faithfully is refused at load with an error naming the config field.
 #pragma once
 
@@ -7,18 +8,27 @@
 #include <string>
 #include <vector>
 
+#include "moe_config.h"
+
 namespace tandem {
 
 class Json;
 
-enum class Arch { kLlama, kMistral, kQwen2, kQwen3 };
+enum class Arch { kLlama, kMistral, kQwen2, kQwen3, kMixtral, kQwen2Moe, kQwen3Moe };
 
 struct RopeScaling {
-  bool llama3 = false;  // false: plain RoPE
+  bool llama3 = false;  // false: plain RoPE (or YaRN below)
+  bool yarn = false;    // rope_type "yarn": blended frequencies and a cos/sin scale (rope_attention_scale)
   double factor = 1.0;
   double low_freq_factor = 1.0;
   double high_freq_factor = 4.0;
   double original_max_position_embeddings = 8192;
+  // YaRN (transformers' _compute_yarn_parameters): the correction range between beta_fast and
+  // beta_slow rotations, and the attention factor (given, or from factor / mscale / mscale_all_dim).
+  double beta_fast = 32.0;
+  double beta_slow = 1.0;
+  double attention_factor = 1.0;
+  bool truncate = true;
 };
 
 struct ModelConfig {
@@ -39,6 +49,7 @@ struct ModelConfig {
   bool o_bias = false;       // Llama/Qwen3 attention_bias biases o_proj too
   bool qk_norm = false;      // Qwen3 per-head RMSNorm on q and k
   RopeScaling rope_scaling;
+  MoeConfig moe;  // num_experts 0: every MLP is dense
   std::vector<int64_t> eos_token_ids;
 
   int64_t q_dim() const { return num_heads * head_dim; }
@@ -50,7 +61,10 @@ struct ModelConfig {
   static ModelConfig load(const std::string& model_dir);
 };
 
-/** Per-pair RoPE inverse frequencies (head_dim / 2), llama3 scaling applied, as HF computes them in f32. */
+/** Per-pair RoPE inverse frequencies (head_dim / 2), llama3 or YaRN scaling applied, as HF computes them in f32. */
 std::vector<float> rope_inv_freq(const ModelConfig& config);
+
+/** What cos and sin are multiplied by (YaRN's attention factor; 1 otherwise), as HF's attention_scaling. */
+float rope_attention_scale(const ModelConfig& config);
 
 }  // namespace tandem

@@ -17,12 +17,19 @@ namespace tandem {
 class MappedFile {
  public:
   explicit MappedFile(const std::string& path) : path_(path) {
-    int fd = ::open(path.c_str(), O_RDONLY);
+    // O_NONBLOCK: opening a FIFO with no writer returns at once instead of hanging the thread.
+    int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
     if (fd < 0) throw NativeError(ErrorCode::kNotFound, path + ": cannot open");
     struct stat st {};
     if (::fstat(fd, &st) != 0) {
       ::close(fd);
       throw NativeError(ErrorCode::kNotFound, path + ": cannot stat");
+    }
+    // Only a regular file has a size to check offsets against (a symlink to /dev/zero, a FIFO,
+    // a directory named *.safetensors: refused before anything is mapped or read).
+    if (!S_ISREG(st.st_mode)) {
+      ::close(fd);
+      throw NativeError(ErrorCode::kConfigInvalid, path + ": not a regular file");
     }
     size_ = static_cast<size_t>(st.st_size);
     if (size_ > 0) {
@@ -85,6 +92,16 @@ std::unique_ptr<SafetensorsStore> SafetensorsStore::open_dir(const std::string& 
   return store;
 }
 
+std::unique_ptr<SafetensorsStore> SafetensorsStore::from_views(std::vector<TensorView> views) {
+  std::unique_ptr<SafetensorsStore> store(new SafetensorsStore());
+  store->dir_ = "(memory)";
+  for (TensorView& v : views) {
+    std::string name = v.name;
+    store->tensors_[name] = std::move(v);
+  }
+  return store;
+}
+
 SafetensorsStore::~SafetensorsStore() = default;
 
 void SafetensorsStore::add_file(const std::string& path) {
@@ -96,6 +113,8 @@ void SafetensorsStore::add_file(const std::string& path) {
   uint64_t header_len = 0;
   std::memcpy(&header_len, file->data(), 8);  // little-endian on every host we build for
   if (header_len > file->size() - 8) bad("header length past end of file");
+  // The header is copied and parsed: a corrupt length must not cost gigabytes first.
+  if (header_len > kMaxSafetensorsHeaderBytes) bad("header length " + std::to_string(header_len) + " over the limit");
   std::string header(reinterpret_cast<const char*>(file->data()) + 8, header_len);
   Json root = Json::parse(header, path);
   if (!root.is_object()) bad("header is not an object");

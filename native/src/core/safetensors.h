@@ -1,6 +1,7 @@
 // Safetensors reader: every *.safetensors file of a model directory is mmapped read-only and
 // its header indexed, so a backend converts tensors straight from the page cache with no
-// intermediate copy. Offsets and sizes are checked against the file before any read.
+// intermediate copy. Only regular files are opened (without blocking); the header length is
+// bounded, and offsets and sizes are checked against the file before any read.
 #pragma once
 
 #include <cstddef>
@@ -13,6 +14,9 @@
 namespace tandem {
 
 enum class DType { kF32, kF16, kBF16 };
+
+/** Header lengths beyond this are refused (as workers/models/safetensors.ts does). */
+constexpr uint64_t kMaxSafetensorsHeaderBytes = 100ull * 1024 * 1024;
 
 struct TensorView {
   std::string name;
@@ -29,6 +33,11 @@ class SafetensorsStore {
  public:
   /** Maps every *.safetensors in model_dir. none found -> NativeError(not_found). */
   static std::unique_ptr<SafetensorsStore> open_dir(const std::string& model_dir);
+  /**
+   * Tensors already in memory (benchmarks of shapes too large to write to disk); each view's
+   * data must outlive the store. Several views may alias the same bytes.
+   */
+  static std::unique_ptr<SafetensorsStore> from_views(std::vector<TensorView> views);
   ~SafetensorsStore();
 
   const TensorView* find(const std::string& name) const;

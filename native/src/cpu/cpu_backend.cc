@@ -47,7 +47,7 @@ int64_t pick_num_blocks(const BackendOptions& o, const KvLayout& layout) {
 
 CpuBackend::CpuBackend(const ModelConfig& config, const SafetensorsStore& weights,
                        const BackendOptions& options, ThreadPool& pool)
-    : config_(config), pool_(pool), inv_freq_(rope_inv_freq(config)) {
+    : config_(config), pool_(pool), inv_freq_(rope_inv_freq(config)), rope_scale_(rope_attention_scale(config)) {
   layout_.block_size = options.block_size;
   layout_.num_layers = config.num_layers;
   layout_.num_kv_heads = config.num_kv_heads;
@@ -99,6 +99,10 @@ void CpuBackend::kv_write_blocks(const int32_t* ids, int32_t n, const void* src,
 
 void CpuBackend::set_lora(int32_t slot, std::shared_ptr<const LoraAdapter> adapter) {
   if (slot < 0) throw NativeError(ErrorCode::kInvalidArgument, "lora slot must be >= 0");
+  if (adapter != nullptr && config_.moe.enabled()) {
+    throw NativeError(ErrorCode::kUnavailable, "LoRA adapters on a mixture-of-experts model (" + config_.architecture +
+                                                   ") are not supported: adapters on experts are out of scope");
+  }
   if (static_cast<size_t>(slot) >= loras_.size()) loras_.resize(static_cast<size_t>(slot) + 1);
   loras_[static_cast<size_t>(slot)] = std::move(adapter);
 }
@@ -154,6 +158,10 @@ void CpuBackend::load_weights(const SafetensorsStore& w) {
     if (c.qk_norm) {
       L.q_norm = to_f32(w, layer_tensor(l, "self_attn.q_norm.weight"), {c.head_dim});
       L.k_norm = to_f32(w, layer_tensor(l, "self_attn.k_norm.weight"), {c.head_dim});
+    }
+    if (c.moe.is_moe_layer(l)) {
+      L.moe = std::make_unique<cpu::MoeLayerWeights>(cpu::MoeLayerWeights::load(c, w, l));
+      continue;
     }
     L.wgate_up = cpu::WeightMatrix::load(w, {{layer_tensor(l, "mlp.gate_proj.weight"), {c.intermediate_size, h}},
                                              {layer_tensor(l, "mlp.up_proj.weight"), {c.intermediate_size, h}}});
@@ -233,8 +241,8 @@ void CpuBackend::forward(const ForwardBatch& batch) {
     const float pos = static_cast<float>(token_pos_[static_cast<size_t>(i)]);
     for (int64_t j = 0; j < half; ++j) {
       float angle = pos * inv_freq_[static_cast<size_t>(j)];
-      rope_cos_[static_cast<size_t>(i * half + j)] = std::cos(angle);
-      rope_sin_[static_cast<size_t>(i * half + j)] = std::sin(angle);
+      rope_cos_[static_cast<size_t>(i * half + j)] = std::cos(angle) * rope_scale_;
+      rope_sin_[static_cast<size_t>(i * half + j)] = std::sin(angle) * rope_scale_;
     }
   }
 
@@ -278,6 +286,11 @@ void CpuBackend::forward(const ForwardBatch& batch) {
         cpu::rmsnorm(xr, L.post_norm.data(), hd, eps, xn_.data() + i * hd);
       }
     });
+    if (L.moe != nullptr) {
+      moe_block_.run(pool_, c, *L.moe, xn_.data(), t, proj_.data());
+      for (int64_t i = 0; i < t * hd; ++i) x_[static_cast<size_t>(i)] += proj_[static_cast<size_t>(i)];
+      continue;
+    }
     cpu::matmul_nt(pool_, xn_.data(), t, L.wgate_up, nullptr, gate_up_.data());
     apply_lora(l, LoraTarget::kGate, xn_.data(), hd, gate_up_.data(), 2 * inter, 0);
     apply_lora(l, LoraTarget::kUp, xn_.data(), hd, gate_up_.data(), 2 * inter, inter);

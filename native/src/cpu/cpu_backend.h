@@ -10,6 +10,7 @@
 #include "../core/backend.h"
 #include "kernels.h"
 #include "lora_sgmv.h"
+#include "moe.h"
 #include "weight_matrix.h"
 
 namespace tandem {
@@ -43,6 +44,7 @@ class CpuBackend final : public Backend {
     std::vector<float> q_norm, k_norm;
     cpu::WeightMatrix wgate_up;  // gate rows then up rows: one GEMM per layer
     cpu::WeightMatrix wdown;
+    std::unique_ptr<cpu::MoeLayerWeights> moe;  // a sparse layer's router and experts (then no wgate_up/wdown)
   };
 
   void load_weights(const SafetensorsStore& weights);
@@ -69,6 +71,8 @@ class CpuBackend final : public Backend {
   std::vector<float> x_, xn_, qkv_, attn_, proj_, gate_up_, act_, rope_cos_, rope_sin_, rows_;
   std::vector<int32_t> token_pos_;
   cpu::PagedAttention attention_kernel_;
+  cpu::MoeBlock moe_block_;
+  float rope_scale_ = 1.0f;  // YaRN's attention factor on cos/sin
   std::vector<float> logits_;  // [num_logit_rows][vocab] of the last forward
   std::vector<std::unique_ptr<Sampler>> samplers_;  // one per pool worker
   int64_t progress_[2] = {0, 0};  // layer_progress(): forwards begun, layers written (atomic stores)

@@ -50,6 +50,18 @@ void GpuBackend::check_supported(const ModelConfig& c, const std::string& device
   if (c.intermediate_size % 8 != 0) {
     refuse("intermediate_size " + std::to_string(c.intermediate_size) + " is not a multiple of 8");
   }
+  if (c.moe.enabled()) {
+    if (c.moe.num_experts > gpu::kMoeMaxExperts) {
+      refuse(std::to_string(c.moe.num_experts) + " experts is more than the " + std::to_string(gpu::kMoeMaxExperts) +
+             " the MoE kernels hold (num_experts)");
+    }
+    if (c.hidden_size > gpu::kMoeMaxHidden || c.moe.expert_intermediate > gpu::kMoeMaxHidden) {
+      refuse("MoE layers need hidden_size and the expert width at most " + std::to_string(gpu::kMoeMaxHidden));
+    }
+    if (c.moe.expert_intermediate % 8 != 0 || c.moe.shared_intermediate % 8 != 0) {
+      refuse("the expert width (moe_intermediate_size) and shared_expert_intermediate_size must be multiples of 8");
+    }
+  }
   const int64_t group = c.num_heads / c.num_kv_heads;
   if (gpu::attention_tile_tokens(static_cast<int>(group), static_cast<int>(c.head_dim)) < 1) {
     refuse(std::to_string(group) + " query heads per KV head (num_attention_heads / num_key_value_heads) is more than the " +
@@ -119,6 +131,7 @@ GpuBackend::GpuBackend(const ModelConfig& config, const SafetensorsStore& weight
     size_kv_pool(options);
     allocate_kv_staging();
     kv_copy_ = simt ? gpu::make_simt_kv_copy() : gpu::make_cuda_kv_copy();
+    if (c.moe.enabled()) moe_kernels_ = simt ? gpu::make_simt_moe_kernels() : gpu::make_cuda_moe_kernels();
     progress_ = static_cast<int64_t*>(device_->alloc_pinned(2 * sizeof(int64_t)));
     progress_[0] = progress_[1] = 0;
   } catch (...) {
@@ -187,6 +200,7 @@ void GpuBackend::free_activations() {
                   act_.gemm_workspace};
   for (void* p : bufs) device_->free(p);
   act_ = Activations{};
+  free_moe_activations();
 }
 
 void GpuBackend::ensure_activations(int64_t tokens, int64_t rows, int64_t decode) {
@@ -212,6 +226,7 @@ void GpuBackend::ensure_activations(int64_t tokens, int64_t rows, int64_t decode
   act_.partial = f32(d * max_splits_ * c.num_heads * gpu::attention_partial_floats(static_cast<int>(c.head_dim)));
   act_.gemm_workspace_floats = gpu::kGemmWorkspaceFloats;
   act_.gemm_workspace = f32(gpu::kGemmWorkspaceFloats);
+  if (c.moe.enabled()) alloc_moe_activations(t);
 }
 
 void GpuBackend::ensure_image(int64_t elements) {
@@ -248,6 +263,7 @@ std::string GpuBackend::description() const {
   s += "; GEMM: ";
   s += cublaslt_ ? "cuBLASLt " + std::to_string(cublaslt_->version()) + " (" + cublaslt_->path() + ")" : cublaslt_note_;
   s += graphs_enabled_ ? "; decode graphs up to batch " + std::to_string(max_graph_batch_) : "; no graphs (eager)";
+  if (config_.moe.enabled()) s += "; " + moe_description();
   return s;
 }
 
@@ -385,6 +401,7 @@ void GpuBackend::run_forward(const gpu::StepPlan& plan) {
   rope.positions = img + L.positions;
   rope.slots = img + L.slots;
   rope.inv_freq = inv_freq_;
+  rope.rope_scale = rope_attention_scale(c);
   rope.num_heads = static_cast<int>(c.num_heads);
   rope.num_kv_heads = static_cast<int>(c.num_kv_heads);
   rope.head_dim = static_cast<int>(c.head_dim);
@@ -452,6 +469,10 @@ void GpuBackend::run_forward(const gpu::StepPlan& plan) {
     gemm(g);
     norm.weight = W.post_norm;
     kernels_->rmsnorm(norm, stream);
+    if (W.moe_router != nullptr) {
+      run_moe(W, t, stream);
+      continue;
+    }
     g.n = static_cast<int>(2 * inter);
     g.k = static_cast<int>(h);
     g.a = act_.xn;

@@ -28,6 +28,7 @@
 #include "device.h"
 #include "kernel_api.h"
 #include "kv_copy.h"
+#include "moe_api.h"
 #include "sample_inputs.h"
 #include "step_plan.h"
 
@@ -82,6 +83,31 @@ class GpuBackend final : public Backend {
     float* k_norm = nullptr;
     gpu::bf16_bits* wgate_up = nullptr;
     gpu::bf16_bits* wdown = nullptr;
+    // A sparse layer (gpu_backend_moe.cc): router [E][H], experts' gate/up [E][2I][H] (gate rows
+    // then up rows) and down [E][H][I]; Qwen2-MoE's shared expert and its gate. Null when dense.
+    gpu::bf16_bits* moe_router = nullptr;
+    gpu::bf16_bits* moe_gate_up = nullptr;
+    gpu::bf16_bits* moe_down = nullptr;
+    gpu::bf16_bits* shared_gate_up = nullptr;
+    gpu::bf16_bits* shared_down = nullptr;
+    gpu::bf16_bits* shared_gate = nullptr;
+  };
+  /** MoE scratch for up to `tokens` tokens at a time (gpu_backend_moe.cc); larger steps run in chunks. */
+  struct MoeActivations {
+    int64_t tokens = 0, slots = 0;
+    int32_t* ids = nullptr;
+    float* weights = nullptr;
+    float* logits = nullptr;
+    int32_t* counts = nullptr;
+    int32_t* padded_offsets = nullptr;
+    int32_t* sorted = nullptr;
+    int32_t* position = nullptr;
+    int32_t* active = nullptr;
+    gpu::bf16_bits* act = nullptr;
+    float* y = nullptr;
+    gpu::bf16_bits* shared_gate_up = nullptr;
+    gpu::bf16_bits* shared_act = nullptr;
+    float* shared_out = nullptr;
   };
   /** Device buffers sized for a number of tokens and logit rows; reallocated to grow. */
   struct Activations {
@@ -116,6 +142,18 @@ class GpuBackend final : public Backend {
   /** Sampling buffers for `rows` rows, `in_bytes` of packed inputs, `out_bytes` of results (gpu_backend_sample.cc). */
   void ensure_sample_buffers(int64_t rows, size_t in_bytes, size_t out_bytes);
   void run_forward(const gpu::StepPlan& plan);
+  // Mixture of experts (gpu_backend_moe.cc).
+  void upload_moe_layer(const SafetensorsStore& w, int64_t layer, ThreadPool& pool);
+  void alloc_moe_activations(int64_t tokens);
+  void free_moe_activations();
+  /** The MoE MLP of rows [0, t) of act_.xn, added into act_.x. */
+  void run_moe(const Layer& W, int64_t t, void* stream);
+  /** The grouped GEMMs' columns per CTA for a step of `tokens` (chosen per shape, kept in moe_tiles_). */
+  int moe_cols_per_cta(int64_t tokens, int64_t n_out);
+  /** "MoE: ..." for description(): the grouped GEMMs' tiles chosen so far, per (tokens, columns). */
+  std::string moe_description() const;
+  /** Parts stacked by rows into one bf16 device matrix (staged through pinned buffers). */
+  gpu::bf16_bits* upload_bf16_views(const std::vector<const TensorView*>& parts, ThreadPool& pool);
   void gemm(const gpu::GemmArgs& g);
 
   ModelConfig config_;
@@ -146,6 +184,16 @@ class GpuBackend final : public Backend {
   size_t lt_workspace_bytes_ = 0;
 
   Activations act_;
+  MoeActivations moe_act_;
+  std::unique_ptr<gpu::MoeKernelApi> moe_kernels_;
+  std::map<std::pair<int64_t, int64_t>, int> moe_tiles_;  // (tokens, output columns) -> columns per CTA
+  int32_t* moe_hits_ = nullptr;  // [num_layers]: experts the last step's (last chunk of each) sparse layer hit
+
+ public:
+  /** Distinct experts each layer's MoE block ran in the last forward (its last chunk); 0 for dense layers. Benchmarks. */
+  std::vector<int32_t> moe_experts_hit();
+
+ private:
   void* image_ = nullptr;  // the packed step tables on the device
   size_t image_capacity_bytes_ = 0;
   void* image_staging_ = nullptr;  // pinned

@@ -38,9 +38,15 @@ void to_bf16(const TensorView& t, size_t begin, size_t count, gpu::bf16_bits* ou
 gpu::bf16_bits* GpuBackend::upload_bf16(const SafetensorsStore& w,
                                         const std::vector<std::pair<std::string, std::vector<int64_t>>>& parts,
                                         ThreadPool& pool) {
+  std::vector<const TensorView*> views;
+  for (const auto& [name, shape] : parts) views.push_back(&w.require(name, shape));
+  return upload_bf16_views(views, pool);
+}
+
+gpu::bf16_bits* GpuBackend::upload_bf16_views(const std::vector<const TensorView*>& parts, ThreadPool& pool) {
   int64_t rows = 0;
-  const int64_t cols = parts.front().second[1];
-  for (const auto& [name, shape] : parts) rows += shape[0];
+  const int64_t cols = parts.front()->shape.back();
+  for (const TensorView* t : parts) rows += static_cast<int64_t>(t->num_elements()) / cols;
   auto* dst = static_cast<gpu::bf16_bits*>(alloc(static_cast<size_t>(rows * cols) * 2));
   // Two pinned staging buffers: the next chunk converts while the previous one uploads.
   const size_t chunk = std::min<size_t>(kUploadChunkElements, static_cast<size_t>(rows * cols));
@@ -49,8 +55,8 @@ gpu::bf16_bits* GpuBackend::upload_bf16(const SafetensorsStore& w,
   int cur = 0;
   size_t at = 0;
   try {
-    for (const auto& [name, shape] : parts) {
-      const TensorView& t = w.require(name, shape);
+    for (const TensorView* tp : parts) {
+      const TensorView& t = *tp;
       const size_t n = t.num_elements();
       for (size_t begin = 0; begin < n; begin += chunk) {
         const size_t count = std::min(chunk, n - begin);
@@ -136,6 +142,10 @@ void GpuBackend::load_weights(const SafetensorsStore& w, ThreadPool& pool) {
     if (c.qk_norm) {
       L.q_norm = upload_f32(w, {layer_tensor(l, "self_attn.q_norm.weight")}, {c.head_dim});
       L.k_norm = upload_f32(w, {layer_tensor(l, "self_attn.k_norm.weight")}, {c.head_dim});
+    }
+    if (c.moe.is_moe_layer(l)) {  // a sparse layer: router and experts (gpu_backend_moe.cc)
+      upload_moe_layer(w, l, pool);
+      continue;
     }
     L.wgate_up = upload_bf16(w,
                              {{layer_tensor(l, "mlp.gate_proj.weight"), {c.intermediate_size, h}},

@@ -101,6 +101,7 @@ struct QkvRopeArgs {
   const int32_t* positions = nullptr;  // [num_tokens]
   const int32_t* slots = nullptr;      // [num_tokens]
   const float* inv_freq = nullptr;     // [head_dim / 2]
+  float rope_scale = 1.0f;             // cos and sin are multiplied by it (YaRN's attention factor)
   int num_heads = 0;
   int num_kv_heads = 0;
   int head_dim = 0;

@@ -2,7 +2,9 @@
 // with the reason, and `--device cuda` fails with it.
 #include "../core/error.h"
 #include "device.h"
+#include "kernel_api.h"
 #include "kv_copy.h"
+#include "moe_api.h"
 
 namespace tandem::gpu {
 
@@ -25,6 +27,14 @@ std::unique_ptr<Device> make_cuda_device(int ordinal) {
 
 std::unique_ptr<KvCopyApi> make_cuda_kv_copy() {
   throw NativeError(ErrorCode::kUnavailable, std::string("the CUDA KV copy: ") + kReason);
+}
+
+std::unique_ptr<KernelApi> make_cuda_kernels() {
+  throw NativeError(ErrorCode::kUnavailable, std::string("the CUDA kernels: ") + kReason);
+}
+
+std::unique_ptr<MoeKernelApi> make_cuda_moe_kernels() {
+  throw NativeError(ErrorCode::kUnavailable, std::string("the CUDA MoE kernels: ") + kReason);
 }
 
 }  // namespace tandem::gpu

@@ -68,7 +68,7 @@ inline void check_embed_and_rmsnorm(Gpu& g) {
   CHECK(worst <= kBf16Tolerance, "rmsnorm: max relative error %g", worst);
 }
 
-inline void check_qkv_rope(Gpu& g, bool qwen3, bool bias, bool llama3_rope) {
+inline void check_qkv_rope(Gpu& g, bool qwen3, bool bias, bool llama3_rope, bool yarn = false) {
   std::mt19937 rng(qwen3 * 4 + bias * 2 + llama3_rope + 7);
   const int heads = 6, kv_heads = 2, d = 80, half = d / 2, tokens = 5;
   const int q_dim = heads * d, kv_dim = kv_heads * d, width = q_dim + 2 * kv_dim;
@@ -94,7 +94,14 @@ inline void check_qkv_rope(Gpu& g, bool qwen3, bool bias, bool llama3_rope) {
     c.rope_scaling.factor = 8.0;
     c.rope_scaling.original_max_position_embeddings = 64;
   }
+  if (yarn) {  // frequencies in all three YaRN bands, and a cos/sin scale
+    c.rope_scaling.yarn = true;
+    c.rope_scaling.factor = 4.0;
+    c.rope_scaling.original_max_position_embeddings = 64;
+    c.rope_scaling.attention_factor = 1.1386;
+  }
   auto inv_freq = tandem::rope_inv_freq(c);
+  const float rope_scale = tandem::rope_attention_scale(c);
   std::vector<int32_t> positions = {0, 1, 7, 300, 4};
   std::vector<int32_t> slots = {4 * 3 + 0, 4 * 3 + 1, 4 * 0 + 3, -1, 4 * 5 + 2};  // token 3: padding
 
@@ -113,6 +120,7 @@ inline void check_qkv_rope(Gpu& g, bool qwen3, bool bias, bool llama3_rope) {
   a.positions = d_pos.get();
   a.slots = d_slots.get();
   a.inv_freq = d_inv.get();
+  a.rope_scale = rope_scale;
   a.num_heads = heads;
   a.num_kv_heads = kv_heads;
   a.head_dim = d;
@@ -133,8 +141,8 @@ inline void check_qkv_rope(Gpu& g, bool qwen3, bool bias, bool llama3_rope) {
     std::vector<float> cs(half), sn(half);
     for (int j = 0; j < half; ++j) {
       const float angle = static_cast<float>(positions[static_cast<size_t>(t)]) * inv_freq[static_cast<size_t>(j)];
-      cs[static_cast<size_t>(j)] = std::cos(angle);
-      sn[static_cast<size_t>(j)] = std::sin(angle);
+      cs[static_cast<size_t>(j)] = std::cos(angle) * rope_scale;
+      sn[static_cast<size_t>(j)] = std::sin(angle) * rope_scale;
     }
     for (int h = 0; h < heads + kv_heads; ++h) {
       float* head = row.data() + h * d;
@@ -187,8 +195,10 @@ inline void check_silu_mul(Gpu& g) {
 inline void test_elementwise(Gpu& g) {
   check_embed_and_rmsnorm(g);
   for (int v = 0; v < 8; ++v) check_qkv_rope(g, v & 4, v & 2, v & 1);
+  check_qkv_rope(g, true, false, false, true);  // YaRN (Qwen3-style)
+  check_qkv_rope(g, false, true, false, true);
   check_silu_mul(g);
-  std::printf("gpu elementwise: embed, rmsnorm, 8 qkv_rope variants, silu_mul checked on %s\n", g.name.c_str());
+  std::printf("gpu elementwise: embed, rmsnorm, 10 qkv_rope variants (2 YaRN), silu_mul checked on %s\n", g.name.c_str());
 }
 
 }  // namespace tandem_test::gpu

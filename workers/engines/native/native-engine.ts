@@ -146,6 +146,8 @@ export class NativeEngine implements Engine {
       kvBytesPerToken: this.model.kvBytesPerToken,
       numBlocks: this.model.numBlocks,
       blockSize: this.model.blockSize,
+      // An addon built before the field: the CPU backend is the one with LoRA kernels.
+      supportsLora: this.model.supportsLora ?? this.model.backend === 'cpu',
     };
   }
 

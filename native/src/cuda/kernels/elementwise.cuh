@@ -89,7 +89,7 @@ TD_GLOBAL void qkv_rope_kernel(QkvRopeArgs a) {
         const int i = static_cast<int>(lane) + 32 * p;
         if (i < half) {
           const float angle = static_cast<float>(pos) * a.inv_freq[i];
-          const float c = cosf(angle), s = sinf(angle);
+          const float c = cosf(angle) * a.rope_scale, s = sinf(angle) * a.rope_scale;
           const float r1 = x1[p] * c - x2[p] * s;
           const float r2 = x2[p] * c + x1[p] * s;
           x1[p] = r1;

@@ -1,0 +1,219 @@
+// GpuBackend's mixture-of-experts layers (moe_api.h): the experts' weights on the device, the
+// MoE scratch, and one sparse MLP of a step:
+//   route (fused router) -> group -> gate/up grouped GEMM (SiLU x up) -> down grouped GEMM
+//   (x routing weight) -> [Qwen2-MoE: shared expert through the dense GEMMs] -> combine into x.
+// Steps longer than kMoeChunkTokens run it chunk by chunk, so the scratch stays bounded
+// (a 2k-token prefill of a top-8 model would otherwise need 16k slots of hidden floats).
+#include <algorithm>
+#include <string>
+
+#include "../core/error.h"
+#include "../core/safetensors.h"
+#include "gpu_backend.h"
+
+namespace tandem {
+namespace {
+
+constexpr int64_t kMoeChunkTokens = 1024;
+
+}  // namespace
+
+void GpuBackend::upload_moe_layer(const SafetensorsStore& w, int64_t l, ThreadPool& pool) {
+  const ModelConfig& c = config_;
+  const MoeLayerTensors t(c, w, l);
+  Layer& L = layers_[static_cast<size_t>(l)];
+  if (moe_hits_ == nullptr) {
+    moe_hits_ = static_cast<int32_t*>(alloc(static_cast<size_t>(c.num_layers) * 4));
+    device_->fill(moe_hits_, 0, static_cast<size_t>(c.num_layers) * 4);
+  }
+  L.moe_router = upload_bf16_views({&t.router()}, pool);
+  std::vector<const TensorView*> gate_up, down;
+  for (int64_t e = 0; e < c.moe.num_experts; ++e) {
+    const ExpertViews x = t.expert(e);
+    gate_up.push_back(x.gate);
+    gate_up.push_back(x.up);
+    down.push_back(x.down);
+  }
+  L.moe_gate_up = upload_bf16_views(gate_up, pool);  // [E][gate I rows, up I rows][H]
+  L.moe_down = upload_bf16_views(down, pool);        // [E][H][I]
+  if (t.shared_gate() != nullptr) {
+    L.shared_gate_up = upload_bf16_views({t.shared().gate, t.shared().up}, pool);
+    L.shared_down = upload_bf16_views({t.shared().down}, pool);
+    L.shared_gate = upload_bf16_views({t.shared_gate()}, pool);
+  }
+}
+
+std::vector<int32_t> GpuBackend::moe_experts_hit() {
+  std::vector<int32_t> out(static_cast<size_t>(config_.num_layers), 0);
+  if (moe_hits_ == nullptr) return out;
+  device_->download(out.data(), moe_hits_, out.size() * 4);
+  device_->synchronize();
+  return out;
+}
+
+void GpuBackend::alloc_moe_activations(int64_t tokens) {
+  const ModelConfig& c = config_;
+  const MoeConfig& m = c.moe;
+  const int64_t t = std::min(tokens, kMoeChunkTokens), n = t * m.top_k, slots = gpu::moe_max_slots(n, m.num_experts);
+  auto i32 = [&](int64_t k) { return static_cast<int32_t*>(device_->alloc(static_cast<size_t>(k) * 4)); };
+  auto f32 = [&](int64_t k) { return static_cast<float*>(device_->alloc(static_cast<size_t>(k) * 4)); };
+  auto bf16 = [&](int64_t k) { return static_cast<gpu::bf16_bits*>(device_->alloc(static_cast<size_t>(k) * 2)); };
+  MoeActivations& a = moe_act_;
+  a.tokens = t;
+  a.slots = slots;
+  a.ids = i32(n);
+  a.weights = f32(n);
+  a.logits = f32(t * m.num_experts);
+  a.counts = i32(m.num_experts);
+  a.padded_offsets = i32(m.num_experts + 1);
+  a.sorted = i32(slots);
+  a.position = i32(n);
+  a.active = i32(m.num_experts + 1);
+  a.act = bf16(slots * m.expert_intermediate);
+  a.y = f32(slots * c.hidden_size);
+  if (m.shared_intermediate > 0) {
+    a.shared_gate_up = bf16(t * 2 * m.shared_intermediate);
+    a.shared_act = bf16(t * m.shared_intermediate);
+    a.shared_out = f32(t * c.hidden_size);
+  }
+}
+
+void GpuBackend::free_moe_activations() {
+  MoeActivations& a = moe_act_;
+  void* bufs[] = {a.ids, a.weights, a.logits, a.counts, a.padded_offsets, a.sorted, a.position, a.active, a.act, a.y,
+                  a.shared_gate_up, a.shared_act, a.shared_out};
+  for (void* p : bufs) device_->free(p);
+  a = MoeActivations{};
+}
+
+// Enough CTAs to cover the GPU about four times over: the tiles of a step (an upper bound:
+// every entry plus a partial tile per expert hit) times the column blocks. Columns come in
+// multiples of the 8 warps of a CTA. A decode step of few tokens gets narrow column blocks
+// (many CTAs per expert's weights), a prefill wide ones.
+int GpuBackend::moe_cols_per_cta(int64_t tokens, int64_t n_out) {
+  const auto key = std::make_pair(tokens, n_out);
+  if (auto it = moe_tiles_.find(key); it != moe_tiles_.end()) return it->second;
+  const MoeConfig& m = config_.moe;
+  const int64_t tiles = gpu::moe_max_slots(tokens * m.top_k, m.num_experts) / gpu::kMoeTileRows;
+  const int64_t want_ctas = 4 * std::max<int64_t>(1, device_->info().sm_count);
+  int64_t cols = (tiles * n_out + want_ctas - 1) / want_ctas;
+  cols = std::min<int64_t>(std::max<int64_t>((cols + 7) / 8 * 8, 8), 512);
+  moe_tiles_[key] = static_cast<int>(cols);
+  return static_cast<int>(cols);
+}
+
+std::string GpuBackend::moe_description() const {
+  const MoeConfig& m = config_.moe;
+  std::string s = "MoE " + std::to_string(m.num_experts) + " experts, top-" + std::to_string(m.top_k) +
+                  ", grouped GEMM tiles " + std::to_string(gpu::kMoeTileRows) + " rows x columns per CTA chosen per shape:";
+  if (moe_tiles_.empty()) s += " (none yet)";
+  for (const auto& [key, cols] : moe_tiles_) {
+    s += " " + std::to_string(key.first) + " tok/" + std::to_string(key.second) + " cols->" + std::to_string(cols);
+  }
+  return s;
+}
+
+void GpuBackend::run_moe(const Layer& W, int64_t t, void* stream) {
+  const ModelConfig& c = config_;
+  const MoeConfig& m = c.moe;
+  const int64_t h = c.hidden_size;
+  MoeActivations& a = moe_act_;
+  for (int64_t t0 = 0; t0 < t; t0 += a.tokens) {
+    const int64_t cnt = std::min(a.tokens, t - t0);
+    const int64_t n = cnt * m.top_k;
+    const gpu::bf16_bits* xn = act_.xn + t0 * h;
+    float* x = act_.x + t0 * h;
+
+    gpu::MoeRouteArgs r;
+    r.xn = xn;
+    r.router = W.moe_router;
+    r.num_tokens = static_cast<int>(cnt);
+    r.hidden = static_cast<int>(h);
+    r.num_experts = static_cast<int>(m.num_experts);
+    r.top_k = static_cast<int>(m.top_k);
+    r.renormalize = m.norm_topk_prob;
+    r.ids = a.ids;
+    r.weights = a.weights;
+    r.logits = a.logits;
+    moe_kernels_->route(r, stream);
+
+    gpu::MoeGroupArgs gr;
+    gr.ids = a.ids;
+    gr.num_entries = static_cast<int>(n);
+    gr.num_experts = static_cast<int>(m.num_experts);
+    gr.counts = a.counts;
+    gr.padded_offsets = a.padded_offsets;
+    gr.sorted = a.sorted;
+    gr.position = a.position;
+    gr.active = a.active;
+    gr.hits_out = moe_hits_ + (&W - layers_.data());
+    moe_kernels_->group(gr, stream);
+
+    gpu::MoeGemmArgs g;
+    g.padded_offsets = a.padded_offsets;
+    g.sorted = a.sorted;
+    g.num_experts = static_cast<int>(m.num_experts);
+    g.top_k = static_cast<int>(m.top_k);
+    g.max_slots = static_cast<int>(gpu::moe_max_slots(n, m.num_experts));
+    g.hidden = static_cast<int>(h);
+    g.inter = static_cast<int>(m.expert_intermediate);
+    g.a = xn;
+    g.w = W.moe_gate_up;
+    g.act = a.act;
+    g.cols_per_cta = moe_cols_per_cta(cnt, m.expert_intermediate);
+    moe_kernels_->gate_up(g, stream);
+    g.a = a.act;
+    g.w = W.moe_down;
+    g.weights = a.weights;
+    g.y = a.y;
+    g.cols_per_cta = moe_cols_per_cta(cnt, h);
+    moe_kernels_->down(g, stream);
+
+    if (W.shared_gate != nullptr) {  // the shared expert: a dense SwiGLU MLP over every token
+      const int64_t s = m.shared_intermediate;
+      gpu::GemmArgs d;
+      d.m = static_cast<int>(cnt);
+      d.n = static_cast<int>(2 * s);
+      d.k = static_cast<int>(h);
+      d.a = xn;
+      d.lda = h;
+      d.w = W.shared_gate_up;
+      d.ldw = h;
+      d.c = a.shared_gate_up;
+      d.ldc = 2 * s;
+      d.out = gpu::GemmOut::kBf16;
+      gemm(d);
+      gpu::SiluMulArgs sm;
+      sm.gate_up = a.shared_gate_up;
+      sm.num_tokens = static_cast<int>(cnt);
+      sm.inter = static_cast<int>(s);
+      sm.out = a.shared_act;
+      kernels_->silu_mul(sm, stream);
+      d.n = static_cast<int>(h);
+      d.k = static_cast<int>(s);
+      d.a = a.shared_act;
+      d.lda = s;
+      d.w = W.shared_down;
+      d.ldw = s;
+      d.c = a.shared_out;
+      d.ldc = h;
+      d.out = gpu::GemmOut::kF32;
+      gemm(d);
+    }
+
+    gpu::MoeCombineArgs cb;
+    cb.ids = a.ids;
+    cb.position = a.position;
+    cb.y = a.y;
+    cb.num_tokens = static_cast<int>(cnt);
+    cb.top_k = static_cast<int>(m.top_k);
+    cb.hidden = static_cast<int>(h);
+    cb.xn = xn;
+    cb.shared_gate = W.shared_gate;
+    cb.shared = a.shared_out;
+    cb.x = x;
+    moe_kernels_->combine(cb, stream);
+  }
+}
+
+}  // namespace tandem

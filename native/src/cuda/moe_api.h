@@ -1,0 +1,114 @@
+// MoeKernelApi: the GPU backend's mixture-of-experts kernels (kernels/moe_*.cuh), compiled for
+// both targets in their own units (moe_cuda.cu, moe_simt.cc) so that changing them does not
+// recompile the forward's kernels. One sparse layer on the device:
+//
+//   route    one CTA per token: router logits (xn . Wr, f32 accumulate), softmax, top-k
+//            (torch.topk's order; ties go through the same algorithm the CPU backend calls),
+//            renormalized when asked -> ids [t][k], weights [t][k]
+//   permute  one CTA: counts per expert, padded offsets (each expert's run rounded up to the
+//            tile's rows), every entry's slot (sorted[], position[]), the list of experts hit
+//   gate/up  grouped GEMM over tiles of one expert's rows: A rows gathered from xn by token,
+//            gate and up of the same columns in one CTA, SiLU(gate) x up stored bf16
+//   down     grouped GEMM of those rows, the routing weight applied in the epilogue -> y [slot][h]
+//   combine  one CTA per token: x[t] += sum over its experts in ascending id of y, plus
+//            sigmoid(xn . w_shared_gate) x shared[t] (Qwen2-MoE)
+//
+// Only the tiles of experts that received rows exist, so a decode step reads only the chosen
+// experts' weights. Every array is sized for the step's (padded) token count at capture, and
+// the grids are upper bounds whose extra CTAs return at once: a decode graph replays any routing.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+
+#include "bf16.h"
+
+namespace tandem::gpu {
+
+/** Rows of one grouped-GEMM tile (an expert's run is padded to a multiple of it). */
+inline constexpr int kMoeTileRows = 8;
+/** Largest expert count the route and permute kernels hold (one thread per expert). */
+inline constexpr int kMoeMaxExperts = 1024;
+/** Largest top-k (core/moe_config.h kMaxTopK), plus one: the route kernel looks one past k for ties. */
+inline constexpr int kMaxMoeTopKPlus1 = 65;
+/** Largest hidden size: a tile's rows are staged whole in shared memory. */
+inline constexpr int kMoeMaxHidden = 8192;
+
+/** Slots a step's grouping may use: every entry plus one partial tile per expert it can hit. */
+inline int64_t moe_max_slots(int64_t entries, int64_t num_experts) {
+  const int64_t hit = entries < num_experts ? entries : num_experts;
+  return (entries + hit * (kMoeTileRows - 1) + kMoeTileRows - 1) / kMoeTileRows * kMoeTileRows;
+}
+
+struct MoeRouteArgs {
+  const bf16_bits* xn = nullptr;      // [num_tokens][hidden]
+  const bf16_bits* router = nullptr;  // [num_experts][hidden]
+  int num_tokens = 0, hidden = 0, num_experts = 0, top_k = 0;
+  bool renormalize = false;
+  int32_t* ids = nullptr;   // [num_tokens][top_k]
+  float* weights = nullptr;  // [num_tokens][top_k]
+  // [num_tokens][num_experts] scratch. Up to kMoeSplitRouterTokens tokens, the logits are
+  // computed by their own wide kernel (a CTA per 8 experts: the router's bytes read by many
+  // SMs at once, which one CTA per token could not); past it each token's CTA computes its own.
+  float* logits = nullptr;
+};
+
+/** Steps of at most this many tokens compute router logits in a separate, wide kernel. */
+inline constexpr int kMoeSplitRouterTokens = 64;
+
+/** The grouping of one step's entries (entry i = token i / top_k, slot i % top_k). */
+struct MoeGroupArgs {
+  const int32_t* ids = nullptr;  // [num_entries]
+  int num_entries = 0, num_experts = 0;
+  int32_t* counts = nullptr;          // [num_experts]
+  int32_t* padded_offsets = nullptr;  // [num_experts + 1]: expert e's slots are [po[e], po[e] + counts[e])
+  int32_t* sorted = nullptr;          // [moe_max_slots]: the entry in each slot, -1 in padding
+  int32_t* position = nullptr;        // [num_entries]: the slot of each entry
+  int32_t* active = nullptr;          // [num_experts + 1]: active[0] = experts hit, then their ids ascending
+  int32_t* hits_out = nullptr;        // optional: the count of experts hit is also stored here (statistics)
+};
+
+/** One grouped GEMM over the tiles of a grouping (padded_offsets / sorted from MoeGroupArgs). */
+struct MoeGemmArgs {
+  const int32_t* padded_offsets = nullptr;
+  const int32_t* sorted = nullptr;
+  int num_experts = 0, top_k = 0;
+  int max_slots = 0;  // the grid's bound: moe_max_slots(entries, experts)
+  // gate/up: a = xn rows by token (entry / top_k); w = [experts][2 inter][hidden] (gate rows, then up)
+  // down:    a = act rows by slot;                 w = [experts][hidden][inter]
+  const bf16_bits* a = nullptr;
+  const bf16_bits* w = nullptr;
+  int hidden = 0, inter = 0;
+  bf16_bits* act = nullptr;      // gate/up out: [max_slots][inter]
+  const float* weights = nullptr;  // down: the routing weight of each entry ([entries])
+  float* y = nullptr;            // down out: [max_slots][hidden], weighted
+  int cols_per_cta = 64;         // output columns one CTA computes (chosen per shape, recorded)
+};
+
+struct MoeCombineArgs {
+  const int32_t* ids = nullptr;       // [num_tokens][top_k]
+  const int32_t* position = nullptr;  // [num_tokens * top_k]
+  const float* y = nullptr;           // [slots][hidden]
+  int num_tokens = 0, top_k = 0, hidden = 0;
+  const bf16_bits* xn = nullptr;            // shared expert gate input
+  const bf16_bits* shared_gate = nullptr;   // [hidden] or null (no shared expert)
+  const float* shared = nullptr;            // [num_tokens][hidden] shared expert output
+  float* x = nullptr;                       // [num_tokens][hidden] residual, accumulated
+};
+
+class MoeKernelApi {
+ public:
+  virtual ~MoeKernelApi() = default;
+  virtual const char* target() const = 0;
+  virtual void route(const MoeRouteArgs& a, void* stream) = 0;
+  virtual void group(const MoeGroupArgs& a, void* stream) = 0;
+  virtual void gate_up(const MoeGemmArgs& a, void* stream) = 0;
+  virtual void down(const MoeGemmArgs& a, void* stream) = 0;
+  virtual void combine(const MoeCombineArgs& a, void* stream) = 0;
+};
+
+std::unique_ptr<MoeKernelApi> make_simt_moe_kernels();
+/** Only in builds with the CUDA target. */
+std::unique_ptr<MoeKernelApi> make_cuda_moe_kernels();
+
+}  // namespace tandem::gpu

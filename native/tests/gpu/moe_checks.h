@@ -1,0 +1,266 @@
+// The MoE kernels (src/cuda/kernels/moe_*.cuh) against the CPU backend's MoE block
+// (cpu/moe.h): routing (ids and weights), the grouping's invariants, and the whole layer
+// (route -> group -> gate/up -> down -> combine) on the same bf16-exact inputs, including an
+// expert that gets every token, experts that get none, a zero router (every probability
+// tied: torch.topk's order), a Qwen2-MoE shared expert, and more rows than one tile. The
+// tie-order emulation the route kernel falls back to is checked against libstdc++ itself.
+#pragma once
+
+#include <algorithm>
+#include <cstdio>
+#include <random>
+#include <utility>
+#include <vector>
+
+#include "../../src/core/model_config.h"
+#include "../../src/core/thread_pool.h"
+#include "../../src/cpu/moe.h"
+#include "../../src/cuda/kernel_lang.h"
+#include "../../src/cuda/kernels/moe_topk.cuh"
+#include "../../src/cuda/moe_api.h"
+#include "gpu_test_util.h"
+
+namespace tandem_test::gpu {
+
+/** The route kernel's fallback (moe_topk.cuh, host build) against std::nth_element / partial_sort. */
+inline void check_topk_emulation() {
+  namespace sim = tandem::gpu::simt_target;
+  std::mt19937 rng(11);
+  int differ = 0;
+  const int trials = 4000;
+  for (int trial = 0; trial < trials; ++trial) {
+    const int n = 1 + static_cast<int>(rng() % 300), k = 1 + static_cast<int>(rng() % std::min(n, 64));
+    const int levels = 1 + static_cast<int>(rng() % 6);  // few distinct values: many ties
+    std::vector<float> v(static_cast<size_t>(n));
+    for (float& x : v) x = static_cast<float>(rng() % static_cast<unsigned>(levels));
+    std::vector<sim::TopkItem> items(static_cast<size_t>(n));
+    for (int j = 0; j < n; ++j) items[static_cast<size_t>(j)] = {v[static_cast<size_t>(j)], j};
+    sim::torch_topk_order(items.data(), n, k);
+    std::vector<int32_t> want(static_cast<size_t>(k));
+    std::vector<float> vals(static_cast<size_t>(k));
+    tandem::cpu::TopkScratch scratch;
+    tandem::cpu::torch_topk(v.data(), n, k, want.data(), vals.data(), scratch);
+    for (int j = 0; j < k; ++j) {
+      if (items[static_cast<size_t>(j)].index != want[static_cast<size_t>(j)]) {
+        ++differ;
+        break;
+      }
+    }
+  }
+  CHECK(differ == 0, "moe topk emulation: %d of %d tie patterns ordered unlike libstdc++ (torch.topk)", differ, trials);
+}
+
+struct MoeCase {
+  const char* label;
+  int tokens, experts, top_k, hidden, inter, shared;
+  bool renormalize;
+  int router;  // 0 random, 1 zero (all tied), 2 expert 3 takes every token first, expert 5 none
+};
+
+inline void check_moe_layer(Gpu& g, const MoeCase& c, tandem::gpu::MoeKernelApi& moe) {
+  using tandem::cpu::WeightMatrix;
+  std::mt19937 rng(static_cast<unsigned>(c.tokens * 131 + c.experts * 7 + c.router));
+  const int t = c.tokens, E = c.experts, k = c.top_k, H = c.hidden, I = c.inter, S = c.shared;
+  std::vector<float> xn = random_bf16_floats(rng, static_cast<size_t>(t) * H);
+  std::vector<float> router = random_bf16_floats(rng, static_cast<size_t>(E) * H, 0.5f);
+  if (c.router == 1) std::fill(router.begin(), router.end(), 0.0f);
+  if (c.router == 2) {
+    for (int i = 0; i < t; ++i) xn[static_cast<size_t>(i) * H] = 1.0f;  // a constant feature every token has
+    router[3 * static_cast<size_t>(H)] = 64.0f;
+    router[5 * static_cast<size_t>(H)] = -64.0f;
+  }
+  std::vector<float> gate_up = random_bf16_floats(rng, static_cast<size_t>(E) * 2 * I * H, 0.2f);
+  std::vector<float> down = random_bf16_floats(rng, static_cast<size_t>(E) * H * I, 0.2f);
+  std::vector<float> sgu = random_bf16_floats(rng, static_cast<size_t>(2 * S) * H, 0.2f);
+  std::vector<float> sdown = random_bf16_floats(rng, static_cast<size_t>(H) * S, 0.2f);
+  std::vector<float> sgate = random_bf16_floats(rng, static_cast<size_t>(H), 0.3f);
+  std::vector<float> residual = random_bf16_floats(rng, static_cast<size_t>(t) * H);
+
+  // CPU: the backend's MoE block on the same values.
+  tandem::ModelConfig mc;
+  mc.hidden_size = H;
+  mc.moe.num_experts = E;
+  mc.moe.top_k = k;
+  mc.moe.expert_intermediate = I;
+  mc.moe.norm_topk_prob = c.renormalize;
+  mc.moe.shared_intermediate = S;
+  tandem::cpu::MoeLayerWeights w;
+  w.router = WeightMatrix::from_f32(router, E, H);
+  for (int e = 0; e < E; ++e) {
+    const float* gu = gate_up.data() + static_cast<size_t>(e) * 2 * I * H;
+    const float* dn = down.data() + static_cast<size_t>(e) * H * I;
+    w.experts.push_back({WeightMatrix::from_f32(std::vector<float>(gu, gu + 2 * I * H), 2 * I, H),
+                         WeightMatrix::from_f32(std::vector<float>(dn, dn + H * I), H, I)});
+  }
+  std::vector<float> shared_out(static_cast<size_t>(t) * H, 0.0f);
+  if (S > 0) {
+    w.shared = {WeightMatrix::from_f32(sgu, 2 * S, H), WeightMatrix::from_f32(sdown, H, S)};
+    w.shared_gate = WeightMatrix::from_f32(sgate, 1, H);
+    // The shared expert's output (the backend computes it with its dense kernels): the same MLP on the CPU.
+    tandem::ThreadPool one(1);
+    tandem::cpu::MoeLayerWeights only_shared;
+    only_shared.router = WeightMatrix::from_f32(std::vector<float>(static_cast<size_t>(H), 0.0f), 1, H);
+    only_shared.experts.push_back(w.shared);
+    tandem::ModelConfig sc = mc;
+    sc.moe.num_experts = 1;
+    sc.moe.top_k = 1;
+    sc.moe.norm_topk_prob = true;  // weight 1
+    sc.moe.shared_intermediate = 0;
+    tandem::cpu::MoeBlock b;
+    b.run(one, sc, only_shared, xn.data(), t, shared_out.data());
+  }
+  tandem::ThreadPool pool(2);
+  tandem::cpu::MoeBlock block;
+  std::vector<float> want(static_cast<size_t>(t) * H);
+  block.run(pool, mc, w, xn.data(), t, want.data());
+
+  // Device.
+  const int n = t * k;
+  const int64_t slots = tandem::gpu::moe_max_slots(n, E);
+  DeviceArray<bf16_bits> d_xn(*g.device, to_bf16(xn)), d_router(*g.device, to_bf16(router)), d_gu(*g.device, to_bf16(gate_up)),
+      d_down(*g.device, to_bf16(down)), d_sgate(*g.device, to_bf16(sgate));
+  DeviceArray<int32_t> ids(*g.device, static_cast<size_t>(n)), counts(*g.device, static_cast<size_t>(E)),
+      po(*g.device, static_cast<size_t>(E) + 1), sorted(*g.device, static_cast<size_t>(slots)), position(*g.device, static_cast<size_t>(n)),
+      active(*g.device, static_cast<size_t>(E) + 1);
+  DeviceArray<float> logits(*g.device, static_cast<size_t>(t) * E);
+  DeviceArray<float> weights(*g.device, static_cast<size_t>(n)), y(*g.device, static_cast<size_t>(slots) * H),
+      d_shared(*g.device, shared_out), x(*g.device, residual);
+  DeviceArray<bf16_bits> act(*g.device, static_cast<size_t>(slots) * I);
+  sorted.poison(0x7f);
+  y.poison();
+  tandem::gpu::MoeRouteArgs ra;
+  ra.xn = d_xn.get();
+  ra.router = d_router.get();
+  ra.num_tokens = t;
+  ra.hidden = H;
+  ra.num_experts = E;
+  ra.top_k = k;
+  ra.renormalize = c.renormalize;
+  ra.ids = ids.get();
+  ra.weights = weights.get();
+  ra.logits = logits.get();
+  moe.route(ra, g.stream());
+  tandem::gpu::MoeGroupArgs ga;
+  ga.ids = ids.get();
+  ga.num_entries = n;
+  ga.num_experts = E;
+  ga.counts = counts.get();
+  ga.padded_offsets = po.get();
+  ga.sorted = sorted.get();
+  ga.position = position.get();
+  ga.active = active.get();
+  moe.group(ga, g.stream());
+  tandem::gpu::MoeGemmArgs ma;
+  ma.padded_offsets = po.get();
+  ma.sorted = sorted.get();
+  ma.num_experts = E;
+  ma.top_k = k;
+  ma.max_slots = static_cast<int>(slots);
+  ma.hidden = H;
+  ma.inter = I;
+  ma.cols_per_cta = 16;  // several column blocks per tile
+  ma.a = d_xn.get();
+  ma.w = d_gu.get();
+  ma.act = act.get();
+  moe.gate_up(ma, g.stream());
+  ma.a = act.get();
+  ma.w = d_down.get();
+  ma.weights = weights.get();
+  ma.y = y.get();
+  moe.down(ma, g.stream());
+  tandem::gpu::MoeCombineArgs ca;
+  ca.ids = ids.get();
+  ca.position = position.get();
+  ca.y = y.get();
+  ca.num_tokens = t;
+  ca.top_k = k;
+  ca.hidden = H;
+  ca.xn = d_xn.get();
+  ca.shared_gate = S > 0 ? d_sgate.get() : nullptr;
+  ca.shared = d_shared.get();
+  ca.x = x.get();
+  moe.combine(ca, g.stream());
+
+  // Routing: the CPU block's ids and weights.
+  const auto got_ids = ids.download();
+  const auto got_w = weights.download();
+  int id_mismatch = 0;
+  double w_err = 0;
+  for (int i = 0; i < n; ++i) {
+    id_mismatch += got_ids[static_cast<size_t>(i)] != block.ids()[static_cast<size_t>(i)];
+    w_err = std::max(w_err, static_cast<double>(std::fabs(got_w[static_cast<size_t>(i)] - block.weights()[static_cast<size_t>(i)])));
+  }
+  CHECK(id_mismatch == 0, "moe %s: %d of %d routed experts differ from the CPU's", c.label, id_mismatch, n);
+  CHECK(w_err < 1e-5, "moe %s: routing weights differ by %g", c.label, w_err);
+
+  // Grouping: counts, padded offsets, every entry in one slot of its expert's run, padding -1, experts hit.
+  const auto gc = counts.download(), gpo = po.download(), gs = sorted.download(), gp = position.download(), ga_ = active.download();
+  int bad = 0;
+  std::vector<int> want_count(static_cast<size_t>(E), 0);
+  for (int i = 0; i < n; ++i) ++want_count[static_cast<size_t>(got_ids[static_cast<size_t>(i)])];
+  int hit = 0, run = 0;
+  for (int e = 0; e < E; ++e) {
+    bad += gc[static_cast<size_t>(e)] != want_count[static_cast<size_t>(e)];
+    bad += gpo[static_cast<size_t>(e)] != run;
+    run += (want_count[static_cast<size_t>(e)] + tandem::gpu::kMoeTileRows - 1) / tandem::gpu::kMoeTileRows * tandem::gpu::kMoeTileRows;
+    if (want_count[static_cast<size_t>(e)] > 0) bad += ga_[static_cast<size_t>(1 + hit++)] != e;
+  }
+  bad += gpo[static_cast<size_t>(E)] != run || ga_[0] != hit || run > slots;
+  std::vector<int> seen(static_cast<size_t>(n), 0);
+  for (int e = 0; e < E; ++e) {
+    for (int p = gpo[static_cast<size_t>(e)]; p < gpo[static_cast<size_t>(e) + 1]; ++p) {
+      const int entry = gs[static_cast<size_t>(p)];
+      const bool real = p < gpo[static_cast<size_t>(e)] + gc[static_cast<size_t>(e)];
+      if (!real) {
+        bad += entry != -1;
+        continue;
+      }
+      if (entry < 0 || entry >= n) {
+        ++bad;
+        continue;
+      }
+      ++seen[static_cast<size_t>(entry)];
+      bad += got_ids[static_cast<size_t>(entry)] != e || gp[static_cast<size_t>(entry)] != p;
+    }
+  }
+  for (int s : seen) bad += s != 1;
+  CHECK(bad == 0, "moe %s: grouping has %d inconsistencies", c.label, bad);
+
+  // The layer: x = residual + MoE(xn). The device rounds SiLU(gate) x up to bf16 (the CPU keeps f32).
+  const auto got_x = x.download();
+  double diff2 = 0, ref2 = 0, worst = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    const double d = (got_x[i] - residual[i]) - want[i];
+    diff2 += d * d;
+    ref2 += static_cast<double>(want[i]) * want[i];
+    worst = std::max(worst, std::fabs(d) / std::max(1.0, std::fabs(static_cast<double>(want[i]))));
+  }
+  const double rel = std::sqrt(diff2 / std::max(ref2, 1e-30));
+  // act is rounded to bf16 once per expert row and a token sums up to k + 1 of them: 4 roundings' worth per element.
+  CHECK(rel < 1e-2 && worst < 4 * kBf16Tolerance, "moe %s: layer output relative L2 %g, max %g", c.label, rel, worst);
+  int expert3 = 0, expert5 = 0;
+  for (int e : got_ids) {
+    expert3 += e == 3;
+    expert5 += e == 5;
+  }
+  if (c.router == 2) CHECK(expert3 == t && expert5 == 0, "moe %s: expert 3 got %d of %d tokens, expert 5 got %d", c.label, expert3, t, expert5);
+}
+
+inline void test_moe(Gpu& g) {
+  check_topk_emulation();
+  std::unique_ptr<tandem::gpu::MoeKernelApi> moe =
+      g.name == "cuda" ? tandem::gpu::make_cuda_moe_kernels() : tandem::gpu::make_simt_moe_kernels();
+  const MoeCase cases[] = {
+      {"random 37 tokens, 16 experts, top-4", 37, 16, 4, 64, 32, 0, true, 0},
+      {"decode 3 tokens, top-2 of 8", 3, 8, 2, 64, 48, 0, true, 0},
+      {"prefill 70 tokens (each token's CTA computes its logits)", 70, 16, 2, 64, 32, 0, true, 0},
+      {"one expert takes all, one none", 21, 8, 2, 64, 32, 0, true, 2},
+      {"zero router (ties)", 5, 8, 2, 64, 32, 0, true, 1},
+      {"qwen2-moe shared expert, not renormalized", 9, 8, 4, 64, 32, 48, false, 0},
+  };
+  for (const MoeCase& c : cases) check_moe_layer(g, c, *moe);
+  std::printf("gpu moe: topk tie emulation vs libstdc++, %zu layers (routing, grouping, grouped GEMMs, combine) checked on %s\n",
+              sizeof(cases) / sizeof(cases[0]), g.name.c_str());
+}
+
+}  // namespace tandem_test::gpu
