@@ -27,6 +27,32 @@ export const SeqMeta = {
   biasLen: 10,
 } as const;
 
+/** Speculative decoding: Int32 fields per sequence in step()'s `specMeta`. */
+export const SPEC_META_STRIDE = 3;
+export const SpecMeta = {
+  /** The last numDrafts of its tokens are drafts to verify (it must be sampled). */
+  numDrafts: 0,
+  /** After the step, the drafter proposes up to this many tokens for it (0: none). */
+  proposeDrafts: 1,
+  /** The drafter's key for it (draftBegin), -1 = none. */
+  draftKey: 2,
+} as const;
+
+/** Speculative decoding at load: the engine's drafter (native/src/spec/drafter.h). */
+export interface LoadSpeculativeOptions {
+  method: 'ngram' | 'suffix';
+  /** Most drafts one sequence verifies in a step (1..64). */
+  numSpeculativeTokens: number;
+  /** ngram: the n range of the lookup. */
+  promptLookupMin?: number;
+  promptLookupMax?: number;
+  /** suffix: tree depth, drafts per matched token, probability floor, the global tree's bound in tokens. */
+  suffixMaxDepth?: number;
+  suffixMaxSpecFactor?: number;
+  suffixMinTokenProb?: number;
+  suffixCacheTokens?: number;
+}
+
 /** Float64 fields per sequence in `sampling`. */
 export const SAMPLING_STRIDE = 8;
 export const SamplingField = {
@@ -71,6 +97,8 @@ export interface LoadEngineOptions {
    * handle keeps it referenced; its owner must keep it mapped until the engine is closed.
    */
   kvPool?: ArrayBuffer;
+  /** Speculative decoding: load a drafter (the GPU also sizes its verify rows for it). */
+  speculative?: LoadSpeculativeOptions;
 }
 
 /** Pool sizing for a set of load options, from config.json alone (no weights). */
@@ -136,9 +164,19 @@ export interface BackendStatus {
 }
 
 export interface RawStepResult {
-  /** One per sequence with sample=1, in batch order. */
+  /**
+   * Per sampled sequence in batch order, `emitted[i]` tokens: 1, or in a verify step its
+   * accepted drafts plus the token sampled after them. Flattened in batch order.
+   */
   tokens: Int32Array;
-  /** NaN where logprobs were not asked. */
+  /** Tokens per sampled sequence (absent from addons built before speculative decoding: all 1). */
+  emitted?: Int32Array;
+  /** Speculative decoding: per sampled sequence, how many drafts the drafter proposed (flattened in `drafts`). */
+  draftCounts?: Int32Array;
+  drafts?: Int32Array;
+  /** Per draft, the drafter's estimate that it is accepted (NaN: none). */
+  draftScores?: Float32Array;
+  /** NaN where logprobs were not asked (one per returned token). */
   logprobs: Float32Array;
   /** Row width of topIds/topLogprobs (max asked this step); rows padded with -1 / NaN. */
   topStride: number;
@@ -174,7 +212,13 @@ export interface RawEngineHandle {
     deferMasks?: boolean,
     /** Multi-LoRA: per sequence its adapter slot (loadLora), -1 = the base model. */
     loraSlots?: Int32Array,
+    /** Speculative decoding: SPEC_META_STRIDE fields per sequence (SpecMeta). */
+    specMeta?: Int32Array,
   ): Promise<RawStepResult>;
+  /** Speculative decoding: a sequence's tokens so far for the drafter (`unavailable` without one). */
+  draftBegin(key: number, tokens: Int32Array): void;
+  /** The drafter drops the sequence; `finished`: it completed (its output may feed the suffix drafter's global tree). */
+  draftEnd(key: number, finished: boolean): void;
   /**
    * Reads a LoRA adapter's factors (PEFT tensor names, f32/bf16/f16) and puts it in `slot`
    * between steps. The config was checked by the caller. Rejects `not_found` / `config_invalid`

@@ -9,6 +9,7 @@
 //   tandem_native_test --quick-moe             the same on a tiny Qwen3-MoE
 //   tandem_native_test --fp8                   the FP8 suite only (fp8_checks.h; on simt/cuda: the
 //                                              GPU backend on FP8 checkpoints against the CPU's)
+//   tandem_native_test --spec                  the speculative decoding checks only
 //   env TANDEM_TEST_DEVICE=cuda|simt           run the engine checks on the GPU backend
 //                                              (simt: its kernels on the SIMT harness)
 #include <sys/stat.h>
@@ -39,6 +40,7 @@
 #include "gemm_checks.h"
 #include "kv_pool_sizing_checks.h"
 #include "moe_checks.h"
+#include "spec_checks.h"
 
 using namespace tandem;
 
@@ -792,6 +794,8 @@ void test_pooling_across_backends(const std::string& root) {
   }
 }
 
+#include "spec_engine_checks.h"
+
 }  // namespace
 
 // GPU backends: the fused decode path (<= 16 rows: gpu_backend_decode.cc) against the per-op
@@ -889,7 +893,18 @@ int main(int argc, char** argv) {
   const bool quick_moe = argc == 2 && std::string(argv[1]) == "--quick-moe";
   // --fp8: the FP8 suite alone (the GPU backend on FP8 checkpoints against the CPU backend).
   const bool fp8_only = argc == 2 && std::string(argv[1]) == "--fp8";
+  // --spec: the speculative decoding checks only (scripts/device/spec-check.sh runs them on a GPU).
+  const bool spec_only = argc == 2 && std::string(argv[1]) == "--spec";
   try {
+    if (spec_only) {
+      TinySpec llama;
+      write_tiny_model(root + "/llama", llama, 7);
+      test_speculative(root);
+      std::string cleanup = "rm -rf '" + root + "'";
+      if (std::system(cleanup.c_str()) != 0) std::fprintf(stderr, "warning: could not remove %s\n", root.c_str());
+      std::printf("%d checks, %d failures\n", g_checks, g_failures);
+      return g_failures == 0 ? 0 : 1;
+    }
     if (fp8_only) {
       if (device() == "cpu") {
         tandem_test::test_fp8(root);
@@ -937,6 +952,7 @@ int main(int argc, char** argv) {
     test_decode_graphs(root + "/llama");
     test_undrained_forward(root + "/llama");
     test_pooling_across_backends(root);
+    test_speculative(root);
     test_errors(root);
     tandem_test::test_torch_topk();
     tandem_test::test_moe_route_and_grouping();

@@ -206,16 +206,20 @@ export class BlockManager {
    * blocks are evicted before their prefix (a cached child never outlives its parent by LRU).
    */
   free(seq: Sequence): void {
-    for (let b = seq.numBlocks - 1; b >= 0; b--) {
-      const id = seq.blockAt(b);
-      const rc = --this.refCount[id]!;
-      if (rc < 0) throw new Error(`block ${id} freed twice`);
-      if (rc > 0) continue;
-      this.numActive--;
-      if (this.blockHash[id] !== undefined) this.freeQueue.pushTail(id);
-      else this.freeQueue.pushHead(id);
-    }
+    for (let b = seq.numBlocks - 1; b >= 0; b--) this.release(seq.blockAt(b));
     seq.clearBlocks();
+  }
+
+  /**
+   * Speculative decoding: frees the sequence's blocks past what its `numTokens` tokens need,
+   * those that held only rejected drafts. They were never full of accepted tokens, so never
+   * hashed, cached or announced; they go back to the head of the free list.
+   */
+  trimToTokens(seq: Sequence, numTokens: number): void {
+    const keep = this.blocksFor(numTokens);
+    if (keep < seq.numCommittedBlocks) throw new Error(`sequence ${seq.seqId}: trimming committed blocks`);
+    for (let b = seq.numBlocks - 1; b >= keep; b--) this.release(seq.blockAt(b));
+    seq.truncateBlocks(keep);
   }
 
   /** Forgets every cached hash (blocks in use stay allocated) and queues a Cleared event. */
@@ -260,6 +264,11 @@ export class BlockManager {
     return this.freeQueue.toArray();
   }
 
+  /** Whether a block is registered in the prefix cache (held or free); for tests. */
+  isCached(blockId: number): boolean {
+    return this.blockHash[blockId] !== undefined;
+  }
+
   refCountOf(blockId: number): number {
     return this.refCount[blockId]!;
   }
@@ -275,6 +284,16 @@ export class BlockManager {
     let reclaimed = 0;
     for (const id of hit.blockIds) if (this.refCount[id] === 0) reclaimed++;
     return this.freeQueue.size - reclaimed;
+  }
+
+  /** Drops one reference; a block nobody holds goes to the free list (cached ones to the LRU tail). */
+  private release(id: number): void {
+    const rc = --this.refCount[id]!;
+    if (rc < 0) throw new Error(`block ${id} freed twice`);
+    if (rc > 0) return;
+    this.numActive--;
+    if (this.blockHash[id] !== undefined) this.freeQueue.pushTail(id);
+    else this.freeQueue.pushHead(id);
   }
 
   private takeRef(id: number): void {

@@ -13,6 +13,7 @@ import { parseDiskCacheDir } from '../kv-tiers/index.js';
 import { checkWorkerFlags } from './worker-flag-rules.js';
 import { startEmbeddingWorker } from '../embedding/index.js';
 import { DEFAULT_MAX_CPU_LORAS, DEFAULT_MAX_LORA_BYTES, DEFAULT_MAX_LORA_LOADS, DEFAULT_MAX_LORA_RANK, DEFAULT_MAX_LORAS } from '../lora/index.js';
+import { MAX_SPECULATIVE_TOKENS, SPECULATIVE_METHODS, speculativeOptions, type SpeculativeFlags } from '../speculative/index.js';
 
 /** Flags that carry a WorkerOptions field under the same name and unit. */
 type SameAsOptions =
@@ -33,7 +34,7 @@ type SameAsOptions =
   | 'namespace';
 
 /** What commander parses; the rest differ from WorkerOptions in name or unit (seconds). */
-interface WorkerFlags extends RuntimeFlags, Pick<WorkerOptions, SameAsOptions> {
+interface WorkerFlags extends RuntimeFlags, Pick<WorkerOptions, SameAsOptions>, SpeculativeFlags {
   model: string;
   quantization?: 'fp8' | 'none';
   kvCacheDtype: 'auto' | 'bf16' | 'fp8';
@@ -111,7 +112,14 @@ function workerOptionsFromFlags(flags: WorkerFlags): WorkerOptions {
       maxLoraLoads: flags.maxLoraLoads,
       roots: flags.loraRoot.map((r) => resolve(r)),
     },
+    ...speculativeFromFlags(flags),
   };
+}
+
+/** --speculative and its knobs (worker-flag-rules.ts refused the combinations that cannot run). */
+function speculativeFromFlags(flags: WorkerFlags): Pick<WorkerOptions, 'speculative'> {
+  const speculative = speculativeOptions(flags);
+  return speculative !== undefined ? { speculative } : {};
 }
 
 /** `--lora name=DIR`, repeatable. */
@@ -178,7 +186,12 @@ export function registerWorkerCommand(program: Command): void {
       new Option('--lora-root <dir>', 'run-time adapter loads (load_lora_adapter, on demand) must name a directory under this one (repeatable); --lora adapters are exempt; default: anywhere')
         .argParser((v: string, prev: string[]) => [...prev, v])
         .default([]),
-    );
+    )
+    .addOption(new Option('--speculative <method>', 'speculative decoding: off | ngram (prompt lookup) | suffix (suffix decoding); docs/speculative.md').argParser(oneOf(SPECULATIVE_METHODS)).default('off'))
+    .addOption(new Option('--num-speculative-tokens <n>', 'most drafts a sequence verifies in one step (default 5 for ngram, 16 for suffix)').argParser(intInRange(1, MAX_SPECULATIVE_TOKENS)))
+    .addOption(new Option('--prompt-lookup-min <n>', 'ngram: shortest n-gram matched (default 2)').argParser(intInRange(1, 64)))
+    .addOption(new Option('--prompt-lookup-max <n>', 'ngram: longest n-gram matched, tried first (default 5)').argParser(intInRange(1, 64)))
+    .addOption(new Option('--spec-acceptance <p>', 'mocker with --speculative: the chance each draft is accepted (default 0.7)').argParser(numberInRange(0, 1)));
   addRuntimeOptions(cmd).action(async (flags: WorkerFlags) => {
     checkWorkerFlags(flags);
     const runtime = await createRuntimeFromOptions(flags, flags.workerName ?? (flags.task === 'embed' ? 'worker-embed' : `worker-${flags.mode}`));

@@ -29,6 +29,7 @@ import { MockerEngine } from '../engines/mocker/index.js';
 import { activeParamsPerfModel, loadPerfProfile, PerfProfileError, PolynomialPerfModel, type PerfModel } from '../../perf-model/index.js';
 import { kvBytesPerToken, parameterCounts, type ModelConfig } from '../models/index.js';
 import type { WorkerOptions } from './worker-options.js';
+import { MeasuredStepCost, PerfModelStepCost, nativeSpeculative, type SpeculatorConfig } from '../speculative/index.js';
 
 const DEFAULT_MOCKER_BLOCKS = 16384;
 
@@ -71,9 +72,8 @@ async function createEngine(options: WorkerOptions, config: ModelConfig, layers?
       vocabSize: config.vocabSize,
       speedupRatio: options.speedupRatio,
       eosTokenIds: config.eosTokenIds,
-      // A measured profile is the model's own; the default fit stands for a dense model of the
-      // whole size, so a mixture of experts is charged its active share (perf-model/active-params.ts).
-      perfModel: options.perfProfile ? await loadMockerProfile(options.perfProfile) : activeParamsPerfModel(new PolynomialPerfModel(), parameterCounts(config)),
+      perfModel: await mockerPerfModel(options, config),
+      ...(options.speculative !== undefined ? { speculative: { acceptance: options.speculative.mockerAcceptance } } : {}),
     });
   }
   // Loaded lazily so a machine without the native addon can still run the mocker.
@@ -92,6 +92,15 @@ export function mockerNumBlocks(options: Pick<WorkerOptions, 'numGpuBlocks' | 'k
   const blocks = Math.floor(options.kvCacheMemoryBytes / blockBytes);
   if (blocks < 1) throw new ConfigError(`--kv-cache-memory ${options.kvCacheMemoryBytes} holds no KV block of ${blockBytes} bytes`);
   return blocks;
+}
+
+/**
+ * The mocker's step times. A measured profile is the model's own; the default fit stands for a
+ * dense model of the whole size, so a mixture of experts is charged its active share
+ * (perf-model/active-params.ts).
+ */
+async function mockerPerfModel(options: WorkerOptions, config: ModelConfig): Promise<PerfModel> {
+  return options.perfProfile ? await loadMockerProfile(options.perfProfile) : activeParamsPerfModel(new PolynomialPerfModel(), parameterCounts(config));
 }
 
 /** perf-model imports no runtime: its error becomes the ConfigError that exits the CLI with 2. */
@@ -119,7 +128,19 @@ function nativeEngineOptions(options: WorkerOptions) {
     ...(options.cudaGraphs !== undefined ? { cudaGraphs: options.cudaGraphs } : {}),
     ...(options.quantization !== undefined ? { quantization: options.quantization } : {}),
     ...(options.kvCacheDtype !== undefined ? { kvCacheDtype: options.kvCacheDtype } : {}),
+    ...(options.speculative !== undefined ? { speculative: nativeSpeculative(options.speculative) } : {}),
   };
+}
+
+/** The speculator's config: the mocker's step cost is its perf model's; a native engine's is measured. */
+export async function speculatorConfig(options: WorkerOptions, config: ModelConfig): Promise<SpeculatorConfig | undefined> {
+  // A prefill worker returns one token per request: nothing to speculate.
+  if (options.speculative === undefined || options.mode === 'prefill') return undefined;
+  const cost =
+    options.engine === 'mocker'
+      ? new PerfModelStepCost(await mockerPerfModel(options, config))
+      : new MeasuredStepCost();
+  return { maxDraftTokens: options.speculative.numSpeculativeTokens, cost };
 }
 
 async function createEngineWithTransfer(options: WorkerOptions, config: ModelConfig, layers?: LayerPublisher): Promise<{ engine: Engine; kv?: KvTransferSetup }> {

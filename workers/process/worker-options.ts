@@ -5,6 +5,7 @@
 import type { WorkerRole } from '../../proto/wire.js';
 import type { CompileLimits } from '../../grammar/index.js';
 import type { WorkerKvTierOptions } from './kv-tiers-setup.js';
+import type { SpeculativeOptions } from '../speculative/index.js';
 
 export const COMPONENT_FOR_ROLE: Record<WorkerRole, string> = { agg: 'backend', prefill: 'prefill', decode: 'decode' };
 
@@ -66,4 +67,6 @@ export interface WorkerOptions {
    * run-time loads may read (`--lora-root`).
    */
   lora?: { adapters: string[]; maxLoras?: number; maxCpuLoras?: number; maxLoraRank?: number; maxLoraBytes?: number; maxLoraLoads?: number; roots?: string[] };
+  /** Speculative decoding (`--speculative`, docs/speculative.md); undefined = off. */
+  speculative?: SpeculativeOptions;
 }

@@ -38,8 +38,9 @@ import { workerGrammarProvider } from './grammar-provider.js';
 import { loadWorkerVocabulary } from './vocabulary-loader.js';
 import { setupWorkerKvTiers } from './kv-tiers-setup.js';
 import { KvTierMetrics } from './kv-tier-metrics.js';
+import { SpecMetrics } from './spec-metrics.js';
 import { COMPONENT_FOR_ROLE, type WorkerOptions } from './worker-options.js';
-import { buildWorkerEngine } from './worker-engine.js';
+import { buildWorkerEngine, speculatorConfig } from './worker-engine.js';
 import { startDecodeSide, startPrefillSide } from './disagg-side.js';
 import { stagingBlocksFor } from '../disagg/device-kv-prefetch.js';
 import { WorkerLoopSinks } from './loop-sinks.js';
@@ -184,6 +185,7 @@ export async function startWorker(runtime: DistributedRuntime, options: WorkerOp
 
   // 4. the loop
   const sinks = new WorkerLoopSinks({ component, metrics, modelName, log, loadMetricsIntervalMs: options.loadMetricsIntervalMs });
+  const speculative = await speculatorConfig(options, config);
   const loop = new EngineLoop({
     engine: loopEngine,
     loras,
@@ -196,10 +198,12 @@ export async function startWorker(runtime: DistributedRuntime, options: WorkerOp
       ...(options.lora?.maxLoras !== undefined ? { maxLoras: options.lora.maxLoras } : {}),
       ...(stagingBlocks > 0 ? { numBlocks: engine.info.numBlocks - stagingBlocks } : {}),
     },
+    ...(speculative !== undefined ? { speculative } : {}),
     ...(grammar !== undefined ? { grammar: grammar.provider } : {}),
     sinks,
   });
   sinks.attach(loop);
+  if (speculative !== undefined) new SpecMetrics(runtime.metrics, modelName, () => loop.scheduler.speculator?.counters);
 
   // 5. the prefill side, over the loop
   const prefill =

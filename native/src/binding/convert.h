@@ -51,6 +51,8 @@ std::pair<int, int> layers_arg(Napi::Env env, Napi::Value v);
 KvLayout layout_arg(Napi::Env env, const Engine& engine, Napi::Value v);
 /** loadEngine's and describeKvLayout's options object. */
 void read_engine_options(Napi::Env env, Napi::Object o, EngineOptions& opts);
+/** loadEngine's `speculative` object (native/lib/binding.ts LoadSpeculativeOptions) as a DraftConfig. */
+spec::DraftConfig read_draft_config(Napi::Env env, Napi::Object speculative);
 
 // Runs run() on a libuv worker thread and settles a Promise with result(), translating
 // NativeError into a rejection whose `code` is the error's.

@@ -20,6 +20,8 @@ Napi::Function EngineHandle::define(Napi::Env env) {
                       InstanceMethod<&EngineHandle::layerProgress>("layerProgress"),
                       InstanceMethod<&EngineHandle::loadLora>("loadLora"),
                       InstanceMethod<&EngineHandle::unloadLora>("unloadLora"),
+                      InstanceMethod<&EngineHandle::draftBegin>("draftBegin"),
+                      InstanceMethod<&EngineHandle::draftEnd>("draftEnd"),
                       InstanceMethod<&EngineHandle::close>("close")});
 }
 

@@ -26,6 +26,7 @@ struct ForwardSeq {
   const int32_t* block_table = nullptr;
   int32_t num_blocks = 0;
   bool want_logits = false;  // logits of its last new token are needed
+  int32_t num_logits = 1;    // with want_logits: logits of its last num_logits tokens (a verify step's drafts)
   int32_t lora_slot = -1;    // adapter slot (Backend::set_lora) applied to its tokens; -1 = base model
 };
 
@@ -33,7 +34,7 @@ struct ForwardBatch {
   const int32_t* tokens = nullptr;
   int32_t num_tokens = 0;
   std::vector<ForwardSeq> seqs;
-  int32_t num_logit_rows = 0;  // count of seqs with want_logits
+  int32_t num_logit_rows = 0;  // logit rows: num_logits of each seq with want_logits, in batch order
 };
 
 /**
@@ -74,6 +75,7 @@ struct BackendOptions {
   double gpu_memory_utilization = 0;
   int64_t max_batch_tokens = 8192;  // GPU: activations are sized for this many tokens per step
   int64_t max_seqs = 256;           // GPU: logits rows and decode graphs up to this many sequences
+  int64_t max_drafts = 0;           // GPU: speculative decoding's drafts per sequence (verify rows are sized for them)
   bool cuda_graphs = true;          // GPU: replay decode steps from captured graphs
   std::string gemm = "auto";        // GPU: "auto" (cuBLASLt where present), "cublaslt", "own"
   // KV pool element type: "auto" (the backend's own: f32 on the CPU, bf16 on GPUs), "bf16" or

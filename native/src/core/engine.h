@@ -11,9 +11,11 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "../spec/drafter.h"
 #include "backend.h"
 #include "lora.h"
 #include "model_config.h"
@@ -28,6 +30,8 @@ struct EngineOptions {
   std::string model_dir;
   BackendOptions backend;
   int threads = 0;  // 0: hardware concurrency
+  // Speculative decoding: the drafter to load (spec/drafter.h); unset = none.
+  std::optional<spec::DraftConfig> speculative;
 };
 
 /** One sequence in a step; offsets index the flat arrays of StepInput. */
@@ -47,6 +51,13 @@ struct SeqInput {
   int32_t mask_row = -1;  // structured output: row in StepInput::allowed_masks, -1 = none
   int32_t lora_slot = -1;  // adapter slot (Engine::set_lora), -1 = the base model
   SamplingParams sampling;
+  // Speculative decoding (spec/verify.h). num_drafts > 0: the last num_drafts of its tokens are
+  // drafts to verify (sample must be set); k + 1 rows are sampled and the accepted prefix plus
+  // one more token is returned. propose_drafts > 0: afterwards the drafter proposes up to that
+  // many tokens for its next step, for the sequence it knows as draft_key (Drafter::begin).
+  int32_t num_drafts = 0;
+  int32_t propose_drafts = 0;
+  int64_t draft_key = -1;
 };
 
 /**
@@ -91,14 +102,24 @@ struct StepInput {
   bool return_logits = false;  // tests and goldens: copy the sampled rows' logits out
 };
 
-/** Results for sequences with sample=true, in batch order. */
+/**
+ * Results for sequences with sample=true, in batch order. A sequence returns emitted[i] tokens
+ * (1, or 1 + its accepted drafts in a verify step); tokens, logprobs and top rows are per
+ * returned token, flattened in batch order.
+ */
 struct StepOutput {
   std::vector<int32_t> tokens;
   std::vector<float> logprobs;        // NaN where logprobs were not asked
   int32_t top_stride = 0;             // max top-logprobs asked in this step
-  std::vector<int32_t> top_ids;       // [num_sampled][top_stride], -1 padded
+  std::vector<int32_t> top_ids;       // [num_tokens][top_stride], -1 padded
   std::vector<float> top_logprobs;    // same shape
-  std::vector<float> logits;          // [num_sampled][vocab] when return_logits
+  std::vector<float> logits;          // [sampled rows][vocab] when return_logits (k + 1 rows per verify)
+  std::vector<int32_t> emitted;       // per sampled sequence: tokens it returns
+  // Speculative decoding: per sampled sequence its proposed drafts (draft_counts[i] of them,
+  // flattened) and the drafter's estimate of each one's acceptance (NaN: none).
+  std::vector<int32_t> draft_counts;
+  std::vector<int32_t> drafts;
+  std::vector<float> draft_scores;
 };
 
 /**
@@ -170,6 +191,13 @@ class Engine {
   StepOutput step(const StepInput& input);
 
   /**
+   * Speculative decoding: the drafter whose proposals step() returns (SeqInput::propose_drafts);
+   * nullptr = none. Set before the first step. begin()/end() go to it directly (any thread).
+   */
+  void set_drafter(std::unique_ptr<spec::Drafter> drafter);
+  spec::Drafter* drafter() const { return drafter_.get(); }
+
+  /**
    * Embeddings (embedding.cc): runs the sequences in as few forward passes as the KV pool
    * holds (each from position 0, through blocks 0..n of the pool, which it overwrites), pools
    * the final-norm hidden states and optionally L2-normalizes. Bad inputs ->
@@ -199,6 +227,7 @@ class Engine {
  private:
   Engine() = default;
   void validate(const StepInput& input) const;
+  void draft(const StepInput& in, const std::vector<size_t>& sampled, StepOutput& out);
 
   ModelConfig config_;
   std::vector<float> kv_scales_;
@@ -207,6 +236,8 @@ class Engine {
   bool kv_pool_external_ = false;
   int64_t max_pass_tokens_ = 8192;  // embed(): tokens per forward pass (BackendOptions::max_batch_tokens)
   std::vector<bool> lora_loaded_;  // by slot, for validate()
+  std::unique_ptr<spec::Drafter> drafter_;
+  std::vector<spec::DraftQuery> draft_queries_;  // reused between steps
   std::mutex step_mu_;  // steps are serialized; the TS side sends one at a time anyway
   /** l1 = -1 -> all layers; checks the range. */
   std::pair<int, int> kv_layers(int l0, int l1) const;

@@ -354,9 +354,11 @@ void CpuBackend::forward(const ForwardBatch& batch) {
   int64_t row = 0;
   for (const ForwardSeq& s : batch.seqs) {
     if (!s.want_logits) continue;
-    const int64_t last = s.token_offset + s.num_tokens - 1;
-    cpu::rmsnorm(x_.data() + last * hd, final_norm_.data(), hd, eps, rows_.data() + row * hd);
-    ++row;
+    // Its last num_logits tokens: one row, or a verify step's row after each draft.
+    for (int64_t tok = s.token_offset + s.num_tokens - s.num_logits; tok < s.token_offset + s.num_tokens; ++tok) {
+      cpu::rmsnorm(x_.data() + tok * hd, final_norm_.data(), hd, eps, rows_.data() + row * hd);
+      ++row;
+    }
   }
   cpu::matmul_nt(pool_, rows_.data(), r, lm_head_.empty() ? embed_ : lm_head_, nullptr, logits);
 }

@@ -8,6 +8,7 @@
 #include "../core/error.h"
 #include "../core/safetensors.h"
 #include "../core/thread_pool.h"
+#include "../spec/verify.h"
 #include "kv_pool_sizing.h"
 
 namespace tandem {
@@ -94,7 +95,7 @@ GpuBackend::GpuBackend(const ModelConfig& config, const SafetensorsStore& weight
   plan_options_.sm_count = device_->info().sm_count;
   plan_options_.max_splits = max_splits_;
   graphs_enabled_ = options.cuda_graphs;
-  max_graph_batch_ = static_cast<int32_t>(std::min<int64_t>(options.max_seqs, 256));
+  max_graph_batch_ = static_cast<int32_t>(std::min<int64_t>(options.max_seqs * (1 + std::max<int64_t>(0, options.max_drafts)), 256));
 
   const bool simt = std::string(device_->kind()) == "simt";
   if (options.gemm != "auto" && options.gemm != "own" && options.gemm != "cublaslt") {
@@ -127,11 +128,13 @@ GpuBackend::GpuBackend(const ModelConfig& config, const SafetensorsStore& weight
     // Everything a step allocates, before the pool takes what is left: activations, the step
     // tables (a full batch with 2048-entry block tables), sampling scratch for every row.
     const int64_t tokens = std::max<int64_t>(1, options.max_batch_tokens), seqs = std::max<int64_t>(1, options.max_seqs);
-    ensure_activations(tokens, seqs, seqs);
-    ensure_image(4 * tokens + 12 * seqs + seqs * 2048);
+    // Speculative decoding: a verify step samples 1 + max_drafts rows per sequence, each its own decode row.
+    const int64_t rows = std::max(seqs, std::min(tokens, seqs * (1 + std::max<int64_t>(0, options.max_drafts))));
+    ensure_activations(tokens, rows, rows);
+    ensure_image(4 * tokens + 12 * rows + rows * 2048);
     const size_t mask_bytes = static_cast<size_t>((c.vocab_size + 31) / 32) * 4;
-    ensure_sample_buffers(seqs, static_cast<size_t>(seqs) * (sizeof(gpu::SampleRowDesc) + mask_bytes + 4096),
-                          static_cast<size_t>(seqs) * (8 + 2 * 4 * 20));
+    ensure_sample_buffers(rows, static_cast<size_t>(rows) * (sizeof(gpu::SampleRowDesc) + mask_bytes + 4096),
+                          static_cast<size_t>(rows) * (8 + 2 * 4 * 20));
     size_kv_pool(options);
     allocate_kv_staging();
     init_decode_path();
@@ -294,7 +297,10 @@ void GpuBackend::gemm(const gpu::GemmArgs& g, const Fp8Weight* fp8) {
   kernels_->gemm(own, device_->stream());
 }
 
-void GpuBackend::forward(const ForwardBatch& batch) {
+void GpuBackend::forward(const ForwardBatch& requested) {
+  // Verify steps (speculative decoding): each draft row becomes a single-token sequence, so a
+  // batch of decodes and verifies runs the decode path and replays its graphs (spec/verify.h).
+  const ForwardBatch& batch = spec::expand_verify(requested, verify_batch_);
   const ModelConfig& c = config_;
   gpu::PlanOptions o = plan_options_;
   bool use_graph = false;

@@ -246,6 +246,7 @@ class GpuBackend final : public Backend {
   void* image_staging_ = nullptr;  // pinned
   int32_t last_logit_rows_ = 0;
   gpu::StepPlan plan_;
+  ForwardBatch verify_batch_;  // forward()'s batch with verify sequences expanded (spec/verify.h)
 
   struct CapturedGraph {
     std::unique_ptr<gpu::Graph> graph;
