@@ -11,21 +11,37 @@ import { TandemError } from '../runtime/errors.js';
 import { EXIT_CODES, type ExitCode } from '../runtime/index.js';
 import { watchParentLink } from '../runtime/index.js';
 import { registerCommands } from './commands.js';
+import { applyEnvNameExceptions } from './env-names.js';
 
 export function buildProgram(): Command {
   const program = new Command('runtime')
     .description('Tandem: disaggregated LLM serving. Every flag can also be set as TANDEM_<FLAG_IN_CAPS>.')
     .version(process.env.npm_package_version ?? '0.1.0')
-    .showHelpAfterError('(run with --help for usage)')
     .enablePositionalOptions();
   registerCommands(program);
+  applyEnvNameExceptions(program);
   bindEnvironment(program);
   const exitOverride = (cmd: Command) => {
     cmd.exitOverride();
+    // A usage error is one line like every other refusal ("runtime: …", exit 2), naming the help to read.
+    cmd.configureOutput({ outputError: (text, write) => write(usageErrorLine(text, commandPath(cmd))) });
     cmd.commands.forEach(exitOverride);
   };
   exitOverride(program);
   return program;
+}
+
+/** `runtime up`, `runtime model make-tiny`: the command as a user types it. */
+function commandPath(cmd: Command): string {
+  const names: string[] = [];
+  for (let c: Command | null = cmd; c; c = c.parent) names.unshift(c.name());
+  return names.join(' ');
+}
+
+/** commander's "error: option '--x <n>' argument 'y' is invalid. …" as `runtime: …` on one line. */
+export function usageErrorLine(text: string, command: string): string {
+  const message = text.replace(/^error: /, '').replace(/\s+/g, ' ').trim();
+  return `runtime: ${message} (\`${command} --help\` lists the options)\n`;
 }
 
 export async function main(argv: string[]): Promise<void> {

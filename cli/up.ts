@@ -8,13 +8,14 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Option, type Command } from 'commander';
-import { nonNegativeInt, oneOf, parsePort } from '../runtime/index.js';
+import { checkFlagRules, nonNegativeInt, oneOf, parsePort, type FlagRule } from '../runtime/index.js';
 import { ConfigError } from '../runtime/errors.js';
 import { DistributedRuntime, DEFAULT_NAMESPACE, etcdEndpointsFromEnv, natsServerFromEnv } from '../runtime/index.js';
 import { LocalConnector, buildConfig, loadPlannerPerf, loadPlannerProfile, readPlannerConfigFile, startLivePlanner, type LivePlanner, type LocalWorker, type PlannerConfig, type PoolName } from '../planner/index.js';
-import { DEFAULT_RESTART_POLICY, Supervisor, recordWithMsg, runtimeCommand, type RestartPolicy} from '../runtime/index.js';
-import { resolveModel } from '../workers/index.js';
+import { DEFAULT_RESTART_POLICY, EXIT_CODES, StopSignals, Supervisor, recordWithMsg, runtimeCommand, type RestartPolicy } from '../runtime/index.js';
+import { checkWorkerFlags, resolveModel, type WorkerRuleFlags } from '../workers/index.js';
 import { checkChildArgs } from './child-args.js';
+import { upBanner } from './up-banner.js';
 
 interface UpFlags {
   engine: 'mocker' | 'native';
@@ -42,6 +43,8 @@ interface UpFlags {
   perfProfile?: string;
   contextLength?: string;
   kvCacheMemory?: string;
+  kvCacheDtype?: string;
+  quantization?: string;
   lora?: string[];
   maxLoras?: string;
   maxCpuLoras?: string;
@@ -65,6 +68,11 @@ interface UpFlags {
   /** Embedding workers (`worker --task embed`); with them and no --workers, no generation workers. */
   embeddingWorkers: number;
   pooling?: string;
+  speculative?: string;
+  numSpeculativeTokens?: string;
+  promptLookupMin?: string;
+  promptLookupMax?: string;
+  specAcceptance?: string;
 }
 
 /**
@@ -73,8 +81,7 @@ interface UpFlags {
  * process starts, so a bad value is exit 2 with nothing to clean up.
  */
 async function upPlannerConfig(flags: UpFlags, profileKvCapacityTokens: number | undefined): Promise<PlannerConfig | undefined> {
-  if (flags.planner === undefined) return undefined;
-  if (flags.maxWorkers === undefined) throw new ConfigError('--planner needs --max-workers N (the total worker budget)');
+  if (flags.planner === undefined || flags.maxWorkers === undefined) return undefined; // UP_FLAG_RULES refused the second
   const disagg = flags.prefill + flags.decode > 0;
   const raw = flags.plannerConfig !== undefined ? await readPlannerConfigFile(flags.plannerConfig) : undefined;
   const c = buildConfig({ mode: flags.planner, interval: flags.plannerInterval, minWorkers: flags.minWorkers, maxWorkers: flags.maxWorkers, topology: disagg ? 'disagg' : 'agg' }, raw, { kvCapacityTokens: profileKvCapacityTokens });
@@ -86,6 +93,25 @@ async function upPlannerConfig(flags: UpFlags, profileKvCapacityTokens: number |
   }
   return c;
 }
+
+/**
+ * The combinations of `up`'s own flags that cannot run, checked before anything starts (exit 2,
+ * one line). Flags `up` passes on are checked by their child's own rules too (checkForwardedFlags).
+ */
+const UP_FLAG_RULES: readonly FlagRule<UpFlags>[] = [
+  {
+    broken: (f) => (f.workers ?? 0) + f.prefill + f.decode + f.embeddingWorkers === 0,
+    message: 'runtime up needs at least one worker (--workers, --prefill with --decode, or --embedding-workers)',
+  },
+  { broken: (f) => f.prefill > 0 && f.decode === 0, message: '--prefill needs --decode workers too' },
+  { broken: (f) => f.perfProfile !== undefined && f.engine !== 'mocker', message: '--perf-profile is for the mocker engine' },
+  { broken: (f) => f.planner !== undefined && f.maxWorkers === undefined, message: '--planner needs --max-workers N (the total worker budget)' },
+  {
+    // up passes --speculative to generation workers only
+    broken: (f) => (f.speculative ?? 'off') !== 'off' && (f.workers ?? 0) + f.prefill + f.decode === 0,
+    message: '--speculative is for generation workers; this fleet has only embedding workers',
+  },
+];
 
 /** Restart a crashed child after 0.5 s, 1 s, 2 s, … at most 30 s; a 30 s run resets the backoff. */
 const UP_RESTART_POLICY: RestartPolicy = DEFAULT_RESTART_POLICY;
@@ -123,14 +149,14 @@ export function registerUpCommand(program: Command): void {
   program
     .command('up')
     .description('all-in-one on this machine: frontend + workers, embedded discovery and events')
-    .addOption(new Option('--engine <engine>', 'worker engine').argParser(oneOf(['mocker', 'native'] as const)).default('mocker'))
+    .addOption(new Option('--engine <engine>', 'worker engine: mocker | native').argParser(oneOf(['mocker', 'native'] as const)).default('mocker'))
     .addOption(new Option('--model <dir>', "model directory, or 'tiny' for a generated tiny Llama").default('tiny'))
-    .addOption(new Option('--workers <n>', 'aggregated workers (default 2, or 1 on a GPU; 0 with --prefill/--decode)').argParser(nonNegativeInt))
+    .addOption(new Option('--workers <n>', 'aggregated workers (default 2, or 1 on a GPU; 0 with --prefill/--decode or --embedding-workers)').argParser(nonNegativeInt))
     .addOption(new Option('--prefill <n>', 'prefill workers (disaggregated mode)').argParser(nonNegativeInt).default(0))
     .addOption(new Option('--decode <n>', 'decode workers (disaggregated mode)').argParser(nonNegativeInt).default(0))
     .addOption(new Option('--http-port <port>', 'frontend HTTP port').argParser(parsePort).default(8000))
     .addOption(new Option('--host <host>', 'frontend bind host').default('127.0.0.1'))
-    .addOption(new Option('--discovery <kind>', 'file | etcd').argParser(oneOf(['file', 'etcd'] as const)).default('file'))
+    .addOption(new Option('--discovery <kind>', "file | etcd (not memory: that works within one process, and up's children are separate processes)").argParser(oneOf(['file', 'etcd'] as const)).default('file'))
     .addOption(new Option('--event-plane <kind>', 'direct | nats').argParser(oneOf(['direct', 'nats'] as const)).default('direct'))
     .option('--speedup-ratio <x>', 'mocker: divide simulated time by this')
     .option('--num-gpu-blocks <n>', 'KV blocks per worker')
@@ -146,6 +172,8 @@ export function registerUpCommand(program: Command): void {
     .option('--kv-layer-streaming', 'disaggregated, host KV pools: decode workers copy each hand-off layer by layer while the prefill computes (frontend and workers)')
     .option('--context-length <n>', 'cap the model context length of every worker')
     .option('--kv-cache-memory <bytes>', 'native: KV pool budget in bytes per worker when --num-gpu-blocks is not set')
+    .option('--kv-cache-dtype <dtype>', 'KV cache element type per worker: auto | bf16 | fp8 (e4m3: twice the tokens in the same memory)')
+    .option('--quantization <method>', 'native weights: fp8 (quantize at load) | none (dequantize an FP8 checkpoint); default: the checkpoint\'s own')
     .option('--grammar-compile-timeout-ms <ms>', 'structured output: most wall time one new grammar may take to compile, in the frontend\'s check and in each worker (then 400)')
     .option('--grammar-compile-memory-mb <mb>', 'structured output: most memory one new grammar may need, in the frontend\'s check and in each worker (then 400)')
     .option('--lora <name=dir>', 'serve this PEFT LoRA adapter on every worker (repeatable)', (v: string, prev: string[] = []) => [...prev, v])
@@ -169,6 +197,11 @@ export function registerUpCommand(program: Command): void {
     .option('--planner-profile <file>', 'planner, sla mode: perf profile JSON (default: the polynomial model)')
     .addOption(new Option('--embedding-workers <n>', 'embedding workers (`worker --task embed`) serving /v1/embeddings; without --workers, the fleet is embedding-only').argParser(nonNegativeInt).default(0))
     .option('--pooling <mode>', "embedding workers: last | mean (default: the model's sentence-transformers config, else last)")
+    .option('--speculative <method>', 'generation workers: speculative decoding, off | ngram | suffix (docs/speculative.md)')
+    .option('--num-speculative-tokens <n>', 'generation workers: most drafts a sequence verifies per step')
+    .option('--prompt-lookup-min <n>', 'generation workers, ngram: shortest n-gram matched')
+    .option('--prompt-lookup-max <n>', 'generation workers, ngram: longest n-gram matched')
+    .option('--spec-acceptance <p>', 'mocker workers with --speculative: the chance each draft is accepted')
     .allowUnknownOption(true)
     .allowExcessArguments(true)
     .addHelpText(
@@ -179,17 +212,15 @@ export function registerUpCommand(program: Command): void {
     .action(async (flags: UpFlags, cmd: Command) => {
       const onGpu = flags.engine === 'native' && flags.device !== undefined && flags.device !== 'cpu';
       flags.workers ??= flags.prefill + flags.decode + flags.embeddingWorkers > 0 ? 0 : onGpu ? 1 : 2;
-      if (flags.workers + flags.prefill + flags.decode + flags.embeddingWorkers === 0) throw new ConfigError('runtime up needs at least one worker (--workers, --prefill or --decode)');
-      if (flags.prefill > 0 && flags.decode === 0) throw new ConfigError('--prefill needs --decode workers too');
-      checkForwardedFlags(cmd.parent!, flags, cmd.args);
-      if (flags.perfProfile !== undefined) {
-        if (flags.engine !== 'mocker') throw new ConfigError('--perf-profile is for the mocker engine');
-        await loadPlannerPerf(flags.perfProfile); // a bad file is exit 2 here, not a worker dying at start
-      }
+      checkFlagRules(UP_FLAG_RULES, flags);
+      const frontend = checkForwardedFlags(cmd.parent!, flags, cmd.args);
+      // a bad file is exit 2 here, not a worker dying at start
+      if (flags.perfProfile !== undefined) await loadPlannerPerf(flags.perfProfile);
       // The profile before the config: its worker's KV capacity is the planner's default.
       const profile = flags.planner !== undefined ? await loadPlannerProfile(flags.plannerProfile ?? flags.perfProfile) : undefined;
       const plannerConfig = await upPlannerConfig(flags, profile?.kvCapacityTokens);
-      await runUp(flags, cmd.args, plannerConfig && profile ? { config: plannerConfig, perf: profile.perf } : undefined);
+      const keyed = frontend.apiKey !== undefined || frontend.apiKeyFile !== undefined;
+      await runUp(flags, cmd.args, keyed, plannerConfig && profile ? { config: plannerConfig, perf: profile.perf } : undefined);
     });
 }
 
@@ -215,7 +246,7 @@ const PINO_LEVELS: Record<string, number> = { trace: 10, debug: 20, info: 30, wa
  * the flags as given) and once for starting (with the model and discovery paths resolved): the
  * same function, so what is checked is what runs.
  */
-function childArgs(flags: UpFlags, frontendExtra: string[], paths: { modelDir: string; discoveryDir: string }): { frontend: string[]; worker: (pool: string) => string[]; embedWorker: string[] } {
+function childArgs(flags: UpFlags, frontendExtra: string[], paths: { modelDir: string; discoveryDir: string }): { frontend: string[]; worker: (pool: string, name: string) => string[]; embedWorker: (name: string) => string[] } {
   // Children log at info at least: `up` waits on their info-level start-up records, and shows only
   // the lines at the asked level (a quieter --log-level must not hide "worker ready" from `up`).
   const childLevel = shownLevel(flags) > 30 ? 'info' : flags.logLevel;
@@ -235,6 +266,8 @@ function childArgs(flags: UpFlags, frontendExtra: string[], paths: { modelDir: s
     ['perfProfile', '--perf-profile'],
     ['contextLength', '--context-length'],
     ['kvCacheMemory', '--kv-cache-memory'],
+    ['kvCacheDtype', '--kv-cache-dtype'],
+    ['quantization', '--quantization'],
     ['kvHostCacheGb', '--kv-host-cache-gb'],
     ['kvDiskCacheDir', '--kv-disk-cache-dir'],
     ['kvDiskCacheGb', '--kv-disk-cache-gb'],
@@ -258,10 +291,23 @@ function childArgs(flags: UpFlags, frontendExtra: string[], paths: { modelDir: s
   for (const root of flags.loraRoot ?? []) workerFlags.push('--lora-root', root);
   const gpuShare = gpuMemoryShare(flags);
   if (gpuShare !== undefined) workerFlags.push('--gpu-memory-utilization', gpuShare);
+  // Each worker is named as `up` names it (agg-0, embed-0: its logs, its card, the dashboard) and
+  // serves /metrics on a port of its own (any free one; `up` prints where).
+  const own = (name: string) => ['--worker-name', name, '--status-port', '0'];
+  // Speculative decoding: generation workers only (an embedding worker refuses it).
+  const speculation: string[] = [];
+  const specFlags: Array<[keyof UpFlags, string]> = [
+    ['speculative', '--speculative'],
+    ['numSpeculativeTokens', '--num-speculative-tokens'],
+    ['promptLookupMin', '--prompt-lookup-min'],
+    ['promptLookupMax', '--prompt-lookup-max'],
+    ['specAcceptance', '--spec-acceptance'],
+  ];
+  for (const [key, flag] of specFlags) if (flags[key] !== undefined) speculation.push(flag, String(flags[key]));
   return {
     frontend: ['frontend', ...common, '--http-port', String(flags.httpPort), '--host', flags.host, ...budgets, ...streaming, ...frontendExtra],
-    worker: (pool) => ['worker', ...common, ...workerFlags, ...budgets, '--mode', pool],
-    embedWorker: ['worker', ...common, ...workerFlags, '--task', 'embed', ...(flags.pooling !== undefined ? ['--pooling', flags.pooling] : [])],
+    worker: (pool, name) => ['worker', ...common, ...own(name), ...workerFlags, ...speculation, ...budgets, '--mode', pool],
+    embedWorker: (name) => ['worker', ...common, ...own(name), ...workerFlags, '--task', 'embed', ...(flags.pooling !== undefined ? ['--pooling', flags.pooling] : [])],
   };
 }
 
@@ -283,15 +329,29 @@ function shownLevel(flags: UpFlags): number {
   return PINO_LEVELS[flags.logLevel] ?? 30;
 }
 
-/** Every flag `up` passes on, checked by the child that would read it: exit 2 before anything starts. */
-function checkForwardedFlags(program: Command, flags: UpFlags, frontendExtra: string[]): void {
+/**
+ * Every flag `up` passes on, checked by the child that would read it, values and combinations
+ * (the worker's own rules, workers/process/worker-flag-rules.ts): exit 2 before anything starts.
+ * Returns the frontend's parsed flags (the banner reads whether it needs a key).
+ */
+function checkForwardedFlags(program: Command, flags: UpFlags, frontendExtra: string[]): Record<string, unknown> {
   const args = childArgs(flags, frontendExtra, { modelDir: flags.model, discoveryDir: 'unused' });
-  checkChildArgs(program, 'frontend', args.frontend.slice(1), 'runtime up passes flags it does not know to the frontend');
-  for (const pool of ['agg', 'prefill', 'decode']) checkChildArgs(program, 'worker', args.worker(pool).slice(1), 'runtime up passes it to every worker');
-  if (flags.embeddingWorkers > 0) checkChildArgs(program, 'worker', args.embedWorker.slice(1), 'runtime up passes it to every embedding worker');
+  const frontend = checkChildArgs(program, 'frontend', args.frontend.slice(1), 'runtime up passes flags it does not know to the frontend');
+  const toWorkers = 'runtime up passes it to every worker';
+  const pools: Array<[string, number]> = [['agg', flags.workers ?? 0], ['prefill', flags.prefill], ['decode', flags.decode]];
+  for (const [pool, count] of pools) {
+    const parsed = checkChildArgs(program, 'worker', args.worker(pool, `${pool}-0`).slice(1), toWorkers);
+    // A pool that starts empty may still be scaled up by the planner.
+    if (count > 0 || flags.planner !== undefined) checkWorkerFlags(parsed as unknown as WorkerRuleFlags, toWorkers);
+  }
+  if (flags.embeddingWorkers > 0) {
+    const toEmbed = 'runtime up passes it to every embedding worker';
+    checkWorkerFlags(checkChildArgs(program, 'worker', args.embedWorker('embed-0').slice(1), toEmbed) as unknown as WorkerRuleFlags, toEmbed);
+  }
+  return frontend;
 }
 
-async function runUp(flags: UpFlags, frontendExtra: string[], plan?: { config: PlannerConfig; perf: Awaited<ReturnType<typeof loadPlannerPerf>> }): Promise<void> {
+async function runUp(flags: UpFlags, frontendExtra: string[], keyed: boolean, plan?: { config: PlannerConfig; perf: Awaited<ReturnType<typeof loadPlannerPerf>> }): Promise<void> {
   const modelDir = await resolveModel(flags.model, (dir) => process.stderr.write(`runtime up: generating the tiny model in ${dir}\n`));
   const discoveryDir = mkdtempSync(join(tmpdir(), 'tandem-up-'));
   const argv = childArgs(flags, frontendExtra, { modelDir, discoveryDir });
@@ -338,13 +398,16 @@ async function runUp(flags: UpFlags, frontendExtra: string[], plan?: { config: P
       rmSync(discoveryDir, { recursive: true, force: true });
       process.exit(code);
     })());
-  let signals = 0;
-  const onSignal = () => {
-    // A second Ctrl-C means "now": no more waiting for drains.
-    if (++signals > 1) {
+  // A second Ctrl-C means "now": no more waiting for drains. The same Ctrl-C forwarded by a
+  // wrapper (`npx runtime up`: npm forwards the terminal's SIGINT) is not a second one.
+  const signals = new StopSignals();
+  const onSignal = (signal: NodeJS.Signals) => {
+    const action = signals.receive(signal, Date.now());
+    if (action === 'duplicate') return;
+    if (action === 'now') {
       supervisor.killNow();
       rmSync(discoveryDir, { recursive: true, force: true });
-      process.exit(130);
+      process.exit(EXIT_CODES.interrupted);
     }
     void stopAll(0);
   };
@@ -360,19 +423,35 @@ async function runUp(flags: UpFlags, frontendExtra: string[], plan?: { config: P
   ];
   const workers: Array<ReturnType<typeof start>> = [];
   const initial: Partial<Record<PoolName, LocalWorker[]>> = {};
-  const startWorker = (pool: string, name: string): LocalWorker => {
+  // A worker's /metrics is on a port of its own, from its "status server listening" record. The
+  // banner lists the first ones; a worker started after it (a restart, the planner) says its own.
+  const metricsUrl = (run: ReturnType<typeof start>['current']): Promise<string | undefined> =>
+    run.waitFor(recordWithMsg('status server listening'), { timeoutMs: 120_000, what: 'status server listening' }).then(
+      (record) => (typeof record.url === 'string' ? `${record.url}/metrics` : undefined),
+      () => undefined, // it exited first: the supervisor says so
+    );
+  const watchMetrics = (name: string, child: ReturnType<typeof start>) => {
+    const sayUrl = (run: typeof child.current) => {
+      if (phase === 'serving') void metricsUrl(run).then((at) => at !== undefined && say(`${name} metrics at ${at}`));
+    };
+    sayUrl(child.current);
+    child.onRestart(sayUrl);
+  };
+  const startChild = (name: string, args: string[]) => {
     workerNames.push(name);
-    const child = start(name, ownDiskTier(argv.worker(pool), name));
+    const child = start(name, args);
     workers.push(child);
+    watchMetrics(name, child);
+    return child;
+  };
+  const startWorker = (pool: string, name: string): LocalWorker => {
+    const child = startChild(name, ownDiskTier(argv.worker(pool, name), name));
     return { name, stop: () => child.stop() };
   };
   for (const [mode, count] of roles) {
     for (let i = 0; i < count; i++) (initial[mode as PoolName] ??= []).push(startWorker(mode, `${mode}-${i}`));
   }
-  for (let i = 0; i < flags.embeddingWorkers; i++) {
-    workerNames.push(`embed-${i}`);
-    workers.push(start(`embed-${i}`, argv.embedWorker));
-  }
+  for (let i = 0; i < flags.embeddingWorkers; i++) startChild(`embed-${i}`, argv.embedWorker(`embed-${i}`));
 
   const configuredUrl = `http://${flags.host === '0.0.0.0' ? '127.0.0.1' : flags.host}:${flags.httpPort}`;
   // The frontend says where it listens; with --http-port 0 that is the only way to know the port.
@@ -398,21 +477,20 @@ async function runUp(flags: UpFlags, frontendExtra: string[], plan?: { config: P
     });
     const model = await waitForModel(urlOf, 120_000, () => startupFailure, Math.max(1, (flags.workers ?? 0) + flags.decode + flags.embeddingWorkers));
     if (startupFailure) throw startupFailure;
+    // Every worker said "worker ready", which it logs after its status server listens.
+    const metrics = await Promise.all(workers.map(async (w, i) => ({ name: workerNames[i]!, url: await metricsUrl(w.current) })));
     phase = 'serving';
     const url = urlOf();
     process.stdout.write(
-      [
-        '',
-        `Tandem is serving ${model} at ${url}`,
-        `  workers: ${[flags.workers ? `${flags.workers} aggregated` : '', flags.prefill ? `${flags.prefill} prefill` : '', flags.decode ? `${flags.decode} decode` : '', flags.embeddingWorkers ? `${flags.embeddingWorkers} embedding` : ''].filter(Boolean).join(' + ')}`,
-        '',
-        'Try:',
-        `  curl -N ${url}/v1/chat/completions -H 'content-type: application/json' \\`,
-        `    -d '{"model":"${model}","messages":[{"role":"user","content":"Hello!"}],"max_tokens":32,"stream":true}'`,
-        '',
-        'Press Ctrl-C to stop.',
-        '',
-      ].join('\n'),
+      upBanner({
+        url,
+        model,
+        workers: { agg: flags.workers ?? 0, prefill: flags.prefill, decode: flags.decode, embedding: flags.embeddingWorkers },
+        keyed,
+        keyInEnv: process.env.TANDEM_API_KEY !== undefined && process.env.TANDEM_API_KEY !== '' && !frontendExtra.some((a) => a === '--api-key' || a.startsWith('--api-key=')),
+        adapters: (flags.lora ?? []).map((l) => l.slice(0, l.indexOf('='))),
+        metrics: metrics.flatMap((m) => (m.url !== undefined ? [{ name: m.name, url: m.url }] : [])),
+      }),
     );
     if (plan) {
       const runtime = await DistributedRuntime.create({

@@ -65,12 +65,20 @@ export interface ModelCard {
    * mixture of experts' router, top-k and shared experts; step time). Equal for dense models.
    */
   parameters?: ModelParameters;
+  /**
+   * The worker's own name (`runtime worker --worker-name`; `runtime up` names its workers agg-0,
+   * decode-1, embed-0, …): the dashboard shows it beside the instance id. Absent when unnamed.
+   */
+  workerName?: string;
 }
 
 export interface ModelParameters {
   total: number;
   active: number;
 }
+
+/** What `--worker-name` and a card's `workerName` may be: short, printable, no markup. */
+export const WORKER_NAME = /^[A-Za-z0-9][\w.-]{0,63}$/;
 
 /** True for a card whose worker can run adapter requests (`supportsLora` absent or true). */
 export function servesLora(card: Pick<ModelCard, 'supportsLora'> | undefined): boolean {
@@ -87,7 +95,8 @@ export interface KvLayoutDescriptor {
   order: 'block_major.v1';
   /** Tokens per block. */
   blockSize: number;
-  dtype: 'f32' | 'bf16';
+  /** Element type: fp8_e4m3 holds K / k_scale and V / v_scale with the model's per-layer scales (docs/real-model.md). */
+  dtype: 'f32' | 'bf16' | 'fp8_e4m3';
   numLayers: number;
   numKvHeads: number;
   headDim: number;
@@ -164,6 +173,7 @@ export function parseModelCard(value: unknown): ModelCardParse {
     const ok = typeof p === 'object' && p !== null && isInt(p.total) && isInt(p.active) && (p.active as number) >= 0 && (p.active as number) <= (p.total as number);
     if (!ok) return fail('parameters must be {total, active} integers with 0 <= active <= total');
   }
+  if (v.workerName !== undefined && (typeof v.workerName !== 'string' || !WORKER_NAME.test(v.workerName))) return fail('workerName must be 1-64 letters, digits, ".", "_" or "-"');
   // Every field of ModelCard was checked above; the cast only forgets the index signature.
   return { ok: true, card: value as ModelCard };
 }

@@ -216,6 +216,19 @@ export interface LoadMetrics {
    * The KV router charges it to this worker for a request whose adapter it lacks (docs/lora.md).
    */
   loraLoadMs?: number;
+  /** Only on workers that speculate (docs/speculative.md); absent means speculative decoding is off. */
+  spec?: LoadSpecReport;
+}
+
+/**
+ * A speculating worker's running totals since it started, as vLLM counts them: verify steps
+ * of one sequence (drafts), draft tokens verified, draft tokens accepted. Acceptance rate =
+ * acceptedTokens / draftTokens; mean tokens per verify = 1 + acceptedTokens / drafts.
+ */
+export interface LoadSpecReport {
+  drafts: number;
+  draftTokens: number;
+  acceptedTokens: number;
 }
 
 /**

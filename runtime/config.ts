@@ -22,6 +22,8 @@ export function bindEnvironment(command: Command): void {
       if (option.long && option.envVar === undefined && option.long !== '--help' && option.long !== '--version') {
         option.env(envNameForFlag(option.long));
       }
+      // commander's `.choices()` refuses with "Allowed choices are …": say it as every other parser does.
+      if (option.argChoices && !option.variadic) option.argParser(oneOf(option.argChoices));
     }
     cmd.commands.forEach(visit);
   };
@@ -62,7 +64,7 @@ function fail(what: string, raw: string): never {
 export function parseInteger(raw: string, min = Number.MIN_SAFE_INTEGER, max = Number.MAX_SAFE_INTEGER): number {
   if (!/^-?\d+$/.test(raw.trim())) fail('an integer', raw);
   const value = Number(raw);
-  if (value < min || value > max) fail(`an integer in [${min}, ${max}]`, raw);
+  if (value < min || value > max) fail(max === Number.MAX_SAFE_INTEGER ? `an integer >= ${min}` : `an integer in [${min}, ${max}]`, raw);
   return value;
 }
 

@@ -17,6 +17,7 @@ import { GrpcRequestPlaneClient, GrpcRequestPlaneServer } from './request-plane/
 import type { RequestPlaneClient, RequestPlaneServer, StreamHandler } from './request-plane/types.js';
 import { StatusServer } from './status-server.js';
 import { onParentGone } from './supervisor/parent-link.js';
+import { StopSignals } from './supervisor/stop-signals.js';
 
 export interface RuntimeConfig {
   /** Process role for logs, e.g. 'worker' or 'frontend'. */
@@ -194,10 +195,12 @@ export class DistributedRuntime {
   }
 
   private installSignalHandlers(): void {
-    let signals = 0;
+    // One Ctrl-C forwarded by a wrapper (npx) arrives twice: that is still the first (supervisor/stop-signals.ts).
+    const signals = new StopSignals();
     const onSignal = (signal: NodeJS.Signals) => {
-      signals += 1;
-      if (signals > 1) {
+      const action = signals.receive(signal, Date.now());
+      if (action === 'duplicate') return;
+      if (action === 'now') {
         this.logger.warn({ signal }, 'second signal: exiting now');
         process.exit(EXIT_CODES.interrupted);
       }

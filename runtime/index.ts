@@ -14,7 +14,8 @@ export * from './discovery/model-card-feed.js';
 export * from './event-plane/event-plane.js';
 export * from './request-plane/types.js';
 export { listenOn } from './listen.js';
-export { DEFAULT_RESTART_POLICY, type RestartPolicy, Supervisor, recordWithMsg, runtimeCommand, watchParentLink } from './supervisor/index.js';
+export { checkFlagRules, type FlagRule } from './flag-rules.js';
+export { DEFAULT_RESTART_POLICY, type RestartPolicy, StopSignals, Supervisor, recordWithMsg, runtimeCommand, watchParentLink } from './supervisor/index.js';
 export { EXIT_CODES, type ExitCode } from './exit-codes.js';
 // For tools that talk to one worker directly (runtime profile --endpoint).
 export { createDiscovery, type CreateDiscoveryOptions } from './discovery/create-discovery.js';

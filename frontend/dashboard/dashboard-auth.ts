@@ -9,6 +9,13 @@
  *   2. Cookie `tandem_dashboard_key=KEY` (HttpOnly, SameSite=Strict, Path=/dashboard): the
  *      page's assets and its EventSource carry it without the page's script seeing it.
  *
+ * How a browser gets the cookie without a key in any URL: the page shell and its static files
+ * are open (`isOpenDashboardPath`: the same files for every deployment, no data in them), so
+ * `/dashboard` always loads; its stream is refused (401), and the page asks for the key and
+ * sends it once as a header, `POST /dashboard/session` with `Authorization: Bearer KEY`, whose
+ * answer (after the usual key check) sets the cookie. The script holds the key only for that
+ * call: not in storage, not in a URL, and the cookie is not readable by script.
+ *
  * The key found is checked by the same `ApiKeySet.matches` (constant-time) as every other route;
  * only where it is looked for differs. Outside `/dashboard` neither the query nor the cookie counts.
  */
@@ -19,8 +26,20 @@ export const DASHBOARD_PREFIX = '/dashboard';
 export const DASHBOARD_COOKIE = 'tandem_dashboard_key';
 export const DASHBOARD_KEY_PARAM = 'api_key';
 
+export const DASHBOARD_SESSION_PATH = `${DASHBOARD_PREFIX}/session`;
+const ASSETS_PREFIX = `${DASHBOARD_PREFIX}/assets/`;
+
 export function isDashboardPath(path: string): boolean {
   return path === DASHBOARD_PREFIX || path.startsWith(`${DASHBOARD_PREFIX}/`);
+}
+
+/**
+ * What any browser may load without a key: the page shell (unless it carries `?api_key=`, which
+ * is checked like any key) and its static files. The data (`events`, `api/*`) needs the key.
+ */
+export function isOpenDashboardPath(path: string, url: string): boolean {
+  if (path === DASHBOARD_PREFIX) return queryKey(url) === undefined;
+  return path.startsWith(ASSETS_PREFIX);
 }
 
 /** The `api_key` query parameter of a request URL, if any. */

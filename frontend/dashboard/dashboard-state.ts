@@ -17,9 +17,8 @@
  * Cost: a request costs three calls (start, first token, end), each O(1). Nothing is per token.
  * Every collection is bounded (see each part). Percentiles are computed only in `view`.
  */
-import type { ModelInfo } from './snapshot.js';
 import type { PlannerStatusEvent, RouterDecisionEvent, WorkerRole } from '../../proto/wire.js';
-import { Fleet, type LoadSample } from './fleet.js';
+import { Fleet, type CardExtras, type LoadSample } from './fleet.js';
 import { Ring } from './ring.js';
 import { RequestLog, type RequestEnd, type RequestStart } from './request-log.js';
 import { PLANNER_DECISIONS_KEPT, type DashboardSnapshot, type PlannerDecisionView, type RequestRecord, type RoutingCandidate } from './snapshot.js';
@@ -51,8 +50,8 @@ export class DashboardState {
 
   // ---- fleet ----
 
-  cardAdded(model: string, role: WorkerRole, instanceId: string, totalBlocks: number, now: number, loras?: string[], info?: ModelInfo): void {
-    this.fleet.cardAdded(model, role, instanceId, totalBlocks, now, loras, info);
+  cardAdded(model: string, role: WorkerRole, instanceId: string, totalBlocks: number, now: number, card?: CardExtras): void {
+    this.fleet.cardAdded(model, role, instanceId, totalBlocks, now, card);
   }
 
   cardRemoved(instanceId: string, now: number): void {

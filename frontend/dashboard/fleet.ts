@@ -12,8 +12,8 @@
  * those transitions and forgets old gone workers.
  */
 import type { ModelInfo } from './snapshot.js';
-import { LOAD_REPORT_STALE_MS, type LoadTierReport, type WorkerRole } from '../../proto/wire.js';
-import type { ModelView, PoolRole, PoolView, WorkerState, WorkerTierView, WorkerView } from './snapshot.js';
+import { LOAD_REPORT_STALE_MS, type LoadSpecReport, type LoadTierReport, type WorkerRole } from '../../proto/wire.js';
+import type { ModelView, PoolRole, PoolView, WorkerSpecView, WorkerState, WorkerTierView, WorkerView } from './snapshot.js';
 
 /** A draining worker silent this long (no load_metrics) is gone. */
 export const DRAIN_SILENCE_MS = LOAD_REPORT_STALE_MS;
@@ -32,6 +32,18 @@ export interface LoadSample {
   totalBlocks: number;
   /** Workers with KV tiers only (see `readTierReport`). */
   tiers?: LoadTierReport;
+  /** Workers that speculate only (see `readSpecReport`). */
+  spec?: LoadSpecReport;
+}
+
+/** The report's `spec` when it is well formed, else undefined (a worker that does not speculate, or garbage). */
+export function readSpecReport(x: unknown): LoadSpecReport | undefined {
+  if (typeof x !== 'object' || x === null) return undefined;
+  const t = x as Record<string, unknown>;
+  const n = (v: unknown): number | undefined => (typeof v === 'number' && Number.isFinite(v) && v >= 0 ? v : undefined);
+  const [drafts, draftTokens, acceptedTokens] = [t.drafts, t.draftTokens, t.acceptedTokens].map(n);
+  if (drafts === undefined || draftTokens === undefined || acceptedTokens === undefined) return undefined;
+  return { drafts, draftTokens, acceptedTokens };
 }
 
 /** The report's `tiers` when it is well formed, else undefined (a worker without tiers, or garbage). */
@@ -45,6 +57,16 @@ export function readTierReport(x: unknown): LoadTierReport | undefined {
   if (fields.some((v) => v === undefined)) return undefined;
   const [hostBlocks, hostCapacity, diskBlocks, diskCapacity, queryTokens, device, host, disk] = fields as number[];
   return { hostBlocks: hostBlocks!, hostCapacity: hostCapacity!, diskBlocks: diskBlocks!, diskCapacity: diskCapacity!, queryTokens: queryTokens!, hitTokens: { device: device!, host: host!, disk: disk! } };
+}
+
+/** What a card says about its worker beyond role and size. */
+export interface CardExtras {
+  /** Resident LoRA adapters. */
+  loras?: string[];
+  /** The worker's name (`workerName`). */
+  name?: string;
+  /** Its architecture and parameter counts (a MoE's active share). */
+  info?: ModelInfo;
 }
 
 interface WorkerEntry {
@@ -66,14 +88,19 @@ interface WorkerEntry {
   loras?: string[];
   /** Its card's architecture and parameter counts (a MoE's active share). */
   model_info?: ModelInfo;
+  /** Its card's `workerName` (`runtime up`'s agg-0, embed-0, …). */
+  name?: string;
   /** Its KV tiers, from its latest report that had them. */
   tiers?: LoadTierReport;
+  /** Its speculative decoding counters, from its latest report. */
+  spec?: LoadSpecReport;
 }
 
 export class Fleet {
   private readonly workers = new Map<string, WorkerEntry>();
 
-  cardAdded(model: string, role: WorkerRole, instanceId: string, totalBlocks: number, now: number, loras?: string[], info?: ModelInfo): void {
+  cardAdded(model: string, role: WorkerRole, instanceId: string, totalBlocks: number, now: number, card: CardExtras = {}): void {
+    const { loras, name, info } = card;
     const existing = this.workers.get(instanceId);
     if (existing && existing.state !== 'gone') {
       existing.state = 'ready';
@@ -81,11 +108,12 @@ export class Fleet {
       existing.lastSeen = now;
       existing.loras = loras;
       existing.model_info = info;
+      existing.name = name;
       return;
     }
     this.workers.set(instanceId, {
       instanceId, model, role: POOL_OF[role], state: 'ready', running: 0, waiting: 0, kvUsedBlocks: 0, kvTotalBlocks: totalBlocks,
-      cachedTokens: existing?.cachedTokens ?? 0, promptTokens: existing?.promptTokens ?? 0, lastSeen: now, lastLoadAt: 0, loras, model_info: info,
+      cachedTokens: existing?.cachedTokens ?? 0, promptTokens: existing?.promptTokens ?? 0, lastSeen: now, lastLoadAt: 0, loras, name, model_info: info,
     });
   }
 
@@ -108,6 +136,7 @@ export class Fleet {
     w.kvUsedBlocks = m.activeBlocks;
     if (m.totalBlocks > 0) w.kvTotalBlocks = m.totalBlocks;
     w.tiers = m.tiers;
+    w.spec = m.spec;
     w.lastSeen = w.lastLoadAt = now;
   }
 
@@ -179,6 +208,7 @@ function workerView(w: WorkerEntry, now: number): WorkerView {
   const fresh = state !== 'gone' && isFresh(w, now);
   return {
     instanceId: w.instanceId,
+    ...(w.name !== undefined ? { name: w.name } : {}),
     state,
     running: fresh ? w.running : 0,
     waiting: fresh ? w.waiting : 0,
@@ -190,6 +220,17 @@ function workerView(w: WorkerEntry, now: number): WorkerView {
     ...(goneAt !== undefined ? { goneAt } : {}),
     ...(w.loras !== undefined && w.loras.length > 0 ? { loras: w.loras } : {}),
     ...(w.tiers !== undefined && state !== 'gone' ? { tiers: tierView(w.tiers) } : {}),
+    ...(w.spec !== undefined && state !== 'gone' ? { spec: specView(w.spec) } : {}),
+  };
+}
+
+/** Acceptance as vLLM reports it: accepted / drafted tokens, and tokens per verify step (1 + accepted / drafts). */
+function specView(s: LoadSpecReport): WorkerSpecView {
+  return {
+    drafts: s.drafts,
+    draftTokens: s.draftTokens,
+    acceptanceRate: s.draftTokens > 0 ? s.acceptedTokens / s.draftTokens : null,
+    meanAcceptedLength: s.drafts > 0 ? 1 + s.acceptedTokens / s.drafts : null,
   };
 }
 

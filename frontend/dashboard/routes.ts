@@ -1,16 +1,19 @@
 /**
- * The dashboard's HTTP routes, all under `/dashboard` and GET only:
+ * The dashboard's HTTP routes, all under `/dashboard`, GET (and HEAD) but for the session:
  *   /dashboard                      the page (page/index.html)
  *   /dashboard/assets/{name}        page files and uPlot (assets.ts)
  *   /dashboard/events               the SSE stream (event-stream.ts)
  *   /dashboard/api/snapshot         one snapshot as JSON
  *   /dashboard/api/requests/{id}    the request inspector (RequestRecord)
- * The key check happens before, in the server (dashboard-auth.ts says where keys are looked for).
+ *   POST /dashboard/session         the key in a header → the dashboard's cookie (204)
+ * The key check happens before, in the server (dashboard-auth.ts says where keys are looked for
+ * and which paths are open).
  */
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { sendJson } from '../http/respond.js';
 import type { Asset, DashboardAssets } from './assets.js';
-import { DASHBOARD_PREFIX, keyCookie, queryKey, withoutKey } from './dashboard-auth.js';
+import { presentedKey } from '../http/auth.js';
+import { DASHBOARD_PREFIX, DASHBOARD_SESSION_PATH, keyCookie, queryKey, withoutKey } from './dashboard-auth.js';
 import type { DashboardState } from './dashboard-state.js';
 import type { DashboardEventStream } from './event-stream.js';
 
@@ -28,6 +31,7 @@ const PAGE_CACHE = 'no-cache';
 /** Handles a `/dashboard…` path. */
 export function handleDashboard(d: DashboardRoutes, path: string, req: IncomingMessage, res: ServerResponse): void {
   req.resume();
+  if (path === DASHBOARD_SESSION_PATH) return startSession(d, req, res);
   if (req.method !== 'GET' && req.method !== 'HEAD') {
     res.setHeader('allow', 'GET, HEAD');
     return notFound(res, 405, 'method_not_allowed', 'use GET');
@@ -62,6 +66,38 @@ export function handleDashboard(d: DashboardRoutes, path: string, req: IncomingM
     return sendAsset(req, res, d.assets.get(name), name);
   }
   notFound(res, 404, 'route_not_found', `no dashboard route '${path.slice(0, 100)}'`);
+}
+
+/**
+ * `POST /dashboard/session` with the key as a header (the server checked it): the cookie the
+ * page's EventSource and fetches then carry. The page's key form calls it, so a key typed into
+ * the page never travels in a URL.
+ */
+function startSession(d: DashboardRoutes, req: IncomingMessage, res: ServerResponse): void {
+  if (req.method !== 'POST') {
+    res.setHeader('allow', 'POST');
+    return notFound(res, 405, 'method_not_allowed', 'use POST with the key in Authorization: Bearer KEY');
+  }
+  if (!d.keysOn()) {
+    res.writeHead(204, { 'cache-control': 'no-store' });
+    res.end();
+    return;
+  }
+  const key = presentedKey(req.headers);
+  if (key === undefined) return notFound(res, 400, 'invalid_argument', 'send the key as Authorization: Bearer KEY');
+  res.writeHead(204, { 'set-cookie': keyCookie(key), 'cache-control': 'no-store' });
+  res.end();
+}
+
+/**
+ * A browser's page load refused for its key (a wrong `?api_key=`): back to the open shell, whose
+ * form says the key was refused, instead of a JSON 401 on screen. True when it answered.
+ */
+export function refusedPageLoad(path: string, req: IncomingMessage, res: ServerResponse): boolean {
+  if (path !== DASHBOARD_PREFIX || req.method !== 'GET' || !(req.headers.accept ?? '').includes('text/html')) return false;
+  res.writeHead(303, { location: `${withoutKey(req.url ?? DASHBOARD_PREFIX)}#key-refused`, 'cache-control': 'no-store' });
+  res.end();
+  return true;
 }
 
 function sendAsset(req: IncomingMessage, res: ServerResponse, asset: Asset | undefined, name: string): void {

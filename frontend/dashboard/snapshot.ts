@@ -38,6 +38,8 @@ export type PoolRole = 'aggregated' | 'prefill' | 'decode';
 export interface WorkerView {
   /** 16 hex digits. */
   instanceId: string;
+  /** The worker's name from its card (`runtime up`'s agg-0, decode-1, embed-0, …), when it has one. */
+  name?: string;
   state: WorkerState;
   /**
    * From the worker's latest `load_metrics`: 0 before the first, and 0 once that report is
@@ -57,6 +59,8 @@ export interface WorkerView {
   loras?: string[];
   /** KV tiers below its engine pool (G2 host, G3 disk), only on workers that have them; not on gone workers. */
   tiers?: WorkerTierView;
+  /** Speculative decoding, only on workers that speculate; not on gone workers. */
+  spec?: WorkerSpecView;
   /** When state is 'gone': when it went (the page drops it after a while). */
   goneAt?: number;
 }
@@ -74,6 +78,17 @@ export interface WorkerTierView {
    * most 1); null before its first lookup.
    */
   hitRate: { device: number; host: number; disk: number } | null;
+}
+
+/** A worker's speculative decoding since it started (its load report's `spec`, proto/wire.ts `LoadSpecReport`). */
+export interface WorkerSpecView {
+  /** Verify steps of one sequence, and draft tokens verified. */
+  drafts: number;
+  draftTokens: number;
+  /** Accepted draft tokens / draft tokens verified; null before the first verify. */
+  acceptanceRate: number | null;
+  /** Tokens a verify step returned on average: 1 + accepted / drafts; null before the first. */
+  meanAcceptedLength: number | null;
 }
 
 export interface PoolView {

@@ -16,7 +16,7 @@ import { DASHBOARD_TOPICS, PLANNER_COMPONENT, type PlannerStatusEvent, type Rout
 import { LoadFeed, decisionCandidates, type DecisionListener, type KvRouterHub } from '../../router/adapters/index.js';
 import type { DistributedRuntime, ModelCardFeed, Subscription } from '../../runtime/index.js';
 import type { DashboardState } from './dashboard-state.js';
-import { readTierReport } from './fleet.js';
+import { readSpecReport, readTierReport } from './fleet.js';
 
 export interface DashboardSourcesOptions {
   state: DashboardState;
@@ -54,9 +54,13 @@ export class DashboardSources {
     this.unsubscribeCards = o.cards.subscribe((e) => {
       const { entry } = e;
       if (e.type === 'removed') return o.state.cardRemoved(entry.instanceId, clock());
-      o.state.cardAdded(entry.model, entry.card.role, entry.instanceId, entry.card.totalKvBlocks, clock(), cardLoras(entry.card).map((l) => l.name), {
-        ...(entry.card.architecture !== undefined ? { architecture: entry.card.architecture } : {}),
-        ...(entry.card.parameters !== undefined ? { parameters: entry.card.parameters } : {}),
+      o.state.cardAdded(entry.model, entry.card.role, entry.instanceId, entry.card.totalKvBlocks, clock(), {
+        loras: cardLoras(entry.card).map((l) => l.name),
+        ...(entry.card.workerName !== undefined ? { name: entry.card.workerName } : {}),
+        info: {
+          ...(entry.card.architecture !== undefined ? { architecture: entry.card.architecture } : {}),
+          ...(entry.card.parameters !== undefined ? { parameters: entry.card.parameters } : {}),
+        },
       });
       this.follow(entry.card.component);
     });
@@ -98,7 +102,7 @@ export class DashboardSources {
       .listen(component, (m) => {
         if (this.closed) return;
         this.o.state.load(
-          { workerId: m.workerId, numRunning: Number(m.numRunning) || 0, numWaiting: Number(m.numWaiting) || 0, activeBlocks: Number(m.activeBlocks) || 0, totalBlocks: Number(m.totalBlocks) || 0, tiers: readTierReport(m.tiers) },
+          { workerId: m.workerId, numRunning: Number(m.numRunning) || 0, numWaiting: Number(m.numWaiting) || 0, activeBlocks: Number(m.activeBlocks) || 0, totalBlocks: Number(m.totalBlocks) || 0, tiers: readTierReport(m.tiers), spec: readSpecReport(m.spec) },
           clock(),
         );
       })

@@ -6,3 +6,4 @@ export { MemoryLog, FileLog, PrefixedLog, type LogSink } from './log-sink.js';
 export { ChildExitedError, ChildStartTimeoutError } from './errors.js';
 export { RUNTIME_BIN, REPO_ROOT, runtimeCommand, jsonRecord, recordWithMsg } from './runtime-command.js';
 export { watchParentLink, onParentGone, PARENT_LINK_ENV, PARENT_LINK_FD } from './parent-link.js';
+export { StopSignals, DUPLICATE_SIGNAL_MS, type StopSignalAction } from './stop-signals.js';

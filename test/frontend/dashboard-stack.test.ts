@@ -1,7 +1,8 @@
 /**
  * The dashboard of a real `runtime frontend` process (built CLI, `--router-mode kv`,
  * `--api-key`) in front of two real mocker workers (test/harness/cli-stack.ts):
- *   - `/dashboard/events` needs the key (header, ?api_key= or the cookie a page load sets);
+ *   - `/dashboard/events` needs the key (header, ?api_key= or the cookie a page load or the
+ *     page's key form sets); the page shell and its static files do not;
  *   - its snapshots list the workers of the aggregated pool, and a killed worker turns 'gone'
  *     once its lease expires;
  *   - a request id from the `x-request-id` header is found by the inspector, with timings;
@@ -122,7 +123,18 @@ describe('dashboard on a real frontend and mocker fleet', () => {
     expect(html.status).toBe(200);
     expect(html.headers.get('content-type')).toMatch(/^text\/html/);
     expect(await html.text()).toMatch(/\/dashboard\/assets\//);
-    expect((await fetch(`${stack.url}/dashboard`)).status).toBe(401);
+    // The shell and its files are open (no data in them; the page asks for the key), the data is not.
+    const shell = await fetch(`${stack.url}/dashboard`);
+    expect(shell.status).toBe(200);
+    expect(await shell.text()).not.toContain(KEY);
+    expect((await fetch(`${stack.url}/dashboard/assets/app.js`)).status).toBe(200);
+    expect((await fetch(`${stack.url}/dashboard/api/requests/x`)).status).toBe(401);
+    // The page's form: the key once as a header → the same HttpOnly cookie; a wrong key → 401.
+    expect((await fetch(`${stack.url}/dashboard/session`, { method: 'POST', headers: { authorization: 'Bearer nope' } })).status).toBe(401);
+    const session = await fetch(`${stack.url}/dashboard/session`, { method: 'POST', headers: AUTH });
+    expect(session.status).toBe(204);
+    expect(session.headers.get('set-cookie')).toMatch(/^tandem_dashboard_key=.*; Path=\/dashboard; HttpOnly; SameSite=Strict$/);
+    expect((await fetch(`${stack.url}/dashboard/session`, { headers: AUTH })).status).toBe(405);
     // The cookie is for /dashboard only: the OpenAI routes still want the header.
     expect((await fetch(`${stack.url}/v1/models`, { headers: { cookie: cookie.split(';')[0]! } })).status).toBe(401);
     // uPlot is served by the frontend itself.

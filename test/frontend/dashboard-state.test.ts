@@ -35,7 +35,7 @@ describe('DashboardState', () => {
   it("fleet: a model shows its card's architecture and total/active parameters (a MoE's active share)", () => {
     const s = state();
     const info = { architecture: 'Qwen3MoeForCausalLM', parameters: { total: 30_532_110_336, active: 3_353_020_416 } };
-    s.cardAdded('moe', 'agg', A, 100, 1000, [], info);
+    s.cardAdded('moe', 'agg', A, 100, 1000, { loras: [], info });
     s.cardAdded('dense', 'agg', B, 100, 1000);
     const models = s.view(1000).models;
     expect(models.find((m) => m.name === 'moe')).toMatchObject(info);

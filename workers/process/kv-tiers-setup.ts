@@ -5,7 +5,6 @@
  * bandwidths, blocks sized by the served model's own KV bytes per token (bf16; or
  * `--kv-bytes-per-token`), so it charges what the native engine on a GPU would copy.
  */
-import { ConfigError } from '../../runtime/errors.js';
 import { PolynomialPerfModel, type PerfModel } from '../../perf-model/index.js';
 import type { Engine } from '../engines/engine.js';
 import type { NativeEngine } from '../engines/native/index.js';
@@ -22,15 +21,8 @@ export interface WorkerKvTierOptions extends KvTierOptions {
 export const GIB = 1024 ** 3;
 
 export async function setupWorkerKvTiers(engine: Engine, options: WorkerKvTierOptions, modelName: string, perfModel?: PerfModel): Promise<KvTierManager | undefined> {
-  if (!((options.hostCacheBytes ?? 0) > 0)) {
-    if (options.diskCacheDir !== undefined || (options.diskCacheBytes ?? 0) > 0) {
-      throw new ConfigError('--kv-disk-cache-dir / --kv-disk-cache-gb need --kv-host-cache-gb: the disk tier sits below the host tier');
-    }
-    return undefined;
-  }
-  if ((options.diskCacheBytes ?? 0) > 0 && options.diskCacheDir === undefined && !(engine instanceof MockerEngine)) {
-    throw new ConfigError('--kv-disk-cache-gb needs --kv-disk-cache-dir');
-  }
+  // The flag combinations were checked before the worker started (worker-flag-rules.ts).
+  if (!((options.hostCacheBytes ?? 0) > 0)) return undefined;
   if (engine instanceof MockerEngine) {
     // What the native engine would copy: the model's real KV per token (an 8B model's 128 KiB if unknown).
     const bytes = (options.kvBytesPerToken ?? options.modelKvBytesPerToken ?? 131072) * engine.info.blockSize;

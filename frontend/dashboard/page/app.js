@@ -6,6 +6,8 @@
 const EVENTS_URL = '/dashboard/events';
 const SNAPSHOT_URL = '/dashboard/api/snapshot';
 const REQUEST_URL = '/dashboard/api/requests/';
+/** POST the key here as a header; the answer sets the dashboard's HttpOnly cookie. */
+const SESSION_URL = '/dashboard/session';
 /** 60 min at 1 Hz: the longest window. */
 const HISTORY_POINTS = 3600;
 /** After a non-200 answer EventSource gives up for good; we open a new one after this. */
@@ -27,6 +29,10 @@ function modelInfo(m) {
   const params = p ? ` · ${b(p.total)} params${p.active < p.total ? `, ${b(p.active)} active` : ''}` : '';
   return ` <span class="arch muted" data-testid="arch-${esc(m.name)}">${esc(m.architecture ?? '')}${params}</span>`;
 }
+/** instance id → the worker's name from its card (`runtime up`'s agg-0, embed-0, …), from the latest snapshot. */
+let workerNames = new Map();
+/** How a worker is shown everywhere: its name when it has one (as in `up`'s logs), else the id's last 8 hex digits. */
+const workerLabel = (id) => workerNames.get(id) ?? shortId(id);
 const clock = (t) => new Date(t).toLocaleTimeString();
 
 function setStat(id, value, text) {
@@ -228,6 +234,16 @@ function tierRow(id, t, stale) {
   return `<tr class="tiers${stale ? ' stale' : ''}" data-testid="tiers-${esc(id)}" ${attrs}><td colspan="6"><span class="tier">G2 host ${bar(t.hostBlocks, t.hostCapacity)}</span>${disk}${hits}</td></tr>`;
 }
 
+/**
+ * A speculating worker's acceptance since it started: accepted / drafted tokens and the tokens a
+ * verify step returned on average (vLLM's mean acceptance length). A row of its own, like tiers.
+ */
+function specRow(id, s, stale) {
+  const attrs = `data-drafts="${num(s.drafts)}" data-draft-tokens="${num(s.draftTokens)}"${s.acceptanceRate !== null ? ` data-acceptance="${num(s.acceptanceRate)}"` : ''}`;
+  const length = s.meanAcceptedLength !== null ? s.meanAcceptedLength.toFixed(2) : '—';
+  return `<tr class="tiers spec${stale ? ' stale' : ''}" data-testid="spec-${esc(id)}" ${attrs}><td colspan="6"><span class="tier" title="draft tokens accepted / verified since the worker started">speculative: acceptance ${pct(s.acceptanceRate)}</span><span class="tier" title="tokens a verify step returned on average (1 + accepted / verify steps)">${length} tokens / verify</span><span class="tier">${num(s.draftTokens)} drafts</span></td></tr>`;
+}
+
 function renderFleet(models) {
   if (models.length === 0) {
     $('fleet').innerHTML = '<p class="muted">no models registered</p>';
@@ -245,16 +261,16 @@ function renderFleet(models) {
               // A stale report (the worker stopped reporting) shows as no load, dimmed, never its last numbers.
               const stale = w.state !== 'gone' && w.loadFresh === false;
               return `<tr data-testid="worker-${esc(w.instanceId)}" data-state="${esc(w.state)}" data-running="${num(w.running)}" data-waiting="${num(w.waiting)}" data-kv-used="${num(w.kvUsedBlocks)}" data-kv-total="${num(w.kvTotalBlocks)}" data-load-fresh="${w.loadFresh === false ? 'false' : 'true'}"${stale ? ' class="stale" title="no current load report from this worker"' : ''}>
-<td class="wid" title="${esc(w.instanceId)}">${esc(shortId(w.instanceId))}${w.loras ? ` <span class="loras" data-testid="loras-${esc(w.instanceId)}" title="LoRA adapters on this worker">${w.loras.map(esc).join(', ')}</span>` : ''}</td>
+<td class="wid" data-testid="name-${esc(w.instanceId)}" data-name="${esc(w.name ?? '')}" title="instance ${esc(w.instanceId)}">${esc(workerLabel(w.instanceId))}${w.loras ? ` <span class="loras" data-testid="loras-${esc(w.instanceId)}" title="LoRA adapters on this worker">${w.loras.map(esc).join(', ')}</span>` : ''}</td>
 <td><span class="state ${esc(w.state)}">${esc(w.state)}</span></td>
 <td>${num(w.running)}</td><td>${num(w.waiting)}</td>
 <td><span class="kvbar" title="${share.toFixed(1)}%"><i style="width:${share.toFixed(1)}%"></i></span><span class="kvtext">${num(w.kvUsedBlocks)}/${num(w.kvTotalBlocks)}</span></td>
-<td>${pct(w.prefixHitRate)}</td></tr>${w.tiers && w.state !== 'gone' ? tierRow(w.instanceId, w.tiers, stale) : ''}`;
+<td>${pct(w.prefixHitRate)}</td></tr>${w.tiers && w.state !== 'gone' ? tierRow(w.instanceId, w.tiers, stale) : ''}${w.spec && w.state !== 'gone' ? specRow(w.instanceId, w.spec, stale) : ''}`;
             })
             .join('');
           return `<div class="pool" data-testid="pool-${esc(p.role)}" data-model="${esc(m.name)}" data-worker-count="${live}" data-gone-count="${gone}">
 <h4>${esc(p.role)} · ${live} worker${live === 1 ? '' : 's'}${gone ? ` · ${gone} gone` : ''}</h4>
-<table class="grid workers"><thead><tr><th>instance</th><th>state</th><th>running</th><th>waiting</th><th>KV blocks</th><th>prefix hit</th></tr></thead><tbody>${rows}</tbody></table></div>`;
+<table class="grid workers"><thead><tr><th>worker</th><th>state</th><th>running</th><th>waiting</th><th>KV blocks</th><th>prefix hit</th></tr></thead><tbody>${rows}</tbody></table></div>`;
         })
         .join('');
       return `<div class="model" data-testid="model-${esc(m.name)}"><h3>${esc(m.name)}${modelInfo(m)}</h3><div class="pools">${pools}</div></div>`;
@@ -290,7 +306,7 @@ function renderRouting(r) {
     .map((d) => {
       const cands = [...d.candidates]
         .sort((a, b) => (a.cost ?? 0) - (b.cost ?? 0))
-        .map((c) => `<span class="cand${c.instanceId === d.winner ? ' winner' : ''}" data-testid="candidate-${esc(c.instanceId)}" title="${esc(c.instanceId)}">${esc(shortId(c.instanceId))}${d.promptBlocks > 0 ? ` · overlap ${num(c.overlapBlocks)}/${num(d.promptBlocks)}` : ''}${c.cost === null ? '' : ` · cost ${fmt(c.cost, 2)}`}${c.predictedTtftMs === undefined ? '' : ` · TTFT≈${fmt(c.predictedTtftMs, 1)} ms`}</span>`)
+        .map((c) => `<span class="cand${c.instanceId === d.winner ? ' winner' : ''}" data-testid="candidate-${esc(c.instanceId)}" title="instance ${esc(c.instanceId)}">${esc(workerLabel(c.instanceId))}${d.promptBlocks > 0 ? ` · overlap ${num(c.overlapBlocks)}/${num(d.promptBlocks)}` : ''}${c.cost === null ? '' : ` · cost ${fmt(c.cost, 2)}`}${c.predictedTtftMs === undefined ? '' : ` · TTFT≈${fmt(c.predictedTtftMs, 1)} ms`}</span>`)
         .join('');
       // --router-cost latency: the winner's predicted TTFT beside the measured one (the model's error).
       const won = d.candidates.find((c) => c.instanceId === d.winner);
@@ -298,7 +314,7 @@ function renderRouting(r) {
       const ttft = predicted === undefined ? '' : `<span class="ttft" data-testid="ttft-${esc(d.requestId)}">TTFT predicted ${fmt(predicted, 1)} / measured ${d.measuredTtftMs === undefined ? '…' : fmt(d.measuredTtftMs, 1)} ms</span>`;
       const attrs = `${predicted === undefined ? '' : ` data-predicted-ttft-ms="${predicted}"`}${d.measuredTtftMs === undefined ? '' : ` data-measured-ttft-ms="${d.measuredTtftMs}"`}`;
       return `<div class="decision" data-testid="decision-${esc(d.requestId)}" data-request-id="${esc(d.requestId)}" data-winner="${esc(d.winner)}"${attrs}>
-<div class="head"><span>${clock(d.t)}</span><a data-inspect="${esc(d.requestId)}" title="inspect">${esc(d.requestId)}</a><span>→ <b class="wid">${esc(d.winner)}</b></span><span>${esc(d.decidedBy)}</span>${ttft}</div>
+<div class="head"><span>${clock(d.t)}</span><a data-inspect="${esc(d.requestId)}" title="inspect">${esc(d.requestId)}</a><span>→ <b class="wid" title="instance ${esc(d.winner)}">${esc(workerNames.has(d.winner) ? workerNames.get(d.winner) : d.winner)}</b></span><span>${esc(d.decidedBy)}</span>${ttft}</div>
 <div class="cands">${cands}</div></div>`;
     })
     .join('');
@@ -354,6 +370,7 @@ function record(s) {
 
 let snapshots = 0;
 function onSnapshot(s) {
+  workerNames = new Map(s.models.flatMap((m) => m.pools.flatMap((p) => p.workers.filter((w) => w.name).map((w) => [w.instanceId, w.name]))));
   lastSnapshot = s;
   snapshots++;
   document.body.dataset.snapshots = String(snapshots);
@@ -416,20 +433,36 @@ async function checkAuth() {
   }
 }
 
-function showAuth() {
+/** The key prompt: the only thing shown until the frontend takes a key (body[data-auth] hides the panels). */
+function showAuth(refused = false) {
   setConn('auth', 'API key needed');
-  const form = $('auth-form');
-  form.hidden = false;
+  document.body.dataset.auth = 'needed';
+  $('auth-form').hidden = false;
+  $('auth-error').hidden = !refused;
   $('auth-input').focus();
 }
 
-$('auth-form').addEventListener('submit', (e) => {
+$('auth-form').addEventListener('submit', async (e) => {
   e.preventDefault();
-  const key = $('auth-input').value.trim();
+  const input = $('auth-input');
+  const key = input.value.trim();
   if (!key) return;
-  // The frontend answers ?api_key= with an HttpOnly cookie and a redirect to the same URL
-  // without the key (frontend/dashboard/dashboard-auth.ts): the script never holds it.
-  location.href = `/dashboard?api_key=${encodeURIComponent(key)}`;
+  // The key goes once, as a header, to /dashboard/session, whose answer sets an HttpOnly cookie
+  // that the stream and every fetch then carry (frontend/dashboard/dashboard-auth.ts): the key
+  // is never in a URL, and the page keeps it nowhere (no storage; the cookie is not readable).
+  let ok = false;
+  try {
+    const res = await fetch(SESSION_URL, { method: 'POST', headers: { authorization: `Bearer ${key}` }, credentials: 'same-origin', cache: 'no-store' });
+    ok = res.ok;
+  } catch {
+    ok = false;
+  }
+  input.value = '';
+  if (!ok) return showAuth(true);
+  $('auth-form').hidden = true;
+  delete document.body.dataset.auth;
+  setConn('connecting');
+  if (!source) connect();
 });
 
 setInterval(() => {
@@ -448,7 +481,9 @@ function bar(cls, label, ms, total) {
 function renderRequest(r) {
   const t = r.timings;
   const total = Math.max(t.totalMs, 1);
-  const path = [r.prefillWorker ? `prefill ${r.prefillWorker}` : '', ...r.workers.map((w, i) => `${r.prefillWorker ? 'decode' : 'worker'}${r.workers.length > 1 ? ` #${i + 1}` : ''} ${w}`)].filter(Boolean);
+  // Named workers show as `agg-0 (<its 16-digit id>)`: the id stays findable in logs and headers.
+  const named = (id) => (workerNames.has(id) ? `${workerNames.get(id)} (${id})` : id);
+  const path = [r.prefillWorker ? `prefill ${named(r.prefillWorker)}` : '', ...r.workers.map((w, i) => `${r.prefillWorker ? 'decode' : 'worker'}${r.workers.length > 1 ? ` #${i + 1}` : ''} ${named(w)}`)].filter(Boolean);
   return `<div class="path">${bar('queue', 'queue', t.queueMs, total)}${bar('prefill', 'prefill', t.prefillMs, total)}${bar('transfer', 'transfer', t.transferMs, total)}${bar('decode', 'decode', t.decodeMs, total)}</div>
 <dl class="kv">
 <dt>model</dt><dd>${esc(r.model)}</dd>
@@ -458,7 +493,7 @@ ${r.inputs !== undefined ? `<dt>inputs</dt><dd data-testid="inspect-inputs">${nu
 <dt>tokens</dt><dd>prompt ${num(r.promptTokens)} (cached <b data-testid="inspect-cached">${num(r.cachedTokens)}</b>) · completion ${num(r.completionTokens)}</dd>
 <dt>timing ms</dt><dd>queue ${fmt(t.queueMs)} · prefill ${fmt(t.prefillMs)} · transfer ${fmt(t.transferMs)} · TTFT ${fmt(t.ttftMs)} · decode ${fmt(t.decodeMs)} · total ${fmt(t.totalMs)}</dd>
 <dt>finish</dt><dd>${esc(r.finishReason ?? '—')}${r.error ? ` <span class="error">error ${esc(r.error)}</span>` : ''}${r.migrations ? ` · ${num(r.migrations)} migration(s)` : ''}</dd>
-${r.routing ? `<dt>routing</dt><dd>${r.routing.candidates.map((c) => `${esc(shortId(c.instanceId))}${c.instanceId === r.routing.winner ? ' (winner)' : ''} overlap ${num(c.overlapBlocks)}${c.cost === null ? '' : ` cost ${fmt(c.cost, 2)}`}`).join(' · ')}</dd>` : ''}
+${r.routing ? `<dt>routing</dt><dd>${r.routing.candidates.map((c) => `${esc(workerLabel(c.instanceId))}${c.instanceId === r.routing.winner ? ' (winner)' : ''} overlap ${num(c.overlapBlocks)}${c.cost === null ? '' : ` cost ${fmt(c.cost, 2)}`}`).join(' · ')}</dd>` : ''}
 <dt>started</dt><dd>${new Date(r.startedAt).toLocaleString()}</dd>
 </dl>`;
 }
@@ -495,4 +530,8 @@ $('routing-decisions').addEventListener('click', (e) => {
   void inspect(id);
 });
 
-connect();
+// `#key-refused`: the frontend sent a page load with a wrong `?api_key=` back here.
+if (location.hash === '#key-refused') {
+  history.replaceState(null, '', location.pathname + location.search);
+  showAuth(true);
+} else connect();
