@@ -256,7 +256,7 @@ export class KvRouter {
       for (let i = 0; i < candidates.length; i++) eligible.push(i);
     }
     const within = this.latency === undefined ? eligible : withinTargets(eligible, costs);
-    const pool = affinityPool(within, costs, this.latency === undefined ? this.config.prefixAffinity : latencyAffinity(this.config.prefixAffinity));
+    const pool = affinityPool(within, costs, this.latency === undefined ? this.config.prefixAffinity : latencyAffinity(this.config.prefixAffinity), saturated);
     const pick = pool[selectIndex(pool.map((i) => costs[i]!.cost), this.config.temperature, this.rng)]!;
     const chosen = costs[pick]!;
     let loraPrefetch: InstanceId | undefined;

@@ -6,6 +6,7 @@
  */
 import { describe, expect, it } from 'vitest';
 import type { CostRow } from '../../router/cost.js';
+import type { LoadMetrics } from '../../proto/wire.js';
 import { KvRouter, type RouteResult } from '../../router/kv-router.js';
 import { DEFAULT_PREFIX_AFFINITY, affinityPool, markHolders } from '../../router/prefix-affinity.js';
 import { blockHashes } from '../../router/hashing.js';
@@ -132,5 +133,22 @@ describe('KvRouter with prefix affinity: a follow-up turn and its host-tier hold
     expect(d.instanceId).toBe('B');
     expect(d.affinity).toBeUndefined();
     expect(d.costs.find((c) => c.instanceId === 'A')).toMatchObject({ prefixHolder: true, kvRoomBlocks: 160 - 150 - 12 });
+  });
+
+  it('with every worker over its load threshold the turn waits wherever it goes: the holder takes it although it has no room', () => {
+    // Both report 99% KV usage (over 0.95): the request is queued on one of them either way,
+    // and on A its 48 blocks come back from the host tier when it starts. A: 150 of 160 booked
+    // (room 160 − 158 reported − 12 < 0); B: 101 booked. Costs: A = 60 − 0.65 × 48 + 150 = 178.8,
+    // B = 60 + 101 = 161; A's load 150 ≤ 2 × 101 → A (saturated, affinity).
+    const full = (id: string): LoadMetrics => ({ workerId: id, numRunning: 4, numWaiting: 2, kvUsage: 0.99, activeBlocks: 158, totalBlocks: 160, queuedPrefillTokens: 0, timestampMs: 0 });
+    const cands = ['A', 'B'].map((id) => ({ instanceId: id, totalBlocks: 160, load: full(id) }));
+    const router = routerWithHostHolder(history, 'A', ['B']);
+    routed(router.route({ requestId: 'fill-A', tokens: tokens(9, 149 * BS) }, [{ instanceId: 'A', totalBlocks: 160 }], 0));
+    routed(router.route({ requestId: 'fill-B', tokens: tokens(10, 100 * BS) }, [{ instanceId: 'B', totalBlocks: 160 }], 0));
+    for (const id of ['fill-A', 'fill-B']) router.onFirstToken(id, 0);
+    const d = routed(router.select({ requestId: 'turn2', tokens: followUp }, cands));
+    expect(d.costs.find((c) => c.instanceId === 'A')!.cost).toBeCloseTo(178.8, 5);
+    expect(d.costs.find((c) => c.instanceId === 'B')!.cost).toBe(161);
+    expect(d).toMatchObject({ instanceId: 'A', saturated: true, affinity: true });
   });
 });
