@@ -8,8 +8,8 @@
  *     the copy landed;
  *   - a copy that fails: the step's token for that sequence is dropped and it recomputes from
  *     the pool's own prefix, so the client still gets the same tokens as a cold run.
- * How much time the overlap saves (a step with onboards against a prefill-only step) is for a
- * bench to measure, not this test; no bench measures it yet (issue 38 leaves it open).
+ * How much time the overlap saves (a step with onboards against a prefill-only step) is
+ * measured by bench/onboard-overlap.ts, not here.
  */
 import { describe, expect, it } from 'vitest';
 import { PolynomialPerfModel } from '../../perf-model/index.js';
