@@ -1,6 +1,6 @@
 /**
  * Sticky conversations through the KV tiers, on a real `runtime up` fleet (issue 38): two mocker
- * workers with 128-block pools and a host tier (G2), `--router-mode kv`. A conversation's first
+ * workers with 128-block pools and a host tier (G2), speedup 2, `--router-mode kv`. A conversation's first
  * turn runs on some worker W; enough other traffic then passes through both pools that W keeps
  * that turn only in its host tier. When the follow-up comes, W is the busier worker: two long
  * streams pinned there hold 86 blocks against 44-45 on the other's one, more than the turn's
@@ -59,26 +59,41 @@ async function otherTraffic(url: string, seed: number): Promise<void> {
 
 /**
  * Long streams pinned to one worker (the direct-routing header; the router books them there),
- * prompts of `wordsCount` words each. Resolves once every stream has started (its response
- * headers arrived, so it was booked) to a function that cancels them.
+ * prompts of `wordsCount` words each, up to 1000 output tokens (at speedup 2 they grow by about
+ * 4 blocks a second, well within the holder's room while the follow-up is routed, and outlive
+ * it). Resolves once every stream has delivered its first token (its prefill is done,
+ * so the router counts it as active blocks only, not pending prefill too) to a function that
+ * cancels them; meanwhile each is drained so it runs at the worker's pace.
  */
 async function pinnedStreams(url: string, instance: string, prompts: number[], seed: number): Promise<() => void> {
   const stop = new AbortController();
-  const started = await Promise.all(
-    prompts.map((wordsCount, i) =>
-      fetch(`${url}/v1/chat/completions`, {
+  await Promise.all(
+    prompts.map(async (wordsCount, i) => {
+      const res = await fetch(`${url}/v1/chat/completions`, {
         method: 'POST',
         signal: stop.signal,
         headers: { 'content-type': 'application/json', 'x-worker-instance-id': instance },
         body: JSON.stringify({ model: MODEL, messages: [{ role: 'user', content: words(seed * 1000 + i, wordsCount) }], max_tokens: 1000, ignore_eos: true, stream: true }),
-      }),
-    ),
+      });
+      expect(res.status).toBe(200);
+      const reader = res.body!.getReader();
+      const decoder = new TextDecoder();
+      let text = '';
+      while (!/"content":"[^"]/.test(text)) {
+        const { value, done } = await reader.read();
+        if (done) throw new Error('stream ended before its first token');
+        text += decoder.decode(value, { stream: true });
+      }
+      void (async () => {
+        try {
+          while (!(await reader.read()).done);
+        } catch {
+          // cancelled
+        }
+      })();
+    }),
   );
-  for (const r of started) expect(r.status).toBe(200);
-  return () => {
-    stop.abort();
-    for (const r of started) void r.body?.cancel().catch(() => undefined);
-  };
+  return () => stop.abort();
 }
 
 /** The other worker of the two. */
@@ -107,7 +122,7 @@ async function busier(url: string, holder: string, other: string, seed: number):
 describe('follow-up turns land on the worker holding the conversation in its host tier', () => {
   const up = upForBlock('tandem-conversation-routing-', async () => [
     '--engine', 'mocker', '--model', 'tiny', '--workers', '2', '--router-mode', 'kv',
-    '--num-gpu-blocks', '128', '--kv-host-cache-gb', '0.25', '--speedup-ratio', '20',
+    '--num-gpu-blocks', '128', '--kv-host-cache-gb', '0.25', '--speedup-ratio', '2',
   ]);
 
   it('chat: the second turn extends the first turn messages and goes back to its worker, all of turn 1 cached', async () => {
