@@ -4,8 +4,9 @@
  * turn runs on some worker W; enough other traffic then passes through both pools that W keeps
  * that turn only in its host tier. When the follow-up comes, W is the busier worker: two long
  * streams pinned there hold 86 blocks against 44-45 on the other's one, more than the turn's
- * cached prefix saves, so the block cost alone would send the turn away (chat: W 8 + 86 = 94
- * against 45 + 44 = 89; Responses: 7 + 86 = 93 against 47 + 45 = 92). The
+ * cached prefix saves, so the block cost alone would send the turn away (chat, e.g.: W
+ * 46 − 38 + 86 = 94 against 46 + 44 = 90; Responses: 48 − 39 + 86 = 95 against 48 + 45 = 93; the
+ * follow-up's length moves by a block or two with the earlier output). The
  * follow-up, a chat whose messages extend the first turn's or a Responses call chained by
  * `previous_response_id`, lands on W anyway (prefix affinity: W holds most of the prompt, has
  * KV room and carries no more than twice the other's load) and finds the whole earlier prompt
