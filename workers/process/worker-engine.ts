@@ -25,7 +25,7 @@ import { LayerProgressRegion } from '../disagg/layer-progress-region.js';
 import type { Engine } from '../engines/engine.js';
 import type { NativeEngine } from '../engines/native/index.js';
 import { MockerEngine } from '../engines/mocker/index.js';
-import { activeParamsPerfModel, loadPerfProfile, PerfProfileError, PolynomialPerfModel, type PerfModel } from '../../perf-model/index.js';
+import { loadPerfProfile, PerfProfileError, stepTimeModel, type PerfModel } from '../../perf-model/index.js';
 import { parameterCounts, type ModelConfig } from '../models/index.js';
 import type { WorkerOptions } from './worker-options.js';
 
@@ -72,7 +72,7 @@ async function createEngine(options: WorkerOptions, config: ModelConfig, layers?
       eosTokenIds: config.eosTokenIds,
       // A measured profile is the model's own; the default fit stands for a dense model of the
       // whole size, so a mixture of experts is charged its active share (perf-model/active-params.ts).
-      perfModel: options.perfProfile ? await loadMockerProfile(options.perfProfile) : activeParamsPerfModel(new PolynomialPerfModel(), parameterCounts(config)),
+      perfModel: stepTimeModel(parameterCounts(config), options.perfProfile ? await loadMockerProfile(options.perfProfile) : undefined),
     });
   }
   // Loaded lazily so a machine without the native addon can still run the mocker.
