@@ -53,3 +53,11 @@ export async function attr(page: Page, testid: string, name: string): Promise<st
 export async function snapshotsSeen(page: Page): Promise<number> {
   return Number((await page.locator('body').getAttribute('data-snapshots')) ?? 0);
 }
+
+/** A 1400 x 1000 page on `${url}/dashboard`, its script errors echoed to stderr. */
+export async function openDashboard(browser: Browser, url: string): Promise<Page> {
+  const page = await browser.newPage({ viewport: { width: 1400, height: 1000 } });
+  page.on('pageerror', (err) => process.stderr.write(`dashboard page error: ${err.message}\n`));
+  await page.goto(`${url}/dashboard`);
+  return page;
+}

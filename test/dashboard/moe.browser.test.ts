@@ -17,7 +17,7 @@ import { PolynomialPerfModel, stepTimeModel } from '../../perf-model/index.js';
 import { makeTinyModel, parameterCounts, readModelConfig } from '../../workers/models/index.js';
 import { freePort } from '../harness/ports.js';
 import { startUp, stopAll, type Up } from '../e2e/up.js';
-import { attr, chromiumPath, launchChromium, screenshot } from './browser.js';
+import { attr, chromiumPath, launchChromium, openDashboard, screenshot } from './browser.js';
 
 const CHROMIUM = chromiumPath();
 const suite = CHROMIUM ? describe : describe.skip;
@@ -39,9 +39,7 @@ suite(`a MoE model on the dashboard (${CHROMIUM ?? 'missing'})`, () => {
       '--engine', 'mocker', '--model', modelDir, '--workers', '1', '--http-port', String(await freePort()),
       '--router-mode', 'kv', '--router-cost', 'latency',
     ]);
-    page = await browser.newPage({ viewport: { width: 1400, height: 1000 } });
-    page.on('pageerror', (err) => process.stderr.write(`dashboard page error: ${err.message}\n`));
-    await page.goto(`${up.url}/dashboard`);
+    page = await openDashboard(browser, up.url);
   }, 120_000);
 
   afterAll(async () => {
