@@ -2,6 +2,8 @@
 import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { makeTinyModel } from '../workers/models/index.js';
+import type { Fleet } from './fleet/index.js';
+import { runBench, type BenchOptions } from './loadgen/index.js';
 
 /**
  * The tiny Llama with max_position_embeddings raised to `positions`: the mocker only needs the
@@ -40,4 +42,32 @@ export function metricSum(text: string, name: string, label?: string): number {
     total += Number(rest.slice(rest.lastIndexOf(' ') + 1));
   }
   return total;
+}
+
+/**
+ * A fixed-length random load through a fleet's frontend (token-id prompts of exactly `isl`
+ * tokens, `osl` tokens out, EOS ignored, Poisson arrivals at `rate`): the disaggregation
+ * benches' shared workload. Returns runBench's report.
+ */
+export async function randomLoad(fleet: Fleet, plan: { isl: number; osl: number; rate: number; requests: number }) {
+  const { report } = await runBench({
+    url: fleet.url,
+    model: fleet.model,
+    tokenizer: fleet.modelDir,
+    promptFormat: 'ids',
+    workload: 'random',
+    isl: plan.isl,
+    islStd: 0,
+    osl: plan.osl,
+    oslStd: 0,
+    maxTokens: plan.osl,
+    ignoreEos: true,
+    rate: plan.rate,
+    requests: plan.requests,
+    warmup: 0,
+    seed: 5,
+    progress: 'off',
+    timeoutS: 300,
+  } as BenchOptions);
+  return report;
 }

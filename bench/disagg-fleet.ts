@@ -16,10 +16,9 @@ import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { cpus, tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { flagValue, longContextModel, metricSum, scrapeMetrics } from './disagg-common.js';
+import { flagValue, longContextModel, metricSum, randomLoad, scrapeMetrics } from './disagg-common.js';
 import { machineLoad } from './fleet/machine.js';
 import { startFleet, type Fleet, type FleetOptions } from './fleet/index.js';
-import { runBench, type BenchOptions } from './loadgen/index.js';
 
 const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '..');
 const args = process.argv.slice(2);
@@ -71,25 +70,7 @@ async function runMode(mode: Mode, model: string, rate: number): Promise<ModeRes
       ? await startFleet({ ...common, mode: 'agg', workers: 4 })
       : await startFleet({ ...common, mode: 'disagg', prefill: 2, decode: 2, extraWorkerArgs: ['--kv-bytes-per-token', String(PLAN.kvBytesPerToken)] });
   try {
-    const { report } = await runBench({
-      url: fleet.url,
-      model: fleet.model,
-      tokenizer: fleet.modelDir,
-      promptFormat: 'ids',
-      workload: 'random',
-      isl: PLAN.isl,
-      islStd: 0,
-      osl: PLAN.osl,
-      oslStd: 0,
-      maxTokens: PLAN.osl,
-      ignoreEos: true,
-      rate,
-      requests: PLAN.requests,
-      warmup: 0,
-      seed: 5,
-      progress: 'off',
-      timeoutS: 300,
-    } as BenchOptions);
+    const report = await randomLoad(fleet, { isl: PLAN.isl, osl: PLAN.osl, rate, requests: PLAN.requests });
     const s = report.summary;
     const metrics = await scrapeMetrics(fleet.url);
     return {

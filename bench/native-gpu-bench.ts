@@ -3,10 +3,16 @@
  * Llama-3.1-8B shapes, written by `tandem_gpu_bench make-model`, loaded through NativeEngine
  * (the worker's own path: TypeScript marshalling, the addon, device sampling).
  *
- *   decode   tok/s at batch 1, 8, 64 and 256 after an ISL-token prefill, greedy; batch 1 also
+ *   decode   tok/s at batch 1, 4, 8, 64 and 256 after an ISL-token prefill, greedy; batch 1 also
  *            as a fraction of the HBM roofline (bytes a decode step must read: every projection
  *            and the lm_head once, plus the KV of the context; over the device-to-device copy
  *            bandwidth measured in the same run, `tandem_gpu_bench bandwidth`);
+ *   roofline the decode step before and after the fused decode kernels, side by side in this run:
+ *            each shape reloaded with TANDEM_GPU_DECODE=unfused (the per-op kernels) and decoded at
+ *            batch 1, 4 and 8 again; step ms, share of the roofline, speedup (--no-compare-decode
+ *            skips; batch 8 runs the per-op path both times unless TANDEM_GPU_DECODE_MAX_ROWS says);
+ *   sampler  microseconds per step of the one-block and the fast sampler (`tandem_gpu_bench
+ *            sample`, --sample-json), batch 1 over 152k tokens first;
  *   prefill  tok/s of one 512, 2k and 8k-token prompt;
  *   graphs   decode step time with and without CUDA graphs (first shape, batch 1 and 64);
  *   GEMM     cuBLASLt and our own kernels (`tandem_gpu_bench gemm`) against torch.matmul on
@@ -51,13 +57,15 @@ const { values: args } = parseArgs({
     tool: { type: 'string' },
     'models-dir': { type: 'string' },
     model: { type: 'string' },
-    batches: { type: 'string', default: '1,8,64,256' },
+    batches: { type: 'string', default: '1,4,8,64,256' },
     isl: { type: 'string', default: '128' },
     'decode-steps': { type: 'string', default: '32' },
     prefill: { type: 'string', default: '512,2048,8192' },
     'bandwidth-json': { type: 'string' },
     'gemm-json': { type: 'string' },
     'torch-json': { type: 'string' },
+    'sample-json': { type: 'string' },
+    'no-compare-decode': { type: 'boolean', default: false },
     out: { type: 'string' },
   },
 });
@@ -138,6 +146,7 @@ async function main(): Promise<void> {
   const bandwidth = await readJson(args['bandwidth-json']);
   const gemm = await readJson(args['gemm-json']);
   const torch = await readJson(args['torch-json']);
+  const sampler = await readJson(args['sample-json']);
   const copyGBps: number | undefined = bandwidth?.copy_gbps;
   const modelsDir = args['models-dir'] ?? (await mkdtemp(join(tmpdir(), 'tandem-gpu-bench-')));
   const maxTokens = 8192;
@@ -153,8 +162,18 @@ async function main(): Promise<void> {
       execFileSync(tool, ['make-model', '--shape', name, '--out', dir], { stdio: 'inherit' });
       console.error(`${name}: model written in ${((performance.now() - t0) / 1000).toFixed(1)} s`);
     }
-    const load = async (cudaGraphs: boolean) =>
-      createNativeEngine({ modelDir: dir, device, maxBatchTokens: maxTokens, maxSeqs: 256, cudaGraphs, ...(device === 'simt' ? { numBlocks: 4096 } : {}) });
+    // The backend reads TANDEM_GPU_DECODE once, when it is made (gpu_backend_decode.cc): the
+    // engine under test takes the inherited one (profile-decode.sh sets it), `unfused` the per-op path.
+    const load = async (cudaGraphs: boolean, unfused = false) => {
+      const inherited = process.env.TANDEM_GPU_DECODE;
+      if (unfused) process.env.TANDEM_GPU_DECODE = 'unfused';
+      try {
+        return await createNativeEngine({ modelDir: dir, device, maxBatchTokens: maxTokens, maxSeqs: 256, cudaGraphs, ...(device === 'simt' ? { numBlocks: 4096 } : {}) });
+      } finally {
+        if (inherited === undefined) delete process.env.TANDEM_GPU_DECODE;
+        else process.env.TANDEM_GPU_DECODE = inherited;
+      }
+    };
     const t0 = performance.now();
     let engine = await load(true);
     const loadSeconds = (performance.now() - t0) / 1000;
@@ -184,7 +203,39 @@ async function main(): Promise<void> {
       console.error(`  graphs: ${JSON.stringify(graphs)}`);
     }
     await engine.close();
-    results[name] = { loadSeconds, kvBlocks: engine.info.numBlocks, decode, prefill, ...(graphs !== undefined ? { graphs } : {}), rooflineBytesPerToken: decodeBytes(shape, isl) };
+    // The decode step before the fused kernels (the per-op path), same weights, same run.
+    let rooflineCompare: unknown;
+    if (!args['no-compare-decode']) {
+      const unfused = await load(true, true);
+      const rows = [];
+      for (const b of device === 'simt' ? [1] : [1, 4, 8]) {
+        const before = await decodeRun(unfused, b, device === 'simt' ? 16 : isl, device === 'simt' ? 6 : steps, maxTokens);
+        const after = decode.find((d) => d.batch === b);
+        const bytes = decodeBytes(shape, isl + steps / 2);
+        const share = (d: Decode) => (copyGBps !== undefined ? d.tokPerSec / b / ((copyGBps * 1e9) / bytes) : undefined);
+        rows.push({
+          batch: b,
+          beforeStepMs: before.stepMs,
+          afterStepMs: after?.stepMs,
+          beforeRoofline: share(before),
+          afterRoofline: after !== undefined ? share(after) : undefined,
+          speedup: after !== undefined ? before.stepMs / after.stepMs : undefined,
+          stepMsAtRoofline: copyGBps !== undefined ? (bytes / (copyGBps * 1e9)) * 1000 : undefined,
+        });
+      }
+      await unfused.close();
+      rooflineCompare = rows;
+      console.error(`  decode before/after the fused kernels: ${JSON.stringify(rows)}`);
+    }
+    results[name] = {
+      loadSeconds,
+      kvBlocks: engine.info.numBlocks,
+      decode,
+      prefill,
+      ...(graphs !== undefined ? { graphs } : {}),
+      ...(rooflineCompare !== undefined ? { decodeBeforeAfter: rooflineCompare } : {}),
+      rooflineBytesPerToken: decodeBytes(shape, isl),
+    };
     firstShape = false;
   }
 
@@ -200,7 +251,7 @@ async function main(): Promise<void> {
     gemmRows.push({ ...c, torch_tflops: t ?? null, cublaslt_vs_torch: t && c.cublaslt_tflops ? c.cublaslt_tflops / t : null, own_vs_torch: t && c.own_tflops ? c.own_tflops / t : null });
   }
 
-  const report = { bench: 'native-gpu', date: new Date().toISOString(), device: deviceLine, gpu: bandwidth?.device ?? gemm?.device, copyGBps, isl, decodeSteps: steps - 2, results, gemm: gemmRows, torch, ratios };
+  const report = { bench: 'native-gpu', date: new Date().toISOString(), device: deviceLine, gpu: bandwidth?.device ?? gemm?.device, copyGBps, isl, decodeSteps: steps - 2, results, gemm: gemmRows, torch, sampler, ratios };
   const out = args.out ?? join(REPO, 'bench/results/native-gpu-bench.json');
   await mkdir(dirname(out), { recursive: true });
   await writeFile(out, `${JSON.stringify(report, null, 2)}\n`);
@@ -212,6 +263,16 @@ async function main(): Promise<void> {
     console.log(
       `${name.padEnd(14)} | ${b1 ? `${b1.tokPerSec.toFixed(0)} (${b1.roofline !== undefined ? `${(100 * b1.roofline).toFixed(0)}%` : '-'})` : '-'} | ${d(8)?.tokPerSec.toFixed(0) ?? '-'} | ${d(64)?.tokPerSec.toFixed(0) ?? '-'} | ${d(256)?.tokPerSec.toFixed(0) ?? '-'} | ${r.prefill.map((p) => p.tokPerSec.toFixed(0)).join(' / ')}`,
     );
+  }
+  console.log('\ndecode step, batch 1, before (per-op kernels) / after (fused): ms and share of the HBM roofline');
+  for (const [name, r] of Object.entries(results) as Array<[string, { decodeBeforeAfter?: Array<Record<string, number | undefined>> }]>) {
+    const b1 = r.decodeBeforeAfter?.find((x) => x.batch === 1);
+    if (b1 === undefined) continue;
+    const pct = (x: number | undefined) => (x !== undefined ? `${(100 * x).toFixed(0)}%` : '-');
+    console.log(`${name.padEnd(14)} | ${b1.beforeStepMs?.toFixed(3)} ms (${pct(b1.beforeRoofline)}) -> ${b1.afterStepMs?.toFixed(3)} ms (${pct(b1.afterRoofline)}) | ${b1.speedup?.toFixed(2)}x | roofline step ${b1.stepMsAtRoofline?.toFixed(3) ?? '-'} ms`);
+  }
+  for (const c of (sampler?.cases ?? []) as Array<{ case: string; batch: number; block_us: number; fast_us: number }>) {
+    if (c.batch === 1) console.log(`sampler ${c.case}, batch 1, vocab ${sampler.vocab}: ${c.block_us.toFixed(1)} us -> ${c.fast_us.toFixed(1)} us`);
   }
   for (const [k, v] of Object.entries(ratios)) console.log(`${k}: ${v.toFixed(2)}x`);
   console.log(`wrote ${out}`);

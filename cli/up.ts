@@ -43,6 +43,8 @@ interface UpFlags {
   perfProfile?: string;
   contextLength?: string;
   kvCacheMemory?: string;
+  kvCacheDtype?: string;
+  quantization?: string;
   lora?: string[];
   maxLoras?: string;
   maxCpuLoras?: string;
@@ -66,6 +68,11 @@ interface UpFlags {
   /** Embedding workers (`worker --task embed`); with them and no --workers, no generation workers. */
   embeddingWorkers: number;
   pooling?: string;
+  speculative?: string;
+  numSpeculativeTokens?: string;
+  promptLookupMin?: string;
+  promptLookupMax?: string;
+  specAcceptance?: string;
 }
 
 /**
@@ -99,6 +106,11 @@ const UP_FLAG_RULES: readonly FlagRule<UpFlags>[] = [
   { broken: (f) => f.prefill > 0 && f.decode === 0, message: '--prefill needs --decode workers too' },
   { broken: (f) => f.perfProfile !== undefined && f.engine !== 'mocker', message: '--perf-profile is for the mocker engine' },
   { broken: (f) => f.planner !== undefined && f.maxWorkers === undefined, message: '--planner needs --max-workers N (the total worker budget)' },
+  {
+    // up passes --speculative to generation workers only
+    broken: (f) => (f.speculative ?? 'off') !== 'off' && (f.workers ?? 0) + f.prefill + f.decode === 0,
+    message: '--speculative is for generation workers; this fleet has only embedding workers',
+  },
 ];
 
 /** Restart a crashed child after 0.5 s, 1 s, 2 s, … at most 30 s; a 30 s run resets the backoff. */
@@ -160,6 +172,8 @@ export function registerUpCommand(program: Command): void {
     .option('--kv-layer-streaming', 'disaggregated, host KV pools: decode workers copy each hand-off layer by layer while the prefill computes (frontend and workers)')
     .option('--context-length <n>', 'cap the model context length of every worker')
     .option('--kv-cache-memory <bytes>', 'native: KV pool budget in bytes per worker when --num-gpu-blocks is not set')
+    .option('--kv-cache-dtype <dtype>', 'KV cache element type per worker: auto | bf16 | fp8 (e4m3: twice the tokens in the same memory)')
+    .option('--quantization <method>', 'native weights: fp8 (quantize at load) | none (dequantize an FP8 checkpoint); default: the checkpoint\'s own')
     .option('--grammar-compile-timeout-ms <ms>', 'structured output: most wall time one new grammar may take to compile, in the frontend\'s check and in each worker (then 400)')
     .option('--grammar-compile-memory-mb <mb>', 'structured output: most memory one new grammar may need, in the frontend\'s check and in each worker (then 400)')
     .option('--lora <name=dir>', 'serve this PEFT LoRA adapter on every worker (repeatable)', (v: string, prev: string[] = []) => [...prev, v])
@@ -183,6 +197,11 @@ export function registerUpCommand(program: Command): void {
     .option('--planner-profile <file>', 'planner, sla mode: perf profile JSON (default: the polynomial model)')
     .addOption(new Option('--embedding-workers <n>', 'embedding workers (`worker --task embed`) serving /v1/embeddings; without --workers, the fleet is embedding-only').argParser(nonNegativeInt).default(0))
     .option('--pooling <mode>', "embedding workers: last | mean (default: the model's sentence-transformers config, else last)")
+    .option('--speculative <method>', 'generation workers: speculative decoding, off | ngram | suffix (docs/speculative.md)')
+    .option('--num-speculative-tokens <n>', 'generation workers: most drafts a sequence verifies per step')
+    .option('--prompt-lookup-min <n>', 'generation workers, ngram: shortest n-gram matched')
+    .option('--prompt-lookup-max <n>', 'generation workers, ngram: longest n-gram matched')
+    .option('--spec-acceptance <p>', 'mocker workers with --speculative: the chance each draft is accepted')
     .allowUnknownOption(true)
     .allowExcessArguments(true)
     .addHelpText(
@@ -256,6 +275,8 @@ function childArgs(flags: UpFlags, frontendExtra: string[], paths: { modelDir: s
     ['perfProfile', '--perf-profile'],
     ['contextLength', '--context-length'],
     ['kvCacheMemory', '--kv-cache-memory'],
+    ['kvCacheDtype', '--kv-cache-dtype'],
+    ['quantization', '--quantization'],
     ['kvHostCacheGb', '--kv-host-cache-gb'],
     ['kvDiskCacheDir', '--kv-disk-cache-dir'],
     ['kvDiskCacheGb', '--kv-disk-cache-gb'],
@@ -282,9 +303,19 @@ function childArgs(flags: UpFlags, frontendExtra: string[], paths: { modelDir: s
   // Each worker is named as `up` names it (agg-0, embed-0: its logs, its card, the dashboard) and
   // serves /metrics on a port of its own (any free one; `up` prints where).
   const own = (name: string) => ['--worker-name', name, '--status-port', '0'];
+  // Speculative decoding: generation workers only (an embedding worker refuses it).
+  const speculation: string[] = [];
+  const specFlags: Array<[keyof UpFlags, string]> = [
+    ['speculative', '--speculative'],
+    ['numSpeculativeTokens', '--num-speculative-tokens'],
+    ['promptLookupMin', '--prompt-lookup-min'],
+    ['promptLookupMax', '--prompt-lookup-max'],
+    ['specAcceptance', '--spec-acceptance'],
+  ];
+  for (const [key, flag] of specFlags) if (flags[key] !== undefined) speculation.push(flag, String(flags[key]));
   return {
     frontend: ['frontend', ...common, '--http-port', String(flags.httpPort), '--host', flags.host, ...budgets, ...streaming, ...frontendExtra],
-    worker: (pool, name) => ['worker', ...common, ...own(name), ...workerFlags, ...budgets, '--mode', pool],
+    worker: (pool, name) => ['worker', ...common, ...own(name), ...workerFlags, ...speculation, ...budgets, '--mode', pool],
     embedWorker: (name) => ['worker', ...common, ...own(name), ...workerFlags, '--task', 'embed', ...(flags.pooling !== undefined ? ['--pooling', flags.pooling] : [])],
   };
 }

@@ -10,6 +10,7 @@ import { addRuntimeOptions, createRuntimeFromOptions, type RuntimeFlags } from '
 import { DEFAULT_DISAGG_POLICY } from './disagg/policy.js';
 import { METRICS_AUTH_MODES, parseKeyList, type MetricsAuth } from './http/auth.js';
 import { FRONTEND_DEFAULTS, startFrontend } from './frontend.js';
+import { DEFAULT_MODEL_GRACE_MS } from './model-watcher.js';
 import { DEFAULT_CONNECTION_LIMITS } from './http/connection-limits.js';
 import { ROUTER_MODES, type RouterMode } from './routing.js';
 import { DEFAULT_MODEL_PARSERS, REASONING_PARSERS, TOOL_CALL_PARSERS, type ReasoningParserOption, type ToolCallParserOption } from './openai/structured.js';
@@ -22,6 +23,7 @@ export interface FrontendFlags extends RuntimeFlags, KvRouterFlags {
   routerMode: RouterMode;
   migrationLimit: number;
   migrationWait: number;
+  modelGracePeriod: number;
   maxInflightRequests: number;
   maxBodyBytes: number;
   retryAfter: number;
@@ -40,6 +42,7 @@ export interface FrontendFlags extends RuntimeFlags, KvRouterFlags {
   httpRequestTimeout: number;
   httpIdleTimeout: number;
   maxConnections: number;
+  maxProbeConnections: number;
   maxHeaderBytes: number;
   toolCallParser: ToolCallParserOption;
   reasoningParser: ReasoningParserOption;
@@ -65,6 +68,11 @@ export function registerFrontendCommand(program: Command): Command {
       new Option('--migration-wait <seconds>', 'how long a request waits for a worker when none of its pool is up and no prefill worker can run it (a lone worker died and is restarting); 0 = fail at once')
         .argParser(numberInRange(0, DAY_SECONDS))
         .default(FRONTEND_DEFAULTS.migrationWaitMs / 1000),
+    )
+    .addOption(
+      new Option('--model-grace-period <seconds>', 'how long a model stays listed once all its workers are gone (a crash loop): its requests get 503 no_instances with Retry-After meanwhile, not 404; 0 = forget it at once')
+        .argParser(numberInRange(0, DAY_SECONDS))
+        .default(DEFAULT_MODEL_GRACE_MS / 1000),
     )
     .addOption(new Option('--max-inflight-requests <n>', 'generation requests in flight before answering 503').argParser(positiveInt).default(FRONTEND_DEFAULTS.maxInflightRequests))
     .addOption(new Option('--max-body-bytes <n>', 'largest accepted request body').argParser(intInRange(1024)).default(FRONTEND_DEFAULTS.maxBodyBytes))
@@ -99,7 +107,12 @@ export function registerFrontendCommand(program: Command): Command {
         .default(limits.requestTimeoutMs / 1000),
     )
     .addOption(new Option('--http-idle-timeout <seconds>', 'how long an idle keep-alive connection stays open between requests').argParser(numberInRange(0.001, DAY_SECONDS)).default(limits.idleTimeoutMs / 1000))
-    .addOption(new Option('--max-connections <n>', 'HTTP connections held at once; more are closed as they arrive (0 = no cap)').argParser(nonNegativeInt).default(limits.maxConnections))
+    .addOption(new Option('--max-connections <n>', 'HTTP connections held at once; past it only --max-probe-connections more, for /live and /health (0 = no cap)').argParser(nonNegativeInt).default(limits.maxConnections))
+    .addOption(
+      new Option('--max-probe-connections <n>', 'connections past --max-connections kept for GET /live and /health alone (each must send its request within 2 s; any other request gets 503)')
+        .argParser(nonNegativeInt)
+        .default(limits.maxProbeConnections),
+    )
     .addOption(new Option('--max-header-bytes <n>', 'largest request head (request line and headers); more gets 431').argParser(intInRange(1024, 1024 * 1024)).default(limits.maxHeaderBytes));
   cmd
     .addOption(
@@ -150,6 +163,7 @@ export function registerFrontendCommand(program: Command): Command {
       disagg: { minPrefillTokens: flags.disaggMinPrefillTokens, enforce: flags.enforceDisagg, ...(flags.kvLayerStreaming === true ? { layerStreaming: true } : {}) },
       migrationLimit: flags.migrationLimit,
       migrationWaitMs: toMs(flags.migrationWait),
+      modelGraceMs: toMs(flags.modelGracePeriod),
       maxInflightRequests: flags.maxInflightRequests,
       maxBodyBytes: flags.maxBodyBytes,
       retryAfterSeconds: flags.retryAfter,
@@ -168,6 +182,7 @@ export function registerFrontendCommand(program: Command): Command {
         requestTimeoutMs: toMs(flags.httpRequestTimeout),
         idleTimeoutMs: toMs(flags.httpIdleTimeout),
         maxConnections: flags.maxConnections,
+        maxProbeConnections: flags.maxProbeConnections,
         maxHeaderBytes: flags.maxHeaderBytes,
       },
     }).catch(async (err: unknown) => {

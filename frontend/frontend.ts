@@ -22,7 +22,7 @@ import { RESPONSE_STORE_DEFAULTS, ResponseStore, type ResponseStoreOptions } fro
 import { startDashboard, type Dashboard, type DashboardOptions } from './dashboard/index.js';
 import { LocalKvBackend } from '../router/adapters/index.js';
 import { FrontendMetrics } from './metrics.js';
-import { ModelWatcher } from './model-watcher.js';
+import { DEFAULT_MODEL_GRACE_MS, ModelWatcher } from './model-watcher.js';
 import { GenerationPipeline } from './pipeline/generation.js';
 import { DEFAULT_MODEL_PARSERS, type ReasoningParserOption, type ToolCallParserOption } from './openai/structured.js';
 import { createKvSelector, type KvSelector, type KvSelectorConfig } from './kv-selector.js';
@@ -64,6 +64,11 @@ export interface FrontendOptions {
    * (ms); 0 = fail at once.
    */
   migrationWaitMs?: number;
+  /**
+   * How long a model stays known once its last worker's card is gone (ms): its requests get
+   * 503 no_instances meanwhile, not 404 (default DEFAULT_MODEL_GRACE_MS); 0 = removed at once.
+   */
+  modelGraceMs?: number;
   maxInflightRequests?: number;
   maxBodyBytes?: number;
   retryAfterSeconds?: number;
@@ -161,7 +166,7 @@ export async function startFrontend(options: FrontendOptions): Promise<FrontendH
   const preprocess = options.codecLoader ? undefined : await defaultCodecLoader(options.preprocessThreads);
   const codecLoader = options.codecLoader ?? preprocess!.loader;
 
-  const models = new ModelWatcher(cards, clients, log);
+  const models = new ModelWatcher(cards, clients, log, { graceMs: options.modelGraceMs ?? DEFAULT_MODEL_GRACE_MS });
   const created = new Map<string, number>();
   const codecs = new CodecCache(codecLoader);
   models.onChange((change) => {
@@ -247,7 +252,7 @@ export async function startFrontend(options: FrontendOptions): Promise<FrontendH
     limits: { ...DEFAULT_CONNECTION_LIMITS, ...options.limits },
     ...(dashboard ? { dashboard: dashboard.state, dashboardRoutes: dashboard } : {}),
     responses: new ResponseStore(options.responsesStore ?? RESPONSE_STORE_DEFAULTS),
-    embeddings: new EmbeddingsService(cards, clients, codecs, health),
+    embeddings: new EmbeddingsService(cards, clients, codecs, health, (name) => models.isIdle(name)),
   };
   const server = createHttpServer(httpContext);
   const handle = createMemoryHandle(httpContext);

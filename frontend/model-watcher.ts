@@ -3,7 +3,9 @@
  * (runtime/discovery/model-card-feed.ts) and its worker-client cache (worker-clients.ts).
  * A worker is routable only while both its card and its instance record exist, and only when
  * its role can run a whole request (agg or decode). Clients are opened and closed by the
- * cache as cards come and go; the watcher only reads them.
+ * cache as cards come and go; the watcher only reads them. A model whose last card went stays
+ * known, without candidates, for `graceMs` (`--model-grace-period`): its requests wait and get
+ * 503 `no_instances`, not 404, while its worker restarts (model-catalog.ts).
  */
 import type { InstanceId, ModelCard, PreprocessedRequest, TokenDelta } from '../proto/wire.js';
 import { servesGeneration } from '../proto/wire.js';
@@ -33,18 +35,24 @@ interface LogSink {
   info(obj: object, msg: string): void;
 }
 
+/** How long a model whose workers are all gone stays known by default (`--model-grace-period`). */
+export const DEFAULT_MODEL_GRACE_MS = 300_000;
+
 export class ModelWatcher {
-  private readonly catalog = new ModelCatalog();
+  private readonly catalog: ModelCatalog;
   private readonly views = new Map<string, ServedModel>();
   private readonly listeners = new Set<(change: CatalogChange) => void>();
   private readonly unsubscribe: () => void;
+  private expiryTimer: NodeJS.Timeout | undefined;
 
   /** Follows every card in `feed` (all roles: a prefill-only model is still listed). */
   constructor(
     feed: ModelCardFeed,
     private readonly clients: WorkerClients,
     private readonly log?: LogSink,
+    options: { graceMs?: number } = {},
   ) {
+    this.catalog = new ModelCatalog({ graceMs: options.graceMs ?? DEFAULT_MODEL_GRACE_MS });
     this.unsubscribe = feed.subscribe((event) => this.onCard(event));
   }
 
@@ -67,15 +75,37 @@ export class ModelWatcher {
     await this.clients.settled();
   }
 
+  /** True for a known model none of whose workers is registered now (within its grace period). */
+  isIdle(name: string): boolean {
+    return this.catalog.isIdle(name);
+  }
+
   /** Stop following the feed. The feed and the client cache belong to whoever made them. */
   close(): void {
     this.unsubscribe();
     this.listeners.clear();
+    if (this.expiryTimer) clearTimeout(this.expiryTimer);
   }
 
   private onCard(event: CardEvent): void {
-    if (event.type === 'removed') this.emit(this.catalog.remove(event.entry.key));
-    else this.emit(this.catalog.put(event.entry.key, event.entry.card));
+    const now = Date.now();
+    if (event.type === 'removed') this.emit(this.catalog.remove(event.entry.key, now));
+    else this.emit(this.catalog.put(event.entry.key, event.entry.card, now));
+    this.armExpiry();
+  }
+
+  /** One timer, for the idle model whose grace period ends first. */
+  private armExpiry(): void {
+    if (this.expiryTimer) clearTimeout(this.expiryTimer);
+    this.expiryTimer = undefined;
+    const next = this.catalog.nextExpiry();
+    if (next === undefined) return;
+    this.expiryTimer = setTimeout(() => {
+      this.expiryTimer = undefined;
+      this.emit(this.catalog.expire(Date.now()));
+      this.armExpiry();
+    }, Math.max(0, next - Date.now()));
+    this.expiryTimer.unref();
   }
 
   private emit(changes: CatalogChange[]): void {
@@ -83,6 +113,8 @@ export class ModelWatcher {
       if (change.type === 'model_added') {
         this.views.set(change.name, this.createView(change.name));
         this.log?.info({ model: change.name }, 'model added');
+      } else if (change.type === 'model_idle') {
+        this.log?.warn({ model: change.name, keptUntil: new Date(change.until).toISOString() }, 'model has no workers: requests get 503 no_instances until one registers, or the grace period ends');
       } else if (change.type === 'model_removed') {
         this.views.delete(change.name);
         this.log?.info({ model: change.name }, 'model removed');
@@ -121,7 +153,8 @@ export class ModelWatcher {
       card: (instanceId) => catalog.card(name, instanceId),
       allCards: () => [...(catalog.cards(name)?.values() ?? [])],
       primaryCard() {
-        const cards = catalog.cards(name);
+        // An idle model keeps its last card: its tokenizer still answers, its requests get 503.
+        const cards = catalog.knownCards(name);
         if (!cards) return undefined;
         for (const card of cards.values()) if (card.role !== 'prefill' && servesGeneration(card)) return card;
         return cards.values().next().value;
@@ -129,7 +162,7 @@ export class ModelWatcher {
       contextLength() {
         let min = Infinity;
         let prefillMin = Infinity;
-        for (const card of catalog.cards(name)?.values() ?? []) {
+        for (const card of catalog.knownCards(name)?.values() ?? []) {
           // An embedding worker's context (one pass) does not bound generation.
           if (!servesGeneration(card)) continue;
           if (card.role !== 'prefill') min = Math.min(min, card.contextLength);

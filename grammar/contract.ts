@@ -59,6 +59,12 @@ export interface GrammarMatcher {
    * enough for this, not just for the minimum.
    */
   maxBytesToAccept(): number;
+  /**
+   * A copy of the matcher at its current state, advanced on its own. Speculative decoding masks
+   * each draft position from a fork that accepted the drafts before it, so the matcher itself
+   * only ever advances by tokens the engine returned: rejected drafts need no rollback.
+   */
+  fork(): GrammarMatcher;
 }
 
 export function bitmaskWords(vocabSize: number): number {

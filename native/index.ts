@@ -7,6 +7,9 @@ export {
   SeqMeta,
   SAMPLING_STRIDE,
   SamplingField,
+  SPEC_META_STRIDE,
+  SpecMeta,
+  type LoadSpeculativeOptions,
   type NativeAddon,
   type RawEngineHandle,
   type RawEngineInfo,
@@ -15,5 +18,6 @@ export {
   type RawStepResult,
   type LoadEngineOptions,
   type BackendStatus,
+  type KvPoolDtype,
 } from './lib/binding.js';
 export { NativeEngineError, NativeUnavailableError, fromNativeError } from './lib/errors.js';

@@ -7,3 +7,4 @@ export { loadPerfProfile } from './profile-file.js';
 export { PerfProfileError } from './errors.js';
 export { NATIVE_CPU_LORA_COST, loraStepFactor, type LoraCost } from './lora-cost.js';
 export { activeParamsPerfModel, activeShare, stepTimeModel, type ParameterCounts } from './active-params.js';
+export { verifyStepMs } from './speculative.js';

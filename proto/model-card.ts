@@ -95,7 +95,8 @@ export interface KvLayoutDescriptor {
   order: 'block_major.v1';
   /** Tokens per block. */
   blockSize: number;
-  dtype: 'f32' | 'bf16';
+  /** Element type: fp8_e4m3 holds K / k_scale and V / v_scale with the model's per-layer scales (docs/real-model.md). */
+  dtype: 'f32' | 'bf16' | 'fp8_e4m3';
   numLayers: number;
   numKvHeads: number;
   headDim: number;

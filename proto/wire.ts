@@ -210,6 +210,19 @@ export interface LoadMetrics {
   timestampMs: number;
   /** Only on workers with KV tiers below the engine pool (docs/kv-tiers.md); absent means none. */
   tiers?: LoadTierReport;
+  /** Only on workers that speculate (docs/speculative.md); absent means speculative decoding is off. */
+  spec?: LoadSpecReport;
+}
+
+/**
+ * A speculating worker's running totals since it started, as vLLM counts them: verify steps
+ * of one sequence (drafts), draft tokens verified, draft tokens accepted. Acceptance rate =
+ * acceptedTokens / draftTokens; mean tokens per verify = 1 + acceptedTokens / drafts.
+ */
+export interface LoadSpecReport {
+  drafts: number;
+  draftTokens: number;
+  acceptedTokens: number;
 }
 
 /**

@@ -76,6 +76,19 @@ export class Sequence {
   /** Steps this sequence waited for a running one to compute its shared prefix (bounded). */
   numDeferredSteps = 0;
 
+  // ---- speculative decoding (workers/speculative/) ----
+  /** Drafts the engine proposed for the next step, and the drafter's estimate per draft; undefined = none. */
+  draftTokens: Int32Array | undefined;
+  draftScores: Float32Array | undefined;
+  /** Draft tokens the engine judged (up to and including each step's first rejection) and accepted. */
+  numDraftTokensJudged = 0;
+  numDraftTokensAccepted = 0;
+  /** The policy's predicted acceptances of the judged drafts, summed (its per-sequence correction). */
+  draftExpected = 0;
+  /** Steps since this sequence last verified drafts (the policy's probe of a sequence it turned off). */
+  numStepsSinceVerify = 0;
+  private verifyBuf: Int32Array | undefined;
+
   /** Prompt + outputs, grown by doubling so a decode step appends without allocating. */
   private tokenBuf: Int32Array;
   private tokenLen: number;
@@ -154,6 +167,18 @@ export class Sequence {
     return Array.from(this.tokenBuf.subarray(this.numPromptTokens, this.tokenLen));
   }
 
+  /**
+   * The tokens of a verify step: the last token, then the first `k` drafts (a view, valid until
+   * the next call).
+   */
+  verifyTokens(k: number): Int32Array {
+    const drafts = this.draftTokens!;
+    if (this.verifyBuf === undefined || this.verifyBuf.length < k + 1) this.verifyBuf = new Int32Array(Math.max(8, k + 1));
+    this.verifyBuf[0] = this.lastTokenId;
+    this.verifyBuf.set(drafts.subarray(0, k), 1);
+    return this.verifyBuf.subarray(0, k + 1);
+  }
+
   appendToken(tokenId: number): void {
     if (this.tokenLen === this.tokenBuf.length) this.tokenBuf = grow(this.tokenBuf);
     this.tokenBuf[this.tokenLen++] = tokenId;
@@ -170,6 +195,12 @@ export class Sequence {
   pushBlock(blockId: number): void {
     if (this.blockLen === this.blockBuf.length) this.blockBuf = grow(this.blockBuf);
     this.blockBuf[this.blockLen++] = blockId;
+    this.blockView = undefined;
+  }
+  /** Drops the table's blocks past the first `n` (the block manager frees them). */
+  truncateBlocks(n: number): void {
+    if (n >= this.blockLen) return;
+    this.blockLen = Math.max(0, n);
     this.blockView = undefined;
   }
   clearBlocks(): void {

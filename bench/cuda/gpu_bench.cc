@@ -9,6 +9,11 @@
 //       square 8192^3: TFLOP/s of cuBLASLt and of our own kernels, side by side.
 //   tandem_gpu_bench bandwidth [--device cuda] --json FILE
 //       device-to-device copy bandwidth (bytes read + written), the roofline's denominator.
+//   tandem_gpu_bench sample [--device cuda|simt] [--vocab 151936] --json FILE
+//       the sampler at batch 1, 8 and 64 over a Qwen2-sized vocabulary: microseconds per step of
+//       the one-block kernel (KernelApi::sample) and of the fast path (DecodeKernelApi::sample),
+//       side by side, for greedy, temperature, top-k 50, top-p 0.9, top-k + top-p + min-p,
+//       penalties + bias, and logprobs (top 5); every case's tokens compared between the two.
 //
 // Times are wall clock around synchronized batches of launches: median of 5 batches after a
 // warm-up; weights rotate over enough copies to defeat the L2 cache.
@@ -27,9 +32,13 @@
 #include <thread>
 #include <vector>
 
+#include "bench_common.h"
+
 #include "../../native/src/core/error.h"
 #include "../../native/src/cuda/bf16.h"
 #include "../../native/src/cuda/cublaslt.h"
+#include "../../native/src/cuda/decode_api.h"
+#include "../../native/src/cuda/sample_inputs.h"
 #include "../../native/src/cuda/device.h"
 #include "../../native/src/cuda/kernel_api.h"
 
@@ -64,20 +73,6 @@ const Shape& find_shape(const std::string& name) {
     if (s.name == name) return s;
   }
   throw std::runtime_error("unknown shape '" + name + "' (qwen2-0.5b, llama-3.2-1b, llama-3.1-8b, tiny)");
-}
-
-std::string arg(int argc, char** argv, const std::string& flag, const std::string& fallback = "") {
-  for (int i = 2; i + 1 < argc; ++i) {
-    if (flag == argv[i]) return argv[i + 1];
-  }
-  return fallback;
-}
-
-bool has(int argc, char** argv, const std::string& flag) {
-  for (int i = 2; i < argc; ++i) {
-    if (flag == argv[i]) return true;
-  }
-  return false;
 }
 
 // ---- make-model ----------------------------------------------------------------------------
@@ -167,26 +162,7 @@ void make_model(const Shape& s, const std::string& dir) {
   std::printf("wrote %s: %s, %.2f GB of bf16 weights\n", dir.c_str(), s.name.c_str(), offset / 1e9);
 }
 
-// ---- timing --------------------------------------------------------------------------------
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-
-/** Seconds per call of fn: warm-up, then the median of 5 synchronized batches of `reps` calls. */
-double time_per_call(gpu::Device& dev, int reps, const std::function<void(int)>& fn) {
-  for (int i = 0; i < std::min(reps, 3); ++i) fn(i);
-  dev.synchronize();
-  std::vector<double> samples;
-  for (int b = 0; b < 5; ++b) {
-    const auto t0 = std::chrono::steady_clock::now();
-    for (int i = 0; i < reps; ++i) fn(i);
-    dev.synchronize();
-    samples.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / reps);
-  }
-  return median(samples);
-}
+// ---- timing: bench_common.h ---------------------------------------------------------------------
 
 struct Opened {
   std::unique_ptr<gpu::Device> dev;
@@ -339,6 +315,142 @@ int run_bandwidth(const std::string& device, const std::string& json_path) {
 
 }  // namespace
 
+// ---- sampler --------------------------------------------------------------------------------
+
+struct SampleCase {
+  std::string label;
+  SamplingParams params;
+  int history;   // penalty history length (0: none)
+  int bias;      // logit bias entries
+  int top;       // logprobs (-1: none)
+};
+
+int run_sample(const std::string& device, int vocab, const std::string& json_path) {
+  Opened o = open_device(device);
+  gpu::Device& dev = *o.dev;
+  std::unique_ptr<gpu::DecodeKernelApi> fast = device == "simt" ? gpu::make_simt_decode_kernels() : gpu::make_cuda_decode_kernels();
+  auto params = [](float t, int k, float p, float minp) {
+    SamplingParams s;
+    s.temperature = t;
+    s.top_k = k;
+    s.top_p = p;
+    s.min_p = minp;
+    s.seed = 1234;
+    return s;
+  };
+  std::vector<SampleCase> cases = {
+      {"greedy", params(0.0f, 0, 1.0f, 0.0f), 0, 0, -1},
+      {"temperature 0.8", params(0.8f, 0, 1.0f, 0.0f), 0, 0, -1},
+      {"top-k 50", params(1.0f, 50, 1.0f, 0.0f), 0, 0, -1},
+      {"top-p 0.9", params(0.7f, 0, 0.9f, 0.0f), 0, 0, -1},
+      {"top-k 40 + top-p 0.95 + min-p 0.05", params(1.0f, 40, 0.95f, 0.05f), 0, 0, -1},
+      {"penalties + bias, top-p 0.9", params(0.8f, 0, 0.9f, 0.0f), 64, 4, -1},
+      {"greedy + logprobs (top 5)", params(0.0f, 0, 1.0f, 0.0f), 0, 0, 5},
+  };
+  cases[5].params.repetition_penalty = 1.1f;
+  cases[5].params.presence_penalty = 0.5f;
+  const std::vector<int> batches = device == "simt" ? std::vector<int>{1} : std::vector<int>{1, 8, 64};
+  const int max_rows = batches.back();
+  // LLM-like logits: a normal body, a few strong tokens per row.
+  std::mt19937 rng(7);
+  std::normal_distribution<float> nd(0.0f, 2.0f);
+  std::vector<float> logits(static_cast<size_t>(max_rows) * vocab);
+  for (float& x : logits) x = nd(rng);
+  for (int r = 0; r < max_rows; ++r) {
+    for (int i = 0; i < 8; ++i) logits[static_cast<size_t>(r) * vocab + rng() % vocab] += 8.0f + i;
+  }
+  auto* d_logits = static_cast<float*>(dev.alloc(logits.size() * 4));
+  dev.upload(d_logits, logits.data(), logits.size() * 4);
+  std::ostringstream json;
+  json << "{\"device\": \"" << json_escape(dev.info().name) << "\", \"vocab\": " << vocab << ", \"cases\": [";
+  bool first = true;
+  int mismatches = 0;
+  std::printf("%-38s %5s %12s %12s %8s\n", "sampler case", "batch", "block us", "fast us", "speedup");
+  for (const SampleCase& c : cases) {
+    for (int rows : batches) {
+      std::vector<int32_t> history;
+      for (int i = 0; i < c.history; ++i) history.push_back(static_cast<int32_t>(rng() % vocab));
+      std::vector<int32_t> bias_ids;
+      std::vector<float> bias_values;
+      for (int i = 0; i < c.bias; ++i) {
+        bias_ids.push_back(static_cast<int32_t>(rng() % vocab));
+        bias_values.push_back(static_cast<float>(i) - 2.0f);
+      }
+      std::vector<SampleRow> srows(static_cast<size_t>(rows));
+      for (int r = 0; r < rows; ++r) {
+        SampleRow& s = srows[static_cast<size_t>(r)];
+        s.logit_row = r;
+        s.params = c.params;
+        s.params.seed = 1234 + static_cast<uint64_t>(r);
+        s.position = 100 + r;
+        s.history = history.empty() ? nullptr : history.data();
+        s.history_len = static_cast<int32_t>(history.size());
+        s.num_prompt = s.history_len / 2;
+        s.bias_ids = bias_ids.empty() ? nullptr : bias_ids.data();
+        s.bias_values = bias_values.empty() ? nullptr : bias_values.data();
+        s.bias_len = static_cast<int32_t>(bias_ids.size());
+        s.num_top_logprobs = c.top;
+      }
+      gpu::SampleInputs in;
+      in.build(srows.data(), srows.size(), vocab);
+      auto up = [&](const auto& v, size_t elem) {
+        void* p = dev.alloc(std::max<size_t>(1, v.size()) * elem);
+        if (!v.empty()) dev.upload(p, v.data(), v.size() * elem);
+        return p;
+      };
+      void* d_rows = up(in.rows, sizeof(gpu::SampleRowDesc));
+      void* d_pen = up(in.penalties, sizeof(gpu::PenaltyEntry));
+      void* d_bid = up(in.bias_ids, 4);
+      void* d_bval = up(in.bias_values, 4);
+      void* d_masks = up(in.masks, 4);
+      auto* d_work = static_cast<float*>(dev.alloc(static_cast<size_t>(rows) * vocab * 4));
+      const int ts = std::max(1, in.top_stride);
+      void* d_out = dev.alloc(static_cast<size_t>(rows) * (8 + 8 * ts));
+      auto* out = static_cast<unsigned char*>(d_out);
+      gpu::SampleArgs a;
+      a.logits = d_logits;
+      a.logit_stride = vocab;
+      a.vocab = vocab;
+      a.rows = static_cast<const gpu::SampleRowDesc*>(d_rows);
+      a.num_rows = rows;
+      a.penalties = static_cast<const gpu::PenaltyEntry*>(d_pen);
+      a.bias_ids = static_cast<const int32_t*>(d_bid);
+      a.bias_values = static_cast<const float*>(d_bval);
+      a.masks = static_cast<const uint32_t*>(d_masks);
+      a.work = d_work;
+      a.top_stride = in.top_stride;
+      a.out_tokens = reinterpret_cast<int32_t*>(out);
+      a.out_logprobs = reinterpret_cast<float*>(out + 4 * rows);
+      a.out_top_ids = reinterpret_cast<int32_t*>(out + 8 * rows);
+      a.out_top_logprobs = reinterpret_cast<float*>(out + 8 * rows + 4 * rows * ts);
+      gpu::SampleFastArgs f;
+      f.scratch = dev.alloc(static_cast<size_t>(fast->sample_fast_scratch_bytes(rows, vocab)));
+      const size_t nc = static_cast<size_t>(fast->sample_fast_counters(rows, vocab));
+      f.counters = static_cast<int*>(dev.alloc(nc * 4));
+      dev.fill(f.counters, 0, nc * 4);
+      const int reps = device == "simt" ? 1 : 200;
+      std::vector<int32_t> t_block(static_cast<size_t>(rows)), t_fast(static_cast<size_t>(rows));
+      const double block_s = time_per_call(dev, reps, [&](int) { o.kernels->sample(a, dev.stream()); });
+      dev.download(t_block.data(), a.out_tokens, static_cast<size_t>(rows) * 4);
+      const double fast_s = time_per_call(dev, reps, [&](int) { fast->sample(a, f, dev.stream()); });
+      dev.download(t_fast.data(), a.out_tokens, static_cast<size_t>(rows) * 4);
+      dev.synchronize();
+      const bool same = t_block == t_fast;
+      mismatches += !same;
+      std::printf("%-38s %5d %12.1f %12.1f %7.1fx%s\n", c.label.c_str(), rows, block_s * 1e6, fast_s * 1e6, block_s / fast_s,
+                  same ? "" : "  TOKENS DIFFER");
+      json << (first ? "" : ",") << "\n  {\"case\": \"" << json_escape(c.label) << "\", \"batch\": " << rows
+           << ", \"block_us\": " << block_s * 1e6 << ", \"fast_us\": " << fast_s * 1e6 << ", \"same_tokens\": " << (same ? "true" : "false") << "}";
+      first = false;
+      for (void* p : {d_rows, d_pen, d_bid, d_bval, d_masks, static_cast<void*>(d_work), d_out, f.scratch, static_cast<void*>(f.counters)}) dev.free(p);
+    }
+  }
+  json << "\n], \"aim\": \"fast path <= 20 us per step at batch 1 over 152k tokens (H200)\", \"mismatches\": " << mismatches << "}\n";
+  dev.free(d_logits);
+  if (!json_path.empty()) std::ofstream(json_path) << json.str();
+  return mismatches == 0 ? 0 : 1;
+}
+
 int main(int argc, char** argv) {
   const std::string cmd = argc > 1 ? argv[1] : "";
   try {
@@ -348,6 +460,7 @@ int main(int argc, char** argv) {
     }
     if (cmd == "gemm") return run_gemm(arg(argc, argv, "--device", "cuda"), has(argc, argv, "--quick"), arg(argc, argv, "--json"));
     if (cmd == "bandwidth") return run_bandwidth(arg(argc, argv, "--device", "cuda"), arg(argc, argv, "--json"));
+    if (cmd == "sample") return run_sample(arg(argc, argv, "--device", "cuda"), std::stoi(arg(argc, argv, "--vocab", "151936")), arg(argc, argv, "--json"));
   } catch (const std::exception& e) {
     std::fprintf(stderr, "tandem_gpu_bench %s: %s\n", cmd.c_str(), e.what());
     return 1;

@@ -242,6 +242,7 @@ interface VendorUsage {
   output_tokens?: number;
   input_tokens_details?: { cached_tokens?: number };
   cache_read_input_tokens?: number;
+  cache_creation_input_tokens?: number;
 }
 
 interface ChunkJson {
@@ -265,7 +266,8 @@ const FAILED = Symbol('failed');
 function vendorEvent(event: ChunkJson, outcome: StreamOutcome): string | typeof ENDED | typeof FAILED | undefined {
   const usage = (u: VendorUsage | null | undefined) => {
     if (!u) return;
-    if (typeof u.input_tokens === 'number') outcome.promptTokens = u.input_tokens;
+    // Anthropic's input_tokens leaves out the cached part: its prompt is the sum of all three.
+    if (typeof u.input_tokens === 'number') outcome.promptTokens = u.input_tokens + (u.cache_read_input_tokens ?? 0) + (u.cache_creation_input_tokens ?? 0);
     if (typeof u.output_tokens === 'number') outcome.completionTokens = u.output_tokens;
     const cached = u.input_tokens_details?.cached_tokens ?? u.cache_read_input_tokens;
     if (typeof cached === 'number') outcome.cachedTokens = cached;

@@ -12,8 +12,8 @@
  * those transitions and forgets old gone workers.
  */
 import type { ModelInfo } from './snapshot.js';
-import { LOAD_REPORT_STALE_MS, type LoadTierReport, type WorkerRole } from '../../proto/wire.js';
-import type { ModelView, PoolRole, PoolView, WorkerState, WorkerTierView, WorkerView } from './snapshot.js';
+import { LOAD_REPORT_STALE_MS, type LoadSpecReport, type LoadTierReport, type WorkerRole } from '../../proto/wire.js';
+import type { ModelView, PoolRole, PoolView, WorkerSpecView, WorkerState, WorkerTierView, WorkerView } from './snapshot.js';
 
 /** A draining worker silent this long (no load_metrics) is gone. */
 export const DRAIN_SILENCE_MS = LOAD_REPORT_STALE_MS;
@@ -32,6 +32,18 @@ export interface LoadSample {
   totalBlocks: number;
   /** Workers with KV tiers only (see `readTierReport`). */
   tiers?: LoadTierReport;
+  /** Workers that speculate only (see `readSpecReport`). */
+  spec?: LoadSpecReport;
+}
+
+/** The report's `spec` when it is well formed, else undefined (a worker that does not speculate, or garbage). */
+export function readSpecReport(x: unknown): LoadSpecReport | undefined {
+  if (typeof x !== 'object' || x === null) return undefined;
+  const t = x as Record<string, unknown>;
+  const n = (v: unknown): number | undefined => (typeof v === 'number' && Number.isFinite(v) && v >= 0 ? v : undefined);
+  const [drafts, draftTokens, acceptedTokens] = [t.drafts, t.draftTokens, t.acceptedTokens].map(n);
+  if (drafts === undefined || draftTokens === undefined || acceptedTokens === undefined) return undefined;
+  return { drafts, draftTokens, acceptedTokens };
 }
 
 /** The report's `tiers` when it is well formed, else undefined (a worker without tiers, or garbage). */
@@ -80,6 +92,8 @@ interface WorkerEntry {
   name?: string;
   /** Its KV tiers, from its latest report that had them. */
   tiers?: LoadTierReport;
+  /** Its speculative decoding counters, from its latest report. */
+  spec?: LoadSpecReport;
 }
 
 export class Fleet {
@@ -122,6 +136,7 @@ export class Fleet {
     w.kvUsedBlocks = m.activeBlocks;
     if (m.totalBlocks > 0) w.kvTotalBlocks = m.totalBlocks;
     w.tiers = m.tiers;
+    w.spec = m.spec;
     w.lastSeen = w.lastLoadAt = now;
   }
 
@@ -205,6 +220,17 @@ function workerView(w: WorkerEntry, now: number): WorkerView {
     ...(goneAt !== undefined ? { goneAt } : {}),
     ...(w.loras !== undefined && w.loras.length > 0 ? { loras: w.loras } : {}),
     ...(w.tiers !== undefined && state !== 'gone' ? { tiers: tierView(w.tiers) } : {}),
+    ...(w.spec !== undefined && state !== 'gone' ? { spec: specView(w.spec) } : {}),
+  };
+}
+
+/** Acceptance as vLLM reports it: accepted / drafted tokens, and tokens per verify step (1 + accepted / drafts). */
+function specView(s: LoadSpecReport): WorkerSpecView {
+  return {
+    drafts: s.drafts,
+    draftTokens: s.draftTokens,
+    acceptanceRate: s.draftTokens > 0 ? s.acceptedTokens / s.draftTokens : null,
+    meanAcceptedLength: s.drafts > 0 ? 1 + s.acceptedTokens / s.drafts : null,
   };
 }
 

@@ -59,6 +59,8 @@ export interface WorkerView {
   loras?: string[];
   /** KV tiers below its engine pool (G2 host, G3 disk), only on workers that have them; not on gone workers. */
   tiers?: WorkerTierView;
+  /** Speculative decoding, only on workers that speculate; not on gone workers. */
+  spec?: WorkerSpecView;
   /** When state is 'gone': when it went (the page drops it after a while). */
   goneAt?: number;
 }
@@ -76,6 +78,17 @@ export interface WorkerTierView {
    * most 1); null before its first lookup.
    */
   hitRate: { device: number; host: number; disk: number } | null;
+}
+
+/** A worker's speculative decoding since it started (its load report's `spec`, proto/wire.ts `LoadSpecReport`). */
+export interface WorkerSpecView {
+  /** Verify steps of one sequence, and draft tokens verified. */
+  drafts: number;
+  draftTokens: number;
+  /** Accepted draft tokens / draft tokens verified; null before the first verify. */
+  acceptanceRate: number | null;
+  /** Tokens a verify step returned on average: 1 + accepted / drafts; null before the first. */
+  meanAcceptedLength: number | null;
 }
 
 export interface PoolView {

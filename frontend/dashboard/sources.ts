@@ -16,7 +16,7 @@ import { DASHBOARD_TOPICS, PLANNER_COMPONENT, type PlannerStatusEvent, type Rout
 import { LoadFeed, decisionCandidates, type DecisionListener, type KvRouterHub } from '../../router/adapters/index.js';
 import type { DistributedRuntime, ModelCardFeed, Subscription } from '../../runtime/index.js';
 import type { DashboardState } from './dashboard-state.js';
-import { readTierReport } from './fleet.js';
+import { readSpecReport, readTierReport } from './fleet.js';
 
 export interface DashboardSourcesOptions {
   state: DashboardState;
@@ -102,7 +102,7 @@ export class DashboardSources {
       .listen(component, (m) => {
         if (this.closed) return;
         this.o.state.load(
-          { workerId: m.workerId, numRunning: Number(m.numRunning) || 0, numWaiting: Number(m.numWaiting) || 0, activeBlocks: Number(m.activeBlocks) || 0, totalBlocks: Number(m.totalBlocks) || 0, tiers: readTierReport(m.tiers) },
+          { workerId: m.workerId, numRunning: Number(m.numRunning) || 0, numWaiting: Number(m.numWaiting) || 0, activeBlocks: Number(m.activeBlocks) || 0, totalBlocks: Number(m.totalBlocks) || 0, tiers: readTierReport(m.tiers), spec: readSpecReport(m.spec) },
           clock(),
         );
       })

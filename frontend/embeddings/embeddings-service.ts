@@ -39,12 +39,17 @@ export class EmbeddingsService {
     private readonly clients: WorkerClients,
     private readonly codecs: CodecCache,
     private readonly health?: WorkerHealth,
+    /** A known model whose workers are all gone, within its grace period (ModelWatcher.isIdle): 503, not 404. */
+    private readonly isIdle: (model: string) => boolean = () => false,
   ) {}
 
   /** The model's embedding workers; 404 for an unknown model, 400 naming it when none of its workers embeds. */
   targets(model: string): EmbeddingTargets {
     const all = this.cards.cards({ model });
-    if (all.length === 0) throw modelNotFound(model);
+    if (all.length === 0) {
+      if (this.isIdle(model)) throw new ApiError('no_instances', `no worker is up to serve '${quoteInput(model)}'; retry later`, 'model');
+      throw modelNotFound(model);
+    }
     const embed = all.filter((c) => c.card.task === 'embed' && c.card.embedding !== undefined);
     if (embed.length === 0) {
       throw badRequest(`the model '${quoteInput(model)}' does not serve embeddings: its workers are generation-only (start workers with --task embed)`, 'model');

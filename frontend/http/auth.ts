@@ -15,6 +15,7 @@
  *   is missing or has no keys at start is a ConfigError; a bad re-read keeps the last keys.
  * - `corsHeaders` (pure): CORS is off unless origins are listed; then a listed Origin is
  *   echoed back and a preflight is answered.
+ * - `callerScope` (pure): who the caller is, for state kept per key (stored responses).
  * The server calls `Authenticator.check` once per request, before routing.
  */
 import { createHash, timingSafeEqual } from 'node:crypto';
@@ -254,3 +255,14 @@ export const PREFLIGHT_HEADERS: Readonly<Record<string, string>> = {
   'access-control-allow-headers': 'authorization, content-type, x-api-key, x-worker-instance-id',
   'access-control-max-age': '600',
 };
+
+/**
+ * Who the caller is, for state kept per caller (stored responses): a digest of the key it
+ * presented (never the key), or '' for everyone when the frontend has no keys. Call it only on
+ * a request `checkAccess` let through.
+ */
+export function callerScope(policy: AccessPolicy | undefined, headers: IncomingHttpHeaders): string {
+  if (policy?.keys() === undefined) return '';
+  const key = presentedKey(headers);
+  return key === undefined ? '' : `key:${digest(key).toString('hex')}`;
+}

@@ -10,13 +10,16 @@
  * - They are checked every `connectionsCheckingInterval`, so a timeout fires up to one interval
  *   late; we check every second instead of Node's 30.
  * - `keepAliveTimeout` is the idle time between requests on a kept-alive socket.
- * - Past `maxConnections`, Node closes new sockets as soon as they are accepted.
+ * - The connection cap is ours, not Node's `maxConnections` (which closes sockets past it before
+ *   reading a byte): past `maxConnections`, a connection may still ask for `/live` or `/health`
+ *   within its own budget, `maxProbeConnections` (connection-budget.ts).
  * - Headers over `maxHeaderSize` and timed-out requests surface as `clientError`; our handler
  *   answers 431 and 408 there, in OpenAI's error shape, like Node's default would (in status).
  */
 import type { Server, ServerOptions } from 'node:http';
 import type { Duplex } from 'node:stream';
 import type { Logger } from 'pino';
+import { ConnectionBudget } from './connection-budget.js';
 
 export interface ConnectionLimits {
   /** Time to receive the request headers (ms). */
@@ -27,6 +30,8 @@ export interface ConnectionLimits {
   idleTimeoutMs: number;
   /** Connections held at once; 0 = no cap. */
   maxConnections: number;
+  /** Connections past `maxConnections` kept for liveness and health probes only (connection-budget.ts). */
+  maxProbeConnections: number;
   /** Largest request head (request line + headers) in bytes; more gets 431. */
   maxHeaderBytes: number;
 }
@@ -39,13 +44,12 @@ export const DEFAULT_CONNECTION_LIMITS: Readonly<ConnectionLimits> = {
   // a socket we are closing.
   idleTimeoutMs: 65_000,
   maxConnections: 4096,
+  maxProbeConnections: 16,
   maxHeaderBytes: 16 * 1024,
 };
 
 /** How often Node checks header and request timeouts. */
 const TIMEOUT_CHECK_INTERVAL_MS = 1_000;
-/** At most one "connection refused" warning per this long. */
-const DROP_LOG_INTERVAL_MS = 10_000;
 
 /** Options that Node only takes at `createServer`. */
 export function serverOptions(limits: ConnectionLimits): ServerOptions {
@@ -59,22 +63,20 @@ export function serverOptions(limits: ConnectionLimits): ServerOptions {
   };
 }
 
-/** The rest of the limits, and the `clientError` answers. */
-export function applyConnectionLimits(server: Server, limits: ConnectionLimits, log: Logger): void {
+/**
+ * The rest of the limits, and the `clientError` answers. Returns the connection budget, whose
+ * `refuse(req, res)` the request listener calls before routing.
+ */
+export function applyConnectionLimits(server: Server, limits: ConnectionLimits, log: Logger, retryAfterSeconds = 1): ConnectionBudget {
   server.requestTimeout = limits.requestTimeoutMs;
   server.headersTimeout = headersTimeoutOf(limits);
   server.keepAliveTimeout = limits.idleTimeoutMs;
   // The socket inactivity timeout stays off: a long prefill sends nothing for a while.
   server.timeout = 0;
-  if (limits.maxConnections > 0) server.maxConnections = limits.maxConnections;
-  let lastDropLog = 0;
-  server.on('drop', (data?: { remoteAddress?: string }) => {
-    const now = Date.now();
-    if (now - lastDropLog < DROP_LOG_INTERVAL_MS) return;
-    lastDropLog = now;
-    log.warn({ maxConnections: limits.maxConnections, remoteAddress: data?.remoteAddress }, 'connection refused: --max-connections reached');
-  });
+  const budget = new ConnectionBudget(limits.maxConnections, limits.maxProbeConnections ?? DEFAULT_CONNECTION_LIMITS.maxProbeConnections, retryAfterSeconds, log);
+  budget.attach(server);
   server.on('clientError', (err: NodeJS.ErrnoException, socket: Duplex) => answerClientError(err, socket));
+  return budget;
 }
 
 /** Node refuses headersTimeout > requestTimeout when the latter is set. */

@@ -1,31 +1,23 @@
 /**
- * Every generation route (one ApiCodec each, frontend/api/): read → admit → parse (the codec) →
- * prepare → stream (SSE) or collect (unary). A client that disconnects aborts the request's
- * signal, which cancels the worker stream. Errors before the first byte are HTTP errors in the
+ * Every generation route (one ApiCodec each, frontend/api/): inside the shared exchange
+ * (exchange.ts: read, admit, errors, metrics, cancel on disconnect) parse (the codec) → prepare
+ * → stream (SSE) or collect (unary). Errors before the first byte are HTTP errors in the
  * codec's error shape; errors after it are the codec's stream error frame and terminator.
  */
 import type { IncomingMessage, ServerResponse } from 'node:http';
-import type { Logger } from 'pino';
-import { DRAIN_CUT, type AdmissionGate } from '../admission.js';
+import { DRAIN_CUT } from '../admission.js';
 import type { ApiCodec } from '../api/codec.js';
 import { renameParams } from '../api/param-names.js';
-import { ApiError, toApiError } from '../errors.js';
-import type { FrontendMetrics, ModelMetrics } from '../metrics.js';
+import { ApiError } from '../errors.js';
+import type { ModelMetrics } from '../metrics.js';
 import { disaggHeaders } from '../disagg/response.js';
 import { DIRECT_ROUTE_HEADER, type GenerationPipeline, type PreparedGeneration } from '../pipeline/generation.js';
-import { admitOrThrow } from './admit.js';
-import { readJsonBody } from './body.js';
-import { sendError } from './respond.js';
+import { runExchange, type Exchange, type ExchangeApi, type ExchangeContext } from './exchange.js';
 import { SseWriter } from './sse.js';
 import type { DashboardState } from '../dashboard/index.js';
 
-export interface GenerateContext {
+export interface GenerateContext extends ExchangeContext {
   pipeline: GenerationPipeline;
-  gate: AdmissionGate;
-  metrics: FrontendMetrics;
-  maxBodyBytes: number;
-  retryAfterSeconds: number;
-  log: Logger;
   /** The dashboard's aggregator: told of request start, first token and end (never per token). */
   dashboard?: DashboardState;
 }
@@ -39,91 +31,35 @@ interface Outcome {
   usage?: { promptTokens: number; completionTokens: number; cachedTokens: number };
 }
 
-const UNKNOWN_MODEL_LABEL = '_unknown';
-/**
- * The abort reason when a request ends normally. abort() without a reason builds a
- * DOMException (with a stack trace) on every request; this one is made once. It only
- * becomes the cause of the cancel of a worker call that was still closing.
- */
-const EXCHANGE_OVER = Object.freeze(new Error('the HTTP exchange is over'));
-
-/** What a request still running when the drain timeout expires is told (SSE error frame or 503). */
-function drainCutError(): ApiError {
-  return new ApiError('unavailable', 'the frontend shut down before this request finished (drain timeout expired); retry it');
-}
-
 export async function handleGenerate(ctx: GenerateContext, codec: ApiCodec, req: IncomingMessage, res: ServerResponse): Promise<void> {
-  const startedAt = performance.now();
-  const endpoint = codec.endpoint;
-  const controller = new AbortController();
-  const onClose = () => {
-    if (!res.writableFinished) controller.abort();
-  };
-  res.on('close', onClose);
-  let modelLabel = UNKNOWN_MODEL_LABEL;
-  let status = 200;
-  let admitted = false;
-  let modelMetrics: ModelMetrics | undefined;
-  let prepared: PreparedGeneration | undefined;
-  let errorCode: string | undefined;
   const outcome: Outcome = {};
-  let untrack: (() => void) | undefined;
-  try {
-    const body = await readJsonBody(req, ctx.maxBodyBytes);
-    admitOrThrow(ctx.gate, ctx.metrics, res, controller);
-    admitted = true;
+  let prepared: PreparedGeneration | undefined;
+  const dashboard = ctx.dashboard;
+  const api: ExchangeApi = {
+    endpoint: codec.endpoint,
+    errorBody: codec.errorBody,
+    // In the API's own field names: its body became a chat request, and chat's names are not the client's.
+    mapError: (err) => renameParams(err, codec.paramNames),
+    streamError: (err) => (outcome.streamError ?? codec.streamError)(err),
+    ...(dashboard ? { onEnd: (x: Exchange) => recordEnd(dashboard, prepared, outcome, x.errorCode) } : {}),
+  };
+  await runExchange(ctx, api, req, res, async (body, x) => {
     const input = codec.parse(body, req.headers);
     const model = ctx.pipeline.model(input.model);
-    modelLabel = model.name;
-    modelMetrics = ctx.metrics.forModel(model.name);
-    modelMetrics.inflight.inc();
+    const modelMetrics = x.forModel(ctx.metrics, model.name);
     const header = req.headers[DIRECT_ROUTE_HEADER];
-    prepared = await ctx.pipeline.prepare(input, Array.isArray(header) ? header[0] : header, startedAt, controller.signal, codec.idPrefix);
-    untrack = codec.track?.(prepared, (err) => controller.abort(err));
-    if (ctx.dashboard) {
+    prepared = await ctx.pipeline.prepare(input, Array.isArray(header) ? header[0] : header, x.startedAt, x.signal, codec.idPrefix);
+    x.onEnd(codec.track?.(prepared, (err) => x.controller.abort(err)));
+    if (dashboard) {
       const now = Date.now();
-      ctx.dashboard.requestStarted(
-        { requestId: prepared.id, model: model.name, endpoint, arrivedAt: now - (performance.now() - startedAt), instanceId: prepared.firstInstance, ...(prepared.disagg ? { prefillInstanceId: prepared.disagg.route.prefillInstance } : {}) },
+      dashboard.requestStarted(
+        { requestId: prepared.id, model: model.name, endpoint: codec.endpoint, arrivedAt: now - (performance.now() - x.startedAt), instanceId: prepared.firstInstance, ...(prepared.disagg ? { prefillInstanceId: prepared.disagg.route.prefillInstance } : {}) },
         now,
       );
     }
-    if (input.stream) await streamResponse(ctx, codec, prepared, res, controller.signal, modelMetrics, outcome);
-    else await unaryResponse(ctx, codec, prepared, res, controller.signal, modelMetrics, outcome);
-    // Cut by the drain timeout: the client gets an error, never a response that just stops.
-    if (controller.signal.reason === DRAIN_CUT) throw DRAIN_CUT;
-    // Ended by the API (a Responses cancel): the client is still there and is told why.
-    if (controller.signal.reason instanceof ApiError) throw controller.signal.reason;
-    if (controller.signal.aborted) status = 499;
-  } catch (err) {
-    const drainCut = controller.signal.reason === DRAIN_CUT;
-    // In the API's own field names: its body became a chat request, and chat's names are not the client's.
-    const apiError = drainCut ? drainCutError() : renameParams(toApiError(err), codec.paramNames);
-    status = controller.signal.aborted && !drainCut ? 499 : apiError.status;
-    errorCode = status === 499 ? 'cancelled' : apiError.code;
-    if (status >= 500 && status !== 503) ctx.log.error({ err, cause: apiError.cause }, 'request failed');
-    else ctx.log.debug({ code: apiError.code, message: apiError.message }, 'request rejected');
-    if (!res.headersSent) sendError(res, apiError, ctx.retryAfterSeconds, codec.errorBody);
-    else if (!res.writableEnded && !res.destroyed) res.end((outcome.streamError ?? codec.streamError)(apiError));
-  } finally {
-    untrack?.();
-    res.off('close', onClose);
-    ctx.gate.offCut(controller);
-    // Whatever happened, the worker stream must not outlive the HTTP exchange.
-    if (!controller.signal.aborted) controller.abort(EXCHANGE_OVER);
-    if (admitted) ctx.gate.release();
-    if (modelMetrics) {
-      modelMetrics.inflight.dec();
-      modelMetrics.duration.observe((performance.now() - startedAt) / 1000);
-    }
-    ctx.metrics.requests.inc({ model: modelLabel, endpoint, status: String(status) });
-    if (ctx.dashboard) {
-      try {
-        recordEnd(ctx.dashboard, prepared, outcome, status === 499 ? 'cancelled' : errorCode);
-      } catch (err) {
-        ctx.log.debug({ err }, 'dashboard: could not record the request'); // never the request's problem
-      }
-    }
-  }
+    if (input.stream) await streamResponse(ctx, codec, prepared, res, x.signal, modelMetrics, outcome);
+    else await unaryResponse(ctx, codec, prepared, res, x.signal, modelMetrics, outcome);
+  });
 }
 
 function recordEnd(dashboard: DashboardState, prepared: PreparedGeneration | undefined, outcome: Outcome, errorCode: string | undefined): void {

@@ -19,9 +19,10 @@
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { Registry } from 'prom-client';
 import { ApiError, modelNotFound, quoteInput, toApiError } from '../errors.js';
-import { checkAccess, corsHeaders, PREFLIGHT_HEADERS, UNAUTHORIZED_HEADERS, type AccessPolicy } from './auth.js';
+import { callerScope, checkAccess, corsHeaders, PREFLIGHT_HEADERS, UNAUTHORIZED_HEADERS, type AccessPolicy } from './auth.js';
 import type { ModelWatcher } from '../model-watcher.js';
 import { applyConnectionLimits, DEFAULT_CONNECTION_LIMITS, serverOptions, type ConnectionLimits } from './connection-limits.js';
+import type { ConnectionBudget } from './connection-budget.js';
 import { handleGenerate, type GenerateContext } from './generate-handler.js';
 import type { ApiCodec } from '../api/codec.js';
 import { chatCodec, completionCodec } from '../api/openai-codecs.js';
@@ -63,11 +64,11 @@ export interface HttpServerContext extends GenerateContext {
  * The generation routes: path → the codec that speaks its API. Every one runs handleGenerate, and
  * the table also says which API a path under a route belongs to (`apiOf`).
  */
-export function generationRoutes(responses: ResponseStore): ReadonlyMap<string, ApiCodec> {
+export function generationRoutes(responses: ResponseStore, access?: AccessPolicy): ReadonlyMap<string, ApiCodec> {
   return new Map<string, ApiCodec>([
     ['/v1/chat/completions', chatCodec],
     ['/v1/completions', completionCodec],
-    ['/v1/responses', responsesCodec(responses)],
+    ['/v1/responses', responsesCodec(responses, (headers) => callerScope(access, headers))],
     ['/v1/messages', messagesCodec],
   ]);
 }
@@ -93,7 +94,7 @@ export function apiOf(generation: ReadonlyMap<string, ApiCodec>, path: string): 
 /** One request, whole: routed, answered, every failure caught (the server's request listener). */
 export function createRequestHandler(ctx: HttpServerContext): (req: IncomingMessage, res: ServerResponse) => Promise<void> {
   const responses = ctx.responses ?? new ResponseStore();
-  const routes: Routes = { generation: generationRoutes(responses), responses };
+  const routes: Routes = { generation: generationRoutes(responses, ctx.access), responses };
   return (req, res) =>
     route(ctx, routes, req, res).catch((err: unknown) => {
       ctx.log.error({ err }, 'unhandled error in HTTP handler');
@@ -105,8 +106,13 @@ export function createRequestHandler(ctx: HttpServerContext): (req: IncomingMess
 export function createHttpServer(ctx: HttpServerContext): Server {
   const limits = ctx.limits ?? DEFAULT_CONNECTION_LIMITS;
   const handler = createRequestHandler(ctx);
-  const server = createServer(serverOptions(limits), (req, res) => void handler(req, res));
-  applyConnectionLimits(server, limits, ctx.log);
+  let budget: ConnectionBudget | undefined;
+  const server = createServer(serverOptions(limits), (req, res) => {
+    // Past --max-connections a connection may only probe (connection-budget.ts).
+    if (budget?.refuse(req, res)) return;
+    void handler(req, res);
+  });
+  budget = applyConnectionLimits(server, limits, ctx.log, ctx.retryAfterSeconds);
   return server;
 }
 
@@ -206,7 +212,7 @@ async function route(ctx: HttpServerContext, routes: Routes, req: IncomingMessag
   if (ctx.dashboardRoutes && isDashboardPath(path)) return handleDashboard(ctx.dashboardRoutes, path, req, res);
   if (path.startsWith(RESPONSES_PREFIX)) {
     req.resume();
-    return sendResponsesRoute(res, responsesRoute(routes.responses, method, path.slice(RESPONSES_PREFIX.length)), {
+    return sendResponsesRoute(res, responsesRoute(routes.responses, method, path.slice(RESPONSES_PREFIX.length), callerScope(ctx.access, req.headers)), {
       json: (status, body) => sendJson(res, status, body),
       error: (err) => sendError(res, err, ctx.retryAfterSeconds, apiOf(routes.generation, path)?.errorBody),
     });

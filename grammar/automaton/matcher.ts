@@ -182,7 +182,7 @@ export class CompiledGrammar {
   }
 }
 
-/** A matcher that can be copied at its current state (try a token without committing to it). */
+/** A matcher whose forks are automaton matchers too (try a token without committing to it). */
 export interface ForkableMatcher extends GrammarMatcher {
   fork(): ForkableMatcher;
 }

@@ -27,6 +27,32 @@ export const SeqMeta = {
   biasLen: 10,
 } as const;
 
+/** Speculative decoding: Int32 fields per sequence in step()'s `specMeta`. */
+export const SPEC_META_STRIDE = 3;
+export const SpecMeta = {
+  /** The last numDrafts of its tokens are drafts to verify (it must be sampled). */
+  numDrafts: 0,
+  /** After the step, the drafter proposes up to this many tokens for it (0: none). */
+  proposeDrafts: 1,
+  /** The drafter's key for it (draftBegin), -1 = none. */
+  draftKey: 2,
+} as const;
+
+/** Speculative decoding at load: the engine's drafter (native/src/spec/drafter.h). */
+export interface LoadSpeculativeOptions {
+  method: 'ngram' | 'suffix';
+  /** Most drafts one sequence verifies in a step (1..64). */
+  numSpeculativeTokens: number;
+  /** ngram: the n range of the lookup. */
+  promptLookupMin?: number;
+  promptLookupMax?: number;
+  /** suffix: tree depth, drafts per matched token, probability floor, the global tree's bound in tokens. */
+  suffixMaxDepth?: number;
+  suffixMaxSpecFactor?: number;
+  suffixMinTokenProb?: number;
+  suffixCacheTokens?: number;
+}
+
 /** Float64 fields per sequence in `sampling`. */
 export const SAMPLING_STRIDE = 8;
 export const SamplingField = {
@@ -58,6 +84,12 @@ export interface LoadEngineOptions {
   cudaGraphs?: boolean;
   /** GPU: 'auto' (cuBLASLt where it loads), 'cublaslt', or 'own' (our kernels). */
   gemm?: 'auto' | 'cublaslt' | 'own';
+  /** KV pool element type: 'auto' (f32 on the CPU, bf16 on GPUs), 'bf16', or 'fp8' (e4m3 with the checkpoint's k/v scales). */
+  kvCacheDtype?: 'auto' | 'bf16' | 'fp8';
+  /** Weights: the checkpoint's own config (unset), 'fp8' (quantize linear layers at load), 'none' (dequantize an FP8 checkpoint). */
+  quantization?: 'fp8' | 'none';
+  /** FP8 weights: 'auto' (the checkpoint's activation scheme, W8A8) or 'w8a16' (activations unquantized; tests, benches). */
+  fp8Compute?: 'auto' | 'w8a16';
   /**
    * Caller-owned KV pool (e.g. a UCX `allocatePool` buffer, which a peer reads over shared
    * memory without this process's CPU): exactly numBlocks × kvBytesPerBlock bytes (see
@@ -65,6 +97,8 @@ export interface LoadEngineOptions {
    * handle keeps it referenced; its owner must keep it mapped until the engine is closed.
    */
   kvPool?: ArrayBuffer;
+  /** Speculative decoding: load a drafter (the GPU also sizes its verify rows for it). */
+  speculative?: LoadSpeculativeOptions;
 }
 
 /** Pool sizing for a set of load options, from config.json alone (no weights). */
@@ -77,8 +111,11 @@ export interface RawKvLayout {
   kvBytesPerToken: number;
   kvBytesPerBlock: number;
   kvLayout: string;
-  kvDtype: 'f32' | 'bf16';
+  kvDtype: KvPoolDtype;
 }
+
+/** Element type of a KV pool: fp8_e4m3 holds K / k_scale and V / v_scale (the model's per-layer scales). */
+export type KvPoolDtype = 'f32' | 'bf16' | 'fp8_e4m3';
 
 export interface RawEngineInfo {
   architecture: string;
@@ -100,7 +137,11 @@ export interface RawEngineInfo {
   /** False for a GPU pool: kvPool() refuses, no host transfer agent can read it in place. */
   kvPoolOnHost: boolean;
   /** Element type of the KV pool. */
-  kvDtype: 'f32' | 'bf16';
+  kvDtype: KvPoolDtype;
+  /** The model's e4m3 KV scales, [layer][K, V] (1.0 where the checkpoint has none): what converts to or from an fp8_e4m3 pool. */
+  kvScales: number[];
+  /** The weights' quantization, e.g. 'fp8 weights per 128x128 block, activations dynamic per token and 128-column group', or 'none'. */
+  quantization: string;
   /** 'cpu', 'cuda' or 'simt'. */
   backend: string;
   /** One line: the device and how it computes (GEMM library, graphs). */
@@ -118,12 +159,24 @@ export interface BackendStatus {
   reason?: string;
   /** e.g. the GPU's name. */
   detail?: string;
+  /** The FP8 paths this backend runs here (weights, KV cache); absent when unavailable. */
+  fp8?: string;
 }
 
 export interface RawStepResult {
-  /** One per sequence with sample=1, in batch order. */
+  /**
+   * Per sampled sequence in batch order, `emitted[i]` tokens: 1, or in a verify step its
+   * accepted drafts plus the token sampled after them. Flattened in batch order.
+   */
   tokens: Int32Array;
-  /** NaN where logprobs were not asked. */
+  /** Tokens per sampled sequence (absent from addons built before speculative decoding: all 1). */
+  emitted?: Int32Array;
+  /** Speculative decoding: per sampled sequence, how many drafts the drafter proposed (flattened in `drafts`). */
+  draftCounts?: Int32Array;
+  drafts?: Int32Array;
+  /** Per draft, the drafter's estimate that it is accepted (NaN: none). */
+  draftScores?: Float32Array;
+  /** NaN where logprobs were not asked (one per returned token). */
   logprobs: Float32Array;
   /** Row width of topIds/topLogprobs (max asked this step); rows padded with -1 / NaN. */
   topStride: number;
@@ -159,7 +212,13 @@ export interface RawEngineHandle {
     deferMasks?: boolean,
     /** Multi-LoRA: per sequence its adapter slot (loadLora), -1 = the base model. */
     loraSlots?: Int32Array,
+    /** Speculative decoding: SPEC_META_STRIDE fields per sequence (SpecMeta). */
+    specMeta?: Int32Array,
   ): Promise<RawStepResult>;
+  /** Speculative decoding: a sequence's tokens so far for the drafter (`unavailable` without one). */
+  draftBegin(key: number, tokens: Int32Array): void;
+  /** The drafter drops the sequence; `finished`: it completed (its output may feed the suffix drafter's global tree). */
+  draftEnd(key: number, finished: boolean): void;
   /**
    * Reads a LoRA adapter's factors (PEFT tensor names, f32/bf16/f16) and puts it in `slot`
    * between steps. The config was checked by the caller. Rejects `not_found` / `config_invalid`
@@ -191,9 +250,11 @@ export interface RawEngineHandle {
    * Embeddings: runs each sequence (`lengths[i]` tokens of `tokens`, back to back) from
    * position 0, pools its final-norm hidden states (`pooling` 0 = last token, 1 = mean) and
    * L2-normalizes when asked; [lengths.length][hiddenSize]. Overwrites the KV pool's first
-   * blocks: only for an engine that serves no generation.
+   * blocks: only for an engine that serves no generation. `cancel` (an Int32Array over a
+   * SharedArrayBuffer) is read before each forward pass: once `cancel[0]` is non-zero
+   * (`Atomics.store`) the call stops there and rejects with code `cancelled`.
    */
-  embed(tokens: Int32Array, lengths: Int32Array, pooling: 0 | 1, normalize: boolean): Promise<Float32Array>;
+  embed(tokens: Int32Array, lengths: Int32Array, pooling: 0 | 1, normalize: boolean, cancel?: Int32Array): Promise<Float32Array>;
   /**
    * KV movement between workers (issue 24), off the JS thread. Token t of a copy lives in block
    * ids[t / blockSize], slot t % blockSize on each side, so block size and dtype may differ.
@@ -218,7 +279,7 @@ export interface RawEngineHandle {
 /** A pool layout for KV copies; fields left out are this engine's. */
 export interface RawKvCopyLayout {
   blockSize?: number;
-  dtype?: 'f32' | 'bf16';
+  dtype?: KvPoolDtype;
   numBlocks?: number;
   numLayers?: number;
   numKvHeads?: number;

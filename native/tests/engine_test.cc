@@ -7,6 +7,9 @@
 //   tandem_native_test --golden DIR FILE.json  also compare with a goldens fixture
 //   tandem_native_test --quick                 one model's mixed steps and sampling only
 //   tandem_native_test --quick-moe             the same on a tiny Qwen3-MoE
+//   tandem_native_test --fp8                   the FP8 suite only (fp8_checks.h; on simt/cuda: the
+//                                              GPU backend on FP8 checkpoints against the CPU's)
+//   tandem_native_test --spec                  the speculative decoding checks only
 //   env TANDEM_TEST_DEVICE=cuda|simt           run the engine checks on the GPU backend
 //                                              (simt: its kernels on the SIMT harness)
 #include <sys/stat.h>
@@ -33,9 +36,11 @@
 #include "../src/cuda/gpu_backend.h"
 #include "attention_checks.h"
 #include "check.h"
+#include "fp8_checks.h"
 #include "gemm_checks.h"
 #include "kv_pool_sizing_checks.h"
 #include "moe_checks.h"
+#include "spec_checks.h"
 
 using namespace tandem;
 
@@ -505,6 +510,16 @@ void test_embed(const std::string& dir, const char* label) {
     refused = err.code() == ErrorCode::kInvalidArgument;
   }
   CHECK(refused, "%s embed: a token outside the vocabulary is refused", label);
+
+  // Cancel is asked before every pass: the two-pass batch answering "stop" at the second ask
+  // runs one pass, then fails 'cancelled'; the engine serves the next call as before.
+  int asks = 0;
+  EmbedInput stop = batch;
+  stop.cancelled = [&asks] { return ++asks == 2; };
+  expect_error("embed cancelled between passes", "cancelled", [&] { e->embed(stop); });
+  CHECK(asks == 2, "%s embed: cancel asked %d times before stopping, wanted 2 (once per pass)", label, asks);
+  const auto again = e->embed(batch);
+  CHECK(max_abs_diff(again.vectors.data(), all.vectors.data(), all.vectors.size()) < tol, "%s embed: a call after a cancel differs", label);
 }
 
 void test_errors(const std::string& root) {
@@ -779,7 +794,95 @@ void test_pooling_across_backends(const std::string& root) {
   }
 }
 
+#include "spec_engine_checks.h"
+
 }  // namespace
+
+// GPU backends: the fused decode path (<= 16 rows: gpu_backend_decode.cc) against the per-op
+// kernels (TANDEM_GPU_DECODE=unfused) and the fast sampler against the one-block one
+// (TANDEM_GPU_SAMPLER=block), engine against engine on the same steps: every decode logit equal
+// bit for bit, every token equal (greedy, and seeded temperature / top-k / top-p / min-p rows
+// with a logprob), and the fused path really taken.
+void test_decode_paths(const std::string& dir, const char* label) {
+  if (device() == "cpu") return;
+  // Our own GEMMs on both: with cuBLASLt the per-op path's GEMMs would be another library's sums.
+  auto load_own = [&] {
+    EngineOptions o;
+    o.model_dir = dir;
+    o.backend.device = device();
+    o.backend.num_blocks = 64;
+    o.backend.block_size = 4;
+    o.backend.max_batch_tokens = 256;
+    o.backend.max_seqs = 16;
+    o.backend.gemm = "own";
+    o.threads = 2;
+    return Engine::load(o);
+  };
+  auto fused = load_own();
+  ::setenv("TANDEM_GPU_DECODE", "unfused", 1);
+  ::setenv("TANDEM_GPU_SAMPLER", "block", 1);
+  auto plain = load_own();
+  ::unsetenv("TANDEM_GPU_DECODE");
+  ::unsetenv("TANDEM_GPU_SAMPLER");
+  auto* gpu = dynamic_cast<GpuBackend*>(&fused->backend());
+  auto* ref = dynamic_cast<GpuBackend*>(&plain->backend());
+  CHECK(gpu != nullptr && ref != nullptr, "decode paths (%s): not GpuBackends", label);
+  if (gpu == nullptr || ref == nullptr) return;
+  const int32_t V = static_cast<int32_t>(fused->config().vocab_size);
+  auto params = [](float t, int32_t k, float p, float minp, uint64_t seed) {
+    SamplingParams s;
+    s.temperature = t;
+    s.top_k = k;
+    s.top_p = p;
+    s.min_p = minp;
+    s.seed = seed;
+    return s;
+  };
+  const std::vector<SamplingParams> sp = {StepBuilder::greedy(), params(0.9f, 0, 0.9f, 0.0f, 11), params(1.2f, 5, 1.0f, 0.0f, 12),
+                                          params(1.0f, 0, 1.0f, 0.05f, 13)};
+  struct S {
+    std::vector<int32_t> prompt, blocks;
+    int32_t last = 0, pos = 0;
+  };
+  std::vector<S> seqs;
+  for (int i = 0; i < 4; ++i) {
+    std::vector<int32_t> blocks;
+    for (int b = 0; b < 12; ++b) blocks.push_back(i * 12 + b);
+    seqs.push_back({seq(2 + i, 5 + 3 * i, V), blocks});
+  }
+  for (auto* e : {fused.get(), plain.get()}) {
+    StepBuilder b;
+    for (const S& s : seqs) b.add(s.prompt, 0, s.blocks, true);
+    auto r = e->step(b.in);
+    for (size_t i = 0; i < seqs.size(); ++i) {
+      seqs[i].last = r.tokens[i];
+      seqs[i].pos = static_cast<int32_t>(seqs[i].prompt.size());
+    }
+  }
+  float worst = 0;
+  int token_mismatch = 0;
+  const uint64_t fused_before = gpu->fused_decode_steps();
+  for (int step = 0; step < 12; ++step) {
+    // 4 rows, then 1, then 3: the padded buckets 4, 1 and 4.
+    const std::vector<size_t> active = step < 4 ? std::vector<size_t>{0, 1, 2, 3} : step < 8 ? std::vector<size_t>{2} : std::vector<size_t>{0, 1, 3};
+    StepBuilder b;
+    for (size_t i : active) b.add({seqs[i].last}, seqs[i].pos, seqs[i].blocks, true, sp[i], 2);
+    auto x = fused->step(b.in);
+    auto y = plain->step(b.in);
+    worst = std::max(worst, max_abs_diff(x.logits.data(), y.logits.data(), x.logits.size()));
+    for (size_t j = 0; j < active.size(); ++j) {
+      token_mismatch += x.tokens[j] != y.tokens[j];
+      seqs[active[j]].last = y.tokens[j];
+      ++seqs[active[j]].pos;
+    }
+  }
+  CHECK(gpu->fused_decode_steps() - fused_before == 12, "decode paths (%s): %llu of 12 decode steps took the fused path", label,
+        static_cast<unsigned long long>(gpu->fused_decode_steps() - fused_before));
+  CHECK(ref->fused_decode_steps() == 0, "decode paths (%s): TANDEM_GPU_DECODE=unfused still fused", label);
+  CHECK(worst == 0.0f, "decode paths (%s): fused vs per-op logits max diff %g (want bit-identical)", label, worst);
+  CHECK(token_mismatch == 0, "decode paths (%s): %d tokens differ between the fast and the one-block sampler", label, token_mismatch);
+  std::printf("decode paths (%s): 12 fused decode steps equal the per-op kernels bit for bit, fast sampler = one-block sampler\n", label);
+}
 
 int main(int argc, char** argv) {
   char tmpl[] = "/tmp/tandem-native-test-XXXXXX";
@@ -788,7 +891,31 @@ int main(int argc, char** argv) {
   const bool quick = argc == 2 && std::string(argv[1]) == "--quick";
   // --quick-moe: the same for a Qwen3-MoE model (compute-sanitizer on the MoE kernels, scripts/device/moe-check.sh).
   const bool quick_moe = argc == 2 && std::string(argv[1]) == "--quick-moe";
+  // --fp8: the FP8 suite alone (the GPU backend on FP8 checkpoints against the CPU backend).
+  const bool fp8_only = argc == 2 && std::string(argv[1]) == "--fp8";
+  // --spec: the speculative decoding checks only (scripts/device/spec-check.sh runs them on a GPU).
+  const bool spec_only = argc == 2 && std::string(argv[1]) == "--spec";
   try {
+    if (spec_only) {
+      TinySpec llama;
+      write_tiny_model(root + "/llama", llama, 7);
+      test_speculative(root);
+      std::string cleanup = "rm -rf '" + root + "'";
+      if (std::system(cleanup.c_str()) != 0) std::fprintf(stderr, "warning: could not remove %s\n", root.c_str());
+      std::printf("%d checks, %d failures\n", g_checks, g_failures);
+      return g_failures == 0 ? 0 : 1;
+    }
+    if (fp8_only) {
+      if (device() == "cpu") {
+        tandem_test::test_fp8(root);
+      } else {
+        tandem_test::test_fp8_gpu_backend(root, device());
+      }
+      std::string cleanup = "rm -rf '" + root + "'";
+      if (std::system(cleanup.c_str()) != 0) std::fprintf(stderr, "warning: could not remove %s\n", root.c_str());
+      std::printf("%d checks, %d failures\n", g_checks, g_failures);
+      return g_failures == 0 ? 0 : 1;
+    }
     if (quick || quick_moe) {
       const std::string dir = root + (quick_moe ? "/qwen3_moe" : "/llama");
       write_tiny_model(dir, quick_moe ? moe_spec("qwen3_moe") : TinySpec{}, 7);
@@ -812,6 +939,7 @@ int main(int argc, char** argv) {
     qwen3.head_dim = 16;
     write_tiny_model(root + "/qwen3", qwen3, 8);
     test_consistency(root + "/qwen3", "qwen3");
+    test_decode_paths(root + "/qwen3", "qwen3");
     test_embed(root + "/qwen3", "qwen3");
     TinySpec qwen2;
     qwen2.arch = "Qwen2ForCausalLM";
@@ -819,10 +947,12 @@ int main(int argc, char** argv) {
     qwen2.qkv_bias = true;
     write_tiny_model(root + "/qwen2", qwen2, 9);
     test_consistency(root + "/qwen2", "qwen2");
+    test_decode_paths(root + "/qwen2", "qwen2");
     test_sampling(root + "/llama");
     test_decode_graphs(root + "/llama");
     test_undrained_forward(root + "/llama");
     test_pooling_across_backends(root);
+    test_speculative(root);
     test_errors(root);
     tandem_test::test_torch_topk();
     tandem_test::test_moe_route_and_grouping();
@@ -833,6 +963,7 @@ int main(int argc, char** argv) {
     write_tiny_model(root + "/moe-ok", moe_spec("qwen3_moe"), 3);
     test_moe_ties(root);
     test_moe_errors(root);
+    if (device() == "cpu") tandem_test::test_fp8(root);
     if (argc == 4 && std::string(argv[1]) == "--golden") test_golden(argv[2], argv[3]);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "FAIL: uncaught exception: %s\n", e.what());

@@ -12,21 +12,25 @@ OUT=${OUT:-$repo/.device-out}
 work=${TANDEM_CHECK_WORK:-/tmp/tandem-embed-goldens}
 mkdir -p "$OUT/embedding-goldens"
 rm -rf "$work" && mkdir -p "$work"
-tar -C "$work" -xJf "$repo/.device-bundle/bundle.tar.xz" || { echo "no bundle: run scripts/device/pack.sh first" >&2; exit 1; }
-export PATH="$work/node/bin:$PATH"
+# The unpacked bundle: run-all.sh's (TANDEM_CHECK_UNPACKED), else ours.
+bundle=${TANDEM_CHECK_UNPACKED:-$work/bundle}
+if [ -z "${TANDEM_CHECK_UNPACKED:-}" ]; then
+  mkdir -p "$bundle"
+  tar -C "$bundle" -xJf "$repo/.device-bundle/bundle.tar.xz" || { echo "no bundle: run scripts/device/pack.sh first" >&2; exit 1; }
+fi
+export PATH="$bundle/node/bin:$PATH"
 status=pass
 for spec in "mean 31" "last 32"; do
   set -- $spec
   pooling=$1 seed=$2
   dir="$work/models/qwen3-embed-$pooling"
-  (cd "$work" && node bin/runtime.js model make-tiny --arch qwen3 --out "$dir" --dtype f32 --seed "$seed" --embedding "$pooling") || status=fail
+  (cd "$bundle" && node bin/runtime.js model make-tiny --arch qwen3 --out "$dir" --dtype f32 --seed "$seed" --embedding "$pooling") || status=fail
   python3 "$repo/scripts/goldens/make_embedding_goldens.py" --model "$dir" --label "qwen3-embed-$pooling" \
     --make-tiny "runtime model make-tiny --arch qwen3 --out DIR --dtype f32 --seed $seed --embedding $pooling" \
     --out "$OUT/embedding-goldens/qwen3-embed-$pooling.json" || status=fail
 done
 # The pooling step on the GPU against the CPU backend (unverified until this runs on one).
-cp "$repo/scripts/device/embed-check.mjs" "$work/"
-cuda=$(cd "$work" && node embed-check.mjs "$work/models/qwen3-embed-mean" "${TANDEM_CHECK_DEVICE:-cuda}") || status=fail
+cuda=$(cd "$bundle" && node "$repo/scripts/device/embed-check.mjs" "$work/models/qwen3-embed-mean" "${TANDEM_CHECK_DEVICE:-cuda}") || status=fail
 printf '{"status": "%s", "sentence_transformers": "%s", "cuda_embed": %s}\n' "$status" "$(python3 -c 'import sentence_transformers as s; print(s.__version__)' 2>/dev/null)" "${cuda:-null}" >"$OUT/embedding-goldens.json"
 cat "$OUT/embedding-goldens.json"
 [ "$status" = pass ]

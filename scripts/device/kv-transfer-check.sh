@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# run-all: order=30 budget=90
 # The GPU check of KV movement between workers (issue 24), run on a GPU machine from the
 # repository root with the bundle of scripts/device/pack.sh at .device-bundle/ (no Node.js
 # needed there). Step status and time to $OUT/summary.json, the log to $OUT/kv-transfer-check.log,
@@ -16,56 +17,8 @@
 # subset; TANDEM_CHECK_DEVICE=simt runs the flow on the host, in place when there is no bundle
 # (a dry run of this script: small pools, the tiny model only).
 set -uo pipefail
-repo=$(pwd)
-OUT=${OUT:-$repo/.device-out}
-mkdir -p "$OUT"
-exec > >(tee -a "$OUT/kv-transfer-check.log") 2>&1
-device=${TANDEM_CHECK_DEVICE:-cuda}
-steps=${TANDEM_CHECK_STEPS:-kernels,ipc,disagg}
-work=${TANDEM_CHECK_WORK:-/tmp/tandem-kv-check}
-started=$(date +%s)
-summary="$OUT/summary.json"
-echo "{" >"$summary"
-first=1
-record() {  # name status seconds [detail]
-  local sep=","
-  [ $first = 1 ] && sep="" && first=0
-  printf '%s\n  "%s": {"status": "%s", "seconds": %s, "detail": %s}' "$sep" "$1" "$2" "$3" "$(printf '%s' "${4:-}" | python3 -c 'import json,sys; print(json.dumps(sys.stdin.read()))')" >>"$summary"
-}
-want() { case ",$steps," in *",$1,"*) return 0 ;; *) return 1 ;; esac; }
-step() {  # name timeout function
-  local name=$1 limit=$2
-  shift 2
-  want "$name" || return 0
-  echo "=== $name ($(($(date +%s) - started)) s in)"
-  local t0=$(date +%s) rc
-  timeout "$limit" bash -c "$*"
-  rc=$?
-  local dt=$(($(date +%s) - t0))
-  if [ $rc = 0 ]; then record "$name" pass "$dt"; else record "$name" fail "$dt" "exit $rc"; fi
-  echo "=== $name: exit $rc in ${dt} s"
-}
-
-if [ -f "$repo/.device-bundle/bundle.tar.xz" ]; then
-  echo "=== unpack"
-  rm -rf "$work"
-  mkdir -p "$work"
-  tar -C "$work" -xJf "$repo/.device-bundle/bundle.tar.xz" || exit 1
-  cd "$work"
-  export PATH="$work/node/bin:$PATH"
-elif [ "$device" = simt ]; then
-  echo "=== no bundle: running in place on simt (dry run)"
-  mkdir -p "$work"
-else
-  echo "no bundle: run scripts/device/pack.sh first" >&2
-  exit 1
-fi
-export TANDEM_TEST_DEVICE=$device TANDEM_CACHE_DIR="$work/cache"
-gpu=$(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null || echo "no nvidia-smi")
-echo "gpu: $gpu"
-record gpu info 0 "$gpu; commit $(cat COMMIT 2>/dev/null || git rev-parse HEAD 2>/dev/null)"
-models="$work/models"
-mkdir -p "$models"
+. "$(dirname "$0")/lib.sh"
+check_begin kv-transfer-check kernels,ipc,disagg
 
 ipc() {
   local rc=0 blocks=300 files=""
@@ -114,8 +67,9 @@ words = "the quick brown fox jumps over a lazy dog while seven tired wizards qui
 prompts = [" ".join(words[: 5 + i]) for i in range(6)] + [" ".join(words[i % len(words)] for i in range(long))]
 answers = []
 for p in prompts:
-    r = post("/v1/completions", {"model": model, "prompt": p, "max_tokens": 16, "temperature": 0})
-    answers.append(r["choices"][0]["text"])
+    # Token ids, not text: a random model's ids past its tokenizer's vocabulary decode to nothing.
+    r = post("/v1/completions", {"model": model, "prompt": p, "max_tokens": 16, "temperature": 0, "logprobs": 0, "return_tokens_as_token_ids": True})
+    answers.append([int(t.split(":", 1)[1]) for t in r["choices"][0]["logprobs"]["tokens"]])
 try:  # how the frontend routed them (path="..." counts), recorded beside the answers
     metrics = urllib.request.urlopen(base + "/metrics", timeout=30).read().decode()
     routed = [l for l in metrics.splitlines() if l.startswith("tandem_frontend_disagg_requests_total{")]
@@ -134,7 +88,7 @@ PY
 disagg() {
   local rc=0 list="tiny"
   if [ "$device" = cuda ]; then
-    native/build/tandem_gpu_bench make-model --shape qwen2-0.5b --out "$models/qwen2-0.5b" >/dev/null || return 1
+    random_model qwen2-0.5b "$models/qwen2-0.5b" || return 1
     list="tiny $models/qwen2-0.5b"
   fi
   local results="[]"
@@ -166,15 +120,10 @@ PY
   return $rc
 }
 
-export device models OUT work gpu
 export -f ipc fleet disagg
 
 step kernels 60 native/build/tandem_gpu_kernel_test
 step ipc 90 ipc
 step disagg 200 disagg
 
-echo "}" >>"$summary"
-echo "=== done in $(($(date +%s) - started)) s"
-cat "$summary"
-grep -q '"fail"' "$summary" && exit 1
-exit 0
+check_end

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# run-all: order=80 budget=540
+# run-all: order=80 budget=540 default=no
 # The GPU check of mixture-of-experts models and YaRN (issue 36), run on a GPU machine from the
 # repository root with the bundle of scripts/device/pack.sh at .device-bundle/ (no Node.js
 # needed there), as one step of scripts/device/run-all.sh or alone. Step status and time go to

@@ -14,7 +14,8 @@ import addFormats from 'ajv-formats';
 
 const [base, outPath] = process.argv.slice(2);
 const here = dirname(fileURLToPath(import.meta.url));
-const corpus = JSON.parse(readFileSync(join(here, 'schema-corpus.json'), 'utf8'));
+// pack.sh writes the corpus beside this script; a dry run in place names one it made (cuda-check.sh).
+const corpus = JSON.parse(readFileSync(process.env.TANDEM_SCHEMA_CORPUS ?? join(here, 'schema-corpus.json'), 'utf8'));
 const MODEL = 'tiny-llama';
 const REGEX = ['[0-9]{3}-[0-9]{4}', '(yes|no|maybe)', '[a-z]+@[a-z]+\\.(com|org)', 'v[0-9]+\\.[0-9]+\\.[0-9]+'];
 const CHOICE = [['positive', 'negative', 'neutral'], ['red', 'green', 'blue', 'light green']];

@@ -51,15 +51,20 @@ describe.skipIf(!isNativeBuilt())('the CUDA backend on the command line', () => 
   });
 
   it('runtime backends: cpu and simt available; cuda as the addon reports it, with a reason when unavailable', async () => {
-    const list = JSON.parse(await stdoutOf(['backends', '--json'])) as Array<{ name: string; available: boolean; reason?: string; detail?: string }>;
+    const list = JSON.parse(await stdoutOf(['backends', '--json'])) as Array<{ name: string; available: boolean; reason?: string; detail?: string; fp8?: string }>;
     expect(list.map((b) => b.name)).toEqual(['cpu', 'cuda', 'simt']);
     expect(list[0]!.available).toBe(true);
     const c = list[1]!;
     expect(c.available).toBe(cuda!.available);
     if (c.available) expect(c.detail).toBeTruthy();
     else expect(c.reason).toMatch(/driver|GPU|nvcc|compute capability/);
+    // The FP8 paths: the CPU's always; a GPU's by its compute capability (FP8 tensor cores from sm_89); none when unavailable.
+    expect(list[0]!.fp8).toMatch(/FP8 weights kept as e4m3 .*e4m3 KV cache/);
+    if (c.available) expect(c.fp8).toMatch(/^(FP8 tensor cores|no FP8 tensor cores) \(sm_\d+\)/);
+    else expect(c.fp8).toBeUndefined();
     const table = await stdoutOf(['backends']);
     expect(table).toMatch(c.available ? /^cuda\s+available/m : /^cuda\s+unavailable: /m);
+    expect(table).toMatch(/^cpu\s+available: host threads\n\s+FP8: FP8 weights kept as e4m3/m);
   }, 90_000);
 
   it.skipIf(cuda?.available === true)(`worker --device cuda without a usable GPU: the reason on one line, exit 4`, async () => {

@@ -13,20 +13,10 @@ import { describeFailure } from '../../cli/main.js';
 import { TandemError } from '../../runtime/errors.js';
 import { EXIT_CODES } from '../../runtime/exit-codes.js';
 import { PortInUseError } from '../../runtime/listen.js';
-import { spawnCli } from '../harness/processes.js';
+import { runCliToExit as run } from '../harness/processes.js';
 
 /** A stack frame as Node prints it. */
 const STACK_FRAME = /^\s+at /m;
-
-async function run(args: string[], env: NodeJS.ProcessEnv = {}): Promise<{ code: number | null; output: string }> {
-  const p = spawnCli(args, env);
-  const exit = await Promise.race([p.exited(), new Promise<undefined>((r) => setTimeout(() => r(undefined), 60_000))]);
-  if (!exit) {
-    p.kill('SIGKILL');
-    throw new Error(`runtime ${args.join(' ')} did not exit within 60 s:\n${p.output()}`);
-  }
-  return { code: exit.code, output: p.output() };
-}
 
 describe('start-up failures of the runtime CLI', () => {
   let dir: string;

@@ -52,6 +52,8 @@ describe('runtime up refuses a bad forwarded flag before starting anything', () 
     { what: 'a bad --context-length (passed to every worker)', args: ['--context-length', '-4'], line: /^runtime: option '--context-length <n>' argument '-4' is invalid\..* \(runtime up passes it to every worker\)$/ },
     { what: 'a bad --kv-disk-min-reuse (passed to every worker)', args: ['--kv-host-cache-gb', '1', '--kv-disk-min-reuse', '-1'], line: /^runtime: option '--kv-disk-min-reuse <n>' argument '-1' is invalid\..* \(runtime up passes it to every worker\)$/ },
     { what: 'a bad --kv-host-cache-gb (passed to every worker)', args: ['--kv-host-cache-gb', 'lots'], line: /^runtime: option '--kv-host-cache-gb <gib>' argument 'lots' is invalid\..* \(runtime up passes it to every worker\)$/ },
+    { what: 'a bad --kv-cache-dtype (passed to every worker)', args: ['--kv-cache-dtype', 'fp4'], line: /^runtime: option '--kv-cache-dtype <dtype>' argument 'fp4' is invalid\..* \(runtime up passes it to every worker\)$/ },
+    { what: 'a bad --quantization (passed to every worker)', args: ['--quantization', 'int4'], line: /^runtime: option '--quantization <method>' argument 'int4' is invalid\..* \(runtime up passes it to every worker\)$/ },
     { what: 'a bad --log-level (passed to every child)', args: ['--log-level', 'loud'], line: /^runtime: option '--log-level <level>' argument 'loud' is invalid\./ },
     { what: 'a forwarded flag missing its value', args: ['--migration-limit'], line: /^runtime: option '--migration-limit <n>' argument missing / },
     { what: 'a stray argument', args: ['serve'], line: /^runtime: unexpected argument 'serve' / },

@@ -7,9 +7,13 @@
  * outside the repository (`TANDEM_DASHBOARD_ARTIFACTS`, else $TMPDIR/tandem-dashboard-artifacts).
  */
 import { existsSync, mkdirSync } from 'node:fs';
+import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { chromium, type Browser, type Page } from 'playwright-core';
+import { afterAll, beforeAll } from 'vitest';
+import { startUp, stopAll, type Up } from '../e2e/up.js';
+import { freePort } from '../harness/ports.js';
 
 const CANDIDATES = ['/usr/bin/chromium', '/usr/bin/chromium-browser'];
 
@@ -54,10 +58,28 @@ export async function snapshotsSeen(page: Page): Promise<number> {
   return Number((await page.locator('body').getAttribute('data-snapshots')) ?? 0);
 }
 
-/** A 1400 x 1000 page on `${url}/dashboard`, its script errors echoed to stderr. */
-export async function openDashboard(browser: Browser, url: string): Promise<Page> {
-  const page = await browser.newPage({ viewport: { width: 1400, height: 1000 } });
-  page.on('pageerror', (err) => process.stderr.write(`dashboard page error: ${err.message}\n`));
-  await page.goto(`${url}/dashboard`);
-  return page;
+/**
+ * `runtime up ...args` with the dashboard open in chromium, for one describe block: started in
+ * its beforeAll (the tiny model cached in a temp dir named by `prefix`, a free port), closed in
+ * its afterAll. The getters are valid inside the block's tests.
+ */
+export function dashboardOnUp(prefix: string, args: (port: number) => string[]): { page: () => Page; up: () => Up } {
+  let cacheDir: string | undefined;
+  let browser: Browser | undefined;
+  let page: Page | undefined;
+  let up: Up | undefined;
+  beforeAll(async () => {
+    cacheDir = await mkdtemp(join(tmpdir(), prefix));
+    browser = await launchChromium();
+    up = await startUp(cacheDir, args(await freePort()));
+    page = await browser.newPage({ viewport: { width: 1400, height: 1000 } });
+    page.on('pageerror', (err) => process.stderr.write(`dashboard page error: ${err.message}\n`));
+    await page.goto(`${up.url}/dashboard`);
+  }, 120_000);
+  afterAll(async () => {
+    await browser?.close();
+    if (up) await stopAll([up]);
+    if (cacheDir) await rm(cacheDir, { recursive: true, force: true });
+  }, 60_000);
+  return { page: () => page!, up: () => up! };
 }

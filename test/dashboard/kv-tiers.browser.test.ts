@@ -6,15 +6,9 @@
  * The Fleet panel in chromium then shows the worker's tier row with nonzero host occupancy and a
  * nonzero host hit rate (`tiers-<id>`: data-host-blocks, data-hit-host).
  */
-import { mkdtemp, rm } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import OpenAI from 'openai';
-import type { Browser, Page } from 'playwright-core';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { freePort } from '../harness/ports.js';
-import { startUp, stopAll, type Up } from '../e2e/up.js';
-import { attr, chromiumPath, launchChromium, screenshot } from './browser.js';
+import { describe, expect, it } from 'vitest';
+import { attr, chromiumPath, dashboardOnUp, screenshot } from './browser.js';
 
 const MODEL = 'tiny-llama';
 const BLOCK = 16;
@@ -29,30 +23,14 @@ function text(tag: string, words: number): string {
 }
 
 suite(`KV tiers on the dashboard (${CHROMIUM ?? 'missing'})`, () => {
-  let cacheDir: string;
-  let browser: Browser;
-  let page: Page;
-  let up: Up;
-
-  beforeAll(async () => {
-    cacheDir = await mkdtemp(join(tmpdir(), 'tandem-kv-tiers-dashboard-'));
-    browser = await launchChromium();
-    up = await startUp(cacheDir, [
-      '--engine', 'mocker', '--model', 'tiny', '--workers', '1', '--http-port', String(await freePort()), '--speedup-ratio', '10',
-      '--num-gpu-blocks', String(POOL_BLOCKS), '--block-size', String(BLOCK), '--kv-host-cache-gb', '0.001', '--kv-disk-cache-gb', '0.01',
-    ]);
-    page = await browser.newPage({ viewport: { width: 1400, height: 1000 } });
-    page.on('pageerror', (err) => process.stderr.write(`dashboard page error: ${err.message}\n`));
-    await page.goto(`${up.url}/dashboard`);
-  }, 120_000);
-
-  afterAll(async () => {
-    await browser?.close();
-    if (up) await stopAll([up]);
-    if (cacheDir) await rm(cacheDir, { recursive: true, force: true });
-  }, 60_000);
+  const dashboard = dashboardOnUp('tandem-kv-tiers-dashboard-', (port) => [
+    '--engine', 'mocker', '--model', 'tiny', '--workers', '1', '--http-port', String(port), '--speedup-ratio', '10',
+    '--num-gpu-blocks', String(POOL_BLOCKS), '--block-size', String(BLOCK), '--kv-host-cache-gb', '0.001', '--kv-disk-cache-gb', '0.01',
+  ]);
 
   it('a prefix driven out of the pool and back shows as host occupancy and a host hit rate in the Fleet panel', async () => {
+    const page = dashboard.page();
+    const up = dashboard.up();
     await expect.poll(() => attr(page, 'conn-status', 'data-state'), { timeout: 15_000 }).toBe('live');
     const client = new OpenAI({ baseURL: `${up.url}/v1`, apiKey: 'none', maxRetries: 0 });
     const complete = async (prompt: string) => {

@@ -10,15 +10,9 @@
  * the bound is only a sanity one (a loaded 2-core box adds its own delays): predicted and
  * measured within 10× of each other.
  */
-import { mkdtemp, rm } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import OpenAI from 'openai';
-import type { Browser, Page } from 'playwright-core';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { freePort } from '../harness/ports.js';
-import { startUp, stopAll, type Up } from '../e2e/up.js';
-import { attr, chromiumPath, launchChromium, screenshot } from './browser.js';
+import { describe, expect, it } from 'vitest';
+import { attr, chromiumPath, dashboardOnUp, screenshot } from './browser.js';
 
 const MODEL = 'tiny-llama';
 const CHROMIUM = chromiumPath();
@@ -39,30 +33,14 @@ function latencyDecisions(out: string): Array<{ requestId: string; worker: strin
 }
 
 suite(`--router-cost latency end to end (${CHROMIUM ?? 'missing'})`, () => {
-  let cacheDir: string;
-  let browser: Browser;
-  let page: Page;
-  let up: Up;
-
-  beforeAll(async () => {
-    cacheDir = await mkdtemp(join(tmpdir(), 'tandem-latency-routing-'));
-    browser = await launchChromium();
-    up = await startUp(cacheDir, [
-      '--engine', 'mocker', '--model', 'tiny', '--workers', '2', '--http-port', String(await freePort()), '--speedup-ratio', '1', '--log-level', 'debug',
-      '--router-mode', 'kv', '--router-cost', 'latency', '--router-itl-weight', '2',
-    ]);
-    page = await browser.newPage({ viewport: { width: 1400, height: 1000 } });
-    page.on('pageerror', (err) => process.stderr.write(`dashboard page error: ${err.message}\n`));
-    await page.goto(`${up.url}/dashboard`);
-  }, 120_000);
-
-  afterAll(async () => {
-    await browser?.close();
-    if (up) await stopAll([up]);
-    if (cacheDir) await rm(cacheDir, { recursive: true, force: true });
-  }, 60_000);
+  const dashboard = dashboardOnUp('tandem-latency-routing-', (port) => [
+    '--engine', 'mocker', '--model', 'tiny', '--workers', '2', '--http-port', String(port), '--speedup-ratio', '1', '--log-level', 'debug',
+    '--router-mode', 'kv', '--router-cost', 'latency', '--router-itl-weight', '2',
+  ]);
 
   it('routes every request, logs each decision with predictions on every cost row, and the dashboard shows predicted vs measured TTFT', async () => {
+    const page = dashboard.page();
+    const up = dashboard.up();
     await expect.poll(() => attr(page, 'conn-status', 'data-state'), { timeout: 15_000 }).toBe('live');
     const client = new OpenAI({ baseURL: `${up.url}/v1`, apiKey: 'none', maxRetries: 0 });
     const ids: Array<{ requestId: string; worker: string }> = [];

@@ -11,44 +11,35 @@ import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import OpenAI from 'openai';
-import type { Browser, Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { PolynomialPerfModel, stepTimeModel } from '../../perf-model/index.js';
 import { makeTinyModel, parameterCounts, readModelConfig } from '../../workers/models/index.js';
-import { freePort } from '../harness/ports.js';
-import { startUp, stopAll, type Up } from '../e2e/up.js';
-import { attr, chromiumPath, launchChromium, openDashboard, screenshot } from './browser.js';
+import { attr, chromiumPath, dashboardOnUp, screenshot } from './browser.js';
 
 const CHROMIUM = chromiumPath();
 const suite = CHROMIUM ? describe : describe.skip;
 if (!CHROMIUM) process.stderr.write('MoE dashboard browser test SKIPPED: chromium not found (apt-get install chromium, or set CHROMIUM_BIN)\n');
 
 suite(`a MoE model on the dashboard (${CHROMIUM ?? 'missing'})`, () => {
-  let cacheDir: string;
+  let modelRoot: string;
   let modelDir: string;
-  let browser: Browser;
-  let page: Page;
-  let up: Up;
-
+  // Registered before dashboardOnUp's beforeAll, so the model exists when `up` starts.
   beforeAll(async () => {
-    cacheDir = await mkdtemp(join(tmpdir(), 'tandem-moe-dashboard-'));
-    modelDir = join(cacheDir, 'tiny-qwen3-moe');
+    modelRoot = await mkdtemp(join(tmpdir(), 'tandem-moe-model-'));
+    modelDir = join(modelRoot, 'tiny-qwen3-moe');
     await makeTinyModel({ arch: 'qwen3_moe', outDir: modelDir });
-    browser = await launchChromium();
-    up = await startUp(cacheDir, [
-      '--engine', 'mocker', '--model', modelDir, '--workers', '1', '--http-port', String(await freePort()),
-      '--router-mode', 'kv', '--router-cost', 'latency',
-    ]);
-    page = await openDashboard(browser, up.url);
-  }, 120_000);
-
+  });
   afterAll(async () => {
-    await browser?.close();
-    if (up) await stopAll([up]);
-    if (cacheDir) await rm(cacheDir, { recursive: true, force: true });
-  }, 60_000);
+    if (modelRoot) await rm(modelRoot, { recursive: true, force: true });
+  });
+  const dash = dashboardOnUp('tandem-moe-dashboard-', (port) => [
+    '--engine', 'mocker', '--model', modelDir, '--workers', '1', '--http-port', String(port),
+    '--router-mode', 'kv', '--router-cost', 'latency',
+  ]);
 
   it('the header shows Qwen3MoeForCausalLM with its total and active parameters, and routing predicts with the active share', async () => {
+    const page = dash.page();
+    const up = dash.up();
     await expect.poll(() => attr(page, 'conn-status', 'data-state'), { timeout: 15_000 }).toBe('live');
     const params = parameterCounts(await readModelConfig(modelDir));
     expect(params.active).toBeLessThan(params.total);

@@ -6,6 +6,7 @@
 import type { WorkerRole } from '../../proto/wire.js';
 import { CliStack, type CliWorker } from '../harness/cli-stack.js';
 import { metricValue, pollUntil, scrape } from '../harness/http.js';
+import type { Spawned } from '../harness/processes.js';
 
 export const MODEL = 'tiny';
 
@@ -117,4 +118,18 @@ export async function completeTokens(url: string, body: Record<string, unknown>,
     ...(json.nvext ? { nvext: json.nvext } : {}),
     body: text,
   };
+}
+
+/** The JSON log records of a worker process whose line matches `pattern` (e.g. /"msg":"KV streamed/). */
+export function logRecords(proc: Spawned, pattern: RegExp): Array<Record<string, unknown>> {
+  return proc
+    .output()
+    .split('\n')
+    .filter((l) => pattern.test(l))
+    .map((l) => JSON.parse(l.slice(l.indexOf('{'))) as Record<string, unknown>);
+}
+
+/** Waits until the process has logged `n` records matching `pattern`. */
+export async function waitForRecords(proc: Spawned, pattern: RegExp, n: number, timeoutMs = 20_000): Promise<void> {
+  await pollUntil(`${n}× ${pattern}`, () => logRecords(proc, pattern).length >= n, timeoutMs, 20);
 }

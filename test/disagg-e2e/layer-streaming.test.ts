@@ -10,27 +10,14 @@
  *   - native CPU tiny model: greedy output with streaming equals the aggregated worker's.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { Spawned } from '../harness/processes.js';
 import { metricValue, pollUntil, scrape } from '../harness/http.js';
-import { DisaggCluster, MODEL, completeTokens } from './cluster.js';
+import { DisaggCluster, MODEL, completeTokens, logRecords, waitForRecords } from './cluster.js';
 
 const LABELS = { model_name: MODEL };
 const STREAMED = /"msg":"KV streamed layer by layer"/;
 const ADOPTED = /"msg":"KV adopted from the layer stream"/;
 const PREFETCH_STARTED = /"msg":"KV layer prefetch started"/;
 const STREAM_FAILED = /"msg":"KV layer stream failed/;
-
-function linesOf(proc: Spawned, pattern: RegExp): Array<Record<string, unknown>> {
-  return proc
-    .output()
-    .split('\n')
-    .filter((l) => pattern.test(l))
-    .map((l) => JSON.parse(l.slice(l.indexOf('{'))) as Record<string, unknown>);
-}
-
-async function waitForCount(proc: Spawned, pattern: RegExp, n: number, timeoutMs = 20_000): Promise<void> {
-  await pollUntil(`${n}× ${pattern}`, () => linesOf(proc, pattern).length >= n, timeoutMs, 20);
-}
 
 describe('layer-wise streaming, mocker workers (8 layers, UCX tcp)', () => {
   let cluster: DisaggCluster;
@@ -59,8 +46,8 @@ describe('layer-wise streaming, mocker workers (8 layers, UCX tcp)', () => {
     expect(res.nvext?.disagg_path).toBe('disagg');
     expect(res.tokenIds).toHaveLength(6);
 
-    await waitForCount(decode.proc, ADOPTED, 1);
-    const [streamed] = linesOf(decode.proc, STREAMED);
+    await waitForRecords(decode.proc, ADOPTED, 1);
+    const [streamed] = logRecords(decode.proc, STREAMED);
     expect(streamed).toBeDefined();
     // Recorded by the decode worker when it issued its first copy: fewer than all 8 layers
     // were written on the prefill side, so the copy started before the last layer was.
@@ -84,18 +71,18 @@ describe('layer-wise streaming, mocker workers (8 layers, UCX tcp)', () => {
   it('kill -9 of the prefill worker mid-stream: the request completes (recompute) and no decode blocks or prefetch stay', async () => {
     const decode = cluster.byRole('decode')[0]!;
     const prefill = cluster.byRole('prefill')[0]!;
-    const startedBefore = linesOf(decode.proc, PREFETCH_STARTED).length;
-    const adoptedBefore = linesOf(decode.proc, ADOPTED).length;
+    const startedBefore = logRecords(decode.proc, PREFETCH_STARTED).length;
+    const adoptedBefore = logRecords(decode.proc, ADOPTED).length;
     const request = completeTokens(cluster.url, { prompt: prompt(2), max_tokens: 6, ignore_eos: true, seed: 6 });
-    await waitForCount(decode.proc, PREFETCH_STARTED, startedBefore + 1);
+    await waitForRecords(decode.proc, PREFETCH_STARTED, startedBefore + 1);
     await cluster.kill9(prefill);
     const res = await request;
     expect(res.status).toBe(200);
     expect(res.tokenIds).toHaveLength(6);
     // The stream failed on the dead prefill's slot and freed its staging; nothing was adopted.
-    await waitForCount(decode.proc, STREAM_FAILED, 1);
-    expect(linesOf(decode.proc, STREAM_FAILED).at(-1)!.open).toBe(0);
-    expect(linesOf(decode.proc, ADOPTED)).toHaveLength(adoptedBefore);
+    await waitForRecords(decode.proc, STREAM_FAILED, 1);
+    expect(logRecords(decode.proc, STREAM_FAILED).at(-1)!.open).toBe(0);
+    expect(logRecords(decode.proc, ADOPTED)).toHaveLength(adoptedBefore);
     await pollUntil(
       'decode blocks back to 0',
       async () => metricValue(await scrape(decode.statusUrl), 'tandem_worker_kv_active_blocks', LABELS) === 0,
@@ -135,9 +122,9 @@ describe('layer-wise streaming, native CPU tiny model (UCX tcp)', () => {
       const streamed = await completeTokens(cluster.url, body(p));
       expect(streamed.nvext?.disagg_path).toBe('disagg');
       expect(streamed.tokenIds, `prompt ${i}`).toEqual(reference.tokenIds);
-      await waitForCount(decode.proc, ADOPTED, i + 1);
+      await waitForRecords(decode.proc, ADOPTED, i + 1);
     }
-    expect(linesOf(decode.proc, STREAMED)).toHaveLength(prompts.length);
+    expect(logRecords(decode.proc, STREAMED)).toHaveLength(prompts.length);
     expect(metricValue(await scrape(decode.statusUrl), 'tandem_worker_kv_recompute_fallbacks_total', LABELS)).toBe(0);
     await cluster.waitForBaseline();
   }, 120_000);

@@ -15,6 +15,7 @@ import { makeTinyModel } from '../../workers/models/index.js';
 import { metricValue } from '../harness/http.js';
 import { maxAbsDiff, normalized, ReferenceEmbedder } from '../native/embedding-reference.js';
 import { reportedPids, upForBlock } from './up.js';
+import { rejection } from './sdk-errors.js';
 
 const KEY = 'embed-secret';
 const QUIET = ['--log-level', 'warn'];
@@ -27,16 +28,6 @@ function norm(v: ArrayLike<number>): number {
   let s = 0;
   for (let i = 0; i < v.length; i++) s += v[i]! * v[i]!;
   return Math.sqrt(s);
-}
-
-async function rejection(p: Promise<unknown>): Promise<InstanceType<typeof OpenAI.APIError>> {
-  try {
-    await p;
-  } catch (err) {
-    if (err instanceof OpenAI.APIError) return err;
-    throw err;
-  }
-  throw new Error('expected the request to fail');
 }
 
 describe('embeddings on a mixed mocker fleet (1 generation + 2 embedding workers)', () => {

@@ -2,14 +2,16 @@
  * Connection hygiene of a real `runtime frontend` process, over raw sockets: a client that
  * trickles its body or its headers is cut (408) after --http-request-timeout /
  * --http-header-timeout, while a streaming response that outlives those timeouts is not; idle
- * keep-alive sockets close after --http-idle-timeout; connections past --max-connections are
- * closed as they arrive while the first ones keep working; a 64 KB header gets 431.
+ * keep-alive sockets close after --http-idle-timeout; past --max-connections a connection may
+ * only probe (/live, /health, within --max-probe-connections) while the first ones keep
+ * working, so 60 clients trickling their bodies at a cap of 50 do not make /live time out; a
+ * 64 KB header gets 431.
  * Needs `npm run build`.
  */
 import { connect, type Socket } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { CliStack } from '../harness/cli-stack.js';
-import { readSse } from '../harness/http.js';
+import { pollUntil, readSse } from '../harness/http.js';
 
 /** A raw client socket that keeps everything it receives and notes when it closed. */
 interface RawClient {
@@ -67,13 +69,16 @@ function trickle(client: RawClient, piece: string, everyMs: number): { sent: () 
 describe('frontend connection limits (real process, raw sockets)', () => {
   let stack: CliStack;
   let capped: string;
+  let tight: string;
 
   beforeAll(async () => {
     stack = await CliStack.create({ tmpPrefix: 'tandem-conn-limits-' });
     await stack.startWorker('agg', ['--engine', 'mocker', '--speedup-ratio', '1']);
     await stack.startFrontend(['--http-header-timeout', '1', '--http-request-timeout', '2', '--http-idle-timeout', '1']);
-    const second = await stack.startFrontend(['--max-connections', '3']);
+    const second = await stack.startFrontend(['--max-connections', '3', '--max-probe-connections', '2']);
     capped = (await second.waitForLine(/^frontend listening on http:\/\//)).slice('frontend listening on '.length).trim();
+    const third = await stack.startFrontend(['--max-connections', '50']);
+    tight = (await third.waitForLine(/^frontend listening on http:\/\//)).slice('frontend listening on '.length).trim();
     await stack.waitForRoutable(1);
   }, 120_000);
   afterAll(async () => stack?.close());
@@ -140,25 +145,67 @@ describe('frontend connection limits (real process, raw sockets)', () => {
     fine.socket.destroy();
   }, 30_000);
 
-  it('closes connections past --max-connections while the first ones keep working', async () => {
+  it('past --max-connections a connection may only probe: /live answers (and closes), anything else is 503 overloaded; the first ones keep working', async () => {
     const held = await Promise.all([0, 1, 2].map(() => rawClient(capped)));
     for (const client of held) expect(statusOf(await getOn(client, '/live'))).toBe(200);
 
-    const extra = await rawClient(capped).catch(() => undefined);
-    if (extra) {
-      // Accepted by the kernel, then closed by the server without an answer.
-      extra.socket.write('GET /live HTTP/1.1\r\nhost: x\r\n\r\n');
-      await extra.closed;
-      expect(extra.received()).toBe('');
+    // The probe budget: /live and /health answer, with connection: close.
+    for (const path of ['/live', '/health']) {
+      const probe = await rawClient(capped);
+      const answer = await getOn(probe, path);
+      expect(statusOf(answer), path).toBe(200);
+      expect(answer.toLowerCase()).toContain('connection: close');
+      await probe.closed;
     }
-    for (const client of held) expect(statusOf(await getOn(client, '/live'))).toBe(200);
+    // Anything else on such a connection is refused, with Retry-After, and the socket closed.
+    const other = await rawClient(capped);
+    const refused = await getOn(other, '/v1/models');
+    expect(statusOf(refused)).toBe(503);
+    expect(refused.toLowerCase()).toContain('retry-after:');
+    expect(refused).toContain('"code":"overloaded"');
+    await other.closed;
+    for (const client of held) expect(statusOf(await getOn(client, '/v1/models'))).toBe(200);
 
-    // A freed slot is usable again.
+    // A freed ordinary slot is usable again, for anything.
     held[0]!.socket.destroy();
     await held[0]!.closed;
     await new Promise((r) => setTimeout(r, 200));
     const again = await rawClient(capped);
-    expect(statusOf(await getOn(again, '/live'))).toBe(200);
+    expect(statusOf(await getOn(again, '/v1/models'))).toBe(200);
     for (const client of [...held.slice(1), again]) client.socket.destroy();
   }, 30_000);
+
+  it('a full probe budget makes room by closing its oldest connection that sent nothing; a silent probe connection is closed after its head timeout', async () => {
+    const held = await Promise.all([0, 1, 2].map(() => rawClient(capped)));
+    for (const client of held) expect(statusOf(await getOn(client, '/live'))).toBe(200);
+    // --max-probe-connections 2: two silent connections fill it.
+    const silent = [await rawClient(capped), await rawClient(capped)];
+    await new Promise((r) => setTimeout(r, 100));
+    const probe = await rawClient(capped);
+    expect(statusOf(await getOn(probe, '/live'))).toBe(200);
+    // The oldest silent one made room, closed without a byte.
+    await silent[0]!.closed;
+    expect(silent[0]!.received()).toBe('');
+    // The other is closed by the head timeout (PROBE_HEAD_TIMEOUT_MS), also without a byte.
+    await silent[1]!.closed;
+    expect(silent[1]!.received()).toBe('');
+    for (const client of held) client.socket.destroy();
+  }, 30_000);
+
+  it('60 clients trickling their bodies at --max-connections 50: /live and /health still answer at once (issue 34, 1.8)', async () => {
+    const slow = await Promise.all(Array.from({ length: 60 }, () => rawClient(tight)));
+    for (const c of slow) c.socket.write(`POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: 1000\r\n\r\n{`);
+    // The 10 past the cap were on the probe budget: their POST is refused and they are closed.
+    await pollUntil('10 slow clients past the cap refused', () => slow.filter((c) => c.socket.destroyed).length === 10, 10_000);
+    for (const c of slow.filter((c) => c.socket.destroyed)) expect(statusOf(c.received())).toBe(503);
+    for (const path of ['/live', '/health']) {
+      const res = await fetch(`${tight}${path}`, { signal: AbortSignal.timeout(10_000) });
+      expect(res.status, path).toBe(200);
+    }
+    // The 50 still hold their slots: an ordinary request waits for one, a probe does not.
+    expect(slow.filter((c) => !c.socket.destroyed)).toHaveLength(50);
+    expect((await fetch(`${tight}/v1/models`)).status).toBe(503);
+    for (const c of slow) c.socket.destroy();
+    await pollUntil('the slots are free again', async () => (await fetch(`${tight}/v1/models`).catch(() => undefined))?.status === 200, 10_000);
+  }, 60_000);
 });

@@ -1,6 +1,7 @@
 /**
  * ModelCatalog (pure) and routing selectors: a model appears with its first card and goes
- * with its last; selectors pick deterministically given their inputs.
+ * with its last (at once, or after its grace period, idle meanwhile); selectors pick
+ * deterministically given their inputs.
  */
 import { Command } from 'commander';
 import { describe, expect, it } from 'vitest';
@@ -32,6 +33,36 @@ describe('ModelCatalog', () => {
     ]);
     expect(catalog.names()).toEqual([]);
     expect(catalog.remove(key('m', 'b'))).toEqual([]);
+  });
+
+  it('grace 10 s: the last card going at t=1 s leaves the model idle until 11 s (known, no cards, its last card kept); back at 5 s it never left; gone again at 6 s, removed at 16 s', () => {
+    const catalog = new ModelCatalog({ graceMs: 10_000 });
+    catalog.put(key('m', 'a'), makeCard({ name: 'm', instanceId: 'a' }), 0);
+    expect(catalog.remove(key('m', 'a'), 1_000)).toEqual([
+      { type: 'instance_removed', name: 'm', instanceId: 'a' },
+      { type: 'model_idle', name: 'm', until: 11_000 },
+    ]);
+    expect(catalog.names()).toEqual(['m']);
+    expect(catalog.has('m')).toBe(true);
+    expect(catalog.isIdle('m')).toBe(true);
+    expect(catalog.cards('m')).toBeUndefined();
+    expect([...catalog.knownCards('m')!.keys()]).toEqual(['a']);
+    expect(catalog.nextExpiry()).toBe(11_000);
+    expect(catalog.expire(10_999)).toEqual([]);
+    // A worker back within the grace period: the model never left (no model_added).
+    expect(catalog.put(key('m', 'b'), makeCard({ name: 'm', instanceId: 'b' }), 5_000)).toEqual([{ type: 'instance_added', name: 'm', instanceId: 'b' }]);
+    expect(catalog.isIdle('m')).toBe(false);
+    expect(catalog.nextExpiry()).toBeUndefined();
+    expect(catalog.remove(key('m', 'b'), 6_000)).toEqual([
+      { type: 'instance_removed', name: 'm', instanceId: 'b' },
+      { type: 'model_idle', name: 'm', until: 16_000 },
+    ]);
+    expect(catalog.expire(11_000)).toEqual([]);
+    expect(catalog.expire(16_000)).toEqual([{ type: 'model_removed', name: 'm' }]);
+    expect(catalog.names()).toEqual([]);
+    expect(catalog.has('m')).toBe(false);
+    // After that a card is a new model again.
+    expect(catalog.put(key('m', 'c'), makeCard({ name: 'm', instanceId: 'c' }), 20_000)[0]).toEqual({ type: 'model_added', name: 'm' });
   });
 
   it('handles model names with slashes, and a key whose card switches model', () => {

@@ -133,8 +133,8 @@ describe('frontend pipeline: routing', () => {
     expect(JSON.parse(res.text).error.param).toBe('x-worker-instance-id');
   });
 
-  it('a worker is routable only while its card exists; the model goes with its last card', async () => {
-    t = await startTestFrontend({}, async (c) => {
+  it('a worker is routable only while its card exists; with no grace period the model goes with its last card', async () => {
+    t = await startTestFrontend({ modelGraceMs: 0 }, async (c) => {
       await c.addWorker({ text: 'a' });
       await c.addWorker({ text: 'a' });
     });
@@ -150,6 +150,24 @@ describe('frontend pipeline: routing', () => {
     expect(gone.status).toBe(404);
     const models = await (await fetch(`${t.url}/v1/models`)).json();
     expect(models.data).toEqual([]);
+  });
+
+  it('within the grace period a model without cards is still listed and answers 503 no_instances with Retry-After; a card back serves it', async () => {
+    t = await startTestFrontend({ migrationWaitMs: 50, retryAfterSeconds: 2 }, async (c) => {
+      await c.addWorker({ text: 'a' });
+    });
+    const [only] = [...t.cluster.workers.keys()];
+    await t.cluster.removeCard(only!);
+    await waitFor(() => t!.frontend.models.isIdle('fake-model'));
+    const down = await postRaw(`${t.url}/v1/completions`, JSON.stringify({ model: 'fake-model', prompt: 'x' }));
+    expect(down.status).toBe(503);
+    expect(down.headers.get('retry-after')).toBe('2');
+    expect(JSON.parse(down.text).error.code).toBe('no_instances');
+    const models = await (await fetch(`${t.url}/v1/models`)).json();
+    expect(models.data.map((m: { id: string }) => m.id)).toEqual(['fake-model']);
+    await t.cluster.addWorker({ text: 'b' });
+    await waitFor(() => t!.frontend.models.model('fake-model')!.candidates().length === 1);
+    expect((await postRaw(`${t.url}/v1/completions`, JSON.stringify({ model: 'fake-model', prompt: 'x' }))).status).toBe(200);
   });
 });
 

@@ -138,7 +138,10 @@ describe('WorkerClients', () => {
 
     await b.leave();
     await waitFor(() => connector.open().length === 0);
-    expect(models.names()).toEqual([]);
+    // The model stays known, without candidates, through its grace period (503s, not 404s).
+    expect(models.names()).toEqual(['fake-model']);
+    expect(models.isIdle('fake-model')).toBe(true);
+    expect(models.model('fake-model')?.candidates()).toEqual([]);
     // A worker that comes back later gets a fresh client.
     const c = await addWorker({});
     connector.live = [c.id];

@@ -44,6 +44,21 @@ export function spawnCli(args: string[], env: NodeJS.ProcessEnv = {}): Spawned {
 }
 
 /**
+ * `runtime ...args` run to its exit: its code and everything it printed. One still running
+ * after `timeoutMs` is stopped and the call throws with its output (a start that should have
+ * failed did not).
+ */
+export async function runCliToExit(args: string[], env: NodeJS.ProcessEnv = {}, timeoutMs = 60_000): Promise<{ code: number | null; output: string }> {
+  const p = spawnCli(args, env);
+  const exit = await Promise.race([p.exited(), new Promise<undefined>((r) => setTimeout(() => r(undefined), timeoutMs))]);
+  if (!exit) {
+    await p.stop(20_000);
+    throw new Error(`runtime ${args.join(' ')} was still running after ${timeoutMs / 1000} s:\n${p.output()}`);
+  }
+  return { code: exit.code, output: p.output() };
+}
+
+/**
  * Whether a process with this pid runs (signal 0 probes without sending anything). A zombie
  * counts as gone: an orphan that exited stays one here, where pid 1 does not reap.
  */

@@ -49,6 +49,11 @@ it('the C++ test binary passes its own checks and a golden fixture', async () =>
   // Mixtures of experts: torch.topk's tie order, routing, grouping, and ties end to end.
   expect(stdout).toMatch(/moe: torch\.topk tie order \(16 recorded cases\)/);
   expect(stdout).toMatch(/moe ties: zero router -> experts 6, 5 as torch\.topk/);
+  // FP8 (fp8_checks.h): every checkpoint format on the CPU backend against its dequantized twin.
+  for (const format of ['fp8-block', 'fp8-tensor-static', 'fp8-tensor-dynamic', 'ct-channel-token', 'ct-tensor-static', 'ct-channel-weight-only', 'ct-block-group', 'fbgemm']) {
+    expect(stdout).toMatch(new RegExp(`fp8 ${format} +W8A16 max rel \\S+, W8A8 logits rel L2 \\S+`));
+  }
+  expect(stdout).toMatch(/fp8 KV cache: logits rel L2 \S+ \(bf16 KV \S+\)/);
   expect(stdout).toMatch(/\d+ checks, 0 failures/);
 });
 
@@ -61,12 +66,22 @@ it('the MoE and YaRN golden fixtures hold on the CPU backend (1e-3, every greedy
   }
 }, 240_000);
 
+it('the GPU backend on FP8 checkpoints (SIMT harness) agrees with the CPU backend: every format, W8A8 and W8A16, and the FP8 KV cache', async () => {
+  const { stdout } = await run(BINARY, ['--fp8'], { env: { ...process.env, TANDEM_TEST_DEVICE: 'simt' }, maxBuffer: 1 << 24 });
+  expect(stdout.match(/^fp8 on simt: .* W8A16 max \|diff\| \/ RMS \S+, W8A8 rel L2 \S+ against the exact model$/gm)).toHaveLength(8);
+  expect(stdout).toMatch(/fp8 KV on simt: rel L2 \S+ against the exact model; simt:.*KV cache fp8_e4m3/);
+  expect(stdout).toMatch(/\d+ checks, 0 failures/);
+}, 300_000);
+
 it('the engine checks pass on the GPU backend (SIMT harness), decode graphs equal eager steps, and every golden fixture holds at the bf16 tolerance', async () => {
   const env = { ...process.env, TANDEM_TEST_DEVICE: 'simt' };
   for (const label of ['llama-f32', 'qwen2-f32', 'qwen3-f32', 'llama-bf16', 'qwen2-moe-f32']) {
     const { model, fixture } = await fixtureModel(label);
     const { stdout } = await run(BINARY, ['--golden', model, fixture], { env, maxBuffer: 1 << 24 });
     expect(stdout, label).toMatch(/decode graphs: 30 steps replayed from \d graphs/);
+    // The fused decode kernels and the fast sampler equal the per-op kernels and the one-block sampler.
+    expect(stdout, label).toMatch(/decode paths \(qwen2\): 12 fused decode steps equal the per-op kernels bit for bit/);
+    expect(stdout, label).toMatch(/decode paths \(qwen3\): 12 fused decode steps equal the per-op kernels bit for bit/);
     expect(stdout.match(/^golden case \d: 32 tokens/gm), label).toHaveLength(4);
     expect(stdout, label).toMatch(/\d+ checks, 0 failures/);
   }
@@ -79,8 +94,11 @@ it('every GPU kernel agrees with the CPU backend on the SIMT harness', async () 
   expect(stdout).toMatch(/gpu attention: 8 layouts x 7 sequences x 4 split counts checked on simt/);
   expect(stdout).toMatch(/gpu attention prefill: .* checked on simt/);
   expect(stdout).toMatch(/gpu gemm: \d+ shapes, \d+ plans .* checked on simt/);
+  expect(stdout).toMatch(/gpu decode fused: \d+ cases .* checked on simt/);
   expect(stdout).toMatch(/gpu sampling: \d+ rows .* checked against the CPU sampler on simt/);
-  expect(stdout).toMatch(/gpu kv copy: 192 cases .* checked on simt/);
+  expect(stdout).toMatch(/gpu sampling fast path: \d+ rows checked against the CPU sampler on simt/);
+  expect(stdout).toMatch(/gpu kv copy: 432 cases .*f32\/bf16\/fp8.* checked on simt/);
   expect(stdout).toMatch(/gpu moe: topk tie emulation vs libstdc\+\+, 10 layers .* checked on simt/);
+  expect(stdout).toMatch(/gpu fp8: \d+ cases .* checked on simt/);
   expect(stdout).toMatch(/\d+ checks, 0 failures/);
-}, 120_000);
+}, 240_000);

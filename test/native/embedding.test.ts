@@ -2,7 +2,7 @@
  * The native pooling step (Engine::embed through NativeEngine.embed) against an independent
  * TypeScript forward pass (embedding-reference.ts) on tiny Qwen2/Qwen3 f32 models: mean and
  * last-token pooling, normalization, and a batch equal to its inputs run one by one, across
- * forward passes split by a small KV pool.
+ * forward passes split by a small KV pool; an abort stops a call between its passes.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { join } from 'node:path';
@@ -79,6 +79,23 @@ describe.each(['qwen3', 'qwen2'] as const)('native embed (%s, f32)', (arch) => {
     }
   });
 
+  it('an abort stops the call between forward passes (code cancelled), and the next call runs as before', async () => {
+    // 2,000 inputs of 64 tokens: each fills the 4-block pool, so 2,000 passes.
+    const many = prompts(9, Array.from({ length: 2000 }, () => 64), 512);
+    const { tokens, lengths } = pack(many);
+    const stop = new AbortController();
+    const call = engine.embed(tokens, lengths, 'mean', true, stop.signal);
+    setImmediate(() => stop.abort()); // once the native call is under way
+    await expect(call).rejects.toMatchObject({ code: 'cancelled' });
+    const before = new AbortController();
+    before.abort();
+    await expect(engine.embed(tokens, lengths, 'mean', true, before.signal)).rejects.toMatchObject({ code: 'cancelled' });
+    const { tokens: t, lengths: l } = pack(inputs);
+    const got = await engine.embed(t, l, 'mean', true, new AbortController().signal);
+    const d = engine.model.hiddenSize;
+    inputs.forEach((input, i) => expect(maxAbsDiff(got.subarray(i * d, (i + 1) * d), ref.embed(input, 'mean'))).toBeLessThan(TOL));
+  });
+
   it('refuses a token outside the vocabulary and an input longer than the pool, naming the sequence', async () => {
     await expect(engine.embed(Int32Array.of(1, 99999), Int32Array.of(2), 'mean', true)).rejects.toMatchObject({ code: 'invalid_argument', message: expect.stringContaining('99999') });
     const long = new Int32Array(65).fill(3);
@@ -111,5 +128,17 @@ describe('native embed on the CUDA backend, SIMT harness (bf16 weights, 48 token
 
   it('refuses an input longer than the tokens per pass, naming both', async () => {
     await expect(engine.embed(new Int32Array(49).fill(2), Int32Array.of(49), 'mean', true)).rejects.toMatchObject({ code: 'invalid_argument', message: expect.stringContaining('maxBatchTokens 48') });
+  });
+
+  it('an abort stops the call between forward passes here too (the loop is the engine\'s, not the backend\'s)', async () => {
+    // 400 inputs of 40 tokens, one per 48-token pass: 400 passes.
+    const { tokens, lengths } = pack(prompts(10, Array.from({ length: 400 }, () => 40), 512));
+    const stop = new AbortController();
+    const call = engine.embed(tokens, lengths, 'mean', true, stop.signal);
+    setImmediate(() => stop.abort());
+    await expect(call).rejects.toMatchObject({ code: 'cancelled' });
+    const { tokens: t, lengths: l } = pack(inputs);
+    const got = await engine.embed(t, l, 'mean', true);
+    inputs.forEach((input, i) => expect(maxAbsDiff(got.subarray(i * 64, (i + 1) * 64), ref.embed(input, 'mean'))).toBeLessThan(2e-2));
   });
 });

@@ -45,8 +45,8 @@ describe('KV tiers on the native CPU engine', () => {
   let warm: Run;
   let blockBytes: number;
 
-  async function tieredLoop(options: KvTierOptions) {
-    const engine = await createNativeEngine({ modelDir, numBlocks: NUM_BLOCKS, blockSize: BLOCK_SIZE, threads: 1 });
+  async function tieredLoop(options: KvTierOptions, kvCacheDtype: 'auto' | 'fp8' = 'auto') {
+    const engine = await createNativeEngine({ modelDir, numBlocks: NUM_BLOCKS, blockSize: BLOCK_SIZE, threads: 1, kvCacheDtype });
     const target = hostPoolTierTarget(engine, 'tiny');
     const tiers = (await createKvTiers(options, target))!;
     return { loop: new EngineLoop({ engine, kvTiers: tiers }), tiers };
@@ -88,6 +88,27 @@ describe('KV tiers on the native CPU engine', () => {
       expect(again.tokenIds).toEqual(cold.tokenIds);
       expect(again.logprobs).toEqual(warm.logprobs);
       again.logprobs.forEach((lp, i) => expect(lp).toBeCloseTo(cold.logprobs[i]!, 4));
+    } finally {
+      await loop.close();
+    }
+  });
+
+  it('an e4m3 KV pool (--kv-cache-dtype fp8) keeps e4m3 blocks in the host tier: a quarter of the bytes, output equal to a pool hit', async () => {
+    const { loop, tiers } = await tieredLoop({ hostCacheBytes: 200 * blockBytes }, 'fp8');
+    try {
+      const first = await generate(loop, 'first', prompt);
+      const hit = await generate(loop, 'hit', prompt);
+      expect(hit.cachedTokens).toBe(40);
+      for (const [i, f] of fillers.entries()) await generate(loop, `fill-${i}`, f);
+      expect(loop.scheduler.blockManager.findPrefixHit(seqOf(prompt)).numTokens).toBe(0);
+      const again = await generate(loop, 'again', prompt);
+      const st = tiers.stats();
+      expect(st.onboardHostBlocks).toBe(10);
+      expect(st.onboardBytes).toBe((10 * blockBytes) / 4); // e4m3 against the f32 pool's bytes
+      expect(again.cachedTokens).toBe(40);
+      expect(again.tokenIds).toEqual(hit.tokenIds);
+      expect(again.logprobs).toEqual(hit.logprobs); // the onboarded e4m3 bytes are the ones computed
+      expect(first.tokenIds).toHaveLength(6);
     } finally {
       await loop.close();
     }

@@ -140,9 +140,10 @@ describe('KvTierPolicy', () => {
               }
             }
           } else if (o.k === 'corrupt') {
-            // A file found unreadable on load is forgotten.
+            // A file found unreadable on load is forgotten (the store deleted it).
             if (files.has(BigInt(o.h)) && p.disk.peek(BigInt(o.h))?.pending === false) {
-              run(p.diskReadFailed(BigInt(o.h)));
+              p.diskReadFailed(BigInt(o.h));
+              files.delete(BigInt(o.h));
               mDisk.splice(mDisk.findIndex((b) => b.h === o.h), 1);
             }
           } else {

@@ -55,6 +55,12 @@ export class DfaMatcher implements GrammarMatcher {
   private ended = false;
   private readonly minBytes: number[];
 
+  fork(): DfaMatcher {
+    const f = Object.create(DfaMatcher.prototype) as DfaMatcher;
+    Object.assign(f, this);
+    return f;
+  }
+
   constructor(private readonly dfa: Dfa) {
     // Backward BFS from accepting states: fewest bytes to acceptance per state.
     this.minBytes = dfa.next.map(() => Infinity);

@@ -15,6 +15,7 @@ import { chainHash, localBlockHashes } from '../../router/index.js';
 import type { Sequence } from '../sequence.js';
 import { FreeBlockQueue } from './free-block-queue.js';
 import type { EvictedBlock } from './kv-tier-policy.js';
+import { storedEvent } from './kv-events.js';
 
 export interface BlockManagerConfig {
   numBlocks: number;
@@ -54,6 +55,8 @@ export class BlockManager {
   private numActive = 0;
   /** Prefix hits each registered block served since it was registered (gates disk promotion). */
   private readonly hitCount: Int32Array;
+  /** Multi-LoRA: the adapter each registered block was computed under (undefined = base model); the tiers announce it too. */
+  private readonly blockLora: Array<number | undefined>;
   private readonly trackEvictions: boolean;
   private evicted: EvictedBlock[] = [];
 
@@ -68,6 +71,7 @@ export class BlockManager {
     this.blockHash = new Array(this.numBlocks).fill(undefined);
     this.blockTokens = new Int32Array(this.enablePrefixCaching ? this.numBlocks * this.blockSize : 0);
     this.hitCount = new Int32Array(this.numBlocks);
+    this.blockLora = new Array(this.numBlocks).fill(undefined);
     this.trackEvictions = (config.trackEvictions ?? false) && this.enablePrefixCaching;
   }
 
@@ -188,6 +192,7 @@ export class BlockManager {
       }
       this.cached.set(hash, id);
       this.blockHash[id] = hash;
+      this.blockLora[id] = seq.loraId;
       this.blockTokens.set(seq.tokenSlice(b * this.blockSize, (b + 1) * this.blockSize), id * this.blockSize);
       if (run.length === 0) runParent = parent;
       run.push({ blockHash: hash.toString(), tokensHash: seq.localHashes[b]!.toString() });
@@ -201,16 +206,20 @@ export class BlockManager {
    * blocks are evicted before their prefix (a cached child never outlives its parent by LRU).
    */
   free(seq: Sequence): void {
-    for (let b = seq.numBlocks - 1; b >= 0; b--) {
-      const id = seq.blockAt(b);
-      const rc = --this.refCount[id]!;
-      if (rc < 0) throw new Error(`block ${id} freed twice`);
-      if (rc > 0) continue;
-      this.numActive--;
-      if (this.blockHash[id] !== undefined) this.freeQueue.pushTail(id);
-      else this.freeQueue.pushHead(id);
-    }
+    for (let b = seq.numBlocks - 1; b >= 0; b--) this.release(seq.blockAt(b));
     seq.clearBlocks();
+  }
+
+  /**
+   * Speculative decoding: frees the sequence's blocks past what its `numTokens` tokens need,
+   * those that held only rejected drafts. They were never full of accepted tokens, so never
+   * hashed, cached or announced; they go back to the head of the free list.
+   */
+  trimToTokens(seq: Sequence, numTokens: number): void {
+    const keep = this.blocksFor(numTokens);
+    if (keep < seq.numCommittedBlocks) throw new Error(`sequence ${seq.seqId}: trimming committed blocks`);
+    for (let b = seq.numBlocks - 1; b >= keep; b--) this.release(seq.blockAt(b));
+    seq.truncateBlocks(keep);
   }
 
   /** Forgets every cached hash (blocks in use stay allocated) and queues a Cleared event. */
@@ -255,6 +264,11 @@ export class BlockManager {
     return this.freeQueue.toArray();
   }
 
+  /** Whether a block is registered in the prefix cache (held or free); for tests. */
+  isCached(blockId: number): boolean {
+    return this.blockHash[blockId] !== undefined;
+  }
+
   refCountOf(blockId: number): number {
     return this.refCount[blockId]!;
   }
@@ -272,6 +286,16 @@ export class BlockManager {
     return this.freeQueue.size - reclaimed;
   }
 
+  /** Drops one reference; a block nobody holds goes to the free list (cached ones to the LRU tail). */
+  private release(id: number): void {
+    const rc = --this.refCount[id]!;
+    if (rc < 0) throw new Error(`block ${id} freed twice`);
+    if (rc > 0) return;
+    this.numActive--;
+    if (this.blockHash[id] !== undefined) this.freeQueue.pushTail(id);
+    else this.freeQueue.pushHead(id);
+  }
+
   private takeRef(id: number): void {
     if (this.refCount[id]++ === 0) {
       this.freeQueue.remove(id);
@@ -287,7 +311,10 @@ export class BlockManager {
       this.cached.delete(hash);
       this.blockHash[id] = undefined;
       this.pendingRemoved.push(hash.toString());
-      if (this.trackEvictions) this.evicted.push({ hash, blockId: id, tokens: this.blockTokensOf(id), reuse: this.hitCount[id]! });
+      if (this.trackEvictions) {
+        const loraId = this.blockLora[id];
+        this.evicted.push({ hash, blockId: id, tokens: this.blockTokensOf(id), reuse: this.hitCount[id]!, ...(loraId !== undefined ? { loraId } : {}) });
+      }
     }
     this.hitCount[id] = 0;
     this.refCount[id] = 1;
@@ -321,10 +348,4 @@ export class BlockManager {
     for (let i = 0; i < bs; i++) if (this.blockTokens[base + i] !== seq.tokenAt(start + i)) return false;
     return true;
   }
-}
-
-function storedEvent(parent: bigint | undefined, blocks: KvStoredBlock[], loraId?: number): KvEventData {
-  const e: KvEventData = parent === undefined ? { type: 'stored', blocks } : { type: 'stored', parentHash: parent.toString(), blocks };
-  if (loraId !== undefined) e.loraId = loraId;
-  return e;
 }

@@ -16,7 +16,7 @@
  *   copies nothing.
  */
 import type { KvEventData } from '../../proto/wire.js';
-import { localBlockHashes } from '../../router/index.js';
+import { removedEvent, tierStoredEvent } from './kv-events.js';
 import { TierIndex, type TierBlock } from './tier-index.js';
 
 export type KvTierName = 'host' | 'disk';
@@ -37,6 +37,8 @@ export interface EvictedBlock {
   tokens: Int32Array;
   /** Prefix hits it served while in G1. */
   reuse: number;
+  /** Multi-LoRA: the adapter it was computed under; absent = the base model. */
+  loraId?: number;
 }
 
 /** Byte moves, to be carried out in order (a slot may be read, then overwritten). */
@@ -44,7 +46,7 @@ export type TierOp =
   /** Copy G1 block `blockId` into host slot `hostSlot`. */
   | { op: 'device-to-host'; hash: bigint; blockId: number; hostSlot: number }
   /** Read host slot `hostSlot` now, then write it to disk as `hash`; confirm with diskWriteDone(hash, writeId, ok). */
-  | { op: 'host-to-disk'; hash: bigint; hostSlot: number; writeId: number; tokens: Int32Array }
+  | { op: 'host-to-disk'; hash: bigint; hostSlot: number; writeId: number; tokens: Int32Array; loraId?: number }
   /** The disk tier no longer holds `hash`: delete its file. */
   | { op: 'drop-disk'; hash: bigint };
 
@@ -110,13 +112,13 @@ export class KvTierPolicy {
       }
       const onDisk = this.disk.peek(e.hash);
       const reuse = Math.max(e.reuse, onDisk !== undefined && sameTokens(onDisk.tokens, e.tokens) ? onDisk.reuse : 0);
-      const ins = this.host.insert(e.hash, e.tokens, reuse)!;
+      const ins = this.host.insert(e.hash, e.tokens, reuse, false, e.loraId)!;
       for (const out of ins.evicted) {
         this.demote(out, ops);
-        this.events.push({ type: 'removed', blockHashes: [out.hash.toString()], medium: 'cpu' });
+        this.events.push(removedEvent([out.hash], 'cpu'));
       }
       ops.push({ op: 'device-to-host', hash: e.hash, blockId: e.blockId, hostSlot: ins.block.slot });
-      this.events.push(storedEvent(e.hash, e.tokens, 'cpu'));
+      this.events.push(tierStoredEvent(e.hash, e.tokens, e.loraId, 'cpu'));
       this.counters.offloadedBlocks++;
     }
     return ops;
@@ -133,24 +135,27 @@ export class KvTierPolicy {
     }
     this.counters.diskWriteErrors++;
     this.disk.delete(hash);
-    this.events.push({ type: 'removed', blockHashes: [hash.toString()], medium: 'disk' });
+    this.events.push(removedEvent([hash], 'disk'));
     return [{ op: 'drop-disk', hash }];
   }
 
-  /** The adapter found the disk copy of `hash` unreadable (torn, corrupt, gone): forget it. */
-  diskReadFailed(hash: bigint): TierOp[] {
-    if (this.disk.delete(hash) === undefined) return [];
-    this.events.push({ type: 'removed', blockHashes: [hash.toString()], medium: 'disk' });
-    return [{ op: 'drop-disk', hash }];
+  /**
+   * The adapter found the disk copy of `hash` unreadable (torn, corrupt, gone): forget it. No
+   * byte move: the store already dropped the file it refused (BlockStore.read), so a second
+   * delete would only race a later write of the same block.
+   */
+  diskReadFailed(hash: bigint): void {
+    if (this.disk.delete(hash) === undefined) return;
+    this.events.push(removedEvent([hash], 'disk'));
   }
 
   /** Registers a disk block found at start (the directory outlives the process). */
-  adoptDiskBlock(hash: bigint, tokens: Int32Array, reuse: number): TierOp[] {
+  adoptDiskBlock(hash: bigint, tokens: Int32Array, reuse: number, loraId?: number): TierOp[] {
     if (this.disk.capacity === 0 || this.disk.has(hash)) return [];
-    const ins = this.disk.insert(hash, tokens, reuse)!;
-    this.events.push(storedEvent(hash, tokens, 'disk'));
+    const ins = this.disk.insert(hash, tokens, reuse, false, loraId)!;
+    this.events.push(tierStoredEvent(hash, tokens, loraId, 'disk'));
     return ins.evicted.map((b) => {
-      this.events.push({ type: 'removed', blockHashes: [b.hash.toString()], medium: 'disk' });
+      this.events.push(removedEvent([b.hash], 'disk'));
       return { op: 'drop-disk', hash: b.hash } as TierOp;
     });
   }
@@ -161,7 +166,7 @@ export class KvTierPolicy {
    */
   discardHost(hashes: readonly bigint[]): void {
     for (const h of hashes) {
-      if (this.host.delete(h) !== undefined) this.events.push({ type: 'removed', blockHashes: [h.toString()], medium: 'cpu' });
+      if (this.host.delete(h) !== undefined) this.events.push(removedEvent([h], 'cpu'));
     }
   }
 
@@ -211,10 +216,10 @@ export class KvTierPolicy {
   /** Forgets both tiers (the prefix cache was reset); disk files go too. */
   clear(): TierOp[] {
     const ops: TierOp[] = this.disk.blocks().map((b) => ({ op: 'drop-disk', hash: b.hash }) as TierOp);
-    const host = this.host.blocks().map((b) => b.hash.toString());
-    const disk = this.disk.blocks().map((b) => b.hash.toString());
-    if (host.length > 0) this.events.push({ type: 'removed', blockHashes: host, medium: 'cpu' });
-    if (disk.length > 0) this.events.push({ type: 'removed', blockHashes: disk, medium: 'disk' });
+    const host = this.host.blocks().map((b) => b.hash);
+    const disk = this.disk.blocks().map((b) => b.hash);
+    if (host.length > 0) this.events.push(removedEvent(host, 'cpu'));
+    if (disk.length > 0) this.events.push(removedEvent(disk, 'disk'));
     this.host.clear();
     this.disk.clear();
     return ops;
@@ -231,16 +236,16 @@ export class KvTierPolicy {
       return;
     }
     const writeId = this.nextWriteId++;
-    const ins = this.disk.insert(block.hash, block.tokens, block.reuse, true)!;
+    const ins = this.disk.insert(block.hash, block.tokens, block.reuse, true, block.loraId)!;
     ins.block.writeId = writeId;
     // Announced now, before the host copy goes: the router never sees the block vanish between
     // tiers. (The worker serves it once the write is confirmed; a failed write is a Removed.)
-    this.events.push(storedEvent(block.hash, block.tokens, 'disk'));
+    this.events.push(tierStoredEvent(block.hash, block.tokens, block.loraId, 'disk'));
     for (const out of ins.evicted) {
       ops.push({ op: 'drop-disk', hash: out.hash });
-      this.events.push({ type: 'removed', blockHashes: [out.hash.toString()], medium: 'disk' });
+      this.events.push(removedEvent([out.hash], 'disk'));
     }
-    ops.push({ op: 'host-to-disk', hash: block.hash, hostSlot: block.slot, writeId, tokens: block.tokens });
+    ops.push({ op: 'host-to-disk', hash: block.hash, hostSlot: block.slot, writeId, tokens: block.tokens, ...(block.loraId !== undefined ? { loraId: block.loraId } : {}) });
   }
 }
 
@@ -258,11 +263,6 @@ export function onboardCount(sources: readonly OnboardSource[], costs: OnboardCo
     if (copyMs < recomputeMs) best = k;
   }
   return best;
-}
-
-function storedEvent(hash: bigint, tokens: Int32Array, medium: 'cpu' | 'disk'): KvEventData {
-  const local = localBlockHashes(tokens, tokens.length)[0]!;
-  return { type: 'stored', blocks: [{ blockHash: hash.toString(), tokensHash: local.toString() }], medium };
 }
 
 function sameTokens(a: Int32Array, b: Int32Array): boolean {

@@ -22,6 +22,8 @@ export interface TierBlock {
   pending: boolean;
   /** Disk only: the write that will confirm it. */
   writeId?: number;
+  /** Multi-LoRA: the adapter it was computed under (announced with it); absent = the base model. */
+  readonly loraId?: number;
 }
 
 export interface TierInsert {
@@ -74,10 +76,10 @@ export class TierIndex {
    * Adds a block as the most recently used (it must not be present). A zero-capacity index
    * keeps nothing and returns undefined.
    */
-  insert(hash: bigint, tokens: Int32Array, reuse: number, pending = false): TierInsert | undefined {
+  insert(hash: bigint, tokens: Int32Array, reuse: number, pending = false, loraId?: number): TierInsert | undefined {
     if (this.capacity === 0) return undefined;
     if (this.lru.has(hash)) throw new Error(`block ${hash} is already in this tier`);
-    const block: TierBlock = { hash, tokens, reuse, slot: this.freeSlots.pop()!, pending };
+    const block: TierBlock = { hash, tokens, reuse, slot: this.freeSlots.pop()!, pending, ...(loraId !== undefined ? { loraId } : {}) };
     this.evictedNow = [];
     this.lru.set(hash, block);
     const evicted = this.evictedNow;

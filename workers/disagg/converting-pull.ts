@@ -35,6 +35,8 @@ export interface ConvertingPull {
   /** Tokens whose KV the hand-off covers, from position 0. */
   numTokens: number;
   timeoutMs: number;
+  /** The model's e4m3 KV scales, [layer][K, V], where either side is fp8_e4m3 (default 1.0). */
+  kvScales?: ArrayLike<number>;
 }
 
 export function poolBytes(pool: KvPool): Uint8Array {
@@ -76,6 +78,7 @@ export async function pullConverted(p: ConvertingPull): Promise<PullResult> {
       { bytes: poolBytes(p.pool), layout: local, blockIds: p.localBlockIds, firstBlock: p.firstBlock },
       fromToken,
       toToken,
+      p.kvScales,
     );
     return result;
   } finally {

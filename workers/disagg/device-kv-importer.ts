@@ -10,6 +10,9 @@
  *   ucx-host / staged / ucx-cuda      UCX read of the source's host blocks (its pool, or, for a
  *                                     device prefill, the host copy kv_stage asks it to make) into
  *                                     a staging region, then kvWriteBlocks (host → device, converting)
+ *   a layer-wise prefetch (cuda-ipc)  the hand-off was streamed into staging blocks of our pool
+ *                                     while the prefill computed (device-kv-prefetch.ts): one
+ *                                     device copy into the sequence's blocks
  *
  * Two SIMT workers on one node take the IPC path too (their pools are shared memory mapped by
  * handle), so CI runs the code a GPU pair runs. Peers are mapped once and unmapped when the
@@ -21,6 +24,7 @@ import type { NativeEngine } from '../engines/native/index.js';
 import { blocksCovering, chooseTransport, legacyPlacement, peerLayout, type KvLayoutDescriptor, type KvPlacement } from '../kv-transfer/index.js';
 import { poolBytes } from './converting-pull.js';
 import { KvImportService, type KvImportOutcome, type KvImportServiceOptions, DEFAULT_PULL_TIMEOUT_MS } from './kv-importer.js';
+import type { LayerPrefetcher } from './prefetch-table.js';
 
 /** What the importer needs of the engine. */
 export type DeviceKvEngine = Pick<NativeEngine, 'kvOpenPeer' | 'kvCopyFromPeer' | 'kvClosePeer' | 'kvWriteBlocks'>;
@@ -38,11 +42,21 @@ function forChoice(p: KvPlacement, other: KvPlacement): KvPlacement {
 
 export class DeviceKvImporter extends KvImportService {
   private readonly peers = new Map<InstanceId, { handle: string; peer: number }>();
+  private devicePrefetcher: LayerPrefetcher | undefined;
   numPeerCopies = 0;
   numStagedCopies = 0;
 
   constructor(private readonly device: DeviceKvImporterOptions) {
     super(device);
+  }
+
+  /**
+   * Layer-wise streaming into staging blocks of this pool (device-kv-prefetch.ts): hand-offs it
+   * prefetched are adopted from it. Set once, after construction (the prefetcher maps peers
+   * through this importer).
+   */
+  useDevicePrefetcher(prefetcher: LayerPrefetcher): void {
+    this.devicePrefetcher = prefetcher;
   }
 
   /** The prefill instance left discovery: unmap its pool. */
@@ -71,6 +85,10 @@ export class DeviceKvImporter extends KvImportService {
     const { source } = job;
     const n = job.localBlockIds.length;
     if (n === 0) return { ok: true, blocks: 0, bytes: 0, seconds: 0 };
+    const started = performance.now();
+    if ((await this.devicePrefetcher?.adopt(job)) === 'adopted') {
+      return { ok: true, blocks: n, bytes: n * source.blockBytes, seconds: (performance.now() - started) / 1000, transport: 'cuda-ipc', streamed: true };
+    }
     const local = this.device.layout;
     const remote = peerLayout(source.layout, source.kvLayout);
     const sourcePlacement = source.kvPlacement ?? legacyPlacement();
@@ -112,6 +130,16 @@ export class DeviceKvImporter extends KvImportService {
     } catch (err) {
       return { ...fail(err), conversion };
     }
+  }
+
+  /** The mapped pool of the hand-off's prefill instance (for the layer-wise prefetcher), if it can be mapped. */
+  peerFor(source: KvTransferParams): number | undefined {
+    const remote = peerLayout(source.layout, source.kvLayout);
+    if (remote === undefined || source.kvDeviceHandle === undefined) return undefined;
+    const sourcePlacement = source.kvPlacement ?? legacyPlacement();
+    const choice = chooseTransport(forChoice(sourcePlacement, this.device.placement), forChoice(this.device.placement, sourcePlacement));
+    if (choice.transport !== 'cuda-ipc') return undefined;
+    return this.peer(source, { blockSize: remote.blockSize, dtype: remote.dtype, numLayers: remote.numLayers, numKvHeads: remote.numKvHeads, headDim: remote.headDim });
   }
 
   private peer(source: KvTransferParams, layout: object): number {

@@ -52,6 +52,8 @@ export interface KvImportServiceOptions {
    * mocker), only equal layout names pull.
    */
   layout?: KvLayoutDescriptor;
+  /** The model's e4m3 KV scales, [layer][K, V], for conversions to or from an fp8_e4m3 pool (default 1.0). */
+  kvScales?: ArrayLike<number>;
   /** Where the local pool lives (for the transport named in outcomes); a host pool if unset. */
   placement?: KvPlacement;
   /** Calls `{ns}/prefill/kv_release` on source.prefillInstanceId. Errors are reported, not thrown. */
@@ -151,6 +153,7 @@ export class KvImportService implements KvImporter {
           firstBlock: job.firstBlock,
           numTokens: job.numTokens,
           timeoutMs: this.options.pullTimeoutMs ?? DEFAULT_PULL_TIMEOUT_MS,
+          ...(this.options.kvScales !== undefined ? { kvScales: this.options.kvScales } : {}),
         });
         return { ok: true, blocks: n, bytes: result.bytes, seconds: result.seconds, transport, conversion };
       } catch (err) {

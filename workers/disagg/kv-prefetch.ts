@@ -18,8 +18,8 @@
 import type { KvTransferParams } from '../../proto/wire.js';
 import type { KvImportJob } from '../engine-loop/index.js';
 import type { KvPool, KvTransferAgent, KvTransferDescriptor } from '../kv-transfer/index.js';
-import { streamLayers, type LayerStreamResult } from './layer-ready.js';
-import { remoteLayerSource, slotFromWire } from './layer-progress-region.js';
+import type { LayerStreamResult } from './layer-ready.js';
+import { PrefetchTable, streamFromSlot, type LayerPrefetcher } from './prefetch-table.js';
 
 const ADOPT_SLICE_BYTES = 4 << 20;
 
@@ -37,15 +37,6 @@ export interface KvPrefetcherOptions {
   onFailed?(source: KvTransferParams, err: unknown, open: number): void;
 }
 
-interface Prefetch {
-  source: KvTransferParams;
-  staging: KvPool;
-  abort: AbortController;
-  /** The stream's result, or undefined when it failed. Staging is released only after it settles. */
-  done: Promise<LayerStreamResult | undefined>;
-  timer: NodeJS.Timeout;
-}
-
 function bytesOf(pool: KvPool): Uint8Array | undefined {
   const b = pool.buffer;
   if (b instanceof ArrayBuffer) return new Uint8Array(b);
@@ -53,36 +44,42 @@ function bytesOf(pool: KvPool): Uint8Array | undefined {
   return undefined;
 }
 
-export class KvPrefetcher {
-  private readonly entries = new Map<string, Prefetch>();
+export class KvPrefetcher implements LayerPrefetcher {
+  private readonly table: PrefetchTable<KvPool>;
   /**
    * One staging pool kept after use: a fresh one costs a page fault per 4 KiB on its first
    * copy, which on a CPU box costs more than the copy itself.
    */
   private spare: KvPool | undefined;
-  numStarted = 0;
   numAdopted = 0;
-  numExpired = 0;
   private closed = false;
 
-  constructor(private readonly options: KvPrefetcherOptions) {}
+  constructor(private readonly options: KvPrefetcherOptions) {
+    this.table = new PrefetchTable<KvPool>(options.expireMs, (staging) => this.free(staging), options);
+  }
 
   /** Prefetches in flight or waiting for their decode request. */
   get size(): number {
-    return this.entries.size;
+    return this.table.size;
+  }
+
+  get numStarted(): number {
+    return this.table.numStarted;
+  }
+
+  get numExpired(): number {
+    return this.table.numExpired;
   }
 
   /** Starts copying; false when this hand-off cannot stream here (then the decode request pulls it whole). */
   start(source: KvTransferParams): boolean {
     const { agent, pool } = this.options;
     const slot = source.kvLayerProgress;
-    if (slot === undefined || this.entries.has(source.transferId) || source.kvDeviceHandle !== undefined) return false;
+    if (slot === undefined || this.table.has(source.transferId) || source.kvDeviceHandle !== undefined) return false;
     if (source.layout !== pool.layout || source.blockBytes !== pool.blockBytes || bytesOf(pool) === undefined) return false;
     if (!(slot.numLayers >= 1) || source.blockBytes % slot.numLayers !== 0 || source.blockIds.length === 0) return false;
     const n = source.blockIds.length;
     const staging = this.stagingFor(n, source);
-    const abort = new AbortController();
-    const progress = remoteLayerSource(agent, slotFromWire(slot), { intervalMs: 1, timeoutMs: this.options.pullTimeoutMs, signal: abort.signal });
     const remote: KvTransferDescriptor = {
       ucxWorkerAddress: source.ucxWorkerAddress,
       remoteKey: source.remoteKey,
@@ -92,41 +89,12 @@ export class KvPrefetcher {
       blockIds: source.blockIds,
     };
     const into = Array.from({ length: n }, (_, i) => i);
-    let failedEarly = false;
     const layerBytes = source.blockBytes / slot.numLayers;
-    const done = streamLayers({
-      source: progress,
-      copy: async (range) => {
-        if (abort.signal.aborted) throw new Error('prefetch dropped');
+    this.table.add(source, staging, (signal) =>
+      streamFromSlot(agent, slot, this.options.pullTimeoutMs, signal, async (range) => {
         await agent.pull(remote, staging, into, { slice: { offset: range.first * layerBytes, bytes: (range.end - range.first) * layerBytes }, timeoutMs: this.options.pullTimeoutMs });
-      },
-    })
-      .then(
-        (result) => {
-          this.options.onStreamed?.(source, result);
-          return result;
-        },
-        (err: unknown) => {
-          // Nothing to adopt: the decode request (if it comes) pulls whole or recomputes.
-          // Staging goes back now, not at expiry.
-          if (this.take(source.transferId) !== undefined) failedEarly = true;
-          this.options.onFailed?.(source, err, this.entries.size);
-          return undefined;
-        },
-      )
-      .finally(() => {
-        progress.close();
-        if (failedEarly) this.free(staging);
-      });
-    const timer = setTimeout(() => {
-      if (this.take(source.transferId) === undefined) return;
-      this.numExpired++;
-      abort.abort();
-      void done.then(() => this.free(staging));
-    }, this.options.expireMs);
-    timer.unref();
-    this.entries.set(source.transferId, { source, staging, abort, done, timer });
-    this.numStarted++;
+      }),
+    );
     return true;
   }
 
@@ -135,7 +103,7 @@ export class KvPrefetcher {
    * job's blocks out of staging. 'none' when nothing was prefetched for it.
    */
   async adopt(job: KvImportJob): Promise<'adopted' | 'failed' | 'none'> {
-    const entry = this.take(job.source.transferId);
+    const entry = this.table.take(job.source.transferId);
     if (entry === undefined) return 'none';
     const result = await entry.done;
     try {
@@ -192,18 +160,6 @@ export class KvPrefetcher {
     this.closed = true;
     if (this.spare !== undefined) this.free(this.spare);
     this.spare = undefined;
-    for (const id of [...this.entries.keys()]) {
-      const entry = this.take(id)!;
-      entry.abort.abort();
-      void entry.done.then(() => this.free(entry.staging));
-    }
-  }
-
-  private take(transferId: string): Prefetch | undefined {
-    const entry = this.entries.get(transferId);
-    if (entry === undefined) return undefined;
-    this.entries.delete(transferId);
-    clearTimeout(entry.timer);
-    return entry;
+    this.table.close();
   }
 }

@@ -9,7 +9,7 @@
  *   pool[block][slot] : kvBytesPerToken bytes; the first min(16, kvBytesPerToken) are the stamp
  *   stamp = u32 tokenId ‖ u32 position ‖ u32 mix(tokenId, position) ‖ u32 STAMP_MAGIC
  */
-import type { Engine, EngineInfo, StepBatch, StepResult } from '../engines/engine.js';
+import type { Engine, EngineDrafter, EngineInfo, StepBatch, StepResult } from '../engines/engine.js';
 
 export const STAMP_MAGIC = 0x4b565354; // 'KVST'
 const STAMP_WORDS = 4;
@@ -97,6 +97,11 @@ export class StampingEngine implements Engine {
   step(batch: StepBatch): Promise<StepResult> {
     for (const s of batch.sequences) this.pool.write(s.blockTable, s.tokenIds, s.startPos);
     return this.inner.step(batch);
+  }
+
+  /** Speculative decoding: the inner engine's drafter (a verify step's drafts are stamped like any token). */
+  get drafter(): EngineDrafter | undefined {
+    return this.inner.drafter;
   }
 
   close(): Promise<void> {

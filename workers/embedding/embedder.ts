@@ -3,11 +3,13 @@
  * (test/workers/embedder.contract.ts): the native engine's pooling step, and the mocker's
  * deterministic vectors, so fleets can be tested without weights.
  */
+import { setTimeout as sleep } from 'node:timers/promises';
 import type { EmbeddingPooling } from '../../proto/wire.js';
 import type { NativeEngine } from '../engines/native/index.js';
 import { xxh3Seeded } from '../../router/index.js';
 import { SeededRandom } from '../../runtime/random.js';
 import type { PerfModel } from '../../perf-model/index.js';
+import { CancelledError } from '../../runtime/errors.js';
 
 export interface Embedder {
   /** Length of every vector. */
@@ -15,9 +17,10 @@ export interface Embedder {
   /**
    * One vector per input (each non-empty), [inputs.length × dimensions], in order. The result
    * of an input does not depend on the other inputs of the batch (up to float rounding on the
-   * native engine).
+   * native engine). Once `signal` aborts the call may stop early (the native engine before its
+   * next forward pass) and reject with a `cancelled` error.
    */
-  embed(inputs: readonly ArrayLike<number>[]): Promise<Float32Array>;
+  embed(inputs: readonly ArrayLike<number>[], signal?: AbortSignal): Promise<Float32Array>;
   close(): Promise<void>;
 }
 
@@ -33,7 +36,7 @@ export class NativeEmbedder implements Embedder {
     this.dimensions = engine.model.hiddenSize;
   }
 
-  embed(inputs: readonly ArrayLike<number>[]): Promise<Float32Array> {
+  embed(inputs: readonly ArrayLike<number>[], signal?: AbortSignal): Promise<Float32Array> {
     let total = 0;
     for (const input of inputs) total += input.length;
     const tokens = new Int32Array(total);
@@ -44,7 +47,7 @@ export class NativeEmbedder implements Embedder {
       at += input.length;
       lengths[i] = input.length;
     });
-    return this.engine.embed(tokens, lengths, this.pooling, this.normalize);
+    return this.engine.embed(tokens, lengths, this.pooling, this.normalize, signal);
   }
 
   close(): Promise<void> {
@@ -77,14 +80,16 @@ export class MockEmbedder implements Embedder {
     private readonly timing?: MockEmbedderTiming,
   ) {}
 
-  async embed(inputs: readonly ArrayLike<number>[]): Promise<Float32Array> {
+  async embed(inputs: readonly ArrayLike<number>[], signal?: AbortSignal): Promise<Float32Array> {
     if (this.timing !== undefined) {
       let tokens = 0;
       for (const input of inputs) tokens += input.length;
       const ms = this.timing.perfModel.prefillMs(tokens);
       this.simulatedMs += ms;
-      await new Promise<void>((resolve) => setTimeout(resolve, ms / this.timing!.speedupRatio));
+      // An abort ends the wait early (the native engine stops between passes).
+      await sleep(ms / this.timing.speedupRatio, undefined, signal ? { signal } : {}).catch(() => undefined);
     }
+    if (signal?.aborted) throw new CancelledError('embed: cancelled by the caller');
     const d = this.dimensions;
     const out = new Float32Array(inputs.length * d);
     const acc = new Float64Array(d);

@@ -8,7 +8,7 @@
  *                             ◀─ EmbedResponse {dimensions, f32 LE vectors}
  */
 import { basename, resolve } from 'node:path';
-import { Counter, type Registry } from 'prom-client';
+import { Counter, Gauge, type Registry } from 'prom-client';
 import type { EmbeddingCapability, EmbeddingPooling, EmbedRequest, EmbedResponse, ModelCard } from '../../proto/wire.js';
 import { EMBED_ENDPOINT, EMBEDDING_COMPONENT } from '../../proto/wire.js';
 import { modelKey, type DistributedRuntime, type RequestContext } from '../../runtime/index.js';
@@ -62,7 +62,7 @@ export async function startEmbeddingWorker(runtime: DistributedRuntime, options:
   const log = runtime.logger.child({ component: componentName, model: modelName });
   const embedder = await createEmbedder(options, config.hiddenSize, pooling, st.normalize);
   const batcher = new EmbedBatcher(embedder, options.maxNumBatchedTokens);
-  const metrics = new EmbeddingMetrics(runtime.metrics, modelName);
+  const metrics = new EmbeddingMetrics(runtime.metrics, modelName, batcher);
 
   async function* embed(request: EmbedRequest, ctx: RequestContext): AsyncGenerator<EmbedResponse> {
     const inputs = request?.inputs;
@@ -75,7 +75,9 @@ export async function startEmbeddingWorker(runtime: DistributedRuntime, options:
       }
     });
     if (ctx.signal.aborted) return;
-    const vectors = await batcher.submit(inputs);
+    // The caller's cancel (a client that went away, a deadline) drops the request's waiting
+    // inputs and, when nobody else shares it, the engine call running them.
+    const vectors = await batcher.submit(inputs, ctx.signal);
     metrics.requests.inc(metrics.labels);
     metrics.inputs.inc(metrics.labels, inputs.length);
     yield { dimensions: embedder.dimensions, vectors: new Uint8Array(vectors.buffer, vectors.byteOffset, vectors.byteLength) };
@@ -155,11 +157,40 @@ class EmbeddingMetrics {
   readonly requests: Counter;
   readonly inputs: Counter;
 
-  constructor(registry: Registry, model: string) {
-    this.labels = { model_name: model };
-    this.requests = new Counter({ name: 'tandem_worker_embedding_requests_total', help: 'Embedding calls answered', labelNames: ['model_name'], registers: [registry] });
-    this.inputs = new Counter({ name: 'tandem_worker_embedding_inputs_total', help: 'Inputs embedded', labelNames: ['model_name'], registers: [registry] });
-    this.requests.inc(this.labels, 0);
-    this.inputs.inc(this.labels, 0);
+  constructor(registry: Registry, model: string, batcher: EmbedBatcher) {
+    const labels = { model_name: model };
+    this.labels = labels;
+    const counter = (name: string, help: string) => new Counter({ name, help, labelNames: ['model_name'], registers: [registry] });
+    this.requests = counter('tandem_worker_embedding_requests_total', 'Embedding calls answered');
+    this.inputs = counter('tandem_worker_embedding_inputs_total', 'Inputs embedded');
+    this.requests.inc(labels, 0);
+    this.inputs.inc(labels, 0);
+    new Gauge({
+      name: 'tandem_worker_embedding_inflight_requests',
+      help: 'Embedding calls queued or running',
+      labelNames: ['model_name'],
+      registers: [registry],
+      collect() {
+        this.set(labels, batcher.inflight);
+      },
+    });
+    // The batcher's own counters, read at scrape time (they only grow).
+    const fromStats = (name: string, help: string, read: () => number) => {
+      let seen = 0;
+      new Counter({
+        name,
+        help,
+        labelNames: ['model_name'],
+        registers: [registry],
+        collect() {
+          const now = read();
+          this.inc(labels, now - seen);
+          seen = now;
+        },
+      });
+    };
+    fromStats('tandem_worker_embedding_batches_total', 'Engine calls run for embeddings (each within --max-num-batched-tokens, inputs taken round-robin over the requests waiting)', () => batcher.stats.batches);
+    fromStats('tandem_worker_embedding_cancelled_requests_total', 'Embedding calls whose caller went away before the answer', () => batcher.stats.cancelledRequests);
+    fromStats('tandem_worker_embedding_cancelled_inputs_total', 'Inputs of cancelled embedding calls that were never computed', () => batcher.stats.cancelledInputs);
   }
 }

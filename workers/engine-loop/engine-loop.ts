@@ -20,6 +20,8 @@ import { OutputQueue } from './output-queue.js';
 import type { AcquiredLora, LoraRegistry } from '../lora/lora-registry.js';
 import { StructuredDecoding, type GrammarProvider } from './structured-decoding.js';
 import type { KvTierManager } from '../kv-tiers/kv-tier-manager.js';
+import { Speculator, type SpeculatorConfig } from '../speculative/speculator.js';
+import type { SpecTotals } from '../speculative/spec-counters.js';
 
 /** Where the loop reports; the worker process publishes these on the event plane. */
 export interface EngineLoopSinks {
@@ -67,6 +69,12 @@ export interface EngineLoopConfig {
   kvTiers?: KvTierManager;
   /** Multi-LoRA: the adapters this worker serves; without it a request naming one is refused (not_found). */
   loras?: LoraRegistry;
+  /**
+   * Speculative decoding (docs/speculative.md): decoding sequences verify the engine's drafts
+   * where the policy says it pays. `cost` prices steps: a MeasuredStepCost is fed this loop's
+   * step times. Needs an engine with a drafter.
+   */
+  speculative?: SpeculatorConfig;
 }
 
 /** The scheduler's load snapshot plus the loop's running totals (what `/metrics` shows). */
@@ -83,6 +91,8 @@ export interface EngineLoopStats extends SchedulerLoad {
   numPinnedSequences: number;
   /** Sequences holding blocks while their KV import is in flight. */
   numTransferring: number;
+  /** Speculative decoding's counters (vLLM's spec_decode_*); absent when it is off. */
+  specTotals?: SpecTotals;
 }
 
 export class EngineLoop {
@@ -107,11 +117,13 @@ export class EngineLoop {
     this.engine = config.engine;
     this.loras = config.loras;
     const info = config.engine.info;
+    if (config.speculative !== undefined && config.engine.drafter === undefined) throw new Error('speculative decoding needs an engine with a drafter');
     this.scheduler = new Scheduler({
       ...config.scheduler,
       numBlocks: config.scheduler?.numBlocks ?? info.numBlocks,
       blockSize: config.scheduler?.blockSize ?? info.blockSize,
       ...(config.kvTiers !== undefined ? { kvTiers: { policy: config.kvTiers.policy, costs: config.kvTiers.costs } } : {}),
+      ...(config.speculative !== undefined ? { speculative: new Speculator(config.speculative) } : {}),
     });
     this.kvTiers = config.kvTiers;
     this.kvEventLog = new KvEventLog({
@@ -173,6 +185,9 @@ export class EngineLoop {
       throw new TandemError(added.code, added.message);
     }
     const seqId = added.seqId;
+    // Speculative decoding: the drafter learns the prompt now and follows the sequence's steps.
+    const drafter = this.scheduler.speculator !== undefined && !request.prefillOnly ? this.engine.drafter : undefined;
+    drafter?.begin(seqId, Int32Array.from(request.tokenIds));
     // The request's own budget, also on a prefill-only run: closing mode looks at the whole output.
     if (matcher !== undefined) this.structured!.register(seqId, matcher, request.stop.maxTokens);
     if (remote !== undefined) this.importSources.set(seqId, remote);
@@ -183,13 +198,17 @@ export class EngineLoop {
     const onAbort = (): void => this.cancel(seqId, queue);
     signal.addEventListener('abort', onAbort, { once: true });
     this.kick();
+    let finishReason: string | undefined;
     try {
       for (;;) {
         const delta = await queue.next();
         yield delta;
+        finishReason = delta.finishReason;
         if (delta.finishReason !== undefined) return;
       }
     } finally {
+      // A completed output may teach the drafter (the suffix drafter's global tree); a cancelled one does not.
+      drafter?.end(seqId, finishReason === 'stop' || finishReason === 'length');
       signal.removeEventListener('abort', onAbort);
       // The consumer stopped early (returned or threw): free the sequence now.
       if (!queue.isClosed) this.cancel(seqId, queue);
@@ -221,6 +240,7 @@ export class EngineLoop {
       numActiveRequests: this.queues.size,
       numPinnedSequences: this.scheduler.numPinned,
       numTransferring: this.scheduler.numTransferring,
+      ...(this.scheduler.speculator !== undefined ? { specTotals: this.scheduler.speculator.counters.snapshot() } : {}),
     };
   }
 
@@ -228,6 +248,8 @@ export class EngineLoop {
   loadMetrics(): LoadMetrics {
     const m: LoadMetrics = { workerId: this.kvEventLog.workerId, ...this.scheduler.load(), timestampMs: Date.now() };
     if (this.kvTiers !== undefined) m.tiers = this.tierReport(this.kvTiers);
+    const spec = this.scheduler.speculator?.counters;
+    if (spec !== undefined) m.spec = { drafts: spec.drafts, draftTokens: spec.draftTokens, acceptedTokens: spec.acceptedTokens };
     return m;
   }
 
@@ -311,7 +333,10 @@ export class EngineLoop {
       let rejected: number[] | undefined;
       try {
         if (structured !== undefined && structured.size > 0) plan.batch.prepareSampling = () => structured.prepare(plan.batch);
+        const started = performance.now();
         const result = await this.engine.step(plan.batch);
+        // Speculative decoding prices steps by what decode (and verify) steps took here.
+        if (plan.numPrefillTokens === 0) this.scheduler.speculator?.observeStep(plan.numScheduledTokens, performance.now() - started);
         const grammar = structured?.advance(result);
         if (grammar !== undefined && grammar.rejected.length > 0) rejected = grammar.rejected;
         outcome = this.scheduler.applyStepResult(result, grammar?.stops);
@@ -369,6 +394,10 @@ export class EngineLoop {
       let lp: TokenLogprob | undefined;
       if (out.logprob !== undefined) lp = { tokenId: out.tokenId, logprob: out.logprob, top: out.topLogprobs ?? [] };
       queue.push(out.tokenId, lp);
+      // A verify step returns the accepted drafts and the token after them.
+      for (const f of out.following ?? []) {
+        queue.push(f.tokenId, f.logprob !== undefined ? { tokenId: f.tokenId, logprob: f.logprob, top: f.topLogprobs ?? [] } : undefined);
+      }
     }
     for (const f of outcome.finished) this.queues.get(f.seqId)?.finish(f.reason, f.usage);
   }

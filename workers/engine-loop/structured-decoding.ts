@@ -145,6 +145,12 @@ export class StructuredDecoding {
       if (!s.sample) continue;
       const c = this.bySeq.get(s.seqId);
       if (c === undefined) continue;
+      const drafts = s.numDraftTokens ?? 0;
+      if (drafts > 0) {
+        s.allowedTokens = this.draftMasks(c, s.tokenIds, drafts);
+        n += drafts + 1;
+        continue;
+      }
       try {
         // Tokens left including this one; one is kept for EOS when the grammar needs it to end.
         if (!c.closing) c.closing = c.budget - c.generated <= c.matcher.maxBytesToAccept() + 1 + CLOSING_SLACK_TOKENS;
@@ -154,7 +160,7 @@ export class StructuredDecoding {
         c.broken = true;
         c.mask.fill(0);
       }
-      s.allowedTokens = c.mask;
+      s.allowedTokens = c.mask.subarray(0, this.words);
       n++;
     }
     if (n > 0) {
@@ -163,32 +169,93 @@ export class StructuredDecoding {
     }
   }
 
-  /** Feeds the step's sampled tokens to their matchers. */
+  /**
+   * Speculative decoding: one mask row per sampled position of a verify step. Row 0 is the
+   * matcher's; row i is a fork's after it accepted drafts 1..i (the state the matcher has if
+   * they are accepted), so nothing is ever rolled back: the matcher itself only advances by
+   * what the step returns. Closing mode is decided per row, as it would be token by token.
+   */
+  private draftMasks(c: Constrained, tokenIds: Int32Array, numDrafts: number): Uint32Array {
+    const w = this.words;
+    if (c.mask.length < (numDrafts + 1) * w) c.mask = new Uint32Array((numDrafts + 1) * w * 2);
+    const rows = c.mask.subarray(0, (numDrafts + 1) * w);
+    let closing = c.closing;
+    let matcher: GrammarMatcher = c.matcher;
+    for (let i = 0; i <= numDrafts; i++) {
+      const row = rows.subarray(i * w, (i + 1) * w);
+      try {
+        if (i > 0) {
+          matcher = i === 1 ? c.matcher.fork() : matcher;
+          // A draft the grammar rejects was cut at proposal time; if one slips through, the rows after it allow nothing.
+          if (!matcher.acceptToken(tokenIds[tokenIds.length - numDrafts + i - 1]!)) {
+            rows.fill(0, i * w);
+            break;
+          }
+        }
+        if (!closing) closing = c.budget - (c.generated + i) <= matcher.maxBytesToAccept() + 1 + CLOSING_SLACK_TOKENS;
+        matcher.fillNextTokenBitmask(row, closing ? { closing: true } : undefined);
+        if (i === 0) c.closing = closing;
+      } catch {
+        if (i === 0) c.broken = true;
+        rows.fill(0, i * w);
+        break;
+      }
+    }
+    return rows;
+  }
+
+  /**
+   * Feeds the step's returned tokens to their matchers (a verify step returns several). A
+   * grammar that ends inside them drops the tokens after its end (the step result is edited),
+   * so the sequence stops on its last token with "stop".
+   */
   advance(result: StepResult): AdvanceOutcome {
     if (this.bySeq.size === 0) return this.empty;
     let out: AdvanceOutcome | undefined;
     for (const t of result.sampled) {
       const c = this.bySeq.get(t.seqId);
       if (c === undefined) continue;
-      let accepted = false;
+      const n = 1 + (t.following?.length ?? 0);
+      let accepted = 0;
       let terminated = false;
       try {
-        accepted = !c.broken && c.matcher.acceptToken(t.tokenId);
-        terminated = accepted && c.matcher.isTerminated();
+        while (!c.broken && accepted < n && !terminated) {
+          if (!c.matcher.acceptToken(accepted === 0 ? t.tokenId : t.following![accepted - 1]!.tokenId)) break;
+          accepted++;
+          terminated = c.matcher.isTerminated();
+        }
       } catch {
         c.broken = true;
       }
-      if (!accepted) {
+      if (accepted === 0 || (!terminated && accepted < n)) {
         (out ??= { stops: new Set(), rejected: [] }).rejected.push(t.seqId);
         continue;
       }
-      c.generated++;
-      if (terminated) (out ??= { stops: new Set(), rejected: [] }).stops.add(t.seqId);
+      c.generated += accepted;
+      if (accepted < n) t.following = t.following!.slice(0, accepted - 1);
+      if (terminated) {
+        (out ??= { stops: new Set(), rejected: [] }).stops.add(t.seqId);
+        t.drafts = undefined;
+      } else if (t.drafts !== undefined && t.drafts.length > 0) {
+        t.drafts = this.grammarPrefix(c.matcher, t.drafts);
+      }
     }
     return out ?? this.empty;
+  }
+
+  /** The drafts the grammar allows from its current state, up to the first it refuses (or its end). */
+  private grammarPrefix(matcher: GrammarMatcher, drafts: Int32Array): Int32Array {
+    const fork = matcher.fork();
+    let n = 0;
+    while (n < drafts.length && fork.acceptToken(drafts[n]!)) {
+      n++;
+      if (fork.isTerminated()) break;
+    }
+    return n === drafts.length ? drafts : drafts.subarray(0, n);
   }
 
   stats(): StructuredStats {
     return { numConstrained: this.bySeq.size, numMasks: this.numMasks, maskMs: this.maskMs };
   }
 }
+

@@ -38,6 +38,19 @@ export interface StepSequence {
   allowedTokens?: Uint32Array;
   /** Multi-LoRA: the adapter slot (Engine.loadLora) applied to this sequence; undefined = the base model. */
   loraSlot?: number;
+  /**
+   * Speculative decoding: the last numDraftTokens of tokenIds are drafts to verify (sample is
+   * true). The engine samples after the last real token and after each draft, keeps the drafts
+   * its samples agree with and returns them plus the token sampled after them (SampledToken.following).
+   * With `allowedTokens`, it holds numDraftTokens + 1 rows, one per sampled position.
+   */
+  numDraftTokens?: number;
+  /**
+   * Speculative decoding: after this step, ask the engine's drafter for up to this many drafts
+   * (SampledToken.drafts). Set (0 included) on every sampled sequence of a speculating worker:
+   * the drafter follows each such sequence's returned tokens, asked for drafts or not.
+   */
+  proposeDrafts?: number;
 }
 
 export interface StepBatch {
@@ -56,11 +69,37 @@ export interface StepBatch {
   prepareSampling?: () => void;
 }
 
-export interface SampledToken {
-  seqId: number;
+/** One returned token with its logprobs (when asked). */
+export interface TokenSample {
   tokenId: number;
   logprob?: number;
   topLogprobs?: Array<{ tokenId: number; logprob: number }>;
+}
+
+export interface SampledToken extends TokenSample {
+  seqId: number;
+  /**
+   * Speculative decoding, a verify step: the tokens after tokenId that this step returned, in
+   * order (tokenId was the first accepted draft or the token sampled in its place; the last
+   * one is always a sampled token). `following.length` drafts were accepted.
+   */
+  following?: TokenSample[];
+  /** Speculative decoding: the drafter's proposals for this sequence's next step (proposeDrafts). */
+  drafts?: Int32Array;
+  /** Per draft, the drafter's estimate that it is accepted given the ones before (NaN: none). */
+  draftScores?: Float32Array;
+}
+
+/**
+ * Speculative decoding: the engine's drafter (native: n-gram or suffix, in C++ beside the step).
+ * It keeps per-sequence state between begin and end, fed by the steps that ask it for drafts.
+ */
+export interface EngineDrafter {
+  readonly method: string;
+  /** A sequence's tokens so far (prompt and prior outputs); call before its first step. */
+  begin(seqId: number, tokens: Int32Array): void;
+  /** The sequence ended; `finished`: it completed normally (its output may feed shared state). */
+  end(seqId: number, finished: boolean): void;
 }
 
 export interface StepResult {
@@ -93,6 +132,8 @@ export interface Engine {
   loadLora?(slot: number, adapter: LoraAdapterSpec): Promise<void>;
   /** Empties a slot after any running step. */
   unloadLora?(slot: number): Promise<void>;
+  /** Speculative decoding: the drafter behind StepSequence.proposeDrafts; absent = the engine drafts nothing. */
+  readonly drafter?: EngineDrafter;
   /** Release native resources; a later step() rejects with code `unavailable`. */
   close(): Promise<void>;
 }

@@ -56,8 +56,16 @@ export interface DeviceBlockPort {
 /**
  * A pool in device memory (the CUDA backend; the SIMT harness in tests): one batched read or
  * write per call through the engine's pinned staging, on its native thread, never per block.
+ *
+ * Calls run one after another, in call order. The engine runs each as its own native work
+ * item, and its KV lock excludes them but does not order them: an onboard write issued after
+ * the read of an evicted block (the same G1 block, just reallocated) could otherwise land
+ * first, and the host tier would keep the onboarded sequence's bytes under the evicted block's
+ * hash. The engine's lock serializes them anyway, so the queue costs no parallelism.
  */
 export class DevicePoolCopier implements BlockCopier {
+  private tail: Promise<unknown> = Promise.resolve();
+
   constructor(
     private readonly port: DeviceBlockPort,
     readonly blockBytes: number,
@@ -65,22 +73,34 @@ export class DevicePoolCopier implements BlockCopier {
     if (!(Number.isSafeInteger(blockBytes) && blockBytes > 0)) throw new RangeError(`block bytes must be a positive integer, got ${blockBytes}`);
   }
 
-  async readBlocks(blockIds: readonly number[]): Promise<Uint8Array[]> {
+  readBlocks(blockIds: readonly number[]): Promise<Uint8Array[]> {
     const bb = this.blockBytes;
-    const out = new Uint8Array(blockIds.length * bb);
-    await this.port.kvReadBlocks(Int32Array.from(blockIds), out);
-    return blockIds.map((_, i) => out.subarray(i * bb, (i + 1) * bb));
+    const ids = Int32Array.from(blockIds);
+    const out = new Uint8Array(ids.length * bb);
+    return this.inOrder(async () => {
+      await this.port.kvReadBlocks(ids, out);
+      return blockIds.map((_, i) => out.subarray(i * bb, (i + 1) * bb));
+    });
   }
 
-  async writeBlocks(blockIds: ArrayLike<number>, data: readonly Uint8Array[]): Promise<void> {
+  writeBlocks(blockIds: ArrayLike<number>, data: readonly Uint8Array[]): Promise<void> {
     const bb = this.blockBytes;
     const src = new Uint8Array(blockIds.length * bb);
     for (let i = 0; i < blockIds.length; i++) {
       const block = data[i]!;
-      if (block.byteLength !== bb) throw new RangeError(`block of ${block.byteLength} bytes, expected ${bb}`);
+      if (block.byteLength !== bb) return Promise.reject(new RangeError(`block of ${block.byteLength} bytes, expected ${bb}`));
       src.set(block, i * bb);
     }
-    await this.port.kvWriteBlocks(Int32Array.from(blockIds), src);
+    // Copied now: the caller may reuse `data` once this resolves, and the queue may start it later.
+    const ids = Int32Array.from(blockIds);
+    return this.inOrder(() => this.port.kvWriteBlocks(ids, src));
+  }
+
+  /** Starts `fn` once every call issued before it has settled. */
+  private inOrder<T>(fn: () => Promise<T>): Promise<T> {
+    const next = this.tail.then(fn, fn);
+    this.tail = next.catch(() => undefined);
+    return next;
   }
 }
 

@@ -7,6 +7,7 @@ import { KvTierPolicy } from '../block-manager/kv-tier-policy.js';
 import { DevicePoolCopier, HostPoolCopier, SimulatedCopier, type BlockCopier, type DeviceBlockPort } from './block-copier.js';
 import { DiskBlockStore, SimulatedDiskStore, type BlockStore } from './disk-block-store.js';
 import { KvTierManager } from './kv-tier-manager.js';
+import { checkDiskCacheDir } from './disk-dir-check.js';
 import { onboardCosts, type TierBandwidths, CPU_TIER_BANDWIDTHS, H100_TIER_BANDWIDTHS } from './tier-costs.js';
 
 export interface KvTierOptions {
@@ -36,6 +37,9 @@ export async function createKvTiers(options: KvTierOptions, target: KvTierTarget
   if (hostBlocks <= 0) return undefined;
   const hasDisk = options.diskCacheDir !== undefined || target.disk !== undefined;
   const diskBlocks = hasDisk ? Math.floor((options.diskCacheBytes ?? 0) / bb) : 0;
+  // A path the disk tier cannot use is a configuration error (exit 2), found before the worker
+  // serves; the mocker, which only simulates the disk, is told the same.
+  if (diskBlocks > 0 && options.diskCacheDir !== undefined) checkDiskCacheDir(options.diskCacheDir);
   const policy = new KvTierPolicy({ hostBlocks, diskBlocks, ...(options.diskMinReuse !== undefined ? { diskMinReuse: options.diskMinReuse } : {}) });
   const disk =
     diskBlocks > 0

@@ -1,14 +1,17 @@
 /**
  * G3's bytes: one file per KV block under a directory, named by the block's chained seq hash.
  *
- *   <hash as 16 hex digits>.kvb = "TKVB" | u32 version (1) | u32 header length | header JSON
- *                                 | block bytes | u32 CRC-32 of (header JSON ‖ block bytes)
+ *   <hash as 16 hex digits>.kvb = "TKVB" | u32 version (2) | u32 header length | header JSON
+ *                                 | block bytes | 32-byte HMAC-SHA256 of everything before it
  *
  * The header carries the model, the KV layout, the dtype, the block size in bytes, the hash,
- * the token ids and the reuse count. A file is written under a temporary name and renamed, so a
- * crash leaves a stray temp file (swept at open), never a half file under a block's name; a
- * file that is still short, corrupt, for another model or layout, or fails its checksum is
- * dropped on read, never loaded.
+ * the token ids, the adapter (lora_id) and the reuse count. The tag's key is the directory's
+ * own secret (block-file-key.ts, `.tandem-kv-key`, mode 0600): the directory is a trust
+ * boundary, and a block someone else wrote (even with a valid CRC, as version 1 used) is never
+ * loaded. A file is written under a temporary name and renamed, so a crash leaves a stray temp
+ * file (swept at open), never a half file under a block's name; a file that is still short,
+ * corrupt, for another model or layout, of another version, or fails its tag is dropped on
+ * read, never loaded.
  *
  * Disk work runs on one queue in issue order (a delete never overtakes the write it follows)
  * off the step's critical path. Errors (ENOSPC, a deleted directory) fail that write only; the
@@ -16,8 +19,8 @@
  */
 import { mkdir, open, readdir, readFile, rename, rm, stat, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
-import { crc32 } from 'node:zlib';
 import { sleepMs } from './block-copier.js';
+import { blockTag, loadBlockFileKey, TAG_BYTES, verifyBlockTag, type BlockFileKey } from './block-file-key.js';
 
 export interface DiskBlockStoreConfig {
   dir: string;
@@ -31,6 +34,8 @@ export interface DiskBlockInfo {
   hash: bigint;
   tokens: Int32Array;
   reuse: number;
+  /** Multi-LoRA: the adapter the block was computed under; absent = the base model. */
+  loraId?: number;
 }
 
 interface Header {
@@ -41,10 +46,11 @@ interface Header {
   hash: string;
   tokens: number[];
   reuse: number;
+  loraId?: number;
 }
 
 const MAGIC = 0x424b5654; // "TKVB" little-endian
-const VERSION = 1;
+const VERSION = 2;
 const PREFIX = 12;
 const SUFFIX = '.kvb';
 
@@ -52,7 +58,8 @@ const SUFFIX = '.kvb';
 export interface BlockStore {
   readonly numErrors: number;
   open(): Promise<DiskBlockInfo[]>;
-  write(hash: bigint, tokens: Int32Array, reuse: number, bytes: Uint8Array): Promise<boolean>;
+  write(hash: bigint, tokens: Int32Array, reuse: number, bytes: Uint8Array, loraId?: number): Promise<boolean>;
+  /** The block's bytes, or undefined; a file it refuses is deleted by the store itself. */
   read(hash: bigint, tokens: Int32Array): Promise<Uint8Array | undefined>;
   delete(hash: bigint): Promise<void>;
   flush(): Promise<void>;
@@ -65,8 +72,15 @@ export class DiskBlockStore implements BlockStore {
   bytesRead = 0;
   private queue: Promise<unknown> = Promise.resolve();
   private tmpSeq = 0;
+  /** The directory's tag key, loaded (or made) once, by `open()` or the first use. */
+  private keyLoad: Promise<BlockFileKey> | undefined;
 
   constructor(readonly config: DiskBlockStoreConfig) {}
+
+  private key(): Promise<BlockFileKey> {
+    this.keyLoad ??= mkdir(this.config.dir, { recursive: true }).then(() => loadBlockFileKey(this.config.dir));
+    return this.keyLoad;
+  }
 
   fileOf(hash: bigint): string {
     return join(this.config.dir, hash.toString(16).padStart(16, '0') + SUFFIX);
@@ -78,6 +92,7 @@ export class DiskBlockStore implements BlockStore {
    */
   async open(): Promise<DiskBlockInfo[]> {
     await mkdir(this.config.dir, { recursive: true });
+    await this.key();
     const found: Array<DiskBlockInfo & { mtime: number }> = [];
     for (const name of await readdir(this.config.dir)) {
       const path = join(this.config.dir, name);
@@ -93,29 +108,31 @@ export class DiskBlockStore implements BlockStore {
         continue;
       }
       const st = await stat(path);
-      found.push({ hash: BigInt(header.hash), tokens: Int32Array.from(header.tokens), reuse: header.reuse, mtime: st.mtimeMs });
+      const loraId = validLoraId(header.loraId);
+      found.push({ hash: BigInt(header.hash), tokens: Int32Array.from(header.tokens), reuse: header.reuse, mtime: st.mtimeMs, ...(loraId !== undefined ? { loraId } : {}) });
     }
     found.sort((a, b) => a.mtime - b.mtime);
-    return found.map(({ hash, tokens, reuse }) => ({ hash, tokens, reuse }));
+    return found.map(({ mtime: _mtime, ...info }) => info);
   }
 
   /** Queues a block's write; resolves false if it failed (the file is then gone). */
-  write(hash: bigint, tokens: Int32Array, reuse: number, bytes: Uint8Array): Promise<boolean> {
+  write(hash: bigint, tokens: Int32Array, reuse: number, bytes: Uint8Array, loraId?: number): Promise<boolean> {
     return this.enqueue(async () => {
       const header = Buffer.from(
-        JSON.stringify({ ...this.headerBase(), hash: hash.toString(), tokens: Array.from(tokens), reuse } satisfies Header),
+        JSON.stringify({ ...this.headerBase(), hash: hash.toString(), tokens: Array.from(tokens), reuse, ...(loraId !== undefined ? { loraId } : {}) } satisfies Header),
         'utf8',
       );
-      const prefix = Buffer.alloc(PREFIX);
-      prefix.writeUInt32LE(MAGIC, 0);
-      prefix.writeUInt32LE(VERSION, 4);
-      prefix.writeUInt32LE(header.length, 8);
-      const sum = Buffer.alloc(4);
-      sum.writeUInt32LE(crc32(bytes, crc32(header)) >>> 0, 0);
+      const end = PREFIX + header.length + bytes.length;
+      const data = Buffer.alloc(end + TAG_BYTES);
+      data.writeUInt32LE(MAGIC, 0);
+      data.writeUInt32LE(VERSION, 4);
+      data.writeUInt32LE(header.length, 8);
+      header.copy(data, PREFIX);
+      data.set(bytes, PREFIX + header.length);
       const file = this.fileOf(hash);
       const tmp = `${file}.tmp-${process.pid}-${this.tmpSeq++}`;
-      const data = Buffer.concat([prefix, header, bytes, sum]);
       try {
+        data.set(await blockTag(await this.key(), data.subarray(0, end)), end);
         await writeAll(tmp, data).catch(async (err: NodeJS.ErrnoException) => {
           if (err.code !== 'ENOENT') throw err;
           // The directory was deleted under us: recreate it and try once more.
@@ -135,21 +152,23 @@ export class DiskBlockStore implements BlockStore {
 
   /**
    * The block's bytes, or undefined when the file is missing, short, corrupt, for another
-   * model/layout/dtype, for other tokens, or fails its checksum (such a file is deleted).
+   * model/layout/dtype, for other tokens, or fails its tag. A file it cannot use is deleted
+   * here, once (the tier policy only forgets the block).
    */
   async read(hash: bigint, tokens: Int32Array): Promise<Uint8Array | undefined> {
     const path = this.fileOf(hash);
     let data: Buffer;
     try {
       data = await readFile(path);
-    } catch {
+    } catch (err) {
       this.numErrors++;
+      if ((err as NodeJS.ErrnoException).code !== 'ENOENT') void this.delete(hash);
       return undefined;
     }
-    const bytes = this.verify(data, hash, tokens);
+    const bytes = await this.verify(data, hash, tokens).catch(() => undefined);
     if (bytes === undefined) {
       this.numErrors++;
-      this.delete(hash);
+      void this.delete(hash);
       return undefined;
     }
     this.bytesRead += data.length;
@@ -166,11 +185,11 @@ export class DiskBlockStore implements BlockStore {
     await this.queue;
   }
 
-  private verify(data: Buffer, hash: bigint, tokens: Int32Array): Uint8Array | undefined {
-    if (data.length < PREFIX + 4 || data.readUInt32LE(0) !== MAGIC || data.readUInt32LE(4) !== VERSION) return undefined;
+  private async verify(data: Buffer, hash: bigint, tokens: Int32Array): Promise<Uint8Array | undefined> {
+    if (data.length < PREFIX + TAG_BYTES || data.readUInt32LE(0) !== MAGIC || data.readUInt32LE(4) !== VERSION) return undefined;
     const headerLen = data.readUInt32LE(8);
     const end = PREFIX + headerLen + this.config.blockBytes;
-    if (data.length !== end + 4) return undefined;
+    if (data.length !== end + TAG_BYTES) return undefined;
     let header: Header;
     try {
       header = JSON.parse(data.subarray(PREFIX, PREFIX + headerLen).toString('utf8')) as Header;
@@ -179,10 +198,8 @@ export class DiskBlockStore implements BlockStore {
     }
     if (!this.matches(header) || header.hash !== hash.toString()) return undefined;
     if (header.tokens.length !== tokens.length || header.tokens.some((t, i) => t !== tokens[i])) return undefined;
-    const bytes = data.subarray(PREFIX + headerLen, end);
-    const sum = crc32(bytes, crc32(data.subarray(PREFIX, PREFIX + headerLen))) >>> 0;
-    if (sum !== data.readUInt32LE(end)) return undefined;
-    return new Uint8Array(bytes);
+    if (!(await verifyBlockTag(await this.key(), data.subarray(end), data.subarray(0, end)))) return undefined;
+    return new Uint8Array(data.subarray(PREFIX + headerLen, end));
   }
 
   private async readHeader(path: string): Promise<Header> {
@@ -217,6 +234,10 @@ export class DiskBlockStore implements BlockStore {
     this.queue = next.catch(() => undefined);
     return next;
   }
+}
+
+function validLoraId(value: unknown): number | undefined {
+  return typeof value === 'number' && Number.isSafeInteger(value) && value >= 0 ? value : undefined;
 }
 
 async function writeAll(path: string, data: Buffer): Promise<void> {

@@ -8,3 +8,4 @@ export { createKvTiers, devicePoolTierTarget, hostPoolTierTarget, simulatedTierT
 export type { KvTierOptions, KvTierTarget } from './create-kv-tiers.js';
 export { CPU_TIER_BANDWIDTHS, H100_TIER_BANDWIDTHS, onboardCosts, tierHitWeights } from './tier-costs.js';
 export type { TierBandwidths } from './tier-costs.js';
+export { checkDiskCacheDir, diskCacheDirProblem, parseDiskCacheDir } from './disk-dir-check.js';

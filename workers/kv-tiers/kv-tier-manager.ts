@@ -67,7 +67,7 @@ export class KvTierManager {
   async open(): Promise<number> {
     if (this.disk === undefined) return 0;
     const found = await this.disk.open();
-    for (const b of found) this.run(this.policy.adoptDiskBlock(b.hash, b.tokens, b.reuse));
+    for (const b of found) this.run(this.policy.adoptDiskBlock(b.hash, b.tokens, b.reuse, b.loraId));
     return this.policy.disk.size;
   }
 
@@ -136,7 +136,8 @@ export class KvTierManager {
       const tokens = this.policy.disk.peek(s.hash)?.tokens;
       if (this.disk === undefined || tokens === undefined) return Promise.resolve(undefined);
       return this.disk.read(s.hash, tokens).then((b) => {
-        if (b === undefined) this.run(this.policy.diskReadFailed(s.hash));
+        // The store deleted the file it refused; the policy only forgets the block.
+        if (b === undefined) this.policy.diskReadFailed(s.hash);
         return b;
       });
     });
@@ -177,7 +178,7 @@ export class KvTierManager {
         const reuse = this.policy.disk.peek(op.hash)?.reuse ?? 0;
         const snapshot = this.virtual ? new Uint8Array(0) : this.slab.slice(op.hostSlot * bb, (op.hostSlot + 1) * bb);
         this.track(
-          disk.write(op.hash, op.tokens, reuse, snapshot).then((ok) => {
+          disk.write(op.hash, op.tokens, reuse, snapshot, op.loraId).then((ok) => {
             if (ok) this.counts.diskWriteBytes += bb;
             this.run(this.policy.diskWriteDone(op.hash, op.writeId, ok));
           }),

@@ -2,7 +2,9 @@
  * Host conversion of KV between two block_major.v1 layouts of one model shape: another block
  * size (tokens are matched by absolute index, so block 32's slot 20 lands in block 16's slot 4
  * of the next block) and/or another element type (f32 → bf16 rounds to nearest even;
- * bf16 → f32 is exact). Pure: byte arrays in, byte arrays out, no transfer agent.
+ * bf16 → f32 is exact; fp8_e4m3 elements are value / scale with the model's per-layer K and V
+ * scales, `scales`, rounded to nearest even and saturating, as native/src/core/kv_copy_host.h
+ * does). Pure: byte arrays in, byte arrays out, no transfer agent.
  *
  *   src table: blockIds[i] holds tokens [(firstBlock+i)·Bs, (firstBlock+i+1)·Bs)
  *   dst table: the same with the destination's block size
@@ -11,7 +13,8 @@
  * Same element type: each run is one `set` of bytes. Other element type: element by element.
  */
 import { TandemError } from '../../runtime/errors.js';
-import { blockBytes, dtypeBytes, requireConvertible, tokenElems, type KvLayoutDescriptor } from './layout-descriptor.js';
+import { blockBytes, dtypeBytes, requireConvertible, tokenElems, type KvDtype, type KvLayoutDescriptor } from './layout-descriptor.js';
+import { e4m3ToF32, f32ToE4m3 } from '../models/fp8.js';
 
 /** One side of a conversion: a block-major byte array and which of its blocks hold which tokens. */
 export interface BlockSpan {
@@ -65,20 +68,49 @@ function blockIdFor(span: BlockSpan, token: number): number {
   return id;
 }
 
+/** Element e of a run as f32 (fp8: times the scale). */
+function loadElem(bytes: Uint8Array, dtype: KvDtype, e: number, view: DataView, scale: number): number {
+  if (dtype === 'f32') return view.getFloat32(4 * e, true);
+  if (dtype === 'bf16') return bf16BitsToF32AsFloat(view.getUint16(2 * e, true));
+  return e4m3ToF32(bytes[e]!) * scale;
+}
+
+function storeElem(bytes: Uint8Array, dtype: KvDtype, e: number, view: DataView, value: number, scale: number): void {
+  if (dtype === 'f32') view.setFloat32(4 * e, value, true);
+  else if (dtype === 'bf16') view.setUint16(2 * e, f32BitsToBf16(f32Bits(value)), true);
+  else bytes[e] = f32ToE4m3(Math.fround(Math.fround(value) / scale));
+}
+
+const bitsF32 = new Float32Array(1);
+const bitsU32 = new Uint32Array(bitsF32.buffer);
+function f32Bits(value: number): number {
+  bitsF32[0] = value;
+  return bitsU32[0]!;
+}
+function bf16BitsToF32AsFloat(bits: number): number {
+  bitsU32[0] = (bits << 16) >>> 0;
+  return bitsF32[0]!;
+}
+
 /**
  * Writes the KV of tokens [fromToken, toToken) from `src` into `dst`, converting block size
  * and element type. Only those tokens' slots are written. Throws `invalid_argument` for layouts
  * of another model shape, a token outside either table or a block outside either buffer.
+ * `scales` ([layer][K, V], the model's e4m3 KV scales) is read where one side is fp8_e4m3;
+ * absent, the scales are 1.0.
  */
-export function convertTokens(src: BlockSpan, dst: BlockSpan, fromToken: number, toToken: number): void {
+export function convertTokens(src: BlockSpan, dst: BlockSpan, fromToken: number, toToken: number, scales?: ArrayLike<number>): void {
   requireConvertible(src.layout, dst.layout);
   if (toToken <= fromToken) return;
   const s = src.layout;
   const d = dst.layout;
   const elems = tokenElems(s);
   const sameType = s.dtype === d.dtype;
-  const sWords = sameType ? undefined : words(src.bytes, dtypeBytes(s.dtype) as 2 | 4);
-  const dWords = sameType ? undefined : words(dst.bytes, dtypeBytes(d.dtype) as 2 | 4);
+  const fp8 = !sameType && (s.dtype === 'fp8_e4m3' || d.dtype === 'fp8_e4m3');
+  const sWords = sameType || fp8 ? undefined : words(src.bytes, dtypeBytes(s.dtype) as 2 | 4);
+  const dWords = sameType || fp8 ? undefined : words(dst.bytes, dtypeBytes(d.dtype) as 2 | 4);
+  const sView = new DataView(src.bytes.buffer, src.bytes.byteOffset, src.bytes.byteLength);
+  const dView = new DataView(dst.bytes.buffer, dst.bytes.byteOffset, dst.bytes.byteLength);
   // Element offsets inside a block: [layer][kv][slot][elem].
   const sKv = s.blockSize * elems;
   const dKv = d.blockSize * elems;
@@ -101,6 +133,9 @@ export function convertTokens(src: BlockSpan, dst: BlockSpan, fromToken: number,
         const dO = dBase + (2 * layer + kv) * dKv;
         if (sameType) {
           dst.bytes.set(src.bytes.subarray(so * sBytes, (so + n) * sBytes), dO * dBytes);
+        } else if (fp8) {
+          const scale = scales !== undefined ? scales[2 * layer + kv]! : 1;
+          for (let e = 0; e < n; e++) storeElem(dst.bytes, d.dtype, dO + e, dView, loadElem(src.bytes, s.dtype, so + e, sView, scale), scale);
         } else if (s.dtype === 'f32') {
           f32ToBf16Run(sWords as Uint32Array, so, dWords as Uint16Array, dO, n);
         } else {

@@ -19,12 +19,12 @@ export const BLOCK_MAJOR_V1: KvLayoutDescriptor['order'] = 'block_major.v1';
 export const BLOCK_MAJOR_V1_NAME = 'block_major.v1:[block][layer][kv][slot][kv_head][head_dim]';
 
 export type KvDtype = KvLayoutDescriptor['dtype'];
-export const KV_DTYPES: readonly KvDtype[] = ['f32', 'bf16'];
+export const KV_DTYPES: readonly KvDtype[] = ['f32', 'bf16', 'fp8_e4m3'];
 
 export type LayoutParse = { ok: true; layout: KvLayoutDescriptor } | { ok: false; reason: string };
 
 export function dtypeBytes(dtype: KvDtype): number {
-  return dtype === 'f32' ? 4 : 2;
+  return dtype === 'f32' ? 4 : dtype === 'bf16' ? 2 : 1;
 }
 
 /** Elements of one token in one layer, K or V: numKvHeads × headDim. */

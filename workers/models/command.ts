@@ -11,6 +11,7 @@ import { join } from 'node:path';
 import { TINY_DIMS } from './tiny-arch.js';
 import { makeTinyLora } from '../lora/make-tiny-lora.js';
 import { ModelFormatError } from './errors.js';
+import { FP8_FORMATS, type Fp8Format } from './fp8.js';
 
 const parseSeed = intInRange(0, 0xffffffff);
 
@@ -25,10 +26,14 @@ export function registerModelCommand(program: Command): Command {
     .option('--seed <n>', 'weight PRNG seed', parseSeed, 0)
     .option('--embedding <pooling>', 'also write sentence-transformers files (an embedding model): last | mean', oneOf(['last', 'mean'] as const))
     .option('--matryoshka', 'declare Matryoshka embeddings (config.json is_matryoshka): /v1/embeddings then accepts `dimensions`')
+    .option('--quantize <format>', `write an FP8 checkpoint: ${FP8_FORMATS.join(' | ')} (linear layers e4m3 with scales; see docs/real-model.md)`, oneOf(FP8_FORMATS))
     .option('--lora <n>', 'also write n random PEFT LoRA adapters to <out>/loras/lora-<i> (all linear layers)', intInRange(0, 1024), 0)
     .option('--lora-rank <r>', 'rank of those adapters', intInRange(1, 1024), 8)
     .option('--rope-scaling <type>', 'replace the family\'s RoPE scaling: yarn', oneOf(['yarn'] as const))
-    .action(async (opts: { arch: TinyArch; out: string; dtype: WeightDtype; seed: number; embedding?: 'last' | 'mean'; matryoshka?: boolean; lora: number; loraRank: number; ropeScaling?: 'yarn' }) => {
+    .action(async (opts: { arch: TinyArch; out: string; dtype: WeightDtype; seed: number; embedding?: 'last' | 'mean'; matryoshka?: boolean; quantize?: Fp8Format; lora: number; loraRank: number; ropeScaling?: 'yarn' }) => {
+      if (TINY_DIMS[opts.arch].moe !== undefined && opts.quantize !== undefined) {
+        throw new ModelFormatError(`--quantize: FP8 checkpoints of a mixture-of-experts model (${opts.arch}) are not supported`);
+      }
       if (TINY_DIMS[opts.arch].moe !== undefined && opts.lora > 0) {
         throw new ModelFormatError(`--lora: LoRA adapters on a mixture-of-experts model (${opts.arch}) are not supported`);
       }
@@ -43,9 +48,10 @@ export function registerModelCommand(program: Command): Command {
         ...(opts.embedding !== undefined ? { embedding: opts.embedding } : {}),
         ...(opts.matryoshka === true ? { matryoshka: true } : {}),
         ...(opts.ropeScaling !== undefined ? { ropeScaling: opts.ropeScaling } : {}),
+        ...(opts.quantize !== undefined ? { quantize: opts.quantize } : {}),
       });
       process.stdout.write(
-        `wrote ${info.arch} (${info.dtype}, seed ${info.seed}) to ${info.outDir}: ` +
+        `wrote ${info.arch} (${info.dtype}${info.quantize !== undefined ? `, ${info.quantize}` : ''}, seed ${info.seed}) to ${info.outDir}: ` +
           `${info.numParameters} parameters, vocab ${info.vocabSize}, ${info.totalBytes} bytes\n`,
       );
       for (let i = 0; i < opts.lora; i++) {

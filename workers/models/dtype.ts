@@ -6,7 +6,7 @@
 export type WeightDtype = 'bf16' | 'f32';
 
 /** safetensors dtype names this project reads or writes. */
-export type SafetensorsDtype = 'BF16' | 'F16' | 'F32' | 'I32' | 'I64' | 'U8';
+export type SafetensorsDtype = 'BF16' | 'F16' | 'F32' | 'I32' | 'I64' | 'U8' | 'F8_E4M3';
 
 export const SAFETENSORS_DTYPE_BYTES: Readonly<Record<SafetensorsDtype, number>> = {
   BF16: 2,
@@ -15,6 +15,7 @@ export const SAFETENSORS_DTYPE_BYTES: Readonly<Record<SafetensorsDtype, number>>
   I32: 4,
   I64: 8,
   U8: 1,
+  F8_E4M3: 1,
 };
 
 export const WEIGHT_DTYPE_INFO: Readonly<

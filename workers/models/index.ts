@@ -34,4 +34,5 @@ export {
   type SafetensorsDtype,
 } from './dtype.js';
 export { ModelFormatError } from './errors.js';
+export { FP8_FORMATS, e4m3ToF32, f32ToE4m3, fp8QuantizationConfig, quantizeWeight, type Fp8Format } from './fp8.js';
 export { readEmbeddingConfig, writeSentenceTransformersFiles, type EmbeddingConfig } from './embedding-config.js';

@@ -13,6 +13,7 @@ import { encodeSafetensors, numel, type TensorData } from './safetensors.js';
 import { TINY_DIMS, TINY_YARN, buildConfigJson, tensorSpecs } from './tiny-arch.js';
 import { TINY_ARCHS, buildTinyTokenizer, type TinyArch } from './tiny-tokenizer.js';
 import { writeSentenceTransformersFiles } from './embedding-config.js';
+import { FP8_FORMATS, fp8QuantizationConfig, isQuantizedLinear, quantizeWeight, type Fp8Format } from './fp8.js';
 import type { EmbeddingPooling } from '../../proto/wire.js';
 
 export interface MakeTinyModelOptions {
@@ -28,9 +29,16 @@ export interface MakeTinyModelOptions {
   matryoshka?: boolean;
   /** Replace the family's RoPE with YaRN scaling (TINY_YARN). */
   ropeScaling?: 'yarn';
+  /**
+   * Write an FP8 checkpoint (fp8.ts): the linear layers' weights as e4m3 with scales in this
+   * format, everything else in `dtype`; config.json gains the format's quantization_config.
+   */
+  quantize?: Fp8Format;
 }
 
 export interface TinyModelInfo {
+  /** The FP8 format, when quantized. */
+  quantize?: Fp8Format;
   outDir: string;
   arch: TinyArch;
   dtype: WeightDtype;
@@ -54,6 +62,8 @@ export async function makeTinyModel(options: MakeTinyModelOptions): Promise<Tiny
   if (!TINY_ARCHS.includes(arch)) throw new ModelFormatError(`unknown tiny arch '${String(arch)}'`);
   if (dtype !== 'bf16' && dtype !== 'f32') throw new ModelFormatError(`unknown dtype '${String(dtype)}'`);
   if (!Number.isInteger(seed) || seed < 0 || seed > 0xffffffff) throw new ModelFormatError(`seed must be an integer in [0, 2^32), got ${seed}`);
+  const quantize = options.quantize;
+  if (quantize !== undefined && !FP8_FORMATS.includes(quantize)) throw new ModelFormatError(`unknown quantization '${String(quantize)}'`);
 
   const outDir = resolve(options.outDir);
   const dims = TINY_DIMS[arch];
@@ -78,8 +88,13 @@ export async function makeTinyModel(options: MakeTinyModelOptions): Promise<Tiny
     if (spec.init.kind === 'norm') prng.fillNormal(values, 1, NORM_JITTER_STD);
     else prng.fillNormal(values, 0, spec.init.std);
     numParameters += values.length;
+    if (quantize !== undefined && isQuantizedLinear(spec.name)) {
+      tensors.push(...quantizeWeight(spec.name, values, spec.shape[0]!, spec.shape[1]!, quantize));
+      continue;
+    }
     tensors.push({ name: spec.name, dtype: WEIGHT_DTYPE_INFO[dtype].safetensors, shape: spec.shape, data: encodeWeights(values, dtype) });
   }
+  if (quantize !== undefined) config.quantization_config = fp8QuantizationConfig(quantize);
 
   if (options.matryoshka === true) config.is_matryoshka = true;
   if (options.ropeScaling === 'yarn') config.rope_scaling = { ...TINY_YARN };
@@ -105,6 +120,7 @@ export async function makeTinyModel(options: MakeTinyModelOptions): Promise<Tiny
     arch,
     dtype,
     seed,
+    ...(quantize !== undefined ? { quantize } : {}),
     vocabSize: tok.vocabSize,
     numParameters,
     files: sizes,

@@ -7,6 +7,7 @@
 import { open, readFile } from 'node:fs/promises';
 import { SAFETENSORS_DTYPE_BYTES, bf16BitsToF32, f16BitsToF32, type SafetensorsDtype } from './dtype.js';
 import { ModelFormatError } from './errors.js';
+import { e4m3ToF32 } from './fp8.js';
 
 export interface TensorData {
   name: string;
@@ -169,7 +170,7 @@ export class SafetensorsFile {
     return this.bytes.subarray(this.header.dataStart + begin, this.header.dataStart + end);
   }
 
-  /** Upcast a float tensor to f32. */
+  /** Upcast a float tensor to f32 (F8_E4M3: the e4m3 values, without their scales). */
   float32(name: string): Float32Array {
     const { dtype } = this.info(name);
     const raw = this.raw(name);
@@ -180,6 +181,7 @@ export class SafetensorsFile {
       if (dtype === 'F32') out[i] = view.getFloat32(4 * i, true);
       else if (dtype === 'BF16') out[i] = bf16BitsToF32(view.getUint16(2 * i, true));
       else if (dtype === 'F16') out[i] = f16BitsToF32(view.getUint16(2 * i, true));
+      else if (dtype === 'F8_E4M3') out[i] = e4m3ToF32(raw[i]!);
       else throw new ModelFormatError(`safetensors: tensor ${name} is ${dtype}, not a float type`);
     }
     return out;

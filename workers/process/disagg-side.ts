@@ -3,7 +3,8 @@
  * (worker-process.ts) around the engine loop:
  *
  *   decode  (before the loop, which imports through it)  startDecodeSide:
- *           KvImportService | DeviceKvImporter (+ KvPrefetcher with layer streaming), the
+ *           KvImportService | DeviceKvImporter (+ KvPrefetcher or, on a device pool,
+ *           DeviceKvPrefetcher into the pool's reserved staging blocks, with layer streaming), the
  *           prefill component's `kv_release` and `kv_stage` clients, peers unmapped as they leave
  *   prefill (after the loop, whose pinned sequences it frees)  startPrefillSide:
  *           PinnedBlocks (release timeout) and the PrefillHandler that pins each hand-off
@@ -30,6 +31,10 @@ import {
 import type { LayerPublisher } from '../disagg/layer-publisher.js';
 import type { LayerProgressRegion } from '../disagg/layer-progress-region.js';
 import { KvPrefetcher } from '../disagg/kv-prefetch.js';
+import type { NativeEngine } from '../engines/native/index.js';
+import { DeviceKvPrefetcher } from '../disagg/device-kv-prefetch.js';
+import type { LayerStreamResult } from '../disagg/layer-ready.js';
+import type { LayerPrefetcher } from '../disagg/prefetch-table.js';
 import { TRANSFER_SECONDS_BUCKETS } from '../kv-transfer/index.js';
 import { DisaggMetrics, type DisaggGaugeSources } from './worker-metrics.js';
 import { COMPONENT_FOR_ROLE, type WorkerOptions } from './worker-options.js';
@@ -45,7 +50,7 @@ export interface DisaggContext {
 
 export interface DecodeSide {
   importer: KvImportService;
-  prefetcher?: KvPrefetcher;
+  prefetcher?: LayerPrefetcher;
   close(): void;
 }
 
@@ -55,10 +60,15 @@ export interface PrefillSide {
   close(): void;
 }
 
-/** The decode worker's importer, built before the loop that runs its imports. */
-export async function startDecodeSide(ctx: DisaggContext): Promise<DecodeSide> {
+/**
+ * The decode worker's importer, built before the loop that runs its imports. `stagingBlocks`:
+ * the tail of a device pool kept out of the scheduler for layer-wise prefetches (0: none).
+ */
+export async function startDecodeSide(ctx: DisaggContext & { stagingBlocks?: number }): Promise<DecodeSide> {
   const { runtime, options, kv, log } = ctx;
-  const metrics = startDisaggMetrics(ctx);
+  const stagingBlocks = ctx.stagingBlocks ?? 0;
+  let devicePrefetcher: DeviceKvPrefetcher | undefined;
+  const metrics = startDisaggMetrics(ctx, { stagingBlocks: () => devicePrefetcher?.stagingBlocksInUse ?? 0 });
   const dm = metrics.dm;
   const prefillComponent = runtime.namespace(options.namespace).component(COMPONENT_FOR_ROLE.prefill);
   const releaseClient = await prefillComponent.endpoint(KV_RELEASE_ENDPOINT).client();
@@ -66,23 +76,17 @@ export async function startDecodeSide(ctx: DisaggContext): Promise<DecodeSide> {
   const stamps = kv.stamps;
   const device = isDeviceKvSetup(kv) ? kv : undefined;
   const pullTimeoutMs = options.kvPullTimeoutMs ?? DEFAULT_PULL_TIMEOUT_MS;
-  const prefetcher =
-    options.kvLayerStreaming === true && device === undefined
-      ? new KvPrefetcher({
-          agent: kv.agent,
-          pool: kv.pool,
-          expireMs: pullTimeoutMs,
-          pullTimeoutMs,
-          onStreamed: (source, { copies, readyAtIssue, report }) => {
-            dm.streamed(report.hiddenFraction);
-            log.info(
-              { transferId: source.transferId, numLayers: source.kvLayerProgress?.numLayers, copies: copies.length, layersReadyAtFirstCopy: readyAtIssue[0], copyMs: report.copyMs, hiddenMs: report.hiddenMs, exposedMs: report.exposedMs, hiddenFraction: report.hiddenFraction },
-              'KV streamed layer by layer',
-            );
-          },
-          onFailed: (source, err, open) => log.info({ transferId: source.transferId, err, open }, 'KV layer stream failed: the decode request pulls or recomputes'),
-        })
-      : undefined;
+  const onStreamed = (source: KvTransferParams, { copies, readyAtIssue, report }: LayerStreamResult): void => {
+    dm.streamed(report.hiddenFraction);
+    log.info(
+      { transferId: source.transferId, numLayers: source.kvLayerProgress?.numLayers, copies: copies.length, layersReadyAtFirstCopy: readyAtIssue[0], readyAtIssue, copyMs: report.copyMs, hiddenMs: report.hiddenMs, exposedMs: report.exposedMs, hiddenFraction: report.hiddenFraction },
+      'KV streamed layer by layer',
+    );
+  };
+  const onFailed = (source: KvTransferParams, err: unknown, open: number): void =>
+    log.info({ transferId: source.transferId, err, open }, 'KV layer stream failed: the decode request pulls or recomputes');
+  const hostPrefetcher =
+    options.kvLayerStreaming === true && device === undefined ? new KvPrefetcher({ agent: kv.agent, pool: kv.pool, expireMs: pullTimeoutMs, pullTimeoutMs, onStreamed, onFailed }) : undefined;
   const importer = new (device !== undefined ? DeviceKvImporter : KvImportService)({
     ...(device !== undefined ? { engine: device.engine } : {}),
     agent: kv.agent,
@@ -94,8 +98,10 @@ export async function startDecodeSide(ctx: DisaggContext): Promise<DecodeSide> {
       ? { verify: (job: KvImportJob) => stamps.firstMismatch(job.localBlockIds, job.tokenIds, job.firstBlock * stamps.blockSize, job.numTokens, job.firstBlock) }
       : {}),
     ...(kv.layout !== undefined ? { layout: kv.layout } : {}),
+    // e4m3 pools convert with the model's KV scales (a hand-off between pools of other dtypes).
+    ...((kv.engine as Partial<NativeEngine>).model?.kvScales !== undefined ? { kvScales: (kv.engine as NativeEngine).model.kvScales } : {}),
     placement: kv.placement,
-    ...(prefetcher !== undefined ? { prefetcher } : {}),
+    ...(hostPrefetcher !== undefined ? { prefetcher: hostPrefetcher } : {}),
     onOutcome: (job, outcome) => {
       if (outcome.blocks > 0 || !outcome.ok) dm.imported(outcome);
       if (outcome.streamed === true) log.info({ requestId: job.requestId, transferId: job.source.transferId, blocks: outcome.blocks, waitMs: outcome.seconds * 1000 }, 'KV adopted from the layer stream');
@@ -105,6 +111,23 @@ export async function startDecodeSide(ctx: DisaggContext): Promise<DecodeSide> {
     },
     onReleaseError: (source, err) => log.debug({ transferId: source.transferId, err }, 'kv_release call failed (the prefill worker frees by timeout)'),
   });
+  if (importer instanceof DeviceKvImporter && stagingBlocks > 0 && kv.layout !== undefined) {
+    // Same-node device hand-offs stream over the IPC mapping into the pool's reserved tail.
+    const total = device!.engine.info.numBlocks;
+    devicePrefetcher = new DeviceKvPrefetcher({
+      agent: kv.agent,
+      engine: device!.engine,
+      layout: kv.layout,
+      staging: { first: total - stagingBlocks, count: stagingBlocks },
+      peerFor: (source) => importer.peerFor(source),
+      expireMs: pullTimeoutMs,
+      pullTimeoutMs,
+      onStreamed,
+      onFailed,
+    });
+    importer.useDevicePrefetcher(devicePrefetcher);
+  }
+  const prefetcher: LayerPrefetcher | undefined = hostPrefetcher ?? devicePrefetcher;
   // A device importer maps each prefill pool once; unmap those whose worker left discovery.
   const unwatchPeers = importer instanceof DeviceKvImporter ? releaseClient.onChange((ids) => importer.retainPeers(ids)) : undefined;
   return {

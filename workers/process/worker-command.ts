@@ -9,9 +9,11 @@ import { DEFAULT_KV_RELEASE_TIMEOUT_MS, DEFAULT_MOCKER_KV_BYTES_PER_TOKEN, DEFAU
 import { DEFAULT_COMPILE_MEMORY_MB, DEFAULT_COMPILE_TIMEOUT_MS, compileLimits } from '../../grammar/index.js';
 import { startWorker, type WorkerOptions } from './worker-process.js';
 import { GIB } from './kv-tiers-setup.js';
+import { parseDiskCacheDir } from '../kv-tiers/index.js';
 import { checkWorkerFlags } from './worker-flag-rules.js';
 import { startEmbeddingWorker } from '../embedding/index.js';
 import { DEFAULT_MAX_CPU_LORAS, DEFAULT_MAX_LORA_BYTES, DEFAULT_MAX_LORA_LOADS, DEFAULT_MAX_LORA_RANK, DEFAULT_MAX_LORAS } from '../lora/index.js';
+import { MAX_SPECULATIVE_TOKENS, SPECULATIVE_METHODS, speculativeOptions, type SpeculativeFlags } from '../speculative/index.js';
 
 /** Flags that carry a WorkerOptions field under the same name and unit. */
 type SameAsOptions =
@@ -32,8 +34,10 @@ type SameAsOptions =
   | 'namespace';
 
 /** What commander parses; the rest differ from WorkerOptions in name or unit (seconds). */
-interface WorkerFlags extends RuntimeFlags, Pick<WorkerOptions, SameAsOptions> {
+interface WorkerFlags extends RuntimeFlags, Pick<WorkerOptions, SameAsOptions>, SpeculativeFlags {
   model: string;
+  quantization?: 'fp8' | 'none';
+  kvCacheDtype: 'auto' | 'bf16' | 'fp8';
   gpuMemoryUtilization?: number;
   enforceEager?: boolean;
   kvCacheMemory?: number;
@@ -77,6 +81,8 @@ function workerOptionsFromFlags(flags: WorkerFlags): WorkerOptions {
     perfProfile: flags.perfProfile,
     device: flags.device,
     threads: flags.threads,
+    ...(flags.quantization !== undefined ? { quantization: flags.quantization } : {}),
+    kvCacheDtype: flags.kvCacheDtype,
     ...(flags.gpuMemoryUtilization !== undefined ? { gpuMemoryUtilization: flags.gpuMemoryUtilization } : {}),
     ...(flags.enforceEager === true ? { cudaGraphs: false } : {}),
     kvCacheMemoryBytes: flags.kvCacheMemory,
@@ -106,7 +112,14 @@ function workerOptionsFromFlags(flags: WorkerFlags): WorkerOptions {
       maxLoraLoads: flags.maxLoraLoads,
       roots: flags.loraRoot.map((r) => resolve(r)),
     },
+    ...speculativeFromFlags(flags),
   };
+}
+
+/** --speculative and its knobs (worker-flag-rules.ts refused the combinations that cannot run). */
+function speculativeFromFlags(flags: WorkerFlags): Pick<WorkerOptions, 'speculative'> {
+  const speculative = speculativeOptions(flags);
+  return speculative !== undefined ? { speculative } : {};
 }
 
 /** `--lora name=DIR`, repeatable. */
@@ -147,7 +160,9 @@ export function registerWorkerCommand(program: Command): void {
     .addOption(new Option('--gpu-memory-utilization <share>', 'native on a GPU: share of device memory for weights, activations and the KV pool (default 0.9) when --num-gpu-blocks and --kv-cache-memory are unset').argParser(numberInRange(0.01, 1)))
     .addOption(new Option('--enforce-eager', 'native on a GPU: no CUDA graphs (every decode step launches its kernels)'))
     .addOption(new Option('--threads <n>', 'native: compute threads (default: all cores)').argParser(positiveInt))
-    .addOption(new Option('--kv-cache-memory <bytes>', 'native: KV pool budget in bytes when --num-gpu-blocks is not set').argParser(positiveInt))
+    .addOption(new Option('--kv-cache-memory <bytes>', 'KV pool budget in bytes when --num-gpu-blocks is not set (the mocker sizes its block count from it and the model shape)').argParser(positiveInt))
+    .addOption(new Option('--kv-cache-dtype <dtype>', 'KV cache element type: auto (f32 on the CPU, bf16 on GPUs) | bf16 | fp8 (e4m3, scaled by the checkpoint\'s k_scale/v_scale or 1.0; half the bytes per token of bf16)').argParser(oneOf(['auto', 'bf16', 'fp8'] as const)).default('auto'))
+    .addOption(new Option('--quantization <method>', "native weights: fp8 (quantize a bf16/f16 checkpoint's linear layers at load: per-channel scales, dynamic per-token activations) | none (dequantize an FP8 checkpoint); default: the checkpoint's own quantization_config").argParser(oneOf(['fp8', 'none'] as const)))
     .addOption(new Option('--load-metrics-interval <ms>', 'publish load metrics at most this often').argParser(intInRange(0, 60_000)).default(10))
     .addOption(new Option('--kv-bytes-per-token <bytes>', 'prefill/decode with the mocker: KV bytes per token of its real host pool').argParser(positiveInt).default(DEFAULT_MOCKER_KV_BYTES_PER_TOKEN))
     .addOption(new Option('--kv-release-timeout <seconds>', 'prefill: free pinned KV blocks no decode worker released after this long').argParser(numberInRange(0.001)).default(DEFAULT_KV_RELEASE_TIMEOUT_MS / 1000))
@@ -156,7 +171,7 @@ export function registerWorkerCommand(program: Command): void {
     .addOption(new Option('--grammar-compile-timeout-ms <ms>', 'structured output: most wall time one new grammar may take to compile (then 400)').argParser(intInRange(1, 3_600_000)).default(DEFAULT_COMPILE_TIMEOUT_MS))
     .addOption(new Option('--grammar-compile-memory-mb <mb>', 'structured output: most memory one new grammar may need, automaton and token classes (then 400)').argParser(numberInRange(0.001)).default(DEFAULT_COMPILE_MEMORY_MB))
     .addOption(new Option('--kv-host-cache-gb <gib>', 'KV tier G2: host memory (GiB) that keeps blocks evicted from the engine pool (docs/kv-tiers.md)').argParser(numberInRange(0)))
-    .option('--kv-disk-cache-dir <dir>', 'KV tier G3: directory for blocks pushed out of the host tier (survives restarts)')
+    .addOption(new Option('--kv-disk-cache-dir <dir>', 'KV tier G3: directory for blocks pushed out of the host tier (survives restarts; it must be a directory this process may write, or creatable)').argParser(parseDiskCacheDir))
     .addOption(new Option('--kv-disk-cache-gb <gib>', 'KV tier G3: most disk space (GiB) it uses, LRU').argParser(numberInRange(0)))
     .addOption(new Option('--kv-disk-min-reuse <n>', 'KV tier G3: prefix hits a block needs before it is written to disk').argParser(intInRange(0, 1_000_000)).default(2))
     .addOption(new Option('--task <task>', 'generate | embed (an embedding worker: serves /v1/embeddings through the `embed` endpoint, docs/embeddings.md)').argParser(oneOf(['generate', 'embed'] as const)).default('generate'))
@@ -171,7 +186,12 @@ export function registerWorkerCommand(program: Command): void {
       new Option('--lora-root <dir>', 'run-time adapter loads (load_lora_adapter, on demand) must name a directory under this one (repeatable); --lora adapters are exempt; default: anywhere')
         .argParser((v: string, prev: string[]) => [...prev, v])
         .default([]),
-    );
+    )
+    .addOption(new Option('--speculative <method>', 'speculative decoding: off | ngram (prompt lookup) | suffix (suffix decoding); docs/speculative.md').argParser(oneOf(SPECULATIVE_METHODS)).default('off'))
+    .addOption(new Option('--num-speculative-tokens <n>', 'most drafts a sequence verifies in one step (default 5 for ngram, 16 for suffix)').argParser(intInRange(1, MAX_SPECULATIVE_TOKENS)))
+    .addOption(new Option('--prompt-lookup-min <n>', 'ngram: shortest n-gram matched (default 2)').argParser(intInRange(1, 64)))
+    .addOption(new Option('--prompt-lookup-max <n>', 'ngram: longest n-gram matched, tried first (default 5)').argParser(intInRange(1, 64)))
+    .addOption(new Option('--spec-acceptance <p>', 'mocker with --speculative: the chance each draft is accepted (default 0.7)').argParser(numberInRange(0, 1)));
   addRuntimeOptions(cmd).action(async (flags: WorkerFlags) => {
     checkWorkerFlags(flags);
     const runtime = await createRuntimeFromOptions(flags, flags.workerName ?? (flags.task === 'embed' ? 'worker-embed' : `worker-${flags.mode}`));

@@ -29,7 +29,7 @@ import type { Component, RequestContext, ServedEndpoint } from '../../runtime/in
 import type { Logger } from '../../runtime/index.js';
 import type { EngineLoop } from '../engine-loop/index.js';
 import { DecodeHandler, type KvImportService, type PrefillHandler } from '../disagg/index.js';
-import type { KvPrefetcher } from '../disagg/kv-prefetch.js';
+import type { LayerPrefetcher } from '../disagg/prefetch-table.js';
 import type { WorkerMetrics } from './worker-metrics.js';
 
 export interface WorkerEndpointDeps {
@@ -43,7 +43,7 @@ export interface WorkerEndpointDeps {
   log: Logger;
   /** prefill: the handler; `stage` when the pool is on a device (kv_stage). */
   prefill?: { handler: PrefillHandler; stage: boolean };
-  decode?: { importer: KvImportService; prefetcher?: KvPrefetcher };
+  decode?: { importer: KvImportService; prefetcher?: LayerPrefetcher };
 }
 
 export interface WorkerEndpoints {

@@ -9,8 +9,9 @@
  *   native on the CPU        setupNativeKvTransfer: the engine loads into the agent's pool
  *   mocker                   setupKvTransfer over the mocker's host pool
  *
- * Layer-wise streaming on a host-pool prefill worker wraps the engine so each step publishes
- * per-layer readiness (LayerPublisher) into a region peers poll (LayerProgressRegion).
+ * Layer-wise streaming on a prefill worker (host pool, or a device pool: its engine's live
+ * layer counter) wraps the engine so each step publishes per-layer readiness (LayerPublisher)
+ * into a region peers poll (LayerProgressRegion).
  */
 import { ConfigError } from '../../runtime/errors.js';
 import {
@@ -26,8 +27,9 @@ import type { Engine } from '../engines/engine.js';
 import type { NativeEngine } from '../engines/native/index.js';
 import { MockerEngine } from '../engines/mocker/index.js';
 import { loadPerfProfile, PerfProfileError, stepTimeModel, type PerfModel } from '../../perf-model/index.js';
-import { parameterCounts, type ModelConfig } from '../models/index.js';
+import { kvBytesPerToken, parameterCounts, type ModelConfig } from '../models/index.js';
 import type { WorkerOptions } from './worker-options.js';
+import { MeasuredStepCost, PerfModelStepCost, nativeSpeculative, type SpeculatorConfig } from '../speculative/index.js';
 
 const DEFAULT_MOCKER_BLOCKS = 16384;
 
@@ -36,7 +38,7 @@ export interface WorkerEngine {
   engine: Engine;
   /** prefill/decode: the transfer agent and the pool it serves. */
   kv?: KvTransferSetup;
-  /** Layer-wise streaming (host-pool prefill): readiness per layer, and the region peers read it from. */
+  /** Layer-wise streaming (prefill): readiness per layer, and the region peers read it from. */
   layers?: LayerPublisher;
   region?: LayerProgressRegion;
   /** What the loop steps: the engine, or the engine wrapped to publish layer readiness. */
@@ -45,7 +47,7 @@ export interface WorkerEngine {
 
 export async function buildWorkerEngine(options: WorkerOptions, config: ModelConfig): Promise<WorkerEngine> {
   const layers =
-    options.kvLayerStreaming === true && options.mode === 'prefill' && (options.engine === 'mocker' || options.device === 'cpu')
+    options.kvLayerStreaming === true && options.mode === 'prefill' && (options.engine === 'mocker' || options.engine === 'native')
       ? new LayerPublisher(options.engine === 'mocker' ? MOCKER_STREAM_LAYERS : config.numLayers)
       : undefined;
   const { engine, kv } = await createEngineWithTransfer(options, config, layers);
@@ -65,19 +67,40 @@ async function createEngine(options: WorkerOptions, config: ModelConfig, layers?
   if (options.engine === 'mocker') {
     return new MockerEngine({
       ...(layers !== undefined ? { numLayers: layers.numLayers, onLayers: layers.onLayers } : {}),
-      numBlocks: options.numGpuBlocks ?? DEFAULT_MOCKER_BLOCKS,
+      numBlocks: mockerNumBlocks(options, config),
       blockSize: options.blockSize,
       vocabSize: config.vocabSize,
       speedupRatio: options.speedupRatio,
       eosTokenIds: config.eosTokenIds,
-      // A measured profile is the model's own; the default fit stands for a dense model of the
-      // whole size, so a mixture of experts is charged its active share (perf-model/active-params.ts).
-      perfModel: stepTimeModel(parameterCounts(config), options.perfProfile ? await loadMockerProfile(options.perfProfile) : undefined),
+      perfModel: await mockerPerfModel(options, config),
+      ...(options.speculative !== undefined ? { speculative: { acceptance: options.speculative.mockerAcceptance } } : {}),
     });
   }
   // Loaded lazily so a machine without the native addon can still run the mocker.
   const { createNativeEngine } = await import('../engines/native/index.js');
   return createNativeEngine(nativeEngineOptions(options));
+}
+
+/**
+ * The mocker's pool: --num-gpu-blocks, else --kv-cache-memory over the bytes a block of this model
+ * takes in a GPU pool (bf16, or e4m3 with --kv-cache-dtype fp8: twice the blocks), else 16384.
+ */
+export function mockerNumBlocks(options: Pick<WorkerOptions, 'numGpuBlocks' | 'kvCacheMemoryBytes' | 'kvCacheDtype' | 'blockSize'>, config: ModelConfig): number {
+  if (options.numGpuBlocks !== undefined) return options.numGpuBlocks;
+  if (options.kvCacheMemoryBytes === undefined) return DEFAULT_MOCKER_BLOCKS;
+  const blockBytes = options.blockSize * kvBytesPerToken(config, options.kvCacheDtype === 'fp8' ? 1 : 2);
+  const blocks = Math.floor(options.kvCacheMemoryBytes / blockBytes);
+  if (blocks < 1) throw new ConfigError(`--kv-cache-memory ${options.kvCacheMemoryBytes} holds no KV block of ${blockBytes} bytes`);
+  return blocks;
+}
+
+/**
+ * The mocker's step times. A measured profile is the model's own; the default fit stands for a
+ * dense model of the whole size, so a mixture of experts is charged its active share
+ * (perf-model/active-params.ts).
+ */
+async function mockerPerfModel(options: WorkerOptions, config: ModelConfig): Promise<PerfModel> {
+  return stepTimeModel(parameterCounts(config), options.perfProfile ? await loadMockerProfile(options.perfProfile) : undefined);
 }
 
 /** perf-model imports no runtime: its error becomes the ConfigError that exits the CLI with 2. */
@@ -103,7 +126,21 @@ function nativeEngineOptions(options: WorkerOptions) {
     ...(options.threads !== undefined ? { threads: options.threads } : {}),
     ...(options.gpuMemoryUtilization !== undefined ? { gpuMemoryUtilization: options.gpuMemoryUtilization } : {}),
     ...(options.cudaGraphs !== undefined ? { cudaGraphs: options.cudaGraphs } : {}),
+    ...(options.quantization !== undefined ? { quantization: options.quantization } : {}),
+    ...(options.kvCacheDtype !== undefined ? { kvCacheDtype: options.kvCacheDtype } : {}),
+    ...(options.speculative !== undefined ? { speculative: nativeSpeculative(options.speculative) } : {}),
   };
+}
+
+/** The speculator's config: the mocker's step cost is its perf model's; a native engine's is measured. */
+export async function speculatorConfig(options: WorkerOptions, config: ModelConfig): Promise<SpeculatorConfig | undefined> {
+  // A prefill worker returns one token per request: nothing to speculate.
+  if (options.speculative === undefined || options.mode === 'prefill') return undefined;
+  const cost =
+    options.engine === 'mocker'
+      ? new PerfModelStepCost(await mockerPerfModel(options, config))
+      : new MeasuredStepCost();
+  return { maxDraftTokens: options.speculative.numSpeculativeTokens, cost };
 }
 
 async function createEngineWithTransfer(options: WorkerOptions, config: ModelConfig, layers?: LayerPublisher): Promise<{ engine: Engine; kv?: KvTransferSetup }> {

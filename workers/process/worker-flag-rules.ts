@@ -5,6 +5,7 @@
  * instead of every worker failing the same way after the fleet started.
  */
 import { checkFlagRules, type FlagRule } from '../../runtime/index.js';
+import type { SpeculativeMethod } from '../speculative/index.js';
 
 /** The parsed worker flags the rules read (commander's values: numbers already parsed). */
 export interface WorkerRuleFlags {
@@ -15,6 +16,9 @@ export interface WorkerRuleFlags {
   kvDiskCacheDir?: string;
   kvDiskCacheGb?: number;
   pooling?: string;
+  speculative?: SpeculativeMethod;
+  promptLookupMin?: number;
+  promptLookupMax?: number;
 }
 
 const hostTier = (f: WorkerRuleFlags) => (f.kvHostCacheGb ?? 0) > 0;
@@ -31,6 +35,11 @@ export const WORKER_FLAG_RULES: readonly FlagRule<WorkerRuleFlags>[] = [
   },
   { broken: (f) => f.pooling !== undefined && f.task !== 'embed', message: '--pooling is for embedding workers (--task embed)' },
   { broken: (f) => f.task === 'embed' && f.mode !== 'agg', message: `--task embed serves embeddings whole: it takes no --mode prefill|decode` },
+  { broken: (f) => (f.speculative ?? 'off') !== 'off' && f.task === 'embed', message: '--speculative is for generation workers, not --task embed' },
+  {
+    broken: (f) => f.promptLookupMin !== undefined && f.promptLookupMax !== undefined && f.promptLookupMin > f.promptLookupMax,
+    message: '--prompt-lookup-min must not exceed --prompt-lookup-max (the longest n-gram is tried first, down to the shortest)',
+  },
 ];
 
 export function checkWorkerFlags(flags: WorkerRuleFlags, origin?: string): void {

@@ -75,6 +75,8 @@ export class WorkerMetrics {
 export interface DisaggGaugeSources {
   inflight?(): number;
   pins?(): { transfers: number; blocks: number };
+  /** Decode, device pool, --kv-layer-streaming: staging blocks held by layer-wise prefetches. */
+  stagingBlocks?(): number;
 }
 
 /**
@@ -96,6 +98,7 @@ export class DisaggMetrics {
   private readonly conversions: Counter;
   private readonly transportInfo: Gauge;
   private readonly streamHidden: Histogram;
+  private readonly stagingBlocks: Gauge;
   private readonly labels: { model_name: string };
 
   constructor(registry: Registry, model: string, secondsBuckets: readonly number[], sources: DisaggGaugeSources = {}) {
@@ -160,7 +163,16 @@ export class DisaggMetrics {
       buckets: [0.1, 0.25, 0.5, 0.75, 0.9, 0.99, 1],
       registers: [registry],
     });
-    for (const g of [this.transferGbps, this.transfersInflight, this.pinnedBlocks, this.pinnedTransfers]) g.set(this.labels, 0);
+    this.stagingBlocks = new Gauge({
+      name: 'tandem_worker_kv_stream_staging_blocks',
+      help: 'Decode worker, device pool, --kv-layer-streaming: staging blocks held by layer-wise prefetches (the reserved tail of the pool)',
+      labelNames: names,
+      registers: [registry],
+      collect() {
+        if (sources.stagingBlocks) this.set(labels, sources.stagingBlocks());
+      },
+    });
+    for (const g of [this.transferGbps, this.transfersInflight, this.pinnedBlocks, this.pinnedTransfers, this.stagingBlocks]) g.set(this.labels, 0);
     for (const c of [this.transferBytes, this.fallbacks, this.releaseTimeouts]) c.inc(this.labels, 0);
   }
 

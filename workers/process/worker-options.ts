@@ -5,6 +5,7 @@
 import type { WorkerRole } from '../../proto/wire.js';
 import type { CompileLimits } from '../../grammar/index.js';
 import type { WorkerKvTierOptions } from './kv-tiers-setup.js';
+import type { SpeculativeOptions } from '../speculative/index.js';
 
 export const COMPONENT_FOR_ROLE: Record<WorkerRole, string> = { agg: 'backend', prefill: 'prefill', decode: 'decode' };
 
@@ -27,6 +28,13 @@ export interface WorkerOptions {
   perfProfile?: string;
   /** native: cpu, cuda, cuda:N (or simt, the CUDA backend's kernels on the host, for tests) */
   device: string;
+  /** native: `--quantization` (unset: the checkpoint's own quantization_config). */
+  quantization?: 'fp8' | 'none';
+  /**
+   * `--kv-cache-dtype`: the native pool's element type; the mocker sizes its pool from
+   * --kv-cache-memory with the bytes per token a native GPU pool of this type would have.
+   */
+  kvCacheDtype?: 'auto' | 'bf16' | 'fp8';
   threads?: number;
   kvCacheMemoryBytes?: number;
   /** native on a GPU: share of device memory the worker may fill (default 0.9). */
@@ -59,4 +67,6 @@ export interface WorkerOptions {
    * run-time loads may read (`--lora-root`).
    */
   lora?: { adapters: string[]; maxLoras?: number; maxCpuLoras?: number; maxLoraRank?: number; maxLoraBytes?: number; maxLoraLoads?: number; roots?: string[] };
+  /** Speculative decoding (`--speculative`, docs/speculative.md); undefined = off. */
+  speculative?: SpeculativeOptions;
 }

@@ -38,9 +38,11 @@ import { workerGrammarProvider } from './grammar-provider.js';
 import { loadWorkerVocabulary } from './vocabulary-loader.js';
 import { setupWorkerKvTiers } from './kv-tiers-setup.js';
 import { KvTierMetrics } from './kv-tier-metrics.js';
+import { SpecMetrics } from './spec-metrics.js';
 import { COMPONENT_FOR_ROLE, type WorkerOptions } from './worker-options.js';
-import { buildWorkerEngine } from './worker-engine.js';
+import { buildWorkerEngine, speculatorConfig } from './worker-engine.js';
 import { startDecodeSide, startPrefillSide } from './disagg-side.js';
+import { stagingBlocksFor } from '../disagg/device-kv-prefetch.js';
 import { WorkerLoopSinks } from './loop-sinks.js';
 import { serveWorkerEndpoints } from './worker-endpoints.js';
 
@@ -172,22 +174,36 @@ export async function startWorker(runtime: DistributedRuntime, options: WorkerOp
     ...(options.lora?.roots !== undefined ? { roots: options.lora.roots } : {}),
   });
   await loadStartupAdapters(loras, options.lora?.adapters ?? []);
+  // A device-pool decode worker that streams keeps the tail of its pool out of the scheduler:
+  // staging blocks for layer-wise prefetches (workers/disagg/device-kv-prefetch.ts).
+  const stagingBlocks =
+    options.kvLayerStreaming === true && options.mode === 'decode' && kv !== undefined && isDeviceKvSetup(kv)
+      ? stagingBlocksFor(engine.info.numBlocks, cfg.contextLength, engine.info.blockSize)
+      : 0;
   const disaggCtx = kv !== undefined ? { runtime, options, kv, modelName, log } : undefined;
-  const decode = disaggCtx !== undefined && options.mode === 'decode' ? await startDecodeSide(disaggCtx) : undefined;
+  const decode = disaggCtx !== undefined && options.mode === 'decode' ? await startDecodeSide({ ...disaggCtx, stagingBlocks }) : undefined;
 
   // 4. the loop
   const sinks = new WorkerLoopSinks({ component, metrics, modelName, log, loadMetricsIntervalMs: options.loadMetricsIntervalMs });
+  const speculative = await speculatorConfig(options, config);
   const loop = new EngineLoop({
     engine: loopEngine,
     loras,
     workerId: runtime.instanceId,
     ...(kvTiers !== undefined ? { kvTiers } : {}),
     ...(decode !== undefined ? { kvImporter: decode.importer } : {}),
-    scheduler: { maxNumBatchedTokens: options.maxNumBatchedTokens, maxNumSeqs: options.maxNumSeqs, ...(options.lora?.maxLoras !== undefined ? { maxLoras: options.lora.maxLoras } : {}) },
+    scheduler: {
+      maxNumBatchedTokens: options.maxNumBatchedTokens,
+      maxNumSeqs: options.maxNumSeqs,
+      ...(options.lora?.maxLoras !== undefined ? { maxLoras: options.lora.maxLoras } : {}),
+      ...(stagingBlocks > 0 ? { numBlocks: engine.info.numBlocks - stagingBlocks } : {}),
+    },
+    ...(speculative !== undefined ? { speculative } : {}),
     ...(grammar !== undefined ? { grammar: grammar.provider } : {}),
     sinks,
   });
   sinks.attach(loop);
+  if (speculative !== undefined) new SpecMetrics(runtime.metrics, modelName, () => loop.scheduler.speculator?.counters);
 
   // 5. the prefill side, over the loop
   const prefill =
@@ -218,7 +234,7 @@ export async function startWorker(runtime: DistributedRuntime, options: WorkerOp
     chatTemplateSource: cfg.modelDir,
     contextLength: cfg.contextLength,
     kvBlockSize: engine.info.blockSize,
-    totalKvBlocks: engine.info.numBlocks,
+    totalKvBlocks: engine.info.numBlocks - stagingBlocks,
     maxNumBatchedTokens: options.maxNumBatchedTokens,
     role: options.mode,
     engine: options.engine,
@@ -251,6 +267,7 @@ export async function startWorker(runtime: DistributedRuntime, options: WorkerOp
   };
   runtime.onShutdown(shutdownKv);
   const device = (engine as Partial<NativeEngine>).deviceDescription;
+  const native = (engine as Partial<NativeEngine>).model;
   log.info(
     {
       instanceId: runtime.instanceId,
@@ -260,6 +277,7 @@ export async function startWorker(runtime: DistributedRuntime, options: WorkerOp
       mode: options.mode,
       kvBytesPerToken: engine.info.kvBytesPerToken,
       ...(device !== undefined ? { device } : {}),
+      ...(native !== undefined ? { quantization: native.quantization, kvDtype: native.kvDtype } : {}),
       ...(kv !== undefined ? { kvPool: kv.placement.pool, kvTransports: card.kvTransports, kvLayout: kv.pool.layout } : {}),
     },
     'worker ready',

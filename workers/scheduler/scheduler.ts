@@ -34,11 +34,15 @@ import {
   type StepOutcome,
 } from './types.js';
 import type { FinishReason } from '../../proto/wire.js';
+import type { Speculator } from '../speculative/speculator.js';
 
 interface PlannedSeq {
   seq: Sequence;
+  /** Tokens computed this step: a prefill chunk, or the last token plus numDrafts drafts. */
   numNewTokens: number;
   sample: boolean;
+  /** Speculative decoding: drafts verified after the last token (part of numNewTokens). */
+  numDrafts: number;
   /** Unscheduled again because a later sequence in the same step preempted it. */
   dropped: boolean;
 }
@@ -68,6 +72,8 @@ export class Scheduler {
   private readonly queues: AdmissionQueues = { waiting: this.waiting, running: this.running, transferring: this.transferring };
   /** Prefix tokens onboarded from the KV tiers, and their blocks per tier (counters). */
   numOnboardedTokens = 0;
+  /** Speculative decoding's policy and counters; undefined when off. */
+  readonly speculator: Speculator | undefined;
 
   constructor(config: SchedulerConfig) {
     this.blockSize = config.blockSize ?? SCHEDULER_DEFAULTS.blockSize;
@@ -93,6 +99,7 @@ export class Scheduler {
       sharedPrefill: defer && maxDeferSteps > 0 ? new SharedPrefillGate(this.blockManager, maxDeferSteps) : undefined,
       kvTiers: config.kvTiers?.policy.enabled ? config.kvTiers : undefined,
     });
+    this.speculator = config.speculative;
   }
 
   get numRunning(): number {
@@ -138,11 +145,12 @@ export class Scheduler {
     const preemptedSeqIds: number[] = [];
     let budget = this.maxNumBatchedTokens;
 
-    const plan = (seq: Sequence, numNewTokens: number): void => {
+    const plan = (seq: Sequence, numNewTokens: number, numDrafts = 0): void => {
       const entry: PlannedSeq = {
         seq,
         numNewTokens,
-        sample: seq.numComputedTokens + numNewTokens === seq.numTokens,
+        sample: seq.numComputedTokens + numNewTokens - numDrafts === seq.numTokens,
+        numDrafts,
         dropped: false,
       };
       planned.push(entry);
@@ -166,14 +174,23 @@ export class Scheduler {
       return bm.appendSlots(seq, numNewTokens);
     };
 
+    // Speculative decoding: how many drafts each decoding sequence verifies (the policy's call).
+    // The budget goes to the decodes' own tokens, then to the prompts waiting for it; drafts
+    // take only what is left, so they never slow a prefill down.
+    const drafts = this.speculator !== undefined ? this.planDrafts(budget) : undefined;
+    let draftBudget = drafts !== undefined ? Math.max(0, budget - drafts.numDecodes - drafts.prefillTokens) : 0;
+
     // Pass 1: decodes; pass 2: running prefills (chunked, or recompute after a resume).
     for (const decoding of [true, false]) {
       for (let i = 0; i < this.running.length && budget > 0; i++) {
         const seq = this.running[i]!;
         if ((seq.numUncomputedTokens === 1 && !seq.isPrefilling) !== decoding) continue;
         if (plannedBySeq.has(seq)) continue;
-        const numNew = Math.min(seq.numUncomputedTokens, budget);
-        if (reserve(seq, numNew)) plan(seq, numNew);
+        let k = decoding ? Math.min(drafts?.lengths.get(seq) ?? 0, draftBudget, budget - 1) : 0;
+        while (k > 0 && !this.draftBlocksFit(seq, k)) k--;
+        draftBudget -= k;
+        const numNew = Math.min(seq.numUncomputedTokens + k, budget);
+        if (reserve(seq, numNew)) plan(seq, numNew, k);
       }
     }
 
@@ -192,7 +209,50 @@ export class Scheduler {
     const live = planned.filter((p) => !p.dropped);
     this.inFlight = live;
     this.numSteps++;
-    return this.toPlan(live, preemptedSeqIds, deferredSeqIds, transfers, onboards);
+    return this.toPlan(live, preemptedSeqIds, deferredSeqIds, transfers, onboards, drafts?.propose ?? 0);
+  }
+
+  /**
+   * The policy's draft lengths for the running decodes (caps: their drafts, max_tokens, the
+   * model length), and how many drafts to ask the engine for after this step.
+   */
+  private planDrafts(budget: number): { lengths: Map<Sequence, number>; numDecodes: number; prefillTokens: number; propose: number } {
+    const spec = this.speculator!;
+    const decodes: Sequence[] = [];
+    let prefill = 0;
+    for (const seq of this.running) {
+      if (seq.numUncomputedTokens === 1 && !seq.isPrefilling) decodes.push(seq);
+      else prefill += seq.numUncomputedTokens;
+    }
+    for (const seq of this.waiting) prefill += seq.numUncomputedTokens;
+    prefill = Math.min(prefill, Math.max(0, budget - decodes.length));
+    const caps = new Int32Array(decodes.length);
+    for (let i = 0; i < decodes.length; i++) caps[i] = this.draftCap(decodes[i]!);
+    const kv = this.blockManager.usage;
+    const lengths = new Map<Sequence, number>();
+    const planned = spec.plan(decodes, caps, prefill, kv);
+    for (let i = 0; i < decodes.length; i++) if (planned[i]! > 0) lengths.set(decodes[i]!, planned[i]!);
+    const propose = spec.wantDrafts(decodes.length, prefill, kv) ? spec.maxDraftTokens : 0;
+    return { lengths, numDecodes: decodes.length, prefillTokens: prefill, propose };
+  }
+
+  /**
+   * Whether `k` drafts of a decoding sequence fit without costing anyone else a block: they
+   * never make room by preemption, and they take new blocks only while no sequence waits and a
+   * free block stays for each running sequence (a decode later in this step may need one).
+   */
+  private draftBlocksFit(seq: Sequence, k: number): boolean {
+    const bm = this.blockManager;
+    const extra = bm.blocksFor(seq.numComputedTokens + 1 + k) - Math.max(seq.numBlocks, bm.blocksFor(seq.numComputedTokens + 1));
+    if (extra <= 0) return bm.canAppend(seq, 1 + k);
+    return this.waiting.length === 0 && bm.numFreeBlocks - extra - Math.max(0, bm.blocksFor(seq.numComputedTokens + 1) - seq.numBlocks) >= this.running.length;
+  }
+
+  /** Drafts a decoding sequence may verify: no more than it has, and none past max_tokens or the model length. */
+  private draftCap(seq: Sequence): number {
+    const drafts = seq.draftTokens?.length ?? 0;
+    const left = Math.min(seq.stop.maxTokens - seq.numNewOutputTokens, this.maxModelLen - seq.numTokens) - 1;
+    return Math.max(0, Math.min(drafts, left));
   }
 
   /**
@@ -243,16 +303,43 @@ export class Scheduler {
       }
       const seq = p.seq;
       if (seq.status !== SEQUENCE_STATUS.running) continue; // aborted while the step ran
-      seq.numComputedTokens += p.numNewTokens;
+      if (sampled === undefined) {
+        seq.numComputedTokens += p.numNewTokens;
+        this.blockManager.commitComputed(seq);
+        continue;
+      }
+      const accepted = sampled.following?.length ?? 0;
+      if (accepted > p.numDrafts) throw new Error(`engine returned ${accepted + 1} tokens for seq ${seq.seqId} with ${p.numDrafts} drafts`);
+      // A decode that had drafts on offer: what the policy did with them, and what was accepted.
+      if (p.numDrafts > 0 || seq.draftTokens !== undefined) this.speculator?.record(seq, p.numDrafts, accepted);
+      // The tokens, one by one: a stop (EOS, max_tokens, the grammar's end) drops what follows it.
+      let reason = this.appendChecked(seq, sampled.tokenId, accepted === 0 && grammarStops?.has(seq.seqId) === true);
+      let kept = 0;
+      for (; reason === undefined && kept < accepted; kept++) {
+        reason = this.appendChecked(seq, sampled.following![kept]!.tokenId, kept === accepted - 1 && grammarStops?.has(seq.seqId) === true);
+      }
+      // KV is now in place for the step's tokens up to its last accepted draft (not for the
+      // token sampled after it, which the next step computes).
+      seq.numComputedTokens = Math.min(seq.numComputedTokens + p.numNewTokens - p.numDrafts + accepted, seq.numTokens);
       this.blockManager.commitComputed(seq);
-      if (sampled === undefined) continue;
-      seq.appendToken(sampled.tokenId);
-      outputs.push(sampled);
-      const reason = grammarStops?.has(seq.seqId) ? 'stop' : this.stopReason(seq, sampled.tokenId);
-      if (reason !== undefined) finished.push(this.finish(seq, reason));
+      outputs.push(kept < accepted ? { ...sampled, following: sampled.following!.slice(0, kept) } : sampled);
+      seq.draftTokens = sampled.drafts;
+      seq.draftScores = sampled.draftScores;
+      if (reason !== undefined) {
+        finished.push(this.finish(seq, reason));
+        continue;
+      }
+      // Blocks that held only rejected drafts go back to the pool.
+      if (p.numDrafts > 0) this.blockManager.trimToTokens(seq, seq.numTokens);
     }
     if (finished.length > 0) this.removeFinishedFromRunning();
     return { outputs, finished };
+  }
+
+  /** Appends one returned token; the reason to stop after it, if any. */
+  private appendChecked(seq: Sequence, tokenId: number, grammarStop: boolean): FinishReason | undefined {
+    seq.appendToken(tokenId);
+    return grammarStop ? 'stop' : this.stopReason(seq, tokenId);
   }
 
   /**
@@ -365,20 +452,23 @@ export class Scheduler {
     deferredSeqIds: number[],
     transfers: KvImportStart[],
     onboards: KvOnboardStart[] = [],
+    proposeDrafts = 0,
   ): SchedulePlan {
     const sequences: StepSequence[] = new Array(live.length);
     let numScheduledTokens = 0;
     let numPrefillTokens = 0;
     let numDecodeSeqs = 0;
+    let numDraftTokens = 0;
     for (let i = 0; i < live.length; i++) {
-      const { seq, numNewTokens, sample } = live[i]!;
+      const { seq, numNewTokens, sample, numDrafts } = live[i]!;
       const start = seq.numComputedTokens;
       numScheduledTokens += numNewTokens;
-      if (numNewTokens === 1 && !seq.isPrefilling && start === seq.numTokens - 1) numDecodeSeqs++;
+      numDraftTokens += numDrafts;
+      if (numNewTokens - numDrafts === 1 && !seq.isPrefilling && start === seq.numTokens - 1) numDecodeSeqs++;
       else numPrefillTokens += numNewTokens;
       const step: StepSequence = {
         seqId: seq.seqId,
-        tokenIds: seq.tokenSlice(start, start + numNewTokens),
+        tokenIds: numDrafts > 0 ? seq.verifyTokens(numDrafts) : seq.tokenSlice(start, start + numNewTokens),
         startPos: start,
         blockTable: seq.blockTableView(),
         sample,
@@ -389,6 +479,10 @@ export class Scheduler {
       };
       if (seq.logprobs !== undefined) step.logprobs = seq.logprobs;
       if (seq.loraSlot !== undefined) step.loraSlot = seq.loraSlot;
+      if (numDrafts > 0) step.numDraftTokens = numDrafts;
+      // Drafts are asked for where the next step could still verify one (max_tokens leaves
+      // room); 0 still shows the drafter this step's tokens, so its view stays in sync.
+      if (sample && this.speculator !== undefined) step.proposeDrafts = proposeDrafts > 0 && seq.stop.maxTokens - seq.numNewOutputTokens >= 3 ? proposeDrafts : 0;
       sequences[i] = step;
     }
     return {
@@ -396,6 +490,7 @@ export class Scheduler {
       numScheduledTokens,
       numPrefillTokens,
       numDecodeSeqs,
+      numDraftTokens,
       preemptedSeqIds,
       deferredSeqIds,
       transfers,

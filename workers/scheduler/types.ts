@@ -5,6 +5,7 @@
 import type { FinishReason, LoadMetrics } from '../../proto/wire.js';
 import type { SampledToken, StepBatch } from '../engines/engine.js';
 import type { KvTierPolicy, OnboardCosts, OnboardSource } from '../block-manager/kv-tier-policy.js';
+import type { Speculator } from '../speculative/speculator.js';
 
 export interface SchedulerConfig {
   numBlocks: number;
@@ -38,6 +39,11 @@ export interface SchedulerConfig {
    * adapters drain and it cannot starve.
    */
   maxLoras?: number;
+  /**
+   * Speculative decoding (workers/speculative/): decoding sequences verify the drafts the
+   * engine proposed, as many as this speculator's policy says pay in each step.
+   */
+  speculative?: Speculator;
 }
 
 export const SCHEDULER_DEFAULTS = {
@@ -59,6 +65,8 @@ export interface SchedulePlan {
   /** Prompt (or recompute) tokens in the step, the perf model's `t`. */
   numPrefillTokens: number;
   numDecodeSeqs: number;
+  /** Speculative decoding: draft tokens the step verifies (in numScheduledTokens too). */
+  numDraftTokens: number;
   /** Sequences preempted (blocks freed, back to waiting) while building this plan. */
   preemptedSeqIds: number[];
   /** Waiting sequences left waiting because a running one is computing their prefix. */

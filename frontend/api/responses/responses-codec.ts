@@ -14,6 +14,7 @@
  * kept for GET and for `previous_response_id`.
  */
 import { randomBytes } from 'node:crypto';
+import type { IncomingHttpHeaders } from 'node:http';
 import type { TokenLogprob } from '../../../proto/wire.js';
 import { ApiError, errorBody } from '../../errors.js';
 import { chatLogprobs, TokenNamer, type ChatLogprobEntry } from '../../openai/format.js';
@@ -95,7 +96,7 @@ function finished(store: ResponseStore, prepared: PreparedGeneration, end: Block
   const ending = ENDINGS[reason];
   const response = responseObject(prepared, ending.status, items, usage, end.reasoningTokens, { incomplete_details: ending.incomplete });
   const info = infoOf(prepared);
-  if (info.store) store.put(prepared.id, response, [...info.conversation, assistantMessage(items)]);
+  if (info.store) store.put(prepared.id, info.owner, response, [...info.conversation, assistantMessage(items)]);
   return { response, event: ending.event, finishReason: end.finishReason };
 }
 
@@ -234,11 +235,12 @@ class ResponsesUnary implements UnaryEncoder {
   }
 }
 
-export function responsesCodec(store: ResponseStore): ApiCodec {
+/** `ownerOf`: who a request's caller is (http/auth.ts callerScope); the store keeps each response for its owner only. */
+export function responsesCodec(store: ResponseStore, ownerOf: (headers: IncomingHttpHeaders) => string = () => ''): ApiCodec {
   return {
     endpoint: 'responses',
     idPrefix: 'resp_',
-    parse: (body) => parseResponsesRequest(body, store),
+    parse: (body, headers) => parseResponsesRequest(body, store, ownerOf(headers)),
     streamEncoder: (prepared) => new ResponsesStream(store, prepared),
     unaryEncoder: (prepared) => new ResponsesUnary(store, prepared),
     errorBody: (err) => errorBody(err),
@@ -248,6 +250,7 @@ export function responsesCodec(store: ResponseStore): ApiCodec {
     track: (prepared, cancel) =>
       store.begin(
         prepared.id,
+        infoOf(prepared).owner,
         () => responseObject(prepared, 'in_progress', liveItems.get(prepared)?.() ?? [], null),
         () => cancel(new ApiError('cancelled', 'the response was cancelled (POST /v1/responses/{id}/cancel)')),
       ),

@@ -37,6 +37,8 @@ export interface ResponsesRequestInfo {
   metadata: Record<string, unknown>;
   user: string | null;
   createdAt: number;
+  /** The caller (http/auth.ts callerScope): the store keeps the response as theirs. */
+  owner: string;
 }
 
 /** Hosted tools OpenAI runs on its side; Tandem has none of them. */
@@ -192,7 +194,7 @@ function num(body: Body, key: string): number | null {
   return typeof body[key] === 'number' ? (body[key] as number) : null;
 }
 
-export function parseResponsesRequest(body: unknown, store: ResponseStore): ChatGenerationRequest {
+export function parseResponsesRequest(body: unknown, store: ResponseStore, owner = ''): ChatGenerationRequest {
   if (!isObject(body)) throw badRequest('request body must be a JSON object');
   if (body.background === true) throw badRequest("'background' responses are not supported", 'background');
   if (present(body, 'conversation')) throw badRequest("'conversation' objects are not supported; chain turns with 'previous_response_id'", 'conversation');
@@ -201,7 +203,7 @@ export function parseResponsesRequest(body: unknown, store: ResponseStore): Chat
   let previousResponseId: string | null = null;
   if (present(body, 'previous_response_id')) {
     if (typeof body.previous_response_id !== 'string') throw badRequest("'previous_response_id' must be a string", 'previous_response_id');
-    const stored = store.get(body.previous_response_id);
+    const stored = store.get(body.previous_response_id, owner);
     if (!stored) {
       throw badRequest(`previous response '${quoteInput(body.previous_response_id)}' was not found (never stored, deleted, or expired)`, 'previous_response_id');
     }
@@ -255,6 +257,7 @@ export function parseResponsesRequest(body: unknown, store: ResponseStore): Chat
     metadata: isObject(body.metadata) ? body.metadata : {},
     user: typeof body.user === 'string' ? body.user : null,
     createdAt: Math.floor(Date.now() / 1000),
+    owner,
   };
   request.api = info;
   return request;

@@ -235,6 +235,16 @@ function tierRow(id, t, stale) {
   return `<tr class="tiers${stale ? ' stale' : ''}" data-testid="tiers-${esc(id)}" ${attrs}><td colspan="6"><span class="tier">G2 host ${bar(t.hostBlocks, t.hostCapacity)}</span>${disk}${hits}</td></tr>`;
 }
 
+/**
+ * A speculating worker's acceptance since it started: accepted / drafted tokens and the tokens a
+ * verify step returned on average (vLLM's mean acceptance length). A row of its own, like tiers.
+ */
+function specRow(id, s, stale) {
+  const attrs = `data-drafts="${num(s.drafts)}" data-draft-tokens="${num(s.draftTokens)}"${s.acceptanceRate !== null ? ` data-acceptance="${num(s.acceptanceRate)}"` : ''}`;
+  const length = s.meanAcceptedLength !== null ? s.meanAcceptedLength.toFixed(2) : '—';
+  return `<tr class="tiers spec${stale ? ' stale' : ''}" data-testid="spec-${esc(id)}" ${attrs}><td colspan="6"><span class="tier" title="draft tokens accepted / verified since the worker started">speculative: acceptance ${pct(s.acceptanceRate)}</span><span class="tier" title="tokens a verify step returned on average (1 + accepted / verify steps)">${length} tokens / verify</span><span class="tier">${num(s.draftTokens)} drafts</span></td></tr>`;
+}
+
 function renderFleet(models) {
   if (models.length === 0) {
     $('fleet').innerHTML = '<p class="muted">no models registered</p>';
@@ -256,7 +266,7 @@ function renderFleet(models) {
 <td><span class="state ${esc(w.state)}">${esc(w.state)}</span></td>
 <td>${num(w.running)}</td><td>${num(w.waiting)}</td>
 <td><span class="kvbar" title="${share.toFixed(1)}%"><i style="width:${share.toFixed(1)}%"></i></span><span class="kvtext">${num(w.kvUsedBlocks)}/${num(w.kvTotalBlocks)}</span></td>
-<td>${pct(w.prefixHitRate)}</td></tr>${w.tiers && w.state !== 'gone' ? tierRow(w.instanceId, w.tiers, stale) : ''}`;
+<td>${pct(w.prefixHitRate)}</td></tr>${w.tiers && w.state !== 'gone' ? tierRow(w.instanceId, w.tiers, stale) : ''}${w.spec && w.state !== 'gone' ? specRow(w.instanceId, w.spec, stale) : ''}`;
             })
             .join('');
           return `<div class="pool" data-testid="pool-${esc(p.role)}" data-model="${esc(m.name)}" data-worker-count="${live}" data-gone-count="${gone}">

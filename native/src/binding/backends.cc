@@ -25,6 +25,7 @@ Napi::Value backend_status(const Napi::CallbackInfo& info) {
     o.Set("available", Napi::Boolean::New(env, all[i].available));
     if (!all[i].reason.empty()) o.Set("reason", all[i].reason);
     if (!all[i].detail.empty()) o.Set("detail", all[i].detail);
+    if (!all[i].fp8.empty()) o.Set("fp8", all[i].fp8);
     out.Set(static_cast<uint32_t>(i), o);
   }
   return out;

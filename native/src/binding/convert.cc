@@ -45,8 +45,8 @@ KvLayout layout_arg(Napi::Env env, const Engine& engine, Napi::Value v) {
   num("headDim", kv.head_dim);
   if (o.Get("dtype").IsString()) {
     const std::string d = o.Get("dtype").As<Napi::String>().Utf8Value();
-    if (d != "f32" && d != "bf16") throw make_error(env, "invalid_argument", "dtype '" + d + "' (expected f32 or bf16)");
-    kv.elem_bytes = d == "f32" ? 4 : 2;
+    if (kv_dtype_bytes(d) == 0) throw make_error(env, "invalid_argument", "dtype '" + d + "' (expected f32, bf16 or fp8_e4m3)");
+    kv.elem_bytes = kv_dtype_bytes(d);
   }
   return kv;
 }
@@ -67,7 +67,32 @@ void read_engine_options(Napi::Env env, Napi::Object o, EngineOptions& opts) {
   opts.backend.max_seqs = static_cast<int64_t>(num("maxSeqs", 256));
   if (o.Get("cudaGraphs").IsBoolean()) opts.backend.cuda_graphs = o.Get("cudaGraphs").As<Napi::Boolean>().Value();
   if (o.Get("gemm").IsString()) opts.backend.gemm = o.Get("gemm").As<Napi::String>().Utf8Value();
+  if (o.Get("kvCacheDtype").IsString()) opts.backend.kv_cache_dtype = o.Get("kvCacheDtype").As<Napi::String>().Utf8Value();
+  if (o.Get("quantization").IsString()) opts.backend.quantization = o.Get("quantization").As<Napi::String>().Utf8Value();
+  if (o.Get("fp8Compute").IsString()) opts.backend.fp8_compute = o.Get("fp8Compute").As<Napi::String>().Utf8Value();
   opts.threads = static_cast<int>(num("threads", 0));
+  if (o.Get("speculative").IsObject()) opts.speculative = read_draft_config(env, o.Get("speculative").As<Napi::Object>());
+}
+
+spec::DraftConfig read_draft_config(Napi::Env env, Napi::Object sp) {
+  auto num = [&](const char* key, double fallback) {
+    Napi::Value v = sp.Get(key);
+    return v.IsNumber() ? v.As<Napi::Number>().DoubleValue() : fallback;
+  };
+  spec::DraftConfig c;
+  try {
+    c.method = spec::parse_draft_method(sp.Get("method").IsString() ? sp.Get("method").As<Napi::String>().Utf8Value() : "");
+  } catch (const NativeError& e) {
+    throw make_error(env, e.code_name(), e.what());
+  }
+  c.max_drafts = static_cast<int32_t>(num("numSpeculativeTokens", c.max_drafts));
+  c.ngram_min = static_cast<int32_t>(num("promptLookupMin", c.ngram_min));
+  c.ngram_max = static_cast<int32_t>(num("promptLookupMax", c.ngram_max));
+  c.suffix_max_depth = static_cast<int32_t>(num("suffixMaxDepth", c.suffix_max_depth));
+  c.suffix_max_spec_factor = static_cast<float>(num("suffixMaxSpecFactor", c.suffix_max_spec_factor));
+  c.suffix_min_token_prob = static_cast<float>(num("suffixMinTokenProb", c.suffix_min_token_prob));
+  c.suffix_cache_tokens = static_cast<int64_t>(num("suffixCacheTokens", static_cast<double>(c.suffix_cache_tokens)));
+  return c;
 }
 
 void PromiseWorker::Execute() {

@@ -51,6 +51,8 @@ std::pair<int, int> layers_arg(Napi::Env env, Napi::Value v);
 KvLayout layout_arg(Napi::Env env, const Engine& engine, Napi::Value v);
 /** loadEngine's and describeKvLayout's options object. */
 void read_engine_options(Napi::Env env, Napi::Object o, EngineOptions& opts);
+/** loadEngine's `speculative` object (native/lib/binding.ts LoadSpeculativeOptions) as a DraftConfig. */
+spec::DraftConfig read_draft_config(Napi::Env env, Napi::Object speculative);
 
 // Runs run() on a libuv worker thread and settles a Promise with result(), translating
 // NativeError into a rejection whose `code` is the error's.
@@ -99,14 +101,17 @@ Napi::Value queue_void(Napi::Env env, std::function<void()> fn, Napi::Value keep
 
 // An engine call with a copied input on a worker thread (step, embed): `run` computes the
 // output there, `result` converts it on the JS thread. The shared_ptr keeps the engine alive
-// past close() until the call settles.
+// past close() until the call settles; `keep` (an object the call reads while it runs, e.g.
+// embed's cancel flag) stays referenced until then too.
 template <typename In, typename Out>
 class EngineCallWorker : public PromiseWorker {
  public:
   using Run = Out (*)(Engine&, const In&);
   using Result = Napi::Value (*)(Napi::Env, const In&, const Out&);
-  EngineCallWorker(Napi::Env env, std::shared_ptr<Engine> engine, std::shared_ptr<In> input, Run run, Result result)
-      : PromiseWorker(env), engine_(std::move(engine)), input_(std::move(input)), run_(run), result_(result) {}
+  EngineCallWorker(Napi::Env env, std::shared_ptr<Engine> engine, std::shared_ptr<In> input, Run run, Result result, Napi::Value keep = Napi::Value())
+      : PromiseWorker(env), engine_(std::move(engine)), input_(std::move(input)), run_(run), result_(result) {
+    if (!keep.IsEmpty() && keep.IsObject()) keep_ = Napi::Persistent(keep.As<Napi::Object>());
+  }
 
  protected:
   void run() override { output_ = run_(*engine_, *input_); }
@@ -118,12 +123,14 @@ class EngineCallWorker : public PromiseWorker {
   Run run_;
   Result result_;
   Out output_;
+  Napi::ObjectReference keep_;
 };
 
 template <typename In, typename Out>
 Napi::Value queue_engine_call(Napi::Env env, std::shared_ptr<Engine> engine, std::shared_ptr<In> input,
-                              typename EngineCallWorker<In, Out>::Run run, typename EngineCallWorker<In, Out>::Result result) {
-  return (new EngineCallWorker<In, Out>(env, std::move(engine), std::move(input), run, result))->start();
+                              typename EngineCallWorker<In, Out>::Run run, typename EngineCallWorker<In, Out>::Result result,
+                              Napi::Value keep = Napi::Value()) {
+  return (new EngineCallWorker<In, Out>(env, std::move(engine), std::move(input), run, result, keep))->start();
 }
 
 }  // namespace tandem::binding

@@ -20,6 +20,8 @@ Napi::Function EngineHandle::define(Napi::Env env) {
                       InstanceMethod<&EngineHandle::layerProgress>("layerProgress"),
                       InstanceMethod<&EngineHandle::loadLora>("loadLora"),
                       InstanceMethod<&EngineHandle::unloadLora>("unloadLora"),
+                      InstanceMethod<&EngineHandle::draftBegin>("draftBegin"),
+                      InstanceMethod<&EngineHandle::draftEnd>("draftEnd"),
                       InstanceMethod<&EngineHandle::close>("close")});
 }
 
@@ -64,7 +66,11 @@ Napi::Value EngineHandle::info(const Napi::CallbackInfo& info) {
   o.Set("device", engine->backend_description());
   o.Set("supportsLora", Napi::Boolean::New(env, engine->supports_lora()));
   o.Set("kvPoolOnHost", Napi::Boolean::New(env, engine->kv_pool_on_host()));
-  o.Set("kvDtype", kv.elem_bytes == 2 ? "bf16" : "f32");
+  o.Set("kvDtype", kv_dtype_name(kv.elem_bytes));
+  Napi::Array scales = Napi::Array::New(env, engine->kv_scales().size());
+  for (size_t i = 0; i < engine->kv_scales().size(); ++i) scales.Set(static_cast<uint32_t>(i), static_cast<double>(engine->kv_scales()[i]));
+  o.Set("kvScales", scales);
+  o.Set("quantization", c.quant.describe());
   o.Set("threads", Napi::Number::New(env, engine->num_threads()));
   return o;
 }

@@ -6,6 +6,7 @@
 //   embed.cc          embed
 //   lora.cc           loadLora, unloadLora
 //   kv.cc             kvPool, adoptKvPool, KV block movement, peers, layerProgress
+//   spec.cc           draftBegin, draftEnd (speculative decoding's drafter)
 #pragma once
 
 #include <napi.h>
@@ -50,6 +51,9 @@ class EngineHandle : public Napi::ObjectWrap<EngineHandle> {
   Napi::Value kvCopyFromPeer(const Napi::CallbackInfo& info);
   Napi::Value kvClosePeer(const Napi::CallbackInfo& info);
   Napi::Value layerProgress(const Napi::CallbackInfo& info);
+  // spec.cc
+  Napi::Value draftBegin(const Napi::CallbackInfo& info);
+  Napi::Value draftEnd(const Napi::CallbackInfo& info);
 
   std::shared_ptr<Engine> engine_;
   // The step in flight that waits for supplyMasks() (deferMasks), if any.

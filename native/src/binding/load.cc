@@ -70,7 +70,7 @@ Napi::Value describe_kv_layout(const Napi::CallbackInfo& info) {
   o.Set("kvBytesPerToken", Napi::Number::New(env, static_cast<double>(kv.bytes_per_token())));
   o.Set("kvBytesPerBlock", Napi::Number::New(env, static_cast<double>(kv.bytes_per_block())));
   o.Set("kvLayout", kKvLayoutName);
-  o.Set("kvDtype", kv.elem_bytes == 2 ? "bf16" : "f32");
+  o.Set("kvDtype", kv_dtype_name(kv.elem_bytes));
   return o;
 }
 

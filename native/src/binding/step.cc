@@ -13,6 +13,7 @@ namespace {
 // Row strides of seqMeta and sampling (SEQ_META_STRIDE, SAMPLING_STRIDE in native/lib/binding.ts).
 constexpr int kSeqMetaStride = 11;
 constexpr int kSamplingStride = 8;
+constexpr int kSpecMetaStride = 3;  // speculative decoding: SPEC_META_STRIDE
 }  // namespace
 
 Napi::Value EngineHandle::step(const Napi::CallbackInfo& info) {
@@ -23,7 +24,8 @@ Napi::Value EngineHandle::step(const Napi::CallbackInfo& info) {
     throw make_error(env, "invalid_argument",
                      "step(tokens: Int32Array, seqMeta: Int32Array, blockTables: Int32Array, history: "
                      "Int32Array, sampling: Float64Array, returnLogits?: boolean, biasIds?: Int32Array, "
-                     "biasValues?: Float32Array, maskRows?: Int32Array, allowedMasks?: Uint32Array)");
+                     "biasValues?: Float32Array, maskRows?: Int32Array, allowedMasks?: Uint32Array, deferMasks?: boolean, "
+                     "loraSlots?: Int32Array, specMeta?: Int32Array)");
   }
   auto tokens = info[0].As<Napi::Int32Array>();
   auto meta = info[1].As<Napi::Int32Array>();
@@ -75,6 +77,15 @@ Napi::Value EngineHandle::step(const Napi::CallbackInfo& info) {
     input->deferred_masks = std::make_shared<DeferredMasks>();
     pending_masks_ = input->deferred_masks;
   }
+  std::vector<int32_t> spec_meta;  // speculative decoding: [numDrafts, proposeDrafts, draftKey] per sequence
+  if (info.Length() > 12 && !info[12].IsUndefined()) {
+    if (!info[12].IsTypedArray() || info[12].As<Napi::TypedArray>().TypedArrayType() != napi_int32_array ||
+        info[12].As<Napi::TypedArray>().ElementLength() != num_seqs * kSpecMetaStride) {
+      throw make_error(env, "invalid_argument", "step: specMeta (Int32Array, 3 per sequence) expected");
+    }
+    auto m = info[12].As<Napi::Int32Array>();
+    spec_meta.assign(m.Data(), m.Data() + m.ElementLength());
+  }
   std::vector<int32_t> lora_slots;  // multi-LoRA: one adapter slot per sequence, -1 = base
   if (info.Length() > 11 && !info[11].IsUndefined()) {
     if (!info[11].IsTypedArray() || info[11].As<Napi::TypedArray>().TypedArrayType() != napi_int32_array ||
@@ -105,6 +116,11 @@ Napi::Value EngineHandle::step(const Napi::CallbackInfo& info) {
     s.bias_len = m[10];
     s.mask_row = mask_rows.empty() ? -1 : mask_rows[i];
     s.lora_slot = lora_slots.empty() ? -1 : lora_slots[i];
+    if (!spec_meta.empty()) {
+      s.num_drafts = spec_meta[i * kSpecMetaStride];
+      s.propose_drafts = spec_meta[i * kSpecMetaStride + 1];
+      s.draft_key = spec_meta[i * kSpecMetaStride + 2];
+    }
     s.sampling.temperature = static_cast<float>(sp[0]);
     s.sampling.top_p = static_cast<float>(sp[1]);
     s.sampling.top_k = static_cast<int32_t>(sp[2]);
@@ -125,6 +141,13 @@ Napi::Value EngineHandle::step(const Napi::CallbackInfo& info) {
         o.Set("topIds", to_typed<int32_t>(env, out.top_ids));
         o.Set("topLogprobs", to_typed<float>(env, out.top_logprobs));
         if (in.return_logits) o.Set("logits", to_typed<float>(env, out.logits));
+        // Speculative decoding: tokens per sampled sequence, and the drafter's proposals.
+        o.Set("emitted", to_typed<int32_t>(env, out.emitted));
+        if (!out.draft_counts.empty()) {
+          o.Set("draftCounts", to_typed<int32_t>(env, out.draft_counts));
+          o.Set("drafts", to_typed<int32_t>(env, out.drafts));
+          o.Set("draftScores", to_typed<float>(env, out.draft_scores));
+        }
         return o;
       });
 }

@@ -26,6 +26,7 @@ struct ForwardSeq {
   const int32_t* block_table = nullptr;
   int32_t num_blocks = 0;
   bool want_logits = false;  // logits of its last new token are needed
+  int32_t num_logits = 1;    // with want_logits: logits of its last num_logits tokens (a verify step's drafts)
   int32_t lora_slot = -1;    // adapter slot (Backend::set_lora) applied to its tokens; -1 = base model
 };
 
@@ -33,7 +34,7 @@ struct ForwardBatch {
   const int32_t* tokens = nullptr;
   int32_t num_tokens = 0;
   std::vector<ForwardSeq> seqs;
-  int32_t num_logit_rows = 0;  // count of seqs with want_logits
+  int32_t num_logit_rows = 0;  // logit rows: num_logits of each seq with want_logits, in batch order
 };
 
 /**
@@ -74,8 +75,19 @@ struct BackendOptions {
   double gpu_memory_utilization = 0;
   int64_t max_batch_tokens = 8192;  // GPU: activations are sized for this many tokens per step
   int64_t max_seqs = 256;           // GPU: logits rows and decode graphs up to this many sequences
+  int64_t max_drafts = 0;           // GPU: speculative decoding's drafts per sequence (verify rows are sized for them)
   bool cuda_graphs = true;          // GPU: replay decode steps from captured graphs
   std::string gemm = "auto";        // GPU: "auto" (cuBLASLt where present), "cublaslt", "own"
+  // KV pool element type: "auto" (the backend's own: f32 on the CPU, bf16 on GPUs), "bf16" or
+  // "fp8" (e4m3, scaled by the checkpoint's k_scale / v_scale or 1.0).
+  std::string kv_cache_dtype = "auto";
+  // Weights: "" (the checkpoint's own quantization_config), "fp8" (quantize bf16/f16/f32 linear
+  // layers at load: per-channel scales, dynamic per-token activations), "none" (dequantize an
+  // FP8 checkpoint). Applied by the Engine to the config the backend sees (quant_config.h).
+  std::string quantization;
+  // FP8 weights: "auto" computes as the checkpoint says (W8A8 where it quantizes activations),
+  // "w8a16" keeps activations unquantized (tests; GPUs without FP8 tensor cores do this anyway).
+  std::string fp8_compute = "auto";
   // Caller-owned KV pool (e.g. a UCX-allocated shared-memory region a peer maps and reads
   // without this process's CPU). nullptr: the backend allocates its own. The Engine checks
   // its size against the layout before the backend sees it; the caller keeps it mapped.
@@ -172,6 +184,7 @@ struct BackendStatus {
   bool available = false;
   std::string reason;  // why not, when unavailable
   std::string detail;  // e.g. the GPU's name
+  std::string fp8;     // which FP8 paths this backend runs here (weights, KV cache); "" when unavailable
 };
 
 /** Backends usable on this machine: "cpu", plus "cuda" when built and a driver and a GPU exist. */
@@ -181,6 +194,8 @@ std::vector<BackendStatus> backend_status();
 
 /** Bytes per KV element a device's pool uses (f32 on the CPU, bf16 on GPUs). */
 size_t kv_elem_bytes(const std::string& device);
+/** The same under a --kv-cache-dtype ("auto", "bf16", "fp8"; anything else is invalid_argument). */
+size_t kv_elem_bytes(const std::string& device, const std::string& kv_cache_dtype);
 
 /** Validates every weight's presence and shape against config, then builds the backend. */
 std::unique_ptr<Backend> create_backend(const ModelConfig& config, const SafetensorsStore& weights,

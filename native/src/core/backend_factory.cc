@@ -7,6 +7,7 @@
 #include "../cuda/kernel_api.h"
 #include "backend.h"
 #include "error.h"
+#include "fp8_weights.h"
 #include "safetensors.h"
 
 namespace tandem {
@@ -16,6 +17,7 @@ std::string layer_tensor(int64_t layer, const char* suffix) {
 }
 
 void validate_weights(const ModelConfig& c, const SafetensorsStore& w) {
+  validate_fp8_weights(c, w);
   const int64_t h = c.hidden_size;
   w.require("model.embed_tokens.weight", {c.vocab_size, h});
   w.require("model.norm.weight", {h});
@@ -55,14 +57,30 @@ std::vector<std::string> available_backends() {
 
 std::vector<BackendStatus> backend_status() {
   std::vector<BackendStatus> out;
-  out.push_back({"cpu", true, "", "host threads"});
+  const std::string kv = "e4m3 KV cache (--kv-cache-dtype fp8)";
+  out.push_back({"cpu", true, "", "host threads", "FP8 weights kept as e4m3 (W8A8 as the checkpoint says, or W8A16); " + kv});
   const gpu::CudaStatus cuda = gpu::cuda_status();
-  out.push_back({"cuda", cuda.available, cuda.reason, cuda.device_name});
-  out.push_back({"simt", true, "", "the CUDA backend's kernels on the SIMT harness (host; for tests, slow)"});
+  std::string fp8;
+  if (cuda.available) {
+    const std::string sm = "sm_" + std::to_string(cuda.cc_major) + std::to_string(cuda.cc_minor);
+    fp8 = cuda.cc_major > 8 || (cuda.cc_major == 8 && cuda.cc_minor >= 9)
+              ? "FP8 tensor cores (" + sm + "): decode GEMV e4m3 W8A8, prefill on cuBLASLt FP8 where its scale modes pass the load-time probe, else dequantized to bf16; " + kv
+              : "no FP8 tensor cores (" + sm + "): FP8 weights compute W8A16 (dequantized); " + kv;
+  }
+  out.push_back({"cuda", cuda.available, cuda.reason, cuda.device_name, fp8});
+  out.push_back({"simt", true, "", "the CUDA backend's kernels on the SIMT harness (host; for tests, slow)",
+                 "the CUDA backend's FP8 kernels (GEMV W8A8 / W8A16, dequantizing fallback); " + kv});
   return out;
 }
 
 size_t kv_elem_bytes(const std::string& device) { return device == "cpu" ? sizeof(float) : 2; }
+
+size_t kv_elem_bytes(const std::string& device, const std::string& kv_cache_dtype) {
+  if (kv_cache_dtype.empty() || kv_cache_dtype == "auto") return kv_elem_bytes(device);
+  if (kv_cache_dtype == "bf16") return 2;
+  if (kv_cache_dtype == "fp8" || kv_cache_dtype == "fp8_e4m3") return 1;
+  throw NativeError(ErrorCode::kInvalidArgument, "kv cache dtype '" + kv_cache_dtype + "' (expected auto, bf16 or fp8)");
+}
 
 namespace {
 

@@ -93,6 +93,7 @@ EmbedOutput Engine::embed(const EmbedInput& in) {
   size_t first = 0;
   int64_t offset = 0;  // token offset of sequence `first` in in.tokens
   while (first < in.lengths.size()) {
+    if (in.cancelled && in.cancelled()) throw NativeError(ErrorCode::kCancelled, "embed: cancelled by the caller");
     // Greedy packing in order: as many whole sequences as the pool's blocks and the backend's
     // activations (max_batch_tokens) hold.
     size_t end = first;

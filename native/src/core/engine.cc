@@ -5,7 +5,10 @@
 #include <cmath>
 #include <thread>
 
+#include "../spec/verify.h"
 #include "error.h"
+#include "fp8_weights.h"
+#include "quant_config.h"
 #include "safetensors.h"
 #include "thread_pool.h"
 
@@ -23,7 +26,7 @@ KvLayout layout_for(const ModelConfig& c, const BackendOptions& o) {
   kv.num_layers = c.num_layers;
   kv.num_kv_heads = c.num_kv_heads;
   kv.head_dim = c.head_dim;
-  kv.elem_bytes = kv_elem_bytes(o.device);
+  kv.elem_bytes = kv_elem_bytes(o.device, o.kv_cache_dtype);
   if (kv.block_size <= 0 || kv.block_size > 1024) {
     throw NativeError(ErrorCode::kInvalidArgument, "blockSize must be in [1, 1024]");
   }
@@ -66,7 +69,11 @@ std::unique_ptr<Engine> Engine::load(const EngineOptions& options) {
   std::unique_ptr<Engine> e(new Engine());
   e->config_ = ModelConfig::load(options.model_dir);
   BackendOptions backend = options.backend;
-  if (backend.kv_pool != nullptr && kv_elem_bytes(backend.device) != sizeof(float)) {
+  apply_quantization_option(e->config_.quant, backend.quantization);
+  if (backend.fp8_compute != "auto" && backend.fp8_compute != "w8a16") {
+    throw NativeError(ErrorCode::kInvalidArgument, "fp8 compute '" + backend.fp8_compute + "' (expected auto or w8a16)");
+  }
+  if (backend.kv_pool != nullptr && backend.device != "cpu") {
     throw NativeError(ErrorCode::kInvalidArgument, "device '" + backend.device +
                                                        "' keeps its KV pool in device memory: a caller-owned (host) pool cannot be used");
   }
@@ -78,12 +85,18 @@ std::unique_ptr<Engine> Engine::load(const EngineOptions& options) {
     e->kv_pool_external_ = true;
   }
   e->max_pass_tokens_ = std::max<int64_t>(1, backend.max_batch_tokens);
+  if (options.speculative.has_value()) {
+    spec::check_draft_config(*options.speculative);  // before the (slow) weight load
+    backend.max_drafts = options.speculative->max_drafts;
+  }
   auto store = SafetensorsStore::open_dir(options.model_dir);
   int threads = options.threads > 0 ? options.threads
                                     : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   e->pool_ = std::make_unique<ThreadPool>(threads);
   // The store (and its mappings) is dropped after this: backends copy what they keep.
   e->backend_ = create_backend(e->config_, *store, backend, *e->pool_);
+  e->kv_scales_ = load_kv_scales(*store, e->config_);
+  if (options.speculative.has_value()) e->drafter_ = spec::make_drafter(*options.speculative);
   if (backend.kv_pool != nullptr && (e->kv_pool_base() != backend.kv_pool || e->kv_pool_bytes() != backend.kv_pool_bytes)) {
     throw NativeError(ErrorCode::kInternal, std::string("backend '") + e->backend_name() +
                                                 "' did not place its KV pool in the given memory");
@@ -164,6 +177,16 @@ void Engine::validate(const StepInput& in) const {
       const size_t words = (static_cast<size_t>(config_.vocab_size) + 31) / 32;
       if ((static_cast<size_t>(s.mask_row) + 1) * words > in.allowed_masks.size()) bad(who + "mask row outside allowedMasks");
     }
+    if (s.num_drafts < 0 || s.num_drafts > spec::kMaxVerifyDrafts || (s.num_drafts > 0 && (!s.sample || s.num_drafts >= s.num_tokens))) {
+      bad(who + "numDrafts must be in [0, " + std::to_string(spec::kMaxVerifyDrafts) + "], below its token count, on a sampled sequence");
+    }
+    if (s.mask_row >= 0 && s.num_drafts > 0) {
+      const size_t words = (static_cast<size_t>(config_.vocab_size) + 31) / 32;
+      if ((static_cast<size_t>(s.mask_row) + 1 + static_cast<size_t>(s.num_drafts)) * words > in.allowed_masks.size()) {
+        bad(who + "mask rows of its drafts outside allowedMasks");
+      }
+    }
+    if (s.propose_drafts < 0) bad(who + "proposeDrafts must be >= 0");
     if (s.lora_slot >= 0 && (static_cast<size_t>(s.lora_slot) >= lora_loaded_.size() ||
                              !lora_loaded_[static_cast<size_t>(s.lora_slot)])) {
       bad(who + "no adapter in lora slot " + std::to_string(s.lora_slot));
@@ -185,7 +208,8 @@ StepOutput Engine::step(const StepInput& in) {
   batch.tokens = in.tokens.data();
   batch.num_tokens = static_cast<int32_t>(in.tokens.size());
   batch.seqs.reserve(in.seqs.size());
-  std::vector<size_t> sampled;  // seq index per logits row
+  std::vector<size_t> sampled;  // seq index per sampled sequence
+  int32_t logit_rows = 0;
   for (size_t i = 0; i < in.seqs.size(); ++i) {
     const SeqInput& s = in.seqs[i];
     ForwardSeq f;
@@ -195,11 +219,15 @@ StepOutput Engine::step(const StepInput& in) {
     f.block_table = in.block_tables.data() + s.block_offset;
     f.num_blocks = s.num_blocks;
     f.want_logits = s.sample;
+    f.num_logits = s.num_drafts + 1;  // a verify step samples after the last token and after each draft
     f.lora_slot = s.lora_slot;
-    if (s.sample) sampled.push_back(i);
+    if (s.sample) {
+      sampled.push_back(i);
+      logit_rows += f.num_logits;
+    }
     batch.seqs.push_back(f);
   }
-  batch.num_logit_rows = static_cast<int32_t>(sampled.size());
+  batch.num_logit_rows = logit_rows;
   // A device backend returns once the forward is queued: the masks below are awaited while it runs.
   if (batch.num_tokens > 0) backend_->forward(batch);
 
@@ -208,6 +236,7 @@ StepOutput Engine::step(const StepInput& in) {
   const size_t mask_words = (vocab + 31) / 32;
   const int32_t* deferred_rows = nullptr;
   const uint32_t* masks = in.allowed_masks.data();
+  size_t masks_size = in.allowed_masks.size();
   if (in.deferred_masks) {
     DeferredMasks& d = *in.deferred_masks;
     if (!d.wait_for(std::chrono::seconds(60))) {
@@ -215,52 +244,100 @@ StepOutput Engine::step(const StepInput& in) {
     }
     if (!d.rows.empty()) {
       if (d.rows.size() != in.seqs.size()) throw NativeError(ErrorCode::kInvalidArgument, "supplyMasks: maskRows needs one entry per sequence");
-      for (int32_t row : d.rows) {
-        if (row >= 0 && (static_cast<size_t>(row) + 1) * mask_words > d.masks.size()) {
+      for (size_t i = 0; i < d.rows.size(); ++i) {
+        const int32_t row = d.rows[i];
+        // A verify sequence's drafts take the rows after its first one.
+        if (row >= 0 && (static_cast<size_t>(row) + 1 + static_cast<size_t>(in.seqs[i].num_drafts)) * mask_words > d.masks.size()) {
           throw NativeError(ErrorCode::kInvalidArgument, "supplyMasks: mask row outside allowedMasks");
         }
       }
       deferred_rows = d.rows.data();
       masks = d.masks.data();
+      masks_size = d.masks.size();
     }
   }
+  (void)masks_size;
 
-  std::vector<SampleRow> rows(sampled.size());
+  // One row per sampled position: after the last real token, then after each draft (spec/verify.h).
+  spec::VerifyRows verify;
+  verify.build(in, sampled);
+  std::vector<SampleRow> rows(static_cast<size_t>(logit_rows));
   for (size_t r = 0; r < sampled.size(); ++r) {
     const size_t seq_index = sampled[r];
     const SeqInput& s = in.seqs[seq_index];
-    SampleRow& row = rows[r];
-    row.logit_row = static_cast<int32_t>(r);
-    row.params = s.sampling;
-    row.position = static_cast<int64_t>(s.start_pos) + s.num_tokens;
-    if (s.history_len > 0) {
-      row.history = in.history.data() + s.history_offset;
-      row.history_len = s.history_len;
-      row.num_prompt = s.num_prompt;
-    }
-    row.num_top_logprobs = s.num_top_logprobs;
-    if (s.bias_len > 0) {
-      row.bias_ids = in.bias_ids.data() + s.bias_offset;
-      row.bias_values = in.bias_values.data() + s.bias_offset;
-      row.bias_len = s.bias_len;
-    }
     const int32_t mask_row = in.deferred_masks ? (deferred_rows != nullptr ? deferred_rows[seq_index] : -1) : s.mask_row;
-    if (mask_row >= 0) row.allowed = masks + static_cast<size_t>(mask_row) * mask_words;
+    for (int32_t j = 0; j <= s.num_drafts; ++j) {
+      const int32_t at = verify.first_row[r] + j;
+      SampleRow& row = rows[static_cast<size_t>(at)];
+      row.logit_row = at;
+      row.params = s.sampling;
+      row.position = static_cast<int64_t>(s.start_pos) + s.num_tokens - s.num_drafts + j;
+      if (s.history_len > 0) {
+        // Penalties see the drafts before this row as generated tokens.
+        const spec::VerifyRows::History h = verify.history(in, r, j);
+        row.history = h.tokens;
+        row.history_len = h.len;
+        row.num_prompt = s.num_prompt;
+      }
+      row.num_top_logprobs = s.num_top_logprobs;
+      if (s.bias_len > 0) {
+        row.bias_ids = in.bias_ids.data() + s.bias_offset;
+        row.bias_values = in.bias_values.data() + s.bias_offset;
+        row.bias_len = s.bias_len;
+      }
+      if (mask_row >= 0) row.allowed = masks + static_cast<size_t>(mask_row + j) * mask_words;
+    }
   }
 
   StepOutput out;
   SampledRows sampled_rows;
   if (!rows.empty()) backend_->sample(rows, sampled_rows);
-  out.tokens = std::move(sampled_rows.tokens);
-  out.logprobs = std::move(sampled_rows.logprobs);
-  out.top_stride = sampled_rows.top_stride;
-  out.top_ids = std::move(sampled_rows.top_ids);
-  out.top_logprobs = std::move(sampled_rows.top_logprobs);
+  verify.accept(in, sampled, sampled_rows, out);
   if (in.return_logits && !rows.empty()) {
     out.logits.resize(rows.size() * vocab);
     backend_->read_logits(out.logits.data(), static_cast<int32_t>(rows.size()));
   }
+  if (drafter_ != nullptr) draft(in, sampled, out);
   return out;
+}
+
+void Engine::set_drafter(std::unique_ptr<spec::Drafter> drafter) {
+  std::lock_guard<std::mutex> lock(step_mu_);
+  drafter_ = std::move(drafter);
+}
+
+// After sampling: each sampled sequence that asks for drafts gets its returned tokens appended
+// to the drafter's view of it, then proposals for its next step (on this thread, timed with the step).
+void Engine::draft(const StepInput& in, const std::vector<size_t>& sampled, StepOutput& out) {
+  out.draft_counts.assign(sampled.size(), 0);
+  draft_queries_.clear();
+  int32_t token_at = 0;
+  std::vector<int32_t> query_of(sampled.size(), -1);
+  for (size_t r = 0; r < sampled.size(); ++r) {
+    const SeqInput& s = in.seqs[sampled[r]];
+    const int32_t n = out.emitted[r];
+    if (s.draft_key >= 0) {
+      spec::DraftQuery q;
+      q.key = s.draft_key;
+      q.new_tokens = out.tokens.data() + token_at;
+      q.num_new = n;
+      // Its length after this step: the tokens before the drafts, then the returned ones.
+      q.expected_len = static_cast<int64_t>(s.start_pos) + s.num_tokens - s.num_drafts + n;
+      q.max_drafts = s.propose_drafts;
+      query_of[r] = static_cast<int32_t>(draft_queries_.size());
+      draft_queries_.push_back(std::move(q));
+    }
+    token_at += n;
+  }
+  if (draft_queries_.empty()) return;
+  drafter_->propose(draft_queries_, pool_.get());
+  for (size_t r = 0; r < sampled.size(); ++r) {
+    if (query_of[r] < 0) continue;
+    const spec::DraftQuery& q = draft_queries_[static_cast<size_t>(query_of[r])];
+    out.draft_counts[r] = static_cast<int32_t>(q.drafts.size());
+    out.drafts.insert(out.drafts.end(), q.drafts.begin(), q.drafts.end());
+    out.draft_scores.insert(out.draft_scores.end(), q.scores.begin(), q.scores.end());
+  }
 }
 
 std::pair<int, int> Engine::kv_layers(int l0, int l1) const {
@@ -291,7 +368,9 @@ void Engine::kv_check_compatible(const KvLayout& o, const char* what) const {
                           std::to_string(kv.num_layers) + " x " + std::to_string(kv.num_kv_heads) + " x " +
                           std::to_string(kv.head_dim) + " (a different tensor-parallel split is not supported yet)");
   }
-  if (o.elem_bytes != 2 && o.elem_bytes != 4) throw NativeError(ErrorCode::kInvalidArgument, std::string(what) + ": dtype must be f32 or bf16");
+  if (o.elem_bytes != 1 && o.elem_bytes != 2 && o.elem_bytes != 4) {
+    throw NativeError(ErrorCode::kInvalidArgument, std::string(what) + ": dtype must be f32, bf16 or fp8_e4m3");
+  }
   if (o.block_size <= 0 || o.block_size > 1024) {
     throw NativeError(ErrorCode::kInvalidArgument, std::string(what) + ": blockSize must be in [1, 1024]");
   }

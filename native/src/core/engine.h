@@ -8,11 +8,14 @@
 #include <map>
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "../spec/drafter.h"
 #include "backend.h"
 #include "lora.h"
 #include "model_config.h"
@@ -27,6 +30,8 @@ struct EngineOptions {
   std::string model_dir;
   BackendOptions backend;
   int threads = 0;  // 0: hardware concurrency
+  // Speculative decoding: the drafter to load (spec/drafter.h); unset = none.
+  std::optional<spec::DraftConfig> speculative;
 };
 
 /** One sequence in a step; offsets index the flat arrays of StepInput. */
@@ -46,6 +51,13 @@ struct SeqInput {
   int32_t mask_row = -1;  // structured output: row in StepInput::allowed_masks, -1 = none
   int32_t lora_slot = -1;  // adapter slot (Engine::set_lora), -1 = the base model
   SamplingParams sampling;
+  // Speculative decoding (spec/verify.h). num_drafts > 0: the last num_drafts of its tokens are
+  // drafts to verify (sample must be set); k + 1 rows are sampled and the accepted prefix plus
+  // one more token is returned. propose_drafts > 0: afterwards the drafter proposes up to that
+  // many tokens for its next step, for the sequence it knows as draft_key (Drafter::begin).
+  int32_t num_drafts = 0;
+  int32_t propose_drafts = 0;
+  int64_t draft_key = -1;
 };
 
 /**
@@ -90,14 +102,24 @@ struct StepInput {
   bool return_logits = false;  // tests and goldens: copy the sampled rows' logits out
 };
 
-/** Results for sequences with sample=true, in batch order. */
+/**
+ * Results for sequences with sample=true, in batch order. A sequence returns emitted[i] tokens
+ * (1, or 1 + its accepted drafts in a verify step); tokens, logprobs and top rows are per
+ * returned token, flattened in batch order.
+ */
 struct StepOutput {
   std::vector<int32_t> tokens;
   std::vector<float> logprobs;        // NaN where logprobs were not asked
   int32_t top_stride = 0;             // max top-logprobs asked in this step
-  std::vector<int32_t> top_ids;       // [num_sampled][top_stride], -1 padded
+  std::vector<int32_t> top_ids;       // [num_tokens][top_stride], -1 padded
   std::vector<float> top_logprobs;    // same shape
-  std::vector<float> logits;          // [num_sampled][vocab] when return_logits
+  std::vector<float> logits;          // [sampled rows][vocab] when return_logits (k + 1 rows per verify)
+  std::vector<int32_t> emitted;       // per sampled sequence: tokens it returns
+  // Speculative decoding: per sampled sequence its proposed drafts (draft_counts[i] of them,
+  // flattened) and the drafter's estimate of each one's acceptance (NaN: none).
+  std::vector<int32_t> draft_counts;
+  std::vector<int32_t> drafts;
+  std::vector<float> draft_scores;
 };
 
 /**
@@ -109,6 +131,9 @@ struct EmbedInput {
   std::vector<int32_t> lengths;
   Pooling pooling = Pooling::kLast;
   bool normalize = true;  // L2-normalize each vector (sentence-transformers' Normalize module)
+  // Asked before each forward pass; true stops the call with ErrorCode::kCancelled (the caller
+  // is gone: an abandoned request must not hold the engine for its remaining passes).
+  std::function<bool()> cancelled;
 };
 
 /** One vector per input sequence, in order: [num_seqs][dim]. */
@@ -134,6 +159,8 @@ class Engine {
   ~Engine();
 
   const ModelConfig& config() const { return config_; }
+  /** The model's e4m3 KV-cache scales, [layer][K, V] (1.0 without checkpoint scales): what converts to or from an e4m3 pool. */
+  const std::vector<float>& kv_scales() const { return kv_scales_; }
   const KvLayout& kv_layout() const { return backend_->kv_layout(); }
   const char* backend_name() const { return backend_->name(); }
   std::string backend_description() const { return backend_->description(); }
@@ -162,6 +189,13 @@ class Engine {
 
   /** Runs one batched step. Bad inputs -> NativeError(invalid_argument); the pool is untouched. */
   StepOutput step(const StepInput& input);
+
+  /**
+   * Speculative decoding: the drafter whose proposals step() returns (SeqInput::propose_drafts);
+   * nullptr = none. Set before the first step. begin()/end() go to it directly (any thread).
+   */
+  void set_drafter(std::unique_ptr<spec::Drafter> drafter);
+  spec::Drafter* drafter() const { return drafter_.get(); }
 
   /**
    * Embeddings (embedding.cc): runs the sequences in as few forward passes as the KV pool
@@ -193,13 +227,17 @@ class Engine {
  private:
   Engine() = default;
   void validate(const StepInput& input) const;
+  void draft(const StepInput& in, const std::vector<size_t>& sampled, StepOutput& out);
 
   ModelConfig config_;
+  std::vector<float> kv_scales_;
   std::unique_ptr<ThreadPool> pool_;
   std::unique_ptr<Backend> backend_;
   bool kv_pool_external_ = false;
   int64_t max_pass_tokens_ = 8192;  // embed(): tokens per forward pass (BackendOptions::max_batch_tokens)
   std::vector<bool> lora_loaded_;  // by slot, for validate()
+  std::unique_ptr<spec::Drafter> drafter_;
+  std::vector<spec::DraftQuery> draft_queries_;  // reused between steps
   std::mutex step_mu_;  // steps are serialized; the TS side sends one at a time anyway
   /** l1 = -1 -> all layers; checks the range. */
   std::pair<int, int> kv_layers(int l0, int l1) const;

@@ -7,7 +7,7 @@
 
 namespace tandem {
 
-enum class ErrorCode { kConfigInvalid, kNotFound, kInvalidArgument, kResourceExhausted, kUnavailable, kInternal };
+enum class ErrorCode { kConfigInvalid, kNotFound, kInvalidArgument, kResourceExhausted, kUnavailable, kInternal, kCancelled };
 
 inline const char* error_code_name(ErrorCode code) {
   switch (code) {
@@ -17,6 +17,7 @@ inline const char* error_code_name(ErrorCode code) {
     case ErrorCode::kResourceExhausted: return "resource_exhausted";
     case ErrorCode::kUnavailable: return "unavailable";
     case ErrorCode::kInternal: return "internal";
+    case ErrorCode::kCancelled: return "cancelled";
   }
   return "internal";
 }

@@ -1,13 +1,15 @@
 // The KV block copy of cuda/kv_copy.h on the host: the CPU backend's pool <-> host buffer and
 // peer copies, and the reference the kernel is checked against. Plain loops over (token,
 // layer, K|V, slot row); rows are memcpy'd when the dtype agrees, converted element by
-// element (round to nearest even) when it does not. ids are host pointers here.
+// element (round to nearest even; an e4m3 side scaled by the layer's K or V scale) when it
+// does not. ids and scales are host pointers here.
 #pragma once
 
 #include <cstdint>
 #include <cstring>
 
 #include "../cuda/bf16.h"
+#include "../cuda/fp8.h"
 #include "../cuda/kv_copy.h"
 #include "kv_layout.h"
 
@@ -23,6 +25,33 @@ inline gpu::KvPoolView kv_view(const KvLayout& layout, const void* base, const i
   v.num_layers = static_cast<int32_t>(layout.num_layers);
   v.token_stride = layout.token_stride();
   return v;
+}
+
+/** One element of a pool as f32 (fp8: times its scale). */
+inline float kv_host_load(const unsigned char* p, int elem_bytes, float scale) {
+  if (elem_bytes == 4) {
+    float f;
+    std::memcpy(&f, p, 4);
+    return f;
+  }
+  if (elem_bytes == 2) {
+    gpu::bf16_bits b;
+    std::memcpy(&b, p, 2);
+    return gpu::bf16_bits_to_float(b);
+  }
+  return gpu::fp8_bits_to_float(*p) * scale;
+}
+
+/** Stores f as one element of a pool (fp8: f / scale, saturating). */
+inline void kv_host_store(unsigned char* p, int elem_bytes, float f, float scale) {
+  if (elem_bytes == 4) {
+    std::memcpy(p, &f, 4);
+  } else if (elem_bytes == 2) {
+    const gpu::bf16_bits b = gpu::float_to_bf16_bits(f);
+    std::memcpy(p, &b, 2);
+  } else {
+    *p = gpu::fp8_quantize(f, scale);
+  }
 }
 
 inline void kv_copy_host(const gpu::KvCopyArgs& a) {
@@ -43,19 +72,9 @@ inline void kv_copy_host(const gpu::KvCopyArgs& a) {
           std::memcpy(d, s, static_cast<size_t>(width * a.dst.elem_bytes));
           continue;
         }
-        for (int64_t j = 0; j < width; ++j) {
-          if (a.src.elem_bytes == 4) {
-            float f;
-            std::memcpy(&f, s + j * 4, 4);
-            const gpu::bf16_bits b = gpu::float_to_bf16_bits(f);
-            std::memcpy(d + j * 2, &b, 2);
-          } else {
-            gpu::bf16_bits b;
-            std::memcpy(&b, s + j * 2, 2);
-            const float f = gpu::bf16_bits_to_float(b);
-            std::memcpy(d + j * 4, &f, 4);
-          }
-        }
+        const float scale = gpu::kv_copy_scale(a, layer, kv);
+        const int sb = a.src.elem_bytes, db = a.dst.elem_bytes;
+        for (int64_t j = 0; j < width; ++j) kv_host_store(d + j * db, db, kv_host_load(s + j * sb, sb, scale), scale);
       }
     }
   }

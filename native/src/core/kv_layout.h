@@ -8,10 +8,26 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
 namespace tandem {
 
 inline constexpr const char* kKvLayoutName = "block_major.v1:[block][layer][kv][slot][kv_head][head_dim]";
+
+// A pool's element type follows from its element size: 4 f32, 2 bf16, 1 FP8 e4m3. An e4m3 pool
+// holds K / k_scale and V / v_scale, with the model's per-layer scales (the checkpoint's
+// k_scale / v_scale, else 1.0; core/fp8_weights.h load_kv_scales); every pool of one model
+// reads them the same, so a copy between pools of different types converts with them.
+inline const char* kv_dtype_name(size_t elem_bytes) {
+  return elem_bytes == 4 ? "f32" : elem_bytes == 2 ? "bf16" : elem_bytes == 1 ? "fp8_e4m3" : "?";
+}
+/** Element size of a dtype name (f32, bf16, fp8_e4m3; fp8 is e4m3); 0 when unknown. */
+inline size_t kv_dtype_bytes(const std::string& name) {
+  if (name == "f32") return 4;
+  if (name == "bf16") return 2;
+  if (name == "fp8_e4m3" || name == "fp8") return 1;
+  return 0;
+}
 
 struct KvLayout {
   int64_t num_blocks = 0;

@@ -186,6 +186,10 @@ ModelConfig ModelConfig::from_json(const Json& root, const std::string& source) 
   c.tie_word_embeddings = optional_bool(root, "tie_word_embeddings", false, source);
   c.rope_scaling = parse_rope_scaling(root, c.max_position_embeddings, source);
   parse_moe_config(root, c, source);
+  c.quant = QuantConfig::from_json(root, source);
+  // The expert loaders read bf16/f32 tensors: an FP8 expert would load without its scales.
+  if (c.moe.enabled() && c.quant.quantized())
+    refuse(source, "field 'quantization_config': FP8 checkpoints of mixture-of-experts models are not supported yet");
 
   bool attention_bias = optional_bool(root, "attention_bias", false, source);
   switch (c.arch) {

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "moe_config.h"
+#include "quant_config.h"
 
 namespace tandem {
 
@@ -51,6 +52,7 @@ struct ModelConfig {
   RopeScaling rope_scaling;
   MoeConfig moe;  // num_experts 0: every MLP is dense
   std::vector<int64_t> eos_token_ids;
+  QuantConfig quant;  // quantization_config (FP8 checkpoints); quant_config.h
 
   int64_t q_dim() const { return num_heads * head_dim; }
   int64_t kv_dim() const { return num_kv_heads * head_dim; }

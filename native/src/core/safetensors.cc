@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "../cuda/fp8.h"
 #include "error.h"
 #include "json.h"
 
@@ -54,6 +55,17 @@ class MappedFile {
   const uint8_t* data_ = nullptr;
   size_t size_ = 0;
 };
+
+const char* dtype_name(DType t) {
+  switch (t) {
+    case DType::kF32: return "F32";
+    case DType::kF16: return "F16";
+    case DType::kBF16: return "BF16";
+    case DType::kF8E4M3: return "F8_E4M3";
+    case DType::kF8E5M2: return "F8_E5M2";
+  }
+  return "?";
+}
 
 size_t TensorView::num_elements() const {
   size_t n = 1;
@@ -138,8 +150,10 @@ void SafetensorsStore::add_file(const std::string& path) {
     if (dt == "F32") { v.dtype = DType::kF32; elem = 4; }
     else if (dt == "F16") { v.dtype = DType::kF16; elem = 2; }
     else if (dt == "BF16") { v.dtype = DType::kBF16; elem = 2; }
+    else if (dt == "F8_E4M3") { v.dtype = DType::kF8E4M3; elem = 1; }
+    else if (dt == "F8_E5M2") { v.dtype = DType::kF8E5M2; elem = 1; }
     else {
-      // Other dtypes (I64 buffers, F8) are only an error if a weight we need uses them.
+      // Other dtypes (I64 buffers, GPTQ/AWQ int packs) are only an error if a weight we need uses them.
       continue;
     }
     for (const Json& d : shape->items()) {
@@ -158,6 +172,13 @@ void SafetensorsStore::add_file(const std::string& path) {
     tensors_[name] = std::move(v);
   }
   files_.push_back(std::move(file));
+}
+
+std::vector<const TensorView*> SafetensorsStore::tensors() const {
+  std::vector<const TensorView*> out;
+  out.reserve(tensors_.size());
+  for (const auto& [name, t] : tensors_) out.push_back(&t);
+  return out;
 }
 
 const TensorView* SafetensorsStore::find(const std::string& name) const {
@@ -243,6 +264,12 @@ void convert_to_f32(const TensorView& t, float* out) {
       }
       return;
     }
+    case DType::kF8E4M3:
+      for (size_t i = 0; i < n; ++i) out[i] = gpu::fp8_bits_to_float(t.data[i]);
+      return;
+    case DType::kF8E5M2:
+      throw NativeError(ErrorCode::kConfigInvalid, t.file + ": tensor '" + t.name +
+                                                       "' has dtype F8_E5M2 (FP8 weights must be F8_E4M3)");
   }
 }
 

@@ -13,7 +13,12 @@
 
 namespace tandem {
 
-enum class DType { kF32, kF16, kBF16 };
+// F8_E4M3 is an FP8 weight (its scales are separate tensors; fp8_weights.h); F8_E5M2 is parsed
+// only so that a checkpoint using it is refused by name.
+enum class DType { kF32, kF16, kBF16, kF8E4M3, kF8E5M2 };
+
+/** The safetensors name of a dtype ("F32", "BF16", "F8_E4M3", ...). */
+const char* dtype_name(DType t);
 
 /** Header lengths beyond this are refused (as workers/models/safetensors.ts does). */
 constexpr uint64_t kMaxSafetensorsHeaderBytes = 100ull * 1024 * 1024;
@@ -44,6 +49,8 @@ class SafetensorsStore {
   /** The tensor with this exact shape; missing -> not_found, shape mismatch -> config_invalid. */
   const TensorView& require(const std::string& name, const std::vector<int64_t>& shape) const;
   size_t size() const { return tensors_.size(); }
+  /** Every tensor of every file, by name. */
+  std::vector<const TensorView*> tensors() const;
 
  private:
   SafetensorsStore() = default;
@@ -54,7 +61,7 @@ class SafetensorsStore {
   std::map<std::string, TensorView> tensors_;
 };
 
-/** Converts n elements of any supported dtype to f32. */
+/** Converts every element to f32 (F8_E4M3: the e4m3 value, unscaled); F8_E5M2 is config_invalid. */
 void convert_to_f32(const TensorView& t, float* out);
 
 /** One IEEE half (raw bits) as f32, exactly (subnormals, infinities and NaN included). */

@@ -7,6 +7,7 @@
 
 #include "../core/embedding.h"
 #include "../core/error.h"
+#include "../core/fp8_weights.h"
 #include "../core/kv_copy_host.h"
 #include "../core/safetensors.h"
 #include "../core/thread_pool.h"
@@ -24,9 +25,6 @@ std::vector<float> to_f32(const SafetensorsStore& w, const std::string& name,
   return out;
 }
 
-cpu::WeightMatrix matrix(const SafetensorsStore& w, const std::string& name, const std::vector<int64_t>& shape) {
-  return cpu::WeightMatrix::load(w, {{name, shape}});
-}
 
 int64_t pick_num_blocks(const BackendOptions& o, const KvLayout& layout) {
   if (o.num_blocks > 0) return o.num_blocks;
@@ -52,16 +50,17 @@ CpuBackend::CpuBackend(const ModelConfig& config, const SafetensorsStore& weight
   layout_.num_layers = config.num_layers;
   layout_.num_kv_heads = config.num_kv_heads;
   layout_.head_dim = config.head_dim;
-  layout_.elem_bytes = sizeof(float);
+  layout_.elem_bytes = kv_elem_bytes("cpu", options.kv_cache_dtype);
   layout_.num_blocks = pick_num_blocks(options, layout_);
-  load_weights(weights);
+  kv_scales_ = load_kv_scales(weights, config);
+  load_weights(weights, options);
   for (int i = 0; i < pool_.size(); ++i) samplers_.push_back(std::make_unique<Sampler>(config_.vocab_size));
   if (options.kv_pool != nullptr) {
-    kv_base_ = static_cast<float*>(options.kv_pool);
+    kv_base_ = options.kv_pool;
     return;
   }
   try {
-    kv_.assign(static_cast<size_t>(layout_.num_blocks * layout_.block_stride()), 0.0f);
+    kv_.assign((layout_.bytes_per_block() * static_cast<size_t>(layout_.num_blocks) + sizeof(float) - 1) / sizeof(float), 0.0f);
   } catch (const std::bad_alloc&) {
     throw NativeError(ErrorCode::kResourceExhausted,
                       "cannot allocate a KV pool of " + std::to_string(layout_.num_blocks) + " blocks");
@@ -70,7 +69,7 @@ CpuBackend::CpuBackend(const ModelConfig& config, const SafetensorsStore& weight
 }
 
 void CpuBackend::adopt_kv_pool(void* base) {
-  kv_base_ = static_cast<float*>(base);
+  kv_base_ = base;
   std::vector<float>().swap(kv_);
 }
 
@@ -82,6 +81,7 @@ void CpuBackend::kv_read_blocks(const int32_t* ids, int32_t n, void* dst, int l0
   a.num_tokens = static_cast<int64_t>(n) * layout_.block_size;
   a.layer_begin = l0;
   a.layer_end = l1;
+  a.scales = kv_scales_.data();
   kv_copy_host(a);
 }
 
@@ -94,7 +94,19 @@ void CpuBackend::kv_write_blocks(const int32_t* ids, int32_t n, const void* src,
   a.src_first = src_first;
   a.layer_begin = l0;
   a.layer_end = l1;
+  a.scales = kv_scales_.data();
   kv_copy_host(a);
+}
+
+std::string CpuBackend::description() const {
+  std::string s = "cpu";
+  if (config_.quant.quantized()) {
+    s += config_.quant.dequantize ? "; weights: " + config_.quant.describe()
+                                  : "; FP8 weights kept as e4m3 (" + config_.quant.describe() +
+                                        (fp8_weight_only_ ? "; computed W8A16" : "") + ")";
+  }
+  if (layout_.elem_bytes != sizeof(float)) s += std::string("; KV cache ") + kv_dtype_name(layout_.elem_bytes);
+  return s;
 }
 
 void CpuBackend::set_lora(int32_t slot, std::shared_ptr<const LoraAdapter> adapter) {
@@ -131,20 +143,32 @@ void CpuBackend::apply_lora(int64_t layer, LoraTarget target, const float* x, in
                           out_features, lora_scratch_);
 }
 
-void CpuBackend::load_weights(const SafetensorsStore& w) {
+cpu::WeightMatrix CpuBackend::linear(const SafetensorsStore& w, const std::vector<cpu::WeightMatrix::Part>& parts) const {
+  cpu::WeightMatrix m = cpu::WeightMatrix::load(w, config_, parts, true, &pool_);
+  if (fp8_weight_only_) m.set_weight_only();
+  return m;
+}
+
+void CpuBackend::load_weights(const SafetensorsStore& w, const BackendOptions& options) {
   const ModelConfig& c = config_;
   const int64_t h = c.hidden_size;
-  embed_ = matrix(w, "model.embed_tokens.weight", {c.vocab_size, h});
-  if (!c.tie_word_embeddings) lm_head_ = matrix(w, "lm_head.weight", {c.vocab_size, h});
+  fp8_weight_only_ = options.fp8_compute == "w8a16";
+  // Embeddings and the LM head stay in the checkpoint's precision unless it quantized them.
+  embed_ = cpu::WeightMatrix::load(w, c, {{"model.embed_tokens.weight", {c.vocab_size, h}}}, false);
+  if (!c.tie_word_embeddings) {
+    lm_head_ = cpu::WeightMatrix::load(w, c, {{"lm_head.weight", {c.vocab_size, h}}}, false);
+    if (fp8_weight_only_) lm_head_.set_weight_only();
+  }
+  if (fp8_weight_only_) embed_.set_weight_only();  // tied: the LM head's GEMM
   final_norm_ = to_f32(w, "model.norm.weight", {h});
   layers_.resize(static_cast<size_t>(c.num_layers));
   for (int64_t l = 0; l < c.num_layers; ++l) {
     Layer& L = layers_[static_cast<size_t>(l)];
     L.input_norm = to_f32(w, layer_tensor(l, "input_layernorm.weight"), {h});
     L.post_norm = to_f32(w, layer_tensor(l, "post_attention_layernorm.weight"), {h});
-    L.wqkv = cpu::WeightMatrix::load(w, {{layer_tensor(l, "self_attn.q_proj.weight"), {c.q_dim(), h}},
-                                         {layer_tensor(l, "self_attn.k_proj.weight"), {c.kv_dim(), h}},
-                                         {layer_tensor(l, "self_attn.v_proj.weight"), {c.kv_dim(), h}}});
+    L.wqkv = linear(w, {{layer_tensor(l, "self_attn.q_proj.weight"), {c.q_dim(), h}},
+                        {layer_tensor(l, "self_attn.k_proj.weight"), {c.kv_dim(), h}},
+                        {layer_tensor(l, "self_attn.v_proj.weight"), {c.kv_dim(), h}}});
     if (c.qkv_bias) {
       const std::pair<const char*, int64_t> parts[] = {
           {"self_attn.q_proj.bias", c.q_dim()}, {"self_attn.k_proj.bias", c.kv_dim()}, {"self_attn.v_proj.bias", c.kv_dim()}};
@@ -153,7 +177,7 @@ void CpuBackend::load_weights(const SafetensorsStore& w) {
         L.bqkv.insert(L.bqkv.end(), part.begin(), part.end());
       }
     }
-    L.wo = matrix(w, layer_tensor(l, "self_attn.o_proj.weight"), {h, c.q_dim()});
+    L.wo = linear(w, {{layer_tensor(l, "self_attn.o_proj.weight"), {h, c.q_dim()}}});
     if (c.o_bias) L.bo = to_f32(w, layer_tensor(l, "self_attn.o_proj.bias"), {h});
     if (c.qk_norm) {
       L.q_norm = to_f32(w, layer_tensor(l, "self_attn.q_norm.weight"), {c.head_dim});
@@ -163,9 +187,9 @@ void CpuBackend::load_weights(const SafetensorsStore& w) {
       L.moe = std::make_unique<cpu::MoeLayerWeights>(cpu::MoeLayerWeights::load(c, w, l));
       continue;
     }
-    L.wgate_up = cpu::WeightMatrix::load(w, {{layer_tensor(l, "mlp.gate_proj.weight"), {c.intermediate_size, h}},
-                                             {layer_tensor(l, "mlp.up_proj.weight"), {c.intermediate_size, h}}});
-    L.wdown = matrix(w, layer_tensor(l, "mlp.down_proj.weight"), {h, c.intermediate_size});
+    L.wgate_up = linear(w, {{layer_tensor(l, "mlp.gate_proj.weight"), {c.intermediate_size, h}},
+                            {layer_tensor(l, "mlp.up_proj.weight"), {c.intermediate_size, h}}});
+    L.wdown = linear(w, {{layer_tensor(l, "mlp.down_proj.weight"), {h, c.intermediate_size}}});
   }
 }
 
@@ -189,7 +213,8 @@ void CpuBackend::ensure_scratch(int64_t t) {
 void CpuBackend::write_kv(const ForwardBatch& batch, int64_t layer) {
   const ModelConfig& c = config_;
   const int64_t qkv_w = c.q_dim() + 2 * c.kv_dim();
-  const size_t kv_bytes = static_cast<size_t>(c.kv_dim()) * sizeof(float);
+  const int eb = static_cast<int>(layout_.elem_bytes);
+  auto* pool = static_cast<unsigned char*>(kv_base_);
   for (const ForwardSeq& s : batch.seqs) {
     for (int32_t i = 0; i < s.num_tokens; ++i) {
       const int64_t tok = s.token_offset + i;
@@ -197,9 +222,17 @@ void CpuBackend::write_kv(const ForwardBatch& batch, int64_t layer) {
       const int64_t block = s.block_table[pos / layout_.block_size];
       const int64_t slot = pos % layout_.block_size;
       const float* row = qkv_.data() + tok * qkv_w;
-      std::memcpy(kv_base_ + layout_.offset(block, layer, 0, slot), row + c.q_dim(), kv_bytes);
-      std::memcpy(kv_base_ + layout_.offset(block, layer, 1, slot), row + c.q_dim() + c.kv_dim(),
-                  kv_bytes);
+      for (int kv = 0; kv < 2; ++kv) {
+        const float* src = row + c.q_dim() + kv * c.kv_dim();
+        unsigned char* dst = pool + layout_.offset(block, layer, kv, slot) * eb;
+        if (eb == 4) {
+          std::memcpy(dst, src, static_cast<size_t>(c.kv_dim()) * sizeof(float));
+          continue;
+        }
+        // bf16 rounds to nearest even; e4m3 stores value / scale (saturating), as the GPU's write.
+        const float scale = kv_scales_[static_cast<size_t>(2 * layer + kv)];
+        for (int64_t j = 0; j < c.kv_dim(); ++j) kv_host_store(dst + j * eb, eb, src[j], scale);
+      }
     }
   }
 }
@@ -211,7 +244,14 @@ void CpuBackend::attention(const ForwardBatch& batch, int64_t layer) {
   a.q_stride = c.q_dim() + 2 * c.kv_dim();
   a.out = attn_.data();
   a.out_stride = c.q_dim();
-  a.kv_pool = kv_base_;
+  if (layout_.elem_bytes == sizeof(float)) {
+    a.kv_pool = static_cast<const float*>(kv_base_);
+  } else {
+    a.kv_pool_raw = kv_base_;
+    a.kv_elem_bytes = static_cast<int>(layout_.elem_bytes);
+    a.k_scale = kv_scales_[static_cast<size_t>(2 * layer)];
+    a.v_scale = kv_scales_[static_cast<size_t>(2 * layer + 1)];
+  }
   a.layer = layer;
   a.num_heads = c.num_heads;
   a.scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
@@ -314,9 +354,11 @@ void CpuBackend::forward(const ForwardBatch& batch) {
   int64_t row = 0;
   for (const ForwardSeq& s : batch.seqs) {
     if (!s.want_logits) continue;
-    const int64_t last = s.token_offset + s.num_tokens - 1;
-    cpu::rmsnorm(x_.data() + last * hd, final_norm_.data(), hd, eps, rows_.data() + row * hd);
-    ++row;
+    // Its last num_logits tokens: one row, or a verify step's row after each draft.
+    for (int64_t tok = s.token_offset + s.num_tokens - s.num_logits; tok < s.token_offset + s.num_tokens; ++tok) {
+      cpu::rmsnorm(x_.data() + tok * hd, final_norm_.data(), hd, eps, rows_.data() + row * hd);
+      ++row;
+    }
   }
   cpu::matmul_nt(pool_, rows_.data(), r, lm_head_.empty() ? embed_ : lm_head_, nullptr, logits);
 }

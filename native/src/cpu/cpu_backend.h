@@ -26,6 +26,7 @@ class CpuBackend final : public Backend {
   void read_logits(float* dst, int32_t rows) override;
   void pool_hidden(const ForwardBatch& batch, Pooling pooling, float* dst) override;
   void* kv_pool_base() override { return kv_base_; }
+  std::string description() const override;
   void adopt_kv_pool(void* base) override;
   void kv_read_blocks(const int32_t* ids, int32_t n, void* dst, int l0, int l1) override;
   void kv_write_blocks(const int32_t* ids, int32_t n, const void* src, const KvLayout& src_layout, int64_t src_blocks, int l0,
@@ -47,7 +48,8 @@ class CpuBackend final : public Backend {
     std::unique_ptr<cpu::MoeLayerWeights> moe;  // a sparse layer's router and experts (then no wgate_up/wdown)
   };
 
-  void load_weights(const SafetensorsStore& weights);
+  void load_weights(const SafetensorsStore& weights, const BackendOptions& options);
+  cpu::WeightMatrix linear(const SafetensorsStore& w, const std::vector<cpu::WeightMatrix::Part>& parts) const;
   void ensure_scratch(int64_t num_tokens);
   void attention(const ForwardBatch& batch, int64_t layer);
   void write_kv(const ForwardBatch& batch, int64_t layer);
@@ -64,8 +66,10 @@ class CpuBackend final : public Backend {
   cpu::WeightMatrix lm_head_;  // empty when tied to embed_
   std::vector<float> final_norm_;
   std::vector<Layer> layers_;
-  std::vector<float> kv_;      // own pool; empty when the caller supplied one
-  float* kv_base_ = nullptr;  // the pool in use: kv_.data() or BackendOptions::kv_pool
+  std::vector<float> kv_;     // own pool (f32, bf16 or e4m3 elements: layout_.elem_bytes); empty when the caller supplied one
+  void* kv_base_ = nullptr;  // the pool in use: kv_.data() or BackendOptions::kv_pool
+  std::vector<float> kv_scales_;  // [layer][k, v] e4m3 scales (fp8_weights.h load_kv_scales)
+  bool fp8_weight_only_ = false;  // BackendOptions::fp8_compute "w8a16"
 
   // Per-step scratch, grown on demand and reused so steady-state steps do not allocate.
   std::vector<float> x_, xn_, qkv_, attn_, proj_, gate_up_, act_, rope_cos_, rope_sin_, rows_;

@@ -7,6 +7,7 @@
 #include "simd.h"
 
 #include "../core/thread_pool.h"
+#include "../cuda/fp8.h"
 #include "weight_matrix.h"
 
 namespace tandem {
@@ -54,10 +55,45 @@ inline vf load(const uint16_t* p) {
 #endif
 }
 
+// e4m3 -> f32 times 2^-8 (the scale absorbs the 2^8, fp8_gemm below): the sign-extended byte
+// shifted left by 7 is an IEEE half with e4m3's exponent and mantissa bits in place (bit 14,
+// the sign's copy, masked off), and F16C widens halves exactly, subnormals included, in one
+// instruction. Without F16C a 256-entry table does the same.
+constexpr float kFp8Unscale = 256.0f;
+
+inline float fp8_table_value(uint8_t b) { return gpu::fp8_bits_to_float(b) * (1.0f / kFp8Unscale); }
+
+#if !defined(__F16C__)
+struct Fp8Table {
+  float v[256];
+  Fp8Table() {
+    for (int i = 0; i < 256; ++i) v[i] = fp8_table_value(static_cast<uint8_t>(i));
+  }
+};
+const Fp8Table kFp8Table;
+#endif
+
+inline vf load(const uint8_t* p) {
+#if defined(__AVX512F__) && defined(__F16C__)
+  __m256i h = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  h = _mm256_and_si256(_mm256_slli_epi16(h, 7), _mm256_set1_epi16(static_cast<short>(0xbfff)));
+  return (vf)_mm512_cvtph_ps(h);
+#elif defined(__AVX__) && defined(__F16C__)
+  __m128i h = _mm_cvtepi8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
+  h = _mm_and_si128(_mm_slli_epi16(h, 7), _mm_set1_epi16(static_cast<short>(0xbfff)));
+  return (vf)_mm256_cvtph_ps(h);
+#else
+  vf v;
+  for (int i = 0; i < kLanes; ++i) v[i] = kFp8Table.v[p[i]];
+  return v;
+#endif
+}
+
 inline void store(float* p, vf v) { std::memcpy(p, &v, sizeof(v)); }
 
 inline float widen(float v) { return v; }
 inline float widen(uint16_t v) { return bf16_bits_to_f32(v); }
+inline float widen(uint8_t v) { return fp8_table_value(v); }
 
 // ---- micro kernel ---------------------------------------------------------------------------
 
@@ -176,6 +212,13 @@ inline const float* block_f32(const uint16_t* panel, int64_t elems, float* wide)
   return wide;
 }
 
+inline const float* block_f32(const uint8_t* panel, int64_t elems, float* wide) {
+  int64_t i = 0;
+  for (; i + kLanes <= elems; i += kLanes) store(wide + i, load(panel + i));
+  for (; i < elems; ++i) wide[i] = widen(panel[i]);
+  return wide;
+}
+
 // Many tokens (prefill): k-blocked so a panel block stays in L1 while all token tiles use it.
 template <typename W>
 void gemm_large(ThreadPool& pool, const float* x, int64_t t, int64_t k, const W* packed, int64_t n,
@@ -211,11 +254,154 @@ void gemm(ThreadPool& pool, const float* x, int64_t t, int64_t k, const W* packe
   }
 }
 
+// ---- FP8 ---------------------------------------------------------------------------------------
+//
+// y[i][r] = bias[r] + sum over k groups g of (sw[r][g] * sx[i][g]) * sum_{k in g} x[i][k] * e4m3(w[r][k])
+// where x is the activations as given (W8A16: sx = 1) or their e4m3 values (W8A8: each row
+// quantized per token or per group first, fp8_gemm_activations). Each group's sum is the tile
+// of the other paths over the group's columns; its scale is applied once per group and row.
+
+struct Fp8Scales {
+  const float* w;     // packed [panel][k group][kNr]
+  int64_t groups;     // k groups of the weight
+  int64_t group_k;
+  const float* x;     // [t][x_groups] activation scales, or null (1)
+  int64_t x_groups;   // 1 (per token) or groups (per token and group)
+};
+
+// acc of M tokens over one group's columns, scaled and added into tot (or stored when first).
+template <int M>
+inline void fp8_accumulate(const vf (&acc)[M][2], vf (&tot)[M][2], const float* sw, const Fp8Scales& s, int64_t i0,
+                           int64_t g, bool first) {
+  const vf w0 = load(sw) * kFp8Unscale, w1 = load(sw + kLanes) * kFp8Unscale;
+  for (int i = 0; i < M; ++i) {
+    const float xs = s.x != nullptr ? s.x[(i0 + i) * s.x_groups + (s.x_groups == 1 ? 0 : g)] : 1.0f;
+    const vf a = acc[i][0] * (w0 * xs), b = acc[i][1] * (w1 * xs);
+    tot[i][0] = first ? a : tot[i][0] + a;
+    tot[i][1] = first ? b : tot[i][1] + b;
+  }
+}
+
+template <int M>
+void fp8_tile_small(const uint8_t* panel, const float* sw, const Fp8Scales& s, const float* x, int64_t i0, int64_t k,
+                    float* y, int64_t ldy, int64_t cols, const float* bias) {
+  vf acc[M][2], tot[M][2] = {};
+  for (int64_t g = 0, k0 = 0; k0 < k; ++g, k0 += s.group_k) {
+    const int64_t kc = std::min(s.group_k, k - k0);
+    tile<M>(panel + k0 * kNr, x + i0 * k + k0, k, kc, acc);
+    fp8_accumulate<M>(acc, tot, sw + g * kNr, s, i0, g, g == 0);
+  }
+  write_tile<M>(tot, y + i0 * ldy, ldy, cols, true, bias);
+}
+
+template <int M>
+void fp8_tile_block(const float* block, const float* sw, const Fp8Scales& s, const float* x, int64_t i0, int64_t k, int64_t k0,
+                    int64_t kc, int64_t g, float* y, int64_t ldy, int64_t cols, const float* bias) {
+  vf acc[M][2], tot[M][2] = {};
+  tile<M>(block, x + i0 * k + k0, k, kc, acc);
+  fp8_accumulate<M>(acc, tot, sw + g * kNr, s, i0, g, true);
+  write_tile<M>(tot, y + i0 * ldy, ldy, cols, k0 == 0, bias);
+}
+
+template <template <int> class F, typename... A>
+void fp8_any(int m, A&&... args) {
+  switch (m) {
+    case 1: F<1>::run(args...); break;
+    case 2: F<2>::run(args...); break;
+    case 3: F<3>::run(args...); break;
+    case 4: F<4>::run(args...); break;
+    case 5: F<5>::run(args...); break;
+    case 6: F<6>::run(args...); break;
+#if defined(__AVX512F__)
+    case 7: F<7>::run(args...); break;
+    case 8: F<8>::run(args...); break;
+#endif
+    default: break;
+  }
+}
+template <int M>
+struct Fp8Small {
+  template <typename... A>
+  static void run(A&&... a) { fp8_tile_small<M>(a...); }
+};
+template <int M>
+struct Fp8Block {
+  template <typename... A>
+  static void run(A&&... a) { fp8_tile_block<M>(a...); }
+};
+
+void fp8_gemm(ThreadPool& pool, const float* x, int64_t t, const WeightMatrix& w, const Fp8Scales& s, const float* bias,
+              float* y) {
+  const int64_t k = w.cols(), n = w.rows();
+  const int64_t panels = w.num_panels();
+  const uint8_t* packed = w.fp8();
+  if (t <= kMr) {
+    pool.parallel_for(panels, 1, [&](int64_t p_begin, int64_t p_end, int) {
+      for (int64_t p = p_begin; p < p_end; ++p) {
+        const int64_t n0 = p * kNr;
+        fp8_any<Fp8Small>(static_cast<int>(t), packed + p * k * kNr, s.w + p * s.groups * kNr, s, x, int64_t{0}, k, y + n0, n,
+                          std::min<int64_t>(kNr, n - n0), bias != nullptr ? bias + n0 : nullptr);
+      }
+    });
+    return;
+  }
+  // k blocks of at most kKc columns that never straddle a scale group.
+  pool.parallel_for(panels, 1, [&](int64_t p_begin, int64_t p_end, int) {
+    alignas(64) float wide[kKc * kNr];
+    for (int64_t p = p_begin; p < p_end; ++p) {
+      const int64_t n0 = p * kNr;
+      const int64_t cols = std::min<int64_t>(kNr, n - n0);
+      const float* b = bias != nullptr ? bias + n0 : nullptr;
+      const float* sw = s.w + p * s.groups * kNr;
+      for (int64_t g = 0; g < s.groups; ++g) {
+        const int64_t g_end = std::min(k, (g + 1) * s.group_k);
+        for (int64_t k0 = g * s.group_k; k0 < g_end; k0 += kKc) {
+          const int64_t kc = std::min<int64_t>(kKc, g_end - k0);
+          const float* block = block_f32(packed + (p * k + k0) * kNr, kc * kNr, wide);
+          int64_t t0 = 0;
+          for (; t0 + kMr <= t; t0 += kMr) fp8_tile_block<kMr>(block, sw, s, x, t0, k, k0, kc, g, y + n0, n, cols, b);
+          if (t0 < t) fp8_any<Fp8Block>(static_cast<int>(t - t0), block, sw, s, x, t0, k, k0, kc, g, y + n0, n, cols, b);
+        }
+      }
+    }
+  });
+}
+
+// W8A8: each activation row quantized as the weight's spec says; the GEMM then reads the e4m3
+// values (exact in f32) and applies their scales per group. Scratch grows once per thread.
+void fp8_gemm_activations(ThreadPool& pool, const float* x, int64_t t, const WeightMatrix& w, const float* bias, float* y) {
+  const ActQuantSpec& a = w.act_quant();
+  const int64_t k = w.cols();
+  const int64_t xg = a.scheme == ActQuant::kDynamicGroup ? (k + a.group - 1) / a.group : 1;
+  thread_local std::vector<float> xq, sx;
+  thread_local std::vector<uint8_t> bytes;
+  if (xq.size() < static_cast<size_t>(t * k)) xq.resize(static_cast<size_t>(t * k));
+  if (bytes.size() < static_cast<size_t>(t * k)) bytes.resize(static_cast<size_t>(t * k));
+  if (sx.size() < static_cast<size_t>(t * xg)) sx.resize(static_cast<size_t>(t * xg));
+  float* xqp = xq.data();
+  float* sxp = sx.data();
+  uint8_t* bp = bytes.data();
+  pool.parallel_for(t, std::max<int64_t>(1, 16384 / std::max<int64_t>(k, 1)), [&](int64_t b, int64_t e, int) {
+    for (int64_t i = b; i < e; ++i) {
+      quantize_activation_row(x + i * k, k, a, bp + i * k, sxp + i * xg);
+      for (int64_t c = 0; c < k; ++c) xqp[i * k + c] = gpu::fp8_bits_to_float(bp[i * k + c]);
+    }
+  });
+  const Fp8Scales s{w.fp8_scales(), w.k_groups(), w.group_k(), sxp, xg};
+  fp8_gemm(pool, xqp, t, w, s, bias, y);
+}
+
 }  // namespace
 
 void matmul_nt(ThreadPool& pool, const float* x, int64_t t, const WeightMatrix& w, const float* bias, float* y) {
   if (t <= 0) return;
-  if (w.type() == WeightType::kBF16) {
+  if (w.type() == WeightType::kFP8) {
+    if (w.act_quant().scheme != ActQuant::kNone) {
+      fp8_gemm_activations(pool, x, t, w, bias, y);
+    } else {
+      fp8_gemm(pool, x, t, w, Fp8Scales{w.fp8_scales(), w.k_groups(), w.group_k(), nullptr, 1}, bias, y);
+    }
+  } else if (w.type() == WeightType::kBF16) {
     gemm(pool, x, t, w.cols(), w.bf16(), w.rows(), bias, y);
   } else {
     gemm(pool, x, t, w.cols(), w.f32(), w.rows(), bias, y);

@@ -7,6 +7,8 @@
 #include "simd.h"
 
 #include "../core/thread_pool.h"
+#include "../cuda/bf16.h"
+#include "../cuda/fp8.h"
 
 namespace tandem {
 namespace cpu {
@@ -176,7 +178,18 @@ int64_t tile_tokens(int64_t group) { return std::clamp<int64_t>(kTargetRows / gr
 int64_t scratch_floats(int64_t d, int64_t group) {
   const int64_t dp = round_up(d, kLanes);
   const int64_t rows = tile_tokens(group) * group;
-  return d * kLanes + kLanes * dp + rows * dp + 2 * rows + 4 * kLanes;
+  return d * kLanes + kLanes * dp + rows * dp + 2 * rows + 4 * kLanes + d;  // + one K row (bf16/fp8 pools)
+}
+
+// One K or V row of a bf16 / e4m3 pool as f32 (e4m3 times the layer's scale).
+void gather_row(const AttentionLayer& a, int64_t elem, int64_t d, float scale, float* out) {
+  if (a.kv_elem_bytes == 2) {
+    const uint16_t* p = static_cast<const uint16_t*>(a.kv_pool_raw) + elem;
+    for (int64_t i = 0; i < d; ++i) out[i] = gpu::bf16_bits_to_float(p[i]);
+  } else {
+    const uint8_t* p = static_cast<const uint8_t*>(a.kv_pool_raw) + elem;
+    for (int64_t i = 0; i < d; ++i) out[i] = gpu::fp8_bits_to_float(p[i]) * scale;
+  }
 }
 
 }  // namespace
@@ -264,6 +277,7 @@ void PagedAttention::run(ThreadPool& pool, const ForwardBatch& batch, const KvLa
       st.m = st.o + rows * dp;
       st.l = st.m + rows;
       st.p = st.l + rows;
+      float* krow = st.p + 4 * kLanes;
       st.d = d;
       st.dp = dp;
       st.scale = a.scale;
@@ -281,10 +295,18 @@ void PagedAttention::run(ThreadPool& pool, const ForwardBatch& batch, const KvLa
         const int valid = static_cast<int>(std::min<int64_t>(kLanes, max_pos + 1 - j0));
         for (int c = 0; c < valid; ++c) {
           const int64_t j = j0 + c;
-          const float* k = a.kv_pool + layout.offset(s.block_table[j / bs], a.layer, 0, j % bs) + kv_off;
-          const float* v = k + layout.kv_stride();
-          for (int64_t dd = 0; dd < d; ++dd) kt[dd * kLanes + c] = k[dd];
-          std::memcpy(vc + c * dp, v, static_cast<size_t>(d) * sizeof(float));
+          const int64_t at = layout.offset(s.block_table[j / bs], a.layer, 0, j % bs) + kv_off;
+          if (a.kv_pool_raw == nullptr) {
+            const float* k = a.kv_pool + at;
+            const float* v = k + layout.kv_stride();
+            for (int64_t dd = 0; dd < d; ++dd) kt[dd * kLanes + c] = k[dd];
+            std::memcpy(vc + c * dp, v, static_cast<size_t>(d) * sizeof(float));
+          } else {
+            // bf16 / e4m3 rows widen here, once per key, into the same f32 tiles.
+            gather_row(a, at + layout.kv_stride(), d, a.v_scale, vc + c * dp);
+            gather_row(a, at, d, a.k_scale, krow);
+            for (int64_t dd = 0; dd < d; ++dd) kt[dd * kLanes + c] = krow[dd];
+          }
         }
         for (int c = valid; c < kLanes; ++c) {
           for (int64_t dd = 0; dd < d; ++dd) kt[dd * kLanes + c] = 0.0f;

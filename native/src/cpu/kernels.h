@@ -32,7 +32,12 @@ struct AttentionLayer {
   int64_t q_stride = 0;
   float* out = nullptr;  // same indexing with out_stride
   int64_t out_stride = 0;
-  const float* kv_pool = nullptr;  // this step's K/V already written
+  const float* kv_pool = nullptr;  // this step's K/V already written (an f32 pool)
+  // A bf16 (kv_elem_bytes 2) or FP8 e4m3 (1) pool instead: kv_pool is then unused; e4m3
+  // elements are multiplied by this layer's k_scale / v_scale as they are gathered.
+  const void* kv_pool_raw = nullptr;
+  int kv_elem_bytes = 4;
+  float k_scale = 1.0f, v_scale = 1.0f;
   int64_t layer = 0;
   int64_t num_heads = 0;  // query heads; kv heads and head_dim come from the KvLayout
   float scale = 1.0f;     // usually 1/sqrt(head_dim)

@@ -3,7 +3,9 @@
 #include <cstring>
 
 #include "../core/error.h"
+#include "../core/model_config.h"
 #include "../core/safetensors.h"
+#include "../cuda/fp8.h"
 
 namespace tandem {
 namespace cpu {
@@ -51,6 +53,39 @@ WeightMatrix WeightMatrix::load(const SafetensorsStore& store, const std::vector
   return from_f32(std::move(row_major), rows, c);
 }
 
+WeightMatrix WeightMatrix::load(const SafetensorsStore& store, const ModelConfig& config, const std::vector<Part>& parts,
+                                bool linear, ThreadPool* pool) {
+  if (loads_as_fp8(store, config, parts, linear)) return from_fp8(load_fp8_matrix(store, config, parts, pool));
+  bool any_fp8 = false;
+  for (const Part& p : parts) {
+    const TensorView* t = store.find(p.first);
+    any_fp8 = any_fp8 || (t != nullptr && t->dtype == DType::kF8E4M3);
+  }
+  if (!any_fp8) return load(store, parts);
+  int64_t rows = 0;
+  for (const Part& p : parts) rows += p.second.size() == 2 ? p.second[0] : 1;
+  return from_f32(load_matrix_f32(store, config, parts), rows, parts[0].second.back());
+}
+
+WeightMatrix WeightMatrix::from_fp8(const Fp8Matrix& m) {
+  WeightMatrix w;
+  w.type_ = WeightType::kFP8;
+  w.rows_ = m.rows;
+  w.cols_ = m.cols;
+  w.group_k_ = m.group_k;
+  w.act_ = m.act;
+  w.fp8_ = pack(m.q.data(), m.rows, m.cols);
+  const int64_t kg = m.k_groups();
+  w.fp8_scales_.assign(static_cast<size_t>(w.num_panels() * kg * kPanelRows), 0.0f);
+  for (int64_t r = 0; r < m.rows; ++r) {
+    for (int64_t g = 0; g < kg; ++g) {
+      w.fp8_scales_[static_cast<size_t>(((r / kPanelRows) * kg + g) * kPanelRows + r % kPanelRows)] =
+          m.scales[static_cast<size_t>(r * kg + g)];
+    }
+  }
+  return w;
+}
+
 template <typename T>
 std::vector<T> WeightMatrix::pack(const T* src, int64_t rows, int64_t cols) {
   const int64_t panels = (rows + kPanelRows - 1) / kPanelRows;
@@ -86,6 +121,13 @@ void WeightMatrix::row_to_f32(int64_t r, float* out) const {
   if (type_ == WeightType::kF32) {
     const float* src = f32_.data() + base;
     for (int64_t k = 0; k < cols_; ++k) out[k] = src[k * kPanelRows];
+    return;
+  }
+  if (type_ == WeightType::kFP8) {
+    const uint8_t* src = fp8_.data() + base;
+    const int64_t kg = k_groups();
+    const float* s = fp8_scales_.data() + (r / kPanelRows) * kg * kPanelRows + r % kPanelRows;
+    for (int64_t k = 0; k < cols_; ++k) out[k] = gpu::fp8_bits_to_float(src[k * kPanelRows]) * s[(k / group_k_) * kPanelRows];
     return;
   }
   const uint16_t* src = bf16_.data() + base;

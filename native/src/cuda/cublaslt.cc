@@ -28,6 +28,13 @@ struct Heuristic {
 constexpr int kComputeF32 = 68;  // CUBLAS_COMPUTE_32F
 constexpr int kR32F = 0;         // CUDA_R_32F
 constexpr int kR16BF = 14;       // CUDA_R_16BF
+constexpr int kR8FE4M3 = 28;     // CUDA_R_8F_E4M3
+// cublasLtMatmulDescAttributes_t scale attributes and cublasLtMatmulMatrixScale_t values
+// (cuBLASLt 12.9+; an older library refuses the mode attributes, and matmul_fp8 then reports
+// no algorithm).
+constexpr int kDescAScalePointer = 17, kDescBScalePointer = 18;
+constexpr int kDescAScaleMode = 31, kDescBScaleMode = 32;
+constexpr int32_t kScaleOuterVec32F = 3, kScaleVec128_32F = 4, kScaleBlk128x128_32F = 5;
 constexpr int kOpN = 0, kOpT = 1;
 constexpr int kDescTransA = 3, kDescTransB = 4, kDescEpilogue = 7, kDescBiasPointer = 8;
 constexpr uint32_t kEpilogueDefault = 1, kEpilogueBias = 4;
@@ -135,12 +142,14 @@ std::unique_ptr<CublasLt> CublasLt::open(std::string* why) {
 
 CublasLt::~CublasLt() {
   if (api_) {
-    for (auto& [key, p] : plans_) {
+    auto destroy = [&](Plan* p) {
       if (p->desc != nullptr) api_->desc_destroy(p->desc);
       if (p->a != nullptr) api_->layout_destroy(p->a);
       if (p->b != nullptr) api_->layout_destroy(p->b);
       if (p->c != nullptr) api_->layout_destroy(p->c);
-    }
+    };
+    for (auto& [key, p] : plans_) destroy(p.get());
+    for (auto& [key, p] : fp8_plans_) destroy(p.get());
     if (handle_ != nullptr) api_->destroy(handle_);
   }
   if (lib_ != nullptr) ::dlclose(lib_);
@@ -161,14 +170,20 @@ CublasLt::Plan* CublasLt::plan_for(const GemmArgs& g, size_t workspace_bytes) {
   const uint32_t epilogue = g.bias != nullptr ? lt::kEpilogueBias : lt::kEpilogueDefault;
   api_->desc_set(p->desc, lt::kDescEpilogue, &epilogue, sizeof(epilogue));
   if (g.bias != nullptr) api_->desc_set(p->desc, lt::kDescBiasPointer, &g.bias, sizeof(g.bias));
+  finish_plan(p, lt::kR16BF, out_type, g.m, g.n, g.k, g.lda, g.ldw, g.ldc, workspace_bytes);
+  return p;
+}
+
+void CublasLt::finish_plan(Plan* p, int in_type, int out_type, int64_t m, int64_t n, int64_t k, int64_t lda, int64_t ldw,
+                           int64_t ldc, size_t workspace_bytes) {
   // Column-major views: W is k x n (ld ldw), A is k x m (ld lda), C/D are n x m (ld ldc).
-  if (api_->layout_create(&p->a, lt::kR16BF, static_cast<uint64_t>(g.k), static_cast<uint64_t>(g.n), g.ldw) != 0 ||
-      api_->layout_create(&p->b, lt::kR16BF, static_cast<uint64_t>(g.k), static_cast<uint64_t>(g.m), g.lda) != 0 ||
-      api_->layout_create(&p->c, out_type, static_cast<uint64_t>(g.n), static_cast<uint64_t>(g.m), g.ldc) != 0) {
-    return p;
+  if (api_->layout_create(&p->a, in_type, static_cast<uint64_t>(k), static_cast<uint64_t>(n), ldw) != 0 ||
+      api_->layout_create(&p->b, in_type, static_cast<uint64_t>(k), static_cast<uint64_t>(m), lda) != 0 ||
+      api_->layout_create(&p->c, out_type, static_cast<uint64_t>(n), static_cast<uint64_t>(m), ldc) != 0) {
+    return;
   }
   lt::Pref pref = nullptr;
-  if (api_->pref_create(&pref) != 0) return p;
+  if (api_->pref_create(&pref) != 0) return;
   const uint64_t ws = workspace_bytes;
   api_->pref_set(pref, lt::kPrefMaxWorkspace, &ws, sizeof(ws));
   lt::Heuristic result[1];
@@ -179,7 +194,6 @@ CublasLt::Plan* CublasLt::plan_for(const GemmArgs& g, size_t workspace_bytes) {
     p->algo = result[0].algo;
     p->ok = true;
   }
-  return p;
 }
 
 bool CublasLt::matmul(const GemmArgs& g, void* workspace, size_t workspace_bytes, void* stream) {
@@ -192,6 +206,56 @@ bool CublasLt::matmul(const GemmArgs& g, void* workspace, size_t workspace_bytes
   const lt::Status s = api_->matmul(handle_, p->desc, &alpha, g.w, p->a, g.a, p->b, &beta, g.c, p->c, g.c, p->c, &p->algo,
                                     workspace, workspace_bytes, stream);
   return s == 0;
+}
+
+CublasLt::Plan* CublasLt::fp8_plan_for(const Fp8Args& a, Fp8Scale mode, size_t workspace_bytes) {
+  const Fp8Key key{a.m, a.n, a.k, a.lda, a.ldw, a.ldc, static_cast<int>(a.out), a.accumulate, static_cast<int>(mode)};
+  auto it = fp8_plans_.find(key);
+  if (it != fp8_plans_.end()) return it->second.get();
+  auto plan = std::make_unique<Plan>();
+  Plan* p = plan.get();
+  fp8_plans_.emplace(key, std::move(plan));
+  // D and C share a type: f32 (accumulating into the residual, or f32 q/k/v) or bf16.
+  const int out_type = a.out == GemmOut::kF32 ? lt::kR32F : lt::kR16BF;
+  if (api_->desc_create(&p->desc, lt::kComputeF32, lt::kR32F) != 0) return p;
+  const int32_t ta = lt::kOpT, tb = lt::kOpN;
+  api_->desc_set(p->desc, lt::kDescTransA, &ta, sizeof(ta));
+  api_->desc_set(p->desc, lt::kDescTransB, &tb, sizeof(tb));
+  const int32_t a_mode = mode == Fp8Scale::kOuterVec ? lt::kScaleOuterVec32F : lt::kScaleBlk128x128_32F;
+  const int32_t b_mode = mode == Fp8Scale::kOuterVec ? lt::kScaleOuterVec32F : lt::kScaleVec128_32F;
+  if (api_->desc_set(p->desc, lt::kDescAScaleMode, &a_mode, sizeof(a_mode)) != 0 ||
+      api_->desc_set(p->desc, lt::kDescBScaleMode, &b_mode, sizeof(b_mode)) != 0) {
+    return p;  // a library without these modes
+  }
+  // The heuristic may want the scale pointers set; it does not read them (any aligned address).
+  alignas(16) static const float kProbeScale = 1.0f;
+  const float* sp = &kProbeScale;
+  api_->desc_set(p->desc, lt::kDescAScalePointer, &sp, sizeof(sp));
+  api_->desc_set(p->desc, lt::kDescBScalePointer, &sp, sizeof(sp));
+  finish_plan(p, lt::kR8FE4M3, out_type, a.m, a.n, a.k, a.lda, a.ldw, a.ldc, workspace_bytes);
+  return p;
+}
+
+bool CublasLt::matmul_fp8(const Fp8Args& a, Fp8Scale mode, void* workspace, size_t workspace_bytes, void* stream) {
+  if (a.k % 16 != 0 || a.lda % 16 != 0 || a.ldw % 16 != 0) return false;  // FP8 tensor cores: 16-byte rows
+  Plan* p = fp8_plan_for(a, mode, workspace_bytes);
+  if (!p->ok) return false;
+  // cuBLASLt's A is our weights, its B our activations.
+  api_->desc_set(p->desc, lt::kDescAScalePointer, &a.w_scales, sizeof(a.w_scales));
+  api_->desc_set(p->desc, lt::kDescBScalePointer, &a.a_scales, sizeof(a.a_scales));
+  const float alpha = 1.0f, beta = a.accumulate ? 1.0f : 0.0f;
+  return api_->matmul(handle_, p->desc, &alpha, a.w, p->a, a.a, p->b, &beta, a.c, p->c, a.c, p->c, &p->algo, workspace,
+                      workspace_bytes, stream) == 0;
+}
+
+bool CublasLt::fp8_supported(Fp8Scale mode, size_t workspace_bytes) {
+  Fp8Args probe;
+  probe.m = 256;
+  probe.n = 1024;
+  probe.k = 1024;
+  probe.lda = probe.ldw = 1024;
+  probe.ldc = 1024;
+  return fp8_plan_for(probe, mode, workspace_bytes)->ok;
 }
 
 }  // namespace tandem::gpu

@@ -252,6 +252,11 @@ CudaStatus cuda_status() {
   CudaStatus s;
   s.reason = unusable(0, &s.device_count, &s.device_name);
   s.available = s.reason.empty();
+  cudaDeviceProp prop{};
+  if (s.available && cudaGetDeviceProperties(&prop, 0) == cudaSuccess) {
+    s.cc_major = prop.major;
+    s.cc_minor = prop.minor;
+  }
   return s;
 }
 

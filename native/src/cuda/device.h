@@ -87,6 +87,7 @@ struct CudaStatus {
   std::string reason;  // set when not available
   int device_count = 0;
   std::string device_name;  // of device 0, when available
+  int cc_major = 0, cc_minor = 0;  // its compute capability, when available (FP8 tensor cores: 8.9+)
 };
 
 /** True when this binary was built with nvcc (the CUDA target exists). */

@@ -8,6 +8,7 @@
 #include "../core/error.h"
 #include "../core/safetensors.h"
 #include "../core/thread_pool.h"
+#include "../spec/verify.h"
 #include "kv_pool_sizing.h"
 
 namespace tandem {
@@ -77,7 +78,7 @@ GpuBackend::GpuBackend(const ModelConfig& config, const SafetensorsStore& weight
   layout_.num_layers = c.num_layers;
   layout_.num_kv_heads = c.num_kv_heads;
   layout_.head_dim = c.head_dim;
-  layout_.elem_bytes = 2;
+  layout_.elem_bytes = kv_elem_bytes(options.device, options.kv_cache_dtype);
   qkv_width_ = c.q_dim() + 2 * c.kv_dim();
   logit_stride_ = round_up(c.vocab_size, 8);
   geo_.block_stride = layout_.block_stride();
@@ -94,7 +95,7 @@ GpuBackend::GpuBackend(const ModelConfig& config, const SafetensorsStore& weight
   plan_options_.sm_count = device_->info().sm_count;
   plan_options_.max_splits = max_splits_;
   graphs_enabled_ = options.cuda_graphs;
-  max_graph_batch_ = static_cast<int32_t>(std::min<int64_t>(options.max_seqs, 256));
+  max_graph_batch_ = static_cast<int32_t>(std::min<int64_t>(options.max_seqs * (1 + std::max<int64_t>(0, options.max_drafts)), 256));
 
   const bool simt = std::string(device_->kind()) == "simt";
   if (options.gemm != "auto" && options.gemm != "own" && options.gemm != "cublaslt") {
@@ -113,20 +114,30 @@ GpuBackend::GpuBackend(const ModelConfig& config, const SafetensorsStore& weight
 
   try {
     load_weights(weights, pool);
+    {
+      const std::vector<float> kv_scales = load_kv_scales(weights, c);
+      kv_scales_ = static_cast<float*>(alloc(kv_scales.size() * sizeof(float)));
+      device_->upload(kv_scales_, kv_scales.data(), kv_scales.size() * sizeof(float));
+      device_->synchronize();
+    }
     if (cublaslt_) {
       lt_workspace_ = alloc(kCublasLtWorkspaceBytes);
       lt_workspace_bytes_ = kCublasLtWorkspaceBytes;
     }
+    setup_fp8(options);  // after cuBLASLt's workspace: its FP8 probe runs products
     // Everything a step allocates, before the pool takes what is left: activations, the step
     // tables (a full batch with 2048-entry block tables), sampling scratch for every row.
     const int64_t tokens = std::max<int64_t>(1, options.max_batch_tokens), seqs = std::max<int64_t>(1, options.max_seqs);
-    ensure_activations(tokens, seqs, seqs);
-    ensure_image(4 * tokens + 12 * seqs + seqs * 2048);
+    // Speculative decoding: a verify step samples 1 + max_drafts rows per sequence, each its own decode row.
+    const int64_t rows = std::max(seqs, std::min(tokens, seqs * (1 + std::max<int64_t>(0, options.max_drafts))));
+    ensure_activations(tokens, rows, rows);
+    ensure_image(4 * tokens + 12 * rows + rows * 2048);
     const size_t mask_bytes = static_cast<size_t>((c.vocab_size + 31) / 32) * 4;
-    ensure_sample_buffers(seqs, static_cast<size_t>(seqs) * (sizeof(gpu::SampleRowDesc) + mask_bytes + 4096),
-                          static_cast<size_t>(seqs) * (8 + 2 * 4 * 20));
+    ensure_sample_buffers(rows, static_cast<size_t>(rows) * (sizeof(gpu::SampleRowDesc) + mask_bytes + 4096),
+                          static_cast<size_t>(rows) * (8 + 2 * 4 * 20));
     size_kv_pool(options);
     allocate_kv_staging();
+    init_decode_path();
     kv_copy_ = simt ? gpu::make_simt_kv_copy() : gpu::make_cuda_kv_copy();
     if (c.moe.enabled()) moe_kernels_ = simt ? gpu::make_simt_moe_kernels() : gpu::make_cuda_moe_kernels();
     progress_ = static_cast<int64_t*>(device_->alloc_pinned(2 * sizeof(int64_t)));
@@ -164,6 +175,15 @@ void GpuBackend::free_buffers() noexcept {
   for (void* p : kv_retired_pinned_) device_->free_pinned(p);
   for (void* p : kv_retired_device_) device_->free(p);
   device_->free_pinned(progress_);
+  for (void* p : {static_cast<void*>(fp8_act_), static_cast<void*>(fp8_act_scales_), static_cast<void*>(fp8_act_dq_)}) device_->free(p);
+  fp8_act_ = nullptr;
+  fp8_act_scales_ = nullptr;
+  fp8_act_dq_ = nullptr;
+  fp8_act_elems_ = 0;
+  device_->free(sample_fast_scratch_);
+  device_->free(sample_fast_counters_);
+  sample_fast_scratch_ = nullptr;
+  sample_fast_counters_ = nullptr;
   image_ = image_staging_ = sample_in_dev_ = sample_in_staging_ = sample_out_dev_ = sample_out_staging_ = kv_staging_ = nullptr;
   sample_work_ = nullptr;
   kv_ids_ = nullptr;
@@ -261,10 +281,15 @@ std::string GpuBackend::description() const {
   s += cublaslt_ ? "cuBLASLt " + std::to_string(cublaslt_->version()) + " (" + cublaslt_->path() + ")" : cublaslt_note_;
   s += graphs_enabled_ ? "; decode graphs up to batch " + std::to_string(max_graph_batch_) : "; no graphs (eager)";
   if (config_.moe.enabled()) s += "; " + moe_description();
+  s += fp8_description();
   return s;
 }
 
-void GpuBackend::gemm(const gpu::GemmArgs& g) {
+void GpuBackend::gemm(const gpu::GemmArgs& g, const Fp8Weight* fp8) {
+  if (fp8 != nullptr && *fp8) {
+    gemm_fp8(g, *fp8);
+    return;
+  }
   if (cublaslt_ && cublaslt_->matmul(g, lt_workspace_, lt_workspace_bytes_, device_->stream())) return;
   gpu::GemmArgs own = g;
   own.workspace = act_.gemm_workspace;
@@ -272,7 +297,10 @@ void GpuBackend::gemm(const gpu::GemmArgs& g) {
   kernels_->gemm(own, device_->stream());
 }
 
-void GpuBackend::forward(const ForwardBatch& batch) {
+void GpuBackend::forward(const ForwardBatch& requested) {
+  // Verify steps (speculative decoding): each draft row becomes a single-token sequence, so a
+  // batch of decodes and verifies runs the decode path and replays its graphs (spec/verify.h).
+  const ForwardBatch& batch = spec::expand_verify(requested, verify_batch_);
   const ModelConfig& c = config_;
   gpu::PlanOptions o = plan_options_;
   bool use_graph = false;
@@ -309,6 +337,7 @@ void GpuBackend::forward(const ForwardBatch& batch) {
   assert_progress_settled();
   __atomic_store_n(&progress_[1], 0, __ATOMIC_RELEASE);
   __atomic_store_n(&progress_[0], progress_[0] + 1, __ATOMIC_RELEASE);
+  if (fused_decode_applies(plan_)) ++fused_decode_steps_;
   std::memcpy(image_staging_, plan_.image.data(), static_cast<size_t>(plan_.layout.total) * 4);
   device_->upload(image_, image_staging_, static_cast<size_t>(plan_.layout.total) * 4);
   if (use_graph) {
@@ -322,12 +351,12 @@ void GpuBackend::forward(const ForwardBatch& batch) {
         }
         graphs_.erase(oldest);
       }
-      it = graphs_.emplace(key, CapturedGraph{device_->capture([&] { run_forward(plan_); }), 0}).first;
+      it = graphs_.emplace(key, CapturedGraph{device_->capture([&] { run_step(plan_); }), 0}).first;
     }
     it->second.graph->launch();
     it->second.last_used = ++graph_replays_;
   } else {
-    run_forward(plan_);
+    run_step(plan_);
   }
   last_logit_rows_ = batch.num_logit_rows;
   (void)c;
@@ -359,6 +388,80 @@ void GpuBackend::assert_progress_settled() {
                                               " layers) was still queued when the next forward began");
 }
 
+void GpuBackend::run_step(const gpu::StepPlan& plan) {
+  if (fused_decode_applies(plan)) {
+    run_decode_fused(plan);  // gpu_backend_decode.cc
+  } else {
+    run_forward(plan);
+  }
+}
+
+gpu::QkvRopeArgs GpuBackend::rope_args(const gpu::StepPlan& plan) const {
+  const ModelConfig& c = config_;
+  const int32_t* img = static_cast<const int32_t*>(image_);
+  gpu::QkvRopeArgs rope;
+  rope.qkv = act_.qkv;
+  rope.qkv_stride = qkv_width_;
+  rope.num_tokens = plan.num_tokens;
+  rope.eps = static_cast<float>(c.rms_norm_eps);
+  rope.positions = img + plan.layout.positions;
+  rope.slots = img + plan.layout.slots;
+  rope.inv_freq = inv_freq_;
+  rope.rope_scale = rope_attention_scale(c);
+  rope.num_heads = static_cast<int>(c.num_heads);
+  rope.num_kv_heads = static_cast<int>(c.num_kv_heads);
+  rope.head_dim = static_cast<int>(c.head_dim);
+  rope.pool = kv_;
+  rope.geo = geo_;
+  rope.kv_fp8 = layout_.elem_bytes == 1;
+  rope.kv_scales = kv_scales_;
+  return rope;
+}
+
+gpu::AttentionArgs GpuBackend::attention_args(const gpu::StepPlan& plan) const {
+  const ModelConfig& c = config_;
+  const int32_t* img = static_cast<const int32_t*>(image_);
+  const gpu::StepLayout& L = plan.layout;
+  gpu::AttentionArgs attn;
+  attn.q = act_.qkv;
+  attn.q_stride = qkv_width_;
+  attn.out = act_.attn;
+  attn.out_stride = c.q_dim();
+  attn.pool = kv_;
+  attn.geo = geo_;
+  attn.kv_fp8 = layout_.elem_bytes == 1;
+  attn.kv_scales = kv_scales_;
+  attn.num_heads = static_cast<int>(c.num_heads);
+  attn.scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+  attn.seqs = reinterpret_cast<const gpu::SeqDesc*>(img + L.seqs);
+  attn.block_tables = img + L.block_tables;
+  attn.prefill_items = reinterpret_cast<const gpu::PrefillItem*>(img + L.prefill_items);
+  attn.num_prefill_items = plan.num_prefill_items;
+  attn.decode_seqs = img + L.decode_seqs;
+  attn.num_decode = plan.num_decode;
+  attn.num_splits = plan.num_splits;
+  attn.partial = act_.partial;
+  return attn;
+}
+
+void GpuBackend::lm_head(int32_t rows) {
+  const ModelConfig& c = config_;
+  gpu::GemmArgs g;
+  g.m = rows;
+  g.n = static_cast<int>(c.vocab_size);
+  g.k = static_cast<int>(c.hidden_size);
+  g.a = act_.rows_normed;
+  g.lda = c.hidden_size;
+  g.w = lm_head_;
+  g.ldw = c.hidden_size;
+  g.bias = nullptr;
+  g.c = act_.logits;
+  g.ldc = logit_stride_;
+  g.out = gpu::GemmOut::kF32;
+  g.accumulate = false;
+  gemm(g);
+}
+
 void GpuBackend::run_forward(const gpu::StepPlan& plan) {
   const ModelConfig& c = config_;
   void* stream = device_->stream();
@@ -387,38 +490,9 @@ void GpuBackend::run_forward(const gpu::StepPlan& plan) {
   gpu::GemmArgs g;
   g.m = static_cast<int>(t);
 
-  gpu::QkvRopeArgs rope;
-  rope.qkv = act_.qkv;
-  rope.qkv_stride = qkv_width_;
-  rope.num_tokens = static_cast<int>(t);
-  rope.eps = eps;
-  rope.positions = img + L.positions;
-  rope.slots = img + L.slots;
-  rope.inv_freq = inv_freq_;
-  rope.rope_scale = rope_attention_scale(c);
-  rope.num_heads = static_cast<int>(c.num_heads);
-  rope.num_kv_heads = static_cast<int>(c.num_kv_heads);
-  rope.head_dim = static_cast<int>(c.head_dim);
-  rope.pool = kv_;
-  rope.geo = geo_;
+  gpu::QkvRopeArgs rope = rope_args(plan);
 
-  gpu::AttentionArgs attn;
-  attn.q = act_.qkv;
-  attn.q_stride = qkv_width_;
-  attn.out = act_.attn;
-  attn.out_stride = c.q_dim();
-  attn.pool = kv_;
-  attn.geo = geo_;
-  attn.num_heads = static_cast<int>(c.num_heads);
-  attn.scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
-  attn.seqs = reinterpret_cast<const gpu::SeqDesc*>(img + L.seqs);
-  attn.block_tables = img + L.block_tables;
-  attn.prefill_items = reinterpret_cast<const gpu::PrefillItem*>(img + L.prefill_items);
-  attn.num_prefill_items = plan.num_prefill_items;
-  attn.decode_seqs = img + L.decode_seqs;
-  attn.num_decode = plan.num_decode;
-  attn.num_splits = plan.num_splits;
-  attn.partial = act_.partial;
+  gpu::AttentionArgs attn = attention_args(plan);
 
   gpu::SiluMulArgs silu;
   silu.gate_up = act_.gate_up;
@@ -441,7 +515,7 @@ void GpuBackend::run_forward(const gpu::StepPlan& plan) {
     g.ldc = qkv_width_;
     g.out = gpu::GemmOut::kF32;
     g.accumulate = false;
-    gemm(g);
+    gemm(g, &W.fqkv);
     rope.bias = W.bqkv;
     rope.q_norm = W.q_norm;
     rope.k_norm = W.k_norm;
@@ -460,7 +534,7 @@ void GpuBackend::run_forward(const gpu::StepPlan& plan) {
     g.c = act_.x;
     g.ldc = h;
     g.accumulate = true;
-    gemm(g);
+    gemm(g, &W.fo);
     norm.weight = W.post_norm;
     kernels_->rmsnorm(norm, stream);
     if (W.moe_router != nullptr) {
@@ -478,7 +552,7 @@ void GpuBackend::run_forward(const gpu::StepPlan& plan) {
     g.ldc = 2 * inter;
     g.out = gpu::GemmOut::kBf16;
     g.accumulate = false;
-    gemm(g);
+    gemm(g, &W.fgate_up);
     kernels_->silu_mul(silu, stream);
     g.n = static_cast<int>(h);
     g.k = static_cast<int>(inter);
@@ -490,7 +564,7 @@ void GpuBackend::run_forward(const gpu::StepPlan& plan) {
     g.ldc = h;
     g.out = gpu::GemmOut::kF32;
     g.accumulate = true;
-    gemm(g);
+    gemm(g, &W.fdown);
   }
   if (plan.num_logit_rows == 0) return;
   gpu::RmsNormArgs fin = norm;
@@ -499,19 +573,7 @@ void GpuBackend::run_forward(const gpu::StepPlan& plan) {
   fin.weight = final_norm_;
   fin.out = act_.rows_normed;
   kernels_->rmsnorm(fin, stream);
-  g.m = plan.num_logit_rows;
-  g.n = static_cast<int>(c.vocab_size);
-  g.k = static_cast<int>(h);
-  g.a = act_.rows_normed;
-  g.lda = h;
-  g.w = lm_head_;
-  g.ldw = h;
-  g.bias = nullptr;
-  g.c = act_.logits;
-  g.ldc = logit_stride_;
-  g.out = gpu::GemmOut::kF32;
-  g.accumulate = false;
-  gemm(g);
+  lm_head(plan.num_logit_rows);
 }
 
 // Embeddings: the residual stream (act_.x, f32, rows in batch token order) comes to the host

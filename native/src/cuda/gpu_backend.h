@@ -8,7 +8,8 @@
 //            norm of the sampled rows -> lm_head GEMM (f32 logits stay on the device).
 //   decode   a decode-only batch replays a captured graph of the whole forward, keyed by its
 //            padded size and block-table width; kernel arguments are fixed at capture, the
-//            tables change in place.
+//            tables change in place. Up to 16 rows (4 with cuBLASLt) it runs the fused decode kernels
+//            (gpu_backend_decode.cc, decode_api.h): 5 launches a layer.
 //   GEMMs    cuBLASLt when it loads and has an algorithm, our own kernels otherwise.
 //   sampling on the device (kernels/sampling.cuh): only token ids and the asked logprobs
 //            come back to the host.
@@ -24,8 +25,11 @@
 #include <vector>
 
 #include "../core/backend.h"
+#include "../core/fp8_weights.h"
 #include "cublaslt.h"
+#include "decode_api.h"
 #include "device.h"
+#include "fp8_kernels.h"
 #include "kernel_api.h"
 #include "kv_copy.h"
 #include "moe_api.h"
@@ -67,11 +71,24 @@ class GpuBackend final : public Backend {
   /** Forward passes that replayed a captured graph (tests, benchmarks). */
   uint64_t graph_replays() const { return graph_replays_; }
   size_t graphs_captured() const { return graphs_.size(); }
+  /** Forward passes that ran the fused decode kernels (eager or replayed). */
+  uint64_t fused_decode_steps() const { return fused_decode_steps_; }
 
   /** Refusals for what the kernels cannot run, naming the field (config_invalid). */
   static void check_supported(const ModelConfig& config, const std::string& device);
 
  private:
+  /** An FP8 weight on the device (core/fp8_weights.h): e4m3 rows, scales per row and k group. */
+  struct Fp8Weight {
+    gpu::fp8_bits* w = nullptr;
+    float* scales = nullptr;        // [n][groups]
+    float* block_scales = nullptr;  // [ceil(n/128)][groups] when the stacked rows keep 128-row blocks (cuBLASLt's mode)
+    int64_t n = 0, k = 0;
+    int groups = 1, group_k = 0;
+    gpu::Fp8Act act = gpu::Fp8Act::kNone;
+    float act_static = 1.0f, act_ub = 0.0f;
+    explicit operator bool() const { return w != nullptr; }
+  };
   struct Layer {
     float* input_norm = nullptr;
     float* post_norm = nullptr;
@@ -91,6 +108,8 @@ class GpuBackend final : public Backend {
     gpu::bf16_bits* shared_gate_up = nullptr;
     gpu::bf16_bits* shared_down = nullptr;
     gpu::bf16_bits* shared_gate = nullptr;
+    // FP8 twins (gpu_backend_fp8.cc): set instead of the bf16 matrix when the weight is FP8.
+    Fp8Weight fqkv, fo, fgate_up, fdown;
   };
   /** MoE scratch for up to `tokens` tokens at a time (gpu_backend_moe.cc); larger steps run in chunks. */
   struct MoeActivations {
@@ -142,7 +161,13 @@ class GpuBackend final : public Backend {
   void grow_staged(void*& device_buf, void*& pinned_buf, size_t& capacity, size_t need);
   /** Sampling buffers for `rows` rows, `in_bytes` of packed inputs, `out_bytes` of results (gpu_backend_sample.cc). */
   void ensure_sample_buffers(int64_t rows, size_t in_bytes, size_t out_bytes);
+  /** The fused decode path when it applies to the plan, else run_forward. */
+  void run_step(const gpu::StepPlan& plan);
   void run_forward(const gpu::StepPlan& plan);
+  gpu::QkvRopeArgs rope_args(const gpu::StepPlan& plan) const;
+  gpu::AttentionArgs attention_args(const gpu::StepPlan& plan) const;
+  /** logits[0, rows) = lm_head(rows_normed[0, rows)). */
+  void lm_head(int32_t rows);
   // Mixture of experts (gpu_backend_moe.cc).
   void upload_moe_layer(const SafetensorsStore& w, int64_t layer, ThreadPool& pool);
   void alloc_moe_activations(int64_t tokens);
@@ -160,7 +185,29 @@ class GpuBackend final : public Backend {
   std::string moe_description() const;
   /** Parts stacked by rows into one bf16 device matrix (staged through pinned buffers). */
   gpu::bf16_bits* upload_bf16_views(const std::vector<const TensorView*>& parts, ThreadPool& pool);
-  void gemm(const gpu::GemmArgs& g);
+  /** The product with weight g.w, or with `fp8` when that weight is FP8 (gpu_backend_fp8.cc). */
+  void gemm(const gpu::GemmArgs& g, const Fp8Weight* fp8 = nullptr);
+
+  // FP8 (gpu_backend_fp8.cc).
+  /** One matrix weight (parts stacked by rows): into *fp8 when it loads as FP8 (then null), else bf16 (FP8 parts dequantized). */
+  gpu::bf16_bits* upload_matrix(const SafetensorsStore& w, const std::vector<WeightPart>& parts, bool linear, ThreadPool& pool,
+                                Fp8Weight* fp8);
+  Fp8Weight upload_fp8(const SafetensorsStore& w, const std::vector<WeightPart>& parts, ThreadPool& pool);
+  gpu::bf16_bits* upload_dequantized(const SafetensorsStore& w, const std::vector<WeightPart>& parts);
+  /** After the weights: the FP8 kernels, W8A16 below sm_89, scratch, the cuBLASLt FP8 probe. */
+  void setup_fp8(const BackendOptions& options);
+  void ensure_fp8_dequant();
+  void ensure_fp8_act(int64_t rows, int64_t k);
+  void gemm_fp8(const gpu::GemmArgs& g, const Fp8Weight& w);
+  bool gemm_fp8_lt(const gpu::GemmArgs& g, const Fp8Weight& w, gpu::CublasLt::Fp8Scale mode, bool act_kmajor);
+  void probe_lt_fp8();
+  std::string fp8_description() const;
+  // gpu_backend_decode.cc: the fused decode step and the sampler's fast path.
+  void init_decode_path();
+  bool fused_decode_applies(const gpu::StepPlan& plan) const;
+  void run_decode_fused(const gpu::StepPlan& plan);
+  gpu::SampleFastArgs sample_fast_args(int rows);
+  void run_sampler(const gpu::SampleArgs& a);
 
   ModelConfig config_;
   ThreadPool& host_pool_;  // the Engine's (it outlives the backend): embedding pooling
@@ -212,6 +259,7 @@ class GpuBackend final : public Backend {
   void* image_staging_ = nullptr;  // pinned
   int32_t last_logit_rows_ = 0;
   gpu::StepPlan plan_;
+  ForwardBatch verify_batch_;  // forward()'s batch with verify sequences expanded (spec/verify.h)
 
   struct CapturedGraph {
     std::unique_ptr<gpu::Graph> graph;
@@ -231,6 +279,21 @@ class GpuBackend final : public Backend {
   void* sample_out_staging_ = nullptr;
   size_t sample_out_capacity_ = 0;
 
+  // The fused decode path (gpu_backend_decode.cc). TANDEM_GPU_DECODE=unfused and
+  // TANDEM_GPU_SAMPLER=block select the per-op kernels and the one-block sampler (before/after
+  // measurements); read once, at construction.
+  std::unique_ptr<gpu::DecodeKernelApi> decode_;
+  bool decode_fused_ = true;
+  int decode_max_rows_ = gpu::kDecodeMaxRows;  // padded rows the fused path takes
+  bool sampler_fast_ = true;
+  uint64_t fused_decode_steps_ = 0;
+  int* decode_counters_ = nullptr;  // device, zero between launches (allocations_)
+  int64_t decode_counters_count_ = 0;
+  void* sample_fast_scratch_ = nullptr;
+  int* sample_fast_counters_ = nullptr;
+  int64_t sample_fast_bytes_ = 0;
+  int64_t sample_fast_counter_count_ = 0;
+
   // KV movement (gpu_backend_kv.cc).
   /** The pinned staging (two halves for host <-> pool copies) and the device id buffer, once at construction. */
   void allocate_kv_staging();
@@ -246,6 +309,20 @@ class GpuBackend final : public Backend {
   std::vector<void*> kv_retired_pinned_;  // outgrown staging, freed with the backend
   std::vector<void*> kv_retired_device_;  // outgrown id buffers, freed with the backend
   bool kv_exported_ = false;
+  // FP8 (gpu_backend_fp8.cc).
+  std::unique_ptr<gpu::Fp8KernelApi> fp8_kernels_;
+  bool fp8_weights_ = false;  // some weight is FP8
+  bool fp8_w8a16_ = false;    // activations stay bf16 (fp8_compute w8a16, or no FP8 tensor cores)
+  std::string fp8_note_;      // why W8A16 was forced, for the log line and description()
+  int64_t fp8_max_elems_ = 0, fp8_max_k_ = 0;
+  bool lt_fp8_[2] = {false, false};  // cuBLASLt FP8 per Fp8Scale, verified by probe_lt_fp8
+  bool lt_act_kmajor_ = false;       // block mode: activation scales token-contiguous per group
+  int64_t fp8_act_elems_ = 0;
+  gpu::fp8_bits* fp8_act_ = nullptr;        // [tokens][k] quantized activations
+  float* fp8_act_scales_ = nullptr;
+  gpu::bf16_bits* fp8_act_dq_ = nullptr;    // [tokens][k] activations through e4m3, as bf16 (fallback)
+  gpu::bf16_bits* fp8_dequant_ = nullptr;   // the fallback's bf16 weight, allocated on first use
+  float* kv_scales_ = nullptr;              // [layer][k, v] e4m3 KV scales (device)
   // layer_progress(): pinned, [0] forwards begun (host), [1] layers written (a kernel after each
   // layer's K/V write), so a poller sees the device's progress without a CUDA call.
   int64_t* progress_ = nullptr;

@@ -83,6 +83,7 @@ void GpuBackend::kv_read_blocks(const int32_t* ids, int32_t n, void* dst, int l0
     a.num_tokens = static_cast<int64_t>(m) * layout_.block_size;
     a.layer_begin = l0;
     a.layer_end = l1;
+    a.scales = kv_scales_;
     kv_copy_->copy(a, side);
   };
   auto drain = [&](int32_t first, int h) {
@@ -159,6 +160,7 @@ void GpuBackend::kv_write_blocks(const int32_t* ids, int32_t n, const void* src,
     a.src_first = src_first + t0 - first_block(t0) * s.block_size;
     a.layer_begin = l0;
     a.layer_end = l1;
+    a.scales = kv_scales_;
     kv_copy_->copy(a, side);
   };
   fill(0, 0);
@@ -186,9 +188,17 @@ std::string GpuBackend::kv_export_handle() {
   return device_->export_handle(kv_, bytes);
 }
 
-void* GpuBackend::kv_open_peer(const std::string& handle, size_t bytes) { return device_->open_ipc(handle, bytes); }
+// Our own handle (a decode worker copying between blocks of its own pool: layer-wise prefetch
+// staging -> a sequence's blocks) is our pool: CUDA cannot open a process's own IPC handle.
+void* GpuBackend::kv_open_peer(const std::string& handle, size_t bytes) {
+  if (kv_exported_ && handle == device_->export_handle(kv_, layout_.bytes_per_block() * static_cast<size_t>(layout_.num_blocks))) return kv_;
+  return device_->open_ipc(handle, bytes);
+}
 
-void GpuBackend::kv_close_peer(void* base) { device_->close_ipc(base); }
+void GpuBackend::kv_close_peer(void* base) {
+  if (base == kv_) return;  // our own pool, opened by handle: nothing was mapped
+  device_->close_ipc(base);
+}
 
 // One launch for the whole table: the kernel reads the mapped peer pool and writes ours.
 void GpuBackend::kv_copy_from_peer(void* peer_base, const KvLayout& peer, const int32_t* src_ids, int32_t ns,
@@ -207,6 +217,7 @@ void GpuBackend::kv_copy_from_peer(void* peer_base, const KvLayout& peer, const 
   a.src_first = src_first;
   a.layer_begin = l0;
   a.layer_end = l1;
+  a.scales = kv_scales_;
   kv_copy_->copy(a, device_->side_stream());
   device_->synchronize_side();
 }

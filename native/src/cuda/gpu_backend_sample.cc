@@ -70,7 +70,7 @@ void GpuBackend::sample(const std::vector<SampleRow>& rows, SampledRows& out) {
   a.out_logprobs = reinterpret_cast<float*>(dout + o_lp);
   a.out_top_ids = reinterpret_cast<int32_t*>(dout + o_tid);
   a.out_top_logprobs = reinterpret_cast<float*>(dout + o_tlp);
-  kernels_->sample(a, device_->stream());
+  run_sampler(a);  // the fast path, or the one-block kernel (gpu_backend_decode.cc)
   device_->download(sample_out_staging_, sample_out_dev_, out_bytes);
   device_->synchronize();
   forward_pending_ = false;

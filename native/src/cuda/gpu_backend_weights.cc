@@ -30,6 +30,10 @@ void to_bf16(const TensorView& t, size_t begin, size_t count, gpu::bf16_bits* ou
       for (size_t i = 0; i < count; ++i) out[i] = gpu::float_to_bf16_bits(f16_to_f32(src[i]));
       return;
     }
+    case DType::kF8E4M3:
+    case DType::kF8E5M2:
+      // FP8 tensors go through upload_matrix (gpu_backend_fp8.cc), which applies their scales.
+      throw NativeError(ErrorCode::kInternal, "tensor '" + t.name + "' is FP8: it needs its scales to convert");
   }
 }
 
@@ -98,8 +102,9 @@ float* GpuBackend::upload_f32(const SafetensorsStore& w, const std::vector<std::
 void GpuBackend::load_weights(const SafetensorsStore& w, ThreadPool& pool) {
   const ModelConfig& c = config_;
   const int64_t h = c.hidden_size;
-  embed_ = upload_bf16(w, {{"model.embed_tokens.weight", {c.vocab_size, h}}}, pool);
-  lm_head_ = c.tie_word_embeddings ? embed_ : upload_bf16(w, {{"lm_head.weight", {c.vocab_size, h}}}, pool);
+  // Embeddings and the LM head stay bf16 (an FP8 checkpoint's, where it quantized them, dequantized).
+  embed_ = upload_matrix(w, {{"model.embed_tokens.weight", {c.vocab_size, h}}}, false, pool, nullptr);
+  lm_head_ = c.tie_word_embeddings ? embed_ : upload_matrix(w, {{"lm_head.weight", {c.vocab_size, h}}}, false, pool, nullptr);
   final_norm_ = upload_f32(w, {"model.norm.weight"}, {h});
   {
     const TensorView& t = w.require("model.norm.weight", {h});
@@ -117,11 +122,11 @@ void GpuBackend::load_weights(const SafetensorsStore& w, ThreadPool& pool) {
     Layer& L = layers_[static_cast<size_t>(l)];
     L.input_norm = upload_f32(w, {layer_tensor(l, "input_layernorm.weight")}, {h});
     L.post_norm = upload_f32(w, {layer_tensor(l, "post_attention_layernorm.weight")}, {h});
-    L.wqkv = upload_bf16(w,
-                         {{layer_tensor(l, "self_attn.q_proj.weight"), {c.q_dim(), h}},
-                          {layer_tensor(l, "self_attn.k_proj.weight"), {c.kv_dim(), h}},
-                          {layer_tensor(l, "self_attn.v_proj.weight"), {c.kv_dim(), h}}},
-                         pool);
+    L.wqkv = upload_matrix(w,
+                           {{layer_tensor(l, "self_attn.q_proj.weight"), {c.q_dim(), h}},
+                            {layer_tensor(l, "self_attn.k_proj.weight"), {c.kv_dim(), h}},
+                            {layer_tensor(l, "self_attn.v_proj.weight"), {c.kv_dim(), h}}},
+                           true, pool, &L.fqkv);
     if (c.qkv_bias) {
       // q, k and v biases have different lengths: concatenate on the host.
       std::vector<float> b;
@@ -137,7 +142,7 @@ void GpuBackend::load_weights(const SafetensorsStore& w, ThreadPool& pool) {
       device_->upload(L.bqkv, b.data(), b.size() * sizeof(float));
       device_->synchronize();
     }
-    L.wo = upload_bf16(w, {{layer_tensor(l, "self_attn.o_proj.weight"), {h, c.q_dim()}}}, pool);
+    L.wo = upload_matrix(w, {{layer_tensor(l, "self_attn.o_proj.weight"), {h, c.q_dim()}}}, true, pool, &L.fo);
     if (c.o_bias) L.bo = upload_f32(w, {layer_tensor(l, "self_attn.o_proj.bias")}, {h});
     if (c.qk_norm) {
       L.q_norm = upload_f32(w, {layer_tensor(l, "self_attn.q_norm.weight")}, {c.head_dim});
@@ -147,11 +152,11 @@ void GpuBackend::load_weights(const SafetensorsStore& w, ThreadPool& pool) {
       upload_moe_layer(w, l, pool);
       continue;
     }
-    L.wgate_up = upload_bf16(w,
-                             {{layer_tensor(l, "mlp.gate_proj.weight"), {c.intermediate_size, h}},
-                              {layer_tensor(l, "mlp.up_proj.weight"), {c.intermediate_size, h}}},
-                             pool);
-    L.wdown = upload_bf16(w, {{layer_tensor(l, "mlp.down_proj.weight"), {h, c.intermediate_size}}}, pool);
+    L.wgate_up = upload_matrix(w,
+                               {{layer_tensor(l, "mlp.gate_proj.weight"), {c.intermediate_size, h}},
+                                {layer_tensor(l, "mlp.up_proj.weight"), {c.intermediate_size, h}}},
+                               true, pool, &L.fgate_up);
+    L.wdown = upload_matrix(w, {{layer_tensor(l, "mlp.down_proj.weight"), {h, c.intermediate_size}}}, true, pool, &L.fdown);
   }
 }
 

@@ -108,6 +108,10 @@ struct QkvRopeArgs {
   bf16_bits* pool = nullptr;
   int layer = 0;
   PoolGeometry geo;
+  // An e4m3 pool (--kv-cache-dtype fp8): `pool` points at its bytes, and K / V are stored
+  // divided by the layer's scales, kv_scales[2 layer] and [2 layer + 1] (device memory).
+  bool kv_fp8 = false;
+  const float* kv_scales = nullptr;
 };
 
 /** out[t][i] = bf16(silu(gate) * up) with gate = gate_up[t][i], up = gate_up[t][inter + i]. */
@@ -131,6 +135,8 @@ struct AttentionArgs {
   const bf16_bits* pool = nullptr;
   int layer = 0;
   PoolGeometry geo;
+  bool kv_fp8 = false;               // an e4m3 pool, as QkvRopeArgs
+  const float* kv_scales = nullptr;
   int num_heads = 0;
   float scale = 1.0f;
   const SeqDesc* seqs = nullptr;
@@ -216,6 +222,10 @@ struct SampleArgs {
   float* out_logprobs = nullptr;        // [num_rows] (NaN when not asked)
   int32_t* out_top_ids = nullptr;       // [num_rows][top_stride], -1 padded
   float* out_top_logprobs = nullptr;    // same shape, NaN padded
+  // Rows another pass already sampled (the fast path, decode_api.h): row r is left alone when
+  // the int32 at skip_status + r * skip_stride_bytes is 1. Null: every row is sampled.
+  const unsigned char* skip_status = nullptr;
+  int64_t skip_stride_bytes = 0;
 };
 
 class KernelApi {

@@ -1,10 +1,12 @@
 // KV block copies between two pools of the engine's block layout (core/kv_layout.h,
-// block_major.v1) that may differ in block size and dtype (f32 / bf16): what moves KV between
+// block_major.v1) that may differ in block size and dtype (f32 / bf16 / fp8 e4m3): what moves KV between
 // workers (a peer's pool mapped over CUDA IPC, a pinned staging buffer, the pool itself). One
 // launch copies a whole block table: token t of the copy lives in source block src_ids[t /
 // src.block_size], slot t % src.block_size, and lands in destination block dst_ids[t /
 // dst.block_size], slot t % dst.block_size, for layers [layer_begin, layer_end), K and V.
-// Conversions round to nearest even (bf16.h), as every kernel does. The kernel is in
+// Conversions round to nearest even (bf16.h, fp8.h), as every kernel does; an e4m3 side holds
+// K / k_scale and V / v_scale with the model's per-layer scales (`scales`, the same on both
+// sides: one model), so fp8 <-> fp8 is a byte copy and fp8 <-> f32/bf16 scales on the way. The kernel is in
 // kernels/kv_copy.cuh, compiled for both targets apart from the forward's kernels so a change
 // here does not recompile them.
 #pragma once
@@ -21,7 +23,7 @@ struct KvPoolView {
   void* base = nullptr;            // device-visible memory (own pool, mapped peer pool, pinned host)
   const int32_t* ids = nullptr;    // device-visible block table; null: block i is block i (packed buffers)
   int32_t block_size = 16;
-  int32_t elem_bytes = 2;          // 4: f32, 2: bf16
+  int32_t elem_bytes = 2;          // 4: f32, 2: bf16, 1: fp8 e4m3
   int32_t num_layers = 0;
   int64_t token_stride = 0;        // elements of one slot: num_kv_heads * head_dim
   TD_HOST_DEVICE int64_t kv_stride() const { return block_size * token_stride; }
@@ -36,7 +38,13 @@ struct KvCopyArgs {
   int64_t src_first = 0;   // token 0 of the copy is token src_first of the source table (dst: token 0)
   int32_t layer_begin = 0;
   int32_t layer_end = 0;
+  const float* scales = nullptr;  // [layer][k, v] e4m3 scales (device-visible), read where a side is fp8; null: 1.0
 };
+
+/** The dequantization scale of (layer, K|V) for an fp8 side. */
+TD_HOST_DEVICE float kv_copy_scale(const KvCopyArgs& a, int layer, int kv) {
+  return a.scales != nullptr ? a.scales[2 * layer + kv] : 1.0f;
+}
 
 class KvCopyApi {
  public:

@@ -2,7 +2,9 @@
 // with the reason, and `--device cuda` fails with it.
 #include "../core/error.h"
 #include "device.h"
+#include "decode_api.h"
 #include "kernel_api.h"
+#include "fp8_kernels.h"
 #include "kv_copy.h"
 #include "moe_api.h"
 
@@ -33,8 +35,16 @@ std::unique_ptr<KernelApi> make_cuda_kernels() {
   throw NativeError(ErrorCode::kUnavailable, std::string("the CUDA kernels: ") + kReason);
 }
 
+std::unique_ptr<DecodeKernelApi> make_cuda_decode_kernels() {
+  throw NativeError(ErrorCode::kUnavailable, std::string("the CUDA decode kernels: ") + kReason);
+}
+
 std::unique_ptr<MoeKernelApi> make_cuda_moe_kernels() {
   throw NativeError(ErrorCode::kUnavailable, std::string("the CUDA MoE kernels: ") + kReason);
+}
+
+std::unique_ptr<Fp8KernelApi> make_cuda_fp8_kernels() {
+  throw NativeError(ErrorCode::kUnavailable, std::string("the CUDA FP8 kernels: ") + kReason);
 }
 
 }  // namespace tandem::gpu

@@ -40,9 +40,13 @@ struct GpuAttnSeq {
   int32_t start_pos, num_tokens;
 };
 
-/** Runs `specs` as one batch for each split count and compares every output row with the CPU's. */
+/**
+ * Runs `specs` as one batch for each split count and compares every output row with the CPU's.
+ * fp8: the pool holds e4m3 codes with per-layer K / V scales (--kv-cache-dtype fp8), which both
+ * kernels widen as they gather; the prefill then runs on CUDA cores.
+ */
 inline void check_attention_batch(Gpu& g, const GpuAttnCase& c, const std::vector<GpuAttnSeq>& specs,
-                                  const std::vector<int>& split_counts, uint32_t seed) {
+                                  const std::vector<int>& split_counts, uint32_t seed, bool fp8 = false) {
   std::mt19937 rng(seed);
   tandem::KvLayout L;
   L.block_size = c.block_size;
@@ -91,6 +95,9 @@ inline void check_attention_batch(Gpu& g, const GpuAttnCase& c, const std::vecto
   const int64_t d = c.head_dim;
   const int64_t q_stride = c.heads * d + c.q_pad, out_stride = c.heads * d + c.out_pad;
   auto pool = random_bf16_floats(rng, static_cast<size_t>(L.num_blocks * L.block_stride()));
+  std::vector<uint8_t> pool8(fp8 ? pool.size() : 0);
+  for (auto& b : pool8) b = static_cast<uint8_t>((rng() % 0x7f) | (rng() & 0x80));  // any code but NaN
+  const std::vector<float> kv_scales = {0.5f, 0.25f, 0.03f, 0.007f};  // [layer][k, v]
   auto q = random_floats(rng, static_cast<size_t>(tokens * q_stride));
   const float scale = 1.0f / std::sqrt(static_cast<float>(d));
 
@@ -105,6 +112,12 @@ inline void check_attention_batch(Gpu& g, const GpuAttnCase& c, const std::vecto
   a.out = want.data();
   a.out_stride = out_stride;
   a.kv_pool = pool.data();
+  if (fp8) {
+    a.kv_pool_raw = pool8.data();
+    a.kv_elem_bytes = 1;
+    a.k_scale = kv_scales[2 * layer];
+    a.v_scale = kv_scales[2 * layer + 1];
+  }
   a.layer = layer;
   a.num_heads = c.heads;
   a.scale = scale;
@@ -113,11 +126,13 @@ inline void check_attention_batch(Gpu& g, const GpuAttnCase& c, const std::vecto
 
   std::vector<char> mma_prefill_row(static_cast<size_t>(tokens), 0);
   for (const auto& f : batch.seqs) {
-    const bool mma = f.num_tokens > 1 && (c.head_dim == 64 || c.head_dim == 128);
+    const bool mma = !fp8 && f.num_tokens > 1 && (c.head_dim == 64 || c.head_dim == 128);
     for (int32_t k = 0; k < f.num_tokens; ++k) mma_prefill_row[static_cast<size_t>(f.token_offset + k)] = mma;
   }
 
   DeviceArray<bf16_bits> d_pool(*g.device, to_bf16(pool));
+  DeviceArray<uint8_t> d_pool8(*g.device, fp8 ? pool8 : std::vector<uint8_t>(1));
+  DeviceArray<float> d_kv_scales(*g.device, kv_scales);
   DeviceArray<float> d_q(*g.device, q);
   DeviceArray<bf16_bits> d_out(*g.device, static_cast<size_t>(tokens * out_stride));
   const int group = c.heads / c.kv_heads;
@@ -138,7 +153,9 @@ inline void check_attention_batch(Gpu& g, const GpuAttnCase& c, const std::vecto
     args.q_stride = q_stride;
     args.out = d_out.get();
     args.out_stride = out_stride;
-    args.pool = d_pool.get();
+    args.pool = fp8 ? reinterpret_cast<bf16_bits*>(d_pool8.get()) : d_pool.get();
+    args.kv_fp8 = fp8;
+    args.kv_scales = d_kv_scales.get();
     args.layer = layer;
     args.geo = {L.block_stride(), L.layer_stride(), L.kv_stride(), L.token_stride(), static_cast<int32_t>(L.block_size),
                 c.kv_heads, c.head_dim};
@@ -167,8 +184,8 @@ inline void check_attention_batch(Gpu& g, const GpuAttnCase& c, const std::vecto
       }
       for (int64_t e = c.heads * d; e < out_stride; ++e) poison_lost += !std::isnan(got[static_cast<size_t>(t * out_stride + e)]);
     }
-    CHECK(worst <= worst_tol, "attention d=%d heads=%d/%d block=%d splits=%d: max relative error %g > %g (token row %d, head %d)",
-          c.head_dim, c.heads, c.kv_heads, c.block_size, splits, worst, worst_tol, worst_token, worst_head);
+    CHECK(worst <= worst_tol, "attention%s d=%d heads=%d/%d block=%d splits=%d: max relative error %g > %g (token row %d, head %d)",
+          fp8 ? " (e4m3 pool)" : "", c.head_dim, c.heads, c.kv_heads, c.block_size, splits, worst, worst_tol, worst_token, worst_head);
     CHECK(poison_lost == 0, "attention d=%d: %d elements written between heads' rows", c.head_dim, poison_lost);
   }
 }

@@ -9,6 +9,7 @@
 
 #include "../../src/core/kv_layout.h"
 #include "../../src/cpu/kernels.h"
+#include "../../src/cuda/fp8.h"
 #include "gpu_test_util.h"
 
 namespace tandem_test::gpu {
@@ -68,9 +69,35 @@ inline void check_embed_and_rmsnorm(Gpu& g) {
   CHECK(worst <= kBf16Tolerance, "rmsnorm: max relative error %g", worst);
 }
 
-inline void check_qkv_rope(Gpu& g, bool qwen3, bool bias, bool llama3_rope, bool yarn = false) {
+/**
+ * The attention prologue on the CPU, in place on one token's q/k/v row: the biases as the GEMM
+ * adds them, cpu::rmsnorm per head (Qwen3: q_norm, k_norm non-null), cpu::rope_rotate with f32
+ * cos/sin of position x inv_freq, times rope_scale (YaRN) (v heads are rotated too; callers compare q
+ * and k/v only).
+ */
+inline void qkv_rope_reference(std::vector<float>& row, const float* bias, const float* q_norm, const float* k_norm, int heads,
+                               int kv_heads, int d, int32_t position, const std::vector<float>& inv_freq, float rope_scale = 1.0f) {
+  if (bias != nullptr) for (size_t i = 0; i < row.size(); ++i) row[i] += bias[i];
+  const int half = d / 2;
+  std::vector<float> cs(static_cast<size_t>(half)), sn(static_cast<size_t>(half));
+  for (int j = 0; j < half; ++j) {
+    const float angle = static_cast<float>(position) * inv_freq[static_cast<size_t>(j)];
+    cs[static_cast<size_t>(j)] = std::cos(angle) * rope_scale;
+    sn[static_cast<size_t>(j)] = std::sin(angle) * rope_scale;
+  }
+  for (int h = 0; h < heads + kv_heads; ++h) {
+    float* head = row.data() + h * d;
+    if (q_norm != nullptr) tandem::cpu::rmsnorm(head, h < heads ? q_norm : k_norm, d, 1e-6f, head);
+    tandem::cpu::rope_rotate(head, cs.data(), sn.data(), d);
+  }
+}
+
+// yarn: frequencies in all three YaRN bands and a cos/sin scale.
+// fp8: the pool is e4m3 (--kv-cache-dtype fp8): K and V land as e4m3(value / the layer's scale),
+// within one e4m3 rounding of the CPU's value (2^-4 relative, or half the smallest subnormal step).
+inline void check_qkv_rope(Gpu& g, bool qwen3, bool bias, bool llama3_rope, bool yarn = false, bool fp8 = false) {
   std::mt19937 rng(qwen3 * 4 + bias * 2 + llama3_rope + 7);
-  const int heads = 6, kv_heads = 2, d = 80, half = d / 2, tokens = 5;
+  const int heads = 6, kv_heads = 2, d = 80, tokens = 5;
   const int q_dim = heads * d, kv_dim = kv_heads * d, width = q_dim + 2 * kv_dim;
   const int64_t stride = width + 8;
   tandem::KvLayout L;
@@ -109,6 +136,9 @@ inline void check_qkv_rope(Gpu& g, bool qwen3, bool bias, bool llama3_rope, bool
   DeviceArray<int32_t> d_pos(*g.device, positions), d_slots(*g.device, slots);
   DeviceArray<bf16_bits> d_pool(*g.device, static_cast<size_t>(L.num_blocks * L.block_stride()));
   d_pool.poison(0x11);
+  // Layer 1's scales are used: |K| <= 448 x 0.031, |V| <= 448 x 0.017, past any value here (saturation is not rounding).
+  const std::vector<float> kv_scales = {1.0f, 1.0f, 0.031f, 0.017f, 1.0f, 1.0f};  // [layer][k, v]
+  DeviceArray<float> d_kv_scales(*g.device, kv_scales);
   tandem::gpu::QkvRopeArgs a;
   a.qkv = d_qkv.get();
   a.qkv_stride = stride;
@@ -125,6 +155,8 @@ inline void check_qkv_rope(Gpu& g, bool qwen3, bool bias, bool llama3_rope, bool
   a.num_kv_heads = kv_heads;
   a.head_dim = d;
   a.pool = d_pool.get();
+  a.kv_fp8 = fp8;  // the pool's first half holds the e4m3 bytes then
+  a.kv_scales = d_kv_scales.get();
   a.layer = layer;
   a.geo = {L.block_stride(), L.layer_stride(), L.kv_stride(), L.token_stride(), static_cast<int32_t>(L.block_size), kv_heads, d};
   g.kernels->qkv_rope(a, g.stream());
@@ -137,31 +169,38 @@ inline void check_qkv_rope(Gpu& g, bool qwen3, bool bias, bool llama3_rope, bool
   std::vector<bool> written(pool.size(), false);
   for (int t = 0; t < tokens; ++t) {
     std::vector<float> row(qkv.begin() + t * stride, qkv.begin() + t * stride + width);
-    if (bias) for (int i = 0; i < width; ++i) row[static_cast<size_t>(i)] += b[static_cast<size_t>(i)];
-    std::vector<float> cs(half), sn(half);
-    for (int j = 0; j < half; ++j) {
-      const float angle = static_cast<float>(positions[static_cast<size_t>(t)]) * inv_freq[static_cast<size_t>(j)];
-      cs[static_cast<size_t>(j)] = std::cos(angle) * rope_scale;
-      sn[static_cast<size_t>(j)] = std::sin(angle) * rope_scale;
-    }
-    for (int h = 0; h < heads + kv_heads; ++h) {
-      float* head = row.data() + h * d;
-      if (qwen3) tandem::cpu::rmsnorm(head, h < heads ? qn.data() : kn.data(), d, 1e-6f, head);
-      tandem::cpu::rope_rotate(head, cs.data(), sn.data(), d);
-    }
+    qkv_rope_reference(row, bias ? b.data() : nullptr, qwen3 ? qn.data() : nullptr, qwen3 ? kn.data() : nullptr, heads, kv_heads, d,
+                       positions[static_cast<size_t>(t)], inv_freq, rope_scale);
     worst_q = std::max(worst_q, max_rel_error(got_q.data() + t * stride, row.data(), q_dim));
     if (slots[static_cast<size_t>(t)] < 0) continue;
     const int64_t blk = slots[static_cast<size_t>(t)] / L.block_size, off = slots[static_cast<size_t>(t)] % L.block_size;
     for (int kv = 0; kv < 2; ++kv) {
       const int64_t base = L.offset(blk, layer, kv, off);
       std::vector<float> got(static_cast<size_t>(kv_dim));
+      const float s = kv_scales[static_cast<size_t>(2 * layer + kv)];
+      const auto* bytes = reinterpret_cast<const uint8_t*>(pool.data());
       for (int i = 0; i < kv_dim; ++i) {
-        got[static_cast<size_t>(i)] = tandem::gpu::bf16_bits_to_float(pool[static_cast<size_t>(base + i)]);
-        written[static_cast<size_t>(base + i)] = true;
+        if (fp8) {
+          got[static_cast<size_t>(i)] = tandem::gpu::fp8_bits_to_float(bytes[base + i]) * s;
+          written[static_cast<size_t>((base + i) / 2)] = true;
+        } else {
+          got[static_cast<size_t>(i)] = tandem::gpu::bf16_bits_to_float(pool[static_cast<size_t>(base + i)]);
+          written[static_cast<size_t>(base + i)] = true;
+        }
       }
-      worst_kv = std::max(worst_kv, max_rel_error(got.data(), row.data() + q_dim + kv * kv_dim, static_cast<size_t>(kv_dim)));
+      if (fp8) {
+        const float* want = row.data() + q_dim + kv * kv_dim;
+        for (int i = 0; i < kv_dim; ++i) {
+          const double err = std::fabs(got[static_cast<size_t>(i)] - want[i]);
+          const double tol = std::max(std::fabs(static_cast<double>(want[i])) / 16.0, s * 0x1p-10) * 1.001;
+          worst_kv = std::max(worst_kv, err / tol * kBf16Tolerance);  // scaled so the bf16 check below applies
+        }
+      } else {
+        worst_kv = std::max(worst_kv, max_rel_error(got.data(), row.data() + q_dim + kv * kv_dim, static_cast<size_t>(kv_dim)));
+      }
     }
   }
+  // fp8: an element pair is "written" when either byte is; a pair fully outside the slots keeps 0x1111.
   for (size_t i = 0; i < pool.size(); ++i) pool_writes_wrong += !written[i] && pool[i] != 0x1111;
   CHECK(worst_q <= 1e-5, "qkv_rope (qwen3=%d bias=%d llama3=%d): q max relative error %g", qwen3, bias, llama3_rope, worst_q);
   CHECK(worst_kv <= kBf16Tolerance, "qkv_rope (qwen3=%d bias=%d llama3=%d): k/v max relative error %g", qwen3, bias,
@@ -197,8 +236,10 @@ inline void test_elementwise(Gpu& g) {
   for (int v = 0; v < 8; ++v) check_qkv_rope(g, v & 4, v & 2, v & 1);
   check_qkv_rope(g, true, false, false, true);  // YaRN (Qwen3-style)
   check_qkv_rope(g, false, true, false, true);
+  check_qkv_rope(g, true, false, true, false, true);  // into an e4m3 pool
+  check_qkv_rope(g, false, true, false, false, true);
   check_silu_mul(g);
-  std::printf("gpu elementwise: embed, rmsnorm, 10 qkv_rope variants (2 YaRN), silu_mul checked on %s\n", g.name.c_str());
+  std::printf("gpu elementwise: embed, rmsnorm, 12 qkv_rope variants (2 YaRN, 2 into an e4m3 pool), silu_mul checked on %s\n", g.name.c_str());
 }
 
 }  // namespace tandem_test::gpu

@@ -1,5 +1,6 @@
 // The KV block copy kernel (kernels/kv_copy.cuh) against the host copy (core/kv_copy_host.h):
-// every pair of source/destination block size (16, 32) and dtype (f32, bf16), whole and
+// every pair of source/destination block size (16, 32) and dtype (f32, bf16, fp8 e4m3 with
+// per-layer K / V scales), whole and
 // partial layer ranges, shuffled block tables and a packed (identity) side, a token count that
 // ends mid-block, a source that starts mid-block (src_first). The destination starts as garbage, and every byte of it is compared, so a
 // write outside the copied rows fails as much as a wrong value.
@@ -26,13 +27,16 @@ inline void test_kv_copy(Gpu& g) {
   const int layers = 4;
   const int64_t tokens = 75;                           // ends mid-block for 16 and 32
   const int pool_blocks = 12;
+  // e4m3 sides: K / V scales per layer, [layer][k, v] (a V scale below 1 so f32 -> e4m3 saturates some values).
+  const std::vector<float> kv_scales = {0.5f, 0.02f, 1.0f, 0.001f, 0.125f, 0.3f, 2.0f, 0.05f};
+  DeviceArray<float> d_kv_scales(*g.device, kv_scales);
   int cases = 0;
   // Rows of 32 elements (16-byte vectors when the dtype agrees) and of 3 (element by element).
   for (int width : {32, 3}) {
   for (int src_bs : {16, 32}) {
     for (int dst_bs : {16, 32}) {
-      for (int src_eb : {4, 2}) {
-        for (int dst_eb : {4, 2}) {
+      for (int src_eb : {4, 2, 1}) {
+        for (int dst_eb : {4, 2, 1}) {
           for (auto range : {std::pair<int, int>{0, layers}, std::pair<int, int>{1, 3}, std::pair<int, int>{3, 4}}) {
             for (bool packed_src : {false, true}) {
               KvPoolView src, dst;
@@ -61,7 +65,9 @@ inline void test_kv_copy(Gpu& g) {
               // a low-bit tail that the conversion must round to nearest even.
               for (size_t i = 0; i + src_eb <= src_bytes; i += static_cast<size_t>(src_eb)) {
                 const float v = tandem::gpu::round_to_bf16(std::normal_distribution<float>(0, 1)(rng));
-                if (src_eb == 4) {
+                if (src_eb == 1) {
+                  src_host[i] = static_cast<uint8_t>((rng() % 0x7f) | (rng() & 0x80));  // any e4m3 code but NaN
+                } else if (src_eb == 4) {
                   uint32_t u;
                   std::memcpy(&u, &v, 4);
                   u |= rng() & 0xffffu;
@@ -86,6 +92,7 @@ inline void test_kv_copy(Gpu& g) {
               ref.src_first = src_first;
               ref.layer_begin = range.first;
               ref.layer_end = range.second;
+              ref.scales = kv_scales.data();
               tandem::kv_copy_host(ref);
 
               DeviceArray<uint8_t> d_src(*g.device, src_host), d_dst(*g.device, dst_init);
@@ -95,6 +102,7 @@ inline void test_kv_copy(Gpu& g) {
               a.src.ids = packed_src ? nullptr : d_src_ids.get();
               a.dst.base = d_dst.get();
               a.dst.ids = d_dst_ids.get();
+              a.scales = d_kv_scales.get();
               api->copy(a, g.stream());
               const std::vector<uint8_t> got = d_dst.download();
               size_t first_diff = got.size();
@@ -106,7 +114,7 @@ inline void test_kv_copy(Gpu& g) {
               }
               CHECK(first_diff == got.size(),
                     "kv copy width %d, bs %d->%d, %s->%s, layers [%d,%d), %s source: first differing byte %zu of %zu", width, src_bs, dst_bs,
-                    src_eb == 4 ? "f32" : "bf16", dst_eb == 4 ? "f32" : "bf16", range.first, range.second,
+                    tandem::kv_dtype_name(static_cast<size_t>(src_eb)), tandem::kv_dtype_name(static_cast<size_t>(dst_eb)), range.first, range.second,
                     packed_src ? "packed" : "pool", first_diff, got.size());
               ++cases;
             }
@@ -138,7 +146,7 @@ inline void test_kv_copy(Gpu& g) {
     tandem::kv_copy_host(r);
     CHECK(out[0] == 0x3f81 && out[1] == 0x3f80, "kv copy host rounding: %04x %04x", out[0], out[1]);
   }
-  std::printf("gpu kv copy: %d cases (row widths 32/3, block size 16/32 x f32/bf16 each side, layer ranges, pool/packed) checked on %s\n", cases,
+  std::printf("gpu kv copy: %d cases (row widths 32/3, block size 16/32 x f32/bf16/fp8 each side, layer ranges, pool/packed) checked on %s\n", cases,
               g.name.c_str());
 }
 

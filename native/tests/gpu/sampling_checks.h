@@ -17,6 +17,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <functional>
 #include <numeric>
 
 #include "../../src/core/backend.h"
@@ -70,7 +71,11 @@ inline std::vector<float> sample_logits(std::mt19937& rng, int vocab, int shape)
   return l;
 }
 
-inline void check_sampling_vocab(Gpu& g, int vocab, uint32_t seed, int& rows_checked) {
+/** Runs a sampler over the prepared arguments (default: KernelApi::sample, the one-block kernel). */
+using SampleRunner = std::function<void(const tandem::gpu::SampleArgs&)>;
+
+inline void check_sampling_vocab(Gpu& g, int vocab, uint32_t seed, int& rows_checked, const SampleRunner& runner = nullptr,
+                                 const char* name = "sampling") {
   std::mt19937 rng(seed);
   std::mt19937_64 rng64(seed * 7919ull + 1);
   const int shapes = 6;
@@ -257,7 +262,11 @@ inline void check_sampling_vocab(Gpu& g, int vocab, uint32_t seed, int& rows_che
   a.out_logprobs = d_logprobs.get();
   a.out_top_ids = d_top_ids.get();
   a.out_top_logprobs = d_top_lp.get();
-  g.kernels->sample(a, g.stream());
+  if (runner) {
+    runner(a);
+  } else {
+    g.kernels->sample(a, g.stream());
+  }
   g.device->synchronize();
   const auto tokens = d_tokens.download();
   const auto logprobs = d_logprobs.download();
@@ -271,14 +280,14 @@ inline void check_sampling_vocab(Gpu& g, int vocab, uint32_t seed, int& rows_che
     const auto& sp = c.row.params;
     const char* what = c.label.c_str();
     CHECK(tokens[static_cast<size_t>(i)] == wv.token,
-          "sampling vocab %d row %d (%s, shape %d, t=%g k=%d p=%g min_p=%g): token %d, CPU %d", vocab, i, what,
+          "%s vocab %d row %d (%s, shape %d, t=%g k=%d p=%g min_p=%g): token %d, CPU %d", name, vocab, i, what,
           shape_of[static_cast<size_t>(c.row.logit_row)], sp.temperature, sp.top_k, sp.top_p, sp.min_p, tokens[static_cast<size_t>(i)],
           wv.token);
     if (c.row.num_top_logprobs < 0) {
-      CHECK(std::isnan(logprobs[static_cast<size_t>(i)]), "sampling vocab %d row %d: logprob %g, not asked", vocab, i,
+      CHECK(std::isnan(logprobs[static_cast<size_t>(i)]), "%s vocab %d row %d: logprob %g, not asked", name, vocab, i,
             logprobs[static_cast<size_t>(i)]);
     } else if (tokens[static_cast<size_t>(i)] == wv.token) {
-      CHECK(close(logprobs[static_cast<size_t>(i)], wv.logprob), "sampling vocab %d row %d: logprob %.8g, CPU %.8g", vocab, i,
+      CHECK(close(logprobs[static_cast<size_t>(i)], wv.logprob), "%s vocab %d row %d: logprob %.8g, CPU %.8g", name, vocab, i,
             logprobs[static_cast<size_t>(i)], wv.logprob);
     }
     const int k = static_cast<int>(wv.top.size());
@@ -286,10 +295,10 @@ inline void check_sampling_vocab(Gpu& g, int vocab, uint32_t seed, int& rows_che
       const size_t at = static_cast<size_t>(i) * static_cast<size_t>(ts) + static_cast<size_t>(j);
       if (j < k) {
         CHECK(top_ids[at] == wv.top[static_cast<size_t>(j)].first && close(top_lp[at], wv.top[static_cast<size_t>(j)].second),
-              "sampling vocab %d row %d: top %d is (%d, %.8g), CPU (%d, %.8g)", vocab, i, j, top_ids[at], top_lp[at],
+              "%s vocab %d row %d: top %d is (%d, %.8g), CPU (%d, %.8g)", name, vocab, i, j, top_ids[at], top_lp[at],
               wv.top[static_cast<size_t>(j)].first, wv.top[static_cast<size_t>(j)].second);
       } else {
-        CHECK(top_ids[at] == -1 && std::isnan(top_lp[at]), "sampling vocab %d row %d: padding %d is (%d, %g)", vocab, i, j,
+        CHECK(top_ids[at] == -1 && std::isnan(top_lp[at]), "%s vocab %d row %d: padding %d is (%d, %g)", name, vocab, i, j,
               top_ids[at], top_lp[at]);
       }
     }

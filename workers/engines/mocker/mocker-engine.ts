@@ -19,10 +19,10 @@
  * token is allowed; so EOS comes by chance only when the grammar allows nothing else (closing
  * mode at a complete match).
  */
-import type { Engine, EngineInfo, SampledToken, StepBatch, StepResult, StepSequence } from '../engine.js';
-import { DECODE_FLOOR_MS, NATIVE_CPU_LORA_COST, PolynomialPerfModel, loraStepFactor, stepTimeMs, type LoraCost, type PerfModel, type StepShape } from '../../../perf-model/index.js';
+import type { Engine, EngineDrafter, EngineInfo, SampledToken, StepBatch, StepResult, StepSequence, TokenSample } from '../engine.js';
+import { DECODE_FLOOR_MS, NATIVE_CPU_LORA_COST, PolynomialPerfModel, loraStepFactor, verifyStepMs, type LoraCost, type PerfModel, type StepShape } from '../../../perf-model/index.js';
 import { UnavailableError } from '../../../runtime/index.js';
-import { applyMockLogitBias, mockLogprob, mockTokenAt, nextAllowedToken } from './tokens.js';
+import { applyMockLogitBias, mockDraftHits, mockLogprob, mockTokenAt, nextAllowedToken } from './tokens.js';
 
 /** A request seed at or above this asks for EOS after (seed − base) output tokens. */
 export const MOCKER_EOS_SEED_BASE = 1_000_000_000;
@@ -53,6 +53,12 @@ export interface MockerConfig {
   onLayers?: (batch: StepBatch, layersDone: number) => void;
   /** Extra step time of LoRA adapters in a batch; default NATIVE_CPU_LORA_COST. */
   loraCost?: LoraCost;
+  /**
+   * Speculative decoding, modelled: drafts are the mocker's own next tokens, each right with
+   * probability `acceptance` (independently, by a hash of its position), so acceptance is a
+   * parameter a fleet or planner bench sets. Verify steps cost what the perf model charges.
+   */
+  speculative?: { acceptance: number };
 }
 
 export class MockerEngine implements Engine {
@@ -68,6 +74,9 @@ export class MockerEngine implements Engine {
   private closed = false;
   private readonly loraCost: LoraCost;
   private readonly loraSlots = new Set<number>();
+  private readonly draftAcceptance: number;
+  /** Speculative decoding: the mocker keeps no per-sequence drafter state (its drafts are a hash). */
+  readonly drafter: EngineDrafter | undefined;
   /** Sum of simulated (unscaled) step time, for tests and reports. */
   simulatedMs = 0;
   numSteps = 0;
@@ -89,11 +98,14 @@ export class MockerEngine implements Engine {
     this.numLayers = Math.max(1, Math.floor(config.numLayers ?? 1));
     this.onLayers = config.onLayers;
     this.loraCost = config.loraCost ?? NATIVE_CPU_LORA_COST;
+    this.draftAcceptance = config.speculative?.acceptance ?? 0;
+    if (!(this.draftAcceptance >= 0 && this.draftAcceptance <= 1)) throw new RangeError('speculative.acceptance must be in [0, 1]');
+    this.drafter = config.speculative !== undefined ? { method: 'mocker', begin: () => undefined, end: () => undefined } : undefined;
   }
 
   async step(batch: StepBatch): Promise<StepResult> {
     if (this.closed) throw new UnavailableError('mocker engine is closed');
-    const ms = stepTimeMs(this.perfModel, this.shapeOf(batch)) * loraStepFactor(this.loraCost, distinctLoraSlots(batch));
+    const ms = verifyStepMs(this.perfModel, this.shapeOf(batch), draftTokensOf(batch)) * loraStepFactor(this.loraCost, distinctLoraSlots(batch));
     this.simulatedMs += ms;
     this.numSteps++;
     // The simulated forward pass starts now; masks are filled while it "runs" (the timer),
@@ -124,15 +136,40 @@ export class MockerEngine implements Engine {
     let prefillTokens = 0;
     let numDecodeSeqs = 0;
     for (const s of batch.sequences) {
-      if (s.tokenIds.length === 1 && s.startPos >= s.numPromptTokens) numDecodeSeqs++;
+      const drafts = s.numDraftTokens ?? 0;
+      if (s.tokenIds.length - drafts === 1 && s.startPos >= s.numPromptTokens) numDecodeSeqs++;
       else prefillTokens += s.tokenIds.length;
     }
     return { prefillTokens, numDecodeSeqs, kvUsage: batch.kvUsage ?? 0 };
   }
 
-  /** The token the mocker samples for one sequence. */
+  /**
+   * The token(s) the mocker samples for one sequence: one, or in a verify step one per
+   * position after the last token and after each draft, kept while they equal the drafts.
+   */
   private sample(s: StepSequence): SampledToken {
-    const position = s.startPos + s.tokenIds.length;
+    const k = s.numDraftTokens ?? 0;
+    const first = s.startPos + s.tokenIds.length - k;  // position of the token sampled after the last real one
+    const words = k > 0 && s.allowedTokens !== undefined ? s.allowedTokens.length / (k + 1) : 0;
+    const row = (j: number): Uint32Array | undefined => (k > 0 && s.allowedTokens !== undefined ? s.allowedTokens.subarray(j * words, (j + 1) * words) : s.allowedTokens);
+    const out: SampledToken = { seqId: s.seqId, ...this.tokenAt(s, first, row(0)) };
+    for (let j = 0; j < k; j++) {
+      const kept = j === 0 ? out.tokenId : out.following![j - 1]!.tokenId;
+      if (kept !== s.tokenIds[s.tokenIds.length - k + j]) break;
+      (out.following ??= []).push(this.tokenAt(s, first + j + 1, row(j + 1)));
+    }
+    const propose = s.proposeDrafts ?? 0;
+    if (propose > 0) {
+      // After this step the sequence ends at position first + returned - 1; drafts predict the positions after it.
+      const next = first + 1 + (out.following?.length ?? 0);
+      out.drafts = mockDraftHits(this.seed, s.requestSeed, next, propose, this.draftAcceptance, this.info.vocabSize, this.eosTokenIds);
+      out.draftScores = new Float32Array(propose).fill(NaN);
+    }
+    return out;
+  }
+
+  /** The mocker's token at `position` of a sequence (its request's EOS, logit bias and mask applied). */
+  private tokenAt(s: StepSequence, position: number, allowed: Uint32Array | undefined): TokenSample {
     const outputIndex = position - s.numPromptTokens;
     const eosAt = this.eosIndexFor(s);
     const bias = s.sampling.logitBias;
@@ -143,8 +180,8 @@ export class MockerEngine implements Engine {
     if (bias !== undefined && bias.length > 0) {
       tokenId = applyMockLogitBias(tokenId, bias, this.info.vocabSize, (avoid) => mockTokenAt(this.seed, s.requestSeed, position, this.info.vocabSize, [...this.eosTokenIds, ...avoid]));
     }
-    if (s.allowedTokens !== undefined) tokenId = nextAllowedToken(s.allowedTokens, tokenId, this.info.vocabSize, this.eosTokenIds);
-    const out: SampledToken = { seqId: s.seqId, tokenId };
+    if (allowed !== undefined) tokenId = nextAllowedToken(allowed, tokenId, this.info.vocabSize, this.eosTokenIds);
+    const out: TokenSample = { tokenId };
     if (s.logprobs !== undefined) {
       const lp = mockLogprob(this.seed, s.requestSeed, position);
       out.logprob = lp;
@@ -184,6 +221,12 @@ export class MockerEngine implements Engine {
     await new Promise<void>((resolve) => setTimeout(resolve, Math.floor(this.debtMs)));
     this.debtMs = Math.max(-MAX_CREDIT_MS, this.debtMs - (performance.now() - start));
   }
+}
+
+function draftTokensOf(batch: StepBatch): number {
+  let n = 0;
+  for (const s of batch.sequences) n += s.numDraftTokens ?? 0;
+  return n;
 }
 
 function distinctLoraSlots(batch: StepBatch): number {

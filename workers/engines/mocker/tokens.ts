@@ -117,3 +117,20 @@ export function nextAllowedToken(mask: Uint32Array, token: number, vocabSize: nu
   }
   return eos >= 0 ? eos : token;
 }
+
+/**
+ * The mocker's drafts (speculative decoding, modelled): `n` tokens for positions `from`,
+ * `from + 1`, ...; each is the mocker's own token there (before any bias or mask) with
+ * probability `acceptance`, decided by a hash of its position, and a different token
+ * otherwise. So a verify step keeps each draft with that probability, given the ones before.
+ */
+export function mockDraftHits(seed: number, requestSeed: number, from: number, n: number, acceptance: number, vocabSize: number, avoid: readonly number[]): Int32Array {
+  const out = new Int32Array(n);
+  for (let i = 0; i < n; i++) {
+    const position = from + i;
+    const right = mockTokenAt(seed, requestSeed, position, vocabSize, avoid);
+    const u = mix32(tokenHash(seed, requestSeed, position) ^ 0x2545f491) / 4294967296;
+    out[i] = u < acceptance ? right : (right + 1) % vocabSize;
+  }
+  return out;
+}

@@ -6,7 +6,7 @@
  * for sampled sequences with a grammar (one row each); everything else is O(new tokens + block table).
  */
 import type { SamplingOptions } from '../../../proto/wire.js';
-import { SAMPLING_STRIDE, SEQ_META_STRIDE, SamplingField, SeqMeta } from '../../../native/index.js';
+import { SAMPLING_STRIDE, SEQ_META_STRIDE, SPEC_META_STRIDE, SamplingField, SeqMeta, SpecMeta } from '../../../native/index.js';
 import type { StepBatch } from '../engine.js';
 
 export interface MarshalledBatch {
@@ -28,6 +28,8 @@ export interface MarshalledBatch {
   sampledSeqIds: number[];
   /** Multi-LoRA: adapter slot per sequence (-1 = base), undefined when no sequence has one. */
   loraSlots?: Int32Array;
+  /** Speculative decoding: SPEC_META_STRIDE fields per sequence, undefined when no sequence drafts or verifies. */
+  specMeta?: Int32Array;
 }
 
 const SEED_RANGE = 2 ** 53;
@@ -148,7 +150,26 @@ export class BatchMarshal {
       ...this.marshalMasks(batch),
       sampledSeqIds,
       ...this.marshalLoras(batch),
+      ...this.marshalSpec(batch),
     };
+  }
+
+  private specMeta: Int32Array = new Int32Array(16 * SPEC_META_STRIDE);
+
+  /** Speculative decoding: drafts to verify and drafts to propose, keyed by seqId for the drafter. */
+  private marshalSpec(batch: StepBatch): { specMeta?: Int32Array } {
+    const seqs = batch.sequences;
+    if (!seqs.some((s) => (s.numDraftTokens ?? 0) > 0 || s.proposeDrafts !== undefined)) return {};
+    this.specMeta = grow(this.specMeta, seqs.length * SPEC_META_STRIDE);
+    for (let i = 0; i < seqs.length; i++) {
+      const s = seqs[i]!;
+      const m = i * SPEC_META_STRIDE;
+      this.specMeta[m + SpecMeta.numDrafts] = s.numDraftTokens ?? 0;
+      this.specMeta[m + SpecMeta.proposeDrafts] = s.proposeDrafts ?? 0;
+      // The drafter follows every sequence it was told about, whether it drafts for it this step or not.
+      this.specMeta[m + SpecMeta.draftKey] = s.proposeDrafts !== undefined ? s.seqId : -1;
+    }
+    return { specMeta: this.specMeta.subarray(0, seqs.length * SPEC_META_STRIDE) };
   }
 
   private loraSlots: Int32Array = new Int32Array(16);
@@ -168,8 +189,9 @@ export class BatchMarshal {
    */
   marshalMasks(batch: StepBatch): { maskRows?: Int32Array; allowedMasks?: Uint32Array } {
     const seqs = batch.sequences;
+    // A verify sequence brings one row per sampled position (numDraftTokens + 1).
     let numMasks = 0;
-    for (const s of seqs) if (s.sample && s.allowedTokens !== undefined) numMasks++;
+    for (const s of seqs) if (s.sample && s.allowedTokens !== undefined) numMasks += 1 + (s.numDraftTokens ?? 0);
     if (numMasks === 0) return {};
     const words = this.maskWords;
     this.maskRows = grow(this.maskRows, seqs.length);
@@ -184,13 +206,19 @@ export class BatchMarshal {
       }
       // A shorter mask (grammar vocabulary smaller than the model's padded one) leaves the
       // padding ids disallowed: the copy is zero-filled past it.
-      const row = this.masks.subarray(maskAt * words, (maskAt + 1) * words);
-      if (mask.length >= words) row.set(mask.subarray(0, words));
-      else {
-        row.set(mask);
-        row.fill(0, mask.length);
+      const rows = 1 + (s.numDraftTokens ?? 0);
+      const width = mask.length / rows;
+      this.maskRows[i] = maskAt;
+      for (let r = 0; r < rows; r++) {
+        const row = this.masks.subarray(maskAt * words, (maskAt + 1) * words);
+        const src = mask.subarray(r * width, (r + 1) * width);
+        if (width >= words) row.set(src.subarray(0, words));
+        else {
+          row.set(src);
+          row.fill(0, width);
+        }
+        maskAt++;
       }
-      this.maskRows[i] = maskAt++;
     }
     return { maskRows: this.maskRows.subarray(0, seqs.length), allowedMasks: this.masks.subarray(0, numMasks * words) };
   }

@@ -5,8 +5,8 @@
  */
 import { performance } from 'node:perf_hooks';
 import { fromNativeError, loadAddon, NativeEngineError, type RawEngineHandle, type RawEngineInfo, type RawStepResult } from '../../../native/index.js';
-import type { LoadEngineOptions, RawKvCopyLayout, RawKvLayout } from '../../../native/index.js';
-import type { Engine, EngineInfo, SampledToken, StepBatch, StepResult } from '../engine.js';
+import type { LoadEngineOptions, LoadSpeculativeOptions, RawKvCopyLayout, RawKvLayout } from '../../../native/index.js';
+import type { Engine, EngineDrafter, EngineInfo, SampledToken, StepBatch, StepResult, TokenSample } from '../engine.js';
 import { BatchMarshal } from './batch-marshal.js';
 import type { LoraAdapterSpec } from '../../lora/peft-adapter.js';
 
@@ -33,12 +33,20 @@ export interface NativeEngineOptions {
   cudaGraphs?: boolean;
   /** GPU: 'auto' (cuBLASLt where it loads), 'cublaslt', or 'own' (our kernels). */
   gemm?: 'auto' | 'cublaslt' | 'own';
+  /** KV pool element type (`--kv-cache-dtype`): 'auto' (f32 on the CPU, bf16 on GPUs), 'bf16', 'fp8'. */
+  kvCacheDtype?: 'auto' | 'bf16' | 'fp8';
+  /** `--quantization`: unset = the checkpoint's own config; 'fp8' quantizes at load; 'none' dequantizes FP8. */
+  quantization?: 'fp8' | 'none';
+  /** FP8 weights computed W8A8 as the checkpoint says ('auto'), or W8A16 (tests, benches). */
+  fp8Compute?: 'auto' | 'w8a16';
   /**
    * Caller-owned KV pool, exactly numBlocks × kvBytesPerBlock bytes (`describeNativeKvLayout`):
    * prefill/decode workers pass a UCX `allocatePool` buffer so peers read blocks over shared
    * memory without this process's CPU. Its owner must keep it mapped until close().
    */
   kvPool?: ArrayBuffer;
+  /** Speculative decoding: the drafter to load (n-gram or suffix, in C++ beside the step). */
+  speculative?: LoadSpeculativeOptions;
 }
 
 /** The pool a load with these options would have, from config.json alone (no weights). */
@@ -79,6 +87,10 @@ function sizing(options: NativeEngineOptions): Omit<LoadEngineOptions, 'kvPool'>
     ...(options.maxSeqs !== undefined ? { maxSeqs: options.maxSeqs } : {}),
     ...(options.cudaGraphs !== undefined ? { cudaGraphs: options.cudaGraphs } : {}),
     ...(options.gemm !== undefined ? { gemm: options.gemm } : {}),
+    ...(options.kvCacheDtype !== undefined ? { kvCacheDtype: options.kvCacheDtype } : {}),
+    ...(options.quantization !== undefined ? { quantization: options.quantization } : {}),
+    ...(options.fp8Compute !== undefined ? { fp8Compute: options.fp8Compute } : {}),
+    ...(options.speculative !== undefined ? { speculative: options.speculative } : {}),
   };
 }
 
@@ -86,7 +98,7 @@ export async function createNativeEngine(options: NativeEngineOptions): Promise<
   const addon = loadAddon();
   try {
     const handle = await addon.loadEngine({ ...sizing(options), ...(options.kvPool !== undefined ? { kvPool: options.kvPool } : {}) });
-    return new NativeEngine(handle);
+    return new NativeEngine(handle, options.speculative);
   } catch (err) {
     throw fromNativeError(err);
   }
@@ -104,7 +116,7 @@ export function describeNativeKvLayout(options: Omit<NativeEngineOptions, 'kvPoo
 
 /** Layout name for transfers: the pool layout plus the shape and element type that fix a block's bytes. */
 export function nativeKvLayoutName(
-  m: Pick<RawKvLayout, 'kvLayout' | 'numLayers' | 'numKvHeads' | 'headDim' | 'blockSize'> & { kvDtype?: 'f32' | 'bf16' },
+  m: Pick<RawKvLayout, 'kvLayout' | 'numLayers' | 'numKvHeads' | 'headDim' | 'blockSize'> & { kvDtype?: RawKvLayout['kvDtype'] },
 ): string {
   return `${m.kvLayout};layers=${m.numLayers};kv_heads=${m.numKvHeads};head_dim=${m.headDim};block=${m.blockSize};${m.kvDtype ?? 'f32'}`;
 }
@@ -121,8 +133,19 @@ export class NativeEngine implements Engine {
   /** A caller-owned pool: its owner detaches it when it frees the memory. */
   private externalPool: ArrayBuffer | undefined;
 
-  constructor(handle: RawEngineHandle) {
+  /** Speculative decoding: the C++ drafter loaded with the engine (LoadSpeculativeOptions). */
+  readonly drafter: EngineDrafter | undefined;
+
+  constructor(handle: RawEngineHandle, speculative?: LoadSpeculativeOptions) {
     this.handle = handle;
+    this.drafter =
+      speculative === undefined
+        ? undefined
+        : {
+            method: speculative.method,
+            begin: (seqId, tokens) => this.handle?.draftBegin(seqId, tokens),
+            end: (seqId, finished) => this.handle?.draftEnd(seqId, finished),
+          };
     this.model = handle.info();
     if (this.model.kvPoolExternal) this.externalPool = handle.kvPool();
     this.marshaller = new BatchMarshal((this.model.vocabSize + 31) >>> 5);
@@ -271,16 +294,24 @@ export class NativeEngine implements Engine {
   /**
    * Embedding worker only (it overwrites the KV pool): pooled, optionally normalized vectors
    * of each sequence, [lengths.length][hiddenSize], computed on a native thread. Serialized
-   * with steps.
+   * with steps. `signal` aborts the call before its next forward pass (a call that has not
+   * started yet does not start): it then rejects with code `cancelled`.
    */
-  embed(tokens: Int32Array, lengths: Int32Array, pooling: 'last' | 'mean', normalize: boolean): Promise<Float32Array> {
+  embed(tokens: Int32Array, lengths: Int32Array, pooling: 'last' | 'mean', normalize: boolean, signal?: AbortSignal): Promise<Float32Array> {
     return this.enqueue(async () => {
       const handle = this.handle;
       if (handle === undefined) throw new NativeEngineError('unavailable', 'native engine is closed');
+      if (signal?.aborted) throw new NativeEngineError('cancelled', 'embed: cancelled by the caller before it started');
+      // The native thread reads this flag between passes; shared memory, so no copy is involved.
+      const flag = signal !== undefined ? new Int32Array(new SharedArrayBuffer(4)) : undefined;
+      const onAbort = () => Atomics.store(flag!, 0, 1);
+      signal?.addEventListener('abort', onAbort, { once: true });
       try {
-        return await handle.embed(tokens, lengths, pooling === 'last' ? 0 : 1, normalize);
+        return await handle.embed(tokens, lengths, pooling === 'last' ? 0 : 1, normalize, flag);
       } catch (err) {
         throw fromNativeError(err);
+      } finally {
+        signal?.removeEventListener('abort', onAbort);
       }
     });
   }
@@ -336,7 +367,7 @@ export class NativeEngine implements Engine {
     const prepare = batch.prepareSampling;
     let pending: Promise<RawStepResult>;
     try {
-      pending = handle.step(m.tokens, m.seqMeta, m.blockTables, m.history, m.sampling, returnLogits, m.biasIds, m.biasValues, m.maskRows, m.allowedMasks, prepare !== undefined, m.loraSlots);
+      pending = handle.step(m.tokens, m.seqMeta, m.blockTables, m.history, m.sampling, returnLogits, m.biasIds, m.biasValues, m.maskRows, m.allowedMasks, prepare !== undefined, m.loraSlots, m.specMeta);
     } catch (err) {
       throw fromNativeError(err);
     }
@@ -374,23 +405,43 @@ export class NativeEngine implements Engine {
 function unmarshal(raw: RawStepResult, seqIds: number[], batch: StepBatch): SampledToken[] {
   const out: SampledToken[] = new Array(seqIds.length);
   let row = 0;
+  let at = 0;  // index of this sequence's first returned token
+  let draftAt = 0;
   for (const s of batch.sequences) {
     if (!s.sample) continue;
-    const token: SampledToken = { seqId: seqIds[row]!, tokenId: raw.tokens[row]! };
-    if (s.logprobs !== undefined) {
-      token.logprob = raw.logprobs[row]!;
-      if (s.logprobs > 0) {
-        const top: Array<{ tokenId: number; logprob: number }> = [];
-        const base = row * raw.topStride;
-        for (let k = 0; k < s.logprobs && k < raw.topStride; k++) {
-          const id = raw.topIds[base + k]!;
-          if (id < 0) break;
-          top.push({ tokenId: id, logprob: raw.topLogprobs[base + k]! });
-        }
-        token.topLogprobs = top;
-      }
+    const n = raw.emitted?.[row] ?? 1;
+    const token: SampledToken = { seqId: seqIds[row]!, ...tokenAt(raw, at, s.logprobs) };
+    if (n > 1) {
+      const following: TokenSample[] = new Array(n - 1);
+      for (let j = 1; j < n; j++) following[j - 1] = tokenAt(raw, at + j, s.logprobs);
+      token.following = following;
     }
+    const numDrafts = raw.draftCounts?.[row] ?? 0;
+    if (numDrafts > 0) {
+      token.drafts = raw.drafts!.slice(draftAt, draftAt + numDrafts);
+      token.draftScores = raw.draftScores!.slice(draftAt, draftAt + numDrafts);
+      draftAt += numDrafts;
+    }
+    at += n;
     out[row++] = token;
   }
   return out;
+}
+
+function tokenAt(raw: RawStepResult, i: number, logprobs: number | undefined): TokenSample {
+  const token: TokenSample = { tokenId: raw.tokens[i]! };
+  if (logprobs !== undefined) {
+    token.logprob = raw.logprobs[i]!;
+    if (logprobs > 0) {
+      const top: Array<{ tokenId: number; logprob: number }> = [];
+      const base = i * raw.topStride;
+      for (let k = 0; k < logprobs && k < raw.topStride; k++) {
+        const id = raw.topIds[base + k]!;
+        if (id < 0) break;
+        top.push({ tokenId: id, logprob: raw.topLogprobs[base + k]! });
+      }
+      token.topLogprobs = top;
+    }
+  }
+  return token;
 }

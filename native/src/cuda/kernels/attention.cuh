@@ -17,6 +17,7 @@
 #include "../kernel_api.h"
 #include "attention_mma.cuh"
 #include "bf16_vec.cuh"
+#include "fp8_vec.cuh"
 #include "launch.h"
 #include "reduce.cuh"
 
@@ -75,10 +76,16 @@ TD_DEVICE void attention_tile(const AttentionArgs& a, const AttentionTile& tile,
       float kv[8], vv[8];
       if (pos < tile.key_end) {
         const int64_t blk = table[pos / a.geo.block_size];
-        const td::bf16_bits* src =
-            a.pool + blk * a.geo.block_stride + layer_off + static_cast<int64_t>(pos % a.geo.block_size) * a.geo.token_stride + c8;
-        unpack8(*reinterpret_cast<const td::vec16*>(src), kv);
-        unpack8(*reinterpret_cast<const td::vec16*>(src + a.geo.kv_stride), vv);
+        const int64_t at = blk * a.geo.block_stride + layer_off + static_cast<int64_t>(pos % a.geo.block_size) * a.geo.token_stride + c8;
+        if (a.kv_fp8) {  // e4m3 pool: 8-byte loads, times the layer's K / V scales
+          const fp8_bits* src = reinterpret_cast<const fp8_bits*>(a.pool) + at;
+          fp8x8_to_float(src, a.kv_scales[2 * a.layer], kv);
+          fp8x8_to_float(src + a.geo.kv_stride, a.kv_scales[2 * a.layer + 1], vv);
+        } else {
+          const td::bf16_bits* src = a.pool + at;
+          unpack8(*reinterpret_cast<const td::vec16*>(src), kv);
+          unpack8(*reinterpret_cast<const td::vec16*>(src + a.geo.kv_stride), vv);
+        }
       } else {
         for (int x = 0; x < 8; ++x) kv[x] = vv[x] = 0.0f;
       }
@@ -142,7 +149,10 @@ TD_DEVICE void attention_tile(const AttentionArgs& a, const AttentionTile& tile,
   }
 }
 
+// Templates (like every kernel in a header two target units include: the fused decode unit
+// launches the decode kernels too).
 // grid (num_prefill_items, num_kv_heads)
+template <int kUnused = 0>
 TD_GLOBAL void TD_LAUNCH_BOUNDS(kAttentionThreads) attention_prefill_kernel(AttentionArgs a) {
   const PrefillItem item = a.prefill_items[blockIdx.x];
   const SeqDesc seq = a.seqs[item.seq];
@@ -156,9 +166,8 @@ TD_GLOBAL void TD_LAUNCH_BOUNDS(kAttentionThreads) attention_prefill_kernel(Atte
   attention_tile<false>(a, tile, static_cast<int>(blockIdx.y), 0);
 }
 
-// grid (num_decode, num_kv_heads, num_splits): split z covers an equal share of the KV length,
-// rounded up to whole chunks; splits past the end leave an empty partial (m = -inf, l = 0).
-TD_GLOBAL void TD_LAUNCH_BOUNDS(kAttentionThreads) attention_decode_kernel(AttentionArgs a) {
+/** The decode tile of block (x, y, z): sequence x's one token, KV head y, split z. */
+TD_DEVICE AttentionTile attention_decode_tile(const AttentionArgs& a) {
   const SeqDesc seq = a.seqs[a.decode_seqs[blockIdx.x]];
   const int kv_len = seq.start_pos + 1;
   const int per_split = (kv_len + a.num_splits - 1) / a.num_splits;
@@ -170,50 +179,74 @@ TD_GLOBAL void TD_LAUNCH_BOUNDS(kAttentionThreads) attention_decode_kernel(Atten
   tile.key_begin = td::imin(kv_len, static_cast<int>(blockIdx.z) * chunked);
   tile.key_end = td::imin(kv_len, tile.key_begin + chunked);
   tile.table_offset = seq.table_offset;
-  attention_tile<true>(a, tile, static_cast<int>(blockIdx.y), static_cast<int>(blockIdx.z));
+  return tile;
 }
 
-// grid (num_decode, num_heads): out = sum_s exp(m_s - M) O_s / sum_s exp(m_s - M) l_s.
-TD_GLOBAL void attention_merge_kernel(AttentionArgs a) {
-  const SeqDesc seq = a.seqs[a.decode_seqs[blockIdx.x]];
-  const int d = a.geo.head_dim, head = static_cast<int>(blockIdx.y);
+// grid (num_decode, num_kv_heads, num_splits): split z covers an equal share of the KV length,
+// rounded up to whole chunks; splits past the end leave an empty partial (m = -inf, l = 0).
+template <int kUnused = 0>
+TD_GLOBAL void TD_LAUNCH_BOUNDS(kAttentionThreads) attention_decode_kernel(AttentionArgs a) {
+  attention_tile<true>(a, attention_decode_tile(a), static_cast<int>(blockIdx.y), static_cast<int>(blockIdx.z));
+}
+
+/**
+ * The merge of one (decode sequence, query head) by the whole block: out = sum_s exp(m_s - M) O_s
+ * / sum_s exp(m_s - M) l_s over the splits. `load` reads the partials (a plain load, or one that
+ * bypasses L1 when other blocks of the same launch wrote them: the fused decode attention).
+ */
+template <class Load>
+TD_DEVICE void attention_merge_head(const AttentionArgs& a, int decode_index, int head, const Load& load) {
+  const SeqDesc seq = a.seqs[a.decode_seqs[decode_index]];
+  const int d = a.geo.head_dim;
   const int64_t per_head = attention_partial_floats(d);
-  const float* base = a.partial + (static_cast<int64_t>(blockIdx.x) * a.num_splits * a.num_heads + head) * per_head;
+  const float* base = a.partial + (static_cast<int64_t>(decode_index) * a.num_splits * a.num_heads + head) * per_head;
   const int64_t split_stride = static_cast<int64_t>(a.num_heads) * per_head;
   float mx = -INFINITY;
-  for (int s = 0; s < a.num_splits; ++s) mx = fmaxf(mx, base[s * split_stride]);
+  for (int s = 0; s < a.num_splits; ++s) mx = fmaxf(mx, load(base + s * split_stride));
   float total = 0.0f;
   for (int s = 0; s < a.num_splits; ++s) {
     const float* p = base + s * split_stride;
-    if (p[1] > 0.0f) total += p[1] * expf(p[0] - mx);
+    const float l = load(p + 1);
+    if (l > 0.0f) total += l * expf(load(p) - mx);
   }
   td::bf16_bits* out = a.out + static_cast<int64_t>(seq.token_offset) * a.out_stride + static_cast<int64_t>(head) * d;
   for (int k = static_cast<int>(threadIdx.x); k < d; k += static_cast<int>(blockDim.x)) {
     float acc = 0.0f;
     for (int s = 0; s < a.num_splits; ++s) {
       const float* p = base + s * split_stride;
-      if (p[1] > 0.0f) acc += p[2 + k] * expf(p[0] - mx);
+      if (load(p + 1) > 0.0f) acc += load(p + 2 + k) * expf(load(p) - mx);
     }
     out[k] = td::float_to_bf16(acc / total);
   }
 }
 
+struct AttentionPlainLoad {
+  TD_DEVICE float operator()(const float* p) const { return *p; }
+};
+
+// grid (num_decode, num_heads).
+template <int kUnused = 0>
+TD_GLOBAL void attention_merge_kernel(AttentionArgs a) {
+  attention_merge_head(a, static_cast<int>(blockIdx.x), static_cast<int>(blockIdx.y), AttentionPlainLoad{});
+}
+
 inline void launch_attention(const AttentionArgs& a, void* stream) {
   const int group = a.num_heads / a.geo.num_kv_heads;
-  if (a.num_prefill_items > 0 && attention_mma_applies(a)) {
+  // The tensor-core kernel copies K/V as bf16 (cp.async): an e4m3 pool prefills on CUDA cores.
+  if (a.num_prefill_items > 0 && !a.kv_fp8 && attention_mma_applies(a)) {
     launch_attention_mma(a, stream);  // head_dim 64 / 128: tensor cores (attention_mma.cuh)
   } else if (a.num_prefill_items > 0) {
     const int rows = attention_max_rows(a.geo.head_dim);
     const size_t bytes = static_cast<size_t>(attention_shared_floats(rows, a.geo.head_dim)) * sizeof(float);
-    td::launch(attention_prefill_kernel, {static_cast<unsigned>(a.num_prefill_items), static_cast<unsigned>(a.geo.num_kv_heads)},
+    td::launch(attention_prefill_kernel<0>, {static_cast<unsigned>(a.num_prefill_items), static_cast<unsigned>(a.geo.num_kv_heads)},
                kAttentionThreads, bytes, stream, a);
   }
   if (a.num_decode > 0) {
     const size_t bytes = static_cast<size_t>(attention_shared_floats(group, a.geo.head_dim)) * sizeof(float);
-    td::launch(attention_decode_kernel,
+    td::launch(attention_decode_kernel<0>,
                {static_cast<unsigned>(a.num_decode), static_cast<unsigned>(a.geo.num_kv_heads), static_cast<unsigned>(a.num_splits)},
                kAttentionThreads, bytes, stream, a);
-    td::launch(attention_merge_kernel, {static_cast<unsigned>(a.num_decode), static_cast<unsigned>(a.num_heads)}, 128, 0, stream, a);
+    td::launch(attention_merge_kernel<0>, {static_cast<unsigned>(a.num_decode), static_cast<unsigned>(a.num_heads)}, 128, 0, stream, a);
   }
 }
 

@@ -4,15 +4,14 @@
 // (cpu/kernels.cc): f32 arithmetic in the same order, bf16 only where a value is stored.
 #pragma once
 
+#include "../fp8.h"
 #include "../kernel_api.h"
 #include "launch.h"
 #include "bf16_vec.cuh"
 #include "reduce.cuh"
+#include "row_ops.cuh"
 
 namespace tandem::gpu::TD_NS {
-
-/** Max head_dim / 2 / 32: pairs one lane holds in qkv_rope_kernel (head_dim <= 256). */
-inline constexpr int kRopePairsPerLane = 4;
 
 // One block per token; 16-byte loads of the bf16 row (hidden % 8 == 0).
 TD_GLOBAL void embed_kernel(const int32_t* tokens, const td::bf16_bits* table, int hidden, float* x) {
@@ -30,93 +29,14 @@ TD_GLOBAL void rmsnorm_kernel(const float* x, int64_t x_stride, const int32_t* r
   TD_SHARED(float, scratch, 32);
   const int64_t r = blockIdx.x;
   const float* in = x + (rows != nullptr ? static_cast<int64_t>(rows[r]) : r) * x_stride;
-  float ss = 0.0f;
-  for (int i = static_cast<int>(threadIdx.x); i < hidden; i += static_cast<int>(blockDim.x)) ss += in[i] * in[i];
-  ss = block_sum(ss, scratch);
-  const float inv = 1.0f / sqrtf(ss / static_cast<float>(hidden) + eps);
-  td::bf16_bits* o = out + r * out_stride;
-  for (int i = static_cast<int>(threadIdx.x); i < hidden; i += static_cast<int>(blockDim.x)) {
-    o[i] = td::float_to_bf16(weight[i] * (in[i] * inv));
-  }
+  rmsnorm_row(in, weight, hidden, eps, out + r * out_stride, scratch, PlainLoad{});
 }
 
 // One block per token, one warp per head at a time (q heads, then k heads, then v heads).
-// Lane l holds the rotary pairs (i, i + d/2) for i = l, l + 32, ...
 TD_GLOBAL void qkv_rope_kernel(QkvRopeArgs a) {
-  const int64_t t = blockIdx.x;
-  const unsigned lane = td::lane_id();
   const int warps = static_cast<int>(blockDim.x / 32);
-  const int d = a.head_dim, half = d / 2;
   const int heads = a.num_heads + 2 * a.num_kv_heads;
-  float* row = a.qkv + t * a.qkv_stride;
-  const int32_t pos = a.positions[t];
-  const int32_t slot = a.slots[t];
-  td::bf16_bits* dst_base = nullptr;
-  if (slot >= 0) {
-    const int64_t blk = slot / a.geo.block_size, off = slot % a.geo.block_size;
-    dst_base = a.pool + blk * a.geo.block_stride + static_cast<int64_t>(a.layer) * a.geo.layer_stride + off * a.geo.token_stride;
-  }
-  for (int h = static_cast<int>(threadIdx.x / 32); h < heads; h += warps) {
-    const bool is_q = h < a.num_heads;
-    const bool is_v = h >= a.num_heads + a.num_kv_heads;
-    float* head = row + static_cast<int64_t>(h) * d;
-    const float* bias = a.bias != nullptr ? a.bias + static_cast<int64_t>(h) * d : nullptr;
-    float x1[kRopePairsPerLane], x2[kRopePairsPerLane];
-    float ss = 0.0f;
-    for (int p = 0; p < kRopePairsPerLane; ++p) {
-      const int i = static_cast<int>(lane) + 32 * p;
-      x1[p] = x2[p] = 0.0f;
-      if (i < half) {
-        x1[p] = head[i] + (bias != nullptr ? bias[i] : 0.0f);
-        x2[p] = head[i + half] + (bias != nullptr ? bias[i + half] : 0.0f);
-        ss += x1[p] * x1[p] + x2[p] * x2[p];
-      }
-    }
-    if (!is_v && a.q_norm != nullptr) {
-      const float* w = is_q ? a.q_norm : a.k_norm;
-      ss = warp_sum(ss);
-      const float inv = 1.0f / sqrtf(ss / static_cast<float>(d) + a.eps);
-      for (int p = 0; p < kRopePairsPerLane; ++p) {
-        const int i = static_cast<int>(lane) + 32 * p;
-        if (i < half) {
-          x1[p] = w[i] * (x1[p] * inv);
-          x2[p] = w[i + half] * (x2[p] * inv);
-        }
-      }
-    }
-    if (!is_v) {
-      for (int p = 0; p < kRopePairsPerLane; ++p) {
-        const int i = static_cast<int>(lane) + 32 * p;
-        if (i < half) {
-          const float angle = static_cast<float>(pos) * a.inv_freq[i];
-          const float c = cosf(angle) * a.rope_scale, s = sinf(angle) * a.rope_scale;
-          const float r1 = x1[p] * c - x2[p] * s;
-          const float r2 = x2[p] * c + x1[p] * s;
-          x1[p] = r1;
-          x2[p] = r2;
-        }
-      }
-    }
-    if (is_q) {
-      for (int p = 0; p < kRopePairsPerLane; ++p) {
-        const int i = static_cast<int>(lane) + 32 * p;
-        if (i < half) {
-          head[i] = x1[p];
-          head[i + half] = x2[p];
-        }
-      }
-    } else if (dst_base != nullptr) {
-      const int kv_head = is_v ? h - a.num_heads - a.num_kv_heads : h - a.num_heads;
-      td::bf16_bits* dst = dst_base + (is_v ? a.geo.kv_stride : 0) + static_cast<int64_t>(kv_head) * d;
-      for (int p = 0; p < kRopePairsPerLane; ++p) {
-        const int i = static_cast<int>(lane) + 32 * p;
-        if (i < half) {
-          dst[i] = td::float_to_bf16(x1[p]);
-          dst[i + half] = td::float_to_bf16(x2[p]);
-        }
-      }
-    }
-  }
+  for (int h = static_cast<int>(threadIdx.x / 32); h < heads; h += warps) qkv_rope_head(a, blockIdx.x, h, td::lane_id());
 }
 
 // Eight elements per thread per step (inter % 8 == 0), grid-stride over tokens x inter.
@@ -130,7 +50,7 @@ TD_GLOBAL void silu_mul_kernel(const td::bf16_bits* gate_up, int num_tokens, int
     float g[8], u[8], o[8];
     unpack8(*reinterpret_cast<const td::vec16*>(row + i), g);
     unpack8(*reinterpret_cast<const td::vec16*>(row + inter + i), u);
-    for (int e = 0; e < 8; ++e) o[e] = g[e] / (1.0f + expf(-g[e])) * u[e];
+    for (int e = 0; e < 8; ++e) o[e] = silu_mul1(g[e], u[e]);
     *reinterpret_cast<td::vec16*>(out + t * inter + i) = pack8(o);
   }
 }

@@ -71,25 +71,20 @@ TD_DEVICE void gemm_rows_load(td::vec16 (&wv)[kRowsUnroll][kRowsCols], const td:
   }
 }
 
-// grid (ceil(n / (kRowsWarps * kRowsCols)), splits); dynamic shared memory MR * kchunk bf16.
-// Split s covers k [s kc, (s + 1) kc); the block stages it kchunk at a time.
+/**
+ * The dot products of one warp: rows [0, g.m) of g.a against the weight rows wp[c] (already
+ * offset to the split's first k, kbeg) over k [kbeg, kbeg + klen), the activations staged
+ * through `sa` (MR * kchunk bf16) a chunk at a time by the whole block. On return lane `lane`
+ * holds in acc[0, kOwn) the complete sums of values base, base + 1, ... (value v = row v / NC,
+ * column v % NC). Every block thread must call it (it has block barriers). Each sum's order
+ * depends only on k, never on the value's index, so a column computes the same bits whichever
+ * warp and position it has (the fused decode kernels rely on that).
+ */
 template <int MR>
-TD_GLOBAL void TD_LAUNCH_BOUNDS(kRowsThreads) gemm_rows_kernel(GemmArgs g, int kc, int kchunk) {
-  TD_DYNAMIC_SHARED(td::bf16_bits, sa);
+TD_DEVICE void gemm_rows_dot(const GemmArgs& g, int kbeg, int klen, int kchunk, td::bf16_bits* sa,
+                             const td::bf16_bits* const (&wp)[kRowsCols], float (&acc)[MR * kRowsCols], int& base) {
   constexpr int NC = kRowsCols, V = MR * NC;
-  const int split = static_cast<int>(blockIdx.y);
-  const int kbeg = split * kc;
-  const int klen = td::imin(kc, g.k - kbeg);
   const unsigned lane = td::lane_id();
-  const int warp = static_cast<int>(threadIdx.x / 32);
-
-  // Columns past n read row n - 1 (valid memory); their sums are never stored.
-  const int col0 = (static_cast<int>(blockIdx.x) * kRowsWarps + warp) * NC;
-  const td::bf16_bits* wp[NC];
-  TD_GEMM_UNROLL
-  for (int c = 0; c < NC; ++c) wp[c] = g.w + static_cast<int64_t>(td::imin(col0 + c, g.n - 1)) * g.ldw + kbeg;
-
-  float acc[V];
   TD_GEMM_UNROLL
   for (int i = 0; i < V; ++i) acc[i] = 0.0f;
 
@@ -156,14 +151,43 @@ TD_GLOBAL void TD_LAUNCH_BOUNDS(kRowsThreads) gemm_rows_kernel(GemmArgs g, int k
       }
     }
   }
-
-  int base = 0;
+  base = 0;
   gemm_reduce_scatter<V, 16>(acc, lane, base);
-  constexpr int kOwn = V >= 32 ? V / 32 : 1;             // sums this lane ends up with
-  constexpr unsigned kDup = V >= 32 ? 0u : 32u / V - 1u;  // lanes holding copies of the same sums
-  if ((lane & kDup) == 0) {
+}
+
+/** Sums one lane keeps after gemm_rows_dot, and the mask of lanes holding duplicates of them. */
+template <int MR>
+struct GemmRowsOwn {
+  static constexpr int V = MR * kRowsCols;
+  static constexpr int kOwn = V >= 32 ? V / 32 : 1;
+  static constexpr unsigned kDup = V >= 32 ? 0u : 32u / V - 1u;
+};
+
+// grid (ceil(n / (kRowsWarps * kRowsCols)), splits); dynamic shared memory MR * kchunk bf16.
+// Split s covers k [s kc, (s + 1) kc); the block stages it kchunk at a time.
+template <int MR>
+TD_GLOBAL void TD_LAUNCH_BOUNDS(kRowsThreads) gemm_rows_kernel(GemmArgs g, int kc, int kchunk) {
+  TD_DYNAMIC_SHARED(td::bf16_bits, sa);
+  constexpr int NC = kRowsCols;
+  const int split = static_cast<int>(blockIdx.y);
+  const int kbeg = split * kc;
+  const int klen = td::imin(kc, g.k - kbeg);
+  const unsigned lane = td::lane_id();
+  const int warp = static_cast<int>(threadIdx.x / 32);
+
+  // Columns past n read row n - 1 (valid memory); their sums are never stored.
+  const int col0 = (static_cast<int>(blockIdx.x) * kRowsWarps + warp) * NC;
+  const td::bf16_bits* wp[NC];
+  TD_GEMM_UNROLL
+  for (int c = 0; c < NC; ++c) wp[c] = g.w + static_cast<int64_t>(td::imin(col0 + c, g.n - 1)) * g.ldw + kbeg;
+
+  float acc[MR * NC];
+  int base = 0;
+  gemm_rows_dot<MR>(g, kbeg, klen, kchunk, sa, wp, acc, base);
+  using Own = GemmRowsOwn<MR>;
+  if ((lane & Own::kDup) == 0) {
     TD_GEMM_UNROLL
-    for (int j = 0; j < kOwn; ++j) {
+    for (int j = 0; j < Own::kOwn; ++j) {
       const int v = base + j;
       const int r = v / NC, col = col0 + v % NC;
       if (r < g.m && col < g.n) {

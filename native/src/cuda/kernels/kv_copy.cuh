@@ -2,9 +2,11 @@
 // contiguous in the destination; each row (one token's slot, num_kv_heads * head_dim elements)
 // is found in the source by the token's absolute index, so a block-size change is only an
 // address computation. Same dtype: 16-byte vectors when the row is a multiple of 16 bytes
-// (every real model's); otherwise element by element with the bf16 rounding of bf16.h.
+// (every real model's); otherwise element by element with the rounding of bf16.h / fp8.h (an
+// e4m3 side scaled by the layer's K or V scale, KvCopyArgs::scales).
 #pragma once
 
+#include "../fp8.h"
 #include "../kv_copy.h"
 #include "launch.h"
 
@@ -13,18 +15,22 @@ namespace tandem::gpu::TD_NS {
 inline constexpr unsigned kKvCopyThreads = 256;
 
 template <typename T>
-TD_DEVICE float kv_load(const T* p);
+TD_DEVICE float kv_load(const T* p, float scale);
 template <>
-TD_DEVICE float kv_load<float>(const float* p) { return *p; }
+TD_DEVICE float kv_load<float>(const float* p, float) { return *p; }
 template <>
-TD_DEVICE float kv_load<td::bf16_bits>(const td::bf16_bits* p) { return td::bf16_to_float(*p); }
+TD_DEVICE float kv_load<td::bf16_bits>(const td::bf16_bits* p, float) { return td::bf16_to_float(*p); }
+template <>
+TD_DEVICE float kv_load<fp8_bits>(const fp8_bits* p, float scale) { return fp8_bits_to_float(*p) * scale; }
 
 template <typename T>
-TD_DEVICE void kv_store(T* p, float v);
+TD_DEVICE void kv_store(T* p, float v, float scale);
 template <>
-TD_DEVICE void kv_store<float>(float* p, float v) { *p = v; }
+TD_DEVICE void kv_store<float>(float* p, float v, float) { *p = v; }
 template <>
-TD_DEVICE void kv_store<td::bf16_bits>(td::bf16_bits* p, float v) { *p = td::float_to_bf16(v); }
+TD_DEVICE void kv_store<td::bf16_bits>(td::bf16_bits* p, float v, float) { *p = td::float_to_bf16(v); }
+template <>
+TD_DEVICE void kv_store<fp8_bits>(fp8_bits* p, float v, float scale) { *p = fp8_quantize(v, scale); }
 
 /** Address of (block table entry, slot) in a view, for one layer and K|V. */
 template <typename T>
@@ -51,9 +57,15 @@ TD_GLOBAL void TD_LAUNCH_BOUNDS(kKvCopyThreads) kv_copy_kernel(KvCopyArgs a) {
       reinterpret_cast<td::vec16*>(dst + r * width)[j] = s[j];
     }
   } else {
+    const float scale = kv_copy_scale(a, layer, kv);
     for (int64_t e = threadIdx.x; e < rows * width; e += blockDim.x) {
       const int64_t r = e / width, j = e % width;
-      kv_store<D>(dst + r * width + j, kv_load<S>(kv_row<S>(a.src, a.src_first + first + r, layer, kv) + j));
+      const S* src = kv_row<S>(a.src, a.src_first + first + r, layer, kv) + j;
+      if constexpr (sizeof(S) == sizeof(D)) {
+        dst[r * width + j] = *src;  // one type: the bits (an fp8 round trip through f32 need not be exact)
+      } else {
+        kv_store<D>(dst + r * width + j, kv_load<S>(src, scale), scale);
+      }
     }
   }
 }
@@ -73,17 +85,21 @@ void launch_kv_copy_typed(const KvCopyArgs& a, void* stream) {
   }
 }
 
+template <typename S>
+void launch_kv_copy_from(const KvCopyArgs& a, void* stream) {
+  switch (a.dst.elem_bytes) {
+    case 4: launch_kv_copy_typed<S, float>(a, stream); break;
+    case 2: launch_kv_copy_typed<S, td::bf16_bits>(a, stream); break;
+    default: launch_kv_copy_typed<S, fp8_bits>(a, stream); break;
+  }
+}
+
 inline void launch_kv_copy(const KvCopyArgs& a, void* stream) {
   if (a.num_tokens <= 0 || a.layer_end <= a.layer_begin) return;
-  const bool sf = a.src.elem_bytes == 4, df = a.dst.elem_bytes == 4;
-  if (sf && df) {
-    launch_kv_copy_typed<float, float>(a, stream);
-  } else if (sf) {
-    launch_kv_copy_typed<float, td::bf16_bits>(a, stream);
-  } else if (df) {
-    launch_kv_copy_typed<td::bf16_bits, float>(a, stream);
-  } else {
-    launch_kv_copy_typed<td::bf16_bits, td::bf16_bits>(a, stream);
+  switch (a.src.elem_bytes) {
+    case 4: launch_kv_copy_from<float>(a, stream); break;
+    case 2: launch_kv_copy_from<td::bf16_bits>(a, stream); break;
+    default: launch_kv_copy_from<fp8_bits>(a, stream); break;
   }
 }
 

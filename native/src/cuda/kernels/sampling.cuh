@@ -51,7 +51,13 @@ namespace tandem::gpu::TD_NS {
 #define TD_SAMPLE_BOUNDS
 #endif
 
+// A template so the fast path's unit (decode_cuda.cu) can launch it for the rows it leaves.
+template <int kUnused = 0>
 TD_GLOBAL void TD_SAMPLE_BOUNDS sample_kernel(SampleArgs a, SampleConfig cfg) {
+  if (a.skip_status != nullptr &&
+      *reinterpret_cast<const int32_t*>(a.skip_status + static_cast<int64_t>(blockIdx.x) * a.skip_stride_bytes) == 1) {
+    return;  // the fast path sampled this row (the whole block returns)
+  }
   TD_DYNAMIC_SHARED(unsigned char, dyn);
   TD_SHARED(double, dscr, 32);
   TD_SHARED(long long, lscr, 32);
@@ -95,46 +101,13 @@ TD_GLOBAL void TD_SAMPLE_BOUNDS sample_kernel(SampleArgs a, SampleConfig cfg) {
   const SampleRowDesc row = a.rows[row_index];
   const int vocab = a.vocab;
   const float* raw = a.logits + static_cast<int64_t>(row.logit_row) * a.logit_stride;
-  const uint32_t* mask = row.mask_offset >= 0 ? a.masks + row.mask_offset : nullptr;
-  const bool rep_on = row.repetition != 1.0f;
-  const bool pf_on = row.presence != 0.0f || row.frequency != 0.0f;
-  const bool penalties = row.penalty_len > 0 && (rep_on || pf_on);
-  const bool prepare = penalties || row.bias_len > 0 || mask != nullptr;
+  const bool prepare = sample_row_prepared(row);
 
   // ---- prepare: mask, penalties, bias into the row's work scratch.
   const float* w = raw;
   if (prepare) {
     float* work = a.work + static_cast<int64_t>(row_index) * vocab;
-    for (int i = tid; i < vocab; i += nt) {
-      const bool allowed = mask == nullptr || ((mask[i >> 5] >> (i & 31)) & 1u) != 0;
-      work[i] = allowed ? raw[i] : -INFINITY;
-    }
-    td::sync_threads();
-    if (penalties) {
-      for (int j = tid; j < row.penalty_len; j += nt) {
-        const PenaltyEntry pe = a.penalties[row.penalty_offset + j];
-        const int tok = pe.token;
-        if (tok < 0 || tok >= vocab) continue;
-        if (mask != nullptr && ((mask[tok >> 5] >> (tok & 31)) & 1u) == 0) continue;
-        float l = work[tok];
-        if (rep_on) l = l > 0 ? l / row.repetition : l * row.repetition;
-        if (pf_on && pe.generated > 0) l -= row.frequency * static_cast<float>(pe.generated) + row.presence;
-        work[tok] = l;
-      }
-      td::sync_threads();
-    }
-    if (row.bias_len > 0) {
-      if (tid == 0) {
-        for (int j = 0; j < row.bias_len; ++j) {
-          const int tok = a.bias_ids[row.bias_offset + j];
-          const float v = a.bias_values[row.bias_offset + j];
-          if (tok < 0 || tok >= vocab || !(fabsf(v) <= 3.402823466e38f)) continue;  // finite values only
-          if (mask != nullptr && ((mask[tok >> 5] >> (tok & 31)) & 1u) == 0) continue;
-          work[tok] += v;
-        }
-      }
-      td::sync_threads();
-    }
+    sample_prepare(a, row, raw, work, 0, vocab);
     w = work;
   }
 
@@ -293,7 +266,6 @@ TD_GLOBAL void TD_SAMPLE_BOUNDS sample_kernel(SampleArgs a, SampleConfig cfg) {
   }
 
   // ---- logprobs of the raw logits.
-  const int64_t top_base = static_cast<int64_t>(row_index) * a.top_stride;
   int top_n = 0;
   if (row.num_top >= 0) {
     float m_raw = m;
@@ -317,21 +289,10 @@ TD_GLOBAL void TD_SAMPLE_BOUNDS sample_kernel(SampleArgs a, SampleConfig cfg) {
       z = block_sum(zl, dscr);
     }
     const float log_z = m_raw + static_cast<float>(log(z));
-    if (tid == 0) a.out_logprobs[row_index] = raw[token] - log_z;
-    for (int k = tid; k < top_n; k += nt) {
-      const uint64_t e = sm.buf[k];
-      const int32_t id = entry_id(e);
-      a.out_top_ids[top_base + k] = id;
-      a.out_top_logprobs[top_base + k] = raw[id] - log_z;
-    }
-  } else if (tid == 0) {
-    a.out_logprobs[row_index] = NAN;
+    sample_write_row(a, row_index, token, true, log_z, raw, sm.buf, top_n);
+  } else {
+    sample_write_row(a, row_index, token, false, 0.0f, raw, sm.buf, 0);
   }
-  for (int k = top_n + tid; k < a.top_stride; k += nt) {
-    a.out_top_ids[top_base + k] = -1;
-    a.out_top_logprobs[top_base + k] = NAN;
-  }
-  if (tid == 0) a.out_tokens[row_index] = token;
 }
 
 #undef TD_SAMPLE_BOUNDS
@@ -350,7 +311,7 @@ inline void launch_sample(const SampleArgs& a, void* stream) {
   SampleConfig cfg;
   cfg.cap = kSampleCap;
   cfg.tiles = static_cast<int>(td::ceil_div(a.vocab, static_cast<long long>(threads) * kSampleTileVec));
-  td::launch(sample_kernel, {static_cast<unsigned>(a.num_rows)}, threads, sample_shared_bytes(threads, cfg.cap, cfg.tiles), stream, a, cfg);
+  td::launch(sample_kernel<0>, {static_cast<unsigned>(a.num_rows)}, threads, sample_shared_bytes(threads, cfg.cap, cfg.tiles), stream, a, cfg);
 }
 
 }  // namespace tandem::gpu::TD_NS

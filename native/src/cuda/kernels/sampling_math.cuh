@@ -146,4 +146,81 @@ TD_DEVICE float sample_expf(float x) {
   return static_cast<float>(y * s);
 }
 
+// ---- the row's prepare -----------------------------------------------------------------------
+
+/** Penalties, bias or a mask: the row is sampled from its prepared copy in the work array. */
+TD_DEVICE bool sample_row_prepared(const SampleRowDesc& row) {
+  const bool rep_on = row.repetition != 1.0f;
+  const bool pf_on = row.presence != 0.0f || row.frequency != 0.0f;
+  return (row.penalty_len > 0 && (rep_on || pf_on)) || row.bias_len > 0 || row.mask_offset >= 0;
+}
+
+/**
+ * The prepared values of ids [lo, hi) of a row, into work (indexed by id), by the whole block,
+ * in the CPU sampler's order: the mask (-inf), then the penalties (one thread per distinct
+ * history token), then the bias (one thread, in order, so duplicates add up); masked tokens skip
+ * both, as the mask overrides them on the CPU too. The one-block kernel prepares [0, vocab),
+ * the fast path one chunk per block.
+ */
+TD_DEVICE void sample_prepare(const SampleArgs& a, const SampleRowDesc& row, const float* raw, float* work, int lo, int hi) {
+  const int nt = static_cast<int>(blockDim.x), tid = static_cast<int>(threadIdx.x);
+  const uint32_t* mask = row.mask_offset >= 0 ? a.masks + row.mask_offset : nullptr;
+  const bool rep_on = row.repetition != 1.0f;
+  const bool pf_on = row.presence != 0.0f || row.frequency != 0.0f;
+  for (int i = lo + tid; i < hi; i += nt) {
+    const bool allowed = mask == nullptr || ((mask[i >> 5] >> (i & 31)) & 1u) != 0;
+    work[i] = allowed ? raw[i] : -INFINITY;
+  }
+  td::sync_threads();
+  if (row.penalty_len > 0 && (rep_on || pf_on)) {
+    for (int j = tid; j < row.penalty_len; j += nt) {
+      const PenaltyEntry pe = a.penalties[row.penalty_offset + j];
+      const int tok = pe.token;
+      if (tok < lo || tok >= hi) continue;
+      if (mask != nullptr && ((mask[tok >> 5] >> (tok & 31)) & 1u) == 0) continue;
+      float l = work[tok];
+      if (rep_on) l = l > 0 ? l / row.repetition : l * row.repetition;
+      if (pf_on && pe.generated > 0) l -= row.frequency * static_cast<float>(pe.generated) + row.presence;
+      work[tok] = l;
+    }
+    td::sync_threads();
+  }
+  if (row.bias_len > 0) {
+    if (tid == 0) {
+      for (int j = 0; j < row.bias_len; ++j) {
+        const int tok = a.bias_ids[row.bias_offset + j];
+        const float v = a.bias_values[row.bias_offset + j];
+        if (tok < lo || tok >= hi || !(fabsf(v) <= 3.402823466e38f)) continue;  // finite values only
+        if (mask != nullptr && ((mask[tok >> 5] >> (tok & 31)) & 1u) == 0) continue;
+        work[tok] += v;
+      }
+    }
+    td::sync_threads();
+  }
+}
+
+// ---- the row's outputs ------------------------------------------------------------------------
+
+/**
+ * Writes a sampled row, by the whole block: the token, its raw logprob (with_logprobs; else
+ * NaN), the top_n ids of entries[0, top_n) (the raw order's best, sorted) with theirs, and the
+ * rest of the row's top_stride as padding (-1, NaN).
+ */
+TD_DEVICE void sample_write_row(const SampleArgs& a, int row_index, int32_t token, bool with_logprobs, float log_z, const float* raw,
+                                const uint64_t* entries, int top_n) {
+  const int nt = static_cast<int>(blockDim.x), tid = static_cast<int>(threadIdx.x);
+  const int64_t top_base = static_cast<int64_t>(row_index) * a.top_stride;
+  if (tid == 0) a.out_logprobs[row_index] = with_logprobs ? raw[token] - log_z : NAN;
+  for (int k = tid; k < top_n; k += nt) {
+    const int32_t id = static_cast<int32_t>(static_cast<uint32_t>(entries[k]));
+    a.out_top_ids[top_base + k] = id;
+    a.out_top_logprobs[top_base + k] = raw[id] - log_z;
+  }
+  for (int k = top_n + tid; k < a.top_stride; k += nt) {
+    a.out_top_ids[top_base + k] = -1;
+    a.out_top_logprobs[top_base + k] = NAN;
+  }
+  if (tid == 0) a.out_tokens[row_index] = token;
+}
+
 }  // namespace tandem::gpu::TD_NS

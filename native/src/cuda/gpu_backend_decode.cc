@@ -1,0 +1,193 @@
+// GpuBackend's fused decode step (decode_api.h): a decode-only batch of at most
+// kDecodeMaxRows rows (graphs replay it too: the padded size decides) runs, per layer,
+//
+//   qkv     GEMV + bias + q/k norm + RoPE + K/V write (+ the layer-progress mark)   1 launch
+//   attn    split-KV decode attention, merged by the last split block               1
+//   o       GEMV + bias += residual, then the post-attention RMSNorm                1
+//   gate/up GEMV of both halves + SiLU * up                                         1
+//   down    GEMV += residual, then the next layer's input RMSNorm (the final norm)  1
+//
+// instead of RMSNorm, GEMM (+ split-K reduce), qkv_rope, mark, attention, merge, GEMM (+
+// reduce), RMSNorm, GEMM (+ reduce), SwiGLU, GEMM (+ reduce): 5 launches a layer where there
+// were up to 14. The step before the layers (embedding, the first RMSNorm) and after them (the
+// lm_head GEMM over the normalized rows) are the unfused path's. The same bits come out as
+// from the unfused path on our own GEMMs (the kernel checks compare them bit for bit); with
+// cuBLASLt the unfused path's decode GEMMs were cuBLASLt's.
+//
+// Rows: at most kDecodeMaxRows (16) on our own GEMMs, where the fused path is the same GEMV
+// with fewer launches; with cuBLASLt, at most 4: on an H200 cuBLASLt's decode GEMMs at 8 rows
+// ran twice as fast as our few-rows kernel (bench/results/gpu-h200/gemm.json: 8B qkv 23.9 vs
+// 12.9 TFLOP/s), equal at 1 row, so wider batches keep the per-op path.
+// TANDEM_GPU_DECODE=unfused keeps the per-op kernels (profile-check.sh's "before"),
+// TANDEM_GPU_DECODE_MAX_ROWS=n moves the limit (1..16), and TANDEM_GPU_SAMPLER=block keeps the
+// one-block sampler: all read once, when the backend is made.
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#include "../core/error.h"
+#include "gpu_backend.h"
+
+namespace tandem {
+
+void GpuBackend::init_decode_path() {
+  const bool simt = std::string(device_->kind()) == "simt";
+  const char* decode = std::getenv("TANDEM_GPU_DECODE");
+  const char* sampler = std::getenv("TANDEM_GPU_SAMPLER");
+  // Mixture-of-experts layers run their own MLP kernels (gpu_backend_moe.cc) between the norms
+  // this path fuses into the projections: such models keep the per-op decode step.
+  // Likewise FP8: the fused GEMVs read bf16 weights and its attention a bf16 pool.
+  decode_fused_ = (decode == nullptr || std::string(decode) != "unfused") && !config_.moe.enabled() && !fp8_weights_ &&
+                  layout_.elem_bytes != 1;
+  decode_max_rows_ = cublaslt_ ? 4 : gpu::kDecodeMaxRows;
+  if (const char* rows = std::getenv("TANDEM_GPU_DECODE_MAX_ROWS")) {
+    decode_max_rows_ = std::max(1, std::min(gpu::kDecodeMaxRows, std::atoi(rows)));
+  }
+  sampler_fast_ = sampler == nullptr || std::string(sampler) != "block";
+  decode_ = simt ? gpu::make_simt_decode_kernels() : gpu::make_cuda_decode_kernels();
+  const ModelConfig& c = config_;
+  const int64_t widest = std::max({qkv_width_, c.hidden_size, 2 * c.intermediate_size});
+  // One array for every fused kernel of a step: each leaves its counters at zero for the next.
+  decode_counters_count_ = std::max(gpu::decode_gemv_counters(static_cast<int>(widest)),
+                                    gpu::decode_attention_counters(gpu::kDecodeMaxRows, static_cast<int>(c.num_kv_heads)));
+  decode_counters_ = static_cast<int*>(alloc(static_cast<size_t>(decode_counters_count_) * sizeof(int)));
+  device_->fill(decode_counters_, 0, static_cast<size_t>(decode_counters_count_) * sizeof(int));
+  device_->synchronize();
+}
+
+bool GpuBackend::fused_decode_applies(const gpu::StepPlan& plan) const {
+  if (!decode_fused_ || !plan.decode_only || plan.num_tokens < 1 || plan.num_tokens > decode_max_rows_) return false;
+  if (plan.num_logit_rows != plan.num_tokens) return false;
+  // The lm_head reads the normalized rows in place: logit row r must be token row r.
+  const int32_t* rows = plan.image.data() + plan.layout.logit_rows;
+  for (int32_t r = 0; r < plan.num_logit_rows; ++r) {
+    if (rows[r] != r) return false;
+  }
+  return true;
+}
+
+void GpuBackend::run_decode_fused(const gpu::StepPlan& plan) {
+  const ModelConfig& c = config_;
+  void* stream = device_->stream();
+  const int m = plan.num_tokens;
+  const int h = static_cast<int>(c.hidden_size), inter = static_cast<int>(c.intermediate_size);
+  const int32_t* img = static_cast<const int32_t*>(image_);
+  const gpu::StepLayout& L = plan.layout;
+  const float eps = static_cast<float>(c.rms_norm_eps);
+
+  gpu::EmbedArgs e;
+  e.tokens = img + L.tokens;
+  e.num_tokens = m;
+  e.table = embed_;
+  e.hidden = h;
+  e.x = act_.x;
+  kernels_->embed(e, stream);
+  gpu::RmsNormArgs norm;
+  norm.x = act_.x;
+  norm.x_stride = h;
+  norm.num_rows = m;
+  norm.weight = layers_.front().input_norm;
+  norm.hidden = h;
+  norm.eps = eps;
+  norm.out = act_.xn;
+  norm.out_stride = h;
+  kernels_->rmsnorm(norm, stream);
+
+  gpu::QkvRopeArgs rope = rope_args(plan);
+  gpu::AttentionArgs attn = attention_args(plan);
+  // One fused GEMV: epilogue, weights [n][k], input [m][k] (bf16).
+  auto gemv = [&](gpu::DecodeEpilogue epilogue, int64_t n, int64_t k, const gpu::bf16_bits* in, const gpu::bf16_bits* w) {
+    gpu::DecodeGemvArgs g;
+    g.epilogue = epilogue;
+    g.m = m;
+    g.n = static_cast<int>(n);
+    g.k = static_cast<int>(k);
+    g.a = in;
+    g.lda = k;
+    g.w = w;
+    g.ldw = k;
+    g.workspace = act_.gemm_workspace;
+    g.workspace_floats = act_.gemm_workspace_floats;
+    g.counters = decode_counters_;
+    g.eps = eps;
+    return g;
+  };
+  // Residual += in . w^T (+ bias), then xn = rmsnorm(residual) * norm.
+  auto residual = [&](int64_t k, const gpu::bf16_bits* in, const gpu::bf16_bits* w, const float* bias, const float* norm_weight,
+                      gpu::bf16_bits* xn) {
+    gpu::DecodeGemvArgs g = gemv(gpu::DecodeEpilogue::kResidualNorm, h, k, in, w);
+    g.bias = bias;
+    g.x = act_.x;
+    g.ldx = h;
+    g.norm_weight = norm_weight;
+    g.xn = xn;
+    g.ldxn = h;
+    decode_->gemv(g, stream);
+  };
+
+  for (int64_t l = 0; l < c.num_layers; ++l) {
+    const Layer& W = layers_[static_cast<size_t>(l)];
+    const bool last = l + 1 == c.num_layers;
+
+    gpu::DecodeGemvArgs qkv = gemv(gpu::DecodeEpilogue::kQkvRope, qkv_width_, h, act_.xn, W.wqkv);
+    qkv.rope = rope;
+    qkv.rope.bias = W.bqkv;
+    qkv.rope.q_norm = W.q_norm;
+    qkv.rope.k_norm = W.k_norm;
+    qkv.rope.layer = static_cast<int>(l);
+    qkv.progress = &progress_[1];  // layer l's K/V is in the pool
+    qkv.progress_value = l + 1;
+    decode_->gemv(qkv, stream);
+
+    attn.layer = static_cast<int>(l);
+    decode_->attention(attn, decode_counters_, stream);
+
+    residual(c.q_dim(), act_.attn, W.wo, W.bo, W.post_norm, act_.xn);
+
+    gpu::DecodeGemvArgs gu = gemv(gpu::DecodeEpilogue::kSiluMul, 2 * inter, h, act_.xn, W.wgate_up);
+    gu.act = act_.act;
+    gu.ldact = inter;
+    decode_->gemv(gu, stream);
+
+    // The next layer's input norm, or the final norm into the rows the lm_head reads.
+    residual(inter, act_.act, W.wdown, nullptr, last ? final_norm_ : layers_[static_cast<size_t>(l + 1)].input_norm,
+             last ? act_.rows_normed : act_.xn);
+  }
+  lm_head(plan.num_logit_rows);
+}
+
+/** Fast-path scratch for `rows` rows (grown, never shrunk; the device is idle when it grows). */
+gpu::SampleFastArgs GpuBackend::sample_fast_args(int rows) {
+  const int vocab = static_cast<int>(config_.vocab_size);
+  const int64_t bytes = decode_->sample_fast_scratch_bytes(rows, vocab);
+  const int64_t counters = decode_->sample_fast_counters(rows, vocab);
+  if (bytes > sample_fast_bytes_ || counters > sample_fast_counter_count_) {
+    device_->synchronize();
+    device_->free(sample_fast_scratch_);
+    device_->free(sample_fast_counters_);
+    sample_fast_scratch_ = nullptr;
+    sample_fast_counters_ = nullptr;
+    sample_fast_bytes_ = sample_fast_counter_count_ = 0;
+    const int64_t b = std::max(bytes, 2 * sample_fast_bytes_), n = std::max(counters, 2 * sample_fast_counter_count_);
+    sample_fast_scratch_ = device_->alloc(static_cast<size_t>(b));
+    sample_fast_counters_ = static_cast<int*>(device_->alloc(static_cast<size_t>(n) * sizeof(int)));
+    device_->fill(sample_fast_counters_, 0, static_cast<size_t>(n) * sizeof(int));
+    sample_fast_bytes_ = b;
+    sample_fast_counter_count_ = n;
+  }
+  gpu::SampleFastArgs f;
+  f.scratch = sample_fast_scratch_;
+  f.counters = sample_fast_counters_;
+  return f;
+}
+
+void GpuBackend::run_sampler(const gpu::SampleArgs& a) {
+  if (sampler_fast_) {
+    decode_->sample(a, sample_fast_args(a.num_rows), device_->stream());
+  } else {
+    kernels_->sample(a, device_->stream());
+  }
+}
+
+}  // namespace tandem
