@@ -5,6 +5,7 @@
 //
 //   tandem_native_test                         self-contained checks
 //   tandem_native_test --golden DIR FILE.json  also compare with a goldens fixture
+//   tandem_native_test --golden-only DIR FILE.json  only that comparison
 //   tandem_native_test --quick                 one model's mixed steps and sampling only
 //   tandem_native_test --quick-moe             the same on a tiny Qwen3-MoE
 //   tandem_native_test --fp8                   the FP8 suite only (fp8_checks.h; on simt/cuda: the
@@ -895,15 +896,24 @@ int main(int argc, char** argv) {
   const bool fp8_only = argc == 2 && std::string(argv[1]) == "--fp8";
   // --spec: the speculative decoding checks only (scripts/device/spec-check.sh runs them on a GPU).
   const bool spec_only = argc == 2 && std::string(argv[1]) == "--spec";
+  // --golden-only DIR FILE: one fixture without the suite (on simt the suite takes a minute per run).
+  const bool golden_only = argc == 4 && std::string(argv[1]) == "--golden-only";
+  auto finish = [&root]() {
+    std::string cleanup = "rm -rf '" + root + "'";
+    if (std::system(cleanup.c_str()) != 0) std::fprintf(stderr, "warning: could not remove %s\n", root.c_str());
+    std::printf("%d checks, %d failures\n", g_checks, g_failures);
+    return g_failures == 0 ? 0 : 1;
+  };
   try {
+    if (golden_only) {
+      test_golden(argv[2], argv[3]);
+      return finish();
+    }
     if (spec_only) {
       TinySpec llama;
       write_tiny_model(root + "/llama", llama, 7);
       test_speculative(root);
-      std::string cleanup = "rm -rf '" + root + "'";
-      if (std::system(cleanup.c_str()) != 0) std::fprintf(stderr, "warning: could not remove %s\n", root.c_str());
-      std::printf("%d checks, %d failures\n", g_checks, g_failures);
-      return g_failures == 0 ? 0 : 1;
+      return finish();
     }
     if (fp8_only) {
       if (device() == "cpu") {
@@ -911,20 +921,14 @@ int main(int argc, char** argv) {
       } else {
         tandem_test::test_fp8_gpu_backend(root, device());
       }
-      std::string cleanup = "rm -rf '" + root + "'";
-      if (std::system(cleanup.c_str()) != 0) std::fprintf(stderr, "warning: could not remove %s\n", root.c_str());
-      std::printf("%d checks, %d failures\n", g_checks, g_failures);
-      return g_failures == 0 ? 0 : 1;
+      return finish();
     }
     if (quick || quick_moe) {
       const std::string dir = root + (quick_moe ? "/qwen3_moe" : "/llama");
       write_tiny_model(dir, quick_moe ? moe_spec("qwen3_moe") : TinySpec{}, 7);
       test_consistency(dir, quick_moe ? "qwen3_moe" : "llama");
       test_sampling(dir);
-      std::string cleanup = "rm -rf '" + root + "'";
-      if (std::system(cleanup.c_str()) != 0) std::fprintf(stderr, "warning: could not remove %s\n", root.c_str());
-      std::printf("%d checks, %d failures\n", g_checks, g_failures);
-      return g_failures == 0 ? 0 : 1;
+      return finish();
     }
     tandem_test::test_gemm_shapes();
     tandem_test::test_paged_attention();
@@ -969,8 +973,5 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "FAIL: uncaught exception: %s\n", e.what());
     ++g_failures;
   }
-  std::string cleanup = "rm -rf '" + root + "'";
-  if (std::system(cleanup.c_str()) != 0) std::fprintf(stderr, "warning: could not remove %s\n", root.c_str());
-  std::printf("%d checks, %d failures\n", g_checks, g_failures);
-  return g_failures == 0 ? 0 : 1;
+  return finish();
 }

@@ -31,9 +31,6 @@ export function registerModelCommand(program: Command): Command {
     .option('--lora-rank <r>', 'rank of those adapters', intInRange(1, 1024), 8)
     .option('--rope-scaling <type>', 'replace the family\'s RoPE scaling: yarn', oneOf(['yarn'] as const))
     .action(async (opts: { arch: TinyArch; out: string; dtype: WeightDtype; seed: number; embedding?: 'last' | 'mean'; matryoshka?: boolean; quantize?: Fp8Format; lora: number; loraRank: number; ropeScaling?: 'yarn' }) => {
-      if (TINY_DIMS[opts.arch].moe !== undefined && opts.quantize !== undefined) {
-        throw new ModelFormatError(`--quantize: FP8 checkpoints of a mixture-of-experts model (${opts.arch}) are not supported`);
-      }
       if (TINY_DIMS[opts.arch].moe !== undefined && opts.lora > 0) {
         throw new ModelFormatError(`--lora: LoRA adapters on a mixture-of-experts model (${opts.arch}) are not supported`);
       }
