@@ -11,9 +11,9 @@ import { Option, type Command } from 'commander';
 import { checkFlagRules, nonNegativeInt, oneOf, parsePort, type FlagRule } from '../runtime/index.js';
 import { ConfigError } from '../runtime/errors.js';
 import { DistributedRuntime, DEFAULT_NAMESPACE, etcdEndpointsFromEnv, natsServerFromEnv } from '../runtime/index.js';
-import { LocalConnector, buildConfig, loadPlannerPerf, loadPlannerProfile, readPlannerConfigFile, startLivePlanner, type LivePlanner, type LocalWorker, type PlannerConfig, type PoolName } from '../planner/index.js';
+import { LocalConnector, buildConfig, loadPlannerPerf, loadPlannerProfile, plannerPerf, plannerPerfSource, readPlannerConfigFile, startLivePlanner, type LivePlanner, type LocalWorker, type PlannerConfig, type PlannerProfile, type PoolName } from '../planner/index.js';
 import { DEFAULT_RESTART_POLICY, EXIT_CODES, StopSignals, Supervisor, recordWithMsg, runtimeCommand, type RestartPolicy } from '../runtime/index.js';
-import { checkWorkerFlags, resolveModel, type WorkerRuleFlags } from '../workers/index.js';
+import { checkWorkerFlags, parameterCounts, readModelConfig, resolveModel, type WorkerRuleFlags } from '../workers/index.js';
 import { checkChildArgs } from './child-args.js';
 import { upBanner } from './up-banner.js';
 
@@ -220,7 +220,7 @@ export function registerUpCommand(program: Command): void {
       const profile = flags.planner !== undefined ? await loadPlannerProfile(flags.plannerProfile ?? flags.perfProfile) : undefined;
       const plannerConfig = await upPlannerConfig(flags, profile?.kvCapacityTokens);
       const keyed = frontend.apiKey !== undefined || frontend.apiKeyFile !== undefined;
-      await runUp(flags, cmd.args, keyed, plannerConfig && profile ? { config: plannerConfig, perf: profile.perf } : undefined);
+      await runUp(flags, cmd.args, keyed, plannerConfig && profile ? { config: plannerConfig, profile } : undefined);
     });
 }
 
@@ -236,6 +236,15 @@ export function gpuMemoryShare(flags: Pick<UpFlags, 'engine' | 'device' | 'gpuMe
   if (!(total > 0 && total <= 1)) throw new ConfigError(`--gpu-memory-utilization must be in (0, 1], got '${flags.gpuMemoryUtilization}'`);
   const workers = (flags.workers ?? 0) + flags.prefill + flags.decode;
   return (total / Math.max(1, workers)).toFixed(4);
+}
+
+/** The served model's parameter counts (its config.json), or undefined when it cannot be read (the workers will say why). */
+async function servedParameters(modelDir: string): Promise<{ total: number; active: number } | undefined> {
+  try {
+    return parameterCounts(await readModelConfig(modelDir));
+  } catch {
+    return undefined;
+  }
 }
 
 /** pino's level names and numbers. */
@@ -351,8 +360,10 @@ function checkForwardedFlags(program: Command, flags: UpFlags, frontendExtra: st
   return frontend;
 }
 
-async function runUp(flags: UpFlags, frontendExtra: string[], keyed: boolean, plan?: { config: PlannerConfig; perf: Awaited<ReturnType<typeof loadPlannerPerf>> }): Promise<void> {
+async function runUp(flags: UpFlags, frontendExtra: string[], keyed: boolean, plan?: { config: PlannerConfig; profile: PlannerProfile }): Promise<void> {
   const modelDir = await resolveModel(flags.model, (dir) => process.stderr.write(`runtime up: generating the tiny model in ${dir}\n`));
+  // The served model's size: without a profile the planner charges a MoE its active share, as its mocker workers do.
+  const params = plan !== undefined ? await servedParameters(modelDir) : undefined;
   const discoveryDir = mkdtempSync(join(tmpdir(), 'tandem-up-'));
   const argv = childArgs(flags, frontendExtra, { modelDir, discoveryDir });
   const graceMs = drainTimeoutMs(frontendExtra) + STOP_SLACK_MS;
@@ -507,7 +518,7 @@ async function runUp(flags: UpFlags, frontendExtra: string[], keyed: boolean, pl
       const connector = new LocalConnector((pool, name) => startWorker(pool, name), initial, (msg, f) => say(`planner: ${msg} ${f.name} (${f.pool}, ${f.rule})`));
       const live = await startLivePlanner({
         config: plan.config,
-        perf: plan.perf,
+        perf: plannerPerf(plan.profile, params),
         runtime,
         namespace: DEFAULT_NAMESPACE,
         connector,
@@ -515,7 +526,7 @@ async function runUp(flags: UpFlags, frontendExtra: string[], keyed: boolean, pl
         log: (level, msg, f) => say(`${msg} ${JSON.stringify(f)}`),
       });
       planner = { live, runtime };
-      say(`planner: ${plan.config.mode} mode every ${plan.config.intervalS} s, pools ${Object.entries(plan.config.pools).map(([p, b]) => `${p} ${b!.min}..${b!.max}`).join(', ')}, budget ${plan.config.maxWorkers ?? 'none'}`);
+      say(`planner: ${plan.config.mode} mode every ${plan.config.intervalS} s, pools ${Object.entries(plan.config.pools).map(([p, b]) => `${p} ${b!.min}..${b!.max}`).join(', ')}, budget ${plan.config.maxWorkers ?? 'none'}, step times from ${plannerPerfSource(plan.profile, params)}`);
     }
   } catch (err) {
     say((err as Error).message);

@@ -4,14 +4,18 @@
  * follows the active share; memory (how many workers a model needs, the KV left beside the
  * weights) follows the total. `activeParamsPerfModel` charges a model's active share of what
  * a base model predicts for a dense model of the same total size: the default fit knows no
- * model, so this is the mocker's reading of "the same fleet, serving a MoE". A profile measured
- * on the real model (`runtime profile`) is that model's own and is used as it is.
+ * model, so this is the reading of "the same fleet, serving a MoE". A profile measured on the
+ * real model (`runtime profile`) is that model's own and is used as it is. `stepTimeModel` is
+ * the one place that choice is made: the mocker sleeps what it returns, the KV router's latency
+ * cost and the planner predict with it, from the same counts (the model card's `parameters`,
+ * `parameterCounts` of workers/models).
  *
  * Worked example (Qwen3-30B-A3B's shape: 30,532,110,336 parameters, 3,353,020,416 active,
  * share 0.10982): the default fit's prefill of 1000 tokens, 32.106 ms, becomes 3.526 ms; its
  * decode at KV usage 0.5, 26.31 ms, becomes 2.889 ms. Never below DECODE_FLOOR_MS.
  */
 import { DECODE_FLOOR_MS, type PerfModel } from './perf-model.js';
+import { PolynomialPerfModel } from './polynomial.js';
 
 export interface ParameterCounts {
   total: number;
@@ -31,4 +35,16 @@ export function activeParamsPerfModel(base: PerfModel, params: ParameterCounts):
     prefillMs: (tokens) => base.prefillMs(tokens) * share,
     decodeMs: (kvUsage, batchSize) => Math.max(DECODE_FLOOR_MS, base.decodeMs(kvUsage, batchSize) * share),
   };
+}
+
+const DEFAULT_FIT: PerfModel = new PolynomialPerfModel();
+
+/**
+ * A worker's step-time model from its model's size: `measured` (a profile of that model) as it
+ * is; else the default fit charged the active share of `params`; with neither, the default fit
+ * (a dense model: the fit knows no size).
+ */
+export function stepTimeModel(params: ParameterCounts | undefined, measured?: PerfModel): PerfModel {
+  if (measured !== undefined) return measured;
+  return params === undefined ? DEFAULT_FIT : activeParamsPerfModel(DEFAULT_FIT, params);
 }

@@ -12,7 +12,7 @@
  */
 import { Command, Option } from 'commander';
 import { readFileSync, writeFileSync } from 'node:fs';
-import { loadPerfProfile, PerfProfileError, PolynomialPerfModel, type PerfModel } from '../perf-model/index.js';
+import { activeShare, loadPerfProfile, PerfProfileError, PolynomialPerfModel, stepTimeModel, type ParameterCounts, type PerfModel } from '../perf-model/index.js';
 import { addRuntimeOptions, ConfigError, createRuntimeFromOptions, intInRange, numberInRange, positiveInt, type RuntimeFlags } from '../runtime/index.js';
 import { KubernetesConnector } from './connectors/kubernetes.js';
 import { VirtualConnector } from './connectors/virtual.js';
@@ -200,7 +200,10 @@ export async function loadPlannerPerf(path: string | undefined): Promise<PerfMod
 
 /** What the planner takes from a profile: the model, and the profiled worker's KV capacity. */
 export interface PlannerProfile {
+  /** The profile's model, else the default fit (which knows no model: see `plannerPerf`). */
   perf: PerfModel;
+  /** True when `perf` was measured (a profile file), not the default fit. */
+  measured: boolean;
   /** `worker.kvCapacityTokens` of a `runtime profile` file; absent in a bare schema-v1 model. */
   kvCapacityTokens?: number;
 }
@@ -211,7 +214,7 @@ export interface PlannerProfile {
  * value is the default whenever no flag or config file names one (buildConfig's `defaults`).
  */
 export async function loadPlannerProfile(path: string | undefined): Promise<PlannerProfile> {
-  if (path === undefined) return { perf: new PolynomialPerfModel() };
+  if (path === undefined) return { perf: new PolynomialPerfModel(), measured: false };
   let perf: PerfModel;
   try {
     perf = await loadPerfProfile(path);
@@ -221,11 +224,29 @@ export async function loadPlannerProfile(path: string | undefined): Promise<Plan
   }
   // The `worker` section is informational in schema v1 (perf-model ignores it), so it is read here.
   const worker = (JSON.parse(readFileSync(path, 'utf8')) as { worker?: unknown }).worker;
-  if (worker === undefined || worker === null || typeof worker !== 'object') return { perf };
+  if (worker === undefined || worker === null || typeof worker !== 'object') return { perf, measured: true };
   const kv = (worker as { kvCapacityTokens?: unknown }).kvCapacityTokens;
-  if (kv === undefined) return { perf };
+  if (kv === undefined) return { perf, measured: true };
   if (typeof kv !== 'number' || !Number.isInteger(kv) || kv <= 0) throw new ConfigError(`perf profile ${path}: worker.kvCapacityTokens must be an integer > 0, got ${JSON.stringify(kv)}`);
-  return { perf, kvCapacityTokens: kv };
+  return { perf, measured: true, kvCapacityTokens: kv };
+}
+
+/**
+ * The planner's step-time model for a fleet serving a model of `params` parameters: a measured
+ * profile as it is, else the default fit charged the model's active share: perf-model's
+ * `stepTimeModel`, the derivation the mocker sleeps and the KV router's latency cost predicts
+ * with, so a mixture of experts is sized by what one token reads (its memory, by the total, is
+ * in the workers' KV capacity). `runtime up --planner` passes the served model's counts.
+ */
+export function plannerPerf(profile: PlannerProfile, params?: ParameterCounts): PerfModel {
+  return stepTimeModel(params, profile.measured ? profile.perf : undefined);
+}
+
+/** One line for logs: where the planner's step times come from. */
+export function plannerPerfSource(profile: PlannerProfile, params?: ParameterCounts): string {
+  if (profile.measured) return 'the perf profile';
+  const share = params === undefined ? 1 : activeShare(params);
+  return share === 1 ? 'the default fit' : `the default fit x active share ${share.toFixed(4)}`;
 }
 
 function loadTrace(f: SimulateFlags): TraceBins {

@@ -15,7 +15,7 @@ import { DEFAULT_COST_WEIGHTS, DEFAULT_DISK_HIT_WEIGHT, DEFAULT_HOST_HIT_WEIGHT,
 import { DEFAULT_LORA_LOAD_MS, LoraDemand, loraPrefetchTarget } from './lora-affinity.js';
 import { DEFAULT_LATENCY_COST, LatencyCost, type LatencyCostConfig, type RouterCostKind } from './latency-cost.js';
 import type { TierHit } from './latency-estimator.js';
-import type { PerfModel } from '../perf-model/index.js';
+import { stepTimeModel, type ParameterCounts, type PerfModel } from '../perf-model/index.js';
 import { EventSequencer, type EventSequencerOptions, type SequencerStats } from './event-sequencer.js';
 import { BlockHasher } from './block-hasher.js';
 import type { IndexStats, KvIndexer } from './indexer.js';
@@ -347,6 +347,19 @@ export class KvRouter {
   /** A worker appeared in discovery. Event mode asks for its full block set. */
   addWorker(workerId: InstanceId, nowMs: number): RecoveryAction[] {
     return this.events === undefined ? [] : this.sequencer.discover(workerId, nowMs);
+  }
+
+  /**
+   * The served model's parameter counts (its workers' model card, `parameters`). A latency cost
+   * without a measured profile (`--router-perf-profile`) then predicts from the default fit
+   * charged the model's active share (perf-model `stepTimeModel`: what the mocker sleeps and the
+   * planner sizes with), and tier onboarding costs follow unless configured.
+   */
+  useModelParameters(params: ParameterCounts): void {
+    if (this.latency === undefined || this.config.latency.perfModel !== undefined) return;
+    const model = stepTimeModel(params);
+    const onboardGiven = this.config.latency.estimator?.onboardMsPerToken !== undefined;
+    this.latency.setPerfModel(model, onboardGiven ? undefined : tierOnboardMsPerToken(model, this.config.weights));
   }
 
   /** A worker's instance went away: drop its blocks and bookings. */

@@ -96,7 +96,8 @@ export interface LatencyObservation {
 }
 
 export class LatencyCost {
-  readonly config: LatencyCostConfig;
+  /** Set at construction; the perf model may be replaced once the served model is known (`setPerfModel`). */
+  config: LatencyCostConfig;
   readonly calibration: LatencyCalibration;
   private readonly pending = new Map<string, Pending>();
   /** Estimator options with the learned mean output length (EWMA over finished streams). */
@@ -106,6 +107,19 @@ export class LatencyCost {
     this.config = { ...DEFAULT_LATENCY_COST, ...config, estimator: { ...DEFAULT_LATENCY_ESTIMATOR_OPTIONS, ...config.estimator } };
     this.calibration = new LatencyCalibration(this.config.calibration);
     this.estimator = this.config.estimator;
+  }
+
+  /**
+   * Predict from `perfModel` from now on (KvRouter.useModelParameters: the served model's size
+   * became known), and onboard tier hits at `onboardMsPerToken` when given. Calibration ratios
+   * are kept: they are measured ÷ predicted, and the next samples re-learn them.
+   */
+  setPerfModel(perfModel: PerfModel, onboardMsPerToken?: Readonly<Record<string, number>>): void {
+    this.config = { ...this.config, perfModel };
+    if (onboardMsPerToken !== undefined) {
+      this.config.estimator = { ...this.config.estimator, onboardMsPerToken };
+      this.estimator = { ...this.estimator, onboardMsPerToken };
+    }
   }
 
   /** Mean output tokens of the streams seen to end (how long a KV-full worker takes to free blocks). */

@@ -15,7 +15,10 @@
 //                 the share of the HBM roofline (--bandwidth-gbs, from tandem_gpu_bench bandwidth)
 //   decode b64    the same, with the distinct experts each layer ran (the bytes read follow them)
 //   prefill 2k    one 2048-token prompt: ms, tok/s, and TFLOP/s counted on active FLOPs
-//                 (2 x active non-embedding parameters per token, plus attention)
+//                 (2 x active non-embedding parameters per token, plus attention); as planned,
+//                 then with the grouped GEMMs forced onto CUDA cores, tensor cores with 64-row
+//                 tiles and with 128-row tiles (GpuBackend::force_moe_gemm), then as planned
+//                 again: the side-by-side rows behind gpu_backend_moe.cc's thresholds
 // The JSON also records the grouped GEMMs' tile choice per shape (GpuBackend::description).
 #include <algorithm>
 #include <chrono>
@@ -38,6 +41,7 @@
 #include "../../native/src/cuda/device.h"
 #include "../../native/src/cuda/gpu_backend.h"
 #include "../../native/src/cuda/kernel_api.h"
+#include "../../native/src/cuda/moe_api.h"
 
 using namespace tandem;
 
@@ -281,30 +285,42 @@ int main(int argc, char** argv) {
     decode_bench(1, "b1");
     decode_bench(device == "simt" ? 4 : 64, device == "simt" ? "b4" : "b64");
 
-    {  // prefill
+    std::string plans;
+    {  // prefill: the plan's choice, then each grouped-GEMM path forced, side by side in one run
       const int tokens = device == "simt" ? 64 : 2048;
       Bench::Seq s;
       s.blocks = b.take_blocks(blocks_for(tokens));
       std::vector<Bench::Seq*> one{&s};
-      std::vector<double> times;
-      for (int r = 0; r < 4; ++r) {
-        s.pos = 0;
-        const auto toks = prompt_tokens(tokens);
-        const double t0 = now_s();
-        b.step(one, {toks});
-        times.push_back(now_s() - t0);
-      }
-      std::sort(times.begin() + 1, times.end());
-      const double dt = times[2];  // median of the three after the first
       const double embed_params = static_cast<double>(c.vocab_size) * h;  // the gather reads one row per token
       const double active_matmul = static_cast<double>(params.active) - embed_params - static_cast<double>(c.vocab_size) * h;
       const double attn_flops = 4.0 * c.num_layers * c.num_heads * c.head_dim * (tokens * (tokens + 1) / 2.0);
       const double flops = 2.0 * active_matmul * tokens + attn_flops + 2.0 * static_cast<double>(c.vocab_size) * h;
-      std::printf("prefill %d: %.2f ms, %.0f tok/s, %.1f TFLOP/s on active FLOPs\n", tokens, 1e3 * dt, tokens / dt, flops / dt / 1e12);
-      js << ",\"prefill\":{\"tokens\":" << tokens << ",\"ms\":" << 1e3 * dt << ",\"tok_s\":" << tokens / dt
-         << ",\"active_tflops\":" << flops / dt / 1e12 << "}";
+      auto prefill_bench = [&](int mma_rows, const std::string& key, const char* label) {
+        if (mma_rows >= 0) gpu.force_moe_gemm(mma_rows);  // -1: the plans as they stand
+        std::vector<double> times;
+        for (int r = 0; r < 4; ++r) {
+          s.pos = 0;
+          const auto toks = prompt_tokens(tokens);
+          const double t0 = now_s();
+          b.step(one, {toks});
+          times.push_back(now_s() - t0);
+        }
+        std::sort(times.begin() + 1, times.end());
+        const double dt = times[2];  // median of the three after the first
+        std::printf("%s %d (%s): %.2f ms, %.0f tok/s, %.1f TFLOP/s on active FLOPs\n", key.c_str(), tokens, label, 1e3 * dt, tokens / dt,
+                    flops / dt / 1e12);
+        js << ",\"" << key << "\":{\"tokens\":" << tokens << ",\"grouped_gemm\":\"" << label << "\",\"ms\":" << 1e3 * dt
+           << ",\"tok_s\":" << tokens / dt << ",\"active_tflops\":" << flops / dt / 1e12 << "}";
+      };
+      prefill_bench(-1, "prefill", "as planned");
+      plans = gpu.description();  // before forcing: forcing forgets the plans made so far
+      prefill_bench(0, "prefill_cuda_cores", "CUDA cores, 8-row tiles");
+      prefill_bench(gpu::kMoeMmaRowsSmall, "prefill_mma64", "tensor cores, 64-row tiles");
+      prefill_bench(gpu::kMoeMmaRowsLarge, "prefill_mma128", "tensor cores, 128-row tiles");
+      gpu.force_moe_gemm(-1);
+      prefill_bench(-1, "prefill_again", "as planned");  // the plan's row again: drift over the run
     }
-    std::string desc = gpu.description();
+    std::string desc = plans;
     for (char& ch : desc) {
       if (ch == '"' || ch == '\\') ch = '\'';
     }

@@ -175,7 +175,7 @@ async function measure(worker: ResolvedWorker, grpc: GrpcRequestPlaneClient, f: 
   const wallS = (performance.now() - t0) / 1000;
   bar.finish(`measured in ${wallS.toFixed(1)} s`);
   const report = buildProfile(
-    { model: card.name, engine: card.engine, contextLength: card.contextLength, kvBlockSize: card.kvBlockSize, totalKvBlocks: card.totalKvBlocks, kvCapacityTokens: card.totalKvBlocks * card.kvBlockSize, maxNumBatchedTokens: card.maxNumBatchedTokens },
+    { model: card.name, engine: card.engine, contextLength: card.contextLength, kvBlockSize: card.kvBlockSize, totalKvBlocks: card.totalKvBlocks, kvCapacityTokens: card.totalKvBlocks * card.kvBlockSize, maxNumBatchedTokens: card.maxNumBatchedTokens, ...(card.parameters !== undefined ? { parameters: card.parameters } : {}) },
     prefill,
     decode,
     new Date().toISOString(),

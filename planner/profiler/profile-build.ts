@@ -24,6 +24,11 @@ export interface ProfiledWorker {
   /** totalKvBlocks × kvBlockSize: the planner's --kv-capacity-tokens. */
   kvCapacityTokens: number;
   maxNumBatchedTokens: number;
+  /**
+   * The model card's parameter counts: what the measured times stand for (a mixture of experts
+   * runs its active share per token; a profile of it is its own and is used as it is).
+   */
+  parameters?: { total: number; active: number };
 }
 
 /** The file `runtime profile --out` writes: the v1 model plus what it came from. */

@@ -6,7 +6,8 @@
  *   event plane kv_events (KvEvent[] batches)      ─▶ applyEvent ─┐
  *   event plane load_metrics (the process's LoadFeed) ─▶ latest LoadMetrics per worker
  *   model cards of the component (card feed)       ─▶ KV pool size per worker (overload check
- *                                                     before a worker has reported any load)
+ *                                                     before a worker has reported any load);
+ *                                                     the model's parameter counts (latency cost)
  *   RecoveryAction (replay / dump) ─▶ request plane {component}/kv_events, direct to the worker
  *                                   ─▶ applyReplay / applyDump ─▶ more actions, if any
  *   timer (tickIntervalMs)          ─▶ tick: expiry, re-asking unanswered recoveries, gauges
@@ -241,6 +242,8 @@ export class KvRouterService {
       (e) => {
         if (e.type === 'removed') this.totalBlocks.delete(e.entry.instanceId);
         else this.totalBlocks.set(e.entry.instanceId, e.entry.card.totalKvBlocks);
+        // The model's size: a latency cost without a profile charges a MoE its active share.
+        if (e.type !== 'removed' && e.entry.card.parameters !== undefined) this.router.useModelParameters(e.entry.card.parameters);
       },
       { component: name },
     );

@@ -21,7 +21,9 @@
 #               completions equal token for token (moe-disagg.json)
 #   bench       Qwen3-30B-A3B shape (random bf16, ~61 GB, built in memory): decode batch 1 and 64
 #               against the HBM roofline of the bytes each step reads, prefill 2k on active
-#               FLOPs against torch.matmul, transformers generate at batch 1 and 64 (moe-bench.json)
+#               FLOPs against torch.matmul (and with the grouped GEMMs forced onto CUDA cores and
+#               onto tensor cores with 64- and 128-row tiles, side by side), transformers
+#               generate at batch 1 and 64 (moe-bench.json)
 #   ncu         where the expert kernels spend their time: ncu over a few decode steps (moe-ncu.csv)
 # Budget: about 8 minutes on an H200 (the 61 GB model is built twice: bench and ncu; transformers
 # builds its own), so under run-all.sh give it a call of its own (TANDEM_RUN_STEPS=moe) or
@@ -216,8 +218,12 @@ for b in ("b1", "b64"):
 json.dump(r, open(out, "w"), indent=1)
 for k in ("decode_b1", "decode_b64", "decode_b4"):
     if k in eng: print(k, json.dumps(eng[k]))
-print("prefill", json.dumps(eng["prefill"]))
-for k in ("prefill_vs_matmul", "decode_b1_vs_transformers", "decode_b64_vs_transformers"):
+for k in ("prefill", "prefill_cuda_cores", "prefill_mma64", "prefill_mma128", "prefill_again"):
+    if k in eng: print(k, json.dumps(eng[k]))
+if "prefill_cuda_cores" in eng:  # the grouped GEMMs' paths side by side (gpu_backend_moe.cc's thresholds)
+    r["prefill_mma_vs_cuda_cores"] = eng["prefill"]["tok_s"] / eng["prefill_cuda_cores"]["tok_s"]
+    json.dump(r, open(out, "w"), indent=1)
+for k in ("prefill_vs_matmul", "prefill_mma_vs_cuda_cores", "decode_b1_vs_transformers", "decode_b64_vs_transformers"):
     if k in r: print(k, round(r[k], 3))
 PY
 }

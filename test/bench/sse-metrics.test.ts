@@ -44,7 +44,8 @@ describe('bench metrics against a scripted SSE server', () => {
     const serverGaps = measured.flatMap((r) => r.writes.slice(1).map((w, i) => w - r.writes[i]!));
     const serverTpot = mean(measured.map((r) => (r.writes[11]! - r.writes[0]!) / 11));
     expect(s.latency_ms.ttft.mean).toBeGreaterThanOrEqual(serverTtft);
-    expect(s.latency_ms.ttft.mean - serverTtft).toBeLessThan(10);
+    // Delivery delay only: timing from the response headers instead of the first token would be ~80 ms off.
+    expect(s.latency_ms.ttft.mean - serverTtft).toBeLessThan(40);
     expect(Math.abs(s.latency_ms.itl.mean - mean(serverGaps))).toBeLessThan(1.5);
     expect(Math.abs(s.latency_ms.tpot.mean - serverTpot)).toBeLessThan(1.5);
 

@@ -35,8 +35,9 @@ describe('trace replay', () => {
     const lags = report.requests.map((r) => r.start_ms - entries[r.index]!.timestamp / 2);
     // Never early (timestamps are whole ms, so compare with a hair of float slack).
     expect(Math.min(...lags)).toBeGreaterThanOrEqual(-0.01);
-    expect(report.summary.latency_ms.schedule_lag.p50).toBeLessThan(25);
-    expect(Math.max(...lags)).toBeLessThan(150);
+    // Late only by machine load: ignoring the speedup would put the median request ~250 ms late.
+    expect(report.summary.latency_ms.schedule_lag.p50).toBeLessThan(100);
+    expect(Math.max(...lags)).toBeLessThan(300);
     // The server got every trace request, with ISL and OSL from the trace.
     const got = server.received.slice(before);
     const sorted = (xs: number[]) => [...xs].sort((x, y) => x - y);

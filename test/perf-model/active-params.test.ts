@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { DECODE_FLOOR_MS, PolynomialPerfModel, activeParamsPerfModel, activeShare } from '../../perf-model/index.js';
+import { DECODE_FLOOR_MS, PolynomialPerfModel, activeParamsPerfModel, activeShare, stepTimeModel, type PerfModel } from '../../perf-model/index.js';
 import { parameterCounts, parseModelConfig } from '../../workers/models/index.js';
 
 /** Qwen3-30B-A3B's published config (the fields the counts read). */
@@ -58,5 +58,15 @@ describe('active parameters', () => {
     expect(moe.decodeMs(0.5, 8)).toBeCloseTo(2.889, 3);
     expect(moe.decodeMs(0, 1)).toBeGreaterThanOrEqual(DECODE_FLOOR_MS);
     expect(activeParamsPerfModel(base, { total: 10, active: 10 })).toBe(base);
+  });
+
+  it('stepTimeModel, the one derivation the mocker, the router and the planner share: a profile as it is, else the default fit x the active share', () => {
+    const q = { total: 30_532_110_336, active: 3_353_020_416 };
+    expect(stepTimeModel(q).prefillMs(1000)).toBeCloseTo(3.526, 3);
+    expect(stepTimeModel(q).decodeMs(0.5, 8)).toBeCloseTo(2.889, 3);
+    expect(stepTimeModel(undefined).prefillMs(1000)).toBeCloseTo(32.106, 3); // no counts: a dense model of unknown size
+    expect(stepTimeModel({ total: 10, active: 10 }).prefillMs(1000)).toBeCloseTo(32.106, 3);
+    const measured: PerfModel = { prefillMs: () => 50, decodeMs: () => 7 };
+    expect(stepTimeModel(q, measured)).toBe(measured);
   });
 });

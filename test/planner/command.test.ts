@@ -9,7 +9,8 @@ import { join } from 'node:path';
 import { afterEach, describe, expect, it, vi } from 'vitest';
 import { buildProgram } from '../../cli/main.js';
 import { ConfigError } from '../../runtime/errors.js';
-import { buildConfig, defaultPlannerConfig, loadPlannerProfile } from '../../planner/index.js';
+import { buildConfig, defaultPlannerConfig, loadPlannerProfile, plannerPerf, plannerPerfSource } from '../../planner/index.js';
+import { sizePrefill } from '../../planner/policy/sla-sizing.js';
 
 const dir = mkdtempSync(join(tmpdir(), 'planner-command-'));
 const model = { version: 1, prefill: { tokens: [128, 4096], ms: [18, 90] }, decode: { kvUsage: [0, 1], ms: [6, 34] } };
@@ -77,5 +78,43 @@ describe('`runtime planner simulate --profile` (in process)', () => {
     expect(await simulatedKv(['--profile', profiled, '--kv-capacity-tokens', '8192'])).toBe(8192);
     process.env['TANDEM_KV_CAPACITY_TOKENS'] = '4096';
     expect(await simulatedKv(['--profile', profiled])).toBe(4096);
+  });
+});
+
+/**
+ * Step time by the served model's active parameters (perf-model `stepTimeModel`, as the mocker
+ * sleeps and the router predicts): `runtime up --planner` without a profile passes the model's
+ * counts. Worked example, Qwen3-30B-A3B (share 0.10982), 100 prompts/s of 1000 tokens, TTFT
+ * target 100 ms, utilization cap 0.9 (sla-sizing.ts):
+ *   dense reading   S = 32.106 ms, k = (100 − 32.106) / 32.106 = 2.1147, ρ* = 2k / (1 + 2k) = 0.8088
+ *                   → 100 · 0.032106 / 0.8088 = 3.970 workers → 4
+ *   active share    S = 3.526 ms, ρ* = 0.9821 → capped 0.9 → 100 · 0.003526 / 0.9 = 0.392 → 1
+ */
+describe('the planner\'s step times: a profile as it is, else the default fit × the model\'s active share', () => {
+  const QWEN3_30B_A3B = { total: 30_532_110_336, active: 3_353_020_416 };
+
+  it('no profile: a MoE is charged its active share (4 prefill workers → 1 at 100 prompts/s of 1000 tokens)', async () => {
+    const none = await loadPlannerProfile(undefined);
+    expect(none.measured).toBe(false);
+    const dense = plannerPerf(none);
+    const moe = plannerPerf(none, QWEN3_30B_A3B);
+    expect(dense.prefillMs(1000)).toBeCloseTo(32.106, 3);
+    expect(moe.prefillMs(1000)).toBeCloseTo(3.526, 3);
+    const d = sizePrefill(dense, 100, 1000, 100, 0.9);
+    const m = sizePrefill(moe, 100, 1000, 100, 0.9);
+    expect(d.utilization).toBeCloseTo(0.8088, 4);
+    expect(d.replicas).toBeCloseTo(3.970, 3);
+    expect(m.utilization).toBe(0.9);
+    expect(m.replicas).toBeCloseTo(0.392, 3);
+    expect([Math.ceil(d.replicas), Math.ceil(m.replicas)]).toEqual([4, 1]);
+    expect(plannerPerfSource(none, QWEN3_30B_A3B)).toBe('the default fit x active share 0.1098');
+    expect(plannerPerfSource(none, { total: 10, active: 10 })).toBe('the default fit');
+  });
+
+  it('a measured profile is the model\'s own: the counts change nothing', async () => {
+    const p = await loadPlannerProfile(bare);
+    expect(p.measured).toBe(true);
+    expect(plannerPerf(p, QWEN3_30B_A3B).prefillMs(128)).toBe(18);
+    expect(plannerPerfSource(p, QWEN3_30B_A3B)).toBe('the perf profile');
   });
 });

@@ -14,7 +14,7 @@ import { dirname, join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { InterpolatedPerfModel, parsePerfProfile } from '../../perf-model/index.js';
 import type { ProfileReport } from '../../planner/profiler/profile-build.js';
-import { resolveModel } from '../../workers/models/index.js';
+import { parameterCounts, readModelConfig, resolveModel } from '../../workers/models/index.js';
 import { spawnCli, type Spawned } from '../harness/processes.js';
 import { startUp, stopAll, type Up } from '../e2e/up.js';
 
@@ -75,6 +75,8 @@ describe('runtime profile', () => {
 
     // The produced file drives a mocker (exit 0 on SIGTERM after "worker ready") and the simulator.
     const modelDir = await resolveModel('tiny');
+    // What the measured times stand for: the card's parameter counts (a MoE's active share).
+    expect(report.worker.parameters).toEqual(parameterCounts(await readModelConfig(modelDir)));
     const w = spawnCli(['worker', '--engine', 'mocker', '--model', modelDir, '--perf-profile', out, '--discovery', 'file', '--discovery-dir', join(dir, 'disc-load'), '--event-plane', 'direct']);
     children.push(w);
     await w.waitFor((l) => (l.includes('"worker ready"') ? l : undefined), { timeoutMs: 60_000, what: 'worker ready' });

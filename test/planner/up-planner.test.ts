@@ -15,6 +15,8 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { pollUntil, readSse } from '../harness/http.js';
 import { startUp, stopAll, type Up } from '../e2e/up.js';
+import { activeShare } from '../../perf-model/index.js';
+import { makeTinyModel, parameterCounts, readModelConfig } from '../../workers/models/index.js';
 
 const MODEL = 'tiny-llama';
 const ARGS = ['--engine', 'mocker', '--model', 'tiny', '--workers', '1', '--planner', 'load', '--planner-interval', '1', '--max-workers', '3', '--http-port', '0', '--num-gpu-blocks', '64', '--block-size', '16', '--speedup-ratio', '0.5'];
@@ -135,4 +137,16 @@ describe('runtime up --planner load (local connector)', () => {
     expect(up.proc.running).toBe(true);
     await rm(dir, { recursive: true, force: true });
   }, 300_000);
+
+  it('a MoE model without a profile: the planner sizes with the default fit x the model\'s active share, as its mocker workers charge', async () => {
+    const dir = await mkdtemp(join(tmpdir(), 'tandem-up-planner-moe-'));
+    const modelDir = join(dir, 'tiny-qwen3-moe');
+    await makeTinyModel({ arch: 'qwen3_moe', outDir: modelDir });
+    const share = activeShare(parameterCounts(await readModelConfig(modelDir)));
+    expect(share).toBeLessThan(1);
+    const up = await startUp(cacheDir, ['--engine', 'mocker', '--model', modelDir, '--workers', '1', '--planner', 'sla', '--planner-interval', '1', '--max-workers', '2', '--http-port', '0']);
+    started.push(up);
+    await up.proc.waitForLine(new RegExp(`planner: sla mode every 1 s, pools agg 1\\.\\.2, budget 2, step times from the default fit x active share ${share.toFixed(4).replace('.', '\\.')}$`), 30_000);
+    await rm(dir, { recursive: true, force: true });
+  }, 120_000);
 });

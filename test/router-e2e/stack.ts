@@ -11,7 +11,7 @@ import type { InstanceId, PreprocessedRequest, TokenDelta } from '../../proto/wi
 import { DistributedRuntime } from '../../runtime/distributed-runtime.js';
 import type { EndpointClient } from '../../runtime/endpoint-client.js';
 import { MemoryDiscoveryStore } from '../../runtime/discovery/memory-discovery.js';
-import { makeTinyModel } from '../../workers/models/index.js';
+import { makeTinyModel, type TinyArch } from '../../workers/models/index.js';
 import { startWorker, type RunningWorker, type WorkerOptions } from '../../workers/process/worker-process.js';
 
 export const MODEL = 'tiny';
@@ -32,9 +32,10 @@ export class Stack {
 
   private constructor(readonly dir: string) {}
 
-  static async start(workers: number, options: Partial<WorkerOptions> = {}): Promise<Stack> {
+  /** `arch`: the tiny model's architecture (a make-tiny arch; default llama). */
+  static async start(workers: number, options: Partial<WorkerOptions> = {}, arch: TinyArch = 'llama'): Promise<Stack> {
     const dir = await mkdtemp(join(tmpdir(), 'tandem-router-e2e-'));
-    await makeTinyModel({ arch: 'llama', outDir: join(dir, MODEL) });
+    await makeTinyModel({ arch, outDir: join(dir, MODEL) });
     const stack = new Stack(dir);
     for (let i = 0; i < workers; i++) await stack.addWorker(options);
     return stack;

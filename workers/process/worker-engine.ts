@@ -26,7 +26,7 @@ import { LayerProgressRegion } from '../disagg/layer-progress-region.js';
 import type { Engine } from '../engines/engine.js';
 import type { NativeEngine } from '../engines/native/index.js';
 import { MockerEngine } from '../engines/mocker/index.js';
-import { activeParamsPerfModel, loadPerfProfile, PerfProfileError, PolynomialPerfModel, type PerfModel } from '../../perf-model/index.js';
+import { loadPerfProfile, PerfProfileError, stepTimeModel, type PerfModel } from '../../perf-model/index.js';
 import { kvBytesPerToken, parameterCounts, type ModelConfig } from '../models/index.js';
 import type { WorkerOptions } from './worker-options.js';
 import { MeasuredStepCost, PerfModelStepCost, nativeSpeculative, type SpeculatorConfig } from '../speculative/index.js';
@@ -100,7 +100,7 @@ export function mockerNumBlocks(options: Pick<WorkerOptions, 'numGpuBlocks' | 'k
  * (perf-model/active-params.ts).
  */
 async function mockerPerfModel(options: WorkerOptions, config: ModelConfig): Promise<PerfModel> {
-  return options.perfProfile ? await loadMockerProfile(options.perfProfile) : activeParamsPerfModel(new PolynomialPerfModel(), parameterCounts(config));
+  return stepTimeModel(parameterCounts(config), options.perfProfile ? await loadMockerProfile(options.perfProfile) : undefined);
 }
 
 /** perf-model imports no runtime: its error becomes the ConfigError that exits the CLI with 2. */

@@ -24,10 +24,11 @@ const shortId = (id) => (id.length > 8 ? id.slice(-8) : id);
 /** "Qwen3MoeForCausalLM · 30.5B params, 3.3B active" beside a model's name, from its workers' cards. */
 function modelInfo(m) {
   if (!m.architecture && !m.parameters) return '';
-  const b = (n) => (n >= 1e9 ? `${(n / 1e9).toFixed(1)}B` : n >= 1e6 ? `${(n / 1e6).toFixed(1)}M` : `${n}`);
+  const b = (n) => (n >= 1e9 ? `${(n / 1e9).toFixed(1)}B` : n >= 1e6 ? `${(n / 1e6).toFixed(1)}M` : n >= 1e3 ? `${(n / 1e3).toFixed(1)}K` : `${n}`);
   const p = m.parameters;
   const params = p ? ` · ${b(p.total)} params${p.active < p.total ? `, ${b(p.active)} active` : ''}` : '';
-  return ` <span class="arch muted" data-testid="arch-${esc(m.name)}">${esc(m.architecture ?? '')}${params}</span>`;
+  const data = `data-architecture="${esc(m.architecture ?? '')}"${p ? ` data-params-total="${num(p.total)}" data-params-active="${num(p.active)}"` : ''}`;
+  return ` <span class="arch muted" data-testid="arch-${esc(m.name)}" ${data}>${esc(m.architecture ?? '')}${params}</span>`;
 }
 /** instance id → the worker's name from its card (`runtime up`'s agg-0, embed-0, …), from the latest snapshot. */
 let workerNames = new Map();

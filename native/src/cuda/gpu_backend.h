@@ -122,6 +122,7 @@ class GpuBackend final : public Backend {
     int32_t* sorted = nullptr;
     int32_t* position = nullptr;
     int32_t* active = nullptr;
+    int32_t* mma_tile_offsets = nullptr;  // [experts + 1]: the tensor-core grouped GEMM's tiles
     gpu::bf16_bits* act = nullptr;
     float* y = nullptr;
     gpu::bf16_bits* shared_gate_up = nullptr;
@@ -173,8 +174,13 @@ class GpuBackend final : public Backend {
   void free_moe_activations();
   /** The MoE MLP of rows [0, t) of act_.xn, added into act_.x. */
   void run_moe(const Layer& W, int64_t t, void* stream);
-  /** The grouped GEMMs' columns per CTA for a step of `tokens` (chosen per shape, kept in moe_tiles_). */
-  int moe_cols_per_cta(int64_t tokens, int64_t n_out);
+  /** How a step's grouped GEMMs run: tensor-core tile rows (0: CUDA cores) and, on CUDA cores, columns per CTA. */
+  struct MoeGemmPlan {
+    int mma_rows = 0;
+    int gate_up_cols = 0, down_cols = 0;
+  };
+  /** The plan for a chunk of `tokens` (chosen per shape, kept in moe_tiles_). */
+  const MoeGemmPlan& moe_gemm_plan(int64_t tokens);
   /** "MoE: ..." for description(): the grouped GEMMs' tiles chosen so far, per (tokens, columns). */
   std::string moe_description() const;
   /** Parts stacked by rows into one bf16 device matrix (staged through pinned buffers). */
@@ -233,12 +239,19 @@ class GpuBackend final : public Backend {
   Activations act_;
   MoeActivations moe_act_;
   std::unique_ptr<gpu::MoeKernelApi> moe_kernels_;
-  std::map<std::pair<int64_t, int64_t>, int> moe_tiles_;  // (tokens, output columns) -> columns per CTA
+  std::map<int64_t, MoeGemmPlan> moe_tiles_;  // chunk tokens -> the grouped GEMMs' plan
+  int moe_force_mma_rows_ = -1;               // benchmarks: -1 the plan's choice, 0 CUDA cores, or tile rows
   int32_t* moe_hits_ = nullptr;  // [num_layers]: experts the last step's (last chunk of each) sparse layer hit
 
  public:
   /** Distinct experts each layer's MoE block ran in the last forward (its last chunk); 0 for dense layers. Benchmarks. */
   std::vector<int32_t> moe_experts_hit();
+  /**
+   * Benchmarks: run the grouped GEMMs on CUDA cores (0), on tensor cores with 64- or 128-row
+   * tiles (gpu::kMoeMmaRowsSmall / Large), or as the plan chooses (-1, the default). Forgets the
+   * plans made so far.
+   */
+  void force_moe_gemm(int mma_rows);
 
  private:
   void* image_ = nullptr;  // the packed step tables on the device

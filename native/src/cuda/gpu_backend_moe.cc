@@ -2,9 +2,13 @@
 // MoE scratch, and one sparse MLP of a step:
 //   route (fused router) -> group -> gate/up grouped GEMM (SiLU x up) -> down grouped GEMM
 //   (x routing weight) -> [Qwen2-MoE: shared expert through the dense GEMMs] -> combine into x.
+// The grouped GEMMs run on CUDA cores over 8-row tiles while a step's experts average few rows
+// (decode: each expert's weights streamed once), on tensor cores over 64- or 128-row tiles past
+// that (prefill); the choice and its tiles are made per chunk size and listed in description().
 // Steps longer than kMoeChunkTokens run it chunk by chunk, so the scratch stays bounded
-// (a 2k-token prefill of a top-8 model would otherwise need 16k slots of hidden floats).
+// (a 2k-token prefill of a top-8 model needs 17k slots of hidden floats: 141 MB at hidden 2048).
 #include <algorithm>
+#include <stdexcept>
 #include <string>
 
 #include "../core/error.h"
@@ -14,7 +18,13 @@
 namespace tandem {
 namespace {
 
-constexpr int64_t kMoeChunkTokens = 1024;
+constexpr int64_t kMoeChunkTokens = 2048;
+// Tensor cores once a chunk's experts average this many rows (the CUDA-core path streams an
+// expert's weights once per 8 rows; a 64-row mma tile reads them once however full it is), and
+// 128-row tiles once they average kMoeMmaLargeAvgRows (a partial last tile wastes less of a
+// 64-row one below it). Both are measured side by side by tandem_moe_bench's prefill rows.
+constexpr int64_t kMoeMmaMinAvgRows = gpu::kMoeTileRows;
+constexpr int64_t kMoeMmaLargeAvgRows = 384;
 
 }  // namespace
 
@@ -69,6 +79,7 @@ void GpuBackend::alloc_moe_activations(int64_t tokens) {
   a.sorted = i32(slots);
   a.position = i32(n);
   a.active = i32(m.num_experts + 1);
+  a.mma_tile_offsets = i32(m.num_experts + 1);
   a.act = bf16(slots * m.expert_intermediate);
   a.y = f32(slots * c.hidden_size);
   if (m.shared_intermediate > 0) {
@@ -80,35 +91,63 @@ void GpuBackend::alloc_moe_activations(int64_t tokens) {
 
 void GpuBackend::free_moe_activations() {
   MoeActivations& a = moe_act_;
-  void* bufs[] = {a.ids, a.weights, a.logits, a.counts, a.padded_offsets, a.sorted, a.position, a.active, a.act, a.y,
+  void* bufs[] = {a.ids, a.weights, a.logits, a.counts, a.padded_offsets, a.sorted, a.position, a.active, a.mma_tile_offsets, a.act, a.y,
                   a.shared_gate_up, a.shared_act, a.shared_out};
   for (void* p : bufs) device_->free(p);
   a = MoeActivations{};
 }
 
-// Enough CTAs to cover the GPU about four times over: the tiles of a step (an upper bound:
-// every entry plus a partial tile per expert hit) times the column blocks. Columns come in
-// multiples of the 8 warps of a CTA. A decode step of few tokens gets narrow column blocks
-// (many CTAs per expert's weights), a prefill wide ones.
-int GpuBackend::moe_cols_per_cta(int64_t tokens, int64_t n_out) {
-  const auto key = std::make_pair(tokens, n_out);
-  if (auto it = moe_tiles_.find(key); it != moe_tiles_.end()) return it->second;
+// The path: tensor cores when the chunk's entries average at least kMoeMmaMinAvgRows per
+// expert (an upper bound on how full the tiles are: routing decides, the host never sees it),
+// else CUDA cores. On CUDA cores, enough CTAs to cover the GPU about four times over: the tiles
+// of a step (an upper bound: every entry plus a partial tile per expert hit) times the column
+// blocks. Columns come in multiples of the 8 warps of a CTA. A decode step of few tokens gets
+// narrow column blocks (many CTAs per expert's weights), a larger one wide ones.
+const GpuBackend::MoeGemmPlan& GpuBackend::moe_gemm_plan(int64_t tokens) {
+  if (auto it = moe_tiles_.find(tokens); it != moe_tiles_.end()) return it->second;
   const MoeConfig& m = config_.moe;
-  const int64_t tiles = gpu::moe_max_slots(tokens * m.top_k, m.num_experts) / gpu::kMoeTileRows;
+  const int64_t entries = tokens * m.top_k, avg_rows = entries / m.num_experts;
+  MoeGemmPlan p;
+  if (moe_force_mma_rows_ >= 0) {
+    p.mma_rows = moe_force_mma_rows_;
+  } else if (avg_rows >= kMoeMmaMinAvgRows) {
+    p.mma_rows = avg_rows >= kMoeMmaLargeAvgRows ? gpu::kMoeMmaRowsLarge : gpu::kMoeMmaRowsSmall;
+  }
+  const int64_t tiles = gpu::moe_max_slots(entries, m.num_experts) / gpu::kMoeTileRows;
   const int64_t want_ctas = 4 * std::max<int64_t>(1, device_->info().sm_count);
-  int64_t cols = (tiles * n_out + want_ctas - 1) / want_ctas;
-  cols = std::min<int64_t>(std::max<int64_t>((cols + 7) / 8 * 8, 8), 512);
-  moe_tiles_[key] = static_cast<int>(cols);
-  return static_cast<int>(cols);
+  auto cols_for = [&](int64_t n_out) {
+    const int64_t cols = (tiles * n_out + want_ctas - 1) / want_ctas;
+    return static_cast<int>(std::min<int64_t>(std::max<int64_t>((cols + 7) / 8 * 8, 8), 512));
+  };
+  if (p.mma_rows == 0) {
+    p.gate_up_cols = cols_for(m.expert_intermediate);
+    p.down_cols = cols_for(config_.hidden_size);
+  }
+  return moe_tiles_.emplace(tokens, p).first->second;
+}
+
+void GpuBackend::force_moe_gemm(int mma_rows) {
+  if (mma_rows > 0 && mma_rows != gpu::kMoeMmaRowsSmall && mma_rows != gpu::kMoeMmaRowsLarge) {
+    throw std::invalid_argument("force_moe_gemm: tile rows must be " + std::to_string(gpu::kMoeMmaRowsSmall) + " or " +
+                                std::to_string(gpu::kMoeMmaRowsLarge));
+  }
+  moe_force_mma_rows_ = mma_rows < 0 ? -1 : mma_rows;
+  moe_tiles_.clear();
 }
 
 std::string GpuBackend::moe_description() const {
   const MoeConfig& m = config_.moe;
   std::string s = "MoE " + std::to_string(m.num_experts) + " experts, top-" + std::to_string(m.top_k) +
-                  ", grouped GEMM tiles " + std::to_string(gpu::kMoeTileRows) + " rows x columns per CTA chosen per shape:";
+                  ", grouped GEMMs chosen per shape:";
   if (moe_tiles_.empty()) s += " (none yet)";
-  for (const auto& [key, cols] : moe_tiles_) {
-    s += " " + std::to_string(key.first) + " tok/" + std::to_string(key.second) + " cols->" + std::to_string(cols);
+  for (const auto& [tokens, p] : moe_tiles_) {
+    s += " " + std::to_string(tokens) + " tok->";
+    if (p.mma_rows > 0) {
+      s += "tensor cores " + std::to_string(p.mma_rows) + "-row tiles";
+    } else {
+      s += "CUDA cores " + std::to_string(gpu::kMoeTileRows) + "-row tiles, cols/CTA " + std::to_string(p.gate_up_cols) + " gate/up " +
+           std::to_string(p.down_cols) + " down";
+    }
   }
   return s;
 }
@@ -147,6 +186,9 @@ void GpuBackend::run_moe(const Layer& W, int64_t t, void* stream) {
     gr.position = a.position;
     gr.active = a.active;
     gr.hits_out = moe_hits_ + (&W - layers_.data());
+    const MoeGemmPlan& plan = moe_gemm_plan(cnt);
+    gr.mma_rows = plan.mma_rows;
+    gr.mma_tile_offsets = a.mma_tile_offsets;
     moe_kernels_->group(gr, stream);
 
     gpu::MoeGemmArgs g;
@@ -160,13 +202,17 @@ void GpuBackend::run_moe(const Layer& W, int64_t t, void* stream) {
     g.a = xn;
     g.w = W.moe_gate_up;
     g.act = a.act;
-    g.cols_per_cta = moe_cols_per_cta(cnt, m.expert_intermediate);
+    g.mma_rows = plan.mma_rows;
+    g.counts = a.counts;
+    g.mma_tile_offsets = a.mma_tile_offsets;
+    g.max_mma_tiles = plan.mma_rows > 0 ? static_cast<int>(gpu::moe_max_mma_tiles(n, m.num_experts, plan.mma_rows)) : 0;
+    g.cols_per_cta = plan.gate_up_cols;
     moe_kernels_->gate_up(g, stream);
     g.a = a.act;
     g.w = W.moe_down;
     g.weights = a.weights;
     g.y = a.y;
-    g.cols_per_cta = moe_cols_per_cta(cnt, h);
+    g.cols_per_cta = plan.down_cols;
     moe_kernels_->down(g, stream);
 
     if (W.shared_gate != nullptr) {  // the shared expert: a dense SwiGLU MLP over every token

@@ -10,6 +10,9 @@
 //   gate/up  grouped GEMM over tiles of one expert's rows: A rows gathered from xn by token,
 //            gate and up of the same columns in one CTA, SiLU(gate) x up stored bf16
 //   down     grouped GEMM of those rows, the routing weight applied in the epilogue -> y [slot][h]
+//            Both on CUDA cores over 8-row tiles (decode, small groups), or, when a step's experts
+//            average many rows (prefill), on tensor cores over 64- or 128-row tiles placed by
+//            the grouping's prefix sum of tiles per expert (kernels/moe_gemm_mma.cuh)
 //   combine  one CTA per token: x[t] += sum over its experts in ascending id of y, plus
 //            sigmoid(xn . w_shared_gate) x shared[t] (Qwen2-MoE)
 //
@@ -34,10 +37,20 @@ inline constexpr int kMaxMoeTopKPlus1 = 65;
 /** Largest hidden size: a tile's rows are staged whole in shared memory. */
 inline constexpr int kMoeMaxHidden = 8192;
 
+/** Rows of the tensor-core grouped GEMM's tiles (kernels/moe_gemm_mma.cuh: the dense GEMM's 64x128 and 128x128 tiles). */
+inline constexpr int kMoeMmaRowsSmall = 64;
+inline constexpr int kMoeMmaRowsLarge = 128;
+
 /** Slots a step's grouping may use: every entry plus one partial tile per expert it can hit. */
 inline int64_t moe_max_slots(int64_t entries, int64_t num_experts) {
   const int64_t hit = entries < num_experts ? entries : num_experts;
   return (entries + hit * (kMoeTileRows - 1) + kMoeTileRows - 1) / kMoeTileRows * kMoeTileRows;
+}
+
+/** Tensor-core tiles of `rows` rows a step's grouping may make: sum over experts of ceil(count / rows). */
+inline int64_t moe_max_mma_tiles(int64_t entries, int64_t num_experts, int64_t rows) {
+  const int64_t hit = entries < num_experts ? entries : num_experts;
+  return (entries + hit * (rows - 1)) / rows;
 }
 
 struct MoeRouteArgs {
@@ -66,6 +79,10 @@ struct MoeGroupArgs {
   int32_t* position = nullptr;        // [num_entries]: the slot of each entry
   int32_t* active = nullptr;          // [num_experts + 1]: active[0] = experts hit, then their ids ascending
   int32_t* hits_out = nullptr;        // optional: the count of experts hit is also stored here (statistics)
+  // For the tensor-core grouped GEMM (mma_rows > 0): expert e's tiles of mma_rows rows are
+  // [mma_tile_offsets[e], mma_tile_offsets[e + 1]), the prefix sum of ceil(counts[e] / mma_rows).
+  int mma_rows = 0;
+  int32_t* mma_tile_offsets = nullptr;  // [num_experts + 1]
 };
 
 /** One grouped GEMM over the tiles of a grouping (padded_offsets / sorted from MoeGroupArgs). */
@@ -82,7 +99,14 @@ struct MoeGemmArgs {
   bf16_bits* act = nullptr;      // gate/up out: [max_slots][inter]
   const float* weights = nullptr;  // down: the routing weight of each entry ([entries])
   float* y = nullptr;            // down out: [max_slots][hidden], weighted
-  int cols_per_cta = 64;         // output columns one CTA computes (chosen per shape, recorded)
+  int cols_per_cta = 64;         // CUDA cores: output columns one CTA computes (chosen per shape, recorded)
+  // Tensor cores when mma_rows > 0 (kMoeMmaRowsSmall or kMoeMmaRowsLarge, the grouping's
+  // MoeGroupArgs::mma_rows): tiles from mma_tile_offsets, rows past counts[e] masked; the grid's
+  // bound is max_mma_tiles (moe_max_mma_tiles). cols_per_cta is then unused.
+  int mma_rows = 0;
+  const int32_t* counts = nullptr;            // [num_experts]
+  const int32_t* mma_tile_offsets = nullptr;  // [num_experts + 1]
+  int max_mma_tiles = 0;
 };
 
 struct MoeCombineArgs {

@@ -4,9 +4,13 @@
 // expert that gets every token, experts that get none, a zero router (every probability
 // tied: torch.topk's order), a Qwen2-MoE shared expert, and more rows than one tile. The
 // tie-order emulation the route kernel falls back to is checked against libstdc++ itself.
+// The grouped GEMMs run on both paths: CUDA cores (8-row tiles) and tensor cores (64- and
+// 128-row tiles: runs that are not tile multiples, columns and k not multiples of the tile,
+// several k tiles around the cp.async ring, an expert with every token over several tiles).
 #pragma once
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <random>
 #include <utility>
@@ -55,6 +59,7 @@ struct MoeCase {
   int tokens, experts, top_k, hidden, inter, shared;
   bool renormalize;
   int router;  // 0 random, 1 zero (all tied), 2 expert 3 takes every token first, expert 5 none
+  int mma_rows = 0;  // grouped GEMMs on tensor cores with tiles of these rows (0: CUDA cores)
 };
 
 inline void check_moe_layer(Gpu& g, const MoeCase& c, tandem::gpu::MoeKernelApi& moe) {
@@ -121,7 +126,7 @@ inline void check_moe_layer(Gpu& g, const MoeCase& c, tandem::gpu::MoeKernelApi&
       d_down(*g.device, to_bf16(down)), d_sgate(*g.device, to_bf16(sgate));
   DeviceArray<int32_t> ids(*g.device, static_cast<size_t>(n)), counts(*g.device, static_cast<size_t>(E)),
       po(*g.device, static_cast<size_t>(E) + 1), sorted(*g.device, static_cast<size_t>(slots)), position(*g.device, static_cast<size_t>(n)),
-      active(*g.device, static_cast<size_t>(E) + 1);
+      active(*g.device, static_cast<size_t>(E) + 1), tile_offsets(*g.device, static_cast<size_t>(E) + 1);
   DeviceArray<float> logits(*g.device, static_cast<size_t>(t) * E);
   DeviceArray<float> weights(*g.device, static_cast<size_t>(n)), y(*g.device, static_cast<size_t>(slots) * H),
       d_shared(*g.device, shared_out), x(*g.device, residual);
@@ -149,6 +154,8 @@ inline void check_moe_layer(Gpu& g, const MoeCase& c, tandem::gpu::MoeKernelApi&
   ga.sorted = sorted.get();
   ga.position = position.get();
   ga.active = active.get();
+  ga.mma_rows = c.mma_rows;
+  ga.mma_tile_offsets = tile_offsets.get();
   moe.group(ga, g.stream());
   tandem::gpu::MoeGemmArgs ma;
   ma.padded_offsets = po.get();
@@ -159,6 +166,10 @@ inline void check_moe_layer(Gpu& g, const MoeCase& c, tandem::gpu::MoeKernelApi&
   ma.hidden = H;
   ma.inter = I;
   ma.cols_per_cta = 16;  // several column blocks per tile
+  ma.mma_rows = c.mma_rows;
+  ma.counts = counts.get();
+  ma.mma_tile_offsets = tile_offsets.get();
+  ma.max_mma_tiles = c.mma_rows > 0 ? static_cast<int>(tandem::gpu::moe_max_mma_tiles(n, E, c.mma_rows)) : 0;
   ma.a = d_xn.get();
   ma.w = d_gu.get();
   ma.act = act.get();
@@ -206,6 +217,15 @@ inline void check_moe_layer(Gpu& g, const MoeCase& c, tandem::gpu::MoeKernelApi&
     if (want_count[static_cast<size_t>(e)] > 0) bad += ga_[static_cast<size_t>(1 + hit++)] != e;
   }
   bad += gpo[static_cast<size_t>(E)] != run || ga_[0] != hit || run > slots;
+  if (c.mma_rows > 0) {  // the tensor-core tiles: prefix sum of ceil(count / rows), within the grid's bound
+    const auto gto = tile_offsets.download();
+    int tiles = 0;
+    for (int e = 0; e < E; ++e) {
+      bad += gto[static_cast<size_t>(e)] != tiles;
+      tiles += (want_count[static_cast<size_t>(e)] + c.mma_rows - 1) / c.mma_rows;
+    }
+    bad += gto[static_cast<size_t>(E)] != tiles || tiles > ma.max_mma_tiles;
+  }
   std::vector<int> seen(static_cast<size_t>(n), 0);
   for (int e = 0; e < E; ++e) {
     for (int p = gpo[static_cast<size_t>(e)]; p < gpo[static_cast<size_t>(e) + 1]; ++p) {
@@ -226,18 +246,71 @@ inline void check_moe_layer(Gpu& g, const MoeCase& c, tandem::gpu::MoeKernelApi&
   for (int s : seen) bad += s != 1;
   CHECK(bad == 0, "moe %s: grouping has %d inconsistencies", c.label, bad);
 
+  // Tensor cores: the same grouping's GEMMs on CUDA cores too, and every real slot's weighted
+  // down output compared: the paths differ only in f32 summation order (and, through it, an
+  // occasional bf16 rounding of SiLU(gate) x up), so a misplaced tile, column or row shows.
+  if (c.mma_rows > 0) {
+    DeviceArray<bf16_bits> act_cc(*g.device, static_cast<size_t>(slots) * I);
+    DeviceArray<float> y_cc(*g.device, static_cast<size_t>(slots) * H);
+    y_cc.poison();
+    tandem::gpu::MoeGemmArgs cc = ma;
+    cc.mma_rows = 0;
+    cc.a = d_xn.get();
+    cc.w = d_gu.get();
+    cc.act = act_cc.get();
+    moe.gate_up(cc, g.stream());
+    cc.a = act_cc.get();
+    cc.w = d_down.get();
+    cc.y = y_cc.get();
+    moe.down(cc, g.stream());
+    const auto got_y = y.download(), want_y = y_cc.download();
+    double worst_y = 0;
+    int compared = 0;
+    for (int e = 0; e < E; ++e) {
+      for (int p = gpo[static_cast<size_t>(e)]; p < gpo[static_cast<size_t>(e)] + gc[static_cast<size_t>(e)]; ++p) {
+        for (int j = 0; j < H; ++j) {
+          const size_t i = static_cast<size_t>(p) * H + static_cast<size_t>(j);
+          const double d = std::fabs(static_cast<double>(got_y[i]) - want_y[i]) / std::max(1.0, std::fabs(static_cast<double>(want_y[i])));
+          worst_y = std::isnan(d) ? INFINITY : std::max(worst_y, d);
+          ++compared;
+        }
+      }
+    }
+    CHECK(compared == n * H && worst_y < kBf16Tolerance, "moe %s: tensor-core vs CUDA-core grouped GEMMs: %d values, max difference %g",
+          c.label, compared, worst_y);
+    // Rows past an expert's count are masked: its padding slots (and the slots past the last
+    // run) keep y's poison. Unmasked rows would also overwrite the next expert's first rows,
+    // which the harness's in-order blocks hide (that expert's tiles run later and rewrite them).
+    int written = 0;
+    for (int e = 0; e <= E; ++e) {
+      const int from = e < E ? gpo[static_cast<size_t>(e)] + gc[static_cast<size_t>(e)] : gpo[static_cast<size_t>(E)];
+      const int to = e < E ? gpo[static_cast<size_t>(e) + 1] : static_cast<int>(slots);
+      for (int p = from; p < to; ++p) {
+        for (int j = 0; j < H; ++j) written += !std::isnan(got_y[static_cast<size_t>(p) * H + static_cast<size_t>(j)]);
+      }
+    }
+    CHECK(written == 0, "moe %s: tensor cores wrote %d values of padding slots", c.label, written);
+  }
+
   // The layer: x = residual + MoE(xn). The device rounds SiLU(gate) x up to bf16 (the CPU keeps f32).
   const auto got_x = x.download();
-  double diff2 = 0, ref2 = 0, worst = 0;
+  double diff2 = 0, ref2 = 0;
   for (size_t i = 0; i < want.size(); ++i) {
     const double d = (got_x[i] - residual[i]) - want[i];
     diff2 += d * d;
     ref2 += static_cast<double>(want[i]) * want[i];
-    worst = std::max(worst, std::fabs(d) / std::max(1.0, std::fabs(static_cast<double>(want[i]))));
   }
   const double rel = std::sqrt(diff2 / std::max(ref2, 1e-30));
+  // An element's error scales with the terms it sums, which the output's RMS stands for (an
+  // element that cancels to near 0 keeps its terms' error), so the scale is max(1, |want|, RMS).
+  const double rms = std::sqrt(ref2 / static_cast<double>(want.size()));
+  double worst = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    const double d = (got_x[i] - residual[i]) - want[i];
+    worst = std::max(worst, std::fabs(d) / std::max({1.0, std::fabs(static_cast<double>(want[i])), rms}));
+  }
   // act is rounded to bf16 once per expert row and a token sums up to k + 1 of them: 4 roundings' worth per element.
-  CHECK(rel < 1e-2 && worst < 4 * kBf16Tolerance, "moe %s: layer output relative L2 %g, max %g", c.label, rel, worst);
+  CHECK(rel < 1e-2 && worst < 4 * kBf16Tolerance, "moe %s: layer output relative L2 %g, max %g (RMS %g)", c.label, rel, worst, rms);
   int expert3 = 0, expert5 = 0;
   for (int e : got_ids) {
     expert3 += e == 3;
@@ -257,9 +330,18 @@ inline void test_moe(Gpu& g) {
       {"one expert takes all, one none", 21, 8, 2, 64, 32, 0, true, 2},
       {"zero router (ties)", 5, 8, 2, 64, 32, 0, true, 1},
       {"qwen2-moe shared expert, not renormalized", 9, 8, 4, 64, 32, 48, false, 0},
+      // Tensor cores. Expert 3's 150 rows are tiles of 64, 64 and 22; hidden 320 is five k tiles
+      // around the 4-stage ring; inter 48 is a partial column tile (gate/up) and a partial k tile (down).
+      {"tensor cores 64-row tiles, one expert takes all", 150, 8, 2, 320, 48, 0, true, 2, 64},
+      // Most of 64 experts get no rows, the rest 1..5 (each a mostly padded tile); shared expert.
+      {"tensor cores 64-row tiles, sparse experts", 40, 64, 2, 64, 32, 48, false, 0, 64},
+      // 128-row tiles (4 warps, 3 stages): expert 3's 200 rows are tiles of 128 and 72; inter 136
+      // is three column blocks of gate/up (the last 8 wide) and three k tiles of down.
+      {"tensor cores 128-row tiles, one expert takes all", 200, 16, 4, 192, 136, 0, true, 2, 128},
+      {"tensor cores 64-row tiles, random", 96, 4, 2, 128, 72, 0, true, 0, 64},
   };
   for (const MoeCase& c : cases) check_moe_layer(g, c, *moe);
-  std::printf("gpu moe: topk tie emulation vs libstdc++, %zu layers (routing, grouping, grouped GEMMs, combine) checked on %s\n",
+  std::printf("gpu moe: topk tie emulation vs libstdc++, %zu layers (routing, grouping, grouped GEMMs on CUDA and tensor cores, combine) checked on %s\n",
               sizeof(cases) / sizeof(cases[0]), g.name.c_str());
 }
 

@@ -52,56 +52,66 @@ using GemmMmaMid = GemmMmaConfig<128, 128, 64, 64, 3, 2>;
 // Small m or few tiles: 64 x 128, 8 warps of 32 x 32, 4 stages (96 KB shared, two CTAs per SM).
 using GemmMmaSmall = GemmMmaConfig<64, 128, 32, 32, 4, 2>;
 
-template <class C>
-TD_GLOBAL void TD_GEMM_BOUNDS(C::THREADS, C::MIN_BLOCKS) gemm_mma_kernel(GemmArgs g, int kt_per_split) {
-  TD_DYNAMIC_SHARED(td::bf16_bits, smem);
+// The rows one thread copies into a shared tile, one per copy pass (passes are ROWS_PER_PASS
+// tile rows apart), each already offset to the thread's 16-byte chunk: bit i of `ok` says
+// whether pass i's row exists (else its chunks are zero-filled and `any`, a valid address, is
+// named instead). Strided rows (a dense matrix, or one expert's contiguous run) cost one base
+// and a stride; gathered rows (an expert's tokens, scattered over the activations) a pointer
+// per pass. The grouped MoE GEMM (moe_gemm_mma.cuh) uses both.
+struct GemmMmaStridedRows {
+  const td::bf16_bits* base;
+  int64_t pass;
+  uint32_t ok;
+  const td::bf16_bits* any;
+  TD_DEVICE const td::bf16_bits* row(int i) const { return base + i * pass; }
+};
+
+template <int PASSES>
+struct GemmMmaGatheredRows {
+  const td::bf16_bits* rows[PASSES];
+  uint32_t ok;
+  const td::bf16_bits* any;
+  TD_DEVICE const td::bf16_bits* row(int i) const { return rows[i]; }
+};
+
+/** This thread's copy row (tile rows crow + i * ROWS_PER_PASS) and 16-byte chunk column. */
+TD_DEVICE int gemm_mma_copy_row() { return static_cast<int>(threadIdx.x) >> 3; }
+TD_DEVICE int gemm_mma_copy_chunk() { return static_cast<int>(threadIdx.x) & 7; }
+
+/**
+ * The tensor-core main loop of one CTA: acc (zeroed here) = A tile . B tile^T over k tiles
+ * [kt_begin, kt_begin + ktiles) of 64, the operands' rows named by `a_rows` / `b_rows` (one per
+ * copy pass, see above), k the reduction length (chunks at or past it are zero-filled).
+ * Returns after every copy landed; the caller's epilogue reads only acc (no barrier needed).
+ */
+template <class C, class ARows, class BRows>
+TD_DEVICE void gemm_mma_mainloop(td::bf16_bits* smem, const ARows& a_rows, const BRows& b_rows, int k, int kt_begin, int ktiles,
+                                 float (&acc)[C::MT][C::NT][4]) {
   constexpr int BM = C::BM, BN = C::BN, BK = C::BK, WM = C::WM, WN = C::WN, MT = C::MT, NT = C::NT;
   constexpr int STAGES = C::STAGES, RPP = C::ROWS_PER_PASS;
   constexpr int A_PASSES = BM / RPP, B_PASSES = BN / RPP;
-
-  // Grouped rasterization: kMmaGroupM tile rows at a time, column by column within the group.
-  const int tiles_m = (g.m + BM - 1) / BM, tiles_n = (g.n + BN - 1) / BN;
-  const int bid = static_cast<int>(blockIdx.x);
-  const int group = bid / (kMmaGroupM * tiles_n);
-  const int first_m = group * kMmaGroupM;
-  const int group_m = td::imin(tiles_m - first_m, kMmaGroupM);
-  const int in_group = bid - group * kMmaGroupM * tiles_n;
-  const int m0 = (first_m + in_group % group_m) * BM;
-  const int n0 = (in_group / group_m) * BN;
-
   const int tid = static_cast<int>(threadIdx.x);
   const int lane = tid & 31, warp = tid >> 5;
   const int wm = warp / C::WARPS_N, wn = warp % C::WARPS_N;
-  // Split-K (blockIdx.y): this CTA's k tiles are [kt_begin, kt_begin + ktiles).
-  const int kt_begin = static_cast<int>(blockIdx.y) * kt_per_split;
-  const int ktiles = td::imin((g.k + BK - 1) / BK - kt_begin, kt_per_split);
 
   // Copy assignment: this thread moves chunk (tid % 8) of rows tid / 8 + i * RPP of both tiles.
-  const int cchunk = tid & 7, crow = tid >> 3;
+  const int cchunk = gemm_mma_copy_chunk(), crow = gemm_mma_copy_row();
   const int s_copy = crow * BK + ((cchunk ^ (crow & 7)) << 3);  // RPP % 8 == 0: same swizzle every pass
-  uint32_t a_ok = 0, b_ok = 0;
-  TD_GEMM_UNROLL
-  for (int i = 0; i < A_PASSES; ++i) a_ok |= static_cast<uint32_t>(m0 + crow + i * RPP < g.m) << i;
-  TD_GEMM_UNROLL
-  for (int i = 0; i < B_PASSES; ++i) b_ok |= static_cast<uint32_t>(n0 + crow + i * RPP < g.n) << i;
-  const td::bf16_bits* a_src = g.a + static_cast<int64_t>(td::imin(m0 + crow, g.m - 1)) * g.lda + cchunk * 8;
-  const td::bf16_bits* b_src = g.w + static_cast<int64_t>(td::imin(n0 + crow, g.n - 1)) * g.ldw + cchunk * 8;
-  const int64_t a_pass = static_cast<int64_t>(RPP) * g.lda, b_pass = static_cast<int64_t>(RPP) * g.ldw;
 
   auto load_stage = [&](int stage, int kt) {
     td::bf16_bits* sa = smem + stage * C::STAGE_ELEMS;
     td::bf16_bits* sb = sa + C::A_ELEMS;
     const int k0 = (kt_begin + kt) * BK;
-    const bool k_ok = k0 + cchunk * 8 < g.k;
+    const bool k_ok = k0 + cchunk * 8 < k;
     TD_GEMM_UNROLL
     for (int i = 0; i < A_PASSES; ++i) {
-      const bool ok = k_ok && ((a_ok >> i) & 1u);
-      td::cp_async16(sa + s_copy + i * RPP * BK, ok ? a_src + i * a_pass + k0 : g.a, ok);
+      const bool ok = k_ok && ((a_rows.ok >> i) & 1u);
+      td::cp_async16(sa + s_copy + i * RPP * BK, ok ? a_rows.row(i) + k0 : a_rows.any, ok);
     }
     TD_GEMM_UNROLL
     for (int i = 0; i < B_PASSES; ++i) {
-      const bool ok = k_ok && ((b_ok >> i) & 1u);
-      td::cp_async16(sb + s_copy + i * RPP * BK, ok ? b_src + i * b_pass + k0 : g.w, ok);
+      const bool ok = k_ok && ((b_rows.ok >> i) & 1u);
+      td::cp_async16(sb + s_copy + i * RPP * BK, ok ? b_rows.row(i) + k0 : b_rows.any, ok);
     }
   };
 
@@ -112,7 +122,6 @@ TD_GLOBAL void TD_GEMM_BOUNDS(C::THREADS, C::MIN_BLOCKS) gemm_mma_kernel(GemmArg
     td::cp_async_commit();
   }
 
-  float acc[MT][NT][4];
   TD_GEMM_UNROLL
   for (int mt = 0; mt < MT; ++mt) {
     TD_GEMM_UNROLL
@@ -180,6 +189,44 @@ TD_GLOBAL void TD_GEMM_BOUNDS(C::THREADS, C::MIN_BLOCKS) gemm_mma_kernel(GemmArg
     }
   }
   td::cp_async_wait<0>();
+}
+
+template <class C>
+TD_GLOBAL void TD_GEMM_BOUNDS(C::THREADS, C::MIN_BLOCKS) gemm_mma_kernel(GemmArgs g, int kt_per_split) {
+  TD_DYNAMIC_SHARED(td::bf16_bits, smem);
+  constexpr int BM = C::BM, BN = C::BN, BK = C::BK, WM = C::WM, WN = C::WN, MT = C::MT, NT = C::NT;
+  constexpr int RPP = C::ROWS_PER_PASS;
+  constexpr int A_PASSES = BM / RPP, B_PASSES = BN / RPP;
+
+  // Grouped rasterization: kMmaGroupM tile rows at a time, column by column within the group.
+  const int tiles_m = (g.m + BM - 1) / BM, tiles_n = (g.n + BN - 1) / BN;
+  const int bid = static_cast<int>(blockIdx.x);
+  const int group = bid / (kMmaGroupM * tiles_n);
+  const int first_m = group * kMmaGroupM;
+  const int group_m = td::imin(tiles_m - first_m, kMmaGroupM);
+  const int in_group = bid - group * kMmaGroupM * tiles_n;
+  const int m0 = (first_m + in_group % group_m) * BM;
+  const int n0 = (in_group / group_m) * BN;
+
+  const int tid = static_cast<int>(threadIdx.x);
+  const int lane = tid & 31, warp = tid >> 5;
+  const int wm = warp / C::WARPS_N, wn = warp % C::WARPS_N;
+  // Split-K (blockIdx.y): this CTA's k tiles are [kt_begin, kt_begin + ktiles).
+  const int kt_begin = static_cast<int>(blockIdx.y) * kt_per_split;
+  const int ktiles = td::imin((g.k + BK - 1) / BK - kt_begin, kt_per_split);
+
+  const int cchunk = gemm_mma_copy_chunk(), crow = gemm_mma_copy_row();
+  uint32_t a_ok = 0, b_ok = 0;
+  TD_GEMM_UNROLL
+  for (int i = 0; i < A_PASSES; ++i) a_ok |= static_cast<uint32_t>(m0 + crow + i * RPP < g.m) << i;
+  TD_GEMM_UNROLL
+  for (int i = 0; i < B_PASSES; ++i) b_ok |= static_cast<uint32_t>(n0 + crow + i * RPP < g.n) << i;
+  const GemmMmaStridedRows a_rows{g.a + static_cast<int64_t>(td::imin(m0 + crow, g.m - 1)) * g.lda + cchunk * 8,
+                                  static_cast<int64_t>(RPP) * g.lda, a_ok, g.a};
+  const GemmMmaStridedRows b_rows{g.w + static_cast<int64_t>(td::imin(n0 + crow, g.n - 1)) * g.ldw + cchunk * 8,
+                                  static_cast<int64_t>(RPP) * g.ldw, b_ok, g.w};
+  float acc[MT][NT][4];
+  gemm_mma_mainloop<C>(smem, a_rows, b_rows, g.k, kt_begin, ktiles, acc);
 
   // Epilogue: lane (g, t) holds rows g and g + 8, columns 2t and 2t + 1 of each mma tile.
   const int gr = lane >> 2, tc = (lane & 3) * 2;

@@ -154,6 +154,12 @@ TD_GLOBAL void TD_LAUNCH_BOUNDS(kMoeGroupThreads) moe_group_kernel(MoeGroupArgs 
     a.active[0] = hit_total;
     if (a.hits_out != nullptr) *a.hits_out = hit_total;
   }
+  if (a.mma_rows > 0) {  // the tensor-core GEMM's tiles: ceil(count / rows) per expert, in expert order
+    int tiles_total = 0;
+    const int tile_offset = block_exclusive_scan((c + a.mma_rows - 1) / a.mma_rows, scratch, tiles_total);
+    if (tid < E) a.mma_tile_offsets[tid] = tile_offset;
+    if (tid == 0) a.mma_tile_offsets[E] = tiles_total;
+  }
   td::sync_threads();  // every thread has read counts[]: reuse it as the fill cursor
   if (tid < E) counts[tid] = offset;
   for (int p = tid; p < total; p += static_cast<int>(blockDim.x)) a.sorted[p] = -1;
