@@ -147,7 +147,13 @@ function main(): void {
   }
   const count = args.number('--requests', args.quick ? 400 : 1200);
   const speeds = (args.value('--speeds') ?? (args.quick ? '4,16' : '2,4,8,12,16,20,24,32,48')).split(',').map(Number);
-  const entries = readMooncakeTrace(path).slice(0, count);
+  let entries: TraceEntry[];
+  try {
+    entries = readMooncakeTrace(path).slice(0, count);
+  } catch (err) {
+    process.stderr.write(`mooncake-fleet: ${(err as Error).message}\n`);
+    process.exit(2);
+  }
   const results: Array<{ speed: number; offeredReqPerS: number } & ReturnType<typeof runOne>> = [];
   let ceil = 0;
   for (const speed of speeds) {
