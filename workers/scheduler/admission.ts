@@ -85,6 +85,15 @@ export class Admission {
         next++;
       }
     };
+    /** Admitted with `numOnboard` tokens from the tiers: off the queue, counted cached (once), committed. */
+    const claimOnboard = (seq: Sequence, numPoolHit: number, fromTiers: readonly OnboardSource[], numOnboard: number): void => {
+      takeWaiting();
+      const firstAdmission = !seq.hasBeenAdmitted;
+      startCounters(seq, numPoolHit);
+      if (firstAdmission) seq.numCachedTokens += numOnboard;
+      this.o.kvTiers!.policy.commitOnboard(fromTiers);
+      result.numOnboardedTokens += numOnboard;
+    };
     while (budget > 0 && next < q.waiting.length && q.running.length + q.transferring.size < this.o.maxNumSeqs) {
       const seq = q.waiting[next]!;
       if (activeLoras !== undefined && seq.loraId !== undefined && !activeLoras.has(seq.loraId) ? loraBlocked || activeLoras.size >= maxLoras! : loraBlocked && seq.loraId !== undefined) {
@@ -121,12 +130,7 @@ export class Admission {
         const numAfter = hit.numTokens + numOnboard;
         const numNew = Math.min(seq.numTokens - numAfter, budget);
         if (!bm.allocate(seq, hit, numOnboard + numNew)) break;
-        takeWaiting();
-        const firstAdmission = !seq.hasBeenAdmitted;
-        startCounters(seq, hit.numTokens);
-        if (firstAdmission) seq.numCachedTokens += numOnboard;
-        this.o.kvTiers!.policy.commitOnboard(fromTiers);
-        result.numOnboardedTokens += numOnboard;
+        claimOnboard(seq, hit.numTokens, fromTiers, numOnboard);
         seq.numComputedTokens = numAfter;
         seq.status = SEQUENCE_STATUS.running;
         q.running.push(seq);
@@ -140,12 +144,7 @@ export class Admission {
       if (fromTiers.length > 0) {
         const numOnboard = fromTiers.length * this.o.blockSize;
         if (!bm.allocate(seq, hit, numOnboard)) break;
-        takeWaiting();
-        const firstAdmission = !seq.hasBeenAdmitted;
-        startCounters(seq, hit.numTokens);
-        if (firstAdmission) seq.numCachedTokens += numOnboard;
-        this.o.kvTiers!.policy.commitOnboard(fromTiers);
-        result.numOnboardedTokens += numOnboard;
+        claimOnboard(seq, hit.numTokens, fromTiers, numOnboard);
         seq.numRemoteTokens = hit.numTokens + numOnboard;
         seq.status = SEQUENCE_STATUS.transferring;
         q.transferring.set(seq.seqId, seq);
