@@ -150,7 +150,8 @@ suite(`dashboard fleet truth in chromium (${CHROMIUM ?? 'missing'})`, () => {
     process.stdout.write(`dashboard: fleet idle ${Date.now() - endedAt} ms after the load ended\n`);
     expect(await attr(page, 'stat-inflight', 'data-value')).toBe('0');
     // And it stays idle: the heartbeat repeats the zero, it does not bring back an old count.
-    await page.waitForTimeout(2500);
+    const frames = Number(await attr(page, 'conn-status', 'data-frames'));
+    await expect.poll(async () => Number(await attr(page, 'conn-status', 'data-frames')), { timeout: 15_000 }).toBeGreaterThanOrEqual(frames + 2);
     expect((await rows(page)).filter((r) => r.running !== 0)).toEqual([]);
   }, 90_000);
 

@@ -407,7 +407,9 @@ function connect() {
   });
   source.addEventListener('snapshot', (e) => {
     lastFrameAt = Date.now();
-    if ($('conn-status').dataset.state !== 'live') setConn('live');
+    const conn = $('conn-status');
+    if (conn.dataset.state !== 'live') setConn('live');
+    conn.dataset.frames = String(Number(conn.dataset.frames ?? 0) + 1); // lets a test wait for the next snapshots
     onSnapshot(JSON.parse(e.data));
   });
   source.addEventListener('error', () => {
