@@ -56,6 +56,8 @@ export type WireActiveSequenceUpdate =
       blockHashes: string[];
       promptTokens: number;
       overlapBlocks: number;
+      /** Multi-LoRA: the request's adapter (lora_id); absent = base model. Optional: older replicas omit it. */
+      loraId?: number;
     }
   | { type: 'prefill_done'; requestId: string }
   | { type: 'free'; requestId: string };

@@ -216,6 +216,12 @@ export interface LoadMetrics {
    * The KV router charges it to this worker for a request whose adapter it lacks (docs/lora.md).
    */
   loraLoadMs?: number;
+  /**
+   * Multi-LoRA: this worker's `--max-loras`, the most distinct adapters it runs at once; absent
+   * on workers without adapters (or older ones). The KV router charges a worker whose in-flight
+   * adapters would exceed it (router/lora-affinity.ts `loraSlotWaits`).
+   */
+  maxLoras?: number;
   /** Only on workers that speculate (docs/speculative.md); absent means speculative decoding is off. */
   spec?: LoadSpecReport;
 }

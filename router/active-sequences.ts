@@ -9,6 +9,8 @@
  *   pendingPrefillBlocks  blocks still to prefill: Σ max(0, requestBlocks − overlapBlocks) over
  *                         sequences whose first token has not come back
  *   pendingPrefillTokens  the same in tokens
+ *   adapters              Multi-LoRA: in-flight sequences per adapter (lora_id), which the
+ *                         worker's `--max-loras` slots must fit to run at once (`loraSlotWait`)
  *
  * Every change is an `ActiveSequenceUpdate` (plain data) applied through `apply`, so a router
  * replica can replay another replica's updates received on `router_sync` and reach the same
@@ -26,6 +28,8 @@ export type ActiveSequenceUpdate =
       promptTokens: number;
       /** Leading blocks the worker already had cached when routed. */
       overlapBlocks: number;
+      /** Multi-LoRA: the request's adapter (its lora_id); absent = base model. */
+      loraId?: number;
     }
   | { type: 'prefill_done'; requestId: string }
   | { type: 'free'; requestId: string };
@@ -50,6 +54,7 @@ interface SequenceEntry {
   prefillTokens: number;
   prefillDone: boolean;
   expiresAtMs: number;
+  loraId: number | undefined;
 }
 
 class WorkerBook {
@@ -57,6 +62,8 @@ class WorkerBook {
   sequences = 0;
   pendingPrefillBlocks = 0;
   pendingPrefillTokens = 0;
+  /** Multi-LoRA: in-flight sequences per lora_id (an adapter leaves when its count is 0). */
+  readonly adapters = new Map<number, number>();
 }
 
 const EMPTY_LOAD: WorkerActiveLoad = Object.freeze({
@@ -120,6 +127,19 @@ export class ActiveSequences {
     return lo;
   }
 
+  /**
+   * Multi-LoRA: distinct adapters in flight on `workerId`, counting `loraId` as one more if
+   * none of its sequences is there yet. A worker runs at most its `--max-loras` distinct
+   * adapters at once; its scheduler holds a sequence of a further adapter, and every adapter
+   * sequence behind it, until a running adapter drains (workers/scheduler/admission.ts). So
+   * past the slots this count says how many drains a request routed there waits for.
+   */
+  adaptersWith(workerId: InstanceId, loraId: number): number {
+    const a = this.books.get(workerId)?.adapters;
+    if (a === undefined) return 1;
+    return a.size + (a.has(loraId) ? 0 : 1);
+  }
+
   has(requestId: string): boolean {
     return this.entries.has(requestId);
   }
@@ -174,6 +194,7 @@ export class ActiveSequences {
       prefillTokens: Math.max(0, u.promptTokens - cached * bs),
       prefillDone: false,
       expiresAtMs: nowMs + this.options.ttlMs,
+      loraId: u.loraId,
     };
     this.entries.set(u.requestId, entry);
     let book = this.books.get(u.workerId);
@@ -181,6 +202,7 @@ export class ActiveSequences {
     book.sequences++;
     book.pendingPrefillBlocks += entry.prefillBlocks;
     book.pendingPrefillTokens += entry.prefillTokens;
+    if (u.loraId !== undefined) book.adapters.set(u.loraId, (book.adapters.get(u.loraId) ?? 0) + 1);
     const refs = book.refs;
     for (let i = 0; i < u.blockHashes.length; i++) {
       const h = u.blockHashes[i]!;
@@ -214,6 +236,11 @@ export class ActiveSequences {
     if (!e.prefillDone) {
       book.pendingPrefillBlocks -= e.prefillBlocks;
       book.pendingPrefillTokens -= e.prefillTokens;
+    }
+    if (e.loraId !== undefined) {
+      const n = book.adapters.get(e.loraId) ?? 1;
+      if (n <= 1) book.adapters.delete(e.loraId);
+      else book.adapters.set(e.loraId, n - 1);
     }
     const refs = book.refs;
     for (let i = 0; i < e.blockHashes.length; i++) {

@@ -82,6 +82,8 @@ export interface CostRow extends WorkerCostInput {
   prefixHolder?: boolean;
   /** For a holder: pool − used − the blocks this request adds; negative = it would wait for KV. */
   kvRoomBlocks?: number;
+  /** Multi-LoRA: adapters in flight there beyond its `--max-loras` with this request's (lora-affinity.ts). */
+  loraSlotWaits?: number;
 }
 
 /**

@@ -12,7 +12,7 @@ import type { InstanceId, KvEvent, LoadMetrics } from '../proto/wire.js';
 import { ActiveSequences, type ActiveSequenceUpdate, type WorkerActiveLoad } from './active-sequences.js';
 import { ApproxIndexer } from './approx-indexer.js';
 import { DEFAULT_COST_WEIGHTS, DEFAULT_DISK_HIT_WEIGHT, DEFAULT_HOST_HIT_WEIGHT, recomputeMsPerBlock, requestBlocksOf, tierHitWeight, workerCost, type CostRow, type CostWeights } from './cost.js';
-import { DEFAULT_LORA_LOAD_MS, LoraDemand, loraPrefetchTarget } from './lora-affinity.js';
+import { DEFAULT_LORA_LOAD_MS, LoraDemand, loraPrefetchTarget, loraSlotWaits } from './lora-affinity.js';
 import { DEFAULT_LATENCY_COST, LatencyCost, type LatencyCostConfig, type RouterCostKind } from './latency-cost.js';
 import type { TierHit } from './latency-estimator.js';
 import { stepTimeModel, type ParameterCounts, type PerfModel } from '../perf-model/index.js';
@@ -137,6 +137,8 @@ export interface RouteDecision {
   affinity?: boolean;
   /** Multi-LoRA: a worker without the adapter that should load it ahead of need (lora-affinity.ts). */
   loraPrefetch?: InstanceId;
+  /** Multi-LoRA: the request's adapter, booked with it (ActiveSequences counts adapters per worker). */
+  loraId?: number;
 }
 
 export type RouteResult =
@@ -240,6 +242,13 @@ export class KvRouter {
         loraPenalties[i] = penalty;
         row.cost += penalty;
       }
+      if (req.loraId !== undefined) {
+        const waits = loraSlotWaits(this.active.adaptersWith(c.instanceId, req.loraId), c.load?.maxLoras);
+        if (waits > 0) {
+          row.loraSlotWaits = waits;
+          row.cost += waits * this.loraPenalty(c);
+        }
+      }
       costs[i] = row;
       views[i] = { totalBlocks: c.totalBlocks ?? c.load?.totalBlocks, usedBlocks: Math.max(booked.activeBlocks, c.load?.activeBlocks ?? 0) };
       if (!busy) eligible.push(i);
@@ -278,6 +287,7 @@ export class KvRouter {
         ...(saturated ? { saturated: true } : {}),
         ...(pool !== within ? { affinity: true } : {}),
         ...(loraPrefetch !== undefined ? { loraPrefetch } : {}),
+        ...(req.loraId !== undefined ? { loraId: req.loraId } : {}),
       },
     };
   }
@@ -291,6 +301,7 @@ export class KvRouter {
       blockHashes: decision.seqHashes,
       promptTokens: decision.promptTokens,
       overlapBlocks: decision.overlapBlocks,
+      ...(decision.loraId !== undefined ? { loraId: decision.loraId } : {}),
     };
     if (!this.active.apply(update, nowMs)) return undefined;
     const row = this.latency === undefined ? undefined : decision.costs.find((c) => c.instanceId === decision.instanceId);

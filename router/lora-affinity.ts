@@ -21,6 +21,15 @@
  *   - popularity: the adapter's share of the last `window` adapter requests asks for more
  *     holders than it has (share × candidates, rounded up).
  * The target is the non-holder with the lowest cost before the penalty.
+ *
+ * Slots (`loraSlotWaits`): a worker runs at most `--max-loras` distinct adapters at once
+ * (`LoadMetrics.maxLoras`); its scheduler holds a sequence of a further adapter, and every
+ * adapter sequence queued behind it, until one running adapter drains. The router's bookings
+ * know which adapters are in flight per worker (ActiveSequences.adaptersWith); a worker where
+ * this request would make more than its slots pays, per adapter beyond them, one adapter load
+ * time. Without it the block cost could not see the hold: a held request adds only its few
+ * uncached blocks, and a worker whose batch drains behind a hold looks cheaper, so it drew
+ * more requests for further adapters (bench/lora-fleet.ts; docs/lora.md).
  */
 import type { InstanceId } from '../proto/wire.js';
 import type { CostRow } from './cost.js';
@@ -80,4 +89,9 @@ export function loraPrefetchTarget(rows: readonly CostRow[], penalties: readonly
   const intent = rows[best]!.cost - penalties[best]! * (1 - INTENT_PENALTY_SHARE) < rows[chosen]!.cost;
   const wanted = Math.ceil(share * rows.length);
   return intent || holders < wanted ? rows[best]!.instanceId : undefined;
+}
+
+/** Adapters beyond a worker's slots were it to take the request: 0 when it has room or does not report `maxLoras`. */
+export function loraSlotWaits(adaptersWithRequest: number, maxLoras: number | undefined): number {
+  return maxLoras !== undefined && maxLoras > 0 ? Math.max(0, adaptersWithRequest - maxLoras) : 0;
 }

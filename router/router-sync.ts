@@ -40,6 +40,7 @@ export function updateFromWire(w: unknown): ActiveSequenceUpdate | undefined {
         blockHashes: hashes,
         promptTokens: u.promptTokens,
         overlapBlocks: u.overlapBlocks,
+        ...(typeof u.loraId === 'number' && Number.isSafeInteger(u.loraId) && u.loraId >= 0 ? { loraId: u.loraId } : {}),
       };
     }
     default:

@@ -39,7 +39,7 @@ describe('adapter load beside running sequences', () => {
     const speedup = 1e4;
     const engine = new MockerEngine({ numBlocks: 64, blockSize: 16, vocabSize: 500, speedupRatio: speedup });
     const loras = new LoraRegistry(engine, { readAdapter: reader });
-    const loop = new EngineLoop({ engine, loras, modelTimeScale: speedup });
+    const loop = new EngineLoop({ engine, loras, modelTimeScale: speedup, scheduler: { maxLoras: 3 } });
     try {
       const base = (async () => {
         let n = 0;
@@ -62,6 +62,8 @@ describe('adapter load beside running sequences', () => {
       const wallMs = loras.meanLoadMs!;
       expect(wallMs).toBeGreaterThan(0);
       expect(loop.loadMetrics().loraLoadMs).toBeCloseTo(wallMs * speedup, 6);
+      // And its --max-loras, so the router can tell when a further adapter would wait for a slot.
+      expect(loop.loadMetrics().maxLoras).toBe(3);
     } finally {
       await loop.close();
     }

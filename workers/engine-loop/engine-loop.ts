@@ -257,6 +257,7 @@ export class EngineLoop {
     if (this.kvTiers !== undefined) m.tiers = this.tierReport(this.kvTiers);
     const loraMs = this.loras?.meanLoadMs;
     if (loraMs !== undefined) m.loraLoadMs = loraMs * this.modelTimeScale;
+    if (this.loras !== undefined && this.scheduler.maxLoras !== undefined) m.maxLoras = this.scheduler.maxLoras;
     const spec = this.scheduler.speculator?.counters;
     if (spec !== undefined) m.spec = { drafts: spec.drafts, draftTokens: spec.draftTokens, acceptedTokens: spec.acceptedTokens };
     return m;
