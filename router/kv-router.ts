@@ -12,7 +12,7 @@ import type { InstanceId, KvEvent, LoadMetrics } from '../proto/wire.js';
 import { ActiveSequences, type ActiveSequenceUpdate, type WorkerActiveLoad } from './active-sequences.js';
 import { ApproxIndexer } from './approx-indexer.js';
 import { DEFAULT_COST_WEIGHTS, DEFAULT_DISK_HIT_WEIGHT, DEFAULT_HOST_HIT_WEIGHT, recomputeMsPerBlock, requestBlocksOf, tierHitWeight, workerCost, type CostRow, type CostWeights } from './cost.js';
-import { DEFAULT_LORA_LOAD_MS, LoraDemand, loraPrefetchTarget, loraSlotWaits } from './lora-affinity.js';
+import { DEFAULT_LORA_LOAD_MS, LoraDemand, LORA_SLOT_WAIT_SHARE, loraPrefetchTarget, loraSlotWaits } from './lora-affinity.js';
 import { DEFAULT_LATENCY_COST, LatencyCost, type LatencyCostConfig, type RouterCostKind } from './latency-cost.js';
 import type { TierHit } from './latency-estimator.js';
 import { stepTimeModel, type ParameterCounts, type PerfModel } from '../perf-model/index.js';
@@ -212,6 +212,7 @@ export class KvRouter {
     const costs: CostRow[] = new Array(candidates.length);
     const views: AffinityView[] = new Array(candidates.length);
     const loraPenalties: number[] | undefined = req.loraResident !== undefined ? new Array(candidates.length) : undefined;
+    let slotCharges: number[] | undefined;
     const eligible: number[] = [];
     for (let i = 0; i < candidates.length; i++) {
       const c = candidates[i]!;
@@ -246,7 +247,9 @@ export class KvRouter {
         const waits = loraSlotWaits(this.active.adaptersWith(c.instanceId, req.loraId), c.load?.maxLoras);
         if (waits > 0) {
           row.loraSlotWaits = waits;
-          row.cost += waits * this.loraPenalty(c);
+          const charge = waits * LORA_SLOT_WAIT_SHARE * this.loraPenalty(c);
+          row.cost += charge;
+          (slotCharges ??= new Array<number>(candidates.length).fill(0))[i] = charge;
         }
       }
       costs[i] = row;
@@ -271,7 +274,9 @@ export class KvRouter {
     let loraPrefetch: InstanceId | undefined;
     if (loraPenalties !== undefined && req.loraId !== undefined) {
       this.loraDemand.note(req.loraId);
-      loraPrefetch = loraPrefetchTarget(costs, loraPenalties, pick, req.loraResident!.length, this.loraDemand.share(req.loraId));
+      // Slot waits pass; they are no reason to load the adapter on another worker.
+      const rows = slotCharges === undefined ? costs : costs.map((r, i) => (slotCharges![i]! > 0 ? { ...r, cost: r.cost - slotCharges![i]! } : r));
+      loraPrefetch = loraPrefetchTarget(rows, loraPenalties, pick, req.loraResident!.length, this.loraDemand.share(req.loraId));
     }
     return {
       kind: 'routed',

@@ -26,11 +26,17 @@
  * (`LoadMetrics.maxLoras`); its scheduler holds a sequence of a further adapter, and every
  * adapter sequence queued behind it, until one running adapter drains. The router's bookings
  * know which adapters are in flight per worker (ActiveSequences.adaptersWith); a worker where
- * this request would make more than its slots pays, per adapter beyond them, one adapter load
- * time. Without it the block cost could not see the hold: a held request adds only its few
- * uncached blocks, and a worker whose batch drains behind a hold looks cheaper, so it drew
- * more requests for further adapters (bench/lora-fleet.ts; docs/lora.md).
+ * this request would make more than its slots pays, per adapter beyond them, half an adapter
+ * load time (`LORA_SLOT_WAIT_SHARE`). Without it the block cost could not see the hold: a held
+ * request adds only its few uncached blocks, and a worker whose batch drains behind a hold
+ * looks cheaper, so it drew more requests for further adapters (bench/lora-fleet.ts;
+ * docs/lora.md). Half, not a whole load: then a holder over its slots and an idle non-holder
+ * tied, and on the bench kv loaded 23 adapters in a run and lost worse than without the charge;
+ * at half, the other holder with a free slot wins, and a non-holder only once the holders are
+ * also busier by half a load. Slot waits do not count toward prefetch intent.
  */
+/** A slot wait costs this share of the worker's adapter load time. */
+export const LORA_SLOT_WAIT_SHARE = 0.5;
 import type { InstanceId } from '../proto/wire.js';
 import type { CostRow } from './cost.js';
 

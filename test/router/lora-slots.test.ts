@@ -3,7 +3,8 @@
  * most its reported `maxLoras` distinct adapters at once, and its scheduler holds a request for
  * a further adapter (and every adapter request behind it) until one drains. The router counts
  * the adapters it has in flight per worker (ActiveSequences.adaptersWith, replicated over
- * router_sync) and charges one adapter load time per adapter beyond the slots.
+ * router_sync) and charges half an adapter load time per adapter beyond the slots (a whole
+ * load made a holder over its slots tie with an idle non-holder and loaded adapters all run).
  *
  * Before this, the block cost could not see the hold: with both workers holding every adapter,
  * the one running four adapters with a lighter batch drew the fifth adapter, and the worker's
@@ -76,6 +77,26 @@ describe('adapter slots in the KV router', () => {
     const own = routed(router.select({ requestId: 'f', tokens: tokens(31, 2 * BS), loraId: ids[2], loraResident: both }, cands));
     expect(own.costs.find((c) => c.instanceId === 'w0')!.loraSlotWaits).toBeUndefined();
     expect(own.instanceId).toBe('w0');
+  });
+
+  it('a slot wait is half a load: it neither sends the adapter to an idle non-holder nor asks to load it there', () => {
+    const router = fleet(['w0', 'w1']);
+    const cands: WorkerCandidate[] = [
+      { instanceId: 'w0', load: report('w0', 4) },
+      { instanceId: 'w1', load: report('w1', 4) },
+    ];
+    // w0 holds adapter 4 and runs four others; w1 is idle and would have to load it. (Those four
+    // count in the demand window too, so adapter 4's share asks for no second holder.)
+    for (let i = 0; i < 4; i++) routed(router.route({ requestId: `s${i}`, tokens: tokens(10 + i, 2 * BS), loraId: ids[i], loraResident: ['w0'] }, [cands[0]!], 0));
+    for (let i = 0; i < 4; i++) router.onFirstToken(`s${i}`, 0);
+    const d = routed(router.select({ requestId: 'e', tokens: tokens(30, 2 * BS), loraId: ids[4], loraResident: ['w0'] }, cands));
+    const [w0, w1] = [d.costs.find((c) => c.instanceId === 'w0')!, d.costs.find((c) => c.instanceId === 'w1')!];
+    expect(w0.loraSlotWaits).toBe(1);
+    // 50 ms load = 194.7 blocks (lora-affinity.test.ts); the slot wait is half that.
+    expect(w0.cost - w0.prefillBlocks - w0.activeDecodeBlocks).toBeCloseTo(194.7 / 2, 0);
+    expect(w1.cost - w1.prefillBlocks - w1.activeDecodeBlocks).toBeCloseTo(194.7, 0);
+    expect(d.instanceId).toBe('w0');
+    expect(d.loraPrefetch).toBeUndefined();
   });
 
   it('an adapter leaves the count when its last request finishes; a worker that reports no maxLoras is never charged', () => {
