@@ -98,7 +98,11 @@ describe('runtime profile', () => {
     const report = JSON.parse(readFileSync(out, 'utf8')) as ProfileReport;
     expect(report.worker.totalKvBlocks).toBe(256);
     expect(report.measured.decode.map((d) => d.concurrency)).toEqual([1, 4]);
-    expect(near(report.measured.prefill[0]!.ttftMs, givenModel.prefillMs(512))).toBe(true);
+    // One sample: bounded below by P (the default model would give ~25 ms) and loosely above, as a
+    // single request on a loaded machine can wait for the event loop.
+    const ttft = report.measured.prefill[0]!.ttftMs;
+    expect(ttft, `TTFT at ISL 512: ${ttft} vs ${givenModel.prefillMs(512)}`).toBeGreaterThanOrEqual(0.8 * givenModel.prefillMs(512));
+    expect(ttft).toBeLessThan(3 * givenModel.prefillMs(512));
     await w.stop();
   }, 120_000);
 
