@@ -24,76 +24,12 @@
 # script itself, in place when there is no bundle: tiny models, numbers that mean nothing; a step
 # that needs the GPU machine's Python packages is a skip, exit 77, saying why).
 set -uo pipefail
-repo=$(pwd)
-OUT=${OUT:-$repo/.device-out}
-mkdir -p "$OUT"
-exec > >(tee -a "$OUT/fp8-check.log") 2>&1
-device=${TANDEM_CHECK_DEVICE:-cuda}
-steps=${TANDEM_CHECK_STEPS:-kernels,engine,goldens,bench}
-work=${TANDEM_CHECK_WORK:-/tmp/tandem-fp8-check}
-started=$(date +%s)
-summary="$OUT/summary.json"
-echo "{" >"$summary"
-first=1
-record() {  # name status seconds [detail]
-  local sep=","
-  [ $first = 1 ] && sep="" && first=0
-  printf '%s\n  "%s": {"status": "%s", "seconds": %s, "detail": %s}' "$sep" "$1" "$2" "$3" "$(printf '%s' "${4:-}" | python3 -c 'import json,sys; print(json.dumps(sys.stdin.read()))')" >>"$summary"
-}
-want() { case ",$steps," in *",$1,"*) return 0 ;; *) return 1 ;; esac; }
-step() {  # name timeout command...: exit 0 passes, 77 is a skip (the reason in $work/.skip-NAME)
-  local name=$1 limit=$2
-  shift 2
-  want "$name" || return 0
-  [ "$device" = simt ] && limit=$((limit * ${TANDEM_CHECK_SIMT_SCALE:-4}))
-  echo "=== fp8 $name ($(($(date +%s) - started)) s in)"
-  local t0=$(date +%s) rc
-  if declare -F "$1" >/dev/null; then
-    timeout "$limit" bash -c "$*"
-  else
-    timeout "$limit" "$@"
-  fi
-  rc=$?
-  local dt=$(($(date +%s) - t0))
-  case $rc in
-    0) record "$name" pass "$dt" ;;
-    77) record "$name" skip "$dt" "$(tail -1 "$work/.skip-$name" 2>/dev/null || echo skipped)" ;;
-    124) record "$name" fail "$dt" "timed out after $limit s" ;;
-    *) record "$name" fail "$dt" "exit $rc" ;;
-  esac
-  echo "=== fp8 $name: exit $rc in ${dt} s"
-}
-
-# The bundle: run-all's unpacked one, else unpack ours; a simt dry run without one stays in place.
-mkdir -p "$work"
-if [ -n "${TANDEM_CHECK_UNPACKED:-}" ] && [ -d "$TANDEM_CHECK_UNPACKED" ]; then
-  cd "$TANDEM_CHECK_UNPACKED"
-elif [ -f "$repo/.device-bundle/bundle.tar.xz" ]; then
-  echo "=== unpack"
-  rm -rf "$work/bundle"
-  mkdir -p "$work/bundle"
-  tar -C "$work/bundle" -xJf "$repo/.device-bundle/bundle.tar.xz" || exit 1
-  cd "$work/bundle"
-elif [ "$device" = simt ]; then
-  echo "=== no bundle: running in place on simt (dry run)"
-else
-  echo "no bundle: run scripts/device/pack.sh first" >&2
-  echo "}" >>"$summary"
-  exit 1
-fi
-[ -d node/bin ] && export PATH="$(pwd)/node/bin:$PATH"
-export TANDEM_TEST_DEVICE=$device TANDEM_CACHE_DIR="$work/cache"
-export TANDEM_CUBLASLT=${TANDEM_CUBLASLT:-$(python3 -c 'import glob,site; c=[p for d in site.getsitepackages() for p in glob.glob(d+"/nvidia/*/lib/libcublasLt.so.*")]; print(c[0] if c else "")' 2>/dev/null)}
-[ -z "$TANDEM_CUBLASLT" ] && unset TANDEM_CUBLASLT
-gpu=$(nvidia-smi --query-gpu=name,driver_version,memory.total,compute_cap --format=csv,noheader 2>/dev/null || echo "no nvidia-smi")
-echo "gpu: $gpu"
+. "$(dirname "$0")/lib.sh"
+check_begin fp8-check kernels,engine,goldens,bench
 node bin/runtime.js backends
 transformers=$(python3 -c 'import transformers, torch; print(f"transformers {transformers.__version__}, torch {torch.__version__}")' 2>/dev/null || echo "no transformers")
-record gpu info 0 "$gpu; $transformers; commit $(cat COMMIT 2>/dev/null || git -C "$repo" rev-parse HEAD 2>/dev/null)"
+check_record python info 0 "$transformers"
 
-# run-all shares generated models between steps (cuda-check makes $models/llama-3.1-8b too).
-models=${TANDEM_CHECK_MODELS:-$work/models}
-mkdir -p "$models"
 goldens() {
   local rc=0 results=()
   if ! python3 -c 'import numpy, torch' 2>/dev/null; then
@@ -152,8 +88,4 @@ step engine 30 native/build/tandem_native_test --fp8
 step goldens 60 goldens
 step bench 240 bench
 
-echo "}" >>"$summary"
-echo "=== fp8 done in $(($(date +%s) - started)) s"
-cat "$summary"
-grep -q '"fail"' "$summary" && exit 1
-exit 0
+check_end

@@ -113,7 +113,7 @@ check_begin() {  # name default_steps
   export TANDEM_TEST_DEVICE=$device TANDEM_CACHE_DIR="$work/cache"
   export TANDEM_CUBLASLT=${TANDEM_CUBLASLT:-$(python3 -c 'import glob,site; c=[p for d in site.getsitepackages() for p in glob.glob(d+"/nvidia/*/lib/libcublasLt.so.*")]; print(c[0] if c else "")' 2>/dev/null)}
   [ -z "$TANDEM_CUBLASLT" ] && unset TANDEM_CUBLASLT
-  gpu=$(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null || echo "no nvidia-smi")
+  gpu=$(nvidia-smi --query-gpu=name,driver_version,memory.total,compute_cap --format=csv,noheader 2>/dev/null || echo "no nvidia-smi")
   echo "gpu: $gpu"
   local commit
   commit=$(cat COMMIT 2>/dev/null || git -C "$repo" rev-parse HEAD 2>/dev/null)

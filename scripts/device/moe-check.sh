@@ -33,60 +33,8 @@
 # (a dry run of this script: the tiny MoE shape for the bench; hfgoldens, memcheck and ncu are
 # skipped where transformers, compute-sanitizer or ncu are missing).
 set -uo pipefail
-repo=$(pwd)
-OUT=${OUT:-$repo/.device-out}
-mkdir -p "$OUT"
-exec > >(tee -a "$OUT/moe-check.log") 2>&1
-device=${TANDEM_CHECK_DEVICE:-cuda}
-steps=${TANDEM_CHECK_STEPS:-kernels,engine,goldens,hfgoldens,memcheck,serve,disagg,bench,ncu}
-work=${TANDEM_CHECK_WORK:-/tmp/tandem-moe-check}
-started=$(date +%s)
-summary="$OUT/summary.json"
-echo "{" >"$summary"
-first=1
-record() {  # name status seconds [detail]
-  local sep=","
-  [ $first = 1 ] && sep="" && first=0
-  printf '%s\n  "%s": {"status": "%s", "seconds": %s, "detail": %s}' "$sep" "$1" "$2" "$3" "$(printf '%s' "${4:-}" | python3 -c 'import json,sys; print(json.dumps(sys.stdin.read()))')" >>"$summary"
-}
-want() { case ",$steps," in *",$1,"*) return 0 ;; *) return 1 ;; esac; }
-step() {  # name timeout function-or-command...
-  local name=$1 limit=$2
-  shift 2
-  want "$name" || return 0
-  echo "=== $name ($(($(date +%s) - started)) s in)"
-  local t0=$(date +%s) rc
-  if declare -F "$1" >/dev/null; then timeout "$limit" bash -c "$*"; else timeout "$limit" "$@"; fi
-  rc=$?
-  local dt=$(($(date +%s) - t0))
-  if [ $rc = 0 ]; then record "$name" pass "$dt"; elif [ $rc = 77 ]; then record "$name" skip "$dt" "not available here"; else record "$name" fail "$dt" "exit $rc"; fi
-  echo "=== $name: exit $rc in ${dt} s"
-}
-
-mkdir -p "$work"
-if [ -n "${TANDEM_CHECK_UNPACKED:-}" ] && [ -d "$TANDEM_CHECK_UNPACKED" ]; then  # run-all.sh unpacked it once
-  cd "$TANDEM_CHECK_UNPACKED" || exit 1
-  export PATH="$(pwd)/node/bin:$PATH"
-elif [ -f "$repo/.device-bundle/bundle.tar.xz" ]; then
-  echo "=== unpack"
-  rm -rf "$work/bundle"
-  mkdir -p "$work/bundle"
-  tar -C "$work/bundle" -xJf "$repo/.device-bundle/bundle.tar.xz" || exit 1
-  cd "$work/bundle"
-  export PATH="$(pwd)/node/bin:$PATH"
-elif [ "$device" = simt ]; then
-  echo "=== no bundle: running in place on simt (dry run)"
-  mkdir -p "$work"
-else
-  echo "no bundle: run scripts/device/pack.sh first" >&2
-  exit 1
-fi
-export TANDEM_TEST_DEVICE=$device TANDEM_CACHE_DIR="$work/cache"
-gpu=$(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null || echo "no nvidia-smi")
-echo "gpu: $gpu"
-record gpu info 0 "$gpu; commit $(cat COMMIT 2>/dev/null || git rev-parse HEAD 2>/dev/null)"
-models="$work/models"
-mkdir -p "$models"
+. "$(dirname "$0")/lib.sh"
+check_begin moe-check kernels,engine,goldens,hfgoldens,memcheck,serve,disagg,bench,ncu
 
 # The fixtures this check covers: label = arch-dtype[-rope], made as regenerate.sh makes them.
 MOE_GOLDENS="qwen3_moe:f32:21: mixtral:f32:22: qwen2_moe:f32:23: qwen3:f32:24:yarn mixtral:bf16:25:"
@@ -268,8 +216,4 @@ step disagg 240 disagg
 step bench 360 bench
 step ncu 150 ncu_profile
 
-echo "}" >>"$summary"
-echo "=== done in $(($(date +%s) - started)) s"
-cat "$summary"
-grep -q '"fail"' "$summary" && exit 1
-exit 0
+check_end
