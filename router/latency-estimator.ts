@@ -17,11 +17,15 @@
  *              with this request
  *   TTFT     = RESIDUAL_STEP_FRACTION · step(current) + Σ steps over (ahead + u) in chunks of B − D
  *              + onboarding of tier hits + KV wait
- *   KV wait  = when the blocks booked there plus this request's new blocks exceed the pool, the
- *              request waits in the worker's queue for streams to end: the excess, as a share of
- *              the blocks the running streams can hold (at most the pool), times the time a
- *              stream takes to finish (mean output tokens × decode step), streams' remaining
- *              lives taken as spread evenly over it
+ *   KV wait  = when the blocks booked there, plus what the running streams' outputs will add
+ *              (mean output tokens per stream, in blocks), plus this request's new blocks exceed
+ *              the pool, the request waits in the worker's queue for streams to end: the excess,
+ *              as a share of the blocks the running streams can hold (at most the pool), times
+ *              the time a stream takes to finish (mean output tokens × decode step), streams'
+ *              remaining lives taken as spread evenly over it. The outputs count because the
+ *              router books prompts: a pool its prompts just fit preempts as the streams decode
+ *              (bench/latency-routing-virtual.ts: fast workers drawn to 8 prompt prefixes of 120
+ *              blocks in a 1024-block pool were predicted a few ms of wait and measured 300+)
  *   ITL      = decodeMs(kvUsage after admission, D + 1): the step time once this request decodes
  *   ITL impact = (D + 1) · ITL − D · decodeMs(kvUsage, D): per-token milliseconds this placement
  *              adds to the worker's streams, its own stream included (D = 0: its own ITL)
@@ -135,7 +139,8 @@ function kvWait(model: PerfModel, worker: WorkerLatencyView, newBlocks: number, 
   const total = worker.totalBlocks;
   const used = worker.usedBlocks;
   if (total === undefined || used === undefined || total <= 0 || used <= 0) return 0;
-  const excess = used + newBlocks - total;
+  const outputBlocks = d * Math.ceil((options.meanOutputTokens ?? 128) / options.blockSize);
+  const excess = used + outputBlocks + newBlocks - total;
   if (excess <= 0) return 0;
   const streamMs = (options.meanOutputTokens ?? 128) * model.decodeMs(kv, Math.max(1, d));
   return (excess / Math.min(used, total)) * streamMs;

@@ -102,38 +102,42 @@ describe('--router-cost latency decisions', () => {
 
   it('an ITL target makes a worker over it ineligible while another is within it; with none within, the lowest cost wins', () => {
     // Scored on TTFT alone (itlWeight 0), slow at 4×. fast decodes 12 streams of 256-token
-    // prompts (17 blocks each) in a 400-block pool: KV use 204/400 = 0.51, 0.83 after this
-    // request's 128 blocks, so its predicted ITL is decodeMs(0.83) = 32.8 ms; slow is idle (5.74).
-    // TTFT: fast = 0.75·26.6 + 49.4 + 26.6 = 96; slow = 4·49.4 = 197.5.
+    // prompts (17 blocks each) in a 430-block pool, which holds them, the 8 blocks each will
+    // add as it decodes (128 output tokens) and this request's 129: no KV wait. KV use
+    // 204/430 = 0.47, 0.77 after this request's 128 blocks, so its predicted ITL is
+    // decodeMs(0.77) = 32.1 ms; slow is idle (5.74).
+    // TTFT: fast = 0.75·25.6 + 49.4 + 25.6 = 94.1; slow = 4·49.4 = 197.5.
     const pools = (fastBlocks: number): WorkerCandidate[] => [{ instanceId: 'fast', totalBlocks: fastBlocks }, { instanceId: 'slow', totalBlocks: 100_000 }];
     const base = { fastDecoding: 12, itlWeight: 0, slowRatio: 4 };
     const noTarget = setUp(base);
-    const free = routed(noTarget.route(request(0), pools(400), 10));
+    const free = routed(noTarget.route(request(0), pools(430), 10));
     const fastRow = free.costs.find((c) => c.instanceId === 'fast')!;
     const slowRow = free.costs.find((c) => c.instanceId === 'slow')!;
     expect(fastRow.latency!.itlMs).toBeGreaterThan(30);
     expect(slowRow.latency!.itlMs).toBeLessThan(10);
-    expect(fastRow.cost).toBeCloseTo(96, 0);
+    expect(fastRow.latency!.kvWaitMs).toBe(0);
+    expect(fastRow.cost).toBeCloseTo(94.1, 0);
     expect(free.instanceId).toBe('fast');
 
     const sla = setUp({ ...base, itlTargetMs: 20 });
-    const d = routed(sla.route(request(0), pools(400), 10));
+    const d = routed(sla.route(request(0), pools(430), 10));
     expect(d.costs.find((c) => c.instanceId === 'fast')!.latency!.overTarget).toBe(true);
     expect(d.instanceId).toBe('slow');
 
     const tight = setUp({ ...base, itlTargetMs: 1 });
-    const all = routed(tight.route(request(0), pools(400), 10));
+    const all = routed(tight.route(request(0), pools(430), 10));
     expect(all.costs.every((c) => c.latency!.overTarget)).toBe(true);
     expect(all.instanceId).toBe('fast');
   });
 
   it('a worker whose KV pool would make the request wait is charged 5× its predicted wait: a 1-stream worker loses to a 5× slower one with room, a 6-stream one beats an 8× slower one', () => {
-    // fast: a 145-block pool holding a 17-block stream → this 2048-token request (128 + 1
-    // blocks) is 1 block short and would wait for KV; slow has room. The predicted wait alone
+    // fast: a 153-block pool holding a 17-block stream that will add 8 blocks as it decodes
+    // (128 output tokens) → this 2048-token request (128 + 1 blocks) is 1 block short and
+    // would wait for KV; slow has room. The predicted wait alone
     // reads short (the drain model's waits run 2–5× long), so it counts KV_WAIT_PESSIMISM (5)
     // times: fast cost = TTFT + 4 × wait + ITL impact.
     const pick = (fastDecoding: number, slowRatio: number) => {
-      const pools: WorkerCandidate[] = [{ instanceId: 'fast', totalBlocks: fastDecoding * 17 + 128 }, { instanceId: 'slow', totalBlocks: 100_000 }];
+      const pools: WorkerCandidate[] = [{ instanceId: 'fast', totalBlocks: fastDecoding * (17 + 8) + 128 }, { instanceId: 'slow', totalBlocks: 100_000 }];
       const d = routed(setUp({ fastDecoding, slowRatio }).route(request(0), pools, 10));
       const fast = d.costs.find((c) => c.instanceId === 'fast')!;
       const slow = d.costs.find((c) => c.instanceId === 'slow')!;
@@ -142,12 +146,12 @@ describe('--router-cost latency decisions', () => {
       expect(fast.cost).toBeCloseTo(fast.latency!.ttftMs + 4 * fast.latency!.kvWaitMs + fast.latency!.itlImpactMs, 6);
       return { d, fast, slow };
     };
-    // One 17-block stream: a predicted 88 ms wait → fast costs 567 ms against the 5× slower
+    // One 17-block stream: a predicted 86 ms wait → fast costs 556 ms against the 5× slower
     // worker's 252: slow. Its plain prediction would have been the lower one.
     const one = pick(1, 5);
     expect(one.fast.latency!.ttftMs + one.fast.latency!.itlImpactMs).toBeLessThan(one.slow.cost);
     expect(one.d.instanceId).toBe('slow');
-    // Six streams: the same 1-block shortfall drains in a predicted 31 ms → fast costs 337 ms and
+    // Six streams: the same 1-block shortfall drains in a predicted 28 ms → fast costs 324 ms and
     // beats a worker 8× slower (400 ms). The old rule left fast out whenever anyone had room,
     // which made the latency cost count blocks again in the middle band.
     const six = pick(6, 8);
