@@ -20,7 +20,7 @@
  * Writes bench/results/latency-routing-virtual.json and a table.
  */
 import { mkdirSync, writeFileSync } from 'node:fs';
-import { dirname, join, resolve } from 'node:path';
+import { dirname, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { KvRouter, type RouteRequest, type RouteResult, type WorkerCandidate } from '../router/kv-router.js';
 import { DEFAULT_OVERLOAD_POLICY } from '../router/overload.js';
@@ -122,7 +122,7 @@ function main(): void {
   const lines = comparisons.map((c) => `${c.fleet} ${c.rate}/s ${c.workload}${several ? ` seed ${c.seed}` : ''}: TTFT p90 blocks/latency ${c.ttftP90BlocksOverLatency.toFixed(2)}x, p50 ${c.ttftP50BlocksOverLatency.toFixed(2)}x, ITL p99 ${c.itlP99BlocksOverLatency.toFixed(2)}x`);
   const summary = several ? summarizeSeeds(comparisons) : [];
   if (several) lines.push('', ...summary.map((x) => `${x.fleet} ${x.rate}/s ${x.workload}: TTFT p90 blocks/latency over ${x.draws} seeds min ${x.min.toFixed(2)}x, mean ${x.mean.toFixed(2)}x`));
-  const file = join(ROOT, 'bench', 'results', benchArgs().value('--out') ?? 'latency-routing-virtual.json');
+  const file = resolve(ROOT, 'bench', 'results', benchArgs().value('--out') ?? 'latency-routing-virtual.json');
   mkdirSync(dirname(file), { recursive: true });
   writeFileSync(file, `${JSON.stringify({ bench: 'latency-routing-virtual', fleets: FLEETS, rates: RATES, seeds, requests: REQUESTS, warmupLeftOut: WARM, results, comparisons, ...(several ? { summary } : {}) }, null, 2)}\n`);
   writeFileSync(file.replace(/\.json$/, '.md'), `# bench/latency-routing-virtual.ts (virtual time)\n\n${text}\n\n${lines.join('\n')}\n`);
