@@ -68,12 +68,16 @@ describe('bench metrics against a scripted SSE server', () => {
     const s = report.summary;
     expect(s.tokens.tokens_per_chunk).toBe(4);
     expect(s.latency_ms.itl.count).toBe(2 * 7);
-    // Checked against the server's own write times (same clock), so machine load cancels out.
+    // Both come from the same client timestamps: the 7 chunk gaps of a request span what its
+    // 31 token gaps span, exactly (per-token ITL, or TPOT over 32 tokens, would break this).
+    expect(s.latency_ms.tpot.mean * 31).toBeCloseTo(s.latency_ms.itl.mean * 7, 6);
+    // Against the server's own write times: delivery to the client jitters by milliseconds on a
+    // loaded machine (2.3 ms off in one full run at load 5), while a per-token ITL would read
+    // 10 ms against the chunks' 40.
     const measured = server.received.slice(1);
     const span = measured.map((r) => r.writes[7]! - r.writes[0]!);
     const mean = (xs: number[]) => xs.reduce((x, y) => x + y, 0) / xs.length;
-    expect(Math.abs(s.latency_ms.itl.mean - mean(span) / 7)).toBeLessThan(1.5);
-    expect(Math.abs(s.latency_ms.tpot.mean - mean(span) / 31)).toBeLessThan(0.5);
+    expect(Math.abs(s.latency_ms.itl.mean - mean(span) / 7)).toBeLessThan(8);
   });
 
   it('classifies failures by kind and keeps them out of latency stats', async () => {
