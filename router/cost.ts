@@ -82,6 +82,8 @@ export interface CostRow extends WorkerCostInput {
   prefixHolder?: boolean;
   /** For a holder: pool − used − the blocks this request adds; negative = it would wait for KV. */
   kvRoomBlocks?: number;
+  /** Prefix affinity: this holder holds enough of the prompt (`waitShare`) to keep it without KV room. */
+  waitsForRoom?: boolean;
   /** Multi-LoRA: adapters in flight there beyond its `--max-loras` with this request's (lora-affinity.ts). */
   loraSlotWaits?: number;
 }

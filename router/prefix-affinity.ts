@@ -16,7 +16,8 @@
  * hits, in-flight credit and tier hits together). It is truly overloaded, and the cost decides
  * as usual, when it:
  *   - is over its load threshold (not in the eligible pool the caller gives), or
- *   - has no KV room for the blocks this request adds (`kvRoomBlocks` < 0: pool − used − new), or
+ *   - has no KV room for the blocks this request adds (`kvRoomBlocks` < 0: pool − used − new)
+ *     and holds less than `waitShare` (0.5) of the prompt, or
  *   - carries more than `maxLoadRatio` (2) × the mean load of the candidates that do not hold
  *     it, load = active blocks + pending prefill blocks (so a hot prefix that every request
  *     shares spreads once its holders run ahead of the rest: a burst never piles onto one
@@ -28,14 +29,27 @@
  * when it starts (on Mooncake's trace past saturation: 57-63% → 89-99% of the cache ceiling,
  * TTFT p90 3-10% lower; bench/mooncake-fleet.ts). The load bound still holds.
  *
+ * Why a holder of most of the prompt keeps it without room (`waitShare`): its pool frees blocks
+ * as its streams end, while a worker with room recomputes what the holder would have copied
+ * in, and near saturation that worker is about to be as full (the load bound still sends the
+ * request elsewhere when the holder carries far more than the rest). On Mooncake's trace with
+ * a host tier, at the knee (16× and 20×, four 1,200-request windows), the room rule sent
+ * 64 of 1,200 follow-ups away and kept the tier at 72% of the cache ceiling at 16×; waiving it
+ * for holders of half the prompt or more raised the cached share in every window (16.6 → 20.1%
+ * of prompt tokens at 16× in the first) and lowered TTFT p90 in 7 of 8 window × speed runs
+ * (722 → 655 ms in the first at 16×; without a tier −4% to +6%, the size of the swings any
+ * small policy change makes in that trace). docs/router.md has the table.
+ *
  * Worked example (tests: test/router/prefix-affinity.test.ts). 100-block prompt, minHeldShare
- * 0.3, three workers with 400-block pools:
+ * 0.3, waitShare 0.5, three workers with 400-block pools:
  *   A holds 60 blocks in its host tier, active 250, pending 0 → load 250, room 400 − 250 − 40 = 110
  *   B holds nothing,                   active 100, pending 20 → load 120
  *   C holds nothing,                   active 110, pending 0  → load 110
  * The others' mean load is (120 + 110) / 2 = 115; A's 250 ≤ 2 × 115 = 230? No: A is overloaded
  * and the cost decides (B = 120 + 100 loses to C = 110 + 100). With A at active 230 instead:
  * 230 ≤ 230 and room 130 → A takes it although its cost (40 + 230 = 270) is above C's (210).
+ * With A's pool at 370 used (room −10) A still takes it: it holds 60% ≥ waitShare and waits there
+ * for 10 blocks to free. Holding 40 blocks instead (40% < 50%), it would be overloaded.
  */
 import type { CostRow } from './cost.js';
 
@@ -44,6 +58,8 @@ export interface PrefixAffinityPolicy {
   minHeldShare: number;
   /** A holder carrying more than this × the mean load of the candidates that do not hold the prefix is overloaded. */
   maxLoadRatio: number;
+  /** A holder of at least this share of the prompt keeps it without KV room (waits there); absent = always needs room. */
+  waitShare?: number;
   /**
    * What load is: `blocks` (default), active + pending prefill blocks; `cost`, the row's cost
    * (the latency cost's calibrated milliseconds, which know a slow worker from a fast one).
@@ -51,7 +67,7 @@ export interface PrefixAffinityPolicy {
   load?: 'blocks' | 'cost';
 }
 
-export const DEFAULT_PREFIX_AFFINITY: PrefixAffinityPolicy = { minHeldShare: 0.3, maxLoadRatio: 2 };
+export const DEFAULT_PREFIX_AFFINITY: PrefixAffinityPolicy = { minHeldShare: 0.3, maxLoadRatio: 2, waitShare: 0.5 };
 
 /** What the rule reads about one candidate, beside its cost row. */
 export interface AffinityView {
@@ -79,6 +95,7 @@ export function markHolders(rows: CostRow[], views: readonly AffinityView[], req
     row.prefixHolder = true;
     const v = views[i]!;
     if (v.totalBlocks !== undefined) row.kvRoomBlocks = v.totalBlocks - v.usedBlocks - (requestBlocks - held);
+    if (policy.waitShare !== undefined && held >= policy.waitShare * requestBlocks) row.waitsForRoom = true;
   }
 }
 
@@ -100,7 +117,7 @@ export function affinityPool(pool: readonly number[], rows: readonly CostRow[], 
   const limit = policy.maxLoadRatio * (load / others);
   const sticky = pool.filter((i) => {
     const r = rows[i]!;
-    return r.prefixHolder === true && (saturated || (r.kvRoomBlocks !== undefined && r.kvRoomBlocks >= 0)) && loadOf(r, policy) <= limit;
+    return r.prefixHolder === true && (saturated || r.waitsForRoom === true || (r.kvRoomBlocks !== undefined && r.kvRoomBlocks >= 0)) && loadOf(r, policy) <= limit;
   });
   return sticky.length > 0 ? sticky : pool;
 }

@@ -6,6 +6,7 @@
  */
 import { describe, expect, it } from 'vitest';
 import { KvRouter, type RouteResult } from '../../router/kv-router.js';
+import { DEFAULT_PREFIX_AFFINITY } from '../../router/prefix-affinity.js';
 import type { KvEvent, PreprocessedRequest } from '../../proto/wire.js';
 import { EngineLoop } from '../../workers/engine-loop/engine-loop.js';
 import { MockerEngine } from '../../workers/engines/mocker/index.js';
@@ -76,8 +77,9 @@ describe('KV router with tiered worker caches', () => {
       expect(chosen(r)).toBe('tiered');
       if (r.kind === 'routed') expect(r.decision.costs.find((c) => c.instanceId === 'tiered')!.hostBlocks).toBe(8);
     }
-    // Without the host weight the two are a tie (seeded random tie-break picks both).
-    const flat = new KvRouter({ blockSize: BS, weights: { prefillLoadScale: 1, overlapScoreCredit: 1, hostHitWeight: 0 } });
+    // Without the host weight the cost is a tie (seeded random tie-break picks both) once prefix
+    // affinity, which would keep the turn on the holder of its whole prompt, is off.
+    const flat = new KvRouter({ blockSize: BS, weights: { prefillLoadScale: 1, overlapScoreCredit: 1, hostHitWeight: 0 }, prefixAffinity: { ...DEFAULT_PREFIX_AFFINITY, minHeldShare: 0 } });
     connect(flat, [tiered, empty]);
     const picks = new Set(Array.from({ length: 40 }, (_, i) => chosen(flat.select({ requestId: `f${i}`, tokens: PROMPT }, [{ instanceId: 'empty' }, { instanceId: 'tiered' }]))));
     expect(picks).toEqual(new Set(['empty', 'tiered']));

@@ -1,7 +1,8 @@
 /**
  * Prefix affinity (router/prefix-affinity.ts): a follow-up turn goes to the worker holding its
  * prefix in any tier unless that worker is truly overloaded (over its load threshold, out of KV
- * room, or past 2× the mean load of the workers that do not hold it), and the cost rows say which. The worked example of the
+ * room while holding less than half the prompt, or past 2× the mean load of the workers that do
+ * not hold it), and the cost rows say which. The worked example of the
  * file comment, then the rule inside `KvRouter.select` on host-tier holdings.
  */
 import { describe, expect, it } from 'vitest';
@@ -45,10 +46,24 @@ describe('prefix affinity, worked example (100-block prompt, share 0.3, 400-bloc
     expect(affinityPool([0, 1, 2], r, DEFAULT_PREFIX_AFFINITY)).toEqual([0]);
   });
 
-  it('no KV room for the 40 blocks it adds (used 370 of 400) → overloaded, whatever the load ratio', () => {
+  it('no KV room for the 40 blocks it adds (used 370 of 400): holding 60% ≥ waitShare 0.5, A keeps it and waits for room', () => {
     const r = rows(230);
     markHolders(r, [{ totalBlocks: 400, usedBlocks: 370 }, ...views(230).slice(1)], 100, DEFAULT_PREFIX_AFFINITY);
-    expect(r[0]!.kvRoomBlocks).toBe(-10);
+    expect(r[0]).toMatchObject({ kvRoomBlocks: -10, waitsForRoom: true });
+    expect(affinityPool([0, 1, 2], r, DEFAULT_PREFIX_AFFINITY)).toEqual([0]);
+    // Without the waiver (the rule before), no room meant overloaded whatever the load ratio.
+    const strict = { ...DEFAULT_PREFIX_AFFINITY, waitShare: undefined };
+    const again = rows(230);
+    markHolders(again, [{ totalBlocks: 400, usedBlocks: 370 }, ...views(230).slice(1)], 100, strict);
+    expect(again[0]!.waitsForRoom).toBeUndefined();
+    expect(affinityPool([0, 1, 2], again, strict)).toEqual([0, 1, 2]);
+  });
+
+  it('holding 40% (< waitShare) with no room → overloaded: the cost decides', () => {
+    const r = [row('A', { hostBlocks: 40, activeDecodeBlocks: 230, cost: 290 }), ...rows(230).slice(1)];
+    markHolders(r, [{ totalBlocks: 400, usedBlocks: 370 }, ...views(230).slice(1)], 100, DEFAULT_PREFIX_AFFINITY);
+    expect(r[0]).toMatchObject({ prefixHolder: true, kvRoomBlocks: 400 - 370 - 60 });
+    expect(r[0]!.waitsForRoom).toBeUndefined();
     expect(affinityPool([0, 1, 2], r, DEFAULT_PREFIX_AFFINITY)).toEqual([0, 1, 2]);
   });
 
@@ -125,14 +140,44 @@ describe('KvRouter with prefix affinity: a follow-up turn and its host-tier hold
     expect(d.affinity).toBeUndefined();
   });
 
-  it('a holder with no KV room for the new blocks is truly overloaded: the cost sends the turn elsewhere', () => {
-    const router = routerWithHostHolder(history, 'A', ['B']);
-    // A's pool is 160 blocks and 150 are booked: 12 more do not fit.
-    routed(router.route({ requestId: 'fill-A', tokens: tokens(9, 149 * BS) }, [{ instanceId: 'A', totalBlocks: 160 }], 0));
-    const d = routed(router.select({ requestId: 'turn2', tokens: followUp }, [{ instanceId: 'A', totalBlocks: 160 }, { instanceId: 'B', totalBlocks: 160 }]));
+  it('a holder of less than half the prompt with no KV room for the new blocks is truly overloaded: the cost sends the turn elsewhere', () => {
+    // A holds the 48-block history; this turn adds 60 new blocks (108 in all: A holds 44%).
+    const longTurn = [...history, ...tokens(6, 60 * BS)];
+    // A's pool is 240 blocks and 190 are booked: the 60 new ones do not fit (room −10). B
+    // carries 100, so A's 190 ≤ 2 × 100 and the load bound alone would keep A. The cost prefers
+    // B (A = 108 − 0.65 × 48 + 190 = 266.8, B = 108 + 100 = 208).
+    const fill = (pool: number) => {
+      const router = routerWithHostHolder(history, 'A', ['B']);
+      routed(router.route({ requestId: 'fill-A', tokens: tokens(9, 189 * BS) }, [{ instanceId: 'A', totalBlocks: pool }], 0));
+      routed(router.route({ requestId: 'fill-B', tokens: tokens(10, 99 * BS) }, [{ instanceId: 'B', totalBlocks: pool }], 0));
+      for (const id of ['fill-A', 'fill-B']) router.onFirstToken(id, 0);
+      return routed(router.select({ requestId: 'turn2', tokens: longTurn }, ['A', 'B'].map((id) => ({ instanceId: id, totalBlocks: pool }))));
+    };
+    const d = fill(240);
     expect(d.instanceId).toBe('B');
     expect(d.affinity).toBeUndefined();
-    expect(d.costs.find((c) => c.instanceId === 'A')).toMatchObject({ prefixHolder: true, kvRoomBlocks: 160 - 150 - 12 });
+    const a = d.costs.find((c) => c.instanceId === 'A')!;
+    expect(a).toMatchObject({ prefixHolder: true, kvRoomBlocks: -10 });
+    expect(a.cost).toBeCloseTo(266.8, 5);
+    expect(d.costs.find((c) => c.instanceId === 'B')!.cost).toBe(208);
+    expect(a.waitsForRoom).toBeUndefined();
+    // The room is what decides: with 300-block pools A has room 50 and keeps the turn.
+    expect(fill(300)).toMatchObject({ instanceId: 'A', affinity: true });
+  });
+
+  it('a holder of most of the prompt keeps the turn without KV room while its load is within the bound: it waits for blocks there', () => {
+    // A holds 48 of the follow-up's 61 blocks (79%). A's pool: 160 blocks, 150 booked, no room
+    // for 13 more; B carries 100 blocks, so A's 150 ≤ 2 × 100 and the load bound holds.
+    const router = routerWithHostHolder(history, 'A', ['B']);
+    routed(router.route({ requestId: 'fill-A', tokens: tokens(9, 149 * BS) }, [{ instanceId: 'A', totalBlocks: 160 }], 0));
+    routed(router.route({ requestId: 'fill-B', tokens: tokens(10, 99 * BS) }, [{ instanceId: 'B', totalBlocks: 160 }], 0));
+    const cands = ['A', 'B'].map((id) => ({ instanceId: id, totalBlocks: 160 }));
+    const d = routed(router.select({ requestId: 'turn2', tokens: followUp }, cands));
+    expect(d).toMatchObject({ instanceId: 'A', affinity: true });
+    expect(d.costs.find((c) => c.instanceId === 'A')).toMatchObject({ prefixHolder: true, kvRoomBlocks: 160 - 150 - 12, waitsForRoom: true });
+    // With the room rule for every holder the cost sends it to B.
+    (router.config as { prefixAffinity: typeof DEFAULT_PREFIX_AFFINITY }).prefixAffinity = { ...DEFAULT_PREFIX_AFFINITY, waitShare: undefined };
+    expect(routed(router.select({ requestId: 'turn2', tokens: followUp }, cands)).instanceId).toBe('B');
   });
 
   it('with every worker over its load threshold the turn waits wherever it goes: the holder takes it although it has no room', () => {
