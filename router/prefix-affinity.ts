@@ -33,12 +33,13 @@
  * as its streams end, while a worker with room recomputes what the holder would have copied
  * in, and near saturation that worker is about to be as full (the load bound still sends the
  * request elsewhere when the holder carries far more than the rest). On Mooncake's trace with
- * a host tier, at the knee (16× and 20×, four 1,200-request windows), the room rule sent
- * 64 of 1,200 follow-ups away and kept the tier at 72% of the cache ceiling at 16×; waiving it
- * for holders of half the prompt or more raised the cached share in every window (16.6 → 20.1%
- * of prompt tokens at 16× in the first) and lowered TTFT p90 in 7 of 8 window × speed runs
- * (722 → 655 ms in the first at 16×; without a tier −4% to +6%, the size of the swings any
- * small policy change makes in that trace). docs/router.md has the table.
+ * a host tier, at the knee (16× and 20×, four 1,200-request windows), the room rule sent 64
+ * of the first window's 1,200 requests away from their holder at 16× and kept the tier at 72%
+ * of the cache ceiling there; waiving it for holders of half the prompt or more raised the
+ * cached share in every window (16.6 → 20.1% of prompt tokens at 16× in the first) and lowered
+ * TTFT p90 in 7 of 8 window × speed runs (722 → 655 ms in the first at 16×; without a tier −4%
+ * to +6%, the size of the swings any small policy change makes in that trace). docs/router.md
+ * has the table.
  *
  * Worked example (tests: test/router/prefix-affinity.test.ts). 100-block prompt, minHeldShare
  * 0.3, waitShare 0.5, three workers with 400-block pools:
@@ -101,7 +102,8 @@ export function markHolders(rows: CostRow[], views: readonly AffinityView[], req
 
 /**
  * The pool narrowed to the holders that are not truly overloaded, or `pool` itself when there
- * are none. A holder whose pool size is unknown has no proven room: it is left to the cost.
+ * are none. A holder whose pool size is unknown has no proven room: it is left to the cost,
+ * unless it holds `waitShare` of the prompt (it needs no room).
  */
 export function affinityPool(pool: readonly number[], rows: readonly CostRow[], policy: PrefixAffinityPolicy, saturated = false): readonly number[] {
   if (!(policy.minHeldShare > 0) || pool.length < 2) return pool;
