@@ -12,7 +12,10 @@
  * all prompt tokens, against the trace window's infinite-cache ceiling (every full block any
  * earlier request of the window prompted).
  *
- *   node --import tsx bench/mooncake-fleet.ts --trace PATH [--requests 1200] [--speeds 2,4,8,12,16,20,24,32,48] [--quick]
+ *   node --import tsx bench/mooncake-fleet.ts --trace PATH [--requests 1200] [--offset 0] [--speeds 2,4,8,12,16,20,24,32,48] [--quick] [--out FILE]
+ *
+ * `--offset N` replays the window that starts at the trace's request N: the trace is chaotic
+ * enough that a policy change is judged on several windows (0, 1200, 2400, ...), not one.
  *
  * The trace is not in the repository. Get it with the project's fetch tool or git:
  *   git clone --depth 1 https://github.com/kvcache-ai/Mooncake && cp Mooncake/FAST25-release/traces/conversation_trace.jsonl /tmp/
@@ -146,10 +149,12 @@ function main(): void {
     process.exit(2);
   }
   const count = args.number('--requests', args.quick ? 400 : 1200);
+  const offset = args.number('--offset', 0);
   const speeds = (args.value('--speeds') ?? (args.quick ? '4,16' : '2,4,8,12,16,20,24,32,48')).split(',').map(Number);
   let entries: TraceEntry[];
   try {
-    entries = readMooncakeTrace(path).slice(0, count);
+    entries = readMooncakeTrace(path).slice(offset, offset + count);
+    if (entries.length === 0) throw new Error(`--offset ${offset} is past the trace's end`);
   } catch (err) {
     process.stderr.write(`mooncake-fleet: ${(err as Error).message}\n`);
     process.exit(2);
@@ -191,7 +196,7 @@ function main(): void {
   const text = [head, '|---|---|---|---|---|---|---|---|---|', ...rows].join('\n');
   const file = resolve(ROOT, 'bench', 'results', args.value('--out') ?? 'mooncake-fleet.json');
   mkdirSync(dirname(file), { recursive: true });
-  writeFileSync(file, `${JSON.stringify({ bench: 'mooncake-fleet', trace: 'conversation_trace.jsonl (Mooncake FAST25-release)', requests: count, workers: WORKERS, poolBlocks: POOL_BLOCKS, hostBlocks: HOST_BLOCKS, hostCopyMsPerBlock: HOST_COPY_MS_PER_BLOCK, tokensPerHash: TOKENS_PER_HASH, results, checks }, null, 2)}\n`);
+  writeFileSync(file, `${JSON.stringify({ bench: 'mooncake-fleet', trace: 'conversation_trace.jsonl (Mooncake FAST25-release)', requests: count, offset, workers: WORKERS, poolBlocks: POOL_BLOCKS, hostBlocks: HOST_BLOCKS, hostCopyMsPerBlock: HOST_COPY_MS_PER_BLOCK, tokensPerHash: TOKENS_PER_HASH, results, checks }, null, 2)}\n`);
   process.stdout.write(`\n${text}\n\n${lines.join('\n')}\nwrote ${file}\n`);
 }
 
