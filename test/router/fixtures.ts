@@ -1,11 +1,16 @@
 /**
- * Small builders for router tests: token prompts, and a fake worker that keeps a real block
+ * Small builders for router tests: token prompts, idle load reports, and a fake worker that keeps a real block
  * set and emits gap-free KV events the way a worker's block manager does (replay buffer of
  * the last 1024 events, full dumps).
  */
-import type { KvEvent, KvEventData, KvStoredBlock } from '../../proto/wire.js';
+import type { KvEvent, KvEventData, KvStoredBlock, LoadMetrics } from '../../proto/wire.js';
 import { blockHashes } from '../../router/hashing.js';
 import type { KvDumpResponse, KvReplayResponse } from '../../proto/wire.js';
+
+/** An idle worker's load report (1024-block pool, nothing running), with `extra` fields on top. */
+export function idleReport(workerId: string, extra: Partial<LoadMetrics> = {}): LoadMetrics {
+  return { workerId, numRunning: 0, numWaiting: 0, kvUsage: 0, activeBlocks: 0, totalBlocks: 1024, queuedPrefillTokens: 0, timestampMs: 0, ...extra };
+}
 
 /** `n` tokens derived from `seed`; prompts with the same seed share their tokens. */
 export function tokens(seed: number, n: number): number[] {

@@ -10,7 +10,7 @@ import type { LoadMetrics } from '../../proto/wire.js';
 import { loraIdOf } from '../../router/hashing.js';
 import { KvRouter, type RouteResult, type WorkerCandidate } from '../../router/kv-router.js';
 import { LoraDemand, loraPrefetchTarget } from '../../router/lora-affinity.js';
-import { tokens } from './fixtures.js';
+import { idleReport, tokens } from './fixtures.js';
 
 const BS = 16;
 const A = loraIdOf('sql', '00112233aabbccdd');
@@ -32,17 +32,7 @@ function fleet(ids: string[], config: ConstructorParameters<typeof KvRouter>[0] 
   return router;
 }
 
-const report = (workerId: string, loraLoadMs?: number): LoadMetrics => ({
-  workerId,
-  numRunning: 0,
-  numWaiting: 0,
-  kvUsage: 0,
-  activeBlocks: 0,
-  totalBlocks: 1024,
-  queuedPrefillTokens: 0,
-  timestampMs: 0,
-  ...(loraLoadMs !== undefined ? { loraLoadMs } : {}),
-});
+const report = (workerId: string, loraLoadMs?: number): LoadMetrics => idleReport(workerId, loraLoadMs !== undefined ? { loraLoadMs } : {});
 
 describe('adapter load penalty from the load time', () => {
   const prompt = tokens(1, 8 * BS);

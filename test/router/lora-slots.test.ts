@@ -17,7 +17,7 @@ import { loraIdOf } from '../../router/hashing.js';
 import { KvRouter, type RouteResult, type WorkerCandidate } from '../../router/kv-router.js';
 import { loraSlotWaits } from '../../router/lora-affinity.js';
 import { updateFromWire, updateToWire } from '../../router/router-sync.js';
-import { tokens } from './fixtures.js';
+import { idleReport, tokens } from './fixtures.js';
 
 const BS = 16;
 const ids = Array.from({ length: 6 }, (_, i) => loraIdOf(`ad-${i}`, '00112233aabbccdd'));
@@ -27,17 +27,7 @@ function routed(r: RouteResult) {
   return r.decision;
 }
 
-const report = (workerId: string, maxLoras?: number): LoadMetrics => ({
-  workerId,
-  numRunning: 0,
-  numWaiting: 0,
-  kvUsage: 0,
-  activeBlocks: 0,
-  totalBlocks: 1024,
-  queuedPrefillTokens: 0,
-  timestampMs: 0,
-  ...(maxLoras !== undefined ? { maxLoras } : {}),
-});
+const report = (workerId: string, maxLoras?: number): LoadMetrics => idleReport(workerId, maxLoras !== undefined ? { maxLoras } : {});
 
 function fleet(workers: string[]): KvRouter {
   const router = new KvRouter({ blockSize: BS, loraLoadMs: 50 });
