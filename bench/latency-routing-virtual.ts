@@ -97,7 +97,8 @@ function runOne(speeds: readonly number[], mode: (typeof MODES)[number], request
 }
 
 function main(): void {
-  const seeds = (benchArgs().value('--seeds') ?? '5').split(',').map(Number);
+  const args = benchArgs();
+  const seeds = (args.value('--seeds') ?? '5').split(',').map(Number);
   const several = seeds.length > 1;
   const results = [];
   for (const [fleet, speeds] of Object.entries(FLEETS)) {
@@ -122,7 +123,7 @@ function main(): void {
   const lines = comparisons.map((c) => `${c.fleet} ${c.rate}/s ${c.workload}${several ? ` seed ${c.seed}` : ''}: TTFT p90 blocks/latency ${c.ttftP90BlocksOverLatency.toFixed(2)}x, p50 ${c.ttftP50BlocksOverLatency.toFixed(2)}x, ITL p99 ${c.itlP99BlocksOverLatency.toFixed(2)}x`);
   const summary = several ? summarizeSeeds(comparisons) : [];
   if (several) lines.push('', ...summary.map((x) => `${x.fleet} ${x.rate}/s ${x.workload}: TTFT p90 blocks/latency over ${x.draws} seeds min ${x.min.toFixed(2)}x, mean ${x.mean.toFixed(2)}x`));
-  const file = resolve(ROOT, 'bench', 'results', benchArgs().value('--out') ?? 'latency-routing-virtual.json');
+  const file = resolve(ROOT, 'bench', 'results', args.value('--out') ?? 'latency-routing-virtual.json');
   mkdirSync(dirname(file), { recursive: true });
   writeFileSync(file, `${JSON.stringify({ bench: 'latency-routing-virtual', fleets: FLEETS, rates: RATES, seeds, requests: REQUESTS, warmupLeftOut: WARM, results, comparisons, ...(several ? { summary } : {}) }, null, 2)}\n`);
   writeFileSync(file.replace(/\.json$/, '.md'), `# bench/latency-routing-virtual.ts (virtual time)\n\n${text}\n\n${lines.join('\n')}\n`);
