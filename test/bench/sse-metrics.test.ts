@@ -140,7 +140,11 @@ describe('bench metrics against a scripted SSE server', () => {
     // Each request takes ~35 ms: two workers fit roughly 16 in 300 ms.
     expect(report.summary.requests.completed).toBeGreaterThan(4);
     expect(report.summary.requests.failed).toBe(0);
-    expect(Math.max(...report.requests.map((r) => r.start_ms))).toBeLessThan(300);
+    // The driver checks the deadline, then encodes and sends in the same tick; start_ms is the
+    // send. So the last start may trail 300 by that synchronous work (0.64 ms in one loaded full
+    // run), while a driver that let a request start past the deadline would start it one
+    // ~35 ms request later.
+    expect(Math.max(...report.requests.map((r) => r.start_ms))).toBeLessThan(310);
     expect(Math.max(...report.requests.map((r) => r.start_ms + r.e2e_ms))).toBeGreaterThan(300);
   });
 });
