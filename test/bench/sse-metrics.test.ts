@@ -142,8 +142,8 @@ describe('bench metrics against a scripted SSE server', () => {
     expect(report.summary.requests.failed).toBe(0);
     // The driver checks the deadline, then encodes and sends in the same tick; start_ms is the
     // send. So the last start may trail 300 by that synchronous work (0.64 ms in one loaded full
-    // run), while a driver that let a request start past the deadline would start it one
-    // ~35 ms request later.
+    // run). A driver that ignored the deadline would keep starting requests (with two in flight
+    // a worker frees up every ~17 ms) and never end.
     expect(Math.max(...report.requests.map((r) => r.start_ms))).toBeLessThan(310);
     expect(Math.max(...report.requests.map((r) => r.start_ms + r.e2e_ms))).toBeGreaterThan(300);
   });
