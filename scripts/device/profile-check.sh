@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# run-all: order=70 budget=110
+# run-all: order=55 budget=110
 # The decode step's kernels before and after the fused decode path, in one run on one bundle:
 #   before  profile-decode.sh with TANDEM_GPU_DECODE=unfused (the per-op kernels: RMSNorm, GEMM,
 #           split-K reduce, qkv_rope, SwiGLU, ...; cuBLASLt where it loads)
