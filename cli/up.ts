@@ -169,7 +169,7 @@ export function registerUpCommand(program: Command): void {
     .option('--threads <n>', 'native engine compute threads per worker')
     .option('--kv-bytes-per-token <bytes>', 'prefill/decode with the mocker: KV bytes per token of its host pool (131072 = 8B-shaped)')
     .option('--kv-release-timeout <seconds>', 'prefill: free pinned KV blocks no decode worker released after this long')
-    .option('--kv-layer-streaming', 'disaggregated, host KV pools: decode workers copy each hand-off layer by layer while the prefill computes (frontend and workers)')
+    .option('--kv-layer-streaming', 'disaggregated, host KV pools and device pools on one node: decode workers copy each hand-off layer by layer while the prefill computes (frontend and workers)')
     .option('--context-length <n>', 'cap the model context length of every worker')
     .option('--kv-cache-memory <bytes>', 'native: KV pool budget in bytes per worker when --num-gpu-blocks is not set')
     .option('--kv-cache-dtype <dtype>', 'KV cache element type per worker: auto | bf16 | fp8 (e4m3: twice the tokens in the same memory)')
