@@ -17,6 +17,7 @@
  * swings by ±0.2 with the seed at 30–40 req/s on the heterogeneous fleet, so a policy change is
  * judged on the minimum and mean over several; with more than one seed the table lists every
  * draw and a summary follows.
+ * `--rates 10,40`, `--fleets heterogeneous`, `--workloads trace`: run only those cells (all by default).
  * Writes bench/results/latency-routing-virtual.json and a table.
  */
 import { mkdirSync, writeFileSync } from 'node:fs';
@@ -100,11 +101,17 @@ function main(): void {
   const args = benchArgs();
   const seeds = (args.value('--seeds') ?? '5').split(',').map(Number);
   const several = seeds.length > 1;
+  const rates = args.value('--rates')?.split(',').map(Number) ?? RATES;
+  const fleets = args.value('--fleets')?.split(',') ?? Object.keys(FLEETS);
+  const workloads = args.value('--workloads')?.split(',') ?? ['shared-prefix', 'trace'];
+  for (const f of fleets) if (!(f in FLEETS)) throw new Error(`--fleets: unknown fleet ${f} (${Object.keys(FLEETS).join(', ')})`);
+  for (const w of workloads) if (w !== 'shared-prefix' && w !== 'trace') throw new Error(`--workloads: unknown workload ${w} (shared-prefix, trace)`);
+  if (rates.some((r) => !(r > 0))) throw new Error('--rates: positive request rates, comma-separated');
   const results = [];
-  for (const [fleet, speeds] of Object.entries(FLEETS)) {
-    for (const rate of RATES) {
+  for (const [fleet, speeds] of Object.entries(FLEETS).filter(([f]) => fleets.includes(f))) {
+    for (const rate of rates) {
       for (const seed of seeds) {
-        for (const [workload, make] of [['shared-prefix', () => sharedPrefix(rate, seed)], ['trace', () => trace(rate, seed + 2)]] as const) {
+        for (const [workload, make] of ([['shared-prefix', () => sharedPrefix(rate, seed)], ['trace', () => trace(rate, seed + 2)]] as const).filter(([w]) => workloads.includes(w))) {
           const requests = make();
           for (const mode of MODES) results.push({ fleet, rate, workload, seed, mode, ...runOne(speeds, mode, requests) });
           process.stdout.write(`${fleet} ${rate}/s ${workload}${several ? ` seed ${seed}` : ''} done\n`);
@@ -125,7 +132,7 @@ function main(): void {
   if (several) lines.push('', ...summary.map((x) => `${x.fleet} ${x.rate}/s ${x.workload}: TTFT p90 blocks/latency over ${x.draws} seeds min ${x.min.toFixed(2)}x, mean ${x.mean.toFixed(2)}x`));
   const file = resolve(ROOT, 'bench', 'results', args.value('--out') ?? 'latency-routing-virtual.json');
   mkdirSync(dirname(file), { recursive: true });
-  writeFileSync(file, `${JSON.stringify({ bench: 'latency-routing-virtual', fleets: FLEETS, rates: RATES, seeds, requests: REQUESTS, warmupLeftOut: WARM, results, comparisons, ...(several ? { summary } : {}) }, null, 2)}\n`);
+  writeFileSync(file, `${JSON.stringify({ bench: 'latency-routing-virtual', fleets: Object.fromEntries(fleets.map((f) => [f, FLEETS[f as keyof typeof FLEETS]])), rates, seeds, requests: REQUESTS, warmupLeftOut: WARM, results, comparisons, ...(several ? { summary } : {}) }, null, 2)}\n`);
   writeFileSync(file.replace(/\.json$/, '.md'), `# bench/latency-routing-virtual.ts (virtual time)\n\n${text}\n\n${lines.join('\n')}\n`);
   process.stdout.write(`\n${text}\n\n${lines.join('\n')}\nwrote ${file}\n`);
 }

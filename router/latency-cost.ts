@@ -76,6 +76,14 @@ export interface LatencyPrediction {
   itlRatio: number;
   /** Over an SLA target (ineligible while another worker is within target). */
   overTarget: boolean;
+  /**
+   * What the request would cost on an idle worker of the model's nominal speed (uncalibrated
+   * ms, TTFT + weighted ITL impact): `idleMs` with the prefix this worker holds, `coldMs` with
+   * nothing held. `cost − idleMs` is the worker's load as prefix affinity reads it (its queue,
+   * its streams and its measured slowness), `coldMs − idleMs` the prefill its prefix saves.
+   */
+  idleMs: number;
+  coldMs: number;
 }
 
 interface Pending {
@@ -137,7 +145,21 @@ export class LatencyCost {
     const itlImpactMs = cal.itlRatio * est.itlImpactMs;
     const { ttftTargetMs, itlTargetMs } = this.config;
     const overTarget = (itlTargetMs !== undefined && itlMs > itlTargetMs) || (ttftTargetMs !== undefined && ttftMs > ttftTargetMs);
-    const prediction: LatencyPrediction = { ttftMs, itlMs, itlImpactMs, kvWaitMs, queuedTokens: worker.queuedPrefillTokens, ttftRatio: cal.ttftRatio, itlRatio: cal.itlRatio, overTarget };
+    const idleWorker: WorkerLatencyView = { queuedPrefillTokens: 0, runningSequences: 0, kvUsage: 0, ...(worker.totalBlocks !== undefined ? { totalBlocks: worker.totalBlocks, usedBlocks: 0 } : {}) };
+    const idle = estimateLatency(this.config.perfModel, idleWorker, req, this.estimator);
+    const cold = estimateLatency(this.config.perfModel, idleWorker, { promptTokens: req.promptTokens, cachedTokens: 0 }, this.estimator);
+    const prediction: LatencyPrediction = {
+      ttftMs,
+      itlMs,
+      itlImpactMs,
+      kvWaitMs,
+      queuedTokens: worker.queuedPrefillTokens,
+      ttftRatio: cal.ttftRatio,
+      itlRatio: cal.itlRatio,
+      overTarget,
+      idleMs: idle.ttftMs + this.config.itlWeight * idle.itlImpactMs,
+      coldMs: cold.ttftMs + this.config.itlWeight * cold.itlImpactMs,
+    };
     row.cost = ttftMs + (KV_WAIT_PESSIMISM - 1) * kvWaitMs + this.config.itlWeight * itlImpactMs;
     row.latency = prediction;
     return prediction;

@@ -62,8 +62,9 @@ export interface PrefixAffinityPolicy {
   /** A holder of at least this share of the prompt keeps it without KV room (waits there); absent = always needs room. */
   waitShare?: number;
   /**
-   * What load is: `blocks` (default), active + pending prefill blocks; `cost`, the row's cost
-   * (the latency cost's calibrated milliseconds, which know a slow worker from a fast one).
+   * What load is: `blocks` (default), active + pending prefill blocks; `cost`, the latency
+   * cost's calibrated milliseconds over what the request would cost on an idle nominal worker
+   * (which know a slow worker from a fast one; see `holderLimit`).
    */
   load?: 'blocks' | 'cost';
 }
@@ -116,14 +117,38 @@ export function affinityPool(pool: readonly number[], rows: readonly CostRow[], 
   }
   // Nobody holds it, or everybody does: nothing to prefer.
   if (others === 0 || others === pool.length) return pool;
-  const limit = policy.maxLoadRatio * (load / others);
+  const mean = load / others;
   const sticky = pool.filter((i) => {
     const r = rows[i]!;
-    return r.prefixHolder === true && (saturated || r.waitsForRoom === true || (r.kvRoomBlocks !== undefined && r.kvRoomBlocks >= 0)) && loadOf(r, policy) <= limit;
+    return r.prefixHolder === true && (saturated || r.waitsForRoom === true || (r.kvRoomBlocks !== undefined && r.kvRoomBlocks >= 0)) && loadOf(r, policy) <= holderLimit(r, mean, policy);
   });
   return sticky.length > 0 ? sticky : pool;
 }
 
+/**
+ * The most load a holder may carry and keep the request. Blocks: `maxLoadRatio` × the others'
+ * mean load. Latency (ms over an idle nominal worker): the same, plus the prefill its prefix
+ * saves, plus (`maxLoadRatio` − 1) × the others' mean load capped at the cold request's cost.
+ * In the holder's cost that reads
+ *
+ *   cost(holder) ≤ cold + r·L + (r − 1)·min(L, cold)      L = the others' mean load, r = maxLoadRatio
+ *
+ * so with the others idle (L = 0) a holder keeps the request only where it costs no more than
+ * an idle worker computing the whole prompt, which the cost would choose anyway; from L ≥ cold
+ * on it is r × the others' mean cost (cold + L), the bound the latency cost used alone before.
+ * Why: that fixed bound let a busy holder keep requests an idle worker would have started at
+ * once (bench/latency-routing-virtual.ts, homogeneous fleet, 10/s trace: 164 of 350 requests
+ * on a holder the cost ranked second, TTFT p50 0.85× and p90 0.95× of the block cost's over
+ * fifteen seeds); a bound that was tighter at every load spread the hot prefixes at 30–40/s
+ * shared-prefix and the pools thrashed. docs/router.md has the tables.
+ */
+function holderLimit(row: CostRow, othersMeanLoad: number, policy: PrefixAffinityPolicy): number {
+  const p = row.latency;
+  if (policy.load !== 'cost' || p === undefined) return policy.maxLoadRatio * othersMeanLoad;
+  return policy.maxLoadRatio * othersMeanLoad + (p.coldMs - p.idleMs) + (policy.maxLoadRatio - 1) * Math.min(othersMeanLoad, p.coldMs);
+}
+
 function loadOf(row: CostRow, policy: PrefixAffinityPolicy): number {
-  return policy.load === 'cost' ? row.cost : row.activeDecodeBlocks + row.pendingPrefillBlocks;
+  if (policy.load !== 'cost') return row.activeDecodeBlocks + row.pendingPrefillBlocks;
+  return row.latency !== undefined ? Math.max(0, row.cost - row.latency.idleMs) : row.cost;
 }

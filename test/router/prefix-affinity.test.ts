@@ -79,6 +79,43 @@ describe('prefix affinity, worked example (100-block prompt, share 0.3, 400-bloc
   });
 });
 
+describe('prefix affinity under the latency cost: the bound grows from "no worse than an idle cold worker" to 1.5× the others\' mean cost', () => {
+  // A 72-block prompt; A holds 48 blocks (67%). On an idle nominal worker the request costs
+  // 30 ms with A's prefix (idleMs) and 42 ms with nothing held (coldMs): A's prefix saves 12.
+  const latency = (idleMs: number, coldMs: number) => ({ ttftMs: 0, itlMs: 0, itlImpactMs: 0, kvWaitMs: 0, queuedTokens: 0, ttftRatio: 1, itlRatio: 1, overTarget: false, idleMs, coldMs });
+  const policy = { ...DEFAULT_PREFIX_AFFINITY, maxLoadRatio: 1.5, load: 'cost' as const };
+  const rows = (aCost: number, othersLoad: number) => [
+    row('A', { cachedBlocks: 48, cost: aCost, latency: latency(30, 42) }),
+    row('B', { cost: 42 + othersLoad, latency: latency(42, 42) }),
+    row('C', { cost: 42 + othersLoad, latency: latency(42, 42) }),
+  ];
+  const pool = (aCost: number, othersLoad: number) => {
+    const r = rows(aCost, othersLoad);
+    markHolders(r, [{ totalBlocks: 1024, usedBlocks: 100 }, { totalBlocks: 1024, usedBlocks: 0 }, { totalBlocks: 1024, usedBlocks: 0 }], 72, policy);
+    return affinityPool([0, 1, 2], r, policy);
+  };
+
+  it('others idle (load 0): A busy at 48 ms (load 18 > saved 12) is left to the cost, which starts the request on an idle worker', () => {
+    expect(pool(48, 0)).toEqual([0, 1, 2]);
+    // The bound before (1.5 × the others' mean cost 42 = 63) kept it on A.
+    expect(48).toBeLessThanOrEqual(1.5 * 42);
+  });
+
+  it('others idle: A at 42 ms (no worse than an idle cold worker) keeps it', () => {
+    expect(pool(42, 0)).toEqual([0]);
+  });
+
+  it('others at load 20: A keeps it up to 42 + 1.5·20 + 0.5·20 = 82 ms', () => {
+    expect(pool(82, 20)).toEqual([0]);
+    expect(pool(82.5, 20)).toEqual([0, 1, 2]);
+  });
+
+  it('others at load 60 ≥ cold: the bound is 1.5 × their mean cost (42 + 60) = 153 ms, as before', () => {
+    expect(pool(153, 60)).toEqual([0]);
+    expect(pool(153.5, 60)).toEqual([0, 1, 2]);
+  });
+});
+
 /** A router that knows `holder` keeps `prompt`'s blocks in its host tier (medium 'cpu' events). */
 function routerWithHostHolder(prompt: number[], holder: string, others: string[]): KvRouter {
   const router = new KvRouter({ blockSize: BS });
