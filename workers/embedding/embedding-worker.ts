@@ -13,7 +13,7 @@ import type { EmbeddingCapability, EmbeddingPooling, EmbedRequest, EmbedResponse
 import { EMBED_ENDPOINT, EMBEDDING_COMPONENT } from '../../proto/wire.js';
 import { modelKey, type DistributedRuntime, type RequestContext } from '../../runtime/index.js';
 import { TandemError } from '../../runtime/errors.js';
-import { readModelConfig } from '../models/index.js';
+import { ModelFormatError, readModelConfig } from '../models/index.js';
 import { readEmbeddingConfig } from '../models/embedding-config.js';
 import { EmbedBatcher } from './embed-batcher.js';
 import { PolynomialPerfModel } from '../../perf-model/index.js';
@@ -52,6 +52,11 @@ export interface RunningEmbeddingWorker {
 export async function startEmbeddingWorker(runtime: DistributedRuntime, options: EmbeddingWorkerOptions): Promise<RunningEmbeddingWorker> {
   const modelDir = resolve(options.modelDir);
   const config = await readModelConfig(modelDir);
+  // Refused at load, like the engine's other refusals (one line, exit 2): the native engine
+  // cannot pool a mixture of experts (Engine::embed); the mocker, its stand-in, refuses it too.
+  if (config.moe) {
+    throw new ModelFormatError(`--task embed: embeddings from a mixture-of-experts model (${config.architecture}) are not supported`);
+  }
   const st = await readEmbeddingConfig(modelDir);
   const pooling = options.pooling ?? st.pooling ?? 'last';
   const modelName = options.modelName ?? basename(modelDir);

@@ -184,7 +184,7 @@ void CpuBackend::load_weights(const SafetensorsStore& w, const BackendOptions& o
       L.k_norm = to_f32(w, layer_tensor(l, "self_attn.k_norm.weight"), {c.head_dim});
     }
     if (c.moe.is_moe_layer(l)) {
-      L.moe = std::make_unique<cpu::MoeLayerWeights>(cpu::MoeLayerWeights::load(c, w, l));
+      L.moe = std::make_unique<cpu::MoeLayerWeights>(cpu::MoeLayerWeights::load(c, w, l, &pool_, fp8_weight_only_));
       continue;
     }
     L.wgate_up = linear(w, {{layer_tensor(l, "mlp.gate_proj.weight"), {c.intermediate_size, h}},

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "../core/fp8_weights.h"
 #include "../core/model_config.h"
 #include "../core/safetensors.h"
 #include "../core/thread_pool.h"
@@ -13,6 +14,19 @@
 namespace tandem {
 namespace cpu {
 namespace {
+
+/** Views stacked by rows as f32, row-major (rows returned). */
+std::vector<float> stack_f32(const std::vector<const TensorView*>& parts, int64_t& rows) {
+  rows = 0;
+  for (const TensorView* t : parts) rows += t->shape[0];
+  std::vector<float> values(static_cast<size_t>(rows * parts.front()->shape[1]));
+  size_t at = 0;
+  for (const TensorView* t : parts) {
+    convert_to_f32(*t, values.data() + at);
+    at += t->num_elements();
+  }
+  return values;
+}
 
 /** Views stacked by rows into one WeightMatrix, keeping bf16 when every part is bf16 (as WeightMatrix::load). */
 WeightMatrix stack(const std::vector<const TensorView*>& parts) {
@@ -32,29 +46,43 @@ WeightMatrix stack(const std::vector<const TensorView*>& parts) {
     }
     return WeightMatrix::from_bf16(std::move(bits), rows, cols);
   }
-  std::vector<float> values(static_cast<size_t>(rows * cols));
-  size_t at = 0;
-  for (const TensorView* t : parts) {
-    convert_to_f32(*t, values.data() + at);
-    at += t->num_elements();
-  }
+  std::vector<float> values = stack_f32(parts, rows);
   return WeightMatrix::from_f32(std::move(values), rows, cols);
 }
 
-ExpertMlp expert_mlp(const ExpertViews& v) { return {stack({v.gate, v.up}), stack({v.down})}; }
+/**
+ * An expert's (stacked) linear weight. Under `--quantization fp8` it is quantized at load exactly
+ * as a dense linear layer is (fp8_weights.h quantize_per_row: e4m3 per row, dynamic per-token
+ * activations; W8A16 with --fp8-compute w8a16); otherwise it keeps the checkpoint's precision.
+ */
+WeightMatrix expert_linear(const std::vector<const TensorView*>& parts, const MoeLoadOptions& o) {
+  const QuantConfig& q = o.config->quant;
+  if (q.method != QuantMethod::kOnLoad || q.dequantize) return stack(parts);
+  int64_t rows = 0;
+  const std::vector<float> values = stack_f32(parts, rows);
+  WeightMatrix m = WeightMatrix::from_fp8(quantize_per_row(values.data(), rows, parts.front()->shape[1], o.pool));
+  if (o.fp8_weight_only) m.set_weight_only();
+  return m;
+}
+
+ExpertMlp expert_mlp(const ExpertViews& v, const MoeLoadOptions& o) {
+  return {expert_linear({v.gate, v.up}, o), expert_linear({v.down}, o)};
+}
 
 float sigmoid(float v) { return 1.0f / (1.0f + std::exp(-v)); }
 
 }  // namespace
 
-MoeLayerWeights MoeLayerWeights::load(const ModelConfig& c, const SafetensorsStore& w, int64_t layer) {
+MoeLayerWeights MoeLayerWeights::load(const ModelConfig& c, const SafetensorsStore& w, int64_t layer, ThreadPool* pool,
+                                      bool fp8_weight_only) {
   const MoeLayerTensors t(c, w, layer);
+  const MoeLoadOptions o{&c, pool, fp8_weight_only};
   MoeLayerWeights out;
   out.router = stack({&t.router()});
   out.experts.reserve(static_cast<size_t>(c.moe.num_experts));
-  for (int64_t e = 0; e < c.moe.num_experts; ++e) out.experts.push_back(expert_mlp(t.expert(e)));
+  for (int64_t e = 0; e < c.moe.num_experts; ++e) out.experts.push_back(expert_mlp(t.expert(e), o));
   if (t.shared_gate() != nullptr) {
-    out.shared = expert_mlp(t.shared());
+    out.shared = expert_mlp(t.shared(), o);
     out.shared_gate = stack({t.shared_gate()});
   }
   return out;

@@ -30,13 +30,25 @@ struct ExpertMlp {
   WeightMatrix down;
 };
 
-/** One sparse layer's weights in the CPU backend's format (weight_matrix.h). */
+/** How MoeLayerWeights::load treats the experts' linear weights (the router stays unquantized). */
+struct MoeLoadOptions {
+  const ModelConfig* config = nullptr;
+  ThreadPool* pool = nullptr;   // spreads quantization at load over its threads (optional)
+  bool fp8_weight_only = false; // --fp8-compute w8a16
+};
+
+/**
+ * One sparse layer's weights in the CPU backend's format (weight_matrix.h). Under `--quantization
+ * fp8` every expert's gate/up and down (and the shared expert's) are quantized at load like the
+ * dense linear layers; the router and the shared expert's gate keep the checkpoint's precision.
+ */
 struct MoeLayerWeights {
   WeightMatrix router;  // [num_experts][hidden]
   std::vector<ExpertMlp> experts;
   ExpertMlp shared;          // Qwen2-MoE shared expert; empty otherwise
   WeightMatrix shared_gate;  // [1][hidden]; empty without a shared expert
-  static MoeLayerWeights load(const ModelConfig& c, const SafetensorsStore& w, int64_t layer);
+  static MoeLayerWeights load(const ModelConfig& c, const SafetensorsStore& w, int64_t layer, ThreadPool* pool = nullptr,
+                              bool fp8_weight_only = false);
 };
 
 /** The scratch torch.topk's CPU kernel sorts: (value, index) pairs in index order. */

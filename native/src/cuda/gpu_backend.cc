@@ -61,6 +61,12 @@ void GpuBackend::check_supported(const ModelConfig& c, const std::string& device
     if (c.moe.expert_intermediate % 8 != 0 || c.moe.shared_intermediate % 8 != 0) {
       refuse("the expert width (moe_intermediate_size) and shared_expert_intermediate_size must be multiples of 8");
     }
+    // The MoE kernels read bf16 experts: quantizing only the dense layers would serve a model
+    // that is neither the bf16 one nor the FP8 one the CPU backend computes.
+    if (c.quant.method == QuantMethod::kOnLoad) {
+      refuse("--quantization fp8 on a mixture-of-experts model is not supported here (the MoE kernels take bf16 "
+             "experts only; FP8 experts run on --device cpu)");
+    }
   }
   const int64_t group = c.num_heads / c.num_kv_heads;
   if (gpu::attention_tile_tokens(static_cast<int>(group), static_cast<int>(c.head_dim)) < 1) {
