@@ -34,7 +34,10 @@ export interface SpeculatorConfig {
   };
   /** Gain in tokens per millisecond that speculation must promise over plain decoding; default 0.05. */
   margin?: number;
-  /** A sequence kept off verifies one draft after this many steps (its estimate may recover); default 16. */
+  /**
+   * A sequence kept off verifies one draft after this many steps (its estimate may recover), and
+   * the worker probes in at most one step of this many; default 16.
+   */
   probeInterval?: number;
   acceptance?: AcceptanceOptions;
 }
@@ -48,6 +51,8 @@ export class Speculator {
   private readonly probeInterval: number;
   private offers: DraftOffer[] = [];
   private probs: Float64Array[] = [];
+  /** Steps planned since the last one that probed. */
+  private stepsSinceProbe: number;
 
   constructor(config: SpeculatorConfig) {
     if (!Number.isInteger(config.maxDraftTokens) || config.maxDraftTokens < 1) throw new RangeError('maxDraftTokens must be a positive integer');
@@ -55,6 +60,7 @@ export class Speculator {
     this.cost = config.cost;
     this.margin = config.margin ?? 0.05;
     this.probeInterval = config.probeInterval ?? 16;
+    this.stepsSinceProbe = this.probeInterval;
     this.acceptance = new AcceptanceModel(config.acceptance ?? ACCEPTANCE_DEFAULTS);
     this.counters = new SpecCounters(config.maxDraftTokens);
   }
@@ -82,8 +88,13 @@ export class Speculator {
     const plan = planDrafts({ offers, baseTokens: n + prefillTokens, numDecodes: n, stepMs: (t) => this.cost.stepMs(t), margin: this.margin });
     // A sequence kept off (drafts on offer, none planned) verifies one now and then, so its
     // estimate can recover and the cost of one more token gets measured: the longest-waiting
-    // first, at most one per 50 decodes in a step (a probe costs at most one extra token).
-    let probes = Math.max(1, Math.floor(n / 50));
+    // first, at most one per 50 decodes in a step, and in at most one step of `probeInterval`.
+    // Why the worker-wide spacing: a step with a verifying sequence costs more than its one
+    // extra token (CPU, tiny model, batch 64: +6% for one draft), and with every sequence due
+    // every 16 steps a large batch probed in every step, a constant tax on a workload whose
+    // drafts never pay (bench/speculative-bench.ts, reject case).
+    this.stepsSinceProbe++;
+    let probes = this.stepsSinceProbe >= this.probeInterval ? Math.max(1, Math.floor(n / 50)) : 0;
     while (probes-- > 0) {
       let pick = -1;
       for (let i = 0; i < n; i++) {
@@ -92,6 +103,7 @@ export class Speculator {
       }
       if (pick < 0) break;
       plan.lengths[pick] = 1;
+      this.stepsSinceProbe = 0;
     }
     return plan.lengths;
   }

@@ -3,7 +3,7 @@
  * with the worked example of its file's header: the arithmetic is in the test names.
  */
 import { describe, expect, it } from 'vitest';
-import { AcceptanceModel, MeasuredStepCost, PerfModelStepCost, draftsCanPay, planDrafts, type DraftOffer } from '../../../workers/speculative/index.js';
+import { AcceptanceModel, MeasuredStepCost, PerfModelStepCost, Speculator, draftsCanPay, planDrafts, type DraftOffer, type DraftingSequence } from '../../../workers/speculative/index.js';
 import { PolynomialPerfModel } from '../../../perf-model/index.js';
 
 /** T(t) = 10 + 0.5 (t - 1) ms. */
@@ -53,6 +53,32 @@ describe('planDrafts', () => {
   it('draftsCanPay: at batch 1 perfect drafts pay; where every token costs the same (T = t) nothing can', () => {
     expect(draftsCanPay(1, 1, 4, linear, 0.05)).toBe(true);
     expect(draftsCanPay(64, 64, 4, (t) => t, 0.05)).toBe(false);
+  });
+});
+
+describe('Speculator probes', () => {
+  // Every token costs the same (T = t): no draft can pay, so every sequence is kept off and
+  // only probes verify. 64 sequences, each due after 16 steps without a verify.
+  const kept = (): DraftingSequence => ({ draftTokens: Int32Array.of(1, 2, 3, 4), draftScores: undefined, numDraftTokensJudged: 0, numDraftTokensAccepted: 0, draftExpected: 0, numStepsSinceVerify: 0 });
+  const run = (n: number, steps: number) => {
+    const spec = new Speculator({ maxDraftTokens: 4, cost: { stepMs: (t: number) => t } });
+    const seqs = Array.from({ length: n }, kept);
+    const caps = new Int32Array(n).fill(4);
+    const probeSteps: number[] = [];
+    for (let step = 0; step < steps; step++) {
+      const lengths = spec.plan(seqs, caps, 0, 0.1);
+      if (lengths.some((k) => k > 0)) probeSteps.push(step);
+      seqs.forEach((q, i) => spec.record(q, lengths[i]!, 0));
+    }
+    return probeSteps;
+  };
+
+  it('batch 64: the worker probes in at most one step of 16 (steps 16, 32, 48 of 64), not in every step once all are due', () => {
+    expect(run(64, 64)).toEqual([16, 32, 48]);
+  });
+
+  it('batch 1: the one sequence still verifies one draft every 16 steps', () => {
+    expect(run(1, 64)).toEqual([16, 33, 50]);
   });
 });
 
