@@ -640,7 +640,8 @@ void test_moe_errors(const std::string& root) {
   in.tokens = {1, 2, 3};
   in.lengths = {3};
   expect_error("embeddings from a MoE model", "unavailable", [&] { e->embed(in); });
-  expect_error("a LoRA adapter on a MoE model", "unavailable", [&] { e->backend().set_lora(0, std::make_shared<LoraAdapter>()); });
+  expect_error("a LoRA adapter on a MoE model", "invalid_argument", [&] { e->backend().set_lora(0, std::make_shared<LoraAdapter>()); });
+  CHECK(!e->supports_lora(), "a MoE model must not claim LoRA support (its card says supportsLora)");
 }
 
 // Goldens: greedy tokens and first-step logits from scripts/goldens/make_goldens.py.

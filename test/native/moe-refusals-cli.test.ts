@@ -7,6 +7,9 @@
  *  - `--quantization fp8` on a MoE model on the CUDA backend (`--device simt`: its code on the
  *    host): the MoE kernels take bf16 experts only (the CPU backend quantizes the experts:
  *    fp8-moe-engine.test.ts).
+ *  - `--lora` on a MoE model (adapters on experts are out of scope): before, the CPU backend's
+ *    card claimed adapters and the refusal came as `unavailable`, exit 4
+ *    (test/lora/lora-moe-worker.test.ts: a run-time load is 400).
  * Spawns the built CLI (`npx tsc -b` and the native addon first).
  */
 import { mkdtemp, rm } from 'node:fs/promises';
@@ -14,7 +17,8 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { EXIT_CODES } from '../../runtime/exit-codes.js';
-import { makeTinyModel } from '../../workers/models/index.js';
+import { makeTinyLora } from '../../workers/lora/index.js';
+import { TINY_DIMS, makeTinyModel } from '../../workers/models/index.js';
 import { spawnCli } from '../harness/processes.js';
 
 const STACK_FRAME = /^\s+at /m;
@@ -61,6 +65,14 @@ describe('mixture-of-experts refusals at load: one line naming the reason, exit 
       );
     }, 60_000);
   }
+
+  it('--lora on a MoE model (--device cpu)', async () => {
+    const adapter = await makeTinyLora({ dims: TINY_DIMS.qwen3_moe, outDir: join(dir, 'sql'), rank: 4 });
+    expectOneLineRefusal(
+      await worker(['--engine', 'native', '--device', 'cpu', '--num-gpu-blocks', '8', '--lora', `sql=${adapter}`]),
+      /LoRA adapters on a mixture-of-experts model \(Qwen3MoeForCausalLM\) are not supported: adapters on experts are out of scope/,
+    );
+  }, 60_000);
 
   it('--quantization fp8 on a MoE model on the CUDA backend (--device simt)', async () => {
     expectOneLineRefusal(

@@ -38,6 +38,11 @@ Napi::Value EngineHandle::loadLora(const Napi::CallbackInfo& info) {
     }
     if (!found) throw make_error(env, "invalid_argument", "loadLora: unsupported target module '" + m + "'");
   }
+  if (engine->config().moe.enabled()) {
+    // The model, not the backend, refuses: the caller's input, as the CPU backend's set_lora says.
+    throw make_error(env, "invalid_argument", "LoRA adapters on a mixture-of-experts model (" + engine->config().architecture +
+                                                  ") are not supported: adapters on experts are out of scope");
+  }
   if (!engine->supports_lora()) {
     throw make_error(env, "unavailable", std::string("backend '") + engine->backend_name() + "' has no LoRA kernels");
   }

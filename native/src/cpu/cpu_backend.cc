@@ -112,7 +112,7 @@ std::string CpuBackend::description() const {
 void CpuBackend::set_lora(int32_t slot, std::shared_ptr<const LoraAdapter> adapter) {
   if (slot < 0) throw NativeError(ErrorCode::kInvalidArgument, "lora slot must be >= 0");
   if (adapter != nullptr && config_.moe.enabled()) {
-    throw NativeError(ErrorCode::kUnavailable, "LoRA adapters on a mixture-of-experts model (" + config_.architecture +
+    throw NativeError(ErrorCode::kInvalidArgument, "LoRA adapters on a mixture-of-experts model (" + config_.architecture +
                                                    ") are not supported: adapters on experts are out of scope");
   }
   if (static_cast<size_t>(slot) >= loras_.size()) loras_.resize(static_cast<size_t>(slot) + 1);

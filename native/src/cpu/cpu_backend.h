@@ -32,7 +32,9 @@ class CpuBackend final : public Backend {
   void kv_write_blocks(const int32_t* ids, int32_t n, const void* src, const KvLayout& src_layout, int64_t src_blocks, int l0,
                        int l1, int64_t src_first) override;
   const int64_t* layer_progress() const override { return progress_; }
-  bool supports_lora() const override { return true; }
+  // No adapters on a mixture of experts (adapters on experts are out of scope): the model card says
+  // so, and the frontend answers a load with 400 instead of calling a worker that would refuse.
+  bool supports_lora() const override { return !config_.moe.enabled(); }
   void set_lora(int32_t slot, std::shared_ptr<const LoraAdapter> adapter) override;
 
  private:
