@@ -37,10 +37,16 @@ ipc() {
 import json, sys
 out, gpu, files = sys.argv[1], sys.argv[2], sys.argv[3:]
 runs = [json.load(open(f)) for f in files]
-json.dump({"gpu": gpu, "runs": runs, "aim": "gather >= 0.8 x memcpy DtoD at >= 16 blocks"}, open(out, "w"), indent=2)
+# Name what each figure measured: the transports the engine picks between (workers/kv-transfer/),
+# each beside the plain CUDA copy of the same bytes it is judged against.
+transports = {
+    "ipc": {"transport": "cuda-ipc", "path": "the decode process maps the prefill's pool (cudaIpcOpenMemHandle) and gathers blocks with the KV copy kernel", "baseline": "one cudaMemcpyDtoD of the same bytes"},
+    "staged": {"transport": "staged", "path": "gather into pinned host memory on one side, scatter from it on the other (the UCX / host path's device ends)", "baseline": "cudaMemcpy D2H and H2D of the same bytes"},
+}
+json.dump({"gpu": gpu, "transports": transports, "runs": runs, "aim": "gather >= 0.8 x memcpy DtoD at >= 16 blocks"}, open(out, "w"), indent=2)
 for r in runs:
     for row in r["ipc"]:
-        print(f'{r["shape"]:5} {row["blocks"]:4} blocks: {row["gather_gbps"]:.1f} GB/s, {row["ratio"]:.2f} x memcpy, bytes equal: {row["bytes_equal"]}')
+        print(f'cuda-ipc {r["shape"]:5} {row["blocks"]:4} blocks: {row["gather_gbps"]:.1f} GB/s, {row["ratio"]:.2f} x memcpy DtoD, bytes equal: {row["bytes_equal"]}')
 sys.exit(0 if all(r["bytes_equal"] for r in runs) else 1)
 PY
   return $rc
