@@ -90,9 +90,10 @@ export class Speculator {
     // estimate can recover and the cost of one more token gets measured: the longest-waiting
     // first, at most one per 50 decodes in a step, and in at most one step of `probeInterval`.
     // Why the worker-wide spacing: a step with a verifying sequence costs more than its one
-    // extra token (CPU, tiny model, batch 64: +6% for one draft), and with every sequence due
-    // every 16 steps a large batch probed in every step, a constant tax on a workload whose
-    // drafts never pay (bench/speculative-bench.ts, reject case).
+    // extra token (CPU, tiny model, batch 64: +4.7% and +6.4% in two runs for one draft, where
+    // the token alone is +1.6%), and with every sequence due every 16 steps a large batch
+    // probed in every step, a constant tax on a workload whose drafts never pay
+    // (bench/speculative-bench.ts, reject case).
     this.stepsSinceProbe++;
     let probes = this.stepsSinceProbe >= this.probeInterval ? Math.max(1, Math.floor(n / 50)) : 0;
     while (probes-- > 0) {
