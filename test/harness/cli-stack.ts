@@ -9,9 +9,10 @@
  * The suites build on it: test/e2e/cluster.ts (mocker workers), test/disagg-e2e/cluster.ts
  * (prefill/decode pools), and single-stack tests such as test/bench/against-stack.test.ts.
  */
-import { mkdtemp, rm } from 'node:fs/promises';
+import { mkdtemp, readdir, readFile, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import type { ModelCard } from '../../proto/model-card.js';
 import type { WorkerRole } from '../../proto/wire.js';
 import { makeTinyModel, type MakeTinyModelOptions } from '../../workers/models/index.js';
 import { pollUntil } from './http.js';
@@ -126,6 +127,15 @@ export class CliStack {
   /** Workers whose process has not exited. */
   live(): CliWorker[] {
     return this.workers.filter((w) => w.proc.running);
+  }
+
+  /** A worker's model card as file discovery stores it (one envelope per key, `{key, value, ...}`); throws when it has none. */
+  async cardOf(worker: CliWorker): Promise<ModelCard> {
+    const dir = join(this.dir, 'discovery');
+    for (const name of await readdir(dir)) {
+      if (decodeURIComponent(name).startsWith(`v1/models/tandem/${this.model}/${worker.instanceId}`)) return (JSON.parse(await readFile(join(dir, name), 'utf8')) as { value: ModelCard }).value;
+    }
+    throw new Error(`no card for ${worker.instanceId}`);
   }
 
   async kill9(worker: CliWorker): Promise<void> {

@@ -6,7 +6,6 @@
  * only such workers answers a load with 400 naming why. On a GPU the same holds for `--device
  * cuda`; scripts/device/serve-check.mjs checks the refusal there.
  */
-import { readdir, readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import OpenAI from 'openai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -22,15 +21,6 @@ async function requests(w: CliWorker): Promise<number> {
   return metricValue(await scrape(w.statusUrl), 'tandem_worker_requests_total') ?? 0;
 }
 
-/** A worker's model card as file discovery stores it: one envelope per key, `{key, value, ...}`. */
-async function cardOf(stack: CliStack, w: CliWorker): Promise<{ supportsLora?: boolean; loras?: Array<{ name: string }> }> {
-  const dir = join(stack.dir, 'discovery');
-  for (const name of await readdir(dir)) {
-    const key = decodeURIComponent(name);
-    if (key.startsWith(`v1/models/tandem/${stack.model}/${w.instanceId}`)) return (JSON.parse(await readFile(join(dir, name), 'utf8')) as { value: { supportsLora?: boolean } }).value;
-  }
-  throw new Error(`no card for ${w.instanceId}`);
-}
 
 describe.skipIf(!isNativeBuilt())('a worker whose engine refuses adapters (--device simt, the CUDA backend on the host)', () => {
   let stack: CliStack;
@@ -51,13 +41,13 @@ describe.skipIf(!isNativeBuilt())('a worker whose engine refuses adapters (--dev
   }, 60_000);
 
   it('its card says so; a load skips it; adapter requests go only to the CPU worker, base requests to both', async () => {
-    expect((await cardOf(stack, gpu)).supportsLora).toBe(false);
-    expect((await cardOf(stack, cpu)).supportsLora).toBe(true);
+    expect((await stack.cardOf(gpu)).supportsLora).toBe(false);
+    expect((await stack.cardOf(cpu)).supportsLora).toBe(true);
     const client = new OpenAI({ baseURL: `${stack.url}/v1`, apiKey: 'unused', maxRetries: 0 });
     const loaded = await fetch(`${stack.url}/v1/load_lora_adapter`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ lora_name: 'sql', lora_path: adapter }) });
     expect(loaded.status).toBe(200);
     expect(gpu.proc.output()).not.toContain('LoRA adapter load started');
-    expect((await cardOf(stack, cpu)).loras?.map((l) => l.name)).toEqual(['sql']);
+    expect((await stack.cardOf(cpu)).loras?.map((l) => l.name)).toEqual(['sql']);
     const before = { gpu: await requests(gpu), cpu: await requests(cpu) };
     for (let i = 0; i < 6; i++) await client.completions.create({ model: 'sql', prompt: `adapter ${i}`, max_tokens: 2 });
     expect((await requests(gpu)) - before.gpu).toBe(0);
@@ -69,7 +59,7 @@ describe.skipIf(!isNativeBuilt())('a worker whose engine refuses adapters (--dev
   it('with only such workers left, a load is refused with 400 naming why', async () => {
     await stack.kill9(cpu);
     // Its card leaves discovery when its lease expires (--lease-ttl 2).
-    await pollUntil('the killed worker\'s card to expire', async () => (await cardOf(stack, cpu).then(() => false, () => true)), 20_000);
+    await pollUntil('the killed worker\'s card to expire', async () => (await stack.cardOf(cpu).then(() => false, () => true)), 20_000);
     await stack.waitForRoutable(1, { timeoutMs: 20_000 });
     const r = await fetch(`${stack.url}/v1/load_lora_adapter`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ lora_name: 'chat', lora_path: adapter }) });
     expect(r.status).toBe(400);

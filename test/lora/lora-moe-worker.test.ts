@@ -6,7 +6,6 @@
  * `unavailable`, and the client got a retryable 503. Real processes of the built CLI. (`--lora`
  * at start: test/native/moe-refusals-cli.test.ts.)
  */
-import { readdir, readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import OpenAI from 'openai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -14,16 +13,6 @@ import { isNativeBuilt } from '../../native/index.js';
 import { TINY_DIMS } from '../../workers/models/index.js';
 import { makeTinyLora } from '../../workers/lora/index.js';
 import { CliStack, type CliWorker } from '../harness/cli-stack.js';
-
-/** A worker's model card as file discovery stores it. */
-async function cardOf(stack: CliStack, w: CliWorker): Promise<{ supportsLora?: boolean }> {
-  const dir = join(stack.dir, 'discovery');
-  for (const name of await readdir(dir)) {
-    const key = decodeURIComponent(name);
-    if (key.startsWith(`v1/models/tandem/${stack.model}/${w.instanceId}`)) return (JSON.parse(await readFile(join(dir, name), 'utf8')) as { value: { supportsLora?: boolean } }).value;
-  }
-  throw new Error(`no card for ${w.instanceId}`);
-}
 
 describe.skipIf(!isNativeBuilt())('a CPU worker serving a mixture-of-experts model', () => {
   let stack: CliStack;
@@ -42,7 +31,7 @@ describe.skipIf(!isNativeBuilt())('a CPU worker serving a mixture-of-experts mod
   }, 60_000);
 
   it('says on its card that it takes no adapters; a load is 400 naming why, and base requests are served', async () => {
-    expect((await cardOf(stack, worker)).supportsLora).toBe(false);
+    expect((await stack.cardOf(worker)).supportsLora).toBe(false);
     const r = await fetch(`${stack.url}/v1/load_lora_adapter`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ lora_name: 'sql', lora_path: adapter }) });
     expect(r.status).toBe(400);
     expect(((await r.json()) as { error: { message: string } }).error.message).toMatch(/runs LoRA adapters/);
