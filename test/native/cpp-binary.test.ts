@@ -76,7 +76,7 @@ it('the GPU backend on FP8 checkpoints (SIMT harness) agrees with the CPU backen
 it('the engine checks pass on the GPU backend (SIMT harness), decode graphs equal eager steps, and every golden fixture holds at the bf16 tolerance', async () => {
   const env = { ...process.env, TANDEM_TEST_DEVICE: 'simt' };
   // The whole suite once (a minute on simt), then the other fixtures alone.
-  for (const [i, label] of ['llama-f32', 'qwen2-f32', 'qwen3-f32', 'llama-bf16', 'qwen2-moe-f32'].entries()) {
+  for (const [i, label] of ['llama-f32', 'qwen2-f32', 'qwen3-f32', 'llama-bf16', 'qwen2-moe-f32', 'qwen3-moe-f32', 'mixtral-bf16', 'mixtral-f32', 'qwen3-yarn-f32'].entries()) {
     const { model, fixture } = await fixtureModel(label);
     const { stdout } = await run(BINARY, [i === 0 ? '--golden' : '--golden-only', model, fixture], { env, maxBuffer: 1 << 24 });
     if (i === 0) {
