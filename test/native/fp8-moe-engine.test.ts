@@ -7,13 +7,18 @@
  *    unquantized: so the experts the engine computes are the quantized ones. With the experts
  *    left bf16 (the bug this guards) the logits differ by percents, not 1e-5.
  *  - W8A8 stays within fp8-engine.test.ts's bound of the unquantized model.
+ * FP8 *checkpoints* of a mixture of experts (make-tiny --quantize: the experts' and shared expert's
+ * projections e4m3 with their scales, the router and shared-expert gate left bf16) load on the CPU
+ * backend through the dense layers' FP8 loader, and compute what the checkpoint means: W8A16 and
+ * `--quantization none` equal an f32 copy with every FP8 weight dequantized here (e4m3 x scale),
+ * within fp8-engine.test.ts's bound for the same compute mode (1e-5), and W8A8 stays within its 0.2.
  */
 import { cp, readFile, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createNativeEngine, type NativeEngine } from '../../workers/engines/native/index.js';
 import { makeTinyModel } from '../../workers/models/index.js';
-import { e4m3ToF32, isQuantizedLinear, quantizeWeight } from '../../workers/models/fp8.js';
+import { e4m3ToF32, isQuantizedLinear, quantizeWeight, TINY_FP8_BLOCK, type Fp8Format } from '../../workers/models/fp8.js';
 import { encodeSafetensors, SafetensorsFile, type TensorData } from '../../workers/models/safetensors.js';
 import { blocks, seq, tokens, withTempDir } from './helpers.js';
 
@@ -91,6 +96,96 @@ describe('--quantization fp8 on a mixture of experts (native CPU engine)', () =>
         expect(relL2(await logitsOf(bf16), reference)).toBeGreaterThan(1e-3);
       } finally {
         await Promise.all([w8a16.close(), w8a8.close(), ref.close(), bf16.close()]);
+      }
+    });
+  }
+});
+
+/**
+ * A copy of the FP8 checkpoint `from` with every F8_E4M3 weight dequantized to f32 (e4m3 x its
+ * scale, as the checkpoint's format defines it), the scale tensors dropped and config.json's
+ * quantization_config removed: the model the checkpoint means, read without any FP8 code.
+ */
+async function dequantizedCopy(from: string, to: string, format: Fp8Format): Promise<{ experts: number; total: number }> {
+  await cp(from, to, { recursive: true });
+  const file = SafetensorsFile.fromBytes(await readFile(join(from, 'model.safetensors')));
+  const isScale = (n: string) => /\.weight_scale(_inv)?$/.test(n);
+  let experts = 0;
+  let total = 0;
+  const out: TensorData[] = [];
+  for (const name of file.names) {
+    const info = file.info(name);
+    if (isScale(name)) continue;
+    if (info.dtype !== 'F8_E4M3') {
+      out.push({ name, dtype: info.dtype, shape: info.shape, data: file.raw(name) });
+      continue;
+    }
+    total++;
+    if (name.includes('.experts.') || name.includes('.shared_expert.')) experts++;
+    const [rows, cols] = info.shape as [number, number];
+    const module = name.replace(/\.weight$/, '');
+    const scaleName = format === 'fp8-block' ? `${module}.weight_scale_inv` : `${module}.weight_scale`;
+    const scales = file.float32(scaleName);
+    const bn = format === 'fp8-block' ? TINY_FP8_BLOCK : format === 'fp8-channel' ? 1 : rows;
+    const bk = format === 'fp8-block' ? TINY_FP8_BLOCK : cols;
+    const kb = Math.ceil(cols / bk);
+    const q = file.raw(name);
+    const values = new Float32Array(rows * cols);
+    for (let r = 0; r < rows; r++) {
+      for (let c = 0; c < cols; c++) {
+        values[r * cols + c] = Math.fround(e4m3ToF32(q[r * cols + c]!) * scales[Math.floor(r / bn) * kb + Math.floor(c / bk)]!);
+      }
+    }
+    out.push({ name, dtype: 'F32', shape: [rows, cols], data: new Uint8Array(values.buffer) });
+  }
+  await writeFile(join(to, 'model.safetensors'), encodeSafetensors(out));
+  const config = JSON.parse(await readFile(join(to, 'config.json'), 'utf8')) as Record<string, unknown>;
+  delete config.quantization_config;
+  await writeFile(join(to, 'config.json'), JSON.stringify(config, null, 2));
+  return { experts, total };
+}
+
+describe('FP8 checkpoints of a mixture of experts (native CPU engine)', () => {
+  let tmp: Awaited<ReturnType<typeof withTempDir>>;
+
+  beforeAll(async () => {
+    tmp = await withTempDir();
+  });
+  afterAll(async () => {
+    await tmp.cleanup();
+  });
+
+  const cases: [arch: 'qwen3_moe' | 'qwen2_moe' | 'mixtral', format: Fp8Format, describes: string][] = [
+    ['qwen3_moe', 'fp8-block', `fp8 weights per ${TINY_FP8_BLOCK}x${TINY_FP8_BLOCK} block, activations dynamic per token and ${TINY_FP8_BLOCK}-column group`],
+    ['qwen3_moe', 'fp8-tensor', 'fp8 weights per tensor, activations dynamic per token'],
+    ['qwen3_moe', 'fp8-channel', 'compressed-tensors fp8 weights per channel, activations dynamic per token'],
+    ['qwen2_moe', 'fp8-block', `fp8 weights per ${TINY_FP8_BLOCK}x${TINY_FP8_BLOCK} block, activations dynamic per token and ${TINY_FP8_BLOCK}-column group`],
+    ['mixtral', 'fp8-tensor', 'fp8 weights per tensor, activations dynamic per token'],
+  ];
+  for (const [arch, format, describes] of cases) {
+    it(`${arch} ${format}: loads with FP8 experts; W8A16 and --quantization none equal the dequantized f32 copy, W8A8 within ${W8A8_BOUND}`, async () => {
+      const fp8Dir = join(tmp.dir, `${arch}-${format}`);
+      const refDir = join(tmp.dir, `${arch}-${format}-dequantized`);
+      await makeTinyModel({ arch, outDir: fp8Dir, dtype: 'bf16', seed: 5, quantize: format });
+      const { experts, total } = await dequantizedCopy(fp8Dir, refDir, format);
+      expect(experts).toBeGreaterThan(0);
+      expect(total).toBeGreaterThan(experts);
+      const w8a8 = await createNativeEngine({ modelDir: fp8Dir, numBlocks: 8, threads: 2 });
+      const w8a16 = await createNativeEngine({ modelDir: fp8Dir, numBlocks: 8, threads: 2, fp8Compute: 'w8a16' });
+      const none = await createNativeEngine({ modelDir: fp8Dir, numBlocks: 8, threads: 2, quantization: 'none' });
+      const ref = await createNativeEngine({ modelDir: refDir, numBlocks: 8, threads: 2 });
+      try {
+        expect(w8a8.model.quantization).toBe(describes);
+        expect(none.model.quantization).toContain('dequantized at load');
+        expect(ref.model.quantization).toBe('none');
+        const reference = await logitsOf(ref);
+        expect(relL2(await logitsOf(w8a16), reference)).toBeLessThan(1e-5);
+        expect(relL2(await logitsOf(none), reference)).toBeLessThan(1e-5);
+        const d = relL2(await logitsOf(w8a8), reference);
+        expect(d).toBeGreaterThan(0);
+        expect(d).toBeLessThan(W8A8_BOUND);
+      } finally {
+        await Promise.all([w8a8.close(), w8a16.close(), none.close(), ref.close()]);
       }
     });
   }

@@ -4,8 +4,9 @@
  * no stack trace. Each case edits an FP8 tiny model (make-tiny --quantize fp8-channel): another
  * quant_method (MXFP4, GPTQ, AWQ), e5m2 weights (config or tensor), compressed-tensors with int
  * or 4-bit weights or a packed format, static activations with block scales, scales of the
- * wrong shape or missing, an FP8 tensor without a quantization_config, an FP8 mixture of experts,
- * a bad --quantization.
+ * wrong shape or missing, an FP8 tensor without a quantization_config, an FP8 mixture of experts
+ * missing an expert's scale (FP8 MoE checkpoints load on the CPU: fp8-moe-engine.test.ts), a bad
+ * --quantization.
  * Spawns the built CLI (`npx tsc -b` and the native addon first).
  */
 import { cp, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
@@ -96,19 +97,15 @@ describe('refused FP8 / quantized checkpoints: one line naming the field, exit 2
     }, 90_000);
   }
 
-  it('an FP8 checkpoint of a mixture-of-experts model', async () => {
-    // make-tiny will not write one; the engine refuses a MoE config.json that declares FP8.
-    await expect(makeTinyModel({ arch: 'qwen3_moe', outDir: join(dir, 'moe-fp8-made'), quantize: 'fp8-block' })).rejects.toThrow(
-      /--quantize: FP8 checkpoints of a mixture-of-experts model \(qwen3_moe\) are not supported/,
-    );
+  it('an FP8 checkpoint of a mixture-of-experts model missing an expert\'s scale', async () => {
+    // make-tiny writes FP8 MoE checkpoints (they load on the CPU); the experts' scales are checked as the dense layers' are.
     const moe = join(dir, 'moe-fp8');
-    await makeTinyModel({ arch: 'qwen3_moe', outDir: moe, dtype: 'bf16', seed: 2 });
-    const config = JSON.parse(await readFile(join(moe, 'config.json'), 'utf8')) as Json;
-    config.quantization_config = { quant_method: 'fp8', activation_scheme: 'dynamic', weight_block_size: [128, 128] };
-    await writeFile(join(moe, 'config.json'), JSON.stringify(config));
+    await makeTinyModel({ arch: 'qwen3_moe', outDir: moe, dtype: 'bf16', seed: 2, quantize: 'fp8-block' });
+    const file = join(moe, 'model.safetensors');
+    await writeFile(file, renameInHeader('experts.0.down_proj.weight_scale_inv', 'experts.0.down_proj.weight_scale_inX')(await readFile(file)));
     const { code, output } = await worker(moe);
     expect(code, output).toBe(EXIT_CODES.config);
-    expect(output).toMatch(/field 'quantization_config': FP8 checkpoints of mixture-of-experts models are not supported yet/);
+    expect(output).toMatch(/tensor 'model\.layers\.0\.mlp\.experts\.0\.down_proj\.weight_scale_inv' missing/);
     expect(output.trim().split('\n'), output).toHaveLength(1);
     expect(output).not.toMatch(STACK_FRAME);
   }, 90_000);

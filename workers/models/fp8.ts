@@ -121,7 +121,11 @@ export function quantizeWeight(name: string, values: Float32Array, rows: number,
   ];
 }
 
-/** The linear layers FP8 checkpoints quantize (embeddings, norms and the LM head stay as they are). */
+/**
+ * The linear layers FP8 checkpoints quantize: attention and MLP projections, every expert's
+ * (Mixtral's experts.N.w1/w3/w2 too) and a shared expert's. Embeddings, norms, the LM head and a
+ * mixture of experts' router (mlp.gate, block_sparse_moe.gate) and shared-expert gate stay as they are.
+ */
 export function isQuantizedLinear(name: string): boolean {
-  return /\.(q_proj|k_proj|v_proj|o_proj|gate_proj|up_proj|down_proj)\.weight$/.test(name);
+  return /\.(q_proj|k_proj|v_proj|o_proj|gate_proj|up_proj|down_proj)\.weight$/.test(name) || /\.experts\.\d+\.w[123]\.weight$/.test(name);
 }

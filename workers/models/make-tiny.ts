@@ -64,9 +64,6 @@ export async function makeTinyModel(options: MakeTinyModelOptions): Promise<Tiny
   if (!Number.isInteger(seed) || seed < 0 || seed > 0xffffffff) throw new ModelFormatError(`seed must be an integer in [0, 2^32), got ${seed}`);
   const quantize = options.quantize;
   if (quantize !== undefined && !FP8_FORMATS.includes(quantize)) throw new ModelFormatError(`unknown quantization '${String(quantize)}'`);
-  if (quantize !== undefined && TINY_DIMS[arch].moe !== undefined) {
-    throw new ModelFormatError(`--quantize: FP8 checkpoints of a mixture-of-experts model (${arch}) are not supported`);
-  }
 
   const outDir = resolve(options.outDir);
   const dims = TINY_DIMS[arch];

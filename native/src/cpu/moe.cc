@@ -51,16 +51,33 @@ WeightMatrix stack(const std::vector<const TensorView*>& parts) {
 }
 
 /**
- * An expert's (stacked) linear weight. Under `--quantization fp8` it is quantized at load exactly
- * as a dense linear layer is (fp8_weights.h quantize_per_row: e4m3 per row, dynamic per-token
- * activations; W8A16 with --fp8-compute w8a16); otherwise it keeps the checkpoint's precision.
+ * An expert's (stacked) linear weight. The per-expert layout's tensors are named checkpoint tensors:
+ * they load exactly as a dense linear layer does (WeightMatrix::load: FP8 with the checkpoint's
+ * scales, quantized per row under `--quantization fp8`, dequantized under `--quantization none`,
+ * otherwise the checkpoint's precision). transformers 5's fused 3-D layout (bf16/f32 only: an FP8
+ * 3-D tensor is refused by validate_fp8_weights) is sliced in memory: quantized here under
+ * `--quantization fp8` with the same quantize_per_row, else kept.
  */
 WeightMatrix expert_linear(const std::vector<const TensorView*>& parts, const MoeLoadOptions& o) {
-  const QuantConfig& q = o.config->quant;
-  if (q.method != QuantMethod::kOnLoad || q.dequantize) return stack(parts);
-  int64_t rows = 0;
-  const std::vector<float> values = stack_f32(parts, rows);
-  WeightMatrix m = WeightMatrix::from_fp8(quantize_per_row(values.data(), rows, parts.front()->shape[1], o.pool));
+  WeightMatrix m;
+  if (o.layout == ExpertLayout::kPerExpert) {
+    std::vector<WeightMatrix::Part> named;
+    for (const TensorView* t : parts) named.push_back({t->name, t->shape});
+    m = WeightMatrix::load(*o.store, *o.config, named, true, o.pool);
+  } else {
+    const QuantConfig& q = o.config->quant;
+    if (q.method != QuantMethod::kOnLoad || q.dequantize) return stack(parts);
+    int64_t rows = 0;
+    const std::vector<float> values = stack_f32(parts, rows);
+    m = WeightMatrix::from_fp8(quantize_per_row(values.data(), rows, parts.front()->shape[1], o.pool));
+  }
+  if (o.fp8_weight_only) m.set_weight_only();
+  return m;
+}
+
+/** The router or the shared expert's gate: a non-linear weight, in the checkpoint's precision (WeightMatrix::load). */
+WeightMatrix gate_weight(const TensorView& t, const MoeLoadOptions& o) {
+  WeightMatrix m = WeightMatrix::load(*o.store, *o.config, {{t.name, t.shape}}, false, o.pool);
   if (o.fp8_weight_only) m.set_weight_only();
   return m;
 }
@@ -76,14 +93,16 @@ float sigmoid(float v) { return 1.0f / (1.0f + std::exp(-v)); }
 MoeLayerWeights MoeLayerWeights::load(const ModelConfig& c, const SafetensorsStore& w, int64_t layer, ThreadPool* pool,
                                       bool fp8_weight_only) {
   const MoeLayerTensors t(c, w, layer);
-  const MoeLoadOptions o{&c, pool, fp8_weight_only};
+  const MoeLoadOptions o{&c, &w, t.layout(), pool, fp8_weight_only};
   MoeLayerWeights out;
-  out.router = stack({&t.router()});
+  out.router = gate_weight(t.router(), o);
   out.experts.reserve(static_cast<size_t>(c.moe.num_experts));
   for (int64_t e = 0; e < c.moe.num_experts; ++e) out.experts.push_back(expert_mlp(t.expert(e), o));
   if (t.shared_gate() != nullptr) {
-    out.shared = expert_mlp(t.shared(), o);
-    out.shared_gate = stack({t.shared_gate()});
+    MoeLoadOptions named = o;  // the shared expert's tensors are named in every layout
+    named.layout = ExpertLayout::kPerExpert;
+    out.shared = expert_mlp(t.shared(), named);
+    out.shared_gate = gate_weight(*t.shared_gate(), o);
   }
   return out;
 }

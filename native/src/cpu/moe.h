@@ -33,14 +33,19 @@ struct ExpertMlp {
 /** How MoeLayerWeights::load treats the experts' linear weights (the router stays unquantized). */
 struct MoeLoadOptions {
   const ModelConfig* config = nullptr;
+  const SafetensorsStore* store = nullptr;
+  ExpertLayout layout = ExpertLayout::kPerExpert;
   ThreadPool* pool = nullptr;   // spreads quantization at load over its threads (optional)
   bool fp8_weight_only = false; // --fp8-compute w8a16
 };
 
 /**
- * One sparse layer's weights in the CPU backend's format (weight_matrix.h). Under `--quantization
- * fp8` every expert's gate/up and down (and the shared expert's) are quantized at load like the
- * dense linear layers; the router and the shared expert's gate keep the checkpoint's precision.
+ * One sparse layer's weights in the CPU backend's format (weight_matrix.h). Every expert's gate/up
+ * and down (and the shared expert's) load as a dense linear layer does (WeightMatrix::load under
+ * the model's quantization config): an FP8 checkpoint's experts stay e4m3 with their scales (any
+ * layout fp8_weights.h reads), `--quantization fp8` quantizes them at load, `--quantization none`
+ * dequantizes them. The router and the shared expert's gate load as non-linear weights: the
+ * checkpoint's precision (FP8 with its scales only if the checkpoint quantized them).
  */
 struct MoeLayerWeights {
   WeightMatrix router;  // [num_experts][hidden]

@@ -67,6 +67,12 @@ void GpuBackend::check_supported(const ModelConfig& c, const std::string& device
       refuse("--quantization fp8 on a mixture-of-experts model is not supported here (the MoE kernels take bf16 "
              "experts only; FP8 experts run on --device cpu)");
     }
+    // An FP8 checkpoint's experts (also under --quantization none): the expert upload reads
+    // bf16/f32 tensors and would take e4m3 codes without their scales.
+    if (c.quant.quantized()) {
+      refuse("FP8 checkpoints of a mixture-of-experts model (field 'quantization_config') are not supported here "
+             "(the MoE kernels take bf16 experts only; FP8 experts run on --device cpu)");
+    }
   }
   const int64_t group = c.num_heads / c.num_kv_heads;
   if (gpu::attention_tile_tokens(static_cast<int>(group), static_cast<int>(c.head_dim)) < 1) {
