@@ -302,7 +302,7 @@ describe('mixture-of-experts loader paths (native CPU engine)', () => {
       expectOneLine(err);
     });
 
-    it('model_type gpt_oss without architectures: config_invalid naming the model_type', async () => {
+    it('model_type gpt_oss without architectures: config_invalid naming the model_type and why (sinks, MXFP4)', async () => {
       const plain = await tiny('qwen3_moe', 'f32', 34);
       const dir = await variant(plain, join(tmp.dir, 'gpt-oss-type-only'), (c) => {
         delete c.architectures;
@@ -310,7 +310,7 @@ describe('mixture-of-experts loader paths (native CPU engine)', () => {
       });
       const err = await loadError(dir);
       expect(err.code).toBe('config_invalid');
-      expect(err.message).toContain("unsupported field 'model_type'=gpt_oss");
+      expect(err.message).toContain("unsupported field 'model_type'=gpt_oss: attention sinks (the 'sinks' tensors) and MXFP4 experts");
       expectOneLine(err);
     });
   });

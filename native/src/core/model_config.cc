@@ -61,7 +61,12 @@ Arch parse_arch(const Json& root, const std::string& source, std::string& name_o
     else if (t == "mixtral") name = "MixtralForCausalLM";
     else if (t == "qwen2_moe") name = "Qwen2MoeForCausalLM";
     else if (t == "qwen3_moe") name = "Qwen3MoeForCausalLM";
-    else refuse(source, "unsupported field 'model_type'=" + t);
+    else {
+      // A family we know and refuse says why, whichever field named it.
+      const char* known = t == "gpt_oss" ? "GptOssForCausalLM" : t == "deepseek_v2" ? "DeepseekV2ForCausalLM" : t == "deepseek_v3" ? "DeepseekV3ForCausalLM" : nullptr;
+      std::string family = known != nullptr ? unsupported_moe_family(root, known) : "";
+      refuse(source, "unsupported field 'model_type'=" + t + (family.empty() ? "" : family.substr(family.find(':'))));
+    }
   }
   name_out = name;
   if (name == "LlamaForCausalLM") return Arch::kLlama;
