@@ -298,10 +298,12 @@ inline double chi_square_p(const std::vector<int32_t>& a, const std::vector<int3
 
 /**
  * temperature > 0: the token sampled after a draft has the target distribution. 4000 seeds (1500
- * on SIMT) run plainly and as many other seeds verify a draft at the second output position (the most likely
- * token there, so it is accepted about as often as not); their second tokens' distributions
- * agree under a chi-square test (p > 0.001). The same test rejects a planted bug, an engine that
- * always accepts the draft (every second token the draft).
+ * on SIMT) run plainly and as many other seeds verify a draft at the second output position (the
+ * most likely token there: accepted in about one seed of seven on the tiny model); their second
+ * tokens' distributions agree under a chi-square test (p > 0.001). The same test rejects two
+ * planted bugs: an engine that always accepts the draft, and the subtler one that, on a
+ * rejection, samples from the target p instead of the residual (p without the draft,
+ * renormalised), so the draft comes out p_d + (1 − p_d)·p_d of the time instead of p_d.
  */
 inline void test_verify_distribution(const std::string& dir) {
   auto e = load(dir, 8);
@@ -321,6 +323,7 @@ inline void test_verify_distribution(const std::string& dir) {
   // more than the always-accept bug needs to fail.
   const int n = device() == "simt" ? 1500 : 4000;
   std::vector<int32_t> plain_second, spec_second;
+  std::vector<bool> spec_accepted;
   int accepted = 0;
   for (int i = 0; i < 2 * n; ++i) {
     SamplingParams sp = hot;
@@ -336,6 +339,7 @@ inline void test_verify_distribution(const std::string& dir) {
     if (speculate) b.in.seqs.back().num_drafts = 1;
     auto r = e->step(b.in);
     (speculate ? spec_second : plain_second).push_back(r.tokens[0]);
+    if (speculate) spec_accepted.push_back(r.emitted[0] == 2);
     if (speculate && r.emitted[0] == 2) ++accepted;
   }
   double stat = 0;
@@ -347,8 +351,18 @@ inline void test_verify_distribution(const std::string& dir) {
   double bug_stat = 0;
   const double bug_p = chi_square_p(plain_second, always, V, &bug_stat);
   CHECK(bug_p < 1e-9, "verify distribution: an always-accept engine passed (chi-square %.1f, p %.2e)", bug_stat, bug_p);
-  std::printf("verify distribution: draft accepted %d / %d, chi-square %.1f (p %.3f); always-accept %.0f (p %.1e)\n", accepted, n, stat, p,
-              bug_stat, bug_p);
+  // The residual bug, from this run's own draws: each accepted draft stays, each rejection takes
+  // a sample of p instead (the plain samples in reverse order: an iid draw of p; sharing values
+  // with the sample it is compared against only makes it harder to tell apart).
+  std::vector<int32_t> from_p(spec_second.size());
+  for (size_t j = 0; j < from_p.size(); ++j) from_p[j] = spec_accepted[j] ? draft : plain_second[plain_second.size() - 1 - j];
+  double residual_stat = 0;
+  const double residual_p = chi_square_p(plain_second, from_p, V, &residual_stat);
+  // Caught at the threshold the engine passes (p > 1e-3): p 3e-14 on the CPU, 4e-5 on SIMT's 1500.
+  CHECK(residual_p < 1e-3, "verify distribution: an engine sampling p (not the residual) on rejection passed (chi-square %.1f, p %.2e)", residual_stat,
+        residual_p);
+  std::printf("verify distribution: draft accepted %d / %d, chi-square %.1f (p %.3f); always-accept %.0f (p %.1e); p on rejection %.0f (p %.1e)\n",
+              accepted, n, stat, p, bug_stat, bug_p, residual_stat, residual_p);
 }
 
 inline void test_speculative(const std::string& root) {
