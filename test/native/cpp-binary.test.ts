@@ -4,8 +4,8 @@
  *    and the CPU kernel checks against double-precision references;
  *  - the same engine checks on the GPU backend's code through the SIMT harness
  *    (TANDEM_TEST_DEVICE=simt): chunking, prefix hits, mixed batches, sampling on the device,
- *    decode graphs against eager steps, errors, and every golden fixture at the stated bf16
- *    tolerance;
+ *    decode graphs against eager steps (dense and MoE), errors, and every golden fixture at the
+ *    stated bf16 tolerance;
  *  - tandem_gpu_kernel_test: every GPU kernel against the CPU backend's kernels or sampler.
  */
 import { execFile } from 'node:child_process';
@@ -80,7 +80,8 @@ it('the engine checks pass on the GPU backend (SIMT harness), decode graphs equa
     const { model, fixture } = await fixtureModel(label);
     const { stdout } = await run(BINARY, [i === 0 ? '--golden' : '--golden-only', model, fixture], { env, maxBuffer: 1 << 24 });
     if (i === 0) {
-      expect(stdout, label).toMatch(/decode graphs: 30 steps replayed from \d graphs/);
+      expect(stdout, label).toMatch(/decode graphs \(llama\): 30 steps replayed from \d graphs/);
+      expect(stdout, label).toMatch(/decode graphs \(qwen3_moe\): 30 steps replayed from \d graphs/);
       // The fused decode kernels and the fast sampler equal the per-op kernels and the one-block sampler.
       expect(stdout, label).toMatch(/decode paths \(qwen2\): 12 fused decode steps equal the per-op kernels bit for bit/);
       expect(stdout, label).toMatch(/decode paths \(qwen3\): 12 fused decode steps equal the per-op kernels bit for bit/);
