@@ -6,5 +6,5 @@ export { PERF_PROFILE_VERSION, parsePerfProfile, perfModelFromProfile, type Deco
 export { loadPerfProfile } from './profile-file.js';
 export { PerfProfileError } from './errors.js';
 export { NATIVE_CPU_LORA_COST, loraStepFactor, type LoraCost } from './lora-cost.js';
-export { activeParamsPerfModel, activeShare, stepTimeModel, type ParameterCounts } from './active-params.js';
+export { activeParamsPerfModel, activeShare, decodeShare, stepTimeModel, type ParameterCounts } from './active-params.js';
 export { verifyStepMs } from './speculative.js';

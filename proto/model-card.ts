@@ -75,6 +75,8 @@ export interface ModelCard {
 export interface ModelParameters {
   total: number;
   active: number;
+  /** A mixture of experts: routed experts per MoE layer and top-k (a decode batch's reads; absent on dense models and older workers). */
+  experts?: { count: number; topK: number };
 }
 
 /** What `--worker-name` and a card's `workerName` may be: short, printable, no markup. */
@@ -172,6 +174,10 @@ export function parseModelCard(value: unknown): ModelCardParse {
     const p = v.parameters as Record<string, unknown> | null;
     const ok = typeof p === 'object' && p !== null && isInt(p.total) && isInt(p.active) && (p.active as number) >= 0 && (p.active as number) <= (p.total as number);
     if (!ok) return fail('parameters must be {total, active} integers with 0 <= active <= total');
+    const e = p.experts as Record<string, unknown> | undefined | null;
+    if (e !== undefined && (typeof e !== 'object' || e === null || !isInt(e.count) || !isInt(e.topK) || (e.topK as number) < 1 || (e.topK as number) > (e.count as number))) {
+      return fail('parameters.experts must be {count, topK} integers with 1 <= topK <= count');
+    }
   }
   if (v.workerName !== undefined && (typeof v.workerName !== 'string' || !WORKER_NAME.test(v.workerName))) return fail('workerName must be 1-64 letters, digits, ".", "_" or "-"');
   // Every field of ModelCard was checked above; the cast only forgets the index signature.

@@ -32,7 +32,7 @@ function card(overrides: Partial<ModelCard> = {}): ModelCard {
 
 describe('parseModelCard', () => {
   it('accepts a full card, with or without the optional fields, and keeps it as is', () => {
-    const full = card({ ucxWorkerAddress: 'abcd', kvBytesPerToken: 1024, architecture: 'Qwen3MoeForCausalLM', parameters: { total: 30_532_110_336, active: 3_353_020_416 } });
+    const full = card({ ucxWorkerAddress: 'abcd', kvBytesPerToken: 1024, architecture: 'Qwen3MoeForCausalLM', parameters: { total: 30_532_110_336, active: 3_353_020_416, experts: { count: 128, topK: 8 } } });
     expect(parseModelCard(full)).toEqual({ ok: true, card: full });
     expect(parseModelCard(card())).toEqual({ ok: true, card: card() });
   });
@@ -61,6 +61,8 @@ describe('parseModelCard', () => {
     ['a numeric architecture', { ...card(), architecture: 7 }, 'architecture must be a string'],
     ['more active than total parameters', card({ parameters: { total: 10, active: 11 } }), 'parameters must be {total, active} integers with 0 <= active <= total'],
     ['fractional parameters', card({ parameters: { total: 10.5, active: 1 } }), 'parameters must be {total, active} integers with 0 <= active <= total'],
+    ['top-k above the expert count', card({ parameters: { total: 10, active: 2, experts: { count: 4, topK: 5 } } }), 'parameters.experts must be {count, topK} integers with 1 <= topK <= count'],
+    ['experts that are not an object', { ...card(), parameters: { total: 10, active: 2, experts: 8 } }, 'parameters.experts must be {count, topK} integers with 1 <= topK <= count'],
   ])('rejects %s, naming the field', (_what, value, reason) => {
     expect(parseModelCard(value)).toEqual({ ok: false, reason });
   });

@@ -143,7 +143,7 @@ function parseMoe(config: Record<string, unknown>, numLayers: number, intermedia
  * dense MLPs, each MoE layer's router, top-k experts and any shared expert): what the perf
  * model charges per decoded token.
  */
-export function parameterCounts(c: ModelConfig): { total: number; active: number } {
+export function parameterCounts(c: ModelConfig): { total: number; active: number; experts?: { count: number; topK: number } } {
   const h = c.hiddenSize;
   const q = c.numAttentionHeads * c.headDim;
   const kv = c.numKvHeads * c.headDim;
@@ -161,6 +161,8 @@ export function parameterCounts(c: ModelConfig): { total: number; active: number
   return {
     total: base + moeLayers * (router + m.numExperts * expert + shared),
     active: base + moeLayers * (router + m.topK * expert + shared),
+    // How many experts a decode batch touches depends on these (perf-model/active-params.ts).
+    experts: { count: m.numExperts, topK: m.topK },
   };
 }
 
