@@ -6,10 +6,8 @@
  *  - `--task embed` on a MoE model (native and mocker): Engine::embed cannot pool one.
  *  - `--quantization fp8` on a MoE model on the CUDA backend (`--device simt`: its code on the
  *    host): the MoE kernels take bf16 experts only (the CPU backend quantizes the experts:
- *    fp8-moe-engine.test.ts).
- *  - an FP8 checkpoint of a MoE model on the CUDA backend (`--device simt`), also with
- *    `--quantization none`: its expert upload reads bf16/f32 tensors (the CPU backend loads FP8
- *    experts: fp8-moe-engine.test.ts).
+ *    fp8-moe-engine.test.ts). An FP8 *checkpoint* of a MoE model is no longer refused there: its
+ *    experts load dequantized to bf16 (fp8-moe-engine.test.ts, SIMT harness).
  *  - `--lora` on a MoE model (adapters on experts are out of scope): before, the CPU backend's
  *    card claimed adapters and the refusal came as `unavailable`, exit 4
  *    (test/lora/lora-moe-worker.test.ts: a run-time load is 400).
@@ -76,20 +74,6 @@ describe('mixture-of-experts refusals at load: one line naming the reason, exit 
       /LoRA adapters on a mixture-of-experts model \(Qwen3MoeForCausalLM\) are not supported: adapters on experts are out of scope/,
     );
   }, 60_000);
-
-  it('an FP8 checkpoint of a MoE model on the CUDA backend (--device simt), also with --quantization none', async () => {
-    const fp8 = join(dir, 'moe-fp8');
-    await makeTinyModel({ arch: 'qwen3_moe', outDir: fp8, dtype: 'bf16', seed: 2, quantize: 'fp8-block' });
-    for (const extra of [[], ['--quantization', 'none']]) {
-      const p = spawnCli(['worker', ...local, '--model', fp8, '--engine', 'native', '--device', 'simt', '--num-gpu-blocks', '8', ...extra]);
-      const exit = await Promise.race([p.exited(), new Promise<undefined>((r) => setTimeout(() => r(undefined), 30_000))]);
-      if (!exit) p.kill('SIGKILL');
-      expectOneLineRefusal(
-        { code: exit ? exit.code : null, output: p.output() },
-        /device 'simt': FP8 checkpoints of a mixture-of-experts model \(field 'quantization_config'\) are not supported here \(the MoE kernels take bf16 experts only; FP8 experts run on --device cpu\)/,
-      );
-    }
-  }, 90_000);
 
   it('--quantization fp8 on a MoE model on the CUDA backend (--device simt)', async () => {
     expectOneLineRefusal(

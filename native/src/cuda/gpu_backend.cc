@@ -62,16 +62,12 @@ void GpuBackend::check_supported(const ModelConfig& c, const std::string& device
       refuse("the expert width (moe_intermediate_size) and shared_expert_intermediate_size must be multiples of 8");
     }
     // The MoE kernels read bf16 experts: quantizing only the dense layers would serve a model
-    // that is neither the bf16 one nor the FP8 one the CPU backend computes.
+    // that is neither the bf16 one nor the FP8 one the CPU backend computes (and quantizing the
+    // experts to dequantize them again would serve neither). An FP8 *checkpoint's* experts load
+    // dequantized to bf16 (upload_expert_views), which is the model the checkpoint means.
     if (c.quant.method == QuantMethod::kOnLoad) {
       refuse("--quantization fp8 on a mixture-of-experts model is not supported here (the MoE kernels take bf16 "
              "experts only; FP8 experts run on --device cpu)");
-    }
-    // An FP8 checkpoint's experts (also under --quantization none): the expert upload reads
-    // bf16/f32 tensors and would take e4m3 codes without their scales.
-    if (c.quant.quantized()) {
-      refuse("FP8 checkpoints of a mixture-of-experts model (field 'quantization_config') are not supported here "
-             "(the MoE kernels take bf16 experts only; FP8 experts run on --device cpu)");
     }
   }
   const int64_t group = c.num_heads / c.num_kv_heads;

@@ -193,7 +193,9 @@ class GpuBackend final : public Backend {
   gpu::bf16_bits* upload_matrix(const SafetensorsStore& w, const std::vector<WeightPart>& parts, bool linear, ThreadPool& pool,
                                 Fp8Weight* fp8);
   Fp8Weight upload_fp8(const SafetensorsStore& w, const std::vector<WeightPart>& parts, ThreadPool& pool);
-  gpu::bf16_bits* upload_dequantized(const SafetensorsStore& w, const std::vector<WeightPart>& parts);
+  gpu::bf16_bits* upload_dequantized(const SafetensorsStore& w, const std::vector<WeightPart>& parts, ThreadPool* pool = nullptr);
+  /** The parts (FP8 ones with their scales, load_matrix_f32) as bf16 into dst (rows x cols of the stack). */
+  void dequantize_into(const SafetensorsStore& w, const std::vector<WeightPart>& parts, gpu::bf16_bits* dst, ThreadPool* pool);
   /** After the weights: the FP8 kernels, W8A16 below sm_89, scratch, the cuBLASLt FP8 probe. */
   void setup_fp8(const BackendOptions& options);
   void ensure_fp8_dequant();
@@ -242,6 +244,10 @@ class GpuBackend final : public Backend {
   std::map<int64_t, MoeGemmPlan> moe_tiles_;  // chunk tokens -> the grouped GEMMs' plan
   int moe_force_mma_rows_ = -1;               // benchmarks: -1 the plan's choice, 0 CUDA cores, or tile rows
   int32_t* moe_hits_ = nullptr;  // [num_layers]: experts the last step's (last chunk of each) sparse layer hit
+  bool moe_fp8_dequantized_ = false;  // an FP8 checkpoint's experts (or shared expert) dequantized to bf16 at load
+  /** Experts stacked by rows into one bf16 matrix; FP8 ones dequantized with their scales (dequantize_into), each in turn. */
+  gpu::bf16_bits* upload_expert_views(const SafetensorsStore& w, const std::vector<std::vector<const TensorView*>>& groups,
+                                      ThreadPool& pool);
 
  public:
   /** Distinct experts each layer's MoE block ran in the last forward (its last chunk); 0 for dense layers. Benchmarks. */

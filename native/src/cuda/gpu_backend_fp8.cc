@@ -82,13 +82,23 @@ GpuBackend::Fp8Weight GpuBackend::upload_fp8(const SafetensorsStore& w, const st
   return f;
 }
 
-gpu::bf16_bits* GpuBackend::upload_dequantized(const SafetensorsStore& w, const std::vector<WeightPart>& parts) {
-  const std::vector<float> f = load_matrix_f32(w, config_, parts);
+void GpuBackend::dequantize_into(const SafetensorsStore& w, const std::vector<WeightPart>& parts, gpu::bf16_bits* dst, ThreadPool* pool) {
+  const std::vector<float> f = load_matrix_f32(w, config_, parts, pool);
   std::vector<gpu::bf16_bits> b(f.size());
   for (size_t i = 0; i < f.size(); ++i) b[i] = gpu::float_to_bf16_bits(f[i]);
-  auto* dst = static_cast<gpu::bf16_bits*>(alloc(b.size() * 2));
   device_->upload(dst, b.data(), b.size() * 2);
   device_->synchronize();
+}
+
+gpu::bf16_bits* GpuBackend::upload_dequantized(const SafetensorsStore& w, const std::vector<WeightPart>& parts, ThreadPool* pool) {
+  int64_t elems = 0;
+  for (const WeightPart& p : parts) {
+    int64_t n = 1;
+    for (int64_t d : p.second) n *= d;
+    elems += n;
+  }
+  auto* dst = static_cast<gpu::bf16_bits*>(alloc(static_cast<size_t>(elems) * 2));
+  dequantize_into(w, parts, dst, pool);
   return dst;
 }
 
@@ -384,6 +394,7 @@ std::string GpuBackend::fp8_description() const {
   } else if (config_.quant.dequantize) {
     s += "; weights: " + config_.quant.describe();
   }
+  if (moe_fp8_dequantized_) s += "; FP8 experts dequantized to bf16 at load (no FP8 expert kernels yet)";
   if (layout_.elem_bytes == 1) s += "; KV cache fp8_e4m3";
   return s;
 }

@@ -36,21 +36,56 @@ void GpuBackend::upload_moe_layer(const SafetensorsStore& w, int64_t l, ThreadPo
     moe_hits_ = static_cast<int32_t*>(alloc(static_cast<size_t>(c.num_layers) * 4));
     device_->fill(moe_hits_, 0, static_cast<size_t>(c.num_layers) * 4);
   }
-  L.moe_router = upload_bf16_views({&t.router()}, pool);
-  std::vector<const TensorView*> gate_up, down;
+  L.moe_router = upload_expert_views(w, {{&t.router()}}, pool);
+  std::vector<std::vector<const TensorView*>> gate_up, down;
   for (int64_t e = 0; e < c.moe.num_experts; ++e) {
     const ExpertViews x = t.expert(e);
-    gate_up.push_back(x.gate);
-    gate_up.push_back(x.up);
-    down.push_back(x.down);
+    gate_up.push_back({x.gate, x.up});
+    down.push_back({x.down});
   }
-  L.moe_gate_up = upload_bf16_views(gate_up, pool);  // [E][gate I rows, up I rows][H]
-  L.moe_down = upload_bf16_views(down, pool);        // [E][H][I]
+  L.moe_gate_up = upload_expert_views(w, gate_up, pool);  // [E][gate I rows, up I rows][H]
+  L.moe_down = upload_expert_views(w, down, pool);        // [E][H][I]
   if (t.shared_gate() != nullptr) {
-    L.shared_gate_up = upload_bf16_views({t.shared().gate, t.shared().up}, pool);
-    L.shared_down = upload_bf16_views({t.shared().down}, pool);
-    L.shared_gate = upload_bf16_views({t.shared_gate()}, pool);
+    L.shared_gate_up = upload_expert_views(w, {{t.shared().gate, t.shared().up}}, pool);
+    L.shared_down = upload_expert_views(w, {{t.shared().down}}, pool);
+    L.shared_gate = upload_expert_views(w, {{t.shared_gate()}}, pool);
   }
+}
+
+// The MoE kernels read bf16 experts. An FP8 checkpoint's (e4m3 with their scales, per-expert
+// layout: validate_fp8_weights refuses a fused 3-D FP8 tensor) are dequantized to bf16 here by
+// the dense layers' --quantization none path (dequantize_into: load_matrix_f32, any scale layout
+// fp8_weights.h reads), one expert at a time into the stacked matrix, so the host holds one
+// expert's f32 copy, not a layer's. The experts then take bf16 memory; no FP8 expert kernels yet.
+gpu::bf16_bits* GpuBackend::upload_expert_views(const SafetensorsStore& w, const std::vector<std::vector<const TensorView*>>& groups,
+                                                ThreadPool& pool) {
+  bool fp8 = false;
+  for (const auto& g : groups) {
+    for (const TensorView* v : g) fp8 = fp8 || v->dtype == DType::kF8E4M3;
+  }
+  if (!fp8) {
+    std::vector<const TensorView*> flat;
+    for (const auto& g : groups) flat.insert(flat.end(), g.begin(), g.end());
+    return upload_bf16_views(flat, pool);
+  }
+  int64_t elems = 0;
+  for (const auto& g : groups) {
+    for (const TensorView* v : g) elems += static_cast<int64_t>(v->num_elements());
+  }
+  auto* dst = static_cast<gpu::bf16_bits*>(alloc(static_cast<size_t>(elems) * 2));
+  int64_t at = 0;
+  for (const auto& g : groups) {
+    std::vector<WeightPart> parts;
+    int64_t n = 0;
+    for (const TensorView* v : g) {
+      parts.push_back({v->name, v->shape});
+      n += static_cast<int64_t>(v->num_elements());
+    }
+    dequantize_into(w, parts, dst + at, &pool);
+    at += n;
+  }
+  moe_fp8_dequantized_ = true;
+  return dst;
 }
 
 std::vector<int32_t> GpuBackend::moe_experts_hit() {
