@@ -8,8 +8,8 @@
  *   plain  the reference
  *   ngram  --speculative ngram
  *
- * Turn 1 (greedy; the random model's output falls into cycles the n-gram drafter predicts) is
- * pushed out of the pool by three 14-block fillers; turn 2 extends turn 1's prompt with its
+ * Turn 1 (greedy, 128 tokens; the random model's output falls into a cycle the n-gram drafter
+ * predicts) is pushed out of the pool by three 14-block fillers; turn 2 extends turn 1's prompt with its
  * output. Both turns must return the same tokens on both workers; on the speculating worker
  * turn 2 must find its prefix cached, through the host tier (onboarded blocks), with drafts
  * accepted along the way.
@@ -70,19 +70,22 @@ describe('speculative decoding with a host KV tier (native CPU), end to end', ()
     let acceptedInTurn1 = 0;
     for (const model of ['plain', 'ngram']) {
       const before = model === 'ngram' ? await accepted() : 0;
-      const first = await complete(model, PROMPT, 64);
+      const first = await complete(model, PROMPT, 128);
       if (model === 'ngram') acceptedInTurn1 = (await accepted()) - before;
       for (const f of FILLERS) await complete(model, f, 2);
       const second = await complete(model, [...PROMPT, ...first.ids, ...tokens(BS, 9)], 24);
       turns[model] = [first, second];
     }
-    expect(turns.ngram[0]!.ids).toHaveLength(64);
+    expect(turns.ngram[0]!.ids).toHaveLength(128);
     expect(turns.ngram[0]!.ids).toEqual(turns.plain[0]!.ids);
     expect(turns.ngram[1]!.ids).toEqual(turns.plain[1]!.ids);
     // Turn 2's prefix (turn 1's prompt and output: 8 full blocks) came back cached.
     expect(turns.ngram[1]!.cached).toBeGreaterThanOrEqual(6 * BS);
     expect(await metric(ngram, 'tandem_worker_kv_tier_onboard_blocks_total', `model_name="ngram",tier="host"`)).toBeGreaterThanOrEqual(6);
-    // Turn 1's blocks were written by verify steps: its output's cycle came as accepted drafts.
-    expect(acceptedInTurn1).toBeGreaterThanOrEqual(8);
+    // Some of turn 1's blocks hold tokens a verify step accepted: the policy speculates through
+    // the output's cycle (50-63 accepted of 128, also with four busy loops beside it). The bound
+    // is loose on purpose: on a loaded machine measured step times may turn speculation off for
+    // a while, and then only the probes (one draft in one step of 16) verify.
+    expect(acceptedInTurn1).toBeGreaterThanOrEqual(1);
   }, 120_000);
 });

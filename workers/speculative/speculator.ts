@@ -34,10 +34,7 @@ export interface SpeculatorConfig {
   };
   /** Gain in tokens per millisecond that speculation must promise over plain decoding; default 0.05. */
   margin?: number;
-  /**
-   * A sequence kept off verifies one draft after this many steps (its estimate may recover), and
-   * the worker probes in at most one step of this many; default 16.
-   */
+  /** The worker probes (a sequence kept off verifies one draft: its estimate may recover) in one step of this many; default 16. */
   probeInterval?: number;
   acceptance?: AcceptanceOptions;
 }
@@ -60,7 +57,7 @@ export class Speculator {
     this.cost = config.cost;
     this.margin = config.margin ?? 0.05;
     this.probeInterval = config.probeInterval ?? 16;
-    this.stepsSinceProbe = this.probeInterval;
+    this.stepsSinceProbe = 0;
     this.acceptance = new AcceptanceModel(config.acceptance ?? ACCEPTANCE_DEFAULTS);
     this.counters = new SpecCounters(config.maxDraftTokens);
   }
@@ -86,20 +83,20 @@ export class Speculator {
       offers[i] = { numDrafts: k, accept: p };
     }
     const plan = planDrafts({ offers, baseTokens: n + prefillTokens, numDecodes: n, stepMs: (t) => this.cost.stepMs(t), margin: this.margin });
-    // A sequence kept off (drafts on offer, none planned) verifies one now and then, so its
-    // estimate can recover and the cost of one more token gets measured: the longest-waiting
-    // first, at most one per 50 decodes in a step, and in at most one step of `probeInterval`.
-    // Why the worker-wide spacing: a step with a verifying sequence costs more than its one
-    // extra token (CPU, tiny model, batch 64: +4.7% and +6.4% in two runs for one draft, where
-    // the token alone is +1.6%), and with every sequence due every 16 steps a large batch
-    // probed in every step, a constant tax on a workload whose drafts never pay
+    // Sequences kept off (drafts on offer, none planned) verify one draft now and then, so their
+    // estimates can recover and the cost of one more token gets measured: in one step of
+    // `probeInterval`, worker-wide, at most one per 50 decodes, the longest-waiting first.
+    // Why worker-wide: a step with a verifying sequence costs more than its one extra token
+    // (CPU, tiny model, batch 64: +4.7% and +6.4% in two runs for one draft, where the token
+    // alone is +1.6%), and when every sequence was due every 16 steps a large batch probed in
+    // every step, a constant tax on a workload whose drafts never pay
     // (bench/speculative-bench.ts, reject case).
     this.stepsSinceProbe++;
     let probes = this.stepsSinceProbe >= this.probeInterval ? Math.max(1, Math.floor(n / 50)) : 0;
     while (probes-- > 0) {
       let pick = -1;
       for (let i = 0; i < n; i++) {
-        if (plan.lengths[i] !== 0 || offers[i]!.numDrafts === 0 || decodes[i]!.numStepsSinceVerify < this.probeInterval) continue;
+        if (plan.lengths[i] !== 0 || offers[i]!.numDrafts === 0) continue;
         if (pick < 0 || decodes[i]!.numStepsSinceVerify > decodes[pick]!.numStepsSinceVerify) pick = i;
       }
       if (pick < 0) break;
@@ -113,9 +110,13 @@ export class Speculator {
   wantDrafts(numDecodes: number, prefillTokens: number, kvUsage: number): boolean {
     const n = Math.max(1, numDecodes);
     this.cost.shape?.(n, prefillTokens, kvUsage);
-    // Ask whenever the best case pays, or while the cost of one more token is unmeasured
-    // (the probes measure it).
+    // Ask whenever the best case pays, while the cost of one more token is unmeasured (the
+    // probes measure it), and before a probe step. The last keeps speculation from turning off
+    // for good: step times measured on a loaded machine can make even the best case look
+    // unpaying, and without drafts nothing would verify, so nothing would measure again
+    // (test/e2e-native/speculative-tiers.test.ts under load: 0 drafts in 128 cycling tokens).
     if (this.cost.has !== undefined && !this.cost.has(n + prefillTokens + 1)) return true;
+    if (this.stepsSinceProbe + 1 >= this.probeInterval) return true;
     return draftsCanPay(n, n + prefillTokens, this.maxDraftTokens, (t) => this.cost.stepMs(t), this.margin);
   }
 

@@ -58,7 +58,7 @@ describe('planDrafts', () => {
 
 describe('Speculator probes', () => {
   // Every token costs the same (T = t): no draft can pay, so every sequence is kept off and
-  // only probes verify. 64 sequences, each due after 16 steps without a verify.
+  // only probes verify.
   const kept = (): DraftingSequence => ({ draftTokens: Int32Array.of(1, 2, 3, 4), draftScores: undefined, numDraftTokensJudged: 0, numDraftTokensAccepted: 0, draftExpected: 0, numStepsSinceVerify: 0 });
   const run = (n: number, steps: number) => {
     const spec = new Speculator({ maxDraftTokens: 4, cost: { stepMs: (t: number) => t } });
@@ -73,12 +73,25 @@ describe('Speculator probes', () => {
     return probeSteps;
   };
 
-  it('batch 64: the worker probes in at most one step of 16 (steps 16, 32, 48 of 64), not in every step once all are due', () => {
-    expect(run(64, 64)).toEqual([16, 32, 48]);
+  it('batch 64: the worker probes in one step of 16 (steps 15, 31, 47, 63 of 64), not in every step once all are due', () => {
+    expect(run(64, 64)).toEqual([15, 31, 47, 63]);
   });
 
-  it('batch 1: the one sequence still verifies one draft every 16 steps', () => {
-    expect(run(1, 64)).toEqual([16, 33, 50]);
+  it('batch 1: the one sequence verifies one draft every 16 steps', () => {
+    expect(run(1, 64)).toEqual([15, 31, 47, 63]);
+  });
+
+  it('where no draft can pay, the drafter is still asked before each probe step, so speculation never turns off for good', () => {
+    const spec = new Speculator({ maxDraftTokens: 4, cost: { stepMs: (t: number) => t } });
+    const seqs = [kept()];
+    const asked: number[] = [];
+    for (let step = 0; step < 40; step++) {
+      const lengths = spec.plan(seqs, Int32Array.of(4), 0, 0.1);
+      if (spec.wantDrafts(1, 0, 0.1)) asked.push(step);
+      spec.record(seqs[0]!, lengths[0]!, 0);
+    }
+    // Asked in the step before each probe (15, 31): the proposals reach the probe step's plan.
+    expect(asked).toEqual([14, 30]);
   });
 });
 
