@@ -138,7 +138,7 @@ export function affinityPool(pool: readonly number[], rows: readonly CostRow[], 
  * on it is r × the others' mean cost (cold + L), the bound the latency cost used alone before.
  * Why: that fixed bound let a busy holder keep requests an idle worker would have started at
  * once (bench/latency-routing-virtual.ts, homogeneous fleet, 10/s trace: 164 of 350 requests
- * on a holder the cost ranked second, TTFT p50 0.85× and p90 0.95× of the block cost's over
+ * on a holder the cost ranked second, TTFT p50 0.83× and p90 0.95× of the block cost's over
  * fifteen seeds); a bound that was tighter at every load spread the hot prefixes at 30–40/s
  * shared-prefix and the pools thrashed. docs/router.md has the tables.
  */
