@@ -10,10 +10,10 @@
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { join } from 'node:path';
-import { createNativeEngine, type NativeEngine } from '../../workers/engines/native/index.js';
+import { createNativeEngine } from '../../workers/engines/native/index.js';
 import { FP8_FORMATS, makeTinyModel } from '../../workers/models/index.js';
 import { f32ToE4m3 } from '../../workers/models/fp8.js';
-import { blocks, seq, tokens, withTempDir } from './helpers.js';
+import { blocks, prefillAndStepLogits, relL2, seq, tokens, withTempDir } from './helpers.js';
 
 /**
  * W8A8 against the dequantized model, logits rel L2. Measured 0.107 (channel) to 0.138 (block) on
@@ -23,23 +23,7 @@ import { blocks, seq, tokens, withTempDir } from './helpers.js';
  */
 const W8A8_BOUND = 0.2;
 
-/** Logits of a 9-token prefill, and of one decode step after it. */
-async function logitsOf(engine: NativeEngine): Promise<Float32Array> {
-  const prompt = tokens(9, 512);
-  const a = await engine.stepWithLogits({ sequences: [seq({ tokens: prompt, blockTable: blocks(0, 2) })] });
-  const b = await engine.stepWithLogits({ sequences: [seq({ tokens: [7], startPos: 9, blockTable: blocks(0, 2), history: [...prompt, 7] })] });
-  return Float32Array.from([...a.logits, ...b.logits]);
-}
 
-function relL2(a: Float32Array, b: Float32Array): number {
-  let num = 0;
-  let den = 0;
-  for (let i = 0; i < a.length; i++) {
-    num += (a[i]! - b[i]!) ** 2;
-    den += b[i]! ** 2;
-  }
-  return Math.sqrt(num / den);
-}
 
 describe('FP8 on the native CPU engine', () => {
   let tmp: Awaited<ReturnType<typeof withTempDir>>;
@@ -68,7 +52,7 @@ describe('FP8 on the native CPU engine', () => {
         expect(fp8.model.quantization).toMatch(/^(fp8|compressed-tensors fp8) weights per (128x128 block|32x32 block|channel|tensor)/);
         expect(fp8.deviceDescription).toContain('FP8 weights kept as e4m3');
         expect(dequantized.model.quantization).toContain('dequantized at load');
-        const [a, b, c] = [await logitsOf(fp8), await logitsOf(w8a16), await logitsOf(dequantized)];
+        const [a, b, c] = [await prefillAndStepLogits(fp8), await prefillAndStepLogits(w8a16), await prefillAndStepLogits(dequantized)];
         expect(relL2(b, c)).toBeLessThan(1e-5);
         expect(relL2(a, c)).toBeLessThan(W8A8_BOUND);
         expect(relL2(a, c)).toBeGreaterThan(0); // the activations were quantized
@@ -84,7 +68,7 @@ describe('FP8 on the native CPU engine', () => {
     try {
       expect(q.model.quantization).toBe('fp8 (quantized at load) weights per channel, activations dynamic per token');
       expect(ref.model.quantization).toBe('none');
-      const d = relL2(await logitsOf(q), await logitsOf(ref));
+      const d = relL2(await prefillAndStepLogits(q), await prefillAndStepLogits(ref));
       expect(d).toBeGreaterThan(0);
       expect(d).toBeLessThan(W8A8_BOUND);
     } finally {
@@ -104,7 +88,7 @@ describe('FP8 on the native CPU engine', () => {
       expect(fp8!.kvLayoutName).toMatch(/;fp8_e4m3$/);
       expect(fp8!.deviceDescription).toContain('KV cache fp8_e4m3');
       // Close to the f32 pool's logits: e4m3 keeps 3 mantissa bits of K and V.
-      const d = relL2(await logitsOf(fp8!), await logitsOf(f32!));
+      const d = relL2(await prefillAndStepLogits(fp8!), await prefillAndStepLogits(f32!));
       expect(d).toBeGreaterThan(0);
       expect(d).toBeLessThan(0.1);
     } finally {

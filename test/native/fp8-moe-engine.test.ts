@@ -16,32 +16,16 @@
 import { cp, readFile, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { createNativeEngine, type NativeEngine } from '../../workers/engines/native/index.js';
+import { createNativeEngine } from '../../workers/engines/native/index.js';
 import { makeTinyModel } from '../../workers/models/index.js';
 import { e4m3ToF32, isQuantizedLinear, quantizeWeight, TINY_FP8_BLOCK, type Fp8Format } from '../../workers/models/fp8.js';
 import { encodeSafetensors, SafetensorsFile, type TensorData } from '../../workers/models/safetensors.js';
-import { blocks, seq, tokens, withTempDir } from './helpers.js';
+import { prefillAndStepLogits, relL2, withTempDir } from './helpers.js';
 
 /** As fp8-engine.test.ts: W8A8 against the unquantized model, logits rel L2. */
 const W8A8_BOUND = 0.2;
 
-/** Logits of a 9-token prefill, and of one decode step after it. */
-async function logitsOf(engine: NativeEngine): Promise<Float32Array> {
-  const prompt = tokens(9, 512);
-  const a = await engine.stepWithLogits({ sequences: [seq({ tokens: prompt, blockTable: blocks(0, 2) })] });
-  const b = await engine.stepWithLogits({ sequences: [seq({ tokens: [7], startPos: 9, blockTable: blocks(0, 2), history: [...prompt, 7] })] });
-  return Float32Array.from([...a.logits, ...b.logits]);
-}
 
-function relL2(a: Float32Array, b: Float32Array): number {
-  let num = 0;
-  let den = 0;
-  for (let i = 0; i < a.length; i++) {
-    num += (a[i]! - b[i]!) ** 2;
-    den += b[i]! ** 2;
-  }
-  return Math.sqrt(num / den);
-}
 
 /** A copy of `from` whose linear layers are their per-row e4m3 rounding, stored as f32 (everything else unchanged). */
 async function roundedCopy(from: string, to: string): Promise<number> {
@@ -87,13 +71,13 @@ describe('--quantization fp8 on a mixture of experts (native CPU engine)', () =>
       try {
         expect(w8a8.model.quantization).toBe('fp8 (quantized at load) weights per channel, activations dynamic per token');
         expect(ref.model.quantization).toBe('none');
-        const reference = await logitsOf(ref);
-        expect(relL2(await logitsOf(w8a16), reference)).toBeLessThan(1e-5);
-        const d = relL2(await logitsOf(w8a8), await logitsOf(bf16));
+        const reference = await prefillAndStepLogits(ref);
+        expect(relL2(await prefillAndStepLogits(w8a16), reference)).toBeLessThan(1e-5);
+        const d = relL2(await prefillAndStepLogits(w8a8), await prefillAndStepLogits(bf16));
         expect(d).toBeGreaterThan(0);
         expect(d).toBeLessThan(W8A8_BOUND);
         // The rounding is visible: the bf16 model is not the reference.
-        expect(relL2(await logitsOf(bf16), reference)).toBeGreaterThan(1e-3);
+        expect(relL2(await prefillAndStepLogits(bf16), reference)).toBeGreaterThan(1e-3);
       } finally {
         await Promise.all([w8a16.close(), w8a8.close(), ref.close(), bf16.close()]);
       }
@@ -178,10 +162,10 @@ describe('FP8 checkpoints of a mixture of experts (native CPU engine)', () => {
         expect(w8a8.model.quantization).toBe(describes);
         expect(none.model.quantization).toContain('dequantized at load');
         expect(ref.model.quantization).toBe('none');
-        const reference = await logitsOf(ref);
-        expect(relL2(await logitsOf(w8a16), reference)).toBeLessThan(1e-5);
-        expect(relL2(await logitsOf(none), reference)).toBeLessThan(1e-5);
-        const d = relL2(await logitsOf(w8a8), reference);
+        const reference = await prefillAndStepLogits(ref);
+        expect(relL2(await prefillAndStepLogits(w8a16), reference)).toBeLessThan(1e-5);
+        expect(relL2(await prefillAndStepLogits(none), reference)).toBeLessThan(1e-5);
+        const d = relL2(await prefillAndStepLogits(w8a8), reference);
         expect(d).toBeGreaterThan(0);
         expect(d).toBeLessThan(W8A8_BOUND);
       } finally {
@@ -241,7 +225,7 @@ describe('FP8 checkpoints of a mixture of experts on the CUDA backend (SIMT harn
         try {
           for (const d of describes) expect(engine.deviceDescription).toContain(d);
           if (describes.length === 0) expect(engine.deviceDescription).not.toContain(DEQUANTIZED);
-          return await logitsOf(engine);
+          return await prefillAndStepLogits(engine);
         } finally {
           await engine.close();
         }
@@ -249,7 +233,7 @@ describe('FP8 checkpoints of a mixture of experts on the CUDA backend (SIMT harn
       const exact = await createNativeEngine({ modelDir: dir, numBlocks: 8, threads: 2, fp8Compute: 'w8a16' });
       let reference: Float32Array;
       try {
-        reference = await logitsOf(exact);
+        reference = await prefillAndStepLogits(exact);
       } finally {
         await exact.close();
       }

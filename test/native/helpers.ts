@@ -1,9 +1,10 @@
-/** Shared builders for the native engine tests: tiny models in temp dirs and step sequences. */
+/** Shared builders for the native engine tests: tiny models in temp dirs, step sequences, and the logits comparisons (prefill + one step, max abs diff, relative L2). */
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { SamplingOptions } from '../../proto/wire.js';
 import type { StepSequence } from '../../workers/engines/engine.js';
+import type { NativeEngine } from '../../workers/engines/native/index.js';
 import { makeTinyModel, type TinyArch } from '../../workers/models/index.js';
 
 export const GREEDY: SamplingOptions = { temperature: 0 };
@@ -58,6 +59,25 @@ export function maxAbsDiff(a: ArrayLike<number>, b: ArrayLike<number>): number {
   let m = 0;
   for (let i = 0; i < a.length; i++) m = Math.max(m, Math.abs(a[i]! - b[i]!));
   return m;
+}
+
+/** ||a − b|| / ||b||: relative L2 of `a` against the reference `b`. */
+export function relL2(a: ArrayLike<number>, b: ArrayLike<number>): number {
+  let num = 0;
+  let den = 0;
+  for (let i = 0; i < a.length; i++) {
+    num += (a[i]! - b[i]!) ** 2;
+    den += b[i]! ** 2;
+  }
+  return Math.sqrt(num / den);
+}
+
+/** Logits of a 9-token prefill, and of one decode step after it (two steps on a fresh engine). */
+export async function prefillAndStepLogits(engine: NativeEngine): Promise<Float32Array> {
+  const prompt = tokens(9, 512);
+  const a = await engine.stepWithLogits({ sequences: [seq({ tokens: prompt, blockTable: blocks(0, 2) })] });
+  const b = await engine.stepWithLogits({ sequences: [seq({ tokens: [7], startPos: 9, blockTable: blocks(0, 2), history: [...prompt, 7] })] });
+  return Float32Array.from([...a.logits, ...b.logits]);
 }
 
 /** Deterministic token ids in [0, vocab). */

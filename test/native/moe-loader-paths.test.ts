@@ -18,25 +18,19 @@ import { cp, readFile, rm, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { NativeEngineError } from '../../native/index.js';
-import { createNativeEngine, type NativeEngine } from '../../workers/engines/native/index.js';
+import { createNativeEngine } from '../../workers/engines/native/index.js';
 import { TINY_DIMS, makeTinyModel, type TinyArch } from '../../workers/models/index.js';
 import { encodeSafetensors, SafetensorsFile, type TensorData } from '../../workers/models/safetensors.js';
-import { blocks, maxAbsDiff, seq, tokens, withTempDir } from './helpers.js';
+import { maxAbsDiff, prefillAndStepLogits, withTempDir } from './helpers.js';
 
 type Config = Record<string, unknown>;
 
 /** Logits of a 9-token prefill and of one decode step after it. */
-async function logitsOf(engine: NativeEngine): Promise<Float32Array> {
-  const prompt = tokens(9, 512);
-  const a = await engine.stepWithLogits({ sequences: [seq({ tokens: prompt, blockTable: blocks(0, 2) })] });
-  const b = await engine.stepWithLogits({ sequences: [seq({ tokens: [7], startPos: 9, blockTable: blocks(0, 2), history: [...prompt, 7] })] });
-  return Float32Array.from([...a.logits, ...b.logits]);
-}
 
 async function logitsOfDir(modelDir: string): Promise<Float32Array> {
   const engine = await createNativeEngine({ modelDir, numBlocks: 8, threads: 2 });
   try {
-    return await logitsOf(engine);
+    return await prefillAndStepLogits(engine);
   } finally {
     await engine.close();
   }
