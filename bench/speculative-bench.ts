@@ -5,7 +5,10 @@
  * and is reported beside every speed:
  *
  *   verify    step time of a verify step with k = 1, 2, 4, 8 drafts against a plain decode step,
- *             at batch 1, 8 and 64 (raw engine steps at a fixed context)
+ *             at batch 1, 8 and 64 (raw engine steps at a 256-token context); with
+ *             --verify-long-context N also at batch 1 over N tokens, where the context's KV
+ *             outweighs a small model's weights and a verify that read it once per draft row
+ *             would cost k + 1 times the attention (the GPU's decode spans read it once)
  *   copy      end to end at batch 1 (EngineLoop: scheduler, policy, drafter) on a copy-heavy
  *             workload: greedy decoding of a random model falls into cycles, which the drafters
  *             predict; tok/s with speculation against plain, with the measured acceptance
@@ -15,7 +18,7 @@
  *             in |set|; the policy should turn speculation off (aim: >= 0.97x plain tok/s)
  *
  *   node --import tsx bench/speculative-bench.ts [--device cpu|cuda|simt] [--threads N] [--shape qwen2-0.5b|llama-1b|llama-8b|tiny]
- *        [--cases verify,copy,reject] [--copy-tokens 256] [--reject-tokens 48] [--reps 3] [--out FILE]
+ *        [--cases verify,copy,reject] [--copy-tokens 256] [--reject-tokens 48] [--reps 3] [--verify-long-context 0] [--out FILE]
  *
  * Writes JSON to bench/results/speculative-<device>.json (or --out). scripts/device/spec-check.sh
  * runs it on a GPU.
@@ -49,6 +52,7 @@ const { values: args } = parseArgs({
     'reject-tokens': { type: 'string', default: '48' },
     'reject-batches': { type: 'string', default: '1,8,64' },
     'verify-batches': { type: 'string', default: '1,8,64' },
+    'verify-long-context': { type: 'string', default: '0' },
     reps: { type: 'string', default: '3' },
     model: { type: 'string' },
     out: { type: 'string' },
@@ -92,8 +96,16 @@ async function verifyCase(engine: NativeEngine, batch: number, context: number):
     const tokenIds = Int32Array.from({ length: context }, (_, i) => (b * 7919 + i * 104729) % vocab);
     return { seqId: b, tokenIds, startPos: 0, blockTable: Int32Array.from({ length: blocksPerSeq }, (_, i) => b * blocksPerSeq + i), sample: true, sampling: { temperature: 0 }, history: tokenIds, numPromptTokens: context, requestSeed: b };
   });
-  const prefill = await engine.step({ sequences: seqs });
-  const last = prefill.sampled.map((s) => s.tokenId);
+  // The prompt in chunks within the step budget (maxBatchTokens over the batch); the last samples.
+  const chunk = Math.max(BLOCK, Math.floor(4096 / batch / BLOCK) * BLOCK);
+  let prefill = undefined as Awaited<ReturnType<NativeEngine['step']>> | undefined;
+  for (let at = 0; at < context; at += chunk) {
+    const end = Math.min(context, at + chunk);
+    prefill = await engine.step({
+      sequences: seqs.map((s) => ({ ...s, tokenIds: s.tokenIds.subarray(at, end), startPos: at, sample: end === context })),
+    });
+  }
+  const last = prefill!.sampled.map((s) => s.tokenId);
   const stepOf = (k: number): StepSequence[] =>
     seqs.map((s, b) => {
       const tokenIds = Int32Array.from({ length: 1 + k }, (_, i) => (i === 0 ? last[b]! : (last[b]! + i * 31) % vocab));
@@ -196,7 +208,9 @@ async function main(): Promise<void> {
   }
   const results: Record<string, unknown> = {};
   try {
-    const numBlocks = 64 * Math.ceil((512 + Number(args['copy-tokens']) + MAX_DRAFTS + 8) / BLOCK);
+    const longContext = Number(args['verify-long-context']);
+    if (!Number.isInteger(longContext) || longContext < 0) throw new Error('--verify-long-context must be a whole number of tokens (0: off)');
+    const numBlocks = Math.max(64 * Math.ceil((512 + Number(args['copy-tokens']) + MAX_DRAFTS + 8) / BLOCK), Math.ceil((longContext + MAX_DRAFTS + 2) / BLOCK));
     const plain = await createNativeEngine(engineOptions(modelDir, numBlocks));
     const vocab = plain.info.vocabSize;
 
@@ -205,6 +219,10 @@ async function main(): Promise<void> {
       for (const batch of args['verify-batches']!.split(',').map(Number)) {
         verify[`batch${batch}`] = await verifyCase(plain, batch, 256);
         console.error(`verify batch ${batch}: ${JSON.stringify(verify[`batch${batch}`])}`);
+      }
+      if (longContext > 0) {
+        verify[`batch1Context${longContext}`] = await verifyCase(plain, 1, longContext);
+        console.error(`verify batch 1, context ${longContext}: ${JSON.stringify(verify[`batch1Context${longContext}`])}`);
       }
       results.verify = verify;
     }

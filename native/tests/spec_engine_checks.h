@@ -121,6 +121,8 @@ inline void test_verify_step(const std::string& dir, const char* label) {
   logp.logprobs = 2;
   const std::pair<const char*, SpecCase> cases[] = {{"greedy", SpecCase{}}, {"seeded sampling", hot}, {"penalties", pen},
                                                     {"logit bias", biased}, {"masks", masked}, {"logprobs", logp}};
+  auto* gpu = dynamic_cast<GpuBackend*>(&e->backend());
+  const uint64_t spans_before = gpu != nullptr ? gpu->span_forwards() : 0;
   for (const auto& [name, c] : cases) {
     const SpecRun plain = spec_decode(*e, prompt, n, c, nullptr, blocks);
     // An oracle that knows the plain output but gets every third draft wrong, k up to 5.
@@ -154,6 +156,11 @@ inline void test_verify_step(const std::string& dir, const char* label) {
     };
     const SpecRun rejected = spec_decode(*e, prompt, n, c, wrong, blocks);
     CHECK(rejected.tokens == plain.tokens && rejected.accepted == 0, "%s verify %s: rejected drafts changed the output", label, name);
+  }
+  // GPU backends: those verify steps' rows attended as decode spans (step_plan.h), one block per
+  // (sequence, KV head, split) for all of a step's drafts, and still equal plain decoding.
+  if (gpu != nullptr) {
+    CHECK(gpu->span_forwards() > spans_before, "%s: no verify step attended as a decode span", label);
   }
 
   // A verify sequence in a batch with a prefill and a plain decode: each as it is alone.

@@ -9,7 +9,8 @@
 #   serve    runtime frontend + a plain and a speculating native worker on the device (a 0.5B-shaped
 #            random model): the same token ids for every kind of request, accepted drafts on /metrics
 #   bench    bench/speculative-bench.ts on an 8B-shaped random model: verify step time at k = 1, 2,
-#            4, 8 against a plain step at batch 1, 8 and 64 (aim <= 1.15x at k = 4, batch 1); tok/s at
+#            4, 8 against a plain step at batch 1, 8 and 64 (aim <= 1.15x at k = 4, batch 1), and at
+#            batch 1 over a 16k-token context (2 GiB of KV: the decode spans read it once a step); tok/s at
 #            batch 1 on a copy-heavy workload (aim >= 2x where acceptance at k = 4 is >= 70 %); a
 #            workload whose drafts are almost never accepted at batch 1, 8 and 64 (aim >= 0.97x)
 # Reports: $OUT/spec-serve.json, $OUT/speculative-gpu.json; status in $OUT/summary.json, the log in
@@ -39,7 +40,7 @@ bench_gpu() {
   if [ "$device" = cuda ]; then
     local model="$models/llama-3.1-8b"
     random_model llama-3.1-8b "$model" || return 1
-    node dist/bench/speculative-bench.js --device cuda --model "$model" --shape llama-8b --reps 3 --copy-tokens 256 --reject-tokens 64 --out "$OUT/speculative-gpu.json"
+    node dist/bench/speculative-bench.js --device cuda --model "$model" --shape llama-8b --reps 3 --copy-tokens 256 --reject-tokens 64 --verify-long-context 16384 --out "$OUT/speculative-gpu.json"
   else
     node dist/bench/speculative-bench.js --device simt --shape tiny --reps 1 --copy-tokens 24 --reject-tokens 8 --verify-batches 1,8 --reject-batches 1,8 --out "$OUT/speculative-gpu.json"
   fi

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 
 #include "../core/embedding.h"
@@ -100,6 +101,10 @@ GpuBackend::GpuBackend(const ModelConfig& config, const SafetensorsStore& weight
   plan_options_.tile_tokens =
       gpu::attention_tile_tokens(static_cast<int>(c.num_heads / c.num_kv_heads), static_cast<int>(c.head_dim));
   plan_options_.num_kv_heads = static_cast<int32_t>(c.num_kv_heads);
+  // A verify step's rows attend as one span (step_plan.h); TANDEM_GPU_VERIFY_SPANS=0 gives each
+  // row its own blocks again (the before of a verify-step measurement), read once here.
+  const char* spans = std::getenv("TANDEM_GPU_VERIFY_SPANS");
+  plan_options_.span_tokens = spans != nullptr && std::string(spans) == "0" ? 1 : plan_options_.tile_tokens;
   plan_options_.sm_count = device_->info().sm_count;
   plan_options_.max_splits = max_splits_;
   graphs_enabled_ = options.cuda_graphs;
@@ -327,10 +332,19 @@ void GpuBackend::forward(const ForwardBatch& requested) {
       width = std::max(8, next_pow2(max_blocks));
       o.pad_to = padded;
       o.table_width = width;
-      o.force_splits = gpu::choose_decode_splits(padded, o.num_kv_heads, width * o.block_size, o.sm_count, o.max_splits);
     }
   }
   gpu::plan_step(batch, o, plan_);
+  if (plan_.max_span > 1) ++span_forwards_;
+  int32_t span_bound = 1;
+  if (use_graph) {
+    // The graph's launch holds spans up to a power of two (its shared memory is captured), and
+    // its splits fill the device with that many rows to a block.
+    span_bound = gpu::span_bucket(plan_.max_span, o.span_tokens);
+    plan_.max_span = span_bound;
+    plan_.num_splits = gpu::choose_decode_splits((padded + span_bound - 1) / span_bound, o.num_kv_heads, width * o.block_size,
+                                                 o.sm_count, o.max_splits);
+  }
   ensure_activations(plan_.num_tokens, plan_.num_logit_rows, plan_.num_decode);
   ensure_image(plan_.layout.total);
   // The reset below needs every mark of earlier forwards landed: a late one would announce a
@@ -349,7 +363,7 @@ void GpuBackend::forward(const ForwardBatch& requested) {
   std::memcpy(image_staging_, plan_.image.data(), static_cast<size_t>(plan_.layout.total) * 4);
   device_->upload(image_, image_staging_, static_cast<size_t>(plan_.layout.total) * 4);
   if (use_graph) {
-    const auto key = std::make_pair(padded, width);
+    const auto key = std::make_tuple(padded, width, span_bound);
     auto it = graphs_.find(key);
     if (it == graphs_.end()) {
       if (graphs_.size() >= kMaxGraphs) {
@@ -449,6 +463,8 @@ gpu::AttentionArgs GpuBackend::attention_args(const gpu::StepPlan& plan) const {
   attn.num_decode = plan.num_decode;
   attn.num_splits = plan.num_splits;
   attn.partial = act_.partial;
+  attn.decode_spans = img + L.decode_spans;
+  attn.max_span = plan.max_span;
   return attn;
 }
 

@@ -7,7 +7,8 @@
 //            f32 residual, RMSNorm, gate/up GEMM, SwiGLU, down GEMM into the residual -> final
 //            norm of the sampled rows -> lm_head GEMM (f32 logits stay on the device).
 //   decode   a decode-only batch replays a captured graph of the whole forward, keyed by its
-//            padded size and block-table width; kernel arguments are fixed at capture, the
+//            padded size, block-table width and decode-span bound (a verify step's rows
+//            attend as one span, step_plan.h); kernel arguments are fixed at capture, the
 //            tables change in place. Up to 16 rows (4 with cuBLASLt) it runs the fused decode kernels
 //            (gpu_backend_decode.cc, decode_api.h): 5 launches a layer.
 //   GEMMs    cuBLASLt when it loads and has an algorithm, our own kernels otherwise.
@@ -21,6 +22,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -73,6 +75,8 @@ class GpuBackend final : public Backend {
   size_t graphs_captured() const { return graphs_.size(); }
   /** Forward passes that ran the fused decode kernels (eager or replayed). */
   uint64_t fused_decode_steps() const { return fused_decode_steps_; }
+  /** Forwards whose verify rows attended as decode spans (tests). */
+  uint64_t span_forwards() const { return span_forwards_; }
 
   /** Refusals for what the kernels cannot run, naming the field (config_invalid). */
   static void check_supported(const ModelConfig& config, const std::string& device);
@@ -271,7 +275,7 @@ class GpuBackend final : public Backend {
     std::unique_ptr<gpu::Graph> graph;
     uint64_t last_used = 0;
   };
-  std::map<std::pair<int32_t, int32_t>, CapturedGraph> graphs_;  // (padded batch, table width)
+  std::map<std::tuple<int32_t, int32_t, int32_t>, CapturedGraph> graphs_;  // (padded batch, table width, span bound)
   uint64_t graph_replays_ = 0;
 
   // Sampling: inputs packed on the host, one upload; outputs one download.
@@ -293,6 +297,7 @@ class GpuBackend final : public Backend {
   int decode_max_rows_ = gpu::kDecodeMaxRows;  // padded rows the fused path takes
   bool sampler_fast_ = true;
   uint64_t fused_decode_steps_ = 0;
+  uint64_t span_forwards_ = 0;
   int* decode_counters_ = nullptr;  // device, zero between launches (allocations_)
   int64_t decode_counters_count_ = 0;
   void* sample_fast_scratch_ = nullptr;

@@ -147,6 +147,13 @@ struct AttentionArgs {
   int num_decode = 0;
   int num_splits = 1;
   float* partial = nullptr;  // [num_decode][num_splits][num_heads][attention_partial_floats]
+  // Decode spans (speculative verify rows, StepPlan::decode_spans): decode entry x leads a span of
+  // decode_spans[x] entries that are one sequence's consecutive positions over one block table,
+  // whose blocks read each K/V chunk once for every row of the span; 0 marks an entry inside a
+  // span (its blocks return at once). Null: every entry is its own span. max_span bounds every
+  // span (it sizes the blocks' shared memory: attention_shared_floats(group * max_span, d)).
+  const int32_t* decode_spans = nullptr;
+  int max_span = 1;
 };
 
 enum class GemmOut : int32_t { kF32 = 0, kBf16 = 1 };

@@ -20,6 +20,12 @@ int32_t choose_decode_splits(int32_t num_decode, int32_t num_kv_heads, int32_t m
   return static_cast<int32_t>(std::max<int64_t>(1, splits));
 }
 
+int32_t span_bucket(int32_t max_span, int32_t span_tokens) {
+  int32_t b = 1;
+  while (b < max_span) b *= 2;
+  return std::max(max_span, std::min(b, std::max(1, span_tokens)));
+}
+
 void plan_step(const ForwardBatch& batch, const PlanOptions& o, StepPlan& p) {
   const int32_t real_seqs = static_cast<int32_t>(batch.seqs.size());
   bool decode_only = real_seqs > 0;
@@ -62,6 +68,8 @@ void plan_step(const ForwardBatch& batch, const PlanOptions& o, StepPlan& p) {
   at += round4(num_seqs);  // padded decode entries included when padding
   L.logit_rows = at;
   at += round4(logit_rows);
+  L.decode_spans = at;
+  at += round4(num_seqs);
   L.total = at;
 
   p.num_tokens = num_tokens;
@@ -71,12 +79,12 @@ void plan_step(const ForwardBatch& batch, const PlanOptions& o, StepPlan& p) {
   p.num_decode = decode + (num_seqs - real_seqs);
   p.max_kv_len = max_kv;
   p.decode_only = decode_only;
-  p.num_splits = o.force_splits > 0 ? o.force_splits
-                                    : choose_decode_splits(decode, o.num_kv_heads, max_kv, o.sm_count, o.max_splits);
   p.image.assign(static_cast<size_t>(L.total), 0);
   int32_t* img = p.image.data();
 
   int32_t table_at = 0, item_at = 0, decode_at = 0, logit_at = 0;
+  int32_t span_lead = -1, spans = 0, max_span = 1;  // the open span's leading decode entry
+  const ForwardSeq* prev = nullptr;                 // the sequence planned just before
   for (int32_t i = 0; i < real_seqs; ++i) {
     const ForwardSeq& s = batch.seqs[static_cast<size_t>(i)];
     const int32_t needed = (s.start_pos + s.num_tokens + o.block_size - 1) / o.block_size;
@@ -95,8 +103,22 @@ void plan_step(const ForwardBatch& batch, const PlanOptions& o, StepPlan& p) {
     std::memcpy(img + L.block_tables + table_at, s.block_table, sizeof(int32_t) * static_cast<size_t>(needed));
     table_at += o.table_width > 0 ? o.table_width : needed;
     if (s.num_tokens == 1) {
+      // The span goes on while this row is the previous one's next token over the same table.
+      int32_t* lead = span_lead >= 0 ? img + L.decode_spans + span_lead : nullptr;
+      const bool extends = lead != nullptr && prev != nullptr && prev->num_tokens == 1 &&
+                           s.block_table == prev->block_table && s.start_pos == prev->start_pos + 1 &&
+                           s.token_offset == prev->token_offset + 1 && *lead < o.span_tokens;
+      if (extends) {
+        max_span = std::max(max_span, ++*lead);
+        img[L.decode_spans + decode_at] = 0;
+      } else {
+        span_lead = decode_at;
+        img[L.decode_spans + decode_at] = 1;
+        ++spans;
+      }
       img[L.decode_seqs + decode_at++] = i;
     } else {
+      span_lead = -1;
       for (int32_t first = 0; first < s.num_tokens; first += o.tile_tokens) {
         PrefillItem it;
         it.seq = i;
@@ -106,6 +128,7 @@ void plan_step(const ForwardBatch& batch, const PlanOptions& o, StepPlan& p) {
       }
     }
     if (s.want_logits) img[L.logit_rows + logit_at++] = s.token_offset + s.num_tokens - 1;
+    prev = &s;
   }
   // Padding: one activation row each, slot -1 (the pool is not written). They run as decode
   // sequences at position 0 over table entry 0, so a graph's grid has a fixed size; what they
@@ -122,9 +145,15 @@ void plan_step(const ForwardBatch& batch, const PlanOptions& o, StepPlan& p) {
     d.table_offset = table_at;
     std::memcpy(img + L.seqs + 4 * i, &d, sizeof(d));
     table_at += o.table_width;
+    img[L.decode_spans + decode_at] = 1;
     img[L.decode_seqs + decode_at++] = i;
     img[L.logit_rows + logit_at++] = row;
   }
+  p.num_spans = spans;
+  p.max_span = max_span;
+  // Splits fill the device with the spans' blocks: the rows inside a span run in their leader's.
+  p.num_splits = o.force_splits > 0 ? o.force_splits
+                                    : choose_decode_splits(spans, o.num_kv_heads, max_kv, o.sm_count, o.max_splits);
 }
 
 }  // namespace tandem::gpu

@@ -8,6 +8,11 @@
 // p >= n, with every block table padded to a fixed width, so the same graph replays for any
 // n <= p. Padded rows get token 0, position 0 and slot -1 (nothing is written to the pool);
 // their outputs stay in their own rows, and their logits are never sampled.
+//
+// Decode spans: a speculative verify step arrives expanded (spec::expand_verify) as one
+// single-token sequence per drafted position, consecutive rows and positions over one block
+// table. Planned as a span, their attention runs in the same blocks, which read each K/V chunk
+// once for all of the span's rows (multi-query decode attention) instead of once per row.
 #pragma once
 
 #include <cstdint>
@@ -21,7 +26,7 @@ namespace tandem::gpu {
 /** Offsets (in int32 elements, each a multiple of 4) of the tables inside the packed image. */
 struct StepLayout {
   int64_t tokens = 0, positions = 0, slots = 0, seqs = 0, block_tables = 0, prefill_items = 0, decode_seqs = 0,
-          logit_rows = 0, total = 0;
+          logit_rows = 0, decode_spans = 0, total = 0;
 };
 
 struct StepPlan {
@@ -32,6 +37,8 @@ struct StepPlan {
   int32_t num_decode = 0;
   int32_t num_splits = 1;
   int32_t max_kv_len = 0;     // longest context among decode sequences
+  int32_t num_spans = 0;      // the real decode entries' spans (padding not counted): num_decode without verify rows
+  int32_t max_span = 1;       // a bound on every span (the backend rounds it up for a graph's launch)
   bool decode_only = false;   // every sequence has one new token and wants logits
   StepLayout layout;
   std::vector<int32_t> image;  // the packed tables, layout.total elements
@@ -46,7 +53,11 @@ struct PlanOptions {
   int32_t pad_to = 0;           // decode-only graphs: plan as this many sequences (>= the batch)
   int32_t table_width = 0;      // graphs: every block table padded to this many entries (fixed addresses)
   int32_t force_splits = 0;     // > 0: use this split count (graph keys fix it)
+  int32_t span_tokens = 1;      // most rows of one decode span: attention_tile_tokens(group, head_dim); 1: no spans
 };
+
+/** A span bound a graph is captured for: the next power of two, at most `span_tokens`. */
+int32_t span_bucket(int32_t max_span, int32_t span_tokens);
 
 /**
  * Decode splits: enough blocks to fill the device twice, each split at least one key chunk

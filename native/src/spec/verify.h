@@ -59,7 +59,9 @@ class VerifyRows {
  * leading tokens (no logits) plus one single-token sequence per logit row, over the same block
  * table. Single-token sequences are what the decode path (split-KV attention, CUDA graphs)
  * runs; each attends over [0, its position], which includes the earlier drafts whose K/V the
- * same step wrote first. Returns `in` itself when no sequence has num_logits > 1.
+ * same step wrote first. The step plan takes such rows as one decode span (cuda/step_plan.h), whose
+ * attention reads the context once for all of them. Returns `in` itself when no sequence has
+ * num_logits > 1.
  */
 const ForwardBatch& expand_verify(const ForwardBatch& in, ForwardBatch& scratch);
 

@@ -6,7 +6,9 @@
 //    decodes at short and long context (several key chunks, several splits);
 //  - block tables shuffled over a pool with unused blocks between them (holes);
 //  - head_dim 8..256, GQA groups 1, 2, 4, 7, 8, block sizes 1, 4, 16;
-//  - decode split counts 1, 2, 3 and 7 all agree (splits must not change the result).
+//  - decode split counts 1, 2, 3 and 7 all agree (splits must not change the result);
+//  - verify steps (a sequence scored at each of its new tokens, spec::expand_verify) beside
+//    prefills and decodes, with their rows planned as decode spans and as one block per row.
 // Output rows of heads and tokens outside the batch keep their NaN poison.
 // head_dim 64 / 128 prefills run on tensor cores (kernels/attention_mma.cuh); test_attention_prefill
 // adds long prefills for them (many key tiles and blocks, prefix hits, single-token CTAs).
@@ -20,6 +22,7 @@
 #include "../../src/core/thread_pool.h"
 #include "../../src/cpu/kernels.h"
 #include "../../src/cuda/step_plan.h"
+#include "../../src/spec/verify.h"
 #include "gpu_test_util.h"
 
 namespace tandem_test::gpu {
@@ -38,6 +41,7 @@ struct GpuAttnCase {
 
 struct GpuAttnSeq {
   int32_t start_pos, num_tokens;
+  bool verify = false;  // logits at every new token: the GPU runs it as decode rows
 };
 
 /**
@@ -87,9 +91,14 @@ inline void check_attention_batch(Gpu& g, const GpuAttnCase& c, const std::vecto
     f.block_table = tables[i].data();
     f.num_blocks = static_cast<int32_t>(tables[i].size());
     f.want_logits = true;
+    f.num_logits = specs[i].verify ? specs[i].num_tokens : 1;
     batch.seqs.push_back(f);
     off += specs[i].num_tokens;
   }
+  // The CPU attends over the batch as it is; the GPU backend expands verify steps first.
+  tandem::ForwardBatch expanded;
+  const tandem::ForwardBatch& gpu_batch = tandem::spec::expand_verify(batch, expanded);
+  const bool any_verify = &gpu_batch != &batch;
 
   const int layer = 1;
   const int64_t d = c.head_dim;
@@ -125,7 +134,7 @@ inline void check_attention_batch(Gpu& g, const GpuAttnCase& c, const std::vecto
   cpu_attention.run(pool_threads, batch, Lf, a);
 
   std::vector<char> mma_prefill_row(static_cast<size_t>(tokens), 0);
-  for (const auto& f : batch.seqs) {
+  for (const auto& f : gpu_batch.seqs) {
     const bool mma = !fp8 && f.num_tokens > 1 && (c.head_dim == 64 || c.head_dim == 128);
     for (int32_t k = 0; k < f.num_tokens; ++k) mma_prefill_row[static_cast<size_t>(f.token_offset + k)] = mma;
   }
@@ -136,14 +145,21 @@ inline void check_attention_batch(Gpu& g, const GpuAttnCase& c, const std::vecto
   DeviceArray<float> d_q(*g.device, q);
   DeviceArray<bf16_bits> d_out(*g.device, static_cast<size_t>(tokens * out_stride));
   const int group = c.heads / c.kv_heads;
-  for (int splits : split_counts) {
+  for (int run = 0; run < static_cast<int>(split_counts.size()) * (any_verify ? 2 : 1); ++run) {
+    const int splits = split_counts[static_cast<size_t>(run) % split_counts.size()];
+    const bool spans = run >= static_cast<int>(split_counts.size());
     tandem::gpu::PlanOptions o;
     o.block_size = c.block_size;
     o.tile_tokens = tandem::gpu::attention_tile_tokens(group, c.head_dim);
     o.num_kv_heads = c.kv_heads;
     o.force_splits = splits;
+    o.span_tokens = spans ? o.tile_tokens : 1;
     tandem::gpu::StepPlan plan;
-    tandem::gpu::plan_step(batch, o, plan);
+    tandem::gpu::plan_step(gpu_batch, o, plan);
+    if (spans) {
+      CHECK(plan.num_spans < plan.num_decode && plan.max_span > 1, "attention d=%d: verify rows not planned as spans (%d spans, %d rows)",
+            c.head_dim, plan.num_spans, plan.num_decode);
+    }
     DeviceArray<int32_t> d_img(*g.device, plan.image);
     DeviceArray<float> d_partial(*g.device, static_cast<size_t>(std::max(1, plan.num_decode) * splits * c.heads *
                                                                  tandem::gpu::attention_partial_floats(c.head_dim)));
@@ -170,6 +186,8 @@ inline void check_attention_batch(Gpu& g, const GpuAttnCase& c, const std::vecto
     args.num_decode = plan.num_decode;
     args.num_splits = plan.num_splits;
     args.partial = d_partial.get();
+    args.decode_spans = img + plan.layout.decode_spans;
+    args.max_span = plan.max_span;
     g.kernels->attention(args, g.stream());
     auto got = from_bf16(d_out.download());
     // Worst error relative to each row's tolerance (prefill rows of head_dim 64 / 128: the tensor-core path).
@@ -184,8 +202,9 @@ inline void check_attention_batch(Gpu& g, const GpuAttnCase& c, const std::vecto
       }
       for (int64_t e = c.heads * d; e < out_stride; ++e) poison_lost += !std::isnan(got[static_cast<size_t>(t * out_stride + e)]);
     }
-    CHECK(worst <= worst_tol, "attention%s d=%d heads=%d/%d block=%d splits=%d: max relative error %g > %g (token row %d, head %d)",
-          fp8 ? " (e4m3 pool)" : "", c.head_dim, c.heads, c.kv_heads, c.block_size, splits, worst, worst_tol, worst_token, worst_head);
+    CHECK(worst <= worst_tol, "attention%s d=%d heads=%d/%d block=%d splits=%d%s: max relative error %g > %g (token row %d, head %d)",
+          fp8 ? " (e4m3 pool)" : "", c.head_dim, c.heads, c.kv_heads, c.block_size, splits, spans ? " (spans)" : "", worst, worst_tol,
+          worst_token, worst_head);
     CHECK(poison_lost == 0, "attention d=%d: %d elements written between heads' rows", c.head_dim, poison_lost);
   }
 }
@@ -233,9 +252,11 @@ inline void test_attention(Gpu& g) {
       {8, 4, 2, 4}, {16, 7, 1, 1}, {64, 14, 2, 16}, {128, 4, 1, 16}, {80, 8, 8, 4}, {256, 8, 2, 16}, {128, 32, 4, 16}, {40, 2, 2, 4},
   };
   uint32_t seed = 900;
-  const std::vector<GpuAttnSeq> specs = {{0, 23}, {300, 1}, {37, 13}, {0, 1}, {5, 1}, {64, 2}, {130, 1}};
+  // Verify steps of 5 and 3 rows (one crossing a block), between a prefill and a decode.
+  const std::vector<GpuAttnSeq> specs = {{0, 23}, {300, 1}, {37, 13}, {0, 1}, {5, 1}, {64, 2}, {61, 5, true}, {130, 1}, {0, 3, true}};
   for (const auto& c : cases) check_attention_batch(g, c, specs, {1, 2, 3, 7}, seed++);
-  std::printf("gpu attention: %zu layouts x 7 sequences x 4 split counts checked on %s\n", cases.size(), g.name.c_str());
+  std::printf("gpu attention: %zu layouts x 9 sequences (2 verify steps, as spans and per row) x 4 split counts checked on %s\n",
+              cases.size(), g.name.c_str());
   test_attention_prefill(g);
 }
 

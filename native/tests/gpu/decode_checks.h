@@ -318,8 +318,16 @@ inline void check_decode_qkv(Gpu& g, tandem::gpu::DecodeKernelApi& dk, int m, in
 
 // Decode attention with the merge in the same launch, vs attention_decode_kernel +
 // attention_merge_kernel (bit for bit) and cpu::PagedAttention (bf16 tolerance).
+// span > 1: each of `positions` starts a verify step's rows (span consecutive positions over one
+// block table, as spec::expand_verify leaves them), planned as decode spans: the plan must group
+// them, and with one split the spans must equal one block per row bit for bit (a span row's
+// extra chunks are all masked, so its running sums never change).
 inline void check_decode_attention(Gpu& g, tandem::gpu::DecodeKernelApi& dk, int d, int heads, int kv_heads, int block_size,
-                                   const std::vector<int32_t>& positions, int splits, uint32_t seed) {
+                                   const std::vector<int32_t>& starts, int splits, uint32_t seed, int span = 1) {
+  std::vector<int32_t> positions;
+  for (int32_t p : starts) {
+    for (int j = 0; j < span; ++j) positions.push_back(p + j);
+  }
   std::mt19937 rng(seed);
   tandem::KvLayout L;
   L.block_size = block_size;
@@ -328,7 +336,7 @@ inline void check_decode_attention(Gpu& g, tandem::gpu::DecodeKernelApi& dk, int
   L.head_dim = d;
   L.elem_bytes = 2;
   int64_t need = 0;
-  for (int32_t p : positions) need += p / block_size + 1;
+  for (int32_t p : starts) need += (p + span - 1) / block_size + 1;
   L.num_blocks = need + 2;
   std::vector<std::vector<int32_t>> tables;
   int32_t next = 1;  // block 0 unused
@@ -336,18 +344,19 @@ inline void check_decode_attention(Gpu& g, tandem::gpu::DecodeKernelApi& dk, int
   std::vector<int32_t> token_ids(positions.size(), 1);
   batch.tokens = token_ids.data();
   batch.num_tokens = static_cast<int32_t>(positions.size());
-  for (int32_t p : positions) {
+  for (int32_t p : starts) {
     std::vector<int32_t> t;
-    for (int32_t b = 0; b <= p / block_size; ++b) t.push_back(next++);
+    for (int32_t b = 0; b <= (p + span - 1) / block_size; ++b) t.push_back(next++);
     tables.push_back(t);
   }
   for (size_t i = 0; i < positions.size(); ++i) {
+    const std::vector<int32_t>& table = tables[i / static_cast<size_t>(span)];
     tandem::ForwardSeq f;
     f.token_offset = static_cast<int32_t>(i);
     f.num_tokens = 1;
     f.start_pos = positions[i];
-    f.block_table = tables[i].data();
-    f.num_blocks = static_cast<int32_t>(tables[i].size());
+    f.block_table = table.data();
+    f.num_blocks = static_cast<int32_t>(table.size());
     f.want_logits = true;
     batch.seqs.push_back(f);
   }
@@ -361,8 +370,12 @@ inline void check_decode_attention(Gpu& g, tandem::gpu::DecodeKernelApi& dk, int
   o.tile_tokens = tandem::gpu::attention_tile_tokens(heads / kv_heads, d);
   o.num_kv_heads = kv_heads;
   o.force_splits = splits;
+  o.span_tokens = span > 1 ? o.tile_tokens : 1;
   tandem::gpu::StepPlan plan;
   tandem::gpu::plan_step(batch, o, plan);
+  const int32_t want_spans = span > 1 ? static_cast<int32_t>(starts.size() * ((span + o.tile_tokens - 1) / o.tile_tokens)) : n;
+  CHECK(plan.num_spans == want_spans, "decode attention span=%d: %d spans planned for %d rows (want %d)", span, plan.num_spans, n,
+        want_spans);
   DeviceArray<bf16_bits> d_pool(*g.device, to_bf16(pool));
   DeviceArray<float> d_q(*g.device, q);
   DeviceArray<int32_t> d_img(*g.device, plan.image);
@@ -389,6 +402,8 @@ inline void check_decode_attention(Gpu& g, tandem::gpu::DecodeKernelApi& dk, int
   a.num_decode = plan.num_decode;
   a.num_splits = plan.num_splits;
   a.partial = d_partial.get();
+  a.decode_spans = img + plan.layout.decode_spans;
+  a.max_span = plan.max_span;
   dk.attention(a, d_counters.get(), g.stream());
   const auto fused = d_out.download();
   const auto counters = d_counters.download();
@@ -399,6 +414,24 @@ inline void check_decode_attention(Gpu& g, tandem::gpu::DecodeKernelApi& dk, int
   g.kernels->attention(b, g.stream());
   CHECK(count_bit_diffs(fused, d_out2.download()) == 0, "decode attention d=%d heads=%d/%d block=%d splits=%d: differs from decode + merge kernels",
         d, heads, kv_heads, block_size, splits);
+  if (span > 1 && splits == 1) {
+    tandem::gpu::PlanOptions rows = o;
+    rows.span_tokens = 1;
+    tandem::gpu::StepPlan per_row;
+    tandem::gpu::plan_step(batch, rows, per_row);
+    DeviceArray<int32_t> d_img_rows(*g.device, per_row.image);
+    tandem::gpu::AttentionArgs r = a;
+    r.out = d_out2.get();
+    r.seqs = reinterpret_cast<const tandem::gpu::SeqDesc*>(d_img_rows.get() + per_row.layout.seqs);
+    r.block_tables = d_img_rows.get() + per_row.layout.block_tables;
+    r.decode_seqs = d_img_rows.get() + per_row.layout.decode_seqs;
+    r.decode_spans = d_img_rows.get() + per_row.layout.decode_spans;
+    r.max_span = per_row.max_span;
+    d_out2.poison();
+    dk.attention(r, d_counters.get(), g.stream());
+    CHECK(per_row.num_spans == n && count_bit_diffs(fused, d_out2.download()) == 0,
+          "decode attention d=%d span=%d: spans differ from one block per row (%d spans)", d, span, per_row.num_spans);
+  }
 
   tandem::KvLayout Lf = L;
   Lf.elem_bytes = 4;
@@ -448,6 +481,14 @@ inline void test_decode_fused(Gpu& g, bool quick) {
     if (!quick) check_decode_attention(g, *dk, 128, 7, 1, 4, {33, 1, 260}, splits, 990 + cases++);
   }
   check_decode_attention(g, *dk, 80, 8, 8, 1, std::vector<int32_t>(16, 40), 2, 990 + cases++);
+  // Verify spans: 5 rows (k = 4) from short and long contexts crossing block boundaries, one and
+  // several splits; 9 rows over a tile of 8 (GQA 8 at d 64: two spans of one sequence).
+  for (int splits : {1, 3}) {
+    check_decode_attention(g, *dk, 64, 14, 2, 16, {0, 14, 125}, splits, 990 + cases++, 5);
+    check_decode_attention(g, *dk, 128, 8, 2, 4, {37, 2}, splits, 990 + cases++, 5);
+  }
+  check_decode_attention(g, *dk, 64, 8, 1, 16, {20, 300}, 1, 990 + cases++, 9);
+  check_decode_attention(g, *dk, 64, 8, 1, 16, {20, 300}, 4, 990 + cases++, 9);
   std::printf("gpu decode fused: %d cases (residual + RMSNorm, gate/up + SiLU, QKV + RoPE + KV write, attention + merge) checked on %s\n", cases,
               g.name.c_str());
 }

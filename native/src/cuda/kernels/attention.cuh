@@ -5,7 +5,10 @@
 //            heads of one KV head, and attends over [0, position] of each token through the
 //            sequence's block table, so prefix hits and earlier chunks are read in place;
 //   decode:  a block takes one sequence's single new token, one KV head and one of num_splits
-//            ranges of its KV length (flash-decoding); merge_kernel combines the ranges.
+//            ranges of its KV length (flash-decoding); merge_kernel combines the ranges. A decode
+//            span (a verify step's rows: consecutive positions of one sequence) is one block's
+//            tile of several tokens, so each K/V chunk is read once for all of them; each row
+//            still leaves its own partial, and the merge is per row as without spans.
 // Per chunk of 32 keys: K and V are gathered through the block table into shared memory
 // (16-byte loads, bf16 -> f32), each warp scores its query rows (lane j = key j), updates the
 // online softmax (running max m, sum l) and leaves exp(s - m) in S; then every thread
@@ -32,6 +35,7 @@ struct AttentionTile {
   int32_t key_begin;   // keys [key_begin, key_end) of this block
   int32_t key_end;
   int32_t table_offset;
+  int32_t decode_index;  // split partials: the decode entry of the tile's first token
 };
 
 template <bool kSplit>
@@ -135,8 +139,9 @@ TD_DEVICE void attention_tile(const AttentionArgs& a, const AttentionTile& tile,
     const int64_t per_head = attention_partial_floats(d);
     for (int e = static_cast<int>(tid); e < rows * (d + 2); e += static_cast<int>(blockDim.x)) {
       const int r = e / (d + 2), k = e % (d + 2);
-      const int head = kv_head * group + r;
-      float* dst = a.partial + ((static_cast<int64_t>(blockIdx.x) * a.num_splits + split_index) * a.num_heads + head) * per_head;
+      const int head = kv_head * group + r % group;
+      const int64_t entry = tile.decode_index + r / group;
+      float* dst = a.partial + ((entry * a.num_splits + split_index) * a.num_heads + head) * per_head;
       dst[k] = k == 0 ? m[r] : k == 1 ? l[r] : O[r * d + k - 2];
     }
   } else {
@@ -163,30 +168,48 @@ TD_GLOBAL void TD_LAUNCH_BOUNDS(kAttentionThreads) attention_prefill_kernel(Atte
   tile.key_begin = 0;
   tile.key_end = tile.first_pos + item.count;
   tile.table_offset = seq.table_offset;
+  tile.decode_index = 0;
   attention_tile<false>(a, tile, static_cast<int>(blockIdx.y), 0);
 }
 
-/** The decode tile of block (x, y, z): sequence x's one token, KV head y, split z. */
+/**
+ * The decode tile of block (x, y, z): the span that decode entry x leads (its one token, or a
+ * verify step's consecutive tokens), KV head y, split z of the span's last KV length; the last
+ * row's block table covers every row's keys. num_tokens 0: entry x is inside a span.
+ */
 TD_DEVICE AttentionTile attention_decode_tile(const AttentionArgs& a) {
-  const SeqDesc seq = a.seqs[a.decode_seqs[blockIdx.x]];
-  const int kv_len = seq.start_pos + 1;
+  const int x = static_cast<int>(blockIdx.x);
+  const int span = a.decode_spans != nullptr ? a.decode_spans[x] : 1;
+  AttentionTile tile{};
+  tile.num_tokens = span;
+  if (span == 0) return tile;
+  const SeqDesc first = a.seqs[a.decode_seqs[x]];
+  const SeqDesc last = span > 1 ? a.seqs[a.decode_seqs[x + span - 1]] : first;
+  const int kv_len = last.start_pos + 1;
   const int per_split = (kv_len + a.num_splits - 1) / a.num_splits;
   const int chunked = (per_split + kAttentionChunk - 1) / kAttentionChunk * kAttentionChunk;
-  AttentionTile tile;
-  tile.token_row = seq.token_offset;
-  tile.first_pos = seq.start_pos;
-  tile.num_tokens = 1;
+  tile.token_row = first.token_offset;
+  tile.first_pos = first.start_pos;
   tile.key_begin = td::imin(kv_len, static_cast<int>(blockIdx.z) * chunked);
   tile.key_end = td::imin(kv_len, tile.key_begin + chunked);
-  tile.table_offset = seq.table_offset;
+  tile.table_offset = last.table_offset;
+  tile.decode_index = x;
   return tile;
 }
 
 // grid (num_decode, num_kv_heads, num_splits): split z covers an equal share of the KV length,
-// rounded up to whole chunks; splits past the end leave an empty partial (m = -inf, l = 0).
+// rounded up to whole chunks; splits past the end leave an empty partial (m = -inf, l = 0), as
+// do a span's earlier rows for keys past their own position.
 template <int kUnused = 0>
 TD_GLOBAL void TD_LAUNCH_BOUNDS(kAttentionThreads) attention_decode_kernel(AttentionArgs a) {
-  attention_tile<true>(a, attention_decode_tile(a), static_cast<int>(blockIdx.y), static_cast<int>(blockIdx.z));
+  const AttentionTile tile = attention_decode_tile(a);
+  if (tile.num_tokens == 0) return;
+  attention_tile<true>(a, tile, static_cast<int>(blockIdx.y), static_cast<int>(blockIdx.z));
+}
+
+/** Query rows of one decode block: a KV group's heads times the longest span. */
+inline int attention_decode_rows(const AttentionArgs& a) {
+  return a.num_heads / a.geo.num_kv_heads * (a.max_span > 1 ? a.max_span : 1);
 }
 
 /**
@@ -231,7 +254,6 @@ TD_GLOBAL void attention_merge_kernel(AttentionArgs a) {
 }
 
 inline void launch_attention(const AttentionArgs& a, void* stream) {
-  const int group = a.num_heads / a.geo.num_kv_heads;
   // The tensor-core kernel copies K/V as bf16 (cp.async): an e4m3 pool prefills on CUDA cores.
   if (a.num_prefill_items > 0 && !a.kv_fp8 && attention_mma_applies(a)) {
     launch_attention_mma(a, stream);  // head_dim 64 / 128: tensor cores (attention_mma.cuh)
@@ -242,7 +264,7 @@ inline void launch_attention(const AttentionArgs& a, void* stream) {
                kAttentionThreads, bytes, stream, a);
   }
   if (a.num_decode > 0) {
-    const size_t bytes = static_cast<size_t>(attention_shared_floats(group, a.geo.head_dim)) * sizeof(float);
+    const size_t bytes = static_cast<size_t>(attention_shared_floats(attention_decode_rows(a), a.geo.head_dim)) * sizeof(float);
     td::launch(attention_decode_kernel<0>,
                {static_cast<unsigned>(a.num_decode), static_cast<unsigned>(a.geo.num_kv_heads), static_cast<unsigned>(a.num_splits)},
                kAttentionThreads, bytes, stream, a);
