@@ -668,8 +668,9 @@ void test_pooling_across_backends(const std::string& root) {
 // kernels (TANDEM_GPU_DECODE=unfused) and the fast sampler against the one-block one
 // (TANDEM_GPU_SAMPLER=block), engine against engine on the same steps: every decode logit equal
 // bit for bit, every token equal (greedy, and seeded temperature / top-k / top-p / min-p rows
-// with a logprob), and the fused path really taken.
-void test_decode_paths(const std::string& dir, const char* label) {
+// with a logprob), and the fused path really taken. kv_dtype fp8: both over an e4m3 pool (the
+// fused QKV epilogue writes it, the fused attention reads it).
+void test_decode_paths(const std::string& dir, const char* label, const std::string& kv_dtype = "auto") {
   if (device() == "cpu") return;
   // Our own GEMMs on both: with cuBLASLt the per-op path's GEMMs would be another library's sums.
   auto load_own = [&] {
@@ -681,6 +682,7 @@ void test_decode_paths(const std::string& dir, const char* label) {
     o.backend.max_batch_tokens = 256;
     o.backend.max_seqs = 16;
     o.backend.gemm = "own";
+    o.backend.kv_cache_dtype = kv_dtype;
     o.threads = 2;
     return Engine::load(o);
   };
@@ -817,6 +819,7 @@ int main(int argc, char** argv) {
     write_tiny_model(root + "/qwen2", qwen2, 9);
     test_consistency(root + "/qwen2", "qwen2");
     test_decode_paths(root + "/qwen2", "qwen2");
+    test_decode_paths(root + "/qwen2", "qwen2, e4m3 KV", "fp8");
     test_sampling(root + "/llama");
     test_decode_graphs(root + "/llama", "llama");
     test_undrained_forward(root + "/llama");

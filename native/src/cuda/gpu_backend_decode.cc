@@ -37,9 +37,9 @@ void GpuBackend::init_decode_path() {
   const char* sampler = std::getenv("TANDEM_GPU_SAMPLER");
   // Mixture-of-experts layers run their own MLP kernels (gpu_backend_moe.cc) between the norms
   // this path fuses into the projections: such models keep the per-op decode step.
-  // Likewise FP8: the fused GEMVs read bf16 weights and its attention a bf16 pool.
-  decode_fused_ = (decode == nullptr || std::string(decode) != "unfused") && !config_.moe.enabled() && !fp8_weights_ &&
-                  layout_.elem_bytes != 1;
+  // Likewise FP8 weights: the fused GEMVs read bf16 ones. An e4m3 KV pool is fused: the QKV
+  // epilogue writes it through qkv_rope_head and the attention reads it, as the per-op kernels do.
+  decode_fused_ = (decode == nullptr || std::string(decode) != "unfused") && !config_.moe.enabled() && !fp8_weights_;
   decode_max_rows_ = cublaslt_ ? 4 : gpu::kDecodeMaxRows;
   if (const char* rows = std::getenv("TANDEM_GPU_DECODE_MAX_ROWS")) {
     decode_max_rows_ = std::max(1, std::min(gpu::kDecodeMaxRows, std::atoi(rows)));
