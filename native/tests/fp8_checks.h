@@ -32,6 +32,7 @@
 #include "../src/cpu/gemm.h"
 #include "../src/cpu/weight_matrix.h"
 #include "../src/cuda/fp8.h"
+#include "../src/cuda/gpu_backend.h"
 #include "check.h"
 
 namespace tandem_test {
@@ -642,7 +643,25 @@ inline void test_fp8_gpu_backend(const std::string& root, const std::string& dev
     CHECK(e16 <= 0.06, "%s W8A16 on %s: max |logit diff| %.3g of the CPU's RMS", f.label, device.c_str(), e16);
     CHECK(e8 <= kW8A8LogitRelL2, "%s W8A8 on %s: logits rel L2 %.3g against the exact model", f.label, device.c_str(), e8);
     std::printf("fp8 on %s: %-22s W8A16 max |diff| / RMS %.2e, W8A8 rel L2 %.2e against the exact model\n", device.c_str(), f.label, e16, e8);
+    // The fused decode step (the FP8 GEMV's main loop under the fused epilogues) against the
+    // per-op kernels: the same logits bit for bit, W8A8 and W8A16, and every decode step fused.
+    for (const char* compute : {"auto", "w8a16"}) {
+      auto fused = fp8_engine(dir, compute, "", "auto", device);
+      ::setenv("TANDEM_GPU_DECODE", "unfused", 1);
+      auto per_op = fp8_engine(dir, compute, "", "auto", device);
+      ::unsetenv("TANDEM_GPU_DECODE");
+      auto* gpu = dynamic_cast<tandem::GpuBackend*>(&fused->backend());
+      const std::vector<float> a = fp8_logits(*fused), b = fp8_logits(*per_op);
+      size_t differ = a.size() == b.size() ? 0 : a.size() + b.size();
+      for (size_t i = 0; i < a.size() && i < b.size(); ++i) differ += std::memcmp(&a[i], &b[i], sizeof(float)) != 0;
+      CHECK(gpu != nullptr && gpu->fused_decode_steps() == 3, "%s %s on %s: %llu of 3 decode steps fused", f.label, compute, device.c_str(),
+            static_cast<unsigned long long>(gpu != nullptr ? gpu->fused_decode_steps() : 0));
+      CHECK(differ == 0, "%s %s on %s: fused decode differs from the per-op kernels in %zu of %zu logits", f.label, compute, device.c_str(),
+            differ, a.size());
+    }
   }
+  std::printf("fp8 on %s: the fused decode step equals the per-op kernels bit for bit (%zu formats, W8A8 and W8A16)\n", device.c_str(),
+              formats.size());
   // FP8 KV cache: the same checkpoint with e4m3 K/V on both backends (the GPU's attention reads
   // e4m3, its KV write quantizes), scales from the checkpoint.
   {

@@ -16,12 +16,15 @@
 // and the sampler's fast path (SampleFastArgs below).
 // Every sum is taken in the same order as the unfused kernels (gemm_rows_kernel, its split-K
 // reduce, rmsnorm_kernel, qkv_rope_kernel, silu_mul_kernel), so the fused step computes the
-// same bits as the unfused one on our own GEMMs; the kernel checks hold them to that.
+// same bits as the unfused one on our own GEMMs; the kernel checks hold them to that. FP8
+// weights take the FP8 GEMV's main loop instead (kernels/fp8_gemm_rows.cuh: e4m3 rows with
+// their scales, activations quantized in shared memory for W8A8) under the same epilogues.
 #pragma once
 
 #include <cstdint>
 #include <memory>
 
+#include "fp8_kernels.h"
 #include "kernel_api.h"
 
 namespace tandem::gpu {
@@ -64,6 +67,15 @@ struct DecodeGemvArgs {
   QkvRopeArgs rope;
   int64_t* progress = nullptr;
   int64_t progress_value = 0;
+
+  // FP8 weights (w8 set, w unused): e4m3 [n][ldw] with scales [n][w8_groups] (w8_group_k columns
+  // each), the activations quantized as w8_act says; the FP8 GEMV's plan and sums, so at most
+  // kFp8RowsMaxM rows.
+  const fp8_bits* w8 = nullptr;
+  const float* w8_scales = nullptr;
+  int w8_groups = 1, w8_group_k = 0;
+  Fp8Act w8_act = Fp8Act::kNone;
+  float w8_act_static = 1.0f, w8_act_ub = 0.0f;
 };
 
 /** Workspace floats a fused GEMV of m rows and n weight rows needs (every split's partial sums). */
@@ -89,6 +101,8 @@ class DecodeKernelApi {
   virtual ~DecodeKernelApi() = default;
   virtual const char* target() const = 0;
   virtual void gemv(const DecodeGemvArgs& a, void* stream) = 0;
+  /** Whether gemv takes this product (rows, shape, an FP8 weight's layout); gemv throws where not. */
+  virtual bool gemv_applies(const DecodeGemvArgs& a) const = 0;
   /**
    * The decode sequences' attention (a.num_prefill_items must be 0) with the split merge in the
    * same launch; counters: decode_attention_counters(num_decode, num_kv_heads) ints, zero.

@@ -293,6 +293,7 @@ std::string GpuBackend::description() const {
   s += "; GEMM: ";
   s += cublaslt_ ? "cuBLASLt " + std::to_string(cublaslt_->version()) + " (" + cublaslt_->path() + ")" : cublaslt_note_;
   s += graphs_enabled_ ? "; decode graphs up to batch " + std::to_string(max_graph_batch_) : "; no graphs (eager)";
+  s += decode_fused_ ? "; fused decode up to " + std::to_string(decode_max_rows_) + " rows" : "; per-op decode";
   if (config_.moe.enabled()) s += "; " + moe_description();
   s += fp8_description();
   return s;

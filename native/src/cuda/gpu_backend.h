@@ -170,6 +170,8 @@ class GpuBackend final : public Backend {
   void run_forward(const gpu::StepPlan& plan);
   gpu::QkvRopeArgs rope_args(const gpu::StepPlan& plan) const;
   gpu::AttentionArgs attention_args(const gpu::StepPlan& plan) const;
+  /** A fused decode GEMV over an FP8 weight: its e4m3 rows, scales and activation scheme (gpu_backend_decode.cc). */
+  void set_fp8_gemv(gpu::DecodeGemvArgs& g, const Fp8Weight& w) const;
   /** logits[0, rows) = lm_head(rows_normed[0, rows)). */
   void lm_head(int32_t rows);
   // Mixture of experts (gpu_backend_moe.cc).

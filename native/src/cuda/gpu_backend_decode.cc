@@ -17,7 +17,10 @@
 // Rows: at most kDecodeMaxRows (16) on our own GEMMs, where the fused path is the same GEMV
 // with fewer launches; with cuBLASLt, at most 4: on an H200 cuBLASLt's decode GEMMs at 8 rows
 // ran twice as fast as our few-rows kernel (bench/results/gpu-h200/gemm.json: 8B qkv 23.9 vs
-// 12.9 TFLOP/s), equal at 1 row, so wider batches keep the per-op path.
+// 12.9 TFLOP/s), equal at 1 row, so wider batches keep the per-op path. FP8 weights: at most 8
+// (kFp8RowsMaxM), with or without cuBLASLt: the per-op decode GEMMs are then the FP8 GEMV, whose
+// main loop the fused GEMVs run (an unquantized matrix beside them runs our bf16 GEMV). MoE
+// models keep the per-op step.
 // TANDEM_GPU_DECODE=unfused keeps the per-op kernels (profile-check.sh's "before"),
 // TANDEM_GPU_DECODE_MAX_ROWS=n moves the limit (1..16), and TANDEM_GPU_SAMPLER=block keeps the
 // one-block sampler: all read once, when the backend is made.
@@ -37,15 +40,34 @@ void GpuBackend::init_decode_path() {
   const char* sampler = std::getenv("TANDEM_GPU_SAMPLER");
   // Mixture-of-experts layers run their own MLP kernels (gpu_backend_moe.cc) between the norms
   // this path fuses into the projections: such models keep the per-op decode step.
-  // Likewise FP8 weights: the fused GEMVs read bf16 ones. An e4m3 KV pool is fused: the QKV
-  // epilogue writes it through qkv_rope_head and the attention reads it, as the per-op kernels do.
-  decode_fused_ = (decode == nullptr || std::string(decode) != "unfused") && !config_.moe.enabled() && !fp8_weights_;
-  decode_max_rows_ = cublaslt_ ? 4 : gpu::kDecodeMaxRows;
-  if (const char* rows = std::getenv("TANDEM_GPU_DECODE_MAX_ROWS")) {
-    decode_max_rows_ = std::max(1, std::min(gpu::kDecodeMaxRows, std::atoi(rows)));
-  }
+  // An e4m3 KV pool is fused too: the QKV epilogue writes it through qkv_rope_head and the
+  // attention reads it, as the per-op kernels do.
+  decode_fused_ = (decode == nullptr || std::string(decode) != "unfused") && !config_.moe.enabled();
+  // FP8 weights: their per-op decode GEMMs are the FP8 GEMV (m <= 8, whatever cuBLASLt offers),
+  // whose main loop the fused GEMVs run, so the fused step takes what that GEMV takes.
+  const int most = fp8_weights_ ? gpu::kFp8RowsMaxM : gpu::kDecodeMaxRows;
+  decode_max_rows_ = fp8_weights_ ? most : cublaslt_ ? 4 : most;
+  if (const char* rows = std::getenv("TANDEM_GPU_DECODE_MAX_ROWS")) decode_max_rows_ = std::max(1, std::min(most, std::atoi(rows)));
   sampler_fast_ = sampler == nullptr || std::string(sampler) != "block";
   decode_ = simt ? gpu::make_simt_decode_kernels() : gpu::make_cuda_decode_kernels();
+  // Every FP8 weight must be one the FP8 GEMV takes (16-byte rows, its group sizes): the per-op
+  // path dequantizes the others, which the fused step cannot.
+  if (decode_fused_ && fp8_weights_) {
+    for (const Layer& W : layers_) {
+      for (const Fp8Weight* f : {&W.fqkv, &W.fo, &W.fgate_up, &W.fdown}) {
+        if (!*f) continue;
+        gpu::DecodeGemvArgs probe;
+        set_fp8_gemv(probe, *f);
+        probe.m = decode_max_rows_;
+        probe.n = static_cast<int>(f->n);
+        probe.k = static_cast<int>(f->k);
+        probe.lda = f->k;
+        probe.workspace = act_.gemm_workspace;
+        probe.workspace_floats = act_.gemm_workspace_floats;
+        if (!decode_->gemv_applies(probe)) decode_fused_ = false;
+      }
+    }
+  }
   const ModelConfig& c = config_;
   const int64_t widest = std::max({qkv_width_, c.hidden_size, 2 * c.intermediate_size});
   // One array for every fused kernel of a step: each leaves its counters at zero for the next.
@@ -96,8 +118,9 @@ void GpuBackend::run_decode_fused(const gpu::StepPlan& plan) {
 
   gpu::QkvRopeArgs rope = rope_args(plan);
   gpu::AttentionArgs attn = attention_args(plan);
-  // One fused GEMV: epilogue, weights [n][k], input [m][k] (bf16).
-  auto gemv = [&](gpu::DecodeEpilogue epilogue, int64_t n, int64_t k, const gpu::bf16_bits* in, const gpu::bf16_bits* w) {
+  // One fused GEMV: epilogue, weights [n][k] (bf16, or the FP8 twin when the layer has one), input [m][k] (bf16).
+  auto gemv = [&](gpu::DecodeEpilogue epilogue, int64_t n, int64_t k, const gpu::bf16_bits* in, const gpu::bf16_bits* w,
+                  const Fp8Weight& w8) {
     gpu::DecodeGemvArgs g;
     g.epilogue = epilogue;
     g.m = m;
@@ -111,12 +134,13 @@ void GpuBackend::run_decode_fused(const gpu::StepPlan& plan) {
     g.workspace_floats = act_.gemm_workspace_floats;
     g.counters = decode_counters_;
     g.eps = eps;
+    if (w8) set_fp8_gemv(g, w8);
     return g;
   };
   // Residual += in . w^T (+ bias), then xn = rmsnorm(residual) * norm.
-  auto residual = [&](int64_t k, const gpu::bf16_bits* in, const gpu::bf16_bits* w, const float* bias, const float* norm_weight,
-                      gpu::bf16_bits* xn) {
-    gpu::DecodeGemvArgs g = gemv(gpu::DecodeEpilogue::kResidualNorm, h, k, in, w);
+  auto residual = [&](int64_t k, const gpu::bf16_bits* in, const gpu::bf16_bits* w, const Fp8Weight& w8, const float* bias,
+                      const float* norm_weight, gpu::bf16_bits* xn) {
+    gpu::DecodeGemvArgs g = gemv(gpu::DecodeEpilogue::kResidualNorm, h, k, in, w, w8);
     g.bias = bias;
     g.x = act_.x;
     g.ldx = h;
@@ -130,7 +154,7 @@ void GpuBackend::run_decode_fused(const gpu::StepPlan& plan) {
     const Layer& W = layers_[static_cast<size_t>(l)];
     const bool last = l + 1 == c.num_layers;
 
-    gpu::DecodeGemvArgs qkv = gemv(gpu::DecodeEpilogue::kQkvRope, qkv_width_, h, act_.xn, W.wqkv);
+    gpu::DecodeGemvArgs qkv = gemv(gpu::DecodeEpilogue::kQkvRope, qkv_width_, h, act_.xn, W.wqkv, W.fqkv);
     qkv.rope = rope;
     qkv.rope.bias = W.bqkv;
     qkv.rope.q_norm = W.q_norm;
@@ -143,18 +167,29 @@ void GpuBackend::run_decode_fused(const gpu::StepPlan& plan) {
     attn.layer = static_cast<int>(l);
     decode_->attention(attn, decode_counters_, stream);
 
-    residual(c.q_dim(), act_.attn, W.wo, W.bo, W.post_norm, act_.xn);
+    residual(c.q_dim(), act_.attn, W.wo, W.fo, W.bo, W.post_norm, act_.xn);
 
-    gpu::DecodeGemvArgs gu = gemv(gpu::DecodeEpilogue::kSiluMul, 2 * inter, h, act_.xn, W.wgate_up);
+    gpu::DecodeGemvArgs gu = gemv(gpu::DecodeEpilogue::kSiluMul, 2 * inter, h, act_.xn, W.wgate_up, W.fgate_up);
     gu.act = act_.act;
     gu.ldact = inter;
     decode_->gemv(gu, stream);
 
     // The next layer's input norm, or the final norm into the rows the lm_head reads.
-    residual(inter, act_.act, W.wdown, nullptr, last ? final_norm_ : layers_[static_cast<size_t>(l + 1)].input_norm,
+    residual(inter, act_.act, W.wdown, W.fdown, nullptr, last ? final_norm_ : layers_[static_cast<size_t>(l + 1)].input_norm,
              last ? act_.rows_normed : act_.xn);
   }
   lm_head(plan.num_logit_rows);
+}
+
+void GpuBackend::set_fp8_gemv(gpu::DecodeGemvArgs& g, const Fp8Weight& w) const {
+  g.w8 = w.w;
+  g.ldw = w.k;
+  g.w8_scales = w.scales;
+  g.w8_groups = w.groups;
+  g.w8_group_k = w.group_k;
+  g.w8_act = fp8_w8a16_ ? gpu::Fp8Act::kNone : w.act;  // as gemm_fp8
+  g.w8_act_static = w.act_static;
+  g.w8_act_ub = w.act_ub;
 }
 
 /** Fast-path scratch for `rows` rows (grown, never shrunk; the device is idle when it grows). */

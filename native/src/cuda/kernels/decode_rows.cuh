@@ -13,12 +13,15 @@
 // gemm_rows_kernel; kSiluMul pairs them: warp w of tile t owns gate rows j, j + 1 and up rows
 // inter + j, inter + j + 1 (j = 2 (8 t + w)), so a tile finishes 16 outputs of the activation.
 // The split plan is gemm_rows_plan's for the same product, so every partial sum, and the
-// split-order reduction after it, is the unfused path's.
+// split-order reduction after it, is the unfused path's. FP8 weights (DecodeGemvArgs::w8): the
+// FP8 GEMV's plan and main loop (fp8_rows_dot: 8 warps x 4 weight rows, the same 32 a block),
+// its scaled sums into the same workspace, then the same epilogues.
 #pragma once
 
 #include <stdexcept>
 
 #include "../decode_api.h"
+#include "fp8_gemm_rows.cuh"
 #include "gemm_rows.cuh"
 #include "last_block.cuh"
 #include "row_ops.cuh"
@@ -50,12 +53,38 @@ TD_HOST_DEVICE GemmArgs decode_gemm_args(const DecodeGemvArgs& a) {
   return g;
 }
 
+/** The FP8 GEMV's arguments for the same product (DecodeGemvArgs::w8). */
+TD_HOST_DEVICE Fp8GemmArgs decode_fp8_args(const DecodeGemvArgs& a) {
+  Fp8GemmArgs f;
+  f.out = decode_gemm_args(a);
+  f.a = a.a;
+  f.lda = a.lda;
+  f.act = a.w8_act;
+  f.act_static_scale = a.w8_act_static;
+  f.act_ub = a.w8_act_ub;
+  f.w = a.w8;
+  f.ldw = a.ldw;
+  f.w_scales = a.w8_scales;
+  f.w_groups = a.w8_groups;
+  f.group_k = a.w8_group_k;
+  return f;
+}
+
 inline int decode_gcd(int a, int b) { return b == 0 ? a : decode_gcd(b, a % b); }
 
-/** The launch of a fused GEMV; false when it does not apply (m outside 1..kDecodeMaxRows). */
+/** The launch of a fused GEMV; false when it does not apply (m outside 1..kDecodeMaxRows, an FP8 layout the GEMV does not take). */
 inline bool decode_gemv_plan(const DecodeGemvArgs& a, DecodeGemvPlan& p) {
   if (a.m < 1 || a.m > kDecodeMaxRows || a.n < 1 || a.k < 8) return false;
-  if (!gemm_rows_plan(decode_gemm_args(a), 0, p.rows)) return false;
+  if (a.w8 != nullptr) {
+    Fp8RowsPlan f;
+    if (!fp8_rows_plan(decode_fp8_args(a), f)) return false;
+    p.rows.mr = f.mr;
+    p.rows.kc = f.kc;
+    p.rows.kchunk = f.kchunk;
+    p.rows.splits = f.splits;
+  } else if (!gemm_rows_plan(decode_gemm_args(a), 0, p.rows)) {
+    return false;
+  }
   switch (a.epilogue) {
     case DecodeEpilogue::kSiluMul:
       if (a.n % 2 != 0) return false;
@@ -87,8 +116,10 @@ TD_DEVICE float decode_split_sum(const DecodeGemvArgs& a, int splits, int r, int
   return s;
 }
 
-template <int MR>
+// kW: 0 bf16 weights (gemm_rows_dot), 1 FP8 with a scale per row, 2 FP8 with scales per k group.
+template <int MR, int kW>
 TD_GLOBAL void TD_LAUNCH_BOUNDS(kRowsThreads) decode_gemv_kernel(DecodeGemvArgs a, DecodeGemvPlan p) {
+  static_assert(kW == 0 || (kFp8RowsThreads == kRowsThreads && kFp8Cols == kRowsCols), "the FP8 main loop covers a block's 32 rows");
   TD_DYNAMIC_SHARED(td::bf16_bits, sa);
   TD_SHARED(int, flag, 1);
   TD_SHARED(float, scratch, 32);
@@ -120,19 +151,31 @@ TD_GLOBAL void TD_LAUNCH_BOUNDS(kRowsThreads) decode_gemv_kernel(DecodeGemvArgs 
       keep[c] = col0 + c < g.n;
     }
   }
-  const td::bf16_bits* wp[NC];
-  TD_GEMM_UNROLL
-  for (int c = 0; c < NC; ++c) wp[c] = g.w + static_cast<int64_t>(td::imin(wrow[c], g.n - 1)) * g.ldw + kbeg;
-
   float acc[MR * NC];
-  int base = 0;
-  gemm_rows_dot<MR>(g, kbeg, klen, p.rows.kchunk, sa, wp, acc, base);
-  using Own = GemmRowsOwn<MR>;
-  if ((lane & Own::kDup) == 0) {
+  if constexpr (kW == 0) {
+    const td::bf16_bits* wp[NC];
     TD_GEMM_UNROLL
-    for (int j = 0; j < Own::kOwn; ++j) {
-      const int v = base + j, r = v / NC, c = v % NC;
-      if (r < g.m && keep[c]) a.workspace[(static_cast<int64_t>(split) * g.m + r) * g.n + wrow[c]] = acc[j];
+    for (int c = 0; c < NC; ++c) wp[c] = g.w + static_cast<int64_t>(td::imin(wrow[c], g.n - 1)) * g.ldw + kbeg;
+    int base = 0;
+    gemm_rows_dot<MR>(g, kbeg, klen, p.rows.kchunk, sa, wp, acc, base);
+    using Own = GemmRowsOwn<MR>;
+    if ((lane & Own::kDup) == 0) {
+      TD_GEMM_UNROLL
+      for (int j = 0; j < Own::kOwn; ++j) {
+        const int v = base + j, r = v / NC, c = v % NC;
+        if (r < g.m && keep[c]) a.workspace[(static_cast<int64_t>(split) * g.m + r) * g.n + wrow[c]] = acc[j];
+      }
+    }
+  } else {
+    int wc[NC];  // rows past n read row n - 1; never stored
+    TD_GEMM_UNROLL
+    for (int c = 0; c < NC; ++c) wc[c] = td::imin(wrow[c], g.n - 1);
+    fp8_rows_dot<MR, kW == 2>(decode_fp8_args(a), kbeg, klen, p.rows.kchunk, reinterpret_cast<unsigned char*>(sa), wc, acc);
+    // Every lane holds every sum: lane i stores sum i, as the FP8 GEMV does.
+    TD_GEMM_UNROLL
+    for (int i = 0; i < MR * NC; ++i) {
+      const int r = i / NC, c = i % NC;
+      if (static_cast<int>(lane) == i && r < g.m && keep[c]) a.workspace[(static_cast<int64_t>(split) * g.m + r) * g.n + wrow[c]] = acc[i];
     }
   }
 
@@ -188,22 +231,35 @@ TD_GLOBAL void TD_LAUNCH_BOUNDS(kRowsThreads) decode_gemv_kernel(DecodeGemvArgs 
   for (int r = 0; r < g.m; ++r) rmsnorm_row(a.x + r * a.ldx, a.norm_weight, g.n, a.eps, a.xn + r * a.ldxn, scratch, CgLoad{});
 }
 
-template <int MR>
+template <int MR, int kW>
 void decode_gemv_launch(const DecodeGemvArgs& a, const DecodeGemvPlan& p, void* stream) {
-  const size_t smem = static_cast<size_t>(MR) * p.rows.kchunk * sizeof(td::bf16_bits);
-  td::launch(decode_gemv_kernel<MR>, {static_cast<unsigned>(p.tiles), static_cast<unsigned>(p.rows.splits)}, kRowsThreads, smem,
+  const size_t smem = kW == 0 ? static_cast<size_t>(MR) * p.rows.kchunk * sizeof(td::bf16_bits) : fp8_rows_smem(MR, p.rows.kchunk);
+  td::launch(decode_gemv_kernel<MR, kW>, {static_cast<unsigned>(p.tiles), static_cast<unsigned>(p.rows.splits)}, kRowsThreads, smem,
              stream, a, p);
+}
+
+template <int kW>
+void decode_gemv_rows(const DecodeGemvArgs& a, const DecodeGemvPlan& p, void* stream) {
+  switch (p.rows.mr) {
+    case 1: decode_gemv_launch<1, kW>(a, p, stream); break;
+    case 2: decode_gemv_launch<2, kW>(a, p, stream); break;
+    case 4: decode_gemv_launch<4, kW>(a, p, stream); break;
+    case 8: decode_gemv_launch<8, kW>(a, p, stream); break;
+    default:
+      if constexpr (kW == 0) decode_gemv_launch<16, 0>(a, p, stream);  // the FP8 plan stops at kFp8RowsMaxM (8)
+      break;
+  }
 }
 
 inline void launch_decode_gemv(const DecodeGemvArgs& a, void* stream) {
   DecodeGemvPlan p;
-  if (!decode_gemv_plan(a, p)) throw std::invalid_argument("decode gemv: shape out of range (m 1..16, n, k, head_dim)");
-  switch (p.rows.mr) {
-    case 1: decode_gemv_launch<1>(a, p, stream); break;
-    case 2: decode_gemv_launch<2>(a, p, stream); break;
-    case 4: decode_gemv_launch<4>(a, p, stream); break;
-    case 8: decode_gemv_launch<8>(a, p, stream); break;
-    default: decode_gemv_launch<16>(a, p, stream); break;
+  if (!decode_gemv_plan(a, p)) throw std::invalid_argument("decode gemv: shape out of range (m 1..16, or 1..8 for FP8; n, k, head_dim)");
+  if (a.w8 == nullptr) {
+    decode_gemv_rows<0>(a, p, stream);
+  } else if (a.w8_groups > 1) {
+    decode_gemv_rows<2>(a, p, stream);
+  } else {
+    decode_gemv_rows<1>(a, p, stream);
   }
 }
 

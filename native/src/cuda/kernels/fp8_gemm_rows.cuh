@@ -80,18 +80,21 @@ TD_DEVICE float fp8_act_scale(const Fp8GemmArgs& a, float amax) {
   return fp8_dynamic_scale(amax);
 }
 
-// grid (ceil(n / (kFp8RowsWarps * kFp8Cols)), splits); dynamic shared memory fp8_rows_smem(MR, kchunk).
+/**
+ * The dot products of one block's split: this warp's kFp8Cols weight rows `wrow` (each < n) over
+ * k range [kbeg, kbeg + klen) for the MR activation rows, every sum finished (every lane holds all
+ * of them: acc[r * kFp8Cols + c]) and scaled (weight row scale, activation row scale): what the
+ * GEMV stores for the split. Shared by fp8_rows_kernel and the fused decode GEMV
+ * (decode_rows.cuh), so both compute the same bits. smem: fp8_rows_smem(MR, kchunk).
+ */
 template <int MR, bool kGroups>
-TD_GLOBAL void TD_LAUNCH_BOUNDS(kFp8RowsThreads) fp8_rows_kernel(Fp8GemmArgs a, int kc, int kchunk) {
-  TD_DYNAMIC_SHARED(unsigned char, smem);
+TD_DEVICE void fp8_rows_dot(const Fp8GemmArgs& a, int kbeg, int klen, int kchunk, unsigned char* smem, const int* wrow,
+                            float (&acc)[MR * kFp8Cols]) {
   constexpr int NC = kFp8Cols, V = MR * NC;
   const GemmArgs& g = a.out;
   td::bf16_bits* sa = reinterpret_cast<td::bf16_bits*>(smem);
   float* sgrp = reinterpret_cast<float*>(smem + static_cast<size_t>(MR) * kchunk * 2);  // [MR][kchunk / group_k]
   float* srow = sgrp + MR * (kchunk / 16);                                              // [MR]
-  const int split = static_cast<int>(blockIdx.y);
-  const int kbeg = split * kc;
-  const int klen = td::imin(kc, g.k - kbeg);
   const unsigned lane = td::lane_id();
   const int warp = static_cast<int>(threadIdx.x / 32);
   const int tid = static_cast<int>(threadIdx.x);
@@ -115,15 +118,9 @@ TD_GLOBAL void TD_LAUNCH_BOUNDS(kFp8RowsThreads) fp8_rows_kernel(Fp8GemmArgs a, 
     if (lane == 0) srow[r] = s;
   }
 
-  const int col0 = (static_cast<int>(blockIdx.x) * kFp8RowsWarps + warp) * NC;
   const fp8_bits* wp[NC];
-  int colc[NC];
   TD_GEMM_UNROLL
-  for (int c = 0; c < NC; ++c) {
-    colc[c] = td::imin(col0 + c, g.n - 1);  // columns past n read row n - 1; never stored
-    wp[c] = a.w + static_cast<int64_t>(colc[c]) * a.ldw + kbeg;
-  }
-  float acc[V];
+  for (int c = 0; c < NC; ++c) wp[c] = a.w + static_cast<int64_t>(wrow[c]) * a.ldw + kbeg;
   TD_GEMM_UNROLL
   for (int i = 0; i < V; ++i) acc[i] = 0.0f;
 
@@ -183,7 +180,7 @@ TD_GLOBAL void TD_LAUNCH_BOUNDS(kFp8RowsThreads) fp8_rows_kernel(Fp8GemmArgs a, 
           if constexpr (kGroups) {
             const int gk = (kbeg + ku) / a.group_k;
             TD_GEMM_UNROLL
-            for (int c = 0; c < NC; ++c) wsc[c] = a.w_scales[static_cast<int64_t>(colc[c]) * a.w_groups + gk];
+            for (int c = 0; c < NC; ++c) wsc[c] = a.w_scales[static_cast<int64_t>(wrow[c]) * a.w_groups + gk];
             gi = (ku - c0) / td::imax(a.group_k, 1);
           }
           TD_GEMM_UNROLL
@@ -212,7 +209,30 @@ TD_GLOBAL void TD_LAUNCH_BOUNDS(kFp8RowsThreads) fp8_rows_kernel(Fp8GemmArgs a, 
   }
 
   TD_GEMM_UNROLL
-  for (int i = 0; i < V; ++i) acc[i] = warp_sum(acc[i]);
+  for (int i = 0; i < V; ++i) {
+    float v = warp_sum(acc[i]);
+    if (!kGroups) v *= a.w_scales[wrow[i % NC]];
+    if (quantize && a.act != Fp8Act::kDynamicGroup) v *= srow[i / NC];
+    acc[i] = v;
+  }
+}
+
+// grid (ceil(n / (kFp8RowsWarps * kFp8Cols)), splits); dynamic shared memory fp8_rows_smem(MR, kchunk).
+template <int MR, bool kGroups>
+TD_GLOBAL void TD_LAUNCH_BOUNDS(kFp8RowsThreads) fp8_rows_kernel(Fp8GemmArgs a, int kc, int kchunk) {
+  TD_DYNAMIC_SHARED(unsigned char, smem);
+  constexpr int NC = kFp8Cols, V = MR * NC;
+  const GemmArgs& g = a.out;
+  const int split = static_cast<int>(blockIdx.y);
+  const int kbeg = split * kc;
+  const int klen = td::imin(kc, g.k - kbeg);
+  const unsigned lane = td::lane_id();
+  const int col0 = (static_cast<int>(blockIdx.x) * kFp8RowsWarps + static_cast<int>(threadIdx.x / 32)) * NC;
+  int colc[NC];
+  TD_GEMM_UNROLL
+  for (int c = 0; c < NC; ++c) colc[c] = td::imin(col0 + c, g.n - 1);  // columns past n read row n - 1; never stored
+  float acc[V];
+  fp8_rows_dot<MR, kGroups>(a, kbeg, klen, kchunk, smem, colc, acc);
   if (lane < static_cast<unsigned>(V)) {
     // Lane i stores value i (a register array indexed by a constant per unrolled step).
     TD_GEMM_UNROLL
@@ -220,13 +240,10 @@ TD_GLOBAL void TD_LAUNCH_BOUNDS(kFp8RowsThreads) fp8_rows_kernel(Fp8GemmArgs a, 
       if (static_cast<int>(lane) == i) {
         const int r = i / NC, col = col0 + i % NC;
         if (r < g.m && col < g.n) {
-          float v = acc[i];
-          if (!kGroups) v *= a.w_scales[col];
-          if (quantize && a.act != Fp8Act::kDynamicGroup) v *= srow[r];
           if (gridDim.y == 1) {
-            gemm_store1(g, r, col, v);
+            gemm_store1(g, r, col, acc[i]);
           } else {
-            g.workspace[(static_cast<int64_t>(split) * g.m + r) * g.n + col] = v;
+            g.workspace[(static_cast<int64_t>(split) * g.m + r) * g.n + col] = acc[i];
           }
         }
       }
