@@ -664,7 +664,8 @@ void test_pooling_across_backends(const std::string& root) {
 
 }  // namespace
 
-// GPU backends: the fused decode path (<= 16 rows: gpu_backend_decode.cc) against the per-op
+// GPU backends: the fused decode path (<= 16 rows: gpu_backend_decode.cc; MoE models: the
+// attention half fused, the experts' kernels after it) against the per-op
 // kernels (TANDEM_GPU_DECODE=unfused) and the fast sampler against the one-block one
 // (TANDEM_GPU_SAMPLER=block), engine against engine on the same steps: every decode logit equal
 // bit for bit, every token equal (greedy, and seeded temperature / top-k / top-p / min-p rows
@@ -834,6 +835,8 @@ int main(int argc, char** argv) {
     }
     // MoE decode steps are captured too (the router, the expert grouping and the grouped GEMMs).
     test_decode_graphs(root + "/qwen3_moe", "qwen3_moe");
+    test_decode_paths(root + "/qwen3_moe", "qwen3_moe");
+    test_decode_paths(root + "/qwen2_moe", "qwen2_moe");
     write_tiny_model(root + "/moe-ok", moe_spec("qwen3_moe"), 3);
     test_moe_ties(root);
     test_moe_errors(root);

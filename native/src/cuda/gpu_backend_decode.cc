@@ -19,8 +19,10 @@
 // ran twice as fast as our few-rows kernel (bench/results/gpu-h200/gemm.json: 8B qkv 23.9 vs
 // 12.9 TFLOP/s), equal at 1 row, so wider batches keep the per-op path. FP8 weights: at most 8
 // (kFp8RowsMaxM), with or without cuBLASLt: the per-op decode GEMMs are then the FP8 GEMV, whose
-// main loop the fused GEMVs run (an unquantized matrix beside them runs our bf16 GEMV). MoE
-// models keep the per-op step.
+// main loop the fused GEMVs run (an unquantized matrix beside them runs our bf16 GEMV). A MoE
+// layer fuses its attention half (QKV, attention, O + residual + post-attention norm) and runs
+// the MoE kernels and an RMSNorm launch after it: 4 launches beside its experts' where the per-op
+// step has up to 10.
 // TANDEM_GPU_DECODE=unfused keeps the per-op kernels (profile-check.sh's "before"),
 // TANDEM_GPU_DECODE_MAX_ROWS=n moves the limit (1..16), and TANDEM_GPU_SAMPLER=block keeps the
 // one-block sampler: all read once, when the backend is made.
@@ -38,11 +40,11 @@ void GpuBackend::init_decode_path() {
   const bool simt = std::string(device_->kind()) == "simt";
   const char* decode = std::getenv("TANDEM_GPU_DECODE");
   const char* sampler = std::getenv("TANDEM_GPU_SAMPLER");
-  // Mixture-of-experts layers run their own MLP kernels (gpu_backend_moe.cc) between the norms
-  // this path fuses into the projections: such models keep the per-op decode step.
-  // An e4m3 KV pool is fused too: the QKV epilogue writes it through qkv_rope_head and the
-  // attention reads it, as the per-op kernels do.
-  decode_fused_ = (decode == nullptr || std::string(decode) != "unfused") && !config_.moe.enabled();
+  // Mixture-of-experts layers fuse their attention half; their MLP is the MoE kernels
+  // (gpu_backend_moe.cc) between the post-attention norm and a plain RMSNorm launch. An e4m3 KV
+  // pool is fused too: the QKV epilogue writes it through qkv_rope_head and the attention reads
+  // it, as the per-op kernels do.
+  decode_fused_ = decode == nullptr || std::string(decode) != "unfused";
   // FP8 weights: their per-op decode GEMMs are the FP8 GEMV (m <= 8, whatever cuBLASLt offers),
   // whose main loop the fused GEMVs run, so the fused step takes what that GEMV takes.
   const int most = fp8_weights_ ? gpu::kFp8RowsMaxM : gpu::kDecodeMaxRows;
@@ -168,6 +170,15 @@ void GpuBackend::run_decode_fused(const gpu::StepPlan& plan) {
     decode_->attention(attn, decode_counters_, stream);
 
     residual(c.q_dim(), act_.attn, W.wo, W.fo, W.bo, W.post_norm, act_.xn);
+    if (W.moe_router != nullptr) {
+      // A sparse layer: its experts (the MoE kernels, as the per-op step runs them) add into the
+      // residual, then the next input RMSNorm, or the final one into the lm_head's rows.
+      run_moe(W, m, stream);
+      norm.weight = last ? final_norm_ : layers_[static_cast<size_t>(l + 1)].input_norm;
+      norm.out = last ? act_.rows_normed : act_.xn;
+      kernels_->rmsnorm(norm, stream);
+      continue;
+    }
 
     gpu::DecodeGemvArgs gu = gemv(gpu::DecodeEpilogue::kSiluMul, 2 * inter, h, act_.xn, W.wgate_up, W.fgate_up);
     gu.act = act_.act;
