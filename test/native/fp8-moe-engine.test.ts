@@ -20,7 +20,7 @@ import { createNativeEngine } from '../../workers/engines/native/index.js';
 import { makeTinyModel } from '../../workers/models/index.js';
 import { e4m3ToF32, isQuantizedLinear, quantizeWeight, TINY_FP8_BLOCK, type Fp8Format } from '../../workers/models/fp8.js';
 import { encodeSafetensors, SafetensorsFile, type TensorData } from '../../workers/models/safetensors.js';
-import { prefillAndStepLogits, relL2, withTempDir } from './helpers.js';
+import { blocks, maxAbsDiff, prefillAndStepLogits, relL2, seq, tokens, withTempDir } from './helpers.js';
 
 /** As fp8-engine.test.ts: W8A8 against the unquantized model, logits rel L2. */
 const W8A8_BOUND = 0.2;
@@ -188,15 +188,19 @@ function maxDiffOverRms(got: Float32Array, want: Float32Array): number {
 
 /**
  * FP8 checkpoints of a mixture of experts on the CUDA backend (`device: 'simt'`: its kernels on
- * the host). The MoE kernels take bf16 experts, so the experts' and the shared expert's e4m3
- * weights are dequantized to bf16 at load (the dense layers' `--quantization none` path); the
- * attention and dense layers keep the GPU's FP8 path. Before this, the backend refused them.
+ * the host). The experts stay e4m3: the CUDA-core grouped GEMMs (decode, small steps) read them
+ * with their scales (W8A16), and a tensor-core step dequantizes the layer's experts into a bf16
+ * scratch first; the shared expert and the attention and dense layers take the GPU's dense FP8
+ * path. Under `--quantization none` everything is dequantized to bf16 at load.
  *  - `--quantization none` on simt equals simt on the dequantized f32 copy (no FP8 tensor in it):
  *    the experts the GPU computes are exactly the checkpoint's values rounded to bf16.
+ *  - A 48-token prefill (every expert averages >= 8 rows: tensor cores) in W8A16 equals the copy
+ *    bit for bit: the experts dequantized on the device are the copy's bf16 experts, and the dense
+ *    FP8 layers at 48 rows dequantize too (the CUDA-core path, e4m3 x scale in f32, would not).
  *  - W8A16 and `--quantization none` against the CPU backend's W8A16 logits on the same checkpoint
  *    (the exact model): the engine's bf16 tolerance (engine_test.cc goldens, fp8_checks.h
  *    test_fp8_gpu_backend: max |diff| <= 6% of the logits' RMS, rel L2 <= 3%).
- *  - W8A8 (the dense layers' activations quantized; the experts' are not: they are bf16) against
+ *  - W8A8 (the dense layers' activations quantized; the experts' are not: W8A16 on e4m3) against
  *    the exact model within the CPU's W8A8 bound, as test_fp8_gpu_backend does.
  * Seed 4: no routing near-tie in these steps. (qwen3_moe seed 5's decode step has one: bf16
  * rounding picks another expert there and the logits differ by 13% rel L2 on the dequantized
@@ -212,9 +216,10 @@ describe('FP8 checkpoints of a mixture of experts on the CUDA backend (SIMT harn
     await tmp.cleanup();
   });
 
-  const DEQUANTIZED = 'FP8 experts dequantized to bf16 at load (no FP8 expert kernels yet)';
+  const DEQUANTIZED = 'FP8 experts dequantized to bf16 at load (--quantization none)';
+  const E4M3 = 'FP8 experts e4m3 (CUDA-core grouped GEMMs read them, W8A16';
   for (const arch of ['qwen3_moe', 'qwen2_moe'] as const) {
-    it(`${arch} fp8-block on simt: experts dequantized to bf16 at load; W8A16 and --quantization none within the bf16 tolerance of the CPU backend, W8A8 within ${W8A8_BOUND}`, async () => {
+    it(`${arch} fp8-block on simt: experts kept e4m3 (dequantized at load under --quantization none); W8A16 and --quantization none within the bf16 tolerance of the CPU backend, W8A8 within ${W8A8_BOUND}; a tensor-core prefill equals the dequantized copy`, async () => {
       const dir = join(tmp.dir, `${arch}-simt`);
       const refDir = join(tmp.dir, `${arch}-simt-dequantized`);
       await makeTinyModel({ arch, outDir: dir, dtype: 'bf16', seed: 4, quantize: 'fp8-block' });
@@ -224,7 +229,10 @@ describe('FP8 checkpoints of a mixture of experts on the CUDA backend (SIMT harn
         const engine = await createNativeEngine({ ...simt, modelDir, ...options });
         try {
           for (const d of describes) expect(engine.deviceDescription).toContain(d);
-          if (describes.length === 0) expect(engine.deviceDescription).not.toContain(DEQUANTIZED);
+          if (describes.length === 0) {
+            expect(engine.deviceDescription).not.toContain(DEQUANTIZED);
+            expect(engine.deviceDescription).not.toContain('FP8 experts');
+          }
           return await prefillAndStepLogits(engine);
         } finally {
           await engine.close();
@@ -237,16 +245,72 @@ describe('FP8 checkpoints of a mixture of experts on the CUDA backend (SIMT harn
       } finally {
         await exact.close();
       }
-      const w8a16 = await simtLogits(dir, { fp8Compute: 'w8a16' }, [DEQUANTIZED, 'FP8 weights (']);
+      const w8a16 = await simtLogits(dir, { fp8Compute: 'w8a16' }, [E4M3, 'FP8 weights (']);
       const none = await simtLogits(dir, { quantization: 'none' }, [DEQUANTIZED]);
-      const w8a8 = await simtLogits(dir, {}, [DEQUANTIZED, 'FP8 weights (']);
+      const w8a8 = await simtLogits(dir, {}, [E4M3, 'FP8 weights (']);
       const copy = await simtLogits(refDir, {}, []);
       expect(relL2(none, copy)).toBeLessThan(1e-6);
+      const prefill48 = async (modelDir: string, options: { fp8Compute?: 'w8a16' }) => {
+        const engine = await createNativeEngine({ ...simt, modelDir, ...options });
+        try {
+          const prompt = tokens(48, 512, 3);
+          return (await engine.stepWithLogits({ sequences: [seq({ tokens: prompt, blockTable: blocks(0, 3) })] })).logits;
+        } finally {
+          await engine.close();
+        }
+      };
+      expect(maxAbsDiff(await prefill48(dir, { fp8Compute: 'w8a16' }), await prefill48(refDir, {}))).toBe(0);
       for (const [label, got] of [['W8A16', w8a16], ['--quantization none', none]] as const) {
         expect(maxDiffOverRms(got, reference), label).toBeLessThan(0.06);
         expect(relL2(got, reference), label).toBeLessThan(0.03);
       }
       const d = relL2(w8a8, reference);
+      expect(d).toBeGreaterThan(0);
+      expect(d).toBeLessThan(W8A8_BOUND);
+    }, 120_000);
+  }
+});
+
+/**
+ * `--quantization fp8` on a bf16 mixture of experts on the CUDA backend (SIMT harness): the
+ * experts are quantized per row at load and kept e4m3 (the MoE kernels read them, W8A16), the
+ * shared expert and the dense layers take the dense FP8 path. Before, the backend refused it.
+ *  - W8A16 within the engine's bf16 tolerance of the CPU backend on the e4m3-rounded checkpoint
+ *    (the rounded copy: the experts the GPU computes are the quantized ones; bf16 experts would
+ *    differ by the rounding, which the CPU test above shows is over 1e-3 rel L2 on its own);
+ *  - W8A8 within the CPU's W8A8 bound of that exact (rounded) model, as the checkpoint test above.
+ */
+describe('--quantization fp8 on a mixture of experts on the CUDA backend (SIMT harness)', () => {
+  let tmp: Awaited<ReturnType<typeof withTempDir>>;
+
+  beforeAll(async () => {
+    tmp = await withTempDir();
+  });
+  afterAll(async () => {
+    await tmp.cleanup();
+  });
+
+  for (const arch of ['qwen3_moe', 'qwen2_moe'] as const) {
+    it(`${arch}: experts quantized at load and kept e4m3; W8A16 near the e4m3-rounded model on the CPU, W8A8 within ${W8A8_BOUND} of it`, async () => {
+      const plain = join(tmp.dir, `${arch}-plain`);
+      const rounded = join(tmp.dir, `${arch}-rounded`);
+      await makeTinyModel({ arch, outDir: plain, dtype: 'bf16', seed: 4 });
+      expect(await roundedCopy(plain, rounded)).toBeGreaterThan(0);
+      const simt = { numBlocks: 8, threads: 2, device: 'simt', maxBatchTokens: 64, maxSeqs: 4, quantization: 'fp8' } as const;
+      const logits = async (options: Parameters<typeof createNativeEngine>[0]) => {
+        const engine = await createNativeEngine(options);
+        try {
+          if (options.device === 'simt') expect(engine.deviceDescription).toContain('FP8 experts e4m3');
+          return await prefillAndStepLogits(engine);
+        } finally {
+          await engine.close();
+        }
+      };
+      const reference = await logits({ modelDir: rounded, numBlocks: 8, threads: 2 });
+      const w8a16 = await logits({ ...simt, modelDir: plain, fp8Compute: 'w8a16' });
+      expect(maxDiffOverRms(w8a16, reference)).toBeLessThan(0.06);
+      expect(relL2(w8a16, reference)).toBeLessThan(0.03);
+      const d = relL2(await logits({ ...simt, modelDir: plain }), reference);
       expect(d).toBeGreaterThan(0);
       expect(d).toBeLessThan(W8A8_BOUND);
     }, 120_000);

@@ -4,10 +4,8 @@
  * reason, exit 2, no stack trace, instead of a worker that registers and then fails every request
  * or serves a half-quantized model.
  *  - `--task embed` on a MoE model (native and mocker): Engine::embed cannot pool one.
- *  - `--quantization fp8` on a MoE model on the CUDA backend (`--device simt`: its code on the
- *    host): the MoE kernels take bf16 experts only (the CPU backend quantizes the experts:
- *    fp8-moe-engine.test.ts). An FP8 *checkpoint* of a MoE model is no longer refused there: its
- *    experts load dequantized to bf16 (fp8-moe-engine.test.ts, SIMT harness).
+ *  (`--quantization fp8` on a MoE model is no longer refused on the CUDA backend: its MoE kernels
+ *  read e4m3 experts; fp8-moe-engine.test.ts.)
  *  - `--lora` on a MoE model (adapters on experts are out of scope): before, the CPU backend's
  *    card claimed adapters and the refusal came as `unavailable`, exit 4
  *    (test/lora/lora-moe-worker.test.ts: a run-time load is 400).
@@ -75,10 +73,4 @@ describe('mixture-of-experts refusals at load: one line naming the reason, exit 
     );
   }, 60_000);
 
-  it('--quantization fp8 on a MoE model on the CUDA backend (--device simt)', async () => {
-    expectOneLineRefusal(
-      await worker(['--engine', 'native', '--device', 'simt', '--num-gpu-blocks', '8', '--quantization', 'fp8']),
-      /device 'simt': --quantization fp8 on a mixture-of-experts model is not supported here \(the MoE kernels take bf16 experts only; FP8 experts run on --device cpu\)/,
-    );
-  }, 60_000);
 });

@@ -62,14 +62,6 @@ void GpuBackend::check_supported(const ModelConfig& c, const std::string& device
     if (c.moe.expert_intermediate % 8 != 0 || c.moe.shared_intermediate % 8 != 0) {
       refuse("the expert width (moe_intermediate_size) and shared_expert_intermediate_size must be multiples of 8");
     }
-    // The MoE kernels read bf16 experts: quantizing only the dense layers would serve a model
-    // that is neither the bf16 one nor the FP8 one the CPU backend computes (and quantizing the
-    // experts to dequantize them again would serve neither). An FP8 *checkpoint's* experts load
-    // dequantized to bf16 (upload_expert_views), which is the model the checkpoint means.
-    if (c.quant.method == QuantMethod::kOnLoad) {
-      refuse("--quantization fp8 on a mixture-of-experts model is not supported here (the MoE kernels take bf16 "
-             "experts only; FP8 experts run on --device cpu)");
-    }
   }
   const int64_t group = c.num_heads / c.num_kv_heads;
   if (gpu::attention_tile_tokens(static_cast<int>(group), static_cast<int>(c.head_dim)) < 1) {
@@ -127,6 +119,8 @@ GpuBackend::GpuBackend(const ModelConfig& config, const SafetensorsStore& weight
 
   try {
     load_weights(weights, pool);
+    // FP8 experts' bf16 scratch for tensor-core steps: allocated with the weights, before the pool.
+    if (moe_dequant_elems_ > 0) moe_dequant_ = static_cast<gpu::bf16_bits*>(alloc(static_cast<size_t>(moe_dequant_elems_) * 2));
     {
       const std::vector<float> kv_scales = load_kv_scales(weights, c);
       kv_scales_ = static_cast<float*>(alloc(kv_scales.size() * sizeof(float)));

@@ -93,6 +93,14 @@ class GpuBackend final : public Backend {
     float act_static = 1.0f, act_ub = 0.0f;
     explicit operator bool() const { return w != nullptr; }
   };
+  /** A sparse layer's FP8 experts: e4m3 [E * rows][k], scales [E * rows][groups] (gpu_backend_moe.cc). */
+  struct Fp8Experts {
+    gpu::fp8_bits* w = nullptr;
+    float* scales = nullptr;
+    int64_t rows = 0, k = 0;  // every expert's rows together
+    int groups = 1, group_k = 0;
+    explicit operator bool() const { return w != nullptr; }
+  };
   struct Layer {
     float* input_norm = nullptr;
     float* post_norm = nullptr;
@@ -114,6 +122,10 @@ class GpuBackend final : public Backend {
     gpu::bf16_bits* shared_gate = nullptr;
     // FP8 twins (gpu_backend_fp8.cc): set instead of the bf16 matrix when the weight is FP8.
     Fp8Weight fqkv, fo, fgate_up, fdown;
+    // An FP8 checkpoint's experts, kept e4m3 (set instead of moe_gate_up / moe_down), and its
+    // shared expert's FP8 twins (the dense FP8 path).
+    Fp8Experts moe_gate_up8, moe_down8;
+    Fp8Weight fshared_gate_up, fshared_down;
   };
   /** MoE scratch for up to `tokens` tokens at a time (gpu_backend_moe.cc); larger steps run in chunks. */
   struct MoeActivations {
@@ -250,10 +262,17 @@ class GpuBackend final : public Backend {
   std::map<int64_t, MoeGemmPlan> moe_tiles_;  // chunk tokens -> the grouped GEMMs' plan
   int moe_force_mma_rows_ = -1;               // benchmarks: -1 the plan's choice, 0 CUDA cores, or tile rows
   int32_t* moe_hits_ = nullptr;  // [num_layers]: experts the last step's (last chunk of each) sparse layer hit
-  bool moe_fp8_dequantized_ = false;  // an FP8 checkpoint's experts (or shared expert) dequantized to bf16 at load
+  bool moe_fp8_dequantized_ = false;  // an FP8 checkpoint's experts (or shared expert) dequantized to bf16 at load (--quantization none)
+  bool moe_fp8_experts_ = false;      // an FP8 checkpoint's experts kept e4m3 (Fp8Experts)
+  gpu::bf16_bits* moe_dequant_ = nullptr;  // tensor-core steps over FP8 experts: one layer's experts as bf16
+  int64_t moe_dequant_elems_ = 0;
   /** Experts stacked by rows into one bf16 matrix; FP8 ones dequantized with their scales (dequantize_into), each in turn. */
   gpu::bf16_bits* upload_expert_views(const SafetensorsStore& w, const std::vector<std::vector<const TensorView*>>& groups,
                                       ThreadPool& pool);
+  /** The same experts kept e4m3 with per-(row, k group) scales; an empty Fp8Experts where they do not load as FP8. */
+  Fp8Experts upload_fp8_experts(const SafetensorsStore& w, const std::vector<std::vector<const TensorView*>>& groups, ThreadPool& pool);
+  /** The grouped GEMM's weights for one step: FP8 on CUDA cores, or dequantized into moe_dequant_ for tensor cores. */
+  void set_moe_weights(gpu::MoeGemmArgs& g, gpu::bf16_bits* bf16, const Fp8Experts& f8, void* stream);
 
  public:
   /** Distinct experts each layer's MoE block ran in the last forward (its last chunk); 0 for dense layers. Benchmarks. */

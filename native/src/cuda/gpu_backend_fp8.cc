@@ -23,6 +23,7 @@
 #include "../core/fp8_weights.h"
 #include "../core/safetensors.h"
 #include "gpu_backend.h"
+#include "kv_pool_sizing.h"
 
 namespace tandem {
 namespace {
@@ -394,7 +395,11 @@ std::string GpuBackend::fp8_description() const {
   } else if (config_.quant.dequantize) {
     s += "; weights: " + config_.quant.describe();
   }
-  if (moe_fp8_dequantized_) s += "; FP8 experts dequantized to bf16 at load (no FP8 expert kernels yet)";
+  if (moe_fp8_experts_) {
+    s += "; FP8 experts e4m3 (CUDA-core grouped GEMMs read them, W8A16; tensor-core steps dequantize one layer's experts into a " +
+         gpu::mib(moe_dequant_elems_ * 2) + " bf16 scratch)";
+  }
+  if (moe_fp8_dequantized_) s += "; FP8 experts dequantized to bf16 at load (--quantization none)";
   if (layout_.elem_bytes == 1) s += "; KV cache fp8_e4m3";
   return s;
 }

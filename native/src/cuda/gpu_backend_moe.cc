@@ -12,6 +12,7 @@
 #include <string>
 
 #include "../core/error.h"
+#include "../core/fp8_weights.h"
 #include "../core/safetensors.h"
 #include "gpu_backend.h"
 
@@ -25,6 +26,12 @@ constexpr int64_t kMoeChunkTokens = 2048;
 // 64-row one below it). Both are measured side by side by tandem_moe_bench's prefill rows.
 constexpr int64_t kMoeMmaMinAvgRows = gpu::kMoeTileRows;
 constexpr int64_t kMoeMmaLargeAvgRows = 384;
+
+std::vector<WeightPart> parts_of(const std::vector<const TensorView*>& views) {
+  std::vector<WeightPart> parts;
+  for (const TensorView* v : views) parts.push_back({v->name, v->shape});
+  return parts;
+}
 
 }  // namespace
 
@@ -43,20 +50,98 @@ void GpuBackend::upload_moe_layer(const SafetensorsStore& w, int64_t l, ThreadPo
     gate_up.push_back({x.gate, x.up});
     down.push_back({x.down});
   }
-  L.moe_gate_up = upload_expert_views(w, gate_up, pool);  // [E][gate I rows, up I rows][H]
-  L.moe_down = upload_expert_views(w, down, pool);        // [E][H][I]
+  // [E][gate I rows, up I rows][H] and [E][H][I]: an FP8 checkpoint's kept e4m3, else bf16.
+  L.moe_gate_up8 = upload_fp8_experts(w, gate_up, pool);
+  if (!L.moe_gate_up8) L.moe_gate_up = upload_expert_views(w, gate_up, pool);
+  L.moe_down8 = upload_fp8_experts(w, down, pool);
+  if (!L.moe_down8) L.moe_down = upload_expert_views(w, down, pool);
   if (t.shared_gate() != nullptr) {
-    L.shared_gate_up = upload_expert_views(w, {{t.shared().gate, t.shared().up}}, pool);
-    L.shared_down = upload_expert_views(w, {{t.shared().down}}, pool);
+    // The shared expert is a dense MLP: FP8 through the dense layers' FP8 GEMMs, as they are.
+    const std::vector<const TensorView*> sgu = {t.shared().gate, t.shared().up}, sd = {t.shared().down};
+    if (loads_as_fp8(w, c, parts_of(sgu), true)) {
+      L.fshared_gate_up = upload_fp8(w, parts_of(sgu), pool);
+    } else {
+      L.shared_gate_up = upload_expert_views(w, {sgu}, pool);
+    }
+    if (loads_as_fp8(w, c, parts_of(sd), true)) {
+      L.fshared_down = upload_fp8(w, parts_of(sd), pool);
+    } else {
+      L.shared_down = upload_expert_views(w, {sd}, pool);
+    }
     L.shared_gate = upload_expert_views(w, {{t.shared_gate()}}, pool);
   }
 }
 
-// The MoE kernels read bf16 experts. An FP8 checkpoint's (e4m3 with their scales, per-expert
-// layout: validate_fp8_weights refuses a fused 3-D FP8 tensor) are dequantized to bf16 here by
-// the dense layers' --quantization none path (dequantize_into: load_matrix_f32, any scale layout
-// fp8_weights.h reads), one expert at a time into the stacked matrix, so the host holds one
-// expert's f32 copy, not a layer's. The experts then take bf16 memory; no FP8 expert kernels yet.
+// An FP8 checkpoint's experts stay e4m3 on the device (and --quantization fp8 makes a bf16
+// checkpoint's e4m3 per row): each expert's stacked projection through the dense layers' FP8
+// loader (load_fp8_matrix: every scale layout fp8_weights.h reads, as scales per row and k
+// group), uploaded one expert at a time, so the host holds one expert.
+// Every expert must share one layout (rows, k, group width): checkpoints quantize them alike.
+GpuBackend::Fp8Experts GpuBackend::upload_fp8_experts(const SafetensorsStore& w, const std::vector<std::vector<const TensorView*>>& groups,
+                                                      ThreadPool& pool) {
+  // An FP8 checkpoint's experts, or a bf16 one's under --quantization fp8 (quantized per row here).
+  if (groups.empty() || !loads_as_fp8(w, config_, parts_of(groups[0]), true)) return {};
+  Fp8Experts f;
+  int64_t rows_each = 0;
+  for (size_t e = 0; e < groups.size(); ++e) {
+    const Fp8Matrix m = load_fp8_matrix(w, config_, parts_of(groups[e]), &pool);
+    if (e == 0) {
+      rows_each = m.rows;
+      f.k = m.cols;
+      f.group_k = static_cast<int>(m.group_k);
+      f.groups = static_cast<int>(m.k_groups());
+      if (f.groups > 1 && f.group_k % 8 != 0) {
+        throw NativeError(ErrorCode::kConfigInvalid, "FP8 expert '" + groups[e][0]->name + "': scale groups of " + std::to_string(f.group_k) +
+                                                         " columns (the MoE kernels need a multiple of 8)");
+      }
+      f.rows = rows_each * static_cast<int64_t>(groups.size());
+      f.w = static_cast<gpu::fp8_bits*>(alloc(static_cast<size_t>(f.rows * f.k)));
+      f.scales = static_cast<float*>(alloc(static_cast<size_t>(f.rows * f.groups) * sizeof(float)));
+    } else if (m.rows != rows_each || m.cols != f.k || m.group_k != f.group_k) {
+      throw NativeError(ErrorCode::kConfigInvalid, "FP8 expert '" + groups[e][0]->name + "': its shape or scale groups differ from expert 0's");
+    }
+    const int64_t row0 = static_cast<int64_t>(e) * rows_each;
+    device_->upload(f.w + row0 * f.k, m.q.data(), m.q.size());
+    device_->upload(f.scales + row0 * f.groups, m.scales.data(), m.scales.size() * sizeof(float));
+    device_->synchronize();  // m's host memory goes with this iteration
+  }
+  moe_fp8_experts_ = true;
+  moe_dequant_elems_ = std::max(moe_dequant_elems_, f.rows * f.k);
+  return f;
+}
+
+void GpuBackend::set_moe_weights(gpu::MoeGemmArgs& g, gpu::bf16_bits* bf16, const Fp8Experts& f8, void* stream) {
+  g.w = bf16;
+  g.w8 = nullptr;
+  if (!f8) return;
+  if (g.mma_rows == 0) {
+    g.w8 = f8.w;
+    g.w8_scales = f8.scales;
+    g.w8_groups = f8.groups;
+    g.w8_group_k = f8.group_k;
+    return;
+  }
+  // Tensor cores take bf16: this layer's experts dequantized into the shared scratch (a step
+  // this large hits most experts; the next GEMM in stream order may reuse the scratch).
+  gpu::Fp8DequantArgs d;
+  d.w = f8.w;
+  d.ldw = f8.k;
+  d.n = static_cast<int>(f8.rows);
+  d.k = static_cast<int>(f8.k);
+  d.scales = f8.scales;
+  d.groups = f8.groups;
+  d.group_k = f8.group_k;
+  d.out = moe_dequant_;
+  d.ldo = f8.k;
+  fp8_kernels_->dequantize(d, stream);
+  g.w = moe_dequant_;
+}
+
+// bf16 experts. An FP8 checkpoint's under --quantization none (e4m3 with their scales,
+// per-expert layout: validate_fp8_weights refuses a fused 3-D FP8 tensor) are dequantized to bf16
+// here by the dense layers' --quantization none path (dequantize_into: load_matrix_f32, any scale
+// layout fp8_weights.h reads), one expert at a time into the stacked matrix, so the host holds
+// one expert's f32 copy, not a layer's. Otherwise they stay e4m3 (upload_fp8_experts).
 gpu::bf16_bits* GpuBackend::upload_expert_views(const SafetensorsStore& w, const std::vector<std::vector<const TensorView*>>& groups,
                                                 ThreadPool& pool) {
   bool fp8 = false;
@@ -235,16 +320,16 @@ void GpuBackend::run_moe(const Layer& W, int64_t t, void* stream) {
     g.hidden = static_cast<int>(h);
     g.inter = static_cast<int>(m.expert_intermediate);
     g.a = xn;
-    g.w = W.moe_gate_up;
     g.act = a.act;
     g.mma_rows = plan.mma_rows;
     g.counts = a.counts;
     g.mma_tile_offsets = a.mma_tile_offsets;
     g.max_mma_tiles = plan.mma_rows > 0 ? static_cast<int>(gpu::moe_max_mma_tiles(n, m.num_experts, plan.mma_rows)) : 0;
     g.cols_per_cta = plan.gate_up_cols;
+    set_moe_weights(g, W.moe_gate_up, W.moe_gate_up8, stream);
     moe_kernels_->gate_up(g, stream);
     g.a = a.act;
-    g.w = W.moe_down;
+    set_moe_weights(g, W.moe_down, W.moe_down8, stream);
     g.weights = a.weights;
     g.y = a.y;
     g.cols_per_cta = plan.down_cols;
@@ -263,7 +348,7 @@ void GpuBackend::run_moe(const Layer& W, int64_t t, void* stream) {
       d.c = a.shared_gate_up;
       d.ldc = 2 * s;
       d.out = gpu::GemmOut::kBf16;
-      gemm(d);
+      gemm(d, &W.fshared_gate_up);
       gpu::SiluMulArgs sm;
       sm.gate_up = a.shared_gate_up;
       sm.num_tokens = static_cast<int>(cnt);
@@ -279,7 +364,7 @@ void GpuBackend::run_moe(const Layer& W, int64_t t, void* stream) {
       d.c = a.shared_out;
       d.ldc = h;
       d.out = gpu::GemmOut::kF32;
-      gemm(d);
+      gemm(d, &W.fshared_down);
     }
 
     gpu::MoeCombineArgs cb;

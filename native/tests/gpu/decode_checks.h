@@ -35,14 +35,6 @@ inline std::unique_ptr<tandem::gpu::DecodeKernelApi> open_decode_kernels(const G
   return g.name == "cuda" ? tandem::gpu::make_cuda_decode_kernels() : tandem::gpu::make_simt_decode_kernels();
 }
 
-/** Bitwise equality of two float (or bf16) arrays; NaN patterns must match too. */
-template <typename T>
-inline size_t count_bit_diffs(const std::vector<T>& a, const std::vector<T>& b) {
-  size_t n = 0;
-  for (size_t i = 0; i < a.size() && i < b.size(); ++i) n += std::memcmp(&a[i], &b[i], sizeof(T)) != 0;
-  return n + (a.size() != b.size());
-}
-
 /** A decode GEMV's common inputs: bf16 a [m][lda], w [n][k], the workspace and counters. */
 struct DecodeInputs {
   int m, n, k;

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <memory>
 #include <random>
 #include <string>
@@ -75,6 +76,14 @@ class DeviceArray {
   size_t n_;
   T* p_;
 };
+
+/** Elements whose bits differ between two float (or bf16) arrays; NaN patterns must match too. */
+template <typename T>
+inline size_t count_bit_diffs(const std::vector<T>& a, const std::vector<T>& b) {
+  size_t n = 0;
+  for (size_t i = 0; i < a.size() && i < b.size(); ++i) n += std::memcmp(&a[i], &b[i], sizeof(T)) != 0;
+  return n + (a.size() != b.size());
+}
 
 /** Seeded normal floats rounded to bf16, so the CPU reference sees exactly what the device reads. */
 inline std::vector<float> random_bf16_floats(std::mt19937& rng, size_t n, float stddev = 1.0f) {

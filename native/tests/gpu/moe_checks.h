@@ -7,6 +7,7 @@
 // The grouped GEMMs run on both paths: CUDA cores (8-row tiles) and tensor cores (64- and
 // 128-row tiles: runs that are not tile multiples, columns and k not multiples of the tile,
 // several k tiles around the cp.async ring, an expert with every token over several tiles).
+// FP8 experts on CUDA cores: bit for bit against the bf16 kernels on the same (exact) values.
 #pragma once
 
 #include <algorithm>
@@ -21,6 +22,7 @@
 #include "../../src/cpu/moe.h"
 #include "../../src/cuda/kernel_lang.h"
 #include "../../src/cuda/kernels/moe_topk.cuh"
+#include "../../src/cuda/fp8.h"
 #include "../../src/cuda/moe_api.h"
 #include "gpu_test_util.h"
 
@@ -290,6 +292,72 @@ inline void check_moe_layer(Gpu& g, const MoeCase& c, tandem::gpu::MoeKernelApi&
       }
     }
     CHECK(written == 0, "moe %s: tensor cores wrote %d values of padding slots", c.label, written);
+  }
+
+  // FP8 experts (CUDA cores): e4m3 weights times power-of-two scales, one per row and 32-column
+  // group, are exact in bf16 and f32, so the FP8 grouped GEMMs must equal the bf16 ones run on
+  // those very values bit for bit (act and y); a wrong row's or group's scale would show.
+  if (c.mma_rows == 0) {
+    constexpr int kGroup = 32;
+    struct Q {
+      std::vector<uint8_t> q;
+      std::vector<float> scales, deq;
+      int groups = 1;
+    };
+    auto quantize = [&](const std::vector<float>& wf, int64_t rows, int64_t cols) {
+      Q r;
+      r.groups = static_cast<int>((cols + kGroup - 1) / kGroup);
+      r.q.resize(static_cast<size_t>(rows * cols));
+      r.deq.resize(r.q.size());
+      r.scales.resize(static_cast<size_t>(rows * r.groups));
+      for (int64_t row = 0; row < rows; ++row) {
+        for (int gi = 0; gi < r.groups; ++gi) {
+          const float scale = std::ldexp(1.0f, -2 - static_cast<int>((row * 7 + gi * 3) % 5));
+          r.scales[static_cast<size_t>(row * r.groups + gi)] = scale;
+          for (int64_t col = gi * kGroup; col < std::min<int64_t>(cols, (gi + 1) * kGroup); ++col) {
+            const size_t i = static_cast<size_t>(row * cols + col);
+            r.q[i] = tandem::gpu::float_to_fp8_bits(wf[i] / scale);
+            r.deq[i] = tandem::gpu::fp8_bits_to_float(r.q[i]) * scale;
+          }
+        }
+      }
+      return r;
+    };
+    const Q qgu = quantize(gate_up, static_cast<int64_t>(E) * 2 * I, H), qdn = quantize(down, static_cast<int64_t>(E) * H, I);
+    DeviceArray<uint8_t> q8_gu(*g.device, qgu.q), q8_dn(*g.device, qdn.q);
+    DeviceArray<float> sc_gu(*g.device, qgu.scales), sc_dn(*g.device, qdn.scales);
+    DeviceArray<bf16_bits> deq_gu(*g.device, to_bf16(qgu.deq)), deq_dn(*g.device, to_bf16(qdn.deq));
+    DeviceArray<bf16_bits> act_b(*g.device, static_cast<size_t>(slots) * I), act_8(*g.device, static_cast<size_t>(slots) * I);
+    DeviceArray<float> y_b(*g.device, static_cast<size_t>(slots) * H), y_8(*g.device, static_cast<size_t>(slots) * H);
+    for (auto* a : {&act_b, &act_8}) a->poison();
+    for (auto* yy : {&y_b, &y_8}) yy->poison();
+    tandem::gpu::MoeGemmArgs f = ma;
+    f.a = d_xn.get();
+    f.w = deq_gu.get();
+    f.act = act_b.get();
+    moe.gate_up(f, g.stream());
+    f.a = act_b.get();
+    f.w = deq_dn.get();
+    f.y = y_b.get();
+    moe.down(f, g.stream());
+    f.w = nullptr;
+    f.w8_group_k = kGroup;
+    f.a = d_xn.get();
+    f.w8 = q8_gu.get();
+    f.w8_scales = sc_gu.get();
+    f.w8_groups = qgu.groups;
+    f.act = act_8.get();
+    moe.gate_up(f, g.stream());
+    f.a = act_8.get();
+    f.w8 = q8_dn.get();
+    f.w8_scales = sc_dn.get();
+    f.w8_groups = qdn.groups;
+    f.y = y_8.get();
+    moe.down(f, g.stream());
+    const size_t act_diff = count_bit_diffs(act_b.download(), act_8.download());
+    const size_t y_diff = count_bit_diffs(y_b.download(), y_8.download());
+    CHECK(act_diff == 0 && y_diff == 0, "moe %s: FP8 experts differ from bf16 experts of the same values (%zu act, %zu y values)", c.label,
+          act_diff, y_diff);
   }
 
   // The layer: x = residual + MoE(xn). The device rounds SiLU(gate) x up to bf16 (the CPU keeps f32).

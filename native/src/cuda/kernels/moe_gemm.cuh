@@ -10,12 +10,15 @@
 //            column together and stores bf16(SiLU(gate) x up) (the CPU's silu_mul order).
 //   down:    A rows are act[slot]; the epilogue multiplies by the entry's routing weight and
 //            stores f32 y[slot] (the weighted un-permute happens in combine, a gather).
+// FP8 experts (MoeGemmArgs::w8): 8-byte loads of 8 e4m3 weights, each times its row's scale for
+// that k group in f32, so a decode step reads half the bytes of bf16 experts.
 // Grids are upper bounds (moe_max_slots / kMoeTileRows tiles): a CTA past the step's padded
 // total returns before its first barrier, whole, so captured graphs fit any routing.
 #pragma once
 
 #include "../moe_api.h"
 #include "bf16_vec.cuh"
+#include "fp8_vec.cuh"
 #include "launch.h"
 #include "reduce.cuh"
 
@@ -37,7 +40,8 @@ TD_DEVICE int moe_expert_of(const int32_t* po, int num_experts, int slot) {
 TD_DEVICE float moe_silu_mul(float g, float u) { return g / (1.0f + expf(-g)) * u; }
 
 // kDown false: gate/up (A = xn by token, out act bf16); true: down (A = act by slot, out y f32).
-template <bool kDown>
+// kFp8: e4m3 weights with scales (a.w8).
+template <bool kDown, bool kFp8>
 TD_GLOBAL void TD_LAUNCH_BOUNDS(kMoeGemmThreads) moe_gemm_kernel(MoeGemmArgs a) {
   constexpr int R = kMoeTileRows;
   TD_DYNAMIC_SHARED(td::bf16_bits, xs);  // [R][k]
@@ -74,14 +78,21 @@ TD_GLOBAL void TD_LAUNCH_BOUNDS(kMoeGemmThreads) moe_gemm_kernel(MoeGemmArgs a) 
   const int c_end = td::imin(c_begin + a.cols_per_cta, n_out);
   for (int n = c_begin + warp; n < c_end; n += warps) {
     // gate/up: rows n (gate) and inter + n (up) of expert's [2 inter][hidden]; down: row n of [hidden][inter].
-    const td::bf16_bits* w0 = a.w + (static_cast<int64_t>(expert) * (kDown ? a.hidden : 2 * a.inter) + n) * k;
+    const int64_t row0 = static_cast<int64_t>(expert) * (kDown ? a.hidden : 2 * a.inter) + n, row1 = row0 + a.inter;
+    const td::bf16_bits* w0 = a.w + row0 * k;
     const td::bf16_bits* w1 = w0 + static_cast<int64_t>(a.inter) * k;
     float acc0[R], acc1[R];
     for (int r = 0; r < R; ++r) acc0[r] = acc1[r] = 0.0f;
     for (int i = static_cast<int>(lane) * 8; i < k; i += 256) {
       float wv0[8], wv1[8] = {}, xv[8];
-      unpack8(*reinterpret_cast<const td::vec16*>(w0 + i), wv0);
-      if constexpr (!kDown) unpack8(*reinterpret_cast<const td::vec16*>(w1 + i), wv1);
+      if constexpr (kFp8) {
+        const int gi = i / a.w8_group_k;
+        fp8x8_to_float(a.w8 + row0 * k + i, a.w8_scales[row0 * a.w8_groups + gi], wv0);
+        if constexpr (!kDown) fp8x8_to_float(a.w8 + row1 * k + i, a.w8_scales[row1 * a.w8_groups + gi], wv1);
+      } else {
+        unpack8(*reinterpret_cast<const td::vec16*>(w0 + i), wv0);
+        if constexpr (!kDown) unpack8(*reinterpret_cast<const td::vec16*>(w1 + i), wv1);
+      }
       for (int r = 0; r < R; ++r) {
         if (r >= rows) break;
         unpack8(*reinterpret_cast<const td::vec16*>(xs + r * k + i), xv);
@@ -149,10 +160,16 @@ inline void launch_moe_gemm(const MoeGemmArgs& a, bool down, void* stream) {
   const int n_out = down ? a.hidden : a.inter, k = down ? a.inter : a.hidden;
   const td::Grid grid{static_cast<unsigned>(a.max_slots / kMoeTileRows), td::ceil_div(n_out, a.cols_per_cta), 1};
   const size_t shared = static_cast<size_t>(kMoeTileRows) * static_cast<size_t>(k) * 2;
-  if (down) {
-    td::launch(moe_gemm_kernel<true>, grid, kMoeGemmThreads, shared, stream, a);
+  if (a.w8 != nullptr) {
+    if (down) {
+      td::launch(moe_gemm_kernel<true, true>, grid, kMoeGemmThreads, shared, stream, a);
+    } else {
+      td::launch(moe_gemm_kernel<false, true>, grid, kMoeGemmThreads, shared, stream, a);
+    }
+  } else if (down) {
+    td::launch(moe_gemm_kernel<true, false>, grid, kMoeGemmThreads, shared, stream, a);
   } else {
-    td::launch(moe_gemm_kernel<false>, grid, kMoeGemmThreads, shared, stream, a);
+    td::launch(moe_gemm_kernel<false, false>, grid, kMoeGemmThreads, shared, stream, a);
   }
 }
 
