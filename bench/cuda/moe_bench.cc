@@ -1,7 +1,11 @@
 // tandem_moe_bench: the mixture-of-experts GPU benchmark (issue 36), for scripts/device/moe-check.sh.
 //
 //   tandem_moe_bench [--device cuda|simt] [--shape qwen3-30b-a3b|tiny-moe] [--bandwidth-gbs N]
-//                    [--steps N] --json FILE
+//                    [--steps N] [--quantization fp8] --json FILE
+//
+// --quantization fp8: the same random model quantized at load (experts e4m3 per row, read by the
+// grouped GEMMs as such; attention and dense layers the dense FP8 path): the bytes a decode step
+// reads count one byte per quantized weight, so its roofline share compares with the bf16 run's.
 //
 // The model is built in memory, not read from disk: random bf16 weights (about 61 GB for the
 // Qwen3-30B-A3B shape: 48 layers, hidden 2048, 128 experts, top-8, expert width 768, vocabulary
@@ -29,12 +33,14 @@
 #include <memory>
 #include <random>
 #include <sstream>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "../../native/src/core/json.h"
 #include "../../native/src/core/model_config.h"
+#include "../../native/src/core/quant_config.h"
 #include "../../native/src/core/safetensors.h"
 #include "../../native/src/core/thread_pool.h"
 #include "../../native/src/cuda/bf16.h"
@@ -164,7 +170,11 @@ int main(int argc, char** argv) {
     const std::string json_path = arg(argc, argv, "--json");
     const double bandwidth_gbs = std::stod(arg(argc, argv, "--bandwidth-gbs", "0"));
     const int steps = std::stoi(arg(argc, argv, "--steps", device == "simt" ? "3" : "64"));
-    const ModelConfig c = ModelConfig::from_json(Json::parse(shape_config(shape), shape), shape);
+    ModelConfig c = ModelConfig::from_json(Json::parse(shape_config(shape), shape), shape);
+    const std::string quantization = arg(argc, argv, "--quantization", "none");
+    if (quantization != "none" && quantization != "fp8") throw std::invalid_argument("--quantization must be none or fp8");
+    const bool fp8 = quantization == "fp8";
+    if (fp8) apply_quantization_option(c.quant, "fp8");
 
     // Host data: one random window for every matrix, ones for every vector (norms).
     const auto shapes = tensor_shapes(c);
@@ -217,9 +227,10 @@ int main(int argc, char** argv) {
     const ParamCounts params = count_params(c);
     const MoeConfig& m = c.moe;
     const double h = static_cast<double>(c.hidden_size);
-    const double attn_bytes = 2.0 * static_cast<double>(c.num_layers) * (h * (c.q_dim() + 2 * c.kv_dim()) + c.q_dim() * h);
+    const double weight_bytes = fp8 ? 1.0 : 2.0;  // the router, embeddings and LM head stay bf16
+    const double attn_bytes = weight_bytes * static_cast<double>(c.num_layers) * (h * (c.q_dim() + 2 * c.kv_dim()) + c.q_dim() * h);
     const double router_bytes = 2.0 * static_cast<double>(c.num_layers) * m.num_experts * h;
-    const double expert_bytes = 2.0 * 3.0 * h * static_cast<double>(m.expert_intermediate);
+    const double expert_bytes = weight_bytes * 3.0 * h * static_cast<double>(m.expert_intermediate);
     const double head_bytes = 2.0 * static_cast<double>(c.vocab_size) * h;
     const double kv_token_bytes = 2.0 * 2.0 * static_cast<double>(c.num_layers) * static_cast<double>(c.kv_dim());
     Bench b{gpu, c};
@@ -233,7 +244,7 @@ int main(int argc, char** argv) {
     auto blocks_for = [&](int tokens) { return (tokens + 15) / 16; };
 
     std::ostringstream js;
-    js << "{\"shape\":\"" << shape << "\",\"device\":\"" << device << "\",\"load_seconds\":" << load_s
+    js << "{\"shape\":\"" << shape << "\",\"device\":\"" << device << "\",\"quantization\":\"" << quantization << "\",\"load_seconds\":" << load_s
        << ",\"params_total\":" << params.total << ",\"params_active\":" << params.active;
     auto decode_bench = [&](int batch, const char* label) {
       std::vector<Bench::Seq> seqs(static_cast<size_t>(batch));

@@ -25,6 +25,8 @@
 #               onto tensor cores with 64- and 128-row tiles, side by side), transformers
 #               generate at batch 1 and 64 (moe-bench.json)
 #   ncu         where the expert kernels spend their time: ncu over a few decode steps (moe-ncu.csv)
+#   benchfp8    the bench's engine rows again with --quantization fp8 (experts e4m3, read by the
+#               grouped GEMMs as such): decode b1/b64 and prefill beside the bf16 rows (moe-bench-fp8.json)
 # Budget: about 8 minutes on an H200 (the 61 GB model is built twice: bench and ncu; transformers
 # builds its own), so under run-all.sh give it a call of its own (TANDEM_RUN_STEPS=moe) or
 # split it: TANDEM_CHECK_STEPS=kernels,engine,goldens,hfgoldens,memcheck,serve,disagg, then bench,ncu.
@@ -34,7 +36,7 @@
 # skipped where transformers, compute-sanitizer or ncu are missing).
 set -uo pipefail
 . "$(dirname "$0")/lib.sh"
-check_begin moe-check kernels,engine,goldens,hfgoldens,memcheck,serve,disagg,bench,ncu
+check_begin moe-check kernels,engine,goldens,hfgoldens,memcheck,serve,disagg,bench,ncu,benchfp8
 
 # The fixtures this check covers: label = arch-dtype[-rope], made as regenerate.sh makes them.
 MOE_GOLDENS="qwen3_moe:f32:21: mixtral:f32:22: qwen2_moe:f32:23: qwen3:f32:24:yarn mixtral:bf16:25:"
@@ -176,6 +178,21 @@ for k in ("prefill_vs_matmul", "prefill_mma_vs_cuda_cores", "decode_b1_vs_transf
 PY
 }
 
+bench_fp8() {
+  local bw=0 shape=qwen3-30b-a3b
+  [ "$device" = simt ] && shape=tiny-moe
+  [ -f "$work/bandwidth.json" ] && bw=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1])).get("copy_gbps", 0))' "$work/bandwidth.json")
+  native/build/tandem_moe_bench --device "$device" --shape $shape --bandwidth-gbs "$bw" --quantization fp8 --json "$OUT/moe-bench-fp8.json" || return 1
+  python3 - "$OUT/moe-bench-fp8.json" "$work/moe-engine.json" <<'PY'
+import json, os, sys
+f8 = json.load(open(sys.argv[1]))
+b16 = json.load(open(sys.argv[2])) if os.path.exists(sys.argv[2]) else {}
+for k in ("decode_b1", "decode_b64", "decode_b4", "prefill"):
+    if k in f8 and k in b16:
+        print(k, "fp8 / bf16 tok/s", round(f8[k]["tok_s"] / b16[k]["tok_s"], 3), "| fp8", json.dumps(f8[k]))
+PY
+}
+
 ncu_profile() {
   local ncu
   ncu=$(command -v ncu || ls /usr/local/cuda*/bin/ncu 2>/dev/null | head -1)
@@ -203,7 +220,7 @@ PY
 }
 
 export device models OUT work gpu MOE_GOLDENS
-export -f make_models goldens hfgoldens memcheck fleet serve disagg bench ncu_profile
+export -f make_models goldens hfgoldens memcheck fleet serve disagg bench ncu_profile bench_fp8
 
 if want goldens || want hfgoldens || want serve || want disagg; then make_models || echo "make-tiny failed"; fi
 step kernels 90 native/build/tandem_gpu_kernel_test
@@ -215,5 +232,6 @@ step serve 60 serve
 step disagg 240 disagg
 step bench 360 bench
 step ncu 150 ncu_profile
+step benchfp8 150 bench_fp8
 
 check_end
