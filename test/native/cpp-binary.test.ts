@@ -70,6 +70,8 @@ it('the GPU backend on FP8 checkpoints (SIMT harness) agrees with the CPU backen
   const { stdout } = await run(BINARY, ['--fp8'], { env: { ...process.env, TANDEM_TEST_DEVICE: 'simt' }, maxBuffer: 1 << 24 });
   expect(stdout.match(/^fp8 on simt: .* W8A16 max \|diff\| \/ RMS \S+, W8A8 rel L2 \S+ against the exact model$/gm)).toHaveLength(8);
   expect(stdout).toMatch(/fp8 KV on simt: rel L2 \S+ against the exact model; simt:.*KV cache fp8_e4m3/);
+  // The fused decode step over FP8 weights equals the per-op FP8 kernels.
+  expect(stdout).toMatch(/fp8 on simt: the fused decode step equals the per-op kernels bit for bit \(8 formats, W8A8 and W8A16\)/);
   expect(stdout).toMatch(/\d+ checks, 0 failures/);
 }, 300_000);
 
@@ -85,6 +87,9 @@ it('the engine checks pass on the GPU backend (SIMT harness), decode graphs equa
       // The fused decode kernels and the fast sampler equal the per-op kernels and the one-block sampler.
       expect(stdout, label).toMatch(/decode paths \(qwen2\): 12 fused decode steps equal the per-op kernels bit for bit/);
       expect(stdout, label).toMatch(/decode paths \(qwen3\): 12 fused decode steps equal the per-op kernels bit for bit/);
+      for (const model of ['qwen2, e4m3 KV', 'qwen3_moe', 'qwen2_moe']) {
+        expect(stdout, label).toContain(`decode paths (${model}): 12 fused decode steps equal the per-op kernels bit for bit`);
+      }
     }
     expect(stdout.match(/^golden case \d: 32 tokens/gm), label).toHaveLength(4);
     expect(stdout, label).toMatch(/\d+ checks, 0 failures/);
@@ -95,14 +100,14 @@ it('every GPU kernel agrees with the CPU backend on the SIMT harness', async () 
   expect(existsSync(KERNELS), `${KERNELS} missing: run npm run build:native`).toBe(true);
   const { stdout } = await run(KERNELS, [], { env: { ...process.env, TANDEM_TEST_DEVICE: 'simt' }, maxBuffer: 1 << 24 });
   expect(stdout).toMatch(/gpu elementwise: .* checked on simt/);
-  expect(stdout).toMatch(/gpu attention: 8 layouts x 7 sequences x 4 split counts checked on simt/);
+  expect(stdout).toMatch(/gpu attention: 8 layouts x 9 sequences \(2 verify steps, as spans and per row\) x 4 split counts checked on simt/);
   expect(stdout).toMatch(/gpu attention prefill: .* checked on simt/);
   expect(stdout).toMatch(/gpu gemm: \d+ shapes, \d+ plans .* checked on simt/);
   expect(stdout).toMatch(/gpu decode fused: \d+ cases .* checked on simt/);
   expect(stdout).toMatch(/gpu sampling: \d+ rows .* checked against the CPU sampler on simt/);
   expect(stdout).toMatch(/gpu sampling fast path: \d+ rows checked against the CPU sampler on simt/);
   expect(stdout).toMatch(/gpu kv copy: 432 cases .*f32\/bf16\/fp8.* checked on simt/);
-  expect(stdout).toMatch(/gpu moe: topk tie emulation vs libstdc\+\+, 10 layers .* checked on simt/);
+  expect(stdout).toMatch(/gpu moe: topk tie emulation vs libstdc\+\+, 10 layers .*FP8 experts.* checked on simt/);
   expect(stdout).toMatch(/gpu fp8: \d+ cases .* checked on simt/);
   expect(stdout).toMatch(/\d+ checks, 0 failures/);
 }, 240_000);

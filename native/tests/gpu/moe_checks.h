@@ -409,7 +409,7 @@ inline void test_moe(Gpu& g) {
       {"tensor cores 64-row tiles, random", 96, 4, 2, 128, 72, 0, true, 0, 64},
   };
   for (const MoeCase& c : cases) check_moe_layer(g, c, *moe);
-  std::printf("gpu moe: topk tie emulation vs libstdc++, %zu layers (routing, grouping, grouped GEMMs on CUDA and tensor cores, combine) checked on %s\n",
+  std::printf("gpu moe: topk tie emulation vs libstdc++, %zu layers (routing, grouping, grouped GEMMs on CUDA and tensor cores, FP8 experts on CUDA cores, combine) checked on %s\n",
               sizeof(cases) / sizeof(cases[0]), g.name.c_str());
 }
 
