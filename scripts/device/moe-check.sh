@@ -54,7 +54,8 @@ goldens() {
   local rc=0 label
   for label in qwen3-moe-f32 mixtral-f32 qwen2-moe-f32 qwen3-yarn-f32 mixtral-bf16; do
     echo "--- golden $label"
-    native/build/tandem_native_test --golden "$models/$label" "test/fixtures/goldens/$label.json" | grep -E "golden case|checks" || rc=1
+    # --golden-only: the fixture alone (the engine step already ran the suite on this device).
+    native/build/tandem_native_test --golden-only "$models/$label" "test/fixtures/goldens/$label.json" | grep -E "golden case|checks" || rc=1
     [ "${PIPESTATUS[0]}" = 0 ] || rc=1
   done
   return $rc
