@@ -269,27 +269,14 @@ describe('FP8 checkpoints of a mixture of experts on the CUDA backend (SIMT harn
       expect(d).toBeLessThan(W8A8_BOUND);
     }, 120_000);
   }
-});
 
-/**
- * `--quantization fp8` on a bf16 mixture of experts on the CUDA backend (SIMT harness): the
- * experts are quantized per row at load and kept e4m3 (the MoE kernels read them, W8A16), the
- * shared expert and the dense layers take the dense FP8 path. Before, the backend refused it.
- *  - W8A16 within the engine's bf16 tolerance of the CPU backend on the e4m3-rounded checkpoint
- *    (the rounded copy: the experts the GPU computes are the quantized ones; bf16 experts would
- *    differ by the rounding, which the CPU test above shows is over 1e-3 rel L2 on its own);
- *  - W8A8 within the CPU's W8A8 bound of that exact (rounded) model, as the checkpoint test above.
- */
-describe('--quantization fp8 on a mixture of experts on the CUDA backend (SIMT harness)', () => {
-  let tmp: Awaited<ReturnType<typeof withTempDir>>;
-
-  beforeAll(async () => {
-    tmp = await withTempDir();
-  });
-  afterAll(async () => {
-    await tmp.cleanup();
-  });
-
+  // `--quantization fp8` on a bf16 mixture of experts on the CUDA backend (SIMT harness): the
+  // experts are quantized per row at load and kept e4m3 (the MoE kernels read them, W8A16), the
+  // shared expert and the dense layers take the dense FP8 path. Before, the backend refused it.
+  // - W8A16 within the engine's bf16 tolerance of the CPU backend on the e4m3-rounded checkpoint
+  // (the rounded copy: the experts the GPU computes are the quantized ones; bf16 experts would
+  // differ by the rounding, which the CPU test above shows is over 1e-3 rel L2 on its own);
+  // - W8A8 within the CPU's W8A8 bound of that exact (rounded) model, as the checkpoint test above.
   for (const arch of ['qwen3_moe', 'qwen2_moe'] as const) {
     it(`${arch}: experts quantized at load and kept e4m3; W8A16 near the e4m3-rounded model on the CPU, W8A8 within ${W8A8_BOUND} of it`, async () => {
       const plain = join(tmp.dir, `${arch}-plain`);

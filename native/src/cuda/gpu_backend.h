@@ -93,14 +93,6 @@ class GpuBackend final : public Backend {
     float act_static = 1.0f, act_ub = 0.0f;
     explicit operator bool() const { return w != nullptr; }
   };
-  /** A sparse layer's FP8 experts: e4m3 [E * rows][k], scales [E * rows][groups] (gpu_backend_moe.cc). */
-  struct Fp8Experts {
-    gpu::fp8_bits* w = nullptr;
-    float* scales = nullptr;
-    int64_t rows = 0, k = 0;  // every expert's rows together
-    int groups = 1, group_k = 0;
-    explicit operator bool() const { return w != nullptr; }
-  };
   struct Layer {
     float* input_norm = nullptr;
     float* post_norm = nullptr;
@@ -122,9 +114,9 @@ class GpuBackend final : public Backend {
     gpu::bf16_bits* shared_gate = nullptr;
     // FP8 twins (gpu_backend_fp8.cc): set instead of the bf16 matrix when the weight is FP8.
     Fp8Weight fqkv, fo, fgate_up, fdown;
-    // An FP8 checkpoint's experts, kept e4m3 (set instead of moe_gate_up / moe_down), and its
-    // shared expert's FP8 twins (the dense FP8 path).
-    Fp8Experts moe_gate_up8, moe_down8;
+    // An FP8 checkpoint's experts, kept e4m3 (set instead of moe_gate_up / moe_down: every
+    // expert's rows stacked, n = E x rows), and its shared expert's FP8 twins (the dense FP8 path).
+    Fp8Weight moe_gate_up8, moe_down8;
     Fp8Weight fshared_gate_up, fshared_down;
   };
   /** MoE scratch for up to `tokens` tokens at a time (gpu_backend_moe.cc); larger steps run in chunks. */
@@ -182,6 +174,8 @@ class GpuBackend final : public Backend {
   void run_forward(const gpu::StepPlan& plan);
   gpu::QkvRopeArgs rope_args(const gpu::StepPlan& plan) const;
   gpu::AttentionArgs attention_args(const gpu::StepPlan& plan) const;
+  /** An FP8 weight's rows times their scales as bf16 into out ([n][k]), on the stream (gpu_backend_fp8.cc). */
+  void dequantize_fp8(const Fp8Weight& w, gpu::bf16_bits* out, void* stream);
   /** A fused decode GEMV over an FP8 weight: its e4m3 rows, scales and activation scheme (gpu_backend_decode.cc). */
   void set_fp8_gemv(gpu::DecodeGemvArgs& g, const Fp8Weight& w) const;
   /** logits[0, rows) = lm_head(rows_normed[0, rows)). */
@@ -263,19 +257,19 @@ class GpuBackend final : public Backend {
   int moe_force_mma_rows_ = -1;               // benchmarks: -1 the plan's choice, 0 CUDA cores, or tile rows
   int32_t* moe_hits_ = nullptr;  // [num_layers]: experts the last step's (last chunk of each) sparse layer hit
   bool moe_fp8_dequantized_ = false;  // an FP8 checkpoint's experts (or shared expert) dequantized to bf16 at load (--quantization none)
-  bool moe_fp8_experts_ = false;      // an FP8 checkpoint's experts kept e4m3 (Fp8Experts)
+  bool moe_fp8_experts_ = false;      // an FP8 checkpoint's experts kept e4m3 (Layer::moe_gate_up8 / moe_down8)
   gpu::bf16_bits* moe_dequant_ = nullptr;  // tensor-core steps over FP8 experts: one layer's experts (gate/up, then down) as bf16
   int64_t moe_dequant_elems_ = 0;
   /** Experts stacked by rows into one bf16 matrix; FP8 ones dequantized with their scales (dequantize_into), each in turn. */
   gpu::bf16_bits* upload_expert_views(const SafetensorsStore& w, const std::vector<std::vector<const TensorView*>>& groups,
                                       ThreadPool& pool);
-  /** The same experts kept e4m3 with per-(row, k group) scales; an empty Fp8Experts where they do not load as FP8. */
-  Fp8Experts upload_fp8_experts(const SafetensorsStore& w, const std::vector<std::vector<const TensorView*>>& groups, ThreadPool& pool);
+  /** The same experts kept e4m3 with per-(row, k group) scales, stacked; an empty Fp8Weight where they do not load as FP8. */
+  Fp8Weight upload_fp8_experts(const SafetensorsStore& w, const std::vector<std::vector<const TensorView*>>& groups, ThreadPool& pool);
   /**
    * The grouped GEMM's weights for one chunk: FP8 on CUDA cores, or for tensor cores dequantized
    * into moe_dequant_ + at once per layer and step (`dequantized` says whether that happened).
    */
-  void set_moe_weights(gpu::MoeGemmArgs& g, gpu::bf16_bits* bf16, const Fp8Experts& f8, int64_t at, bool& dequantized, void* stream);
+  void set_moe_weights(gpu::MoeGemmArgs& g, gpu::bf16_bits* bf16, const Fp8Weight& f8, int64_t at, bool& dequantized, void* stream);
 
  public:
   /** Distinct experts each layer's MoE block ran in the last forward (its last chunk); 0 for dense layers. Benchmarks. */

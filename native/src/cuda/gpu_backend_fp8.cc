@@ -200,6 +200,20 @@ bool GpuBackend::gemm_fp8_lt(const gpu::GemmArgs& g, const Fp8Weight& w, gpu::Cu
   return cublaslt_->matmul_fp8(a, mode, lt_workspace_, lt_workspace_bytes_, device_->stream());
 }
 
+void GpuBackend::dequantize_fp8(const Fp8Weight& w, gpu::bf16_bits* out, void* stream) {
+  gpu::Fp8DequantArgs d;
+  d.w = w.w;
+  d.ldw = w.k;
+  d.n = static_cast<int>(w.n);
+  d.k = static_cast<int>(w.k);
+  d.scales = w.scales;
+  d.groups = w.groups;
+  d.group_k = w.group_k;
+  d.out = out;
+  d.ldo = w.k;
+  fp8_kernels_->dequantize(d, stream);
+}
+
 void GpuBackend::gemm_fp8(const gpu::GemmArgs& g, const Fp8Weight& w) {
   void* stream = device_->stream();
   const gpu::Fp8Act act = fp8_w8a16_ ? gpu::Fp8Act::kNone : w.act;
@@ -229,17 +243,7 @@ void GpuBackend::gemm_fp8(const gpu::GemmArgs& g, const Fp8Weight& w) {
   }
   // Fallback: bf16 weights (scaled) and, for W8A8, the activations rounded through e4m3.
   ensure_fp8_dequant();
-  gpu::Fp8DequantArgs d;
-  d.w = w.w;
-  d.ldw = w.k;
-  d.n = static_cast<int>(w.n);
-  d.k = static_cast<int>(w.k);
-  d.scales = w.scales;
-  d.groups = w.groups;
-  d.group_k = w.group_k;
-  d.out = fp8_dequant_;
-  d.ldo = w.k;
-  fp8_kernels_->dequantize(d, stream);
+  dequantize_fp8(w, fp8_dequant_, stream);
   gpu::GemmArgs b = g;
   b.w = fp8_dequant_;
   b.ldw = w.k;

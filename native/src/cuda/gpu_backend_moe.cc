@@ -56,7 +56,7 @@ void GpuBackend::upload_moe_layer(const SafetensorsStore& w, int64_t l, ThreadPo
   L.moe_down8 = upload_fp8_experts(w, down, pool);
   if (!L.moe_down8) L.moe_down = upload_expert_views(w, down, pool);
   // Tensor-core steps dequantize both into one scratch, gate/up then down (set_moe_weights).
-  const int64_t scratch = L.moe_gate_up8.rows * L.moe_gate_up8.k + L.moe_down8.rows * L.moe_down8.k;
+  const int64_t scratch = L.moe_gate_up8.n * L.moe_gate_up8.k + L.moe_down8.n * L.moe_down8.k;
   moe_dequant_elems_ = std::max(moe_dequant_elems_, scratch);
   if (t.shared_gate() != nullptr) {
     // The shared expert is a dense MLP: FP8 through the dense layers' FP8 GEMMs, as they are.
@@ -80,11 +80,11 @@ void GpuBackend::upload_moe_layer(const SafetensorsStore& w, int64_t l, ThreadPo
 // loader (load_fp8_matrix: every scale layout fp8_weights.h reads, as scales per row and k
 // group), uploaded one expert at a time, so the host holds one expert.
 // Every expert must share one layout (rows, k, group width): checkpoints quantize them alike.
-GpuBackend::Fp8Experts GpuBackend::upload_fp8_experts(const SafetensorsStore& w, const std::vector<std::vector<const TensorView*>>& groups,
+GpuBackend::Fp8Weight GpuBackend::upload_fp8_experts(const SafetensorsStore& w, const std::vector<std::vector<const TensorView*>>& groups,
                                                       ThreadPool& pool) {
   // An FP8 checkpoint's experts, or a bf16 one's under --quantization fp8 (quantized per row here).
   if (groups.empty() || !loads_as_fp8(w, config_, parts_of(groups[0]), true)) return {};
-  Fp8Experts f;
+  Fp8Weight f;
   int64_t rows_each = 0;
   for (size_t e = 0; e < groups.size(); ++e) {
     const Fp8Matrix m = load_fp8_matrix(w, config_, parts_of(groups[e]), &pool);
@@ -97,9 +97,9 @@ GpuBackend::Fp8Experts GpuBackend::upload_fp8_experts(const SafetensorsStore& w,
         throw NativeError(ErrorCode::kConfigInvalid, "FP8 expert '" + groups[e][0]->name + "': scale groups of " + std::to_string(f.group_k) +
                                                          " columns (the MoE kernels need a multiple of 8)");
       }
-      f.rows = rows_each * static_cast<int64_t>(groups.size());
-      f.w = static_cast<gpu::fp8_bits*>(alloc(static_cast<size_t>(f.rows * f.k)));
-      f.scales = static_cast<float*>(alloc(static_cast<size_t>(f.rows * f.groups) * sizeof(float)));
+      f.n = rows_each * static_cast<int64_t>(groups.size());
+      f.w = static_cast<gpu::fp8_bits*>(alloc(static_cast<size_t>(f.n * f.k)));
+      f.scales = static_cast<float*>(alloc(static_cast<size_t>(f.n * f.groups) * sizeof(float)));
     } else if (m.rows != rows_each || m.cols != f.k || m.group_k != f.group_k) {
       throw NativeError(ErrorCode::kConfigInvalid, "FP8 expert '" + groups[e][0]->name + "': its shape or scale groups differ from expert 0's");
     }
@@ -112,7 +112,7 @@ GpuBackend::Fp8Experts GpuBackend::upload_fp8_experts(const SafetensorsStore& w,
   return f;
 }
 
-void GpuBackend::set_moe_weights(gpu::MoeGemmArgs& g, gpu::bf16_bits* bf16, const Fp8Experts& f8, int64_t at, bool& dequantized,
+void GpuBackend::set_moe_weights(gpu::MoeGemmArgs& g, gpu::bf16_bits* bf16, const Fp8Weight& f8, int64_t at, bool& dequantized,
                                  void* stream) {
   g.w = bf16;
   g.w8 = nullptr;
@@ -129,17 +129,7 @@ void GpuBackend::set_moe_weights(gpu::MoeGemmArgs& g, gpu::bf16_bits* bf16, cons
   g.w = moe_dequant_ + at;
   if (dequantized) return;
   dequantized = true;
-  gpu::Fp8DequantArgs d;
-  d.w = f8.w;
-  d.ldw = f8.k;
-  d.n = static_cast<int>(f8.rows);
-  d.k = static_cast<int>(f8.k);
-  d.scales = f8.scales;
-  d.groups = f8.groups;
-  d.group_k = f8.group_k;
-  d.out = moe_dequant_ + at;
-  d.ldo = f8.k;
-  fp8_kernels_->dequantize(d, stream);
+  dequantize_fp8(f8, moe_dequant_ + at, stream);
 }
 
 // bf16 experts. An FP8 checkpoint's under --quantization none (e4m3 with their scales,
@@ -283,7 +273,7 @@ void GpuBackend::run_moe(const Layer& W, int64_t t, void* stream) {
   const int64_t h = c.hidden_size;
   MoeActivations& a = moe_act_;
   bool gate_up_ready = false, down_ready = false;  // FP8 experts dequantized for tensor cores in this step
-  const int64_t down_at = W.moe_gate_up8.rows * W.moe_gate_up8.k;
+  const int64_t down_at = W.moe_gate_up8.n * W.moe_gate_up8.k;
   for (int64_t t0 = 0; t0 < t; t0 += a.tokens) {
     const int64_t cnt = std::min(a.tokens, t - t0);
     const int64_t n = cnt * m.top_k;
