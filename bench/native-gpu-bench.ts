@@ -10,7 +10,7 @@
  *   roofline the decode step before and after the fused decode kernels, side by side in this run:
  *            each shape reloaded with TANDEM_GPU_DECODE=unfused (the per-op kernels) and decoded at
  *            batch 1, 4 and 8 again; step ms, share of the roofline, speedup (--no-compare-decode
- *            skips; batch 8 runs the per-op path both times unless TANDEM_GPU_DECODE_MAX_ROWS says);
+ *            skips);
  *   sampler  microseconds per step of the one-block and the fast sampler (`tandem_gpu_bench
  *            sample`, --sample-json), batch 1 over 152k tokens first;
  *   prefill  tok/s of one 512, 2k and 8k-token prompt;

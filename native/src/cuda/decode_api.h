@@ -10,7 +10,7 @@
 //   kResidualNorm O or down projection + bias added into the f32 residual (per 32 columns), then
 //                 the RMSNorm of the updated rows into the next GEMV's bf16 input (the grid's
 //                 last block): fused residual-add + RMSNorm
-//   kSiluMul      gate and up rows of each output index in one warp, silu(gate) * up written as
+//   kSiluMul      gate and up rows of each output index in one block, silu(gate) * up written as
 //                 the bf16 input of the down projection: no gate_up buffer, no SwiGLU launch
 // the decode attention with its split merge in one launch (kernels/decode_attention.cuh),
 // and the sampler's fast path (SampleFastArgs below).

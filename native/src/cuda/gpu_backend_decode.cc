@@ -14,10 +14,11 @@
 // from the unfused path on our own GEMMs (the kernel checks compare them bit for bit); with
 // cuBLASLt the unfused path's decode GEMMs were cuBLASLt's.
 //
-// Rows: at most kDecodeMaxRows (16) on our own GEMMs, where the fused path is the same GEMV
-// with fewer launches; with cuBLASLt, at most 4: on an H200 cuBLASLt's decode GEMMs at 8 rows
-// ran twice as fast as our few-rows kernel (bench/results/gpu-h200/gemm.json: 8B qkv 23.9 vs
-// 12.9 TFLOP/s), equal at 1 row, so wider batches keep the per-op path. FP8 weights: at most 8
+// Rows: at most kDecodeMaxRows (16), with or without cuBLASLt: the fused GEMVs are the few-rows
+// GEMM's tensor-core main loop (gemm_rows.cuh), which streams the weights at every m up to 16
+// as at m = 1. (Its CUDA-core predecessor ran at half cuBLASLt's speed at 8 rows on an H200,
+// bench/results/gpu-h200/gemm.json, and the fused path then stopped at 4 rows with cuBLASLt;
+// a verify step of 4 drafts is 5 rows.) FP8 weights: at most 8
 // (kFp8RowsMaxM), with or without cuBLASLt: the per-op decode GEMMs are then the FP8 GEMV, whose
 // main loop the fused GEMVs run (an unquantized matrix beside them runs our bf16 GEMV). A MoE
 // layer fuses its attention half (QKV, attention, O + residual + post-attention norm) and runs
@@ -48,7 +49,7 @@ void GpuBackend::init_decode_path() {
   // FP8 weights: their per-op decode GEMMs are the FP8 GEMV (m <= 8, whatever cuBLASLt offers),
   // whose main loop the fused GEMVs run, so the fused step takes what that GEMV takes.
   const int most = fp8_weights_ ? gpu::kFp8RowsMaxM : gpu::kDecodeMaxRows;
-  decode_max_rows_ = fp8_weights_ ? most : cublaslt_ ? 4 : most;
+  decode_max_rows_ = most;
   if (const char* rows = std::getenv("TANDEM_GPU_DECODE_MAX_ROWS")) decode_max_rows_ = std::max(1, std::min(most, std::atoi(rows)));
   sampler_fast_ = sampler == nullptr || std::string(sampler) != "block";
   decode_ = simt ? gpu::make_simt_decode_kernels() : gpu::make_cuda_decode_kernels();

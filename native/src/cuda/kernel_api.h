@@ -245,7 +245,7 @@ class KernelApi {
   virtual void qkv_rope(const QkvRopeArgs& a, void* stream) = 0;
   virtual void silu_mul(const SiluMulArgs& a, void* stream) = 0;
   virtual void attention(const AttentionArgs& a, void* stream) = 0;
-  /** Our own GEMM: a CUDA-core path for few rows, tensor cores (mma.sync) otherwise. */
+  /** Our own GEMM on tensor cores (mma.sync): a few-rows GEMV for m <= 16, tiled otherwise. */
   virtual void gemm(const GemmArgs& a, void* stream) = 0;
   virtual void sample(const SampleArgs& a, void* stream) = 0;
 };

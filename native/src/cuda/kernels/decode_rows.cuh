@@ -1,7 +1,7 @@
 // The fused decode GEMVs (decode_api.h): the few-rows GEMM's main loop (gemm_rows_dot) with
 // an epilogue finished in the same launch by the last block of each group to arrive.
 //
-//   grid (tiles, splits), 256 threads. Block (t, s): 8 warps x 4 weight rows over k range s.
+//   grid (tiles, splits), 256 threads. Block (t, s): 32 weight rows over k range s.
 //     1. dot products -> workspace[s][r][weight row]            (every block, every split)
 //     2. last block of the group (kResidualNorm, kSiluMul: the tile's splits; kQkvRope: every
 //        tile and split of a group of whole heads) sums the splits in split order and applies
@@ -10,8 +10,8 @@
 //        RMSNorm of every row into the next input | the layer-progress mark
 //
 // Tiles: kResidualNorm and kQkvRope take 32 consecutive weight rows per block, as
-// gemm_rows_kernel; kSiluMul pairs them: warp w of tile t owns gate rows j, j + 1 and up rows
-// inter + j, inter + j + 1 (j = 2 (8 t + w)), so a tile finishes 16 outputs of the activation.
+// gemm_rows_kernel; kSiluMul pairs them: tile t's columns are gate rows 16 t .. 16 t + 15 and
+// the up rows of the same indices, so a tile finishes 16 outputs of the activation.
 // The split plan is gemm_rows_plan's for the same product, so every partial sum, and the
 // split-order reduction after it, is the unfused path's. FP8 weights (DecodeGemvArgs::w8): the
 // FP8 GEMV's plan and main loop (fp8_rows_dot: 8 warps x 4 weight rows, the same 32 a block),
@@ -28,7 +28,7 @@
 
 namespace tandem::gpu::TD_NS {
 
-inline constexpr int kDecodeTileRows = kRowsWarps * kRowsCols;  // weight rows per block (32)
+inline constexpr int kDecodeTileRows = kRowsBlockCols;  // weight rows per block (32)
 
 struct DecodeGemvPlan {
   GemmRowsPlan rows;
@@ -119,11 +119,11 @@ TD_DEVICE float decode_split_sum(const DecodeGemvArgs& a, int splits, int r, int
 // kW: 0 bf16 weights (gemm_rows_dot), 1 FP8 with a scale per row, 2 FP8 with scales per k group.
 template <int MR, int kW>
 TD_GLOBAL void TD_LAUNCH_BOUNDS(kRowsThreads) decode_gemv_kernel(DecodeGemvArgs a, DecodeGemvPlan p) {
-  static_assert(kW == 0 || (kFp8RowsThreads == kRowsThreads && kFp8Cols == kRowsCols), "the FP8 main loop covers a block's 32 rows");
+  static_assert(kW == 0 || (kFp8RowsThreads == kRowsThreads && kFp8RowsWarps * kFp8Cols == kDecodeTileRows),
+                "the FP8 main loop covers a block's 32 rows");
   TD_DYNAMIC_SHARED(td::bf16_bits, sa);
   TD_SHARED(int, flag, 1);
   TD_SHARED(float, scratch, 32);
-  constexpr int NC = kRowsCols;
   const GemmArgs g = decode_gemm_args(a);
   const int tile = static_cast<int>(blockIdx.x), split = static_cast<int>(blockIdx.y);
   const int kbeg = split * p.rows.kc;
@@ -133,49 +133,37 @@ TD_GLOBAL void TD_LAUNCH_BOUNDS(kRowsThreads) decode_gemv_kernel(DecodeGemvArgs 
   const bool silu = a.epilogue == DecodeEpilogue::kSiluMul;
   const int inter = a.n / 2;
 
-  // The weight row of each of this warp's columns, and whether its sum is stored.
-  int wrow[NC];
-  bool keep[NC];
-  if (silu) {
-    const int j0 = (tile * kRowsWarps + warp) * 2;
-    wrow[0] = j0;
-    wrow[1] = j0 + 1;
-    wrow[2] = inter + j0;
-    wrow[3] = inter + j0 + 1;
-    keep[0] = keep[2] = j0 < inter;
-    keep[1] = keep[3] = j0 + 1 < inter;
-  } else {
-    const int col0 = (tile * kRowsWarps + warp) * NC;
-    for (int c = 0; c < NC; ++c) {
-      wrow[c] = col0 + c;
-      keep[c] = col0 + c < g.n;
-    }
-  }
-  float acc[MR * NC];
+  // Block-local column c (0..31) is weight row wrow(c); its sum is stored when keep(c). kSiluMul
+  // pairs them: columns 0..15 are gate rows j0 .. j0 + 15, columns 16..31 the up rows of the
+  // same indices, so the tile finishes 16 outputs of the activation.
+  const int j0 = tile * (kDecodeTileRows / 2), col0 = tile * kDecodeTileRows;
+  auto wrow = [&](int c) { return silu ? (c < 16 ? j0 + c : inter + j0 + c - 16) : col0 + c; };
+  auto keep = [&](int c) { return silu ? j0 + c % 16 < inter : col0 + c < g.n; };
+  auto put = [&](int r, int c, float v) {
+    if (keep(c)) a.workspace[(static_cast<int64_t>(split) * g.m + r) * g.n + wrow(c)] = v;
+  };
   if constexpr (kW == 0) {
-    const td::bf16_bits* wp[NC];
+    int cols[2];
+    gemm_rows_lane_cols(cols);
+    const td::bf16_bits* wp[2];  // rows past n read row n - 1; never stored
     TD_GEMM_UNROLL
-    for (int c = 0; c < NC; ++c) wp[c] = g.w + static_cast<int64_t>(td::imin(wrow[c], g.n - 1)) * g.ldw + kbeg;
-    int base = 0;
-    gemm_rows_dot<MR>(g, kbeg, klen, p.rows.kchunk, sa, wp, acc, base);
-    using Own = GemmRowsOwn<MR>;
-    if ((lane & Own::kDup) == 0) {
-      TD_GEMM_UNROLL
-      for (int j = 0; j < Own::kOwn; ++j) {
-        const int v = base + j, r = v / NC, c = v % NC;
-        if (r < g.m && keep[c]) a.workspace[(static_cast<int64_t>(split) * g.m + r) * g.n + wrow[c]] = acc[j];
-      }
-    }
+    for (int c = 0; c < 2; ++c) wp[c] = g.w + static_cast<int64_t>(td::imin(wrow(cols[c]), g.n - 1)) * g.ldw + kbeg;
+    gemm_rows_dot<MR>(g, kbeg, klen, p.rows.kchunk, sa, wp, put);
   } else {
-    int wc[NC];  // rows past n read row n - 1; never stored
+    // The FP8 main loop: warp w owns 4 columns (under kSiluMul gate 2w, 2w + 1 and their up rows).
+    constexpr int NC = kFp8Cols;
+    int local[NC], wc[NC];
     TD_GEMM_UNROLL
-    for (int c = 0; c < NC; ++c) wc[c] = td::imin(wrow[c], g.n - 1);
+    for (int c = 0; c < NC; ++c) {
+      local[c] = silu ? (c < 2 ? 2 * warp + c : 16 + 2 * warp + c - 2) : NC * warp + c;
+      wc[c] = td::imin(wrow(local[c]), g.n - 1);  // rows past n read row n - 1; never stored
+    }
+    float acc[MR * NC];
     fp8_rows_dot<MR, kW == 2>(decode_fp8_args(a), kbeg, klen, p.rows.kchunk, reinterpret_cast<unsigned char*>(sa), wc, acc);
     // Every lane holds every sum: lane i stores sum i, as the FP8 GEMV does.
     TD_GEMM_UNROLL
     for (int i = 0; i < MR * NC; ++i) {
-      const int r = i / NC, c = i % NC;
-      if (static_cast<int>(lane) == i && r < g.m && keep[c]) a.workspace[(static_cast<int64_t>(split) * g.m + r) * g.n + wrow[c]] = acc[i];
+      if (static_cast<int>(lane) == i && i / NC < g.m) put(i / NC, local[i % NC], acc[i]);
     }
   }
 
@@ -206,7 +194,6 @@ TD_GLOBAL void TD_LAUNCH_BOUNDS(kRowsThreads) decode_gemv_kernel(DecodeGemvArgs 
   }
   if (!last_block_arrive(a.counters + tile, splits, flag)) return;
   if (silu) {
-    const int j0 = tile * (kDecodeTileRows / 2);
     constexpr int kCols = kDecodeTileRows / 2;
     for (int e = tid; e < g.m * kCols; e += nt) {
       const int r = e / kCols, j = j0 + e % kCols;
@@ -218,9 +205,8 @@ TD_GLOBAL void TD_LAUNCH_BOUNDS(kRowsThreads) decode_gemv_kernel(DecodeGemvArgs 
     return;
   }
   // kResidualNorm: this tile's columns into the residual (gemm_store1 with accumulate).
-  const int c0 = tile * kDecodeTileRows;
   for (int e = tid; e < g.m * kDecodeTileRows; e += nt) {
-    const int r = e / kDecodeTileRows, col = c0 + e % kDecodeTileRows;
+    const int r = e / kDecodeTileRows, col = col0 + e % kDecodeTileRows;
     if (col >= g.n) continue;
     float v = decode_split_sum(a, splits, r, col);
     if (a.bias != nullptr) v += a.bias[col];

@@ -1,11 +1,11 @@
 // The GEMM of the GPU backend: c[m][n] = a[m][:] . w[n][:] + bias[n] (+ c[m][n]), bf16 a and w,
 // f32 accumulation, f32 or bf16 c. Two paths; the plan picks one per shape:
-//   - few rows (m <= kRowsMaxM = 16, decode): gemm_rows.cuh, CUDA cores, bandwidth-bound.
-//     At m <= 16 a weight element feeds <= 16 FMAs, which the FP32 pipes sustain at about
-//     HBM rate (H100: ~30 T FMA/s against ~1.7 T bf16 weights/s; m = 16 is the edge), while
-//     an mma tile of >= 64 rows would waste >= 3/4 of its work and, with n / 128 CTAs, be
-//     too few CTAs to stream the weights. Split-K through the workspace when n alone cannot
-//     fill the GPU.
+//   - few rows (m <= kRowsMaxM = 16, decode): gemm_rows.cuh, bandwidth-bound. The weights are
+//     the mma's 16-row A operand and the activation rows its 8-wide B, so an mma consumes 512
+//     bytes of weights at any m (on CUDA cores a weight element cost m FMAs and its unpacking:
+//     half cuBLASLt's speed at 8 rows on an H200), and 32 weight rows a CTA give n / 32 CTAs
+//     to stream them, where a >= 64-row tile would waste >= 3/4 of its work with n / 128.
+//     Split-K through the workspace when n alone cannot fill the GPU.
 //   - many rows: gemm_mma.cuh, mma.sync tensor cores, one of three CTA tiles: 128x256 when
 //     m > 256 and that still makes a full wave of CTAs (>= kGemmSms), else 128x128 when
 //     m > 64 and that makes a full wave, else 64x128 (the most CTAs, for small products);

@@ -1,14 +1,32 @@
-// The few-rows GEMM (decode: m <= kRowsMaxM): memory-bound, on CUDA cores.
+// The few-rows GEMM (decode: m <= kRowsMaxM): memory-bound, on tensor cores.
 //
-// Block: 8 warps; warp w owns kRowsCols consecutive output columns (rows of w) for all m rows
-// over the block's k range [kbeg, kbeg + kc) (blockIdx.y = split). The block copies that range
-// of the m activation rows into shared memory (bf16, [MR][kchunk], zero-filled past m; by
-// cp.async while the first weight loads are already in flight), one chunk of at most
-// kRowsSmemCap bytes at a time. Lane l then streams the
-// weights at k = kbeg + 8 l + 256 j: per iteration kRowsUnroll x kRowsCols 16-byte loads in
-// flight, each row of w read as 512 contiguous bytes per warp, never cached in L1. Each lane
-// keeps MR x kRowsCols partial sums in registers; at the end a reduce-scatter over the warp's
-// lanes (shuffles, halving the values each step) leaves every sum complete in one lane.
+// The weights are mma.sync's A operand (16 weight rows = 16 output columns by 16 k) and the
+// activation rows its B operand (8 rows by 16 k; two n8 tiles at 16 rows), so that one mma
+// consumes 512 bytes of weights whatever m is. On CUDA cores every weight element cost m FMAs
+// plus its unpacking, which at 8 rows ran at half of cuBLASLt's speed on an H200
+// (bench/results/gpu-h200/gemm.json: 8B qkv 12.9 vs 23.9 TFLOP/s); an mma costs one
+// instruction per 512 bytes, so every m up to 16 streams the weights at the rate m = 1 does.
+//
+// Block: 256 threads, 32 weight rows (kRowsBlockCols) over the block's k range [kbeg, kbeg +
+// kc) (blockIdx.y = split). Warp w = 4 cg + q owns rows 16 cg .. 16 cg + 15 of the block's 32
+// and the k-group q: of every 256 k of the range (kRowsKStep) it takes the 64 at 64 q. Lane l
+// = 4 g + t streams rows 16 cg + g and 16 cg + g + 8 at k offsets 8 t and 32 + 8 t of those
+// 64 (16-byte loads, never cached in L1; the next 256's loads are issued before this one's
+// mma), so every 16 bytes it holds are 8 consecutive k of one row. mma.sync adds over k in any
+// order both operands agree on, so the 8 k of lane t are its k columns: elements 4 s .. 4 s +
+// 3 are, in mma step s, A's (2t, 2t+1, 2t+8, 2t+9), i.e. the vector's words 2 s and 2 s + 1
+// are a0/a2 (row g) and a1/a3 (row g + 8); the activations' same 8 k, read from shared memory
+// as one 16-byte vector of row g, give b0, b1. The block copies its k range of the m
+// activation rows into shared memory (bf16, [MR][kchunk], zero-filled past m and k; by
+// cp.async while the first weight loads are in flight), a chunk of at most kRowsSmemCap
+// bytes at a time. At the end the four k-groups' accumulators meet in shared memory and are
+// added in k-group order.
+//
+// Every sum is taken in the same order for every column and row: the 16-k mma steps in k
+// order within a k-group, then the k-groups 0..3, then (split-K) the splits. The order
+// depends on the split plan alone, never on a column's or a row's place in its tile, so a
+// column computes the same bits whichever block and position it has (the fused decode
+// kernels rely on that).
 //
 // Split-K (blockIdx.y over ceil(k / kc) ranges) fills the GPU when n alone is too few columns;
 // the partial sums go to the workspace [split][m][n] and gemm_splitk_reduce_kernel
@@ -26,67 +44,47 @@ namespace tandem::gpu::TD_NS {
 inline constexpr int kRowsMaxM = 16;          // largest m the few-rows path takes
 inline constexpr int kRowsThreads = 256;
 inline constexpr int kRowsWarps = kRowsThreads / 32;
-inline constexpr int kRowsCols = 4;           // output columns per warp
-inline constexpr int kRowsUnroll = 2;         // 256-wide k steps per iteration (loads in flight: x kRowsCols)
-inline constexpr int kRowsKStep = 256;        // k covered by one warp-wide 16-byte load
+inline constexpr int kRowsBlockCols = 32;     // output columns (weight rows) per block: 2 column groups of 16
+inline constexpr int kRowsKGroups = 4;        // warps sharing a column group, each over its share of k
+inline constexpr int kRowsKStep = 256;        // k the block covers per iteration (4 k-groups x 64)
 inline constexpr int kRowsSmemCap = 96 * 1024;  // bytes of staged activations per block
+static_assert(kRowsWarps == 2 * kRowsKGroups, "two column groups of 16 rows");
 
-// Halving reduce-scatter across the warp: at offset O, lanes with bit O set keep the upper half
-// of their C values and receive their partner's upper half; the others keep the lower half.
-// Once one value is left, the remaining offsets are a plain butterfly. `base` accumulates the
-// index (into the original C values) of this lane's first remaining value.
-template <int C, int O, int V>
-TD_DEVICE void gemm_reduce_scatter(float (&acc)[V], unsigned lane, int& base) {
-  if constexpr (O > 0) {
-    if constexpr (C == 1) {
-      acc[0] += td::shfl_xor(acc[0], O);
-      gemm_reduce_scatter<1, O / 2>(acc, lane, base);
-    } else {
-      const bool upper = (lane & static_cast<unsigned>(O)) != 0;
-      TD_GEMM_UNROLL
-      for (int i = 0; i < C / 2; ++i) {
-        const float send = upper ? acc[i] : acc[i + C / 2];
-        const float keep = upper ? acc[i + C / 2] : acc[i];
-        acc[i] = keep + td::shfl_xor(send, O);
-      }
-      if (upper) base += C / 2;
-      gemm_reduce_scatter<C / 2, O / 2>(acc, lane, base);
-    }
-  }
+/** The block-local columns (0..31) of this lane's two weight rows: row g and row g + 8 of its warp's group. */
+TD_DEVICE void gemm_rows_lane_cols(int (&cols)[2]) {
+  const int warp = static_cast<int>(threadIdx.x / 32), g = static_cast<int>(td::lane_id() / 4);
+  cols[0] = (warp / kRowsKGroups) * 16 + g;
+  cols[1] = cols[0] + 8;
 }
 
-TD_DEVICE void gemm_rows_load(td::vec16 (&wv)[kRowsUnroll][kRowsCols], const td::bf16_bits* const (&wp)[kRowsCols], int kk,
-                              int klen) {
+// This lane's weights for one 256-wide step at kk (its first k offset in the split): rows 0, 1
+// at kk and kk + 32; zeros past klen.
+TD_DEVICE void gemm_rows_load(td::vec16 (&wv)[2][2], const td::bf16_bits* const (&wp)[2], int kk, int klen) {
   TD_GEMM_UNROLL
-  for (int u = 0; u < kRowsUnroll; ++u) {
-    const bool ok = kk + u * kRowsKStep < klen;
+  for (int u = 0; u < 2; ++u) {
+    const bool ok = kk + 32 * u < klen;
     TD_GEMM_UNROLL
-    for (int c = 0; c < kRowsCols; ++c) {
-      if (ok) {
-        wv[u][c] = gemm_load_stream(wp[c] + kk + u * kRowsKStep);
-      } else {
-        wv[u][c] = td::vec16{0u, 0u, 0u, 0u};
-      }
-    }
+    for (int c = 0; c < 2; ++c) wv[u][c] = ok ? gemm_load_stream(wp[c] + kk + 32 * u) : td::vec16{0u, 0u, 0u, 0u};
   }
 }
 
 /**
- * The dot products of one warp: rows [0, g.m) of g.a against the weight rows wp[c] (already
- * offset to the split's first k, kbeg) over k [kbeg, kbeg + klen), the activations staged
- * through `sa` (MR * kchunk bf16) a chunk at a time by the whole block. On return lane `lane`
- * holds in acc[0, kOwn) the complete sums of values base, base + 1, ... (value v = row v / NC,
- * column v % NC). Every block thread must call it (it has block barriers). Each sum's order
- * depends only on k, never on the value's index, so a column computes the same bits whichever
- * warp and position it has (the fused decode kernels rely on that).
+ * The dot products of one block: rows [0, g.m) of g.a against its 32 weight rows over k [kbeg,
+ * kbeg + klen), the activations staged through `sa` (MR * kchunk bf16, kchunk a multiple of
+ * kRowsKStep) a chunk at a time. wp[c]: this lane's weight rows (gemm_rows_lane_cols), already
+ * offset to kbeg. Calls store(r, col, sum) once for every row r < g.m and block-local column
+ * col, from some thread of the block. Every block thread must call it (it has block barriers).
  */
-template <int MR>
+template <int MR, class Store>
 TD_DEVICE void gemm_rows_dot(const GemmArgs& g, int kbeg, int klen, int kchunk, td::bf16_bits* sa,
-                             const td::bf16_bits* const (&wp)[kRowsCols], float (&acc)[MR * kRowsCols], int& base) {
-  constexpr int NC = kRowsCols, V = MR * NC;
+                             const td::bf16_bits* const (&wp)[2], Store&& store) {
+  constexpr int NT = MR > 8 ? 2 : 1;  // n8 tiles of activation rows
   const unsigned lane = td::lane_id();
+  const int warp = static_cast<int>(threadIdx.x / 32), q = warp % kRowsKGroups;
+  const int gr = static_cast<int>(lane / 4), t = static_cast<int>(lane % 4);
+  float acc[NT][4];
   TD_GEMM_UNROLL
-  for (int i = 0; i < V; ++i) acc[i] = 0.0f;
+  for (int j = 0; j < NT; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
 
   const int vecs = kchunk / 8;
   for (int c0 = 0; c0 < klen; c0 += kchunk) {
@@ -101,104 +99,95 @@ TD_DEVICE void gemm_rows_dot(const GemmArgs& g, int kbeg, int klen, int kchunk, 
     }
     td::cp_async_commit();
 
-    // kk: this lane's k offset in the split; the chunk's shared row starts at c0.
-    int kk = c0 + static_cast<int>(lane) * 8;
-    td::vec16 wv[kRowsUnroll][NC];
+    // kk: this lane's first k offset (in the split) of the current 256-wide step.
+    int kk = c0 + 64 * q + 8 * t;
+    td::vec16 wv[2][2];
     gemm_rows_load(wv, wp, kk, cend);  // in flight while the activations land
     td::cp_async_wait<0>();
     td::sync_threads();
 
-    while (kk < cend) {
-      // At 16 rows a step's FMAs take longer than its loads' latency: fetch the next step's
-      // weights first (registers allow it: one block per SM either way). Fewer rows rely on
-      // other warps to cover the latency and keep their registers for occupancy.
-      constexpr bool kPrefetch = MR >= 16;
-      const int kn = kk + kRowsUnroll * kRowsKStep;
-      td::vec16 nx[kRowsUnroll][NC];
-      if constexpr (kPrefetch) gemm_rows_load(nx, wp, kn, cend);
+    // The trip count is the block's, not the lane's: mma.sync needs the whole warp.
+    for (int step = c0; step < cend; step += kRowsKStep) {
+      td::vec16 nx[2][2];
+      gemm_rows_load(nx, wp, kk + kRowsKStep, cend);
       TD_GEMM_UNROLL
-      for (int u = 0; u < kRowsUnroll; ++u) {
-        const int ku = kk + u * kRowsKStep;
-        if (ku < cend) {
-          float wf[NC][8];
+      for (int u = 0; u < 2; ++u) {
+        const int ks = kk + 32 * u - c0;  // within the staged chunk (zeros past its end)
+        td::vec16 av[NT];
+        TD_GEMM_UNROLL
+        for (int j = 0; j < NT; ++j) {
+          const int r = 8 * j + gr;
+          av[j] = r < MR ? *reinterpret_cast<const td::vec16*>(sa + r * kchunk + ks) : td::vec16{0u, 0u, 0u, 0u};
+        }
+        const uint32_t w0[4] = {wv[u][0].x, wv[u][0].y, wv[u][0].z, wv[u][0].w};
+        const uint32_t w1[4] = {wv[u][1].x, wv[u][1].y, wv[u][1].z, wv[u][1].w};
+        TD_GEMM_UNROLL
+        for (int s = 0; s < 2; ++s) {
+          const uint32_t a[4] = {w0[2 * s], w1[2 * s], w0[2 * s + 1], w1[2 * s + 1]};
           TD_GEMM_UNROLL
-          for (int c = 0; c < NC; ++c) unpack8(wv[u][c], wf[c]);
-          TD_GEMM_UNROLL
-          for (int r = 0; r < MR; ++r) {
-            if (r < g.m) {
-              float af[8];
-              unpack8(*reinterpret_cast<const td::vec16*>(sa + r * kchunk + ku - c0), af);
-              TD_GEMM_UNROLL
-              for (int c = 0; c < NC; ++c) {
-                float s = acc[r * NC + c];
-                TD_GEMM_UNROLL
-                for (int e = 0; e < 8; ++e) s += af[e] * wf[c][e];
-                acc[r * NC + c] = s;
-              }
-            }
+          for (int j = 0; j < NT; ++j) {
+            const uint32_t x[4] = {av[j].x, av[j].y, av[j].z, av[j].w};
+            const uint32_t b[2] = {x[2 * s], x[2 * s + 1]};
+            td::mma_bf16_16816(acc[j], a, b, acc[j]);
           }
         }
       }
-      kk = kn;
-      if constexpr (kPrefetch) {
-        TD_GEMM_UNROLL
-        for (int u = 0; u < kRowsUnroll; ++u) {
-          TD_GEMM_UNROLL
-          for (int c = 0; c < NC; ++c) wv[u][c] = nx[u][c];
-        }
-      } else if (kk < cend) {
-        gemm_rows_load(wv, wp, kk, cend);
+      kk += kRowsKStep;
+      TD_GEMM_UNROLL
+      for (int u = 0; u < 2; ++u) {
+        wv[u][0] = nx[u][0];
+        wv[u][1] = nx[u][1];
       }
     }
   }
-  base = 0;
-  gemm_reduce_scatter<V, 16>(acc, lane, base);
+
+  // The k-groups meet in shared memory: red[q][r][col], then each sum in k-group order.
+  float* red = reinterpret_cast<float*>(sa);  // 4 x MR x 32 floats <= MR x kchunk bf16
+  td::sync_threads();  // every warp is done with the activations
+  const int col0 = (warp / kRowsKGroups) * 16 + gr;
+  TD_GEMM_UNROLL
+  for (int j = 0; j < NT; ++j) {
+    TD_GEMM_UNROLL
+    for (int i = 0; i < 4; ++i) {
+      const int r = 8 * j + 2 * t + (i & 1), col = col0 + (i >= 2 ? 8 : 0);
+      if (r < MR) red[(q * MR + r) * kRowsBlockCols + col] = acc[j][i];
+    }
+  }
+  td::sync_threads();
+  for (int e = static_cast<int>(threadIdx.x); e < g.m * kRowsBlockCols; e += kRowsThreads) {
+    float s = red[e];
+    TD_GEMM_UNROLL
+    for (int p = 1; p < kRowsKGroups; ++p) s += red[p * MR * kRowsBlockCols + e];
+    store(e / kRowsBlockCols, e % kRowsBlockCols, s);
+  }
 }
 
-/** Sums one lane keeps after gemm_rows_dot, and the mask of lanes holding duplicates of them. */
-template <int MR>
-struct GemmRowsOwn {
-  static constexpr int V = MR * kRowsCols;
-  static constexpr int kOwn = V >= 32 ? V / 32 : 1;
-  static constexpr unsigned kDup = V >= 32 ? 0u : 32u / V - 1u;
-};
-
-// grid (ceil(n / (kRowsWarps * kRowsCols)), splits); dynamic shared memory MR * kchunk bf16.
+// grid (ceil(n / kRowsBlockCols), splits); dynamic shared memory MR * kchunk bf16.
 // Split s covers k [s kc, (s + 1) kc); the block stages it kchunk at a time.
 template <int MR>
 TD_GLOBAL void TD_LAUNCH_BOUNDS(kRowsThreads) gemm_rows_kernel(GemmArgs g, int kc, int kchunk) {
   TD_DYNAMIC_SHARED(td::bf16_bits, sa);
-  constexpr int NC = kRowsCols;
   const int split = static_cast<int>(blockIdx.y);
   const int kbeg = split * kc;
   const int klen = td::imin(kc, g.k - kbeg);
-  const unsigned lane = td::lane_id();
-  const int warp = static_cast<int>(threadIdx.x / 32);
 
   // Columns past n read row n - 1 (valid memory); their sums are never stored.
-  const int col0 = (static_cast<int>(blockIdx.x) * kRowsWarps + warp) * NC;
-  const td::bf16_bits* wp[NC];
+  const int col0 = static_cast<int>(blockIdx.x) * kRowsBlockCols;
+  int cols[2];
+  gemm_rows_lane_cols(cols);
+  const td::bf16_bits* wp[2];
   TD_GEMM_UNROLL
-  for (int c = 0; c < NC; ++c) wp[c] = g.w + static_cast<int64_t>(td::imin(col0 + c, g.n - 1)) * g.ldw + kbeg;
+  for (int c = 0; c < 2; ++c) wp[c] = g.w + static_cast<int64_t>(td::imin(col0 + cols[c], g.n - 1)) * g.ldw + kbeg;
 
-  float acc[MR * NC];
-  int base = 0;
-  gemm_rows_dot<MR>(g, kbeg, klen, kchunk, sa, wp, acc, base);
-  using Own = GemmRowsOwn<MR>;
-  if ((lane & Own::kDup) == 0) {
-    TD_GEMM_UNROLL
-    for (int j = 0; j < Own::kOwn; ++j) {
-      const int v = base + j;
-      const int r = v / NC, col = col0 + v % NC;
-      if (r < g.m && col < g.n) {
-        if (gridDim.y == 1) {
-          gemm_store1(g, r, col, acc[j]);
-        } else {
-          g.workspace[(static_cast<int64_t>(split) * g.m + r) * g.n + col] = acc[j];
-        }
-      }
+  gemm_rows_dot<MR>(g, kbeg, klen, kchunk, sa, wp, [&](int r, int c, float v) {
+    const int col = col0 + c;
+    if (col >= g.n) return;
+    if (gridDim.y == 1) {
+      gemm_store1(g, r, col, v);
+    } else {
+      g.workspace[(static_cast<int64_t>(split) * g.m + r) * g.n + col] = v;
     }
-  }
+  });
 }
 
 /** How the few-rows path runs one product: MR rows per pass, `splits` k ranges of kc, staged kchunk at a time. */
@@ -221,7 +210,7 @@ inline bool gemm_rows_plan(const GemmArgs& g, int want_splits, GemmRowsPlan& p) 
   while (p.mr < g.m) p.mr *= 2;
   const int max_chunk = kRowsSmemCap / (p.mr * 2) / kRowsKStep * kRowsKStep;
   const int ksteps = (g.k + kRowsKStep - 1) / kRowsKStep;
-  const int blocks_n = (g.n + kRowsWarps * kRowsCols - 1) / (kRowsWarps * kRowsCols);
+  const int blocks_n = (g.n + kRowsBlockCols - 1) / kRowsBlockCols;
   int s = want_splits;
   if (s <= 0) s = (2 * kGemmSms + blocks_n - 1) / blocks_n;
   if (g.workspace == nullptr) s = 1;
@@ -237,7 +226,7 @@ inline bool gemm_rows_plan(const GemmArgs& g, int want_splits, GemmRowsPlan& p) 
 
 template <int MR>
 void gemm_rows_launch(const GemmArgs& g, const GemmRowsPlan& p, void* stream) {
-  const unsigned blocks_n = td::ceil_div(g.n, kRowsWarps * kRowsCols);
+  const unsigned blocks_n = td::ceil_div(g.n, kRowsBlockCols);
   const size_t smem = static_cast<size_t>(MR) * p.kchunk * sizeof(td::bf16_bits);
   td::launch(gemm_rows_kernel<MR>, {blocks_n, static_cast<unsigned>(p.splits)}, kRowsThreads, smem, stream, g, p.kc,
              p.kchunk);
