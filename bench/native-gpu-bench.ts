@@ -9,8 +9,9 @@
  *            bandwidth measured in the same run, `tandem_gpu_bench bandwidth`);
  *   roofline the decode step before and after the fused decode kernels, side by side in this run:
  *            each shape reloaded with TANDEM_GPU_DECODE=unfused (the per-op kernels) and decoded at
- *            batch 1, 4 and 8 again; step ms, share of the roofline, speedup (--no-compare-decode
- *            skips);
+ *            batch 1, 4 and 8 again; step ms, share of the roofline, speedup; and reloaded with
+ *            TANDEM_GPU_OVERLAP=0 (the fused kernels launched the ordinary way, not as programmatic
+ *            dependents) at batch 1 and 8 (--no-compare-decode skips both);
  *   sampler  microseconds per step of the one-block and the fast sampler (`tandem_gpu_bench
  *            sample`, --sample-json), batch 1 over 152k tokens first;
  *   prefill  tok/s of one 512, 2k and 8k-token prompt;
@@ -162,16 +163,19 @@ async function main(): Promise<void> {
       execFileSync(tool, ['make-model', '--shape', name, '--out', dir], { stdio: 'inherit' });
       console.error(`${name}: model written in ${((performance.now() - t0) / 1000).toFixed(1)} s`);
     }
-    // The backend reads TANDEM_GPU_DECODE once, when it is made (gpu_backend_decode.cc): the
-    // engine under test takes the inherited one (profile-decode.sh sets it), `unfused` the per-op path.
-    const load = async (cudaGraphs: boolean, unfused = false) => {
-      const inherited = process.env.TANDEM_GPU_DECODE;
-      if (unfused) process.env.TANDEM_GPU_DECODE = 'unfused';
+    // The backend reads TANDEM_GPU_DECODE and TANDEM_GPU_OVERLAP once, when it is made
+    // (gpu_backend_decode.cc): the engine under test takes the inherited ones (profile-decode.sh
+    // sets them), the comparisons their own.
+    const load = async (cudaGraphs: boolean, env: Record<string, string> = {}) => {
+      const inherited = Object.keys(env).map((k) => [k, process.env[k]] as const);
+      Object.assign(process.env, env);
       try {
         return await createNativeEngine({ modelDir: dir, device, maxBatchTokens: maxTokens, maxSeqs: 256, cudaGraphs, ...(device === 'simt' ? { numBlocks: 4096 } : {}) });
       } finally {
-        if (inherited === undefined) delete process.env.TANDEM_GPU_DECODE;
-        else process.env.TANDEM_GPU_DECODE = inherited;
+        for (const [k, v] of inherited) {
+          if (v === undefined) delete process.env[k];
+          else process.env[k] = v;
+        }
       }
     };
     const t0 = performance.now();
@@ -206,8 +210,8 @@ async function main(): Promise<void> {
     // The decode step before the fused kernels (the per-op path), same weights, same run.
     let rooflineCompare: unknown;
     if (!args['no-compare-decode']) {
-      const unfused = await load(true, true);
-      const rows = [];
+      const unfused = await load(true, { TANDEM_GPU_DECODE: 'unfused' });
+      const rows: Array<Record<string, number | undefined>> = [];
       for (const b of device === 'simt' ? [1] : [1, 4, 8]) {
         const before = await decodeRun(unfused, b, device === 'simt' ? 16 : isl, device === 'simt' ? 6 : steps, maxTokens);
         const after = decode.find((d) => d.batch === b);
@@ -224,6 +228,15 @@ async function main(): Promise<void> {
         });
       }
       await unfused.close();
+      // The fused kernels launched the ordinary way: what overlapping their launches gains.
+      const serial = await load(true, { TANDEM_GPU_OVERLAP: '0' });
+      for (const row of rows) {
+        if (row.batch !== 1 && row.batch !== 8) continue;
+        const s = await decodeRun(serial, row.batch!, device === 'simt' ? 16 : isl, device === 'simt' ? 6 : steps, maxTokens);
+        row.serialStepMs = s.stepMs;
+        row.overlapSpeedup = row.afterStepMs !== undefined ? s.stepMs / row.afterStepMs : undefined;
+      }
+      await serial.close();
       rooflineCompare = rows;
       console.error(`  decode before/after the fused kernels: ${JSON.stringify(rows)}`);
     }
@@ -264,12 +277,12 @@ async function main(): Promise<void> {
       `${name.padEnd(14)} | ${b1 ? `${b1.tokPerSec.toFixed(0)} (${b1.roofline !== undefined ? `${(100 * b1.roofline).toFixed(0)}%` : '-'})` : '-'} | ${d(8)?.tokPerSec.toFixed(0) ?? '-'} | ${d(64)?.tokPerSec.toFixed(0) ?? '-'} | ${d(256)?.tokPerSec.toFixed(0) ?? '-'} | ${r.prefill.map((p) => p.tokPerSec.toFixed(0)).join(' / ')}`,
     );
   }
-  console.log('\ndecode step, batch 1, before (per-op kernels) / after (fused): ms and share of the HBM roofline');
+  console.log('\ndecode step, batch 1, before (per-op kernels) / after (fused, overlapped launches): ms and share of the HBM roofline; the fused kernels not overlapped');
   for (const [name, r] of Object.entries(results) as Array<[string, { decodeBeforeAfter?: Array<Record<string, number | undefined>> }]>) {
     const b1 = r.decodeBeforeAfter?.find((x) => x.batch === 1);
     if (b1 === undefined) continue;
     const pct = (x: number | undefined) => (x !== undefined ? `${(100 * x).toFixed(0)}%` : '-');
-    console.log(`${name.padEnd(14)} | ${b1.beforeStepMs?.toFixed(3)} ms (${pct(b1.beforeRoofline)}) -> ${b1.afterStepMs?.toFixed(3)} ms (${pct(b1.afterRoofline)}) | ${b1.speedup?.toFixed(2)}x | roofline step ${b1.stepMsAtRoofline?.toFixed(3) ?? '-'} ms`);
+    console.log(`${name.padEnd(14)} | ${b1.beforeStepMs?.toFixed(3)} ms (${pct(b1.beforeRoofline)}) -> ${b1.afterStepMs?.toFixed(3)} ms (${pct(b1.afterRoofline)}) | ${b1.speedup?.toFixed(2)}x | roofline step ${b1.stepMsAtRoofline?.toFixed(3) ?? '-'} ms | not overlapped ${b1.serialStepMs?.toFixed(3) ?? '-'} ms (${b1.overlapSpeedup?.toFixed(2) ?? '-'}x)`);
   }
   for (const c of (sampler?.cases ?? []) as Array<{ case: string; batch: number; block_us: number; fast_us: number }>) {
     if (c.batch === 1) console.log(`sampler ${c.case}, batch 1, vocab ${sampler.vocab}: ${c.block_us.toFixed(1)} us -> ${c.fast_us.toFixed(1)} us`);

@@ -100,6 +100,12 @@ class DecodeKernelApi {
  public:
   virtual ~DecodeKernelApi() = default;
   virtual const char* target() const = 0;
+  /**
+   * Launch gemv and attention as programmatic dependents of the kernel before each (compute
+   * capability 9.0+, else ignored): a GEMV's blocks issue their first weight loads and L2
+   * prefetches while that kernel finishes, then wait for it (td::grid_dependency_wait).
+   */
+  virtual void set_overlap(bool on) = 0;
   virtual void gemv(const DecodeGemvArgs& a, void* stream) = 0;
   /** Whether gemv takes this product (rows, shape, an FP8 weight's layout); gemv throws where not. */
   virtual bool gemv_applies(const DecodeGemvArgs& a) const = 0;

@@ -25,8 +25,14 @@
 // the MoE kernels and an RMSNorm launch after it: 4 launches beside its experts' where the per-op
 // step has up to 10.
 // TANDEM_GPU_DECODE=unfused keeps the per-op kernels (profile-check.sh's "before"),
-// TANDEM_GPU_DECODE_MAX_ROWS=n moves the limit (1..16), and TANDEM_GPU_SAMPLER=block keeps the
-// one-block sampler: all read once, when the backend is made.
+// TANDEM_GPU_DECODE_MAX_ROWS=n moves the limit (1..16), TANDEM_GPU_SAMPLER=block keeps the
+// one-block sampler, and TANDEM_GPU_OVERLAP=0 launches the fused kernels the ordinary way: all
+// read once, when the backend is made.
+// Overlap (on by default; compute capability 9.0+): each fused GEMV and the attention are
+// programmatic dependent launches (kernels/launch.h), so a GEMV's blocks start while the kernel
+// before finishes, issue their first weight loads and L2 prefetches (weights depend on nothing
+// in the step) and only then wait for that kernel: the gap between two kernels of a layer,
+// which at batch 1 is a large share of a small model's step, streams weights.
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
@@ -53,6 +59,8 @@ void GpuBackend::init_decode_path() {
   if (const char* rows = std::getenv("TANDEM_GPU_DECODE_MAX_ROWS")) decode_max_rows_ = std::max(1, std::min(most, std::atoi(rows)));
   sampler_fast_ = sampler == nullptr || std::string(sampler) != "block";
   decode_ = simt ? gpu::make_simt_decode_kernels() : gpu::make_cuda_decode_kernels();
+  const char* overlap = std::getenv("TANDEM_GPU_OVERLAP");
+  decode_->set_overlap(overlap == nullptr || std::string(overlap) != "0");
   // Every FP8 weight must be one the FP8 GEMV takes (16-byte rows, its group sizes): the per-op
   // path dequantizes the others, which the fused step cannot.
   if (decode_fused_ && fp8_weights_) {

@@ -60,6 +60,24 @@ TD_DEVICE int atomic_add(int* p, int v) { return atomicAdd(p, v); }
 // (peer mappings) and the host (mapped pinned memory). Before a flag another agent polls.
 TD_DEVICE void threadfence_system() { __threadfence_system(); }
 
+// Programmatic dependent launch (sm_90+; td::launch_dependent): a kernel launched as a
+// dependent of the one before it may start while that one still runs. grid_dependency_wait
+// returns once the kernel before has finished and its writes are visible; nothing the kernel
+// before writes may be read, and nothing it reads written, before it. It returns at once for
+// a kernel launched the ordinary way. grid_dependents_launch lets the next dependent start.
+TD_DEVICE void grid_dependency_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
+}
+TD_DEVICE void grid_dependents_launch() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;\n" ::);
+#endif
+}
+// Asks L2 for the 128-byte line holding p (read-only data the kernel reads soon).
+TD_DEVICE void prefetch_l2(const void* p) { asm volatile("prefetch.global.L2 [%0];\n" ::"l"(p)); }
+
 // Asynchronous 16-byte global -> shared copy; with pred false the destination is zeroed and
 // nothing is read.
 TD_DEVICE void cp_async16(void* smem, const void* gmem, bool pred) {
@@ -152,6 +170,10 @@ inline float exp_fast(float x) { return std::exp(x); }
 inline int atomic_add(int* p, int v) { return __atomic_fetch_add(p, v, __ATOMIC_RELAXED); }
 // The host's fence: fibers and the host threads that poll share one memory.
 inline void threadfence_system() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
+// Launches run one after another on the harness: nothing to wait for, nothing to prefetch.
+inline void grid_dependency_wait() {}
+inline void grid_dependents_launch() {}
+inline void prefetch_l2(const void*) {}
 
 inline void cp_async16(void* smem, const void* gmem, bool pred) {
   if (pred) {

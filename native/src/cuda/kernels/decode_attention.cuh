@@ -15,6 +15,8 @@ namespace tandem::gpu::TD_NS {
 template <int kUnused = 0>
 TD_GLOBAL void TD_LAUNCH_BOUNDS(kAttentionThreads) attention_decode_merge_kernel(AttentionArgs a, int* counters) {
   TD_SHARED(int, flag, 1);
+  td::grid_dependency_wait();  // before any early return: every block's exit implies the QKV's
+  td::grid_dependents_launch();
   const int kv_head = static_cast<int>(blockIdx.y);
   const AttentionTile tile = attention_decode_tile(a);
   if (tile.num_tokens == 0) return;  // inside a span: its leader's blocks compute and merge it
@@ -29,11 +31,11 @@ TD_GLOBAL void TD_LAUNCH_BOUNDS(kAttentionThreads) attention_decode_merge_kernel
   }
 }
 
-/** Decode sequences only (a.num_prefill_items is ignored). */
-inline void launch_decode_attention(const AttentionArgs& a, int* counters, void* stream) {
+/** Decode sequences only (a.num_prefill_items is ignored); overlap: a programmatic dependent launch. */
+inline void launch_decode_attention(const AttentionArgs& a, int* counters, void* stream, bool overlap) {
   if (a.num_decode <= 0) return;
   const size_t bytes = static_cast<size_t>(attention_shared_floats(attention_decode_rows(a), a.geo.head_dim)) * sizeof(float);
-  td::launch(attention_decode_merge_kernel<0>,
+  td::launch_dependent(overlap, attention_decode_merge_kernel<0>,
              {static_cast<unsigned>(a.num_decode), static_cast<unsigned>(a.geo.num_kv_heads), static_cast<unsigned>(a.num_splits)},
              kAttentionThreads, bytes, stream, a, counters);
 }

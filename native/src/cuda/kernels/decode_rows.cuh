@@ -159,6 +159,8 @@ TD_GLOBAL void TD_LAUNCH_BOUNDS(kRowsThreads) decode_gemv_kernel(DecodeGemvArgs 
       wc[c] = td::imin(wrow(local[c]), g.n - 1);  // rows past n read row n - 1; never stored
     }
     float acc[MR * NC];
+    td::grid_dependency_wait();  // the FP8 main loop reads the activations (their scales) first
+    td::grid_dependents_launch();
     fp8_rows_dot<MR, kW == 2>(decode_fp8_args(a), kbeg, klen, p.rows.kchunk, reinterpret_cast<unsigned char*>(sa), wc, acc);
     // Every lane holds every sum: lane i stores sum i, as the FP8 GEMV does.
     TD_GEMM_UNROLL
@@ -218,34 +220,35 @@ TD_GLOBAL void TD_LAUNCH_BOUNDS(kRowsThreads) decode_gemv_kernel(DecodeGemvArgs 
 }
 
 template <int MR, int kW>
-void decode_gemv_launch(const DecodeGemvArgs& a, const DecodeGemvPlan& p, void* stream) {
+void decode_gemv_launch(const DecodeGemvArgs& a, const DecodeGemvPlan& p, void* stream, bool overlap) {
   const size_t smem = kW == 0 ? static_cast<size_t>(MR) * p.rows.kchunk * sizeof(td::bf16_bits) : fp8_rows_smem(MR, p.rows.kchunk);
-  td::launch(decode_gemv_kernel<MR, kW>, {static_cast<unsigned>(p.tiles), static_cast<unsigned>(p.rows.splits)}, kRowsThreads, smem,
-             stream, a, p);
+  td::launch_dependent(overlap, decode_gemv_kernel<MR, kW>, {static_cast<unsigned>(p.tiles), static_cast<unsigned>(p.rows.splits)},
+                       kRowsThreads, smem, stream, a, p);
 }
 
 template <int kW>
-void decode_gemv_rows(const DecodeGemvArgs& a, const DecodeGemvPlan& p, void* stream) {
+void decode_gemv_rows(const DecodeGemvArgs& a, const DecodeGemvPlan& p, void* stream, bool overlap) {
   switch (p.rows.mr) {
-    case 1: decode_gemv_launch<1, kW>(a, p, stream); break;
-    case 2: decode_gemv_launch<2, kW>(a, p, stream); break;
-    case 4: decode_gemv_launch<4, kW>(a, p, stream); break;
-    case 8: decode_gemv_launch<8, kW>(a, p, stream); break;
+    case 1: decode_gemv_launch<1, kW>(a, p, stream, overlap); break;
+    case 2: decode_gemv_launch<2, kW>(a, p, stream, overlap); break;
+    case 4: decode_gemv_launch<4, kW>(a, p, stream, overlap); break;
+    case 8: decode_gemv_launch<8, kW>(a, p, stream, overlap); break;
     default:
-      if constexpr (kW == 0) decode_gemv_launch<16, 0>(a, p, stream);  // the FP8 plan stops at kFp8RowsMaxM (8)
+      if constexpr (kW == 0) decode_gemv_launch<16, 0>(a, p, stream, overlap);  // the FP8 plan stops at kFp8RowsMaxM (8)
       break;
   }
 }
 
-inline void launch_decode_gemv(const DecodeGemvArgs& a, void* stream) {
+/** overlap: a programmatic dependent launch (the weights stream while the kernel before finishes). */
+inline void launch_decode_gemv(const DecodeGemvArgs& a, void* stream, bool overlap) {
   DecodeGemvPlan p;
   if (!decode_gemv_plan(a, p)) throw std::invalid_argument("decode gemv: shape out of range (m 1..16, or 1..8 for FP8; n, k, head_dim)");
   if (a.w8 == nullptr) {
-    decode_gemv_rows<0>(a, p, stream);
+    decode_gemv_rows<0>(a, p, stream, overlap);
   } else if (a.w8_groups > 1) {
-    decode_gemv_rows<2>(a, p, stream);
+    decode_gemv_rows<2>(a, p, stream, overlap);
   } else {
-    decode_gemv_rows<1>(a, p, stream);
+    decode_gemv_rows<1>(a, p, stream, overlap);
   }
 }
 

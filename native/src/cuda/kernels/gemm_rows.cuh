@@ -48,6 +48,7 @@ inline constexpr int kRowsBlockCols = 32;     // output columns (weight rows) pe
 inline constexpr int kRowsKGroups = 4;        // warps sharing a column group, each over its share of k
 inline constexpr int kRowsKStep = 256;        // k the block covers per iteration (4 k-groups x 64)
 inline constexpr int kRowsSmemCap = 96 * 1024;  // bytes of staged activations per block
+inline constexpr int kRowsPrefetchSteps = 2;   // 256-wide steps past the first whose weights go to L2 before the wait
 static_assert(kRowsWarps == 2 * kRowsKGroups, "two column groups of 16 rows");
 
 /** The block-local columns (0..31) of this lane's two weight rows: row g and row g + 8 of its warp's group. */
@@ -74,6 +75,8 @@ TD_DEVICE void gemm_rows_load(td::vec16 (&wv)[2][2], const td::bf16_bits* const 
  * kRowsKStep) a chunk at a time. wp[c]: this lane's weight rows (gemm_rows_lane_cols), already
  * offset to kbeg. Calls store(r, col, sum) once for every row r < g.m and block-local column
  * col, from some thread of the block. Every block thread must call it (it has block barriers).
+ * It reads nothing but the weights before td::grid_dependency_wait, so a kernel built on it may
+ * be launched as a programmatic dependent (td::launch_dependent) if it does the same.
  */
 template <int MR, class Store>
 TD_DEVICE void gemm_rows_dot(const GemmArgs& g, int kbeg, int klen, int kchunk, td::bf16_bits* sa,
@@ -89,7 +92,24 @@ TD_DEVICE void gemm_rows_dot(const GemmArgs& g, int kbeg, int klen, int kchunk, 
   const int vecs = kchunk / 8;
   for (int c0 = 0; c0 < klen; c0 += kchunk) {
     const int cend = td::imin(klen, c0 + kchunk);  // this chunk: k [kbeg + c0, kbeg + cend)
-    if (c0 > 0) td::sync_threads();  // every warp is done with the previous chunk
+    // kk: this lane's first k offset (in the split) of the current 256-wide step.
+    int kk = c0 + 64 * q + 8 * t;
+    td::vec16 wv[2][2];
+    gemm_rows_load(wv, wp, kk, cend);  // in flight while the activations land
+    if (c0 == 0) {
+      // The weights do not depend on the kernel before (a programmatic dependent launch may
+      // start while it runs): the next kRowsPrefetchSteps steps' lines go to L2 too, then wait.
+      if (t == 0) {
+        for (int i = 1; i <= kRowsPrefetchSteps && kk + i * kRowsKStep < cend; ++i) {
+          td::prefetch_l2(wp[0] + kk + i * kRowsKStep);
+          td::prefetch_l2(wp[1] + kk + i * kRowsKStep);
+        }
+      }
+      td::grid_dependency_wait();
+      td::grid_dependents_launch();
+    } else {
+      td::sync_threads();  // every warp is done with the previous chunk
+    }
     // Stage a[0..MR)[chunk] (zeros past m and past the chunk).
     for (int e = static_cast<int>(threadIdx.x); e < MR * vecs; e += kRowsThreads) {
       const int r = e / vecs, v = e - r * vecs;
@@ -98,11 +118,6 @@ TD_DEVICE void gemm_rows_dot(const GemmArgs& g, int kbeg, int klen, int kchunk, 
       td::cp_async16(sa + r * kchunk + v * 8, src, ok);
     }
     td::cp_async_commit();
-
-    // kk: this lane's first k offset (in the split) of the current 256-wide step.
-    int kk = c0 + 64 * q + 8 * t;
-    td::vec16 wv[2][2];
-    gemm_rows_load(wv, wp, kk, cend);  // in flight while the activations land
     td::cp_async_wait<0>();
     td::sync_threads();
 
