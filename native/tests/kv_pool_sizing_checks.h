@@ -7,6 +7,7 @@
 #include <string>
 
 #include "../src/core/error.h"
+#include "../src/cuda/device.h"
 #include "../src/cuda/kv_pool_sizing.h"
 #include "check.h"
 
@@ -27,6 +28,9 @@ inline void test_kv_pool_sizing() {
   o.num_blocks = 7;  // and a block count over both
   CHECK(kv_pool_blocks(o, kMiB, cuda) == 7, "num_blocks");
   CHECK(kv_pool_blocks(BackendOptions{}, kMiB, DeviceMemory{"simt", 4 * kGiB, 4 * kGiB}) == 256, "SIMT default: 256 MiB");
+  // Sizes in messages: a tiny model's scratch reads in KiB, not "0 MiB".
+  CHECK(tandem::gpu::mib(3 * kGiB) == "3072 MiB" && tandem::gpu::mib(300 * 1024) == "300 KiB" && tandem::gpu::mib(96) == "96 bytes",
+        "mib: %s, %s, %s", tandem::gpu::mib(3 * kGiB).c_str(), tandem::gpu::mib(300 * 1024).c_str(), tandem::gpu::mib(96).c_str());
   auto code_of = [&](const BackendOptions& opts, const DeviceMemory& m) -> std::string {
     try {
       kv_pool_blocks(opts, kMiB, m);

@@ -16,8 +16,6 @@ constexpr int kMinComputeMajor = 8;  // cp.async, ldmatrix and bf16 mma.sync: sm
 
 std::string describe(cudaError_t e) { return std::string(cudaGetErrorName(e)) + ": " + cudaGetErrorString(e); }
 
-std::string mib(size_t bytes) { return std::to_string(bytes >> 20) + " MiB"; }
-
 [[noreturn]] void fail(cudaError_t e, const std::string& what) {
   throw NativeError(ErrorCode::kInternal, "cuda: " + what + " failed (" + describe(e) + ")");
 }

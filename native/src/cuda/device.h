@@ -15,6 +15,13 @@
 
 namespace tandem::gpu {
 
+/** A size for messages: whole MiB, or KiB / bytes below one MiB (a tiny model's scratch is not "0 MiB"). */
+inline std::string mib(long long bytes) {
+  if (bytes >= (1LL << 20) || bytes <= -(1LL << 20)) return std::to_string(bytes >> 20) + " MiB";
+  if (bytes >= 1024) return std::to_string(bytes >> 10) + " KiB";
+  return std::to_string(bytes) + " bytes";
+}
+
 struct DeviceInfo {
   std::string name;        // e.g. "NVIDIA H100 80GB HBM3", or "SIMT harness (host)"
   int ordinal = 0;

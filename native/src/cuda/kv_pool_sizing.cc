@@ -1,5 +1,7 @@
 #include "kv_pool_sizing.h"
 
+#include "device.h"
+
 #include "../core/error.h"
 
 namespace tandem::gpu {

@@ -28,7 +28,4 @@ struct DeviceMemory {
 /** Blocks of `bytes_per_block` for the pool; refuses (naming the flag to change) when none fits. */
 int64_t kv_pool_blocks(const BackendOptions& o, int64_t bytes_per_block, const DeviceMemory& m);
 
-/** Whole MiB, for messages. */
-inline std::string mib(int64_t bytes) { return std::to_string(bytes >> 20) + " MiB"; }
-
 }  // namespace tandem::gpu

@@ -14,8 +14,8 @@
 // the up rows of the same indices, so a tile finishes 16 outputs of the activation.
 // The split plan is gemm_rows_plan's for the same product, so every partial sum, and the
 // split-order reduction after it, is the unfused path's. FP8 weights (DecodeGemvArgs::w8): the
-// FP8 GEMV's plan and main loop (fp8_rows_dot: 8 warps x 4 weight rows, the same 32 a block),
-// its scaled sums into the same workspace, then the same epilogues.
+// FP8 GEMV's plan and block dot (fp8_rows_dot, 32 weight rows a block), its scaled sums into
+// the same workspace, then the same epilogues.
 #pragma once
 
 #include <stdexcept>
@@ -116,7 +116,8 @@ TD_DEVICE float decode_split_sum(const DecodeGemvArgs& a, int splits, int r, int
   return s;
 }
 
-// kW: 0 bf16 weights (gemm_rows_dot), 1 FP8 with a scale per row, 2 FP8 with scales per k group.
+// kW: 0 bf16 weights (gemm_rows_dot), 1 FP8 with a scale per row, 2 FP8 with scales per k group
+// on tensor cores, 3 the same on CUDA cores (fp8_rows_mma).
 template <int MR, int kW>
 TD_GLOBAL void TD_LAUNCH_BOUNDS(kRowsThreads) decode_gemv_kernel(DecodeGemvArgs a, DecodeGemvPlan p) {
   static_assert(kW == 0 || (kFp8RowsThreads == kRowsThreads && kFp8RowsWarps * kFp8Cols == kDecodeTileRows),
@@ -150,23 +151,9 @@ TD_GLOBAL void TD_LAUNCH_BOUNDS(kRowsThreads) decode_gemv_kernel(DecodeGemvArgs 
     for (int c = 0; c < 2; ++c) wp[c] = g.w + static_cast<int64_t>(td::imin(wrow(cols[c]), g.n - 1)) * g.ldw + kbeg;
     gemm_rows_dot<MR>(g, kbeg, klen, p.rows.kchunk, sa, wp, put);
   } else {
-    // The FP8 main loop: warp w owns 4 columns (under kSiluMul gate 2w, 2w + 1 and their up rows).
-    constexpr int NC = kFp8Cols;
-    int local[NC], wc[NC];
-    TD_GEMM_UNROLL
-    for (int c = 0; c < NC; ++c) {
-      local[c] = silu ? (c < 2 ? 2 * warp + c : 16 + 2 * warp + c - 2) : NC * warp + c;
-      wc[c] = td::imin(wrow(local[c]), g.n - 1);  // rows past n read row n - 1; never stored
-    }
-    float acc[MR * NC];
-    td::grid_dependency_wait();  // the FP8 main loop reads the activations (their scales) first
-    td::grid_dependents_launch();
-    fp8_rows_dot<MR, kW == 2>(decode_fp8_args(a), kbeg, klen, p.rows.kchunk, reinterpret_cast<unsigned char*>(sa), wc, acc);
-    // Every lane holds every sum: lane i stores sum i, as the FP8 GEMV does.
-    TD_GEMM_UNROLL
-    for (int i = 0; i < MR * NC; ++i) {
-      if (static_cast<int>(lane) == i && i / NC < g.m) put(i / NC, local[i % NC], acc[i]);
-    }
+    // Rows past n read row n - 1; never stored.
+    fp8_rows_dot<MR, (kW >= 2), (kW != 3)>(decode_fp8_args(a), kbeg, klen, p.rows.kchunk, reinterpret_cast<unsigned char*>(sa),
+                              [&](int c) { return td::imin(wrow(c), g.n - 1); }, put);
   }
 
   // ---- the group's last block: its epilogue.
@@ -246,7 +233,11 @@ inline void launch_decode_gemv(const DecodeGemvArgs& a, void* stream, bool overl
   if (a.w8 == nullptr) {
     decode_gemv_rows<0>(a, p, stream, overlap);
   } else if (a.w8_groups > 1) {
-    decode_gemv_rows<2>(a, p, stream, overlap);
+    if (fp8_rows_mma(decode_fp8_args(a))) {
+      decode_gemv_rows<2>(a, p, stream, overlap);
+    } else {
+      decode_gemv_rows<3>(a, p, stream, overlap);
+    }
   } else {
     decode_gemv_rows<1>(a, p, stream, overlap);
   }

@@ -1,19 +1,23 @@
 // The FP8 decode GEMV (fp8_kernels.h): c[m][n] = sum_k a[m][k] w[n][k] with e4m3 weights,
-// m <= kFp8RowsMaxRows, memory-bound, on CUDA cores. The shape of gemm_rows.cuh (bf16), with
-// FP8 weights and the activation quantization inside:
+// m <= kFp8RowsMaxRows, memory-bound. The shape of gemm_rows.cuh (bf16), with FP8 weights and
+// the activation quantization inside:
 //
-// Block: 8 warps; warp w owns kFp8Cols consecutive output columns for all m rows over the
-// block's k range (blockIdx.y = split). The block stages that range of the activation rows
-// (bf16) in shared memory, a chunk at a time; for W8A8 it then quantizes them there, in place
-// (each value replaced by its e4m3 value, exact in bf16), with one scale per row (dynamic: the
-// row's amax over all of k, read by every block in a pre-pass; or the static input scale) or
-// per row and group (dynamic per group: the group's amax, from shared memory; group_k divides
-// 512 so a chunk holds whole groups). Lane l streams the weights at k = 16 l + 512 j: one
-// 16-byte load per column holds 16 e4m3 weights of one scale group, decoded to f32 exactly
-// (sm_89+: cvt.rn.f16x2.e4m3x2; otherwise integer ops and a multiply by 2^120, exact for
-// subnormals too). Block-scaled weights multiply each 16-wide partial sum by the weight's
-// group scale (and the activations' group scale); per-row scales apply once at the end. A
-// butterfly over the warp's lanes finishes each sum; split-K partials go to the workspace and
+// Block: 8 warps, 32 output columns (weight rows) for all m rows over the block's k range
+// (blockIdx.y = split). The block stages that range of the activation rows (bf16) in shared
+// memory, a chunk at a time; for W8A8 it then quantizes them there, in place (each value
+// replaced by its e4m3 value, exact in bf16), with one scale per row (dynamic: the row's amax
+// over all of k, read by every block in a pre-pass; or the static input scale) or per row and
+// group (dynamic per group: the group's amax, from shared memory; group_k divides 512 so a
+// chunk holds whole groups). Every 16-byte weight load holds 16 e4m3 weights of one row and
+// scale group, decoded exactly (sm_89+: cvt.rn.f16x2.e4m3x2; otherwise integer ops and a
+// multiply by 2^120, exact for subnormals too). Two main loops:
+//   - tensor cores (per-row scales, or groups of a multiple of 64 k: fp8_rows_mma): the bf16
+//     few-rows GEMM's layout, the weights decoded to bf16 as mma's A operand, so a weight costs
+//     its decoding and no per-row FMA (the CUDA-core loop's cost grows with m); block-scaled
+//     weights add each 64-k slice's mma sum times its scales;
+//   - CUDA cores (16 or 32-wide groups): warp w owns 4 columns, lane l streams them at k = 16 l
+//     + 512 j in f32, multiplying each 16-wide partial by its scales, a butterfly finishing it.
+// Per-row scales apply once at the end. Split-K partials go to the workspace and
 // gemm_splitk_reduce (gemm_epilogue.cuh) applies the epilogue in split order.
 #pragma once
 
@@ -81,83 +85,164 @@ TD_DEVICE float fp8_act_scale(const Fp8GemmArgs& a, float amax) {
 }
 
 /**
- * The dot products of one block's split: this warp's kFp8Cols weight rows `wrow` (each < n) over
- * k range [kbeg, kbeg + klen) for the MR activation rows, every sum finished (every lane holds all
- * of them: acc[r * kFp8Cols + c]) and scaled (weight row scale, activation row scale): what the
- * GEMV stores for the split. Shared by fp8_rows_kernel and the fused decode GEMV
- * (decode_rows.cuh), so both compute the same bits. smem: fp8_rows_smem(MR, kchunk).
+ * Whether the tensor-core main loop takes the product: per-row weight scales, or k groups that
+ * are whole 64-wide slices (its mma steps mix the 64 k of a slice; 16 or 32-wide groups run on
+ * CUDA cores).
  */
+TD_HOST_DEVICE bool fp8_rows_mma(const Fp8GemmArgs& a) { return a.w_groups <= 1 || a.group_k % 64 == 0; }
+
+/**
+ * Stages chunk [c0, cend) of the split's activation rows in shared memory (zeros past m and the
+ * chunk) and, for W8A8, quantizes them there: each value becomes its e4m3 value (exact in bf16),
+ * the per-group scales go to sgrp, the row scales are already in srow. Has block barriers.
+ */
+template <int MR>
+TD_DEVICE void fp8_rows_stage(const Fp8GemmArgs& a, int kbeg, int c0, int cend, int kchunk, td::bf16_bits* sa, float* sgrp,
+                              const float* srow, int gpc) {
+  const GemmArgs& g = a.out;
+  const unsigned lane = td::lane_id();
+  const int warp = static_cast<int>(threadIdx.x / 32), tid = static_cast<int>(threadIdx.x);
+  const int vecs = kchunk / 8;
+  td::sync_threads();  // the previous chunk (and the row scales) are done with
+  for (int e = tid; e < MR * vecs; e += kFp8RowsThreads) {
+    const int r = e / vecs, v = e - r * vecs;
+    const bool ok = r < g.m && c0 + v * 8 < cend;
+    const td::bf16_bits* src = ok ? a.a + static_cast<int64_t>(r) * a.lda + kbeg + c0 + v * 8 : a.a;
+    td::cp_async16(sa + r * kchunk + v * 8, src, ok);
+  }
+  td::cp_async_commit();
+  td::cp_async_wait<0>();
+  td::sync_threads();
+  if (a.act == Fp8Act::kNone) return;
+  if (a.act == Fp8Act::kDynamicGroup) {
+    // One warp per (row, group) of the chunk: the group's amax (zeros past the chunk's end).
+    for (int pair = warp; pair < MR * gpc; pair += kFp8RowsWarps) {
+      const int r = pair / gpc, gi = pair - r * gpc;
+      float amax = 0.0f;
+      for (int c = static_cast<int>(lane); c < a.group_k; c += 32) amax = fmaxf(amax, fabsf(td::bf16_to_float(sa[r * kchunk + gi * a.group_k + c])));
+      amax = warp_max(amax);
+      if (lane == 0) sgrp[r * gpc + gi] = fp8_act_scale(a, amax);
+    }
+    td::sync_threads();
+  }
+  // Each value becomes its e4m3 value (exact in bf16); the scales stay aside.
+  for (int e = tid; e < MR * kchunk; e += kFp8RowsThreads) {
+    const int r = e / kchunk, c = e - r * kchunk;
+    const float s = a.act == Fp8Act::kDynamicGroup ? sgrp[r * gpc + c / a.group_k] : srow[r];
+    sa[e] = td::float_to_bf16(fp8_bits_to_float(fp8_quantize(td::bf16_to_float(sa[e]), s)));
+  }
+  td::sync_threads();
+}
+
+/** Four e4m3 (a 32-bit word) as two bf16 pairs, exactly: lo = values 0, 1; hi = values 2, 3. */
+TD_DEVICE void fp8x4_to_bf16x2(uint32_t x, uint32_t& lo, uint32_t& hi) {
+  float f[4];
+  fp8x4_to_float(x, f);
+  lo = td::pack_bf16x2(f[0], f[1]);
+  hi = td::pack_bf16x2(f[2], f[3]);
+}
+
+// The tensor-core main loop (fp8_rows_mma): the bf16 few-rows GEMM's layout (gemm_rows.cuh)
+// with 16 e4m3 a 16-byte load. Warp w = 4 cg + q owns block columns 16 cg .. 16 cg + 15 and, of
+// every 512 k (kFp8KStep), the two 64-k slices at 128 q and 128 q + 64; lane 4 g + t streams
+// rows 16 cg + g and + 8 at offset 16 t of each slice. In mma step s of a slice, lane t's
+// elements 4 s .. 4 s + 3 (decoded to bf16, exactly) are A's k columns 2t, 2t+1, 2t+8, 2t+9,
+// and the same 4 activations of row g (shared memory, already e4m3 values for W8A8) its B. A
+// slice lies in one scale group: with groups its 4 mma go to a fresh accumulator that is added
+// times (weight scale x activation scale), as the CUDA-core loop adds its 16-wide partials.
 template <int MR, bool kGroups>
-TD_DEVICE void fp8_rows_dot(const Fp8GemmArgs& a, int kbeg, int klen, int kchunk, unsigned char* smem, const int* wrow,
-                            float (&acc)[MR * kFp8Cols]) {
+TD_DEVICE void fp8_rows_mma_loop(const Fp8GemmArgs& a, int kbeg, int klen, int kchunk, td::bf16_bits* sa, float* sgrp,
+                                 const float* srow, int gpc, const fp8_bits* const (&wp)[2], const int (&rows)[2],
+                                 float (&acc)[4]) {
+  static_assert(MR <= 8, "one n8 tile of activation rows");
+  const unsigned lane = td::lane_id();
+  const int q = static_cast<int>(threadIdx.x / 32) % 4;
+  const int gr = static_cast<int>(lane / 4), t = static_cast<int>(lane % 4);
+  acc[0] = acc[1] = acc[2] = acc[3] = 0.0f;
+  auto load = [&](td::vec16 (&wv)[2][2], int kk, int cend) {
+    TD_GEMM_UNROLL
+    for (int u = 0; u < 2; ++u) {
+      TD_GEMM_UNROLL
+      for (int c = 0; c < 2; ++c) {
+        const int ku = kk + 64 * u;
+        wv[u][c] = ku < cend ? gemm_load_stream(reinterpret_cast<const td::bf16_bits*>(wp[c] + ku)) : td::vec16{0u, 0u, 0u, 0u};
+      }
+    }
+  };
+  for (int c0 = 0; c0 < klen; c0 += kchunk) {
+    const int cend = td::imin(klen, c0 + kchunk);
+    fp8_rows_stage<MR>(a, kbeg, c0, cend, kchunk, sa, sgrp, srow, gpc);
+    int kk = c0 + 128 * q + 16 * t;  // this lane's offset in the split, first slice of the step
+    td::vec16 wv[2][2];
+    load(wv, kk, cend);
+    // The trip count is the block's, not the lane's: mma.sync needs the whole warp.
+    for (int step = c0; step < cend; step += kFp8KStep) {
+      td::vec16 nx[2][2];
+      load(nx, kk + kFp8KStep, cend);
+      TD_GEMM_UNROLL
+      for (int u = 0; u < 2; ++u) {
+        const int slice = step + 128 * q + 64 * u;  // the warp's slice (split offset)
+        if (slice >= cend) continue;               // the warp's, whole
+        td::vec16 av[2] = {td::vec16{0u, 0u, 0u, 0u}, td::vec16{0u, 0u, 0u, 0u}};
+        if (gr < MR) {
+          const td::bf16_bits* ar = sa + gr * kchunk + (slice - c0) + 16 * t;
+          av[0] = *reinterpret_cast<const td::vec16*>(ar);
+          av[1] = *reinterpret_cast<const td::vec16*>(ar + 8);
+        }
+        const uint32_t w0[4] = {wv[u][0].x, wv[u][0].y, wv[u][0].z, wv[u][0].w};
+        const uint32_t w1[4] = {wv[u][1].x, wv[u][1].y, wv[u][1].z, wv[u][1].w};
+        float part[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        float(&d)[4] = kGroups ? part : acc;
+        TD_GEMM_UNROLL
+        for (int s = 0; s < 4; ++s) {
+          uint32_t a0, a1, a2, a3;
+          fp8x4_to_bf16x2(w0[s], a0, a2);
+          fp8x4_to_bf16x2(w1[s], a1, a3);
+          const uint32_t fa[4] = {a0, a1, a2, a3};
+          const td::vec16& v = av[s / 2];
+          const uint32_t b[2] = {s % 2 == 0 ? v.x : v.z, s % 2 == 0 ? v.y : v.w};
+          td::mma_bf16_16816(d, fa, b, d);
+        }
+        if constexpr (kGroups) {
+          const int gk = (kbeg + slice) / a.group_k;
+          const float ws[2] = {a.w_scales[static_cast<int64_t>(rows[0]) * a.w_groups + gk],
+                               a.w_scales[static_cast<int64_t>(rows[1]) * a.w_groups + gk]};
+          TD_GEMM_UNROLL
+          for (int i = 0; i < 4; ++i) {
+            const int r = 2 * t + (i & 1);
+            const float as = a.act == Fp8Act::kDynamicGroup && r < MR ? sgrp[r * gpc + (slice - c0) / a.group_k] : 1.0f;
+            acc[i] += part[i] * (ws[i >> 1] * as);
+          }
+        }
+      }
+      kk += kFp8KStep;
+      TD_GEMM_UNROLL
+      for (int u = 0; u < 2; ++u) {
+        wv[u][0] = nx[u][0];
+        wv[u][1] = nx[u][1];
+      }
+    }
+  }
+}
+
+// The CUDA-core main loop (16 or 32-wide k groups): warp w owns block columns 4 w .. 4 w + 3;
+// lane l streams them at k = 16 l + 512 j, decodes 16 weights to f32 and multiplies them into
+// every row; each 16-wide partial is added times its scales. On return every lane holds every
+// sum of the warp, acc[r * kFp8Cols + c], complete over the split.
+template <int MR, bool kGroups>
+TD_DEVICE void fp8_rows_core_loop(const Fp8GemmArgs& a, int kbeg, int klen, int kchunk, td::bf16_bits* sa, float* sgrp,
+                                  const float* srow, int gpc, const int (&wrow)[kFp8Cols], float (&acc)[MR * kFp8Cols]) {
   constexpr int NC = kFp8Cols, V = MR * NC;
   const GemmArgs& g = a.out;
-  td::bf16_bits* sa = reinterpret_cast<td::bf16_bits*>(smem);
-  float* sgrp = reinterpret_cast<float*>(smem + static_cast<size_t>(MR) * kchunk * 2);  // [MR][kchunk / group_k]
-  float* srow = sgrp + MR * (kchunk / 16);                                              // [MR]
   const unsigned lane = td::lane_id();
-  const int warp = static_cast<int>(threadIdx.x / 32);
-  const int tid = static_cast<int>(threadIdx.x);
-  const bool quantize = a.act != Fp8Act::kNone;
-  const int gpc = a.act == Fp8Act::kDynamicGroup ? kchunk / a.group_k : 0;  // groups per chunk
-
-  // Row scales: the static scale, or each row's dynamic scale over all of k.
-  for (int r = warp; r < MR; r += kFp8RowsWarps) {
-    float s = 1.0f;
-    if (r < g.m && a.act == Fp8Act::kStatic) s = a.act_static_scale;
-    if (r < g.m && a.act == Fp8Act::kDynamicToken) {
-      float amax = 0.0f;
-      const td::bf16_bits* row = a.a + static_cast<int64_t>(r) * a.lda;
-      for (int c = static_cast<int>(lane) * 8; c < g.k; c += 256) {
-        float v[8];
-        unpack8(*reinterpret_cast<const td::vec16*>(row + c), v);
-        for (int e = 0; e < 8; ++e) amax = fmaxf(amax, fabsf(v[e]));
-      }
-      s = fp8_act_scale(a, warp_max(amax));
-    }
-    if (lane == 0) srow[r] = s;
-  }
-
   const fp8_bits* wp[NC];
   TD_GEMM_UNROLL
   for (int c = 0; c < NC; ++c) wp[c] = a.w + static_cast<int64_t>(wrow[c]) * a.ldw + kbeg;
   TD_GEMM_UNROLL
   for (int i = 0; i < V; ++i) acc[i] = 0.0f;
-
-  const int vecs = kchunk / 8;
   for (int c0 = 0; c0 < klen; c0 += kchunk) {
     const int cend = td::imin(klen, c0 + kchunk);
-    td::sync_threads();  // the previous chunk (and the row scales) are done with
-    for (int e = tid; e < MR * vecs; e += kFp8RowsThreads) {
-      const int r = e / vecs, v = e - r * vecs;
-      const bool ok = r < g.m && c0 + v * 8 < cend;
-      const td::bf16_bits* src = ok ? a.a + static_cast<int64_t>(r) * a.lda + kbeg + c0 + v * 8 : a.a;
-      td::cp_async16(sa + r * kchunk + v * 8, src, ok);
-    }
-    td::cp_async_commit();
-    td::cp_async_wait<0>();
-    td::sync_threads();
-    if (quantize) {
-      if (a.act == Fp8Act::kDynamicGroup) {
-        // One warp per (row, group) of the chunk: the group's amax (zeros past the chunk's end).
-        for (int pair = warp; pair < MR * gpc; pair += kFp8RowsWarps) {
-          const int r = pair / gpc, gi = pair - r * gpc;
-          float amax = 0.0f;
-          for (int c = static_cast<int>(lane); c < a.group_k; c += 32) amax = fmaxf(amax, fabsf(td::bf16_to_float(sa[r * kchunk + gi * a.group_k + c])));
-          amax = warp_max(amax);
-          if (lane == 0) sgrp[r * gpc + gi] = fp8_act_scale(a, amax);
-        }
-        td::sync_threads();
-      }
-      // Each value becomes its e4m3 value (exact in bf16); the scales stay aside.
-      for (int e = tid; e < MR * kchunk; e += kFp8RowsThreads) {
-        const int r = e / kchunk, c = e - r * kchunk;
-        const float s = a.act == Fp8Act::kDynamicGroup ? sgrp[r * gpc + c / a.group_k] : srow[r];
-        sa[e] = td::float_to_bf16(fp8_bits_to_float(fp8_quantize(td::bf16_to_float(sa[e]), s)));
-      }
-      td::sync_threads();
-    }
-
+    fp8_rows_stage<MR>(a, kbeg, c0, cend, kchunk, sa, sgrp, srow, gpc);
     for (int kk = c0 + static_cast<int>(lane) * 16; kk < cend; kk += kFp8Unroll * kFp8KStep) {
       td::vec16 wv[kFp8Unroll][NC];
       TD_GEMM_UNROLL
@@ -207,48 +292,124 @@ TD_DEVICE void fp8_rows_dot(const Fp8GemmArgs& a, int kbeg, int klen, int kchunk
       }
     }
   }
-
   TD_GEMM_UNROLL
-  for (int i = 0; i < V; ++i) {
-    float v = warp_sum(acc[i]);
-    if (!kGroups) v *= a.w_scales[wrow[i % NC]];
-    if (quantize && a.act != Fp8Act::kDynamicGroup) v *= srow[i / NC];
-    acc[i] = v;
+  for (int i = 0; i < V; ++i) acc[i] = warp_sum(acc[i]);
+}
+
+/**
+ * The dot products of one block's split: its 32 weight rows (block column c is weight row
+ * row_of(c) < n) over k range [kbeg, kbeg + klen) for the MR activation rows, scaled (weight
+ * scales, activation scales): store(r, c, sum) once for every row r < m and block column c,
+ * from some thread. Shared by fp8_rows_kernel and the fused decode GEMV (decode_rows.cuh), so
+ * both compute the same bits. kMma: the tensor-core main loop (callers pass fp8_rows_mma; each
+ * loop is its own kernel, so the CUDA-core loop's registers do not limit the other's blocks).
+ * smem: fp8_rows_smem(MR, kchunk). Only weights are read before td::grid_dependency_wait (a
+ * programmatic dependent launch may run it). Every block thread must call it (block barriers).
+ */
+template <int MR, bool kGroups, bool kMma, class RowOf, class Store>
+TD_DEVICE void fp8_rows_dot(const Fp8GemmArgs& a, int kbeg, int klen, int kchunk, unsigned char* smem, RowOf&& row_of,
+                            Store&& store) {
+  constexpr int NC = kFp8Cols;
+  const GemmArgs& g = a.out;
+  td::bf16_bits* sa = reinterpret_cast<td::bf16_bits*>(smem);
+  float* sgrp = reinterpret_cast<float*>(smem + static_cast<size_t>(MR) * kchunk * 2);  // [MR][kchunk / group_k]
+  float* srow = sgrp + MR * (kchunk / 16);                                              // [MR]
+  const unsigned lane = td::lane_id();
+  const int warp = static_cast<int>(threadIdx.x / 32);
+  const int q = warp % 4, gr = static_cast<int>(lane / 4), t = static_cast<int>(lane % 4);
+  const bool quantize = a.act != Fp8Act::kNone;
+  const int gpc = a.act == Fp8Act::kDynamicGroup ? kchunk / a.group_k : 0;  // groups per chunk
+  static_assert(kMma || kGroups, "per-row scales always take the tensor cores");
+
+  // This lane's rows in the tensor-core layout; their first two steps go to L2 before the wait.
+  const int rows[2] = {row_of((warp / 4) * 16 + gr), row_of((warp / 4) * 16 + gr + 8)};
+  const fp8_bits* wp[2] = {a.w + static_cast<int64_t>(rows[0]) * a.ldw + kbeg, a.w + static_cast<int64_t>(rows[1]) * a.ldw + kbeg};
+  if (t == 0) {
+    for (int i = 0; i < 2 && 128 * q + i * kFp8KStep < klen; ++i) {
+      td::prefetch_l2(wp[0] + 128 * q + i * kFp8KStep);
+      td::prefetch_l2(wp[1] + 128 * q + i * kFp8KStep);
+    }
+  }
+  td::grid_dependency_wait();
+  td::grid_dependents_launch();
+
+  // Row scales: the static scale, or each row's dynamic scale over all of k.
+  for (int r = warp; r < MR; r += kFp8RowsWarps) {
+    float s = 1.0f;
+    if (r < g.m && a.act == Fp8Act::kStatic) s = a.act_static_scale;
+    if (r < g.m && a.act == Fp8Act::kDynamicToken) {
+      float amax = 0.0f;
+      const td::bf16_bits* row = a.a + static_cast<int64_t>(r) * a.lda;
+      for (int c = static_cast<int>(lane) * 8; c < g.k; c += 256) {
+        float v[8];
+        unpack8(*reinterpret_cast<const td::vec16*>(row + c), v);
+        for (int e = 0; e < 8; ++e) amax = fmaxf(amax, fabsf(v[e]));
+      }
+      s = fp8_act_scale(a, warp_max(amax));
+    }
+    if (lane == 0) srow[r] = s;
+  }
+  // The scales that apply once, to a finished sum.
+  auto finish = [&](int r, int c, float v) {
+    if (!kGroups) v *= a.w_scales[row_of(c)];
+    if (quantize && a.act != Fp8Act::kDynamicGroup) v *= srow[r];
+    store(r, c, v);
+  };
+
+  if constexpr (kMma) {
+    float acc[4];
+    fp8_rows_mma_loop<MR, kGroups>(a, kbeg, klen, kchunk, sa, sgrp, srow, gpc, wp, rows, acc);
+    // The k-groups meet in shared memory (over the staged rows: 4 x MR x 32 floats fit), then
+    // each sum in k-group order.
+    float* red = reinterpret_cast<float*>(sa);
+    td::sync_threads();
+    TD_GEMM_UNROLL
+    for (int i = 0; i < 4; ++i) {
+      const int r = 2 * t + (i & 1), col = (warp / 4) * 16 + gr + (i >= 2 ? 8 : 0);
+      if (r < MR) red[(q * MR + r) * 32 + col] = acc[i];
+    }
+    td::sync_threads();
+    for (int e = static_cast<int>(threadIdx.x); e < g.m * 32; e += kFp8RowsThreads) {
+      float v = red[e];
+      TD_GEMM_UNROLL
+      for (int p = 1; p < 4; ++p) v += red[p * MR * 32 + e];
+      finish(e / 32, e % 32, v);
+    }
+  } else {
+    int wrow[NC];
+    TD_GEMM_UNROLL
+    for (int c = 0; c < NC; ++c) wrow[c] = row_of(NC * warp + c);
+    float acc[MR * NC];
+    fp8_rows_core_loop<MR, kGroups>(a, kbeg, klen, kchunk, sa, sgrp, srow, gpc, wrow, acc);
+    // Every lane holds every sum: lane i finishes sum i (a register array indexed by a constant per unrolled step).
+    TD_GEMM_UNROLL
+    for (int i = 0; i < MR * NC; ++i) {
+      if (static_cast<int>(lane) == i && i / NC < g.m) finish(i / NC, NC * warp + i % NC, acc[i]);
+    }
   }
 }
 
-// grid (ceil(n / (kFp8RowsWarps * kFp8Cols)), splits); dynamic shared memory fp8_rows_smem(MR, kchunk).
-template <int MR, bool kGroups>
+// grid (ceil(n / 32), splits); dynamic shared memory fp8_rows_smem(MR, kchunk).
+template <int MR, bool kGroups, bool kMma>
 TD_GLOBAL void TD_LAUNCH_BOUNDS(kFp8RowsThreads) fp8_rows_kernel(Fp8GemmArgs a, int kc, int kchunk) {
   TD_DYNAMIC_SHARED(unsigned char, smem);
-  constexpr int NC = kFp8Cols, V = MR * NC;
   const GemmArgs& g = a.out;
   const int split = static_cast<int>(blockIdx.y);
   const int kbeg = split * kc;
   const int klen = td::imin(kc, g.k - kbeg);
-  const unsigned lane = td::lane_id();
-  const int col0 = (static_cast<int>(blockIdx.x) * kFp8RowsWarps + static_cast<int>(threadIdx.x / 32)) * NC;
-  int colc[NC];
-  TD_GEMM_UNROLL
-  for (int c = 0; c < NC; ++c) colc[c] = td::imin(col0 + c, g.n - 1);  // columns past n read row n - 1; never stored
-  float acc[V];
-  fp8_rows_dot<MR, kGroups>(a, kbeg, klen, kchunk, smem, colc, acc);
-  if (lane < static_cast<unsigned>(V)) {
-    // Lane i stores value i (a register array indexed by a constant per unrolled step).
-    TD_GEMM_UNROLL
-    for (int i = 0; i < V; ++i) {
-      if (static_cast<int>(lane) == i) {
-        const int r = i / NC, col = col0 + i % NC;
-        if (r < g.m && col < g.n) {
-          if (gridDim.y == 1) {
-            gemm_store1(g, r, col, acc[i]);
-          } else {
-            g.workspace[(static_cast<int64_t>(split) * g.m + r) * g.n + col] = acc[i];
-          }
+  const int col0 = static_cast<int>(blockIdx.x) * kFp8RowsWarps * kFp8Cols;
+  // Columns past n read row n - 1; never stored.
+  fp8_rows_dot<MR, kGroups, kMma>(
+      a, kbeg, klen, kchunk, smem, [&](int c) { return td::imin(col0 + c, g.n - 1); },
+      [&](int r, int c, float v) {
+        const int col = col0 + c;
+        if (col >= g.n) return;
+        if (gridDim.y == 1) {
+          gemm_store1(g, r, col, v);
+        } else {
+          g.workspace[(static_cast<int64_t>(split) * g.m + r) * g.n + col] = v;
         }
-      }
-    }
-  }
+      });
 }
 
 template <int MR>
@@ -256,10 +417,12 @@ void fp8_rows_launch(const Fp8GemmArgs& a, const Fp8RowsPlan& p, void* stream) {
   const unsigned blocks_n = td::ceil_div(a.out.n, kFp8RowsWarps * kFp8Cols);
   const td::Grid grid{blocks_n, static_cast<unsigned>(p.splits), 1};
   const size_t smem = fp8_rows_smem(MR, p.kchunk);
-  if (a.w_groups > 1) {
-    td::launch(fp8_rows_kernel<MR, true>, grid, kFp8RowsThreads, smem, stream, a, p.kc, p.kchunk);
+  if (a.w_groups <= 1) {
+    td::launch(fp8_rows_kernel<MR, false, true>, grid, kFp8RowsThreads, smem, stream, a, p.kc, p.kchunk);
+  } else if (fp8_rows_mma(a)) {
+    td::launch(fp8_rows_kernel<MR, true, true>, grid, kFp8RowsThreads, smem, stream, a, p.kc, p.kchunk);
   } else {
-    td::launch(fp8_rows_kernel<MR, false>, grid, kFp8RowsThreads, smem, stream, a, p.kc, p.kchunk);
+    td::launch(fp8_rows_kernel<MR, true, false>, grid, kFp8RowsThreads, smem, stream, a, p.kc, p.kchunk);
   }
 }
 
