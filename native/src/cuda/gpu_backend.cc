@@ -119,8 +119,6 @@ GpuBackend::GpuBackend(const ModelConfig& config, const SafetensorsStore& weight
 
   try {
     load_weights(weights, pool);
-    // FP8 experts' bf16 scratch for tensor-core steps: allocated with the weights, before the pool.
-    if (moe_dequant_elems_ > 0) moe_dequant_ = static_cast<gpu::bf16_bits*>(alloc(static_cast<size_t>(moe_dequant_elems_) * 2));
     {
       const std::vector<float> kv_scales = load_kv_scales(weights, c);
       kv_scales_ = static_cast<float*>(alloc(kv_scales.size() * sizeof(float)));

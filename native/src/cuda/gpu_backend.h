@@ -258,18 +258,13 @@ class GpuBackend final : public Backend {
   int32_t* moe_hits_ = nullptr;  // [num_layers]: experts the last step's (last chunk of each) sparse layer hit
   bool moe_fp8_dequantized_ = false;  // an FP8 checkpoint's experts (or shared expert) dequantized to bf16 at load (--quantization none)
   bool moe_fp8_experts_ = false;      // an FP8 checkpoint's experts kept e4m3 (Layer::moe_gate_up8 / moe_down8)
-  gpu::bf16_bits* moe_dequant_ = nullptr;  // tensor-core steps over FP8 experts: one layer's experts (gate/up, then down) as bf16
-  int64_t moe_dequant_elems_ = 0;
   /** Experts stacked by rows into one bf16 matrix; FP8 ones dequantized with their scales (dequantize_into), each in turn. */
   gpu::bf16_bits* upload_expert_views(const SafetensorsStore& w, const std::vector<std::vector<const TensorView*>>& groups,
                                       ThreadPool& pool);
   /** The same experts kept e4m3 with per-(row, k group) scales, stacked; an empty Fp8Weight where they do not load as FP8. */
   Fp8Weight upload_fp8_experts(const SafetensorsStore& w, const std::vector<std::vector<const TensorView*>>& groups, ThreadPool& pool);
-  /**
-   * The grouped GEMM's weights for one chunk: FP8 on CUDA cores, or for tensor cores dequantized
-   * into moe_dequant_ + at once per layer and step (`dequantized` says whether that happened).
-   */
-  void set_moe_weights(gpu::MoeGemmArgs& g, gpu::bf16_bits* bf16, const Fp8Weight& f8, int64_t at, bool& dequantized, void* stream);
+  /** The grouped GEMM's weights: the bf16 experts, or the e4m3 ones with their scales (both paths read them). */
+  void set_moe_weights(gpu::MoeGemmArgs& g, gpu::bf16_bits* bf16, const Fp8Weight& f8);
 
  public:
   /** Distinct experts each layer's MoE block ran in the last forward (its last chunk); 0 for dense layers. Benchmarks. */

@@ -400,8 +400,7 @@ std::string GpuBackend::fp8_description() const {
     s += "; weights: " + config_.quant.describe();
   }
   if (moe_fp8_experts_) {
-    s += "; FP8 experts e4m3 (CUDA-core grouped GEMMs read them, W8A16; tensor-core steps dequantize one layer's experts into a " +
-         gpu::mib(moe_dequant_elems_ * 2) + " bf16 scratch)";
+    s += "; FP8 experts e4m3 (CUDA-core grouped GEMMs read them, W8A16; tensor-core steps turn each k tile into bf16 in shared memory)";
   }
   if (moe_fp8_dequantized_) s += "; FP8 experts dequantized to bf16 at load (--quantization none)";
   if (layout_.elem_bytes == 1) s += "; KV cache fp8_e4m3";

@@ -55,9 +55,6 @@ void GpuBackend::upload_moe_layer(const SafetensorsStore& w, int64_t l, ThreadPo
   if (!L.moe_gate_up8) L.moe_gate_up = upload_expert_views(w, gate_up, pool);
   L.moe_down8 = upload_fp8_experts(w, down, pool);
   if (!L.moe_down8) L.moe_down = upload_expert_views(w, down, pool);
-  // Tensor-core steps dequantize both into one scratch, gate/up then down (set_moe_weights).
-  const int64_t scratch = L.moe_gate_up8.n * L.moe_gate_up8.k + L.moe_down8.n * L.moe_down8.k;
-  moe_dequant_elems_ = std::max(moe_dequant_elems_, scratch);
   if (t.shared_gate() != nullptr) {
     // The shared expert is a dense MLP: FP8 through the dense layers' FP8 GEMMs, as they are.
     const std::vector<const TensorView*> sgu = {t.shared().gate, t.shared().up}, sd = {t.shared().down};
@@ -112,24 +109,14 @@ GpuBackend::Fp8Weight GpuBackend::upload_fp8_experts(const SafetensorsStore& w, 
   return f;
 }
 
-void GpuBackend::set_moe_weights(gpu::MoeGemmArgs& g, gpu::bf16_bits* bf16, const Fp8Weight& f8, int64_t at, bool& dequantized,
-                                 void* stream) {
+void GpuBackend::set_moe_weights(gpu::MoeGemmArgs& g, gpu::bf16_bits* bf16, const Fp8Weight& f8) {
   g.w = bf16;
   g.w8 = nullptr;
   if (!f8) return;
-  if (g.mma_rows == 0) {
-    g.w8 = f8.w;
-    g.w8_scales = f8.scales;
-    g.w8_groups = f8.groups;
-    g.w8_group_k = f8.group_k;
-    return;
-  }
-  // Tensor cores take bf16: this layer's experts dequantized into the shared scratch at `at`
-  // (a step this large hits most experts), once per layer and step: its later chunks reuse it.
-  g.w = moe_dequant_ + at;
-  if (dequantized) return;
-  dequantized = true;
-  dequantize_fp8(f8, moe_dequant_ + at, stream);
+  g.w8 = f8.w;
+  g.w8_scales = f8.scales;
+  g.w8_groups = f8.groups;
+  g.w8_group_k = f8.group_k;
 }
 
 // bf16 experts. An FP8 checkpoint's under --quantization none (e4m3 with their scales,
@@ -272,8 +259,6 @@ void GpuBackend::run_moe(const Layer& W, int64_t t, void* stream) {
   const MoeConfig& m = c.moe;
   const int64_t h = c.hidden_size;
   MoeActivations& a = moe_act_;
-  bool gate_up_ready = false, down_ready = false;  // FP8 experts dequantized for tensor cores in this step
-  const int64_t down_at = W.moe_gate_up8.n * W.moe_gate_up8.k;
   for (int64_t t0 = 0; t0 < t; t0 += a.tokens) {
     const int64_t cnt = std::min(a.tokens, t - t0);
     const int64_t n = cnt * m.top_k;
@@ -323,10 +308,10 @@ void GpuBackend::run_moe(const Layer& W, int64_t t, void* stream) {
     g.mma_tile_offsets = a.mma_tile_offsets;
     g.max_mma_tiles = plan.mma_rows > 0 ? static_cast<int>(gpu::moe_max_mma_tiles(n, m.num_experts, plan.mma_rows)) : 0;
     g.cols_per_cta = plan.gate_up_cols;
-    set_moe_weights(g, W.moe_gate_up, W.moe_gate_up8, 0, gate_up_ready, stream);
+    set_moe_weights(g, W.moe_gate_up, W.moe_gate_up8);
     moe_kernels_->gate_up(g, stream);
     g.a = a.act;
-    set_moe_weights(g, W.moe_down, W.moe_down8, down_at, down_ready, stream);
+    set_moe_weights(g, W.moe_down, W.moe_down8);
     g.weights = a.weights;
     g.y = a.y;
     g.cols_per_cta = plan.down_cols;

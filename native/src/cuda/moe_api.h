@@ -108,9 +108,9 @@ struct MoeGemmArgs {
   const int32_t* counts = nullptr;            // [num_experts]
   const int32_t* mma_tile_offsets = nullptr;  // [num_experts + 1]
   int max_mma_tiles = 0;
-  // FP8 experts on CUDA cores (w8 set, w unused; the tensor-core path takes bf16 only): e4m3 with
-  // w's layout, scales [experts * rows][w8_groups] of w8_group_k columns each (a multiple of 8).
-  // W8A16: each weight times its scale in f32, the activations as they are.
+  // FP8 experts (w8 set, w unused): e4m3 with w's layout, scales [experts * rows][w8_groups] of
+  // w8_group_k columns each (a multiple of 8). W8A16: on CUDA cores each weight times its scale in
+  // f32; on tensor cores bf16(weight x scale) in shared memory; the activations as they are.
   const fp8_bits* w8 = nullptr;
   const float* w8_scales = nullptr;
   int w8_groups = 1, w8_group_k = 0;

@@ -7,7 +7,7 @@
 // The grouped GEMMs run on both paths: CUDA cores (8-row tiles) and tensor cores (64- and
 // 128-row tiles: runs that are not tile multiples, columns and k not multiples of the tile,
 // several k tiles around the cp.async ring, an expert with every token over several tiles).
-// FP8 experts on CUDA cores: bit for bit against the bf16 kernels on the same (exact) values.
+// FP8 experts on CUDA and tensor cores: bit for bit against the bf16 kernels on the same (exact) values.
 #pragma once
 
 #include <algorithm>
@@ -294,10 +294,12 @@ inline void check_moe_layer(Gpu& g, const MoeCase& c, tandem::gpu::MoeKernelApi&
     CHECK(written == 0, "moe %s: tensor cores wrote %d values of padding slots", c.label, written);
   }
 
-  // FP8 experts (CUDA cores): e4m3 weights times power-of-two scales, one per row and 32-column
-  // group, are exact in bf16 and f32, so the FP8 grouped GEMMs must equal the bf16 ones run on
-  // those very values bit for bit (act and y); a wrong row's or group's scale would show.
-  if (c.mma_rows == 0) {
+  // FP8 experts (CUDA cores, and tensor cores where the case takes them: the e4m3 tile turned
+  // into bf16 on its way into shared memory): e4m3 weights times power-of-two scales, one per
+  // row and 32-column group, are exact in bf16 and f32, so the FP8 grouped GEMMs must equal the
+  // bf16 ones run on those very values bit for bit (act and y); a wrong row's or group's scale
+  // would show.
+  {
     constexpr int kGroup = 32;
     struct Q {
       std::vector<uint8_t> q;
@@ -409,7 +411,7 @@ inline void test_moe(Gpu& g) {
       {"tensor cores 64-row tiles, random", 96, 4, 2, 128, 72, 0, true, 0, 64},
   };
   for (const MoeCase& c : cases) check_moe_layer(g, c, *moe);
-  std::printf("gpu moe: topk tie emulation vs libstdc++, %zu layers (routing, grouping, grouped GEMMs on CUDA and tensor cores, FP8 experts on CUDA cores, combine) checked on %s\n",
+  std::printf("gpu moe: topk tie emulation vs libstdc++, %zu layers (routing, grouping, grouped GEMMs on CUDA and tensor cores, FP8 experts on both, combine) checked on %s\n",
               sizeof(cases) / sizeof(cases[0]), g.name.c_str());
 }
 

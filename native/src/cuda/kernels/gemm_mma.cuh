@@ -19,7 +19,11 @@
 // workspace and gemm_splitk_reduce_kernel applies the epilogue.
 #pragma once
 
+#include <type_traits>
+
+#include "../fp8.h"
 #include "../kernel_api.h"
+#include "fp8_vec.cuh"
 #include "gemm_epilogue.cuh"
 #include "launch.h"
 
@@ -74,6 +78,21 @@ struct GemmMmaGatheredRows {
   TD_DEVICE const td::bf16_bits* row(int i) const { return rows[i]; }
 };
 
+// e4m3 B rows with scales per row and k group (FP8 experts): strided as GemmMmaStridedRows, in
+// bytes; scales [row][groups] of group_k columns (a multiple of 8; groups == 1: one per row).
+// The main loop loads a thread's 8 e4m3 of a pass into registers one k tile ahead and stores
+// them as bf16(e4m3 x scale), the dequantize kernel's value (fp8_quant.cuh), into the swizzled
+// shared tile: the same bf16 B tile the dequantized copy gives, without the copy.
+struct GemmMmaFp8Rows {
+  const fp8_bits* base;  // this thread's first row, at its chunk (8 columns a chunk)
+  int64_t pass;          // bytes (= elements) between passes' rows
+  const float* scales;   // the first row's scales
+  int64_t scale_pass;    // floats between passes' rows' scales
+  int groups, group_k;
+  uint32_t ok;
+  TD_DEVICE const fp8_bits* row(int i) const { return base + i * pass; }
+};
+
 /** This thread's copy row (tile rows crow + i * ROWS_PER_PASS) and 16-byte chunk column. */
 TD_DEVICE int gemm_mma_copy_row() { return static_cast<int>(threadIdx.x) >> 3; }
 TD_DEVICE int gemm_mma_copy_chunk() { return static_cast<int>(threadIdx.x) & 7; }
@@ -98,6 +117,44 @@ TD_DEVICE void gemm_mma_mainloop(td::bf16_bits* smem, const ARows& a_rows, const
   const int cchunk = gemm_mma_copy_chunk(), crow = gemm_mma_copy_row();
   const int s_copy = crow * BK + ((cchunk ^ (crow & 7)) << 3);  // RPP % 8 == 0: same swizzle every pass
 
+  constexpr bool kFp8B = std::is_same_v<BRows, GemmMmaFp8Rows>;
+  // FP8 B: this thread's 8 e4m3 of each pass for one k tile, and their scales, in registers.
+  uint32_t b8[kFp8B ? B_PASSES : 1][2];
+  float b8s[kFp8B ? B_PASSES : 1];
+  auto fetch_b8 = [&](int kt) {
+    if constexpr (kFp8B) {
+      const int kc = (kt_begin + kt) * BK + cchunk * 8;
+      TD_GEMM_UNROLL
+      for (int i = 0; i < B_PASSES; ++i) {
+        const bool ok = kc < k && ((b_rows.ok >> i) & 1u);
+        b8[i][0] = b8[i][1] = 0u;
+        b8s[i] = 0.0f;
+        if (ok) {
+          const uint32_t* p = reinterpret_cast<const uint32_t*>(b_rows.row(i) + (kt_begin + kt) * BK);
+          b8[i][0] = p[0];
+          b8[i][1] = p[1];
+          b8s[i] = b_rows.scales[i * b_rows.scale_pass + (b_rows.groups > 1 ? kc / b_rows.group_k : 0)];
+        }
+      }
+    }
+  };
+  auto store_b8 = [&](int stage) {
+    if constexpr (kFp8B) {
+      td::bf16_bits* sb = smem + stage * C::STAGE_ELEMS + C::A_ELEMS;
+      TD_GEMM_UNROLL
+      for (int i = 0; i < B_PASSES; ++i) {
+        float f[8];
+        fp8x4_to_float(b8[i][0], f);
+        fp8x4_to_float(b8[i][1], f + 4);
+        td::vec16 v;
+        v.x = td::pack_bf16x2(f[0] * b8s[i], f[1] * b8s[i]);
+        v.y = td::pack_bf16x2(f[2] * b8s[i], f[3] * b8s[i]);
+        v.z = td::pack_bf16x2(f[4] * b8s[i], f[5] * b8s[i]);
+        v.w = td::pack_bf16x2(f[6] * b8s[i], f[7] * b8s[i]);
+        *reinterpret_cast<td::vec16*>(sb + s_copy + i * RPP * BK) = v;
+      }
+    }
+  };
   auto load_stage = [&](int stage, int kt) {
     td::bf16_bits* sa = smem + stage * C::STAGE_ELEMS;
     td::bf16_bits* sb = sa + C::A_ELEMS;
@@ -108,19 +165,29 @@ TD_DEVICE void gemm_mma_mainloop(td::bf16_bits* smem, const ARows& a_rows, const
       const bool ok = k_ok && ((a_rows.ok >> i) & 1u);
       td::cp_async16(sa + s_copy + i * RPP * BK, ok ? a_rows.row(i) + k0 : a_rows.any, ok);
     }
-    TD_GEMM_UNROLL
-    for (int i = 0; i < B_PASSES; ++i) {
-      const bool ok = k_ok && ((b_rows.ok >> i) & 1u);
-      td::cp_async16(sb + s_copy + i * RPP * BK, ok ? b_rows.row(i) + k0 : b_rows.any, ok);
+    if constexpr (!kFp8B) {
+      TD_GEMM_UNROLL
+      for (int i = 0; i < B_PASSES; ++i) {
+        const bool ok = k_ok && ((b_rows.ok >> i) & 1u);
+        td::cp_async16(sb + s_copy + i * RPP * BK, ok ? b_rows.row(i) + k0 : b_rows.any, ok);
+      }
     }
   };
 
-  // Prologue: tiles 0 .. STAGES-1 in flight, one commit group each.
+  // Prologue: tiles 0 .. STAGES-1 in flight, one commit group each (FP8 B: stored as they
+  // arrive, and tile STAGES's fetched into registers).
   TD_GEMM_UNROLL
   for (int s = 0; s < STAGES; ++s) {
-    if (s < ktiles) load_stage(s, s);
+    if (s < ktiles) {
+      load_stage(s, s);
+      if constexpr (kFp8B) {
+        fetch_b8(s);
+        store_b8(s);
+      }
+    }
     td::cp_async_commit();
   }
+  if (kFp8B && STAGES < ktiles) fetch_b8(STAGES);
 
   TD_GEMM_UNROLL
   for (int mt = 0; mt < MT; ++mt) {
@@ -177,7 +244,13 @@ TD_DEVICE void gemm_mma_mainloop(td::bf16_bits* smem, const ARows& a_rows, const
         // fragments are in registers), so tile kt + STAGES can be copied into it.
         td::cp_async_wait<STAGES - 2>();
         td::sync_threads();
-        if (kt + STAGES < ktiles) load_stage(stage, kt + STAGES);
+        if (kt + STAGES < ktiles) {
+          load_stage(stage, kt + STAGES);
+          if constexpr (kFp8B) {
+            store_b8(stage);  // fetched one tile ago
+            if (kt + STAGES + 1 < ktiles) fetch_b8(kt + STAGES + 1);
+          }
+        }
         td::cp_async_commit();
         if (kt + 1 < ktiles) load_frags((ks + 1) & 1, (kt + 1) % STAGES, 0);
       }

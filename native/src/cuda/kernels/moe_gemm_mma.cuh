@@ -20,6 +20,9 @@
 //   down     A rows strided: act[slot] (the gate/up output, contiguous per expert run). B is the
 //            expert's [hidden][inter]; the epilogue multiplies by the entry's routing weight and
 //            stores f32 y[slot], as the CUDA-core path does (combine un-permutes)
+//   FP8      (MoeGemmArgs::w8) B's e4m3 rows go through registers one k tile ahead and land in
+//            shared memory as bf16(e4m3 x scale) (gemm_mma.cuh, GemmMmaFp8Rows): the bf16 tile a
+//            dequantized copy of the experts would give, read at half the bytes, with no copy
 //
 // Grids are upper bounds (moe_max_mma_tiles): a CTA past the step's tile count returns before
 // its first barrier, whole.
@@ -39,7 +42,7 @@ using MoeMmaSmall = GemmMmaSmall;
 using MoeMmaLarge = GemmMmaMid;
 static_assert(MoeMmaSmall::BM == kMoeMmaRowsSmall && MoeMmaLarge::BM == kMoeMmaRowsLarge, "moe_api.h names these tiles' rows");
 
-template <class C, bool kDown>
+template <class C, bool kDown, bool kFp8>
 TD_GLOBAL void TD_GEMM_BOUNDS(C::THREADS, C::MIN_BLOCKS) moe_gemm_mma_kernel(MoeGemmArgs a) {
   TD_DYNAMIC_SHARED(td::bf16_bits, smem);
   constexpr int BM = C::BM, BN = C::BN, BK = C::BK, WM = C::WM, WN = C::WN, MT = C::MT, NT = C::NT;
@@ -57,21 +60,30 @@ TD_GLOBAL void TD_GEMM_BOUNDS(C::THREADS, C::MIN_BLOCKS) moe_gemm_mma_kernel(Moe
   const int n0 = static_cast<int>(blockIdx.x) * (kDown ? BN : BN / 2);  // first output column
 
   const int cchunk = gemm_mma_copy_chunk(), crow = gemm_mma_copy_row();
-  // B: the expert's weight rows for this CTA's columns (gate/up: interleaved, see above).
+  // B: the expert's weight rows for this CTA's columns (gate/up: interleaved, see above): row
+  // b_row0 + i * b_step of the stacked matrix in pass i. FP8 experts: the e4m3 rows and their
+  // scales, turned into the same bf16 tile on the way into shared memory (GemmMmaFp8Rows).
   uint32_t b_ok = 0;
-  GemmMmaStridedRows b_rows{};
+  int64_t b_row0, b_step;
   if constexpr (kDown) {
-    const td::bf16_bits* w = a.w + static_cast<int64_t>(expert) * a.hidden * a.inter;
     TD_GEMM_UNROLL
     for (int i = 0; i < B_PASSES; ++i) b_ok |= static_cast<uint32_t>(n0 + crow + i * RPP < n_out) << i;
-    b_rows = {w + static_cast<int64_t>(td::imin(n0 + crow, n_out - 1)) * k + cchunk * 8, static_cast<int64_t>(RPP) * k, b_ok, a.w};
+    b_row0 = static_cast<int64_t>(expert) * a.hidden + td::imin(n0 + crow, n_out - 1);
+    b_step = RPP;
   } else {
-    const td::bf16_bits* w = a.w + static_cast<int64_t>(expert) * 2 * a.inter * a.hidden;
     const int col = n0 + (crow / 16) * 8 + crow % 8;  // pass i: col + i * RPP / 2
     const int up = ((crow / 8) & 1) * a.inter;
     TD_GEMM_UNROLL
     for (int i = 0; i < B_PASSES; ++i) b_ok |= static_cast<uint32_t>(col + i * RPP / 2 < n_out) << i;
-    b_rows = {w + static_cast<int64_t>(up + td::imin(col, n_out - 1)) * k + cchunk * 8, static_cast<int64_t>(RPP / 2) * k, b_ok, a.w};
+    b_row0 = static_cast<int64_t>(expert) * 2 * a.inter + up + td::imin(col, n_out - 1);
+    b_step = RPP / 2;
+  }
+  using BRows = std::conditional_t<kFp8, GemmMmaFp8Rows, GemmMmaStridedRows>;
+  BRows b_rows{};
+  if constexpr (kFp8) {
+    b_rows = {a.w8 + b_row0 * k + cchunk * 8, b_step * k, a.w8_scales + b_row0 * a.w8_groups, b_step * a.w8_groups, a.w8_groups, a.w8_group_k, b_ok};
+  } else {
+    b_rows = {a.w + b_row0 * k + cchunk * 8, b_step * k, b_ok, a.w};
   }
   // A: the tile's rows, those past the expert's count masked.
   uint32_t a_ok = 0;
@@ -143,10 +155,11 @@ inline void launch_moe_gemm_mma_as(const MoeGemmArgs& a, bool down, void* stream
   const int n_out = down ? a.hidden : a.inter;
   const int cols = down ? C::BN : C::BN / 2;
   const td::Grid grid{td::ceil_div(n_out, cols), static_cast<unsigned>(a.max_mma_tiles), 1};
+  const bool fp8 = a.w8 != nullptr;
   if (down) {
-    td::launch(moe_gemm_mma_kernel<C, true>, grid, C::THREADS, C::SMEM_BYTES, stream, a);
+    td::launch(fp8 ? moe_gemm_mma_kernel<C, true, true> : moe_gemm_mma_kernel<C, true, false>, grid, C::THREADS, C::SMEM_BYTES, stream, a);
   } else {
-    td::launch(moe_gemm_mma_kernel<C, false>, grid, C::THREADS, C::SMEM_BYTES, stream, a);
+    td::launch(fp8 ? moe_gemm_mma_kernel<C, false, true> : moe_gemm_mma_kernel<C, false, false>, grid, C::THREADS, C::SMEM_BYTES, stream, a);
   }
 }
 

@@ -23,7 +23,6 @@ class TargetMoeKernels final : public MoeKernelApi {
   void route(const MoeRouteArgs& a, void* stream) override { launch_moe_route(a, stream); }
   void group(const MoeGroupArgs& a, void* stream) override { launch_moe_group(a, stream); }
   void gate_up(const MoeGemmArgs& a, void* stream) override {
-    if (a.mma_rows > 0 && a.w8 != nullptr) throw std::invalid_argument("moe: FP8 experts run on CUDA cores (dequantize them for tensor cores)");
     if (a.mma_rows > 0) {
       launch_moe_gemm_mma(a, false, stream);
     } else {
@@ -31,7 +30,6 @@ class TargetMoeKernels final : public MoeKernelApi {
     }
   }
   void down(const MoeGemmArgs& a, void* stream) override {
-    if (a.mma_rows > 0 && a.w8 != nullptr) throw std::invalid_argument("moe: FP8 experts run on CUDA cores (dequantize them for tensor cores)");
     if (a.mma_rows > 0) {
       launch_moe_gemm_mma(a, true, stream);
     } else {
