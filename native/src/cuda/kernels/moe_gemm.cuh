@@ -103,6 +103,7 @@ TD_GLOBAL void TD_LAUNCH_BOUNDS(kMoeGemmThreads) moe_gemm_kernel(MoeGemmArgs a) 
       }
     }
     for (int r = 0; r < R; ++r) {
+      if (r >= rows) break;  // the CTA's (uniform): padding rows cost no shuffles either
       const float v0 = warp_sum(acc0[r]);
       const float v1 = kDown ? 0.0f : warp_sum(acc1[r]);
       const int e = entry[r];
