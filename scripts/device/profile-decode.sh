@@ -33,7 +33,7 @@ fi
 export PATH="$(pwd)/node/bin:$PATH" TANDEM_CACHE_DIR="$work/cache"
 export TANDEM_CUBLASLT=${TANDEM_CUBLASLT:-$(python3 -c 'import glob,site; c=[p for d in site.getsitepackages() for p in glob.glob(d+"/nvidia/*/lib/libcublasLt.so.*")]; print(c[0] if c else "")' 2>/dev/null)}
 [ -z "$TANDEM_CUBLASLT" ] && unset TANDEM_CUBLASLT
-echo "decode path: ${TANDEM_GPU_DECODE:-fused (default)}"
+echo "decode path: ${TANDEM_GPU_DECODE:-fused (default)}; launches overlapped: ${TANDEM_GPU_OVERLAP:-1 (default)}"
 for shape in ${shapes//,/ }; do
   [ -f "$models/$shape/config.json" ] || native/build/tandem_gpu_bench make-model --shape "$shape" --out "$models/$shape" >/dev/null || exit 1
   echo "=== $shape, decode batch $batch"
