@@ -4,6 +4,26 @@
 // consistency_tolerance, seq, slice).
 #pragma once
 
+// A sequence the decode-path checks step: its prompt, block table, last token and position.
+struct DecodeSeq {
+  std::vector<int32_t> prompt, blocks;
+  int32_t last = 0, pos = 0;
+};
+
+// Prefills every sequence on each engine in turn (greedy: they sample the same tokens), leaving
+// each sequence's last token and position for the decode steps.
+void prefill_each(std::initializer_list<Engine*> engines, std::vector<DecodeSeq>& seqs) {
+  for (Engine* e : engines) {
+    StepBuilder b;
+    for (const DecodeSeq& s : seqs) b.add(s.prompt, 0, s.blocks, true);
+    auto r = e->step(b.in);
+    for (size_t i = 0; i < seqs.size(); ++i) {
+      seqs[i].last = r.tokens[i];
+      seqs[i].pos = static_cast<int32_t>(seqs[i].prompt.size());
+    }
+  }
+}
+
 // GPU backends: decode-only steps replay a captured graph (kernel arguments fixed at capture,
 // tables rewritten in place); they must give what eager steps give, across batch sizes that
 // share a padded bucket, a sequence leaving the batch, and contexts that outgrow the captured
@@ -16,23 +36,10 @@ void test_decode_graphs(const std::string& dir, const char* label) {
   CHECK(gpu != nullptr, "graphs: not a GpuBackend");
   if (gpu == nullptr) return;
   const int32_t V = static_cast<int32_t>(with->config().vocab_size);
-  struct S {
-    std::vector<int32_t> prompt, blocks;
-    int32_t last = 0;
-    int32_t pos = 0;
-  };
-  std::vector<S> seqs = {{seq(3, 5, V), {0, 1, 2, 3, 4, 5, 6, 7, 8, 9}},
+  std::vector<DecodeSeq> seqs = {{seq(3, 5, V), {0, 1, 2, 3, 4, 5, 6, 7, 8, 9}},
                          {seq(8, 9, V), {10, 11, 12, 13, 14, 15, 16, 17, 18, 19}},
                          {seq(1, 3, V), {20, 21, 22, 23, 24, 25, 26, 27, 28, 29}}};
-  for (auto* e : {with.get(), without.get()}) {
-    StepBuilder b;
-    for (const S& s : seqs) b.add(s.prompt, 0, s.blocks, true);
-    auto r = e->step(b.in);
-    for (size_t i = 0; i < seqs.size(); ++i) {
-      seqs[i].last = r.tokens[i];
-      seqs[i].pos = static_cast<int32_t>(seqs[i].prompt.size());
-    }
-  }
+  prefill_each({with.get(), without.get()}, seqs);
   float worst = 0;
   int token_mismatch = 0;
   const uint64_t replays_before = gpu->graph_replays();
@@ -104,25 +111,13 @@ void test_decode_paths(const std::string& dir, const char* label, const std::str
   };
   const std::vector<SamplingParams> sp = {StepBuilder::greedy(), params(0.9f, 0, 0.9f, 0.0f, 11), params(1.2f, 5, 1.0f, 0.0f, 12),
                                           params(1.0f, 0, 1.0f, 0.05f, 13)};
-  struct S {
-    std::vector<int32_t> prompt, blocks;
-    int32_t last = 0, pos = 0;
-  };
-  std::vector<S> seqs;
+  std::vector<DecodeSeq> seqs;
   for (int i = 0; i < 4; ++i) {
     std::vector<int32_t> blocks;
     for (int b = 0; b < 12; ++b) blocks.push_back(i * 12 + b);
     seqs.push_back({seq(2 + i, 5 + 3 * i, V), blocks});
   }
-  for (auto* e : {fused.get(), plain.get()}) {
-    StepBuilder b;
-    for (const S& s : seqs) b.add(s.prompt, 0, s.blocks, true);
-    auto r = e->step(b.in);
-    for (size_t i = 0; i < seqs.size(); ++i) {
-      seqs[i].last = r.tokens[i];
-      seqs[i].pos = static_cast<int32_t>(seqs[i].prompt.size());
-    }
-  }
+  prefill_each({fused.get(), plain.get()}, seqs);
   float worst = 0;
   int token_mismatch = 0;
   const uint64_t fused_before = gpu->fused_decode_steps();

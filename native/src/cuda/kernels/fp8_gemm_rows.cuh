@@ -25,6 +25,7 @@
 #include "bf16_vec.cuh"
 #include "fp8_vec.cuh"
 #include "gemm_epilogue.cuh"
+#include "gemm_rows.cuh"
 #include "launch.h"
 #include "reduce.cuh"
 
@@ -102,17 +103,8 @@ TD_DEVICE void fp8_rows_stage(const Fp8GemmArgs& a, int kbeg, int c0, int cend, 
   const GemmArgs& g = a.out;
   const unsigned lane = td::lane_id();
   const int warp = static_cast<int>(threadIdx.x / 32), tid = static_cast<int>(threadIdx.x);
-  const int vecs = kchunk / 8;
   td::sync_threads();  // the previous chunk (and the row scales) are done with
-  for (int e = tid; e < MR * vecs; e += kFp8RowsThreads) {
-    const int r = e / vecs, v = e - r * vecs;
-    const bool ok = r < g.m && c0 + v * 8 < cend;
-    const td::bf16_bits* src = ok ? a.a + static_cast<int64_t>(r) * a.lda + kbeg + c0 + v * 8 : a.a;
-    td::cp_async16(sa + r * kchunk + v * 8, src, ok);
-  }
-  td::cp_async_commit();
-  td::cp_async_wait<0>();
-  td::sync_threads();
+  gemm_rows_stage<MR>(a.a, a.lda, g.m, kbeg, c0, cend, kchunk, sa);
   if (a.act == Fp8Act::kNone) return;
   if (a.act == Fp8Act::kDynamicGroup) {
     // One warp per (row, group) of the chunk: the group's amax (zeros past the chunk's end).

@@ -70,6 +70,25 @@ TD_DEVICE void gemm_rows_load(td::vec16 (&wv)[2][2], const td::bf16_bits* const 
 }
 
 /**
+ * Stages k [kbeg + c0, kbeg + cend) of activation rows [0, MR) of a (row stride lda) into sa
+ * ([MR][kchunk] bf16, zeros past m and past the chunk) by cp.async, then waits for every
+ * thread's copies (a block barrier). The FP8 GEMV stages its rows the same way.
+ */
+template <int MR>
+TD_DEVICE void gemm_rows_stage(const td::bf16_bits* a, int64_t lda, int m, int kbeg, int c0, int cend, int kchunk, td::bf16_bits* sa) {
+  const int vecs = kchunk / 8;
+  for (int e = static_cast<int>(threadIdx.x); e < MR * vecs; e += static_cast<int>(blockDim.x)) {
+    const int r = e / vecs, v = e - r * vecs;
+    const bool ok = r < m && c0 + v * 8 < cend;
+    const td::bf16_bits* src = ok ? a + static_cast<int64_t>(r) * lda + kbeg + c0 + v * 8 : a;
+    td::cp_async16(sa + r * kchunk + v * 8, src, ok);
+  }
+  td::cp_async_commit();
+  td::cp_async_wait<0>();
+  td::sync_threads();
+}
+
+/**
  * The dot products of one block: rows [0, g.m) of g.a against its 32 weight rows over k [kbeg,
  * kbeg + klen), the activations staged through `sa` (MR * kchunk bf16, kchunk a multiple of
  * kRowsKStep) a chunk at a time. wp[c]: this lane's weight rows (gemm_rows_lane_cols), already
@@ -89,7 +108,6 @@ TD_DEVICE void gemm_rows_dot(const GemmArgs& g, int kbeg, int klen, int kchunk, 
   TD_GEMM_UNROLL
   for (int j = 0; j < NT; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
 
-  const int vecs = kchunk / 8;
   for (int c0 = 0; c0 < klen; c0 += kchunk) {
     const int cend = td::imin(klen, c0 + kchunk);  // this chunk: k [kbeg + c0, kbeg + cend)
     // kk: this lane's first k offset (in the split) of the current 256-wide step.
@@ -110,16 +128,7 @@ TD_DEVICE void gemm_rows_dot(const GemmArgs& g, int kbeg, int klen, int kchunk, 
     } else {
       td::sync_threads();  // every warp is done with the previous chunk
     }
-    // Stage a[0..MR)[chunk] (zeros past m and past the chunk).
-    for (int e = static_cast<int>(threadIdx.x); e < MR * vecs; e += kRowsThreads) {
-      const int r = e / vecs, v = e - r * vecs;
-      const bool ok = r < g.m && c0 + v * 8 < cend;
-      const td::bf16_bits* src = ok ? g.a + static_cast<int64_t>(r) * g.lda + kbeg + c0 + v * 8 : g.a;
-      td::cp_async16(sa + r * kchunk + v * 8, src, ok);
-    }
-    td::cp_async_commit();
-    td::cp_async_wait<0>();
-    td::sync_threads();
+    gemm_rows_stage<MR>(g.a, g.lda, g.m, kbeg, c0, cend, kchunk, sa);
 
     // The trip count is the block's, not the lane's: mma.sync needs the whole warp.
     for (int step = c0; step < cend; step += kRowsKStep) {
