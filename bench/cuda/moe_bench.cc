@@ -20,8 +20,8 @@
 //   decode b64    the same, with the distinct experts each layer ran (the bytes read follow them)
 //   prefill 2k    one 2048-token prompt: ms, tok/s, and TFLOP/s counted on active FLOPs
 //                 (2 x active non-embedding parameters per token, plus attention); as planned,
-//                 then with the grouped GEMMs forced onto CUDA cores, tensor cores with 64-row
-//                 tiles and with 128-row tiles (GpuBackend::force_moe_gemm), then as planned
+//                 then with the grouped GEMMs forced onto 8-row tiles (the decode path), 64-row
+//                 tiles and 128-row tiles (GpuBackend::force_moe_gemm), then as planned
 //                 again: the side-by-side rows behind gpu_backend_moe.cc's thresholds
 // The JSON also records the grouped GEMMs' tile choice per shape (GpuBackend::description).
 #include <algorithm>
@@ -325,9 +325,9 @@ int main(int argc, char** argv) {
       };
       prefill_bench(-1, "prefill", "as planned");
       plans = gpu.description();  // before forcing: forcing forgets the plans made so far
-      prefill_bench(0, "prefill_cuda_cores", "CUDA cores, 8-row tiles");
-      prefill_bench(gpu::kMoeMmaRowsSmall, "prefill_mma64", "tensor cores, 64-row tiles");
-      prefill_bench(gpu::kMoeMmaRowsLarge, "prefill_mma128", "tensor cores, 128-row tiles");
+      prefill_bench(0, "prefill_tiles8", "8-row tiles");
+      prefill_bench(gpu::kMoeMmaRowsSmall, "prefill_mma64", "64-row tiles");
+      prefill_bench(gpu::kMoeMmaRowsLarge, "prefill_mma128", "128-row tiles");
       gpu.force_moe_gemm(-1);
       prefill_bench(-1, "prefill_again", "as planned");  // the plan's row again: drift over the run
     }

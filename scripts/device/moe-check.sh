@@ -21,8 +21,8 @@
 #               completions equal token for token (moe-disagg.json)
 #   bench       Qwen3-30B-A3B shape (random bf16, ~61 GB, built in memory): decode batch 1 and 64
 #               against the HBM roofline of the bytes each step reads, prefill 2k on active
-#               FLOPs against torch.matmul (and with the grouped GEMMs forced onto CUDA cores and
-#               onto tensor cores with 64- and 128-row tiles, side by side), transformers
+#               FLOPs against torch.matmul (and with the grouped GEMMs forced onto 8-row tiles
+#               and onto 64- and 128-row tiles, side by side), transformers
 #               generate at batch 1 and 64 (moe-bench.json)
 #   ncu         where the expert kernels spend their time: ncu over a few decode steps (moe-ncu.csv)
 #   benchfp8    the bench's engine rows again with --quantization fp8 (experts e4m3, read by the
@@ -169,12 +169,12 @@ for b in ("b1", "b64"):
 json.dump(r, open(out, "w"), indent=1)
 for k in ("decode_b1", "decode_b64", "decode_b4"):
     if k in eng: print(k, json.dumps(eng[k]))
-for k in ("prefill", "prefill_cuda_cores", "prefill_mma64", "prefill_mma128", "prefill_again"):
+for k in ("prefill", "prefill_tiles8", "prefill_mma64", "prefill_mma128", "prefill_again"):
     if k in eng: print(k, json.dumps(eng[k]))
-if "prefill_cuda_cores" in eng:  # the grouped GEMMs' paths side by side (gpu_backend_moe.cc's thresholds)
-    r["prefill_mma_vs_cuda_cores"] = eng["prefill"]["tok_s"] / eng["prefill_cuda_cores"]["tok_s"]
+if "prefill_tiles8" in eng:  # the grouped GEMMs' paths side by side (gpu_backend_moe.cc's thresholds)
+    r["prefill_mma_vs_tiles8"] = eng["prefill"]["tok_s"] / eng["prefill_tiles8"]["tok_s"]
     json.dump(r, open(out, "w"), indent=1)
-for k in ("prefill_vs_matmul", "prefill_mma_vs_cuda_cores", "decode_b1_vs_transformers", "decode_b64_vs_transformers"):
+for k in ("prefill_vs_matmul", "prefill_mma_vs_tiles8", "decode_b1_vs_transformers", "decode_b64_vs_transformers"):
     if k in r: print(k, round(r[k], 3))
 PY
 }

@@ -191,15 +191,16 @@ function maxDiffOverRms(got: Float32Array, want: Float32Array): number {
 
 /**
  * FP8 checkpoints of a mixture of experts on the CUDA backend (`device: 'simt'`: its kernels on
- * the host). The experts stay e4m3: the CUDA-core grouped GEMMs (decode, small steps) read them
- * with their scales (W8A16), and a tensor-core step dequantizes the layer's experts into a bf16
- * scratch first; the shared expert and the attention and dense layers take the GPU's dense FP8
+ * the host). The experts stay e4m3: the grouped GEMMs (8-row tiles for decode and small steps,
+ * 64/128-row tiles for a prefill) turn each weight into bf16(e4m3 x scale) on its way to the
+ * tensor cores (W8A16), the values a dequantized bf16 copy holds; the shared expert and the attention and dense layers take the GPU's dense FP8
  * path. Under `--quantization none` everything is dequantized to bf16 at load.
  *  - `--quantization none` on simt equals simt on the dequantized f32 copy (no FP8 tensor in it):
  *    the experts the GPU computes are exactly the checkpoint's values rounded to bf16.
- *  - A 48-token prefill (every expert averages >= 8 rows: tensor cores) in W8A16 equals the copy
- *    bit for bit: the experts dequantized on the device are the copy's bf16 experts, and the dense
- *    FP8 layers at 48 rows dequantize too (the CUDA-core path, e4m3 x scale in f32, would not).
+ *  - A 48-token prefill (every expert averages >= 8 rows: 64-row tiles) in W8A16 equals the copy
+ *    bit for bit: the experts turned into bf16 on the device are the copy's bf16 experts, and the
+ *    dense FP8 layers at 48 rows dequantize too (the FP8 GEMV of a decode step, e4m3 x scale in
+ *    f32, would not).
  *  - W8A16 against the CPU backend's W8A16 logits on the same checkpoint (the exact model), and
  *    `--quantization none` against the CPU backend on the dequantized copy rounded to bf16 (the
  *    weights it computes with: against the exact model its bf16 weight rounding adds to the
@@ -223,7 +224,7 @@ describe('FP8 checkpoints of a mixture of experts on the CUDA backend (SIMT harn
   });
 
   const DEQUANTIZED = 'FP8 experts dequantized to bf16 at load (--quantization none)';
-  const E4M3 = 'FP8 experts e4m3 (CUDA-core grouped GEMMs read them, W8A16';
+  const E4M3 = 'FP8 experts e4m3 (W8A16: the grouped GEMMs turn each weight into bf16';
   for (const arch of ['qwen3_moe', 'qwen2_moe'] as const) {
     it(`${arch} fp8-block on simt: experts kept e4m3 (dequantized at load under --quantization none); W8A16 and --quantization none within the bf16 tolerance of the CPU backend, W8A8 within ${W8A8_BOUND}; a tensor-core prefill equals the dequantized copy`, async () => {
       const dir = join(tmp.dir, `${arch}-simt`);

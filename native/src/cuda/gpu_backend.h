@@ -186,7 +186,7 @@ class GpuBackend final : public Backend {
   void free_moe_activations();
   /** The MoE MLP of rows [0, t) of act_.xn, added into act_.x. */
   void run_moe(const Layer& W, int64_t t, void* stream);
-  /** How a step's grouped GEMMs run: tensor-core tile rows (0: CUDA cores) and, on CUDA cores, columns per CTA. */
+  /** How a step's grouped GEMMs run: 64- or 128-row tiles (mma_rows), or 8-row tiles (0) and their columns per CTA. */
   struct MoeGemmPlan {
     int mma_rows = 0;
     int gate_up_cols = 0, down_cols = 0;
@@ -254,7 +254,7 @@ class GpuBackend final : public Backend {
   MoeActivations moe_act_;
   std::unique_ptr<gpu::MoeKernelApi> moe_kernels_;
   std::map<int64_t, MoeGemmPlan> moe_tiles_;  // chunk tokens -> the grouped GEMMs' plan
-  int moe_force_mma_rows_ = -1;               // benchmarks: -1 the plan's choice, 0 CUDA cores, or tile rows
+  int moe_force_mma_rows_ = -1;               // benchmarks: -1 the plan's choice, 0 8-row tiles, or 64/128
   int32_t* moe_hits_ = nullptr;  // [num_layers]: experts the last step's (last chunk of each) sparse layer hit
   bool moe_fp8_dequantized_ = false;  // an FP8 checkpoint's experts (or shared expert) dequantized to bf16 at load (--quantization none)
   bool moe_fp8_experts_ = false;      // an FP8 checkpoint's experts kept e4m3 (Layer::moe_gate_up8 / moe_down8)
@@ -270,7 +270,7 @@ class GpuBackend final : public Backend {
   /** Distinct experts each layer's MoE block ran in the last forward (its last chunk); 0 for dense layers. Benchmarks. */
   std::vector<int32_t> moe_experts_hit();
   /**
-   * Benchmarks: run the grouped GEMMs on CUDA cores (0), on tensor cores with 64- or 128-row
+   * Benchmarks: run the grouped GEMMs over 8-row tiles (0), over 64- or 128-row
    * tiles (gpu::kMoeMmaRowsSmall / Large), or as the plan chooses (-1, the default). Forgets the
    * plans made so far.
    */

@@ -400,7 +400,7 @@ std::string GpuBackend::fp8_description() const {
     s += "; weights: " + config_.quant.describe();
   }
   if (moe_fp8_experts_) {
-    s += "; FP8 experts e4m3 (CUDA-core grouped GEMMs read them, W8A16; tensor-core steps turn each k tile into bf16 in shared memory)";
+    s += "; FP8 experts e4m3 (W8A16: the grouped GEMMs turn each weight into bf16, e4m3 x scale, on its way to the tensor cores)";
   }
   if (moe_fp8_dequantized_) s += "; FP8 experts dequantized to bf16 at load (--quantization none)";
   if (layout_.elem_bytes == 1) s += "; KV cache fp8_e4m3";

@@ -2,9 +2,10 @@
 // MoE scratch, and one sparse MLP of a step:
 //   route (fused router) -> group -> gate/up grouped GEMM (SiLU x up) -> down grouped GEMM
 //   (x routing weight) -> [Qwen2-MoE: shared expert through the dense GEMMs] -> combine into x.
-// The grouped GEMMs run on CUDA cores over 8-row tiles while a step's experts average few rows
-// (decode: each expert's weights streamed once), on tensor cores over 64- or 128-row tiles past
-// that (prefill); the choice and its tiles are made per chunk size and listed in description().
+// The grouped GEMMs run over 8-row tiles while a step's experts average few rows (decode: each
+// expert's weights streamed once, by the few-rows GEMM's tensor-core loop), over 64- or 128-row
+// tiles of the dense GEMM's main loop past that (prefill); the choice and its tiles are made
+// per chunk size and listed in description().
 // Steps longer than kMoeChunkTokens run it chunk by chunk, so the scratch stays bounded
 // (a 2k-token prefill of a top-8 model needs 17k slots of hidden floats: 141 MB at hidden 2048).
 #include <algorithm>
@@ -20,8 +21,8 @@ namespace tandem {
 namespace {
 
 constexpr int64_t kMoeChunkTokens = 2048;
-// Tensor cores once a chunk's experts average this many rows (the CUDA-core path streams an
-// expert's weights once per 8 rows; a 64-row mma tile reads them once however full it is), and
+// 64-row tiles once a chunk's experts average this many rows (the 8-row path streams an
+// expert's weights once per 8 rows; a 64-row tile reads them once however full it is), and
 // 128-row tiles once they average kMoeMmaLargeAvgRows (a partial last tile wastes less of a
 // 64-row one below it). Both are measured side by side by tandem_moe_bench's prefill rows.
 constexpr int64_t kMoeMmaMinAvgRows = gpu::kMoeTileRows;
@@ -199,12 +200,13 @@ void GpuBackend::free_moe_activations() {
   a = MoeActivations{};
 }
 
-// The path: tensor cores when the chunk's entries average at least kMoeMmaMinAvgRows per
-// expert (an upper bound on how full the tiles are: routing decides, the host never sees it),
-// else CUDA cores. On CUDA cores, enough CTAs to cover the GPU about four times over: the tiles
-// of a step (an upper bound: every entry plus a partial tile per expert hit) times the column
-// blocks. Columns come in multiples of the 8 warps of a CTA. A decode step of few tokens gets
-// narrow column blocks (many CTAs per expert's weights), a larger one wide ones.
+// The path: 64- or 128-row tiles when the chunk's entries average at least kMoeMmaMinAvgRows
+// per expert (an upper bound on how full the tiles are: routing decides, the host never sees
+// it), else 8-row tiles. Those get enough CTAs to cover the GPU about four times over: the
+// tiles of a step (an upper bound: every entry plus a partial tile per expert hit) times the
+// column blocks. Columns come in multiples of 32 (a pass of the CTA's loop: 32 weight rows). A
+// decode step of few tokens gets narrow column blocks (many CTAs per expert's weights), a
+// larger one wide ones.
 const GpuBackend::MoeGemmPlan& GpuBackend::moe_gemm_plan(int64_t tokens) {
   if (auto it = moe_tiles_.find(tokens); it != moe_tiles_.end()) return it->second;
   const MoeConfig& m = config_.moe;
@@ -219,7 +221,7 @@ const GpuBackend::MoeGemmPlan& GpuBackend::moe_gemm_plan(int64_t tokens) {
   const int64_t want_ctas = 4 * std::max<int64_t>(1, device_->info().sm_count);
   auto cols_for = [&](int64_t n_out) {
     const int64_t cols = (tiles * n_out + want_ctas - 1) / want_ctas;
-    return static_cast<int>(std::min<int64_t>(std::max<int64_t>((cols + 7) / 8 * 8, 8), 512));
+    return static_cast<int>(std::min<int64_t>(std::max<int64_t>((cols + 31) / 32 * 32, 32), 512));
   };
   if (p.mma_rows == 0) {
     p.gate_up_cols = cols_for(m.expert_intermediate);
@@ -240,14 +242,14 @@ void GpuBackend::force_moe_gemm(int mma_rows) {
 std::string GpuBackend::moe_description() const {
   const MoeConfig& m = config_.moe;
   std::string s = "MoE " + std::to_string(m.num_experts) + " experts, top-" + std::to_string(m.top_k) +
-                  ", grouped GEMMs chosen per shape:";
+                  ", grouped GEMMs on tensor cores, tiles chosen per shape:";
   if (moe_tiles_.empty()) s += " (none yet)";
   for (const auto& [tokens, p] : moe_tiles_) {
     s += " " + std::to_string(tokens) + " tok->";
     if (p.mma_rows > 0) {
-      s += "tensor cores " + std::to_string(p.mma_rows) + "-row tiles";
+      s += std::to_string(p.mma_rows) + "-row tiles";
     } else {
-      s += "CUDA cores " + std::to_string(gpu::kMoeTileRows) + "-row tiles, cols/CTA " + std::to_string(p.gate_up_cols) + " gate/up " +
+      s += std::to_string(gpu::kMoeTileRows) + "-row tiles, cols/CTA " + std::to_string(p.gate_up_cols) + " gate/up " +
            std::to_string(p.down_cols) + " down";
     }
   }

@@ -10,9 +10,10 @@
 //   gate/up  grouped GEMM over tiles of one expert's rows: A rows gathered from xn by token,
 //            gate and up of the same columns in one CTA, SiLU(gate) x up stored bf16
 //   down     grouped GEMM of those rows, the routing weight applied in the epilogue -> y [slot][h]
-//            Both on CUDA cores over 8-row tiles (decode, small groups), or, when a step's experts
-//            average many rows (prefill), on tensor cores over 64- or 128-row tiles placed by
-//            the grouping's prefix sum of tiles per expert (kernels/moe_gemm_mma.cuh)
+//            Both on tensor cores: over 8-row tiles (decode, small groups: the few-rows GEMM's
+//            loop, kernels/moe_gemm.cuh), or, when a step's experts average many rows (prefill),
+//            over 64- or 128-row tiles placed by the grouping's prefix sum of tiles per expert
+//            (the dense GEMM's main loop, kernels/moe_gemm_mma.cuh)
 //   combine  one CTA per token: x[t] += sum over its experts in ascending id of y, plus
 //            sigmoid(xn . w_shared_gate) x shared[t] (Qwen2-MoE)
 //
@@ -100,8 +101,8 @@ struct MoeGemmArgs {
   bf16_bits* act = nullptr;      // gate/up out: [max_slots][inter]
   const float* weights = nullptr;  // down: the routing weight of each entry ([entries])
   float* y = nullptr;            // down out: [max_slots][hidden], weighted
-  int cols_per_cta = 64;         // CUDA cores: output columns one CTA computes (chosen per shape, recorded)
-  // Tensor cores when mma_rows > 0 (kMoeMmaRowsSmall or kMoeMmaRowsLarge, the grouping's
+  int cols_per_cta = 64;         // 8-row tiles: output columns one CTA computes (chosen per shape, recorded)
+  // 64- or 128-row tiles when mma_rows > 0 (kMoeMmaRowsSmall or kMoeMmaRowsLarge, the grouping's
   // MoeGroupArgs::mma_rows): tiles from mma_tile_offsets, rows past counts[e] masked; the grid's
   // bound is max_mma_tiles (moe_max_mma_tiles). cols_per_cta is then unused.
   int mma_rows = 0;
@@ -109,8 +110,9 @@ struct MoeGemmArgs {
   const int32_t* mma_tile_offsets = nullptr;  // [num_experts + 1]
   int max_mma_tiles = 0;
   // FP8 experts (w8 set, w unused): e4m3 with w's layout, scales [experts * rows][w8_groups] of
-  // w8_group_k columns each (a multiple of 8). W8A16: on CUDA cores each weight times its scale in
-  // f32; on tensor cores bf16(weight x scale) in shared memory; the activations as they are.
+  // w8_group_k columns each (a multiple of 8). W8A16: each weight becomes bf16(weight x scale) on
+  // its way to the tensor cores (in registers for 8-row tiles, in shared memory for 64/128-row
+  // ones); the activations as they are.
   const fp8_bits* w8 = nullptr;
   const float* w8_scales = nullptr;
   int w8_groups = 1, w8_group_k = 0;

@@ -4,10 +4,10 @@
 // expert that gets every token, experts that get none, a zero router (every probability
 // tied: torch.topk's order), a Qwen2-MoE shared expert, and more rows than one tile. The
 // tie-order emulation the route kernel falls back to is checked against libstdc++ itself.
-// The grouped GEMMs run on both paths: CUDA cores (8-row tiles) and tensor cores (64- and
-// 128-row tiles: runs that are not tile multiples, columns and k not multiples of the tile,
+// The grouped GEMMs run on both paths: 8-row tiles (the few-rows GEMM's loop) and 64- and
+// 128-row tiles (the dense GEMM's main loop: runs that are not tile multiples, columns and k not multiples of the tile,
 // several k tiles around the cp.async ring, an expert with every token over several tiles).
-// FP8 experts on CUDA and tensor cores: bit for bit against the bf16 kernels on the same (exact) values.
+// FP8 experts on both paths: bit for bit against the bf16 kernels on the same (exact) values.
 #pragma once
 
 #include <algorithm>
@@ -61,7 +61,8 @@ struct MoeCase {
   int tokens, experts, top_k, hidden, inter, shared;
   bool renormalize;
   int router;  // 0 random, 1 zero (all tied), 2 expert 3 takes every token first, expert 5 none
-  int mma_rows = 0;  // grouped GEMMs on tensor cores with tiles of these rows (0: CUDA cores)
+  int mma_rows = 0;  // grouped GEMMs over tiles of these rows (0: 8-row tiles)
+  int cols_per_cta = 16;  // 8-row tiles: below a pass (32 weight rows) the rest are masked; above it, several passes
 };
 
 inline void check_moe_layer(Gpu& g, const MoeCase& c, tandem::gpu::MoeKernelApi& moe) {
@@ -167,7 +168,7 @@ inline void check_moe_layer(Gpu& g, const MoeCase& c, tandem::gpu::MoeKernelApi&
   ma.max_slots = static_cast<int>(slots);
   ma.hidden = H;
   ma.inter = I;
-  ma.cols_per_cta = 16;  // several column blocks per tile
+  ma.cols_per_cta = c.cols_per_cta;  // several column blocks per tile
   ma.mma_rows = c.mma_rows;
   ma.counts = counts.get();
   ma.mma_tile_offsets = tile_offsets.get();
@@ -248,7 +249,7 @@ inline void check_moe_layer(Gpu& g, const MoeCase& c, tandem::gpu::MoeKernelApi&
   for (int s : seen) bad += s != 1;
   CHECK(bad == 0, "moe %s: grouping has %d inconsistencies", c.label, bad);
 
-  // Tensor cores: the same grouping's GEMMs on CUDA cores too, and every real slot's weighted
+  // 64/128-row tiles: the same grouping's GEMMs over 8-row tiles too, and every real slot's weighted
   // down output compared: the paths differ only in f32 summation order (and, through it, an
   // occasional bf16 rounding of SiLU(gate) x up), so a misplaced tile, column or row shows.
   if (c.mma_rows > 0) {
@@ -278,7 +279,7 @@ inline void check_moe_layer(Gpu& g, const MoeCase& c, tandem::gpu::MoeKernelApi&
         }
       }
     }
-    CHECK(compared == n * H && worst_y < kBf16Tolerance, "moe %s: tensor-core vs CUDA-core grouped GEMMs: %d values, max difference %g",
+    CHECK(compared == n * H && worst_y < kBf16Tolerance, "moe %s: 64/128-row vs 8-row tiles: %d values, max difference %g",
           c.label, compared, worst_y);
     // Rows past an expert's count are masked: its padding slots (and the slots past the last
     // run) keep y's poison. Unmasked rows would also overwrite the next expert's first rows,
@@ -294,8 +295,8 @@ inline void check_moe_layer(Gpu& g, const MoeCase& c, tandem::gpu::MoeKernelApi&
     CHECK(written == 0, "moe %s: tensor cores wrote %d values of padding slots", c.label, written);
   }
 
-  // FP8 experts (CUDA cores, and tensor cores where the case takes them: the e4m3 tile turned
-  // into bf16 on its way into shared memory): e4m3 weights times power-of-two scales, one per
+  // FP8 experts (8-row tiles, and 64/128-row ones where the case takes them: each e4m3 turned
+  // into bf16(e4m3 x scale) on its way to the tensor cores): e4m3 weights times power-of-two scales, one per
   // row and 32-column group, are exact in bf16 and f32, so the FP8 grouped GEMMs must equal the
   // bf16 ones run on those very values bit for bit (act and y); a wrong row's or group's scale
   // would show.
@@ -400,6 +401,9 @@ inline void test_moe(Gpu& g) {
       {"one expert takes all, one none", 21, 8, 2, 64, 32, 0, true, 2},
       {"zero router (ties)", 5, 8, 2, 64, 32, 0, true, 1},
       {"qwen2-moe shared expert, not renormalized", 9, 8, 4, 64, 32, 48, false, 0},
+      // 8-row tiles: 64 columns a CTA (two passes of down, four of gate/up, the last CTA's
+      // partial), hidden 320 two 256-wide k steps (the second past k), inter 136 one.
+      {"8-row tiles, several passes a CTA", 11, 8, 2, 320, 136, 0, true, 0, 0, 64},
       // Tensor cores. Expert 3's 150 rows are tiles of 64, 64 and 22; hidden 320 is five k tiles
       // around the 4-stage ring; inter 48 is a partial column tile (gate/up) and a partial k tile (down).
       {"tensor cores 64-row tiles, one expert takes all", 150, 8, 2, 320, 48, 0, true, 2, 64},
@@ -411,7 +415,7 @@ inline void test_moe(Gpu& g) {
       {"tensor cores 64-row tiles, random", 96, 4, 2, 128, 72, 0, true, 0, 64},
   };
   for (const MoeCase& c : cases) check_moe_layer(g, c, *moe);
-  std::printf("gpu moe: topk tie emulation vs libstdc++, %zu layers (routing, grouping, grouped GEMMs on CUDA and tensor cores, FP8 experts on both, combine) checked on %s\n",
+  std::printf("gpu moe: topk tie emulation vs libstdc++, %zu layers (routing, grouping, grouped GEMMs over 8-row and 64/128-row tiles, FP8 experts on both, combine) checked on %s\n",
               sizeof(cases) / sizeof(cases[0]), g.name.c_str());
 }
 

@@ -28,12 +28,17 @@ TD_DEVICE void fp8x4_to_float(uint32_t x, float* out) {
 #endif
 }
 
+/** Eight e4m3 (the bytes of w0, then w1, low first) times `scale`, in f32. */
+TD_DEVICE void fp8x8_to_float(uint32_t w0, uint32_t w1, float scale, float* out) {
+  fp8x4_to_float(w0, out);
+  fp8x4_to_float(w1, out + 4);
+  for (int i = 0; i < 8; ++i) out[i] *= scale;
+}
+
 /** Eight e4m3 at p (8-byte aligned) times `scale`. */
 TD_DEVICE void fp8x8_to_float(const fp8_bits* p, float scale, float* out) {
   const uint32_t* w = reinterpret_cast<const uint32_t*>(p);
-  fp8x4_to_float(w[0], out);
-  fp8x4_to_float(w[1], out + 4);
-  for (int i = 0; i < 8; ++i) out[i] *= scale;
+  fp8x8_to_float(w[0], w[1], scale, out);
 }
 
 }  // namespace tandem::gpu::TD_NS

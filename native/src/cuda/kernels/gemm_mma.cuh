@@ -23,6 +23,7 @@
 
 #include "../fp8.h"
 #include "../kernel_api.h"
+#include "bf16_vec.cuh"
 #include "fp8_vec.cuh"
 #include "gemm_epilogue.cuh"
 #include "launch.h"
@@ -144,14 +145,8 @@ TD_DEVICE void gemm_mma_mainloop(td::bf16_bits* smem, const ARows& a_rows, const
       TD_GEMM_UNROLL
       for (int i = 0; i < B_PASSES; ++i) {
         float f[8];
-        fp8x4_to_float(b8[i][0], f);
-        fp8x4_to_float(b8[i][1], f + 4);
-        td::vec16 v;
-        v.x = td::pack_bf16x2(f[0] * b8s[i], f[1] * b8s[i]);
-        v.y = td::pack_bf16x2(f[2] * b8s[i], f[3] * b8s[i]);
-        v.z = td::pack_bf16x2(f[4] * b8s[i], f[5] * b8s[i]);
-        v.w = td::pack_bf16x2(f[6] * b8s[i], f[7] * b8s[i]);
-        *reinterpret_cast<td::vec16*>(sb + s_copy + i * RPP * BK) = v;
+        fp8x8_to_float(b8[i][0], b8[i][1], b8s[i], f);
+        *reinterpret_cast<td::vec16*>(sb + s_copy + i * RPP * BK) = pack8(f);
       }
     }
   };

@@ -70,22 +70,93 @@ TD_DEVICE void gemm_rows_load(td::vec16 (&wv)[2][2], const td::bf16_bits* const 
 }
 
 /**
- * Stages k [kbeg + c0, kbeg + cend) of activation rows [0, MR) of a (row stride lda) into sa
- * ([MR][kchunk] bf16, zeros past m and past the chunk) by cp.async, then waits for every
- * thread's copies (a block barrier). The FP8 GEMV stages its rows the same way.
+ * Stages k [c0, cend) of activation rows [0, MR) into sa ([MR][kchunk] bf16, zeros past the
+ * chunk and for rows whose row_of(r) is null) by cp.async, then waits for every thread's copies
+ * (a block barrier). row_of(r): row r's element 0 of the staged range (16-byte aligned), or
+ * null; `any`: a valid address the zero-filling copies name. The FP8 GEMV and the MoE
+ * grouped GEMM (gathered rows) stage theirs the same way.
  */
-template <int MR>
-TD_DEVICE void gemm_rows_stage(const td::bf16_bits* a, int64_t lda, int m, int kbeg, int c0, int cend, int kchunk, td::bf16_bits* sa) {
+template <int MR, class RowOf>
+TD_DEVICE void gemm_rows_stage_rows(RowOf&& row_of, const td::bf16_bits* any, int c0, int cend, int kchunk, td::bf16_bits* sa) {
   const int vecs = kchunk / 8;
   for (int e = static_cast<int>(threadIdx.x); e < MR * vecs; e += static_cast<int>(blockDim.x)) {
     const int r = e / vecs, v = e - r * vecs;
-    const bool ok = r < m && c0 + v * 8 < cend;
-    const td::bf16_bits* src = ok ? a + static_cast<int64_t>(r) * lda + kbeg + c0 + v * 8 : a;
-    td::cp_async16(sa + r * kchunk + v * 8, src, ok);
+    const td::bf16_bits* row = row_of(r);
+    const bool ok = row != nullptr && c0 + v * 8 < cend;
+    td::cp_async16(sa + r * kchunk + v * 8, ok ? row + c0 + v * 8 : any, ok);
   }
   td::cp_async_commit();
   td::cp_async_wait<0>();
   td::sync_threads();
+}
+
+/** gemm_rows_stage_rows for rows [0, m) of a (row stride lda) from column kbeg. */
+template <int MR>
+TD_DEVICE void gemm_rows_stage(const td::bf16_bits* a, int64_t lda, int m, int kbeg, int c0, int cend, int kchunk, td::bf16_bits* sa) {
+  gemm_rows_stage_rows<MR>([&](int r) { return r < m ? a + static_cast<int64_t>(r) * lda + kbeg : nullptr; }, a, c0, cend, kchunk, sa);
+}
+
+/**
+ * The mma of one 256-wide step: this lane's weights wv (gemm_rows_load at its offset kk) times
+ * the staged rows' same k, which sit at ks = kk - (the chunk's first k) in sa ([MR][kchunk]),
+ * into acc (one n8 tile of rows, two at MR 16).
+ */
+template <int MR>
+TD_DEVICE void gemm_rows_mma_step(float (&acc)[MR > 8 ? 2 : 1][4], const td::vec16 (&wv)[2][2], const td::bf16_bits* sa, int kchunk,
+                                  int ks) {
+  constexpr int NT = MR > 8 ? 2 : 1;
+  const int gr = static_cast<int>(td::lane_id() / 4);
+  TD_GEMM_UNROLL
+  for (int u = 0; u < 2; ++u) {
+    td::vec16 av[NT];
+    TD_GEMM_UNROLL
+    for (int j = 0; j < NT; ++j) {
+      const int r = 8 * j + gr;
+      av[j] = r < MR ? *reinterpret_cast<const td::vec16*>(sa + r * kchunk + ks + 32 * u) : td::vec16{0u, 0u, 0u, 0u};
+    }
+    const uint32_t w0[4] = {wv[u][0].x, wv[u][0].y, wv[u][0].z, wv[u][0].w};
+    const uint32_t w1[4] = {wv[u][1].x, wv[u][1].y, wv[u][1].z, wv[u][1].w};
+    TD_GEMM_UNROLL
+    for (int s = 0; s < 2; ++s) {
+      const uint32_t a[4] = {w0[2 * s], w1[2 * s], w0[2 * s + 1], w1[2 * s + 1]};
+      TD_GEMM_UNROLL
+      for (int j = 0; j < NT; ++j) {
+        const uint32_t x[4] = {av[j].x, av[j].y, av[j].z, av[j].w};
+        const uint32_t b[2] = {x[2 * s], x[2 * s + 1]};
+        td::mma_bf16_16816(acc[j], a, b, acc[j]);
+      }
+    }
+  }
+}
+
+/**
+ * The k-groups' accumulators meet in `red` (shared, kRowsKGroups x MR x 32 floats; it may alias
+ * the staged rows: a barrier comes first) and each sum is taken in k-group order: store(r, col,
+ * sum) once for every row r < m and block-local column col. Has block barriers.
+ */
+template <int MR, class Store>
+TD_DEVICE void gemm_rows_reduce(const float (&acc)[MR > 8 ? 2 : 1][4], float* red, int m, Store&& store) {
+  constexpr int NT = MR > 8 ? 2 : 1;
+  const unsigned lane = td::lane_id();
+  const int warp = static_cast<int>(threadIdx.x / 32), q = warp % kRowsKGroups;
+  const int gr = static_cast<int>(lane / 4), t = static_cast<int>(lane % 4);
+  td::sync_threads();  // every warp is done with what red aliases or held before
+  const int col0 = (warp / kRowsKGroups) * 16 + gr;
+  TD_GEMM_UNROLL
+  for (int j = 0; j < NT; ++j) {
+    TD_GEMM_UNROLL
+    for (int i = 0; i < 4; ++i) {
+      const int r = 8 * j + 2 * t + (i & 1), col = col0 + (i >= 2 ? 8 : 0);
+      if (r < MR) red[(q * MR + r) * kRowsBlockCols + col] = acc[j][i];
+    }
+  }
+  td::sync_threads();
+  for (int e = static_cast<int>(threadIdx.x); e < m * kRowsBlockCols; e += kRowsThreads) {
+    float s = red[e];
+    TD_GEMM_UNROLL
+    for (int p = 1; p < kRowsKGroups; ++p) s += red[p * MR * kRowsBlockCols + e];
+    store(e / kRowsBlockCols, e % kRowsBlockCols, s);
+  }
 }
 
 /**
@@ -101,9 +172,7 @@ template <int MR, class Store>
 TD_DEVICE void gemm_rows_dot(const GemmArgs& g, int kbeg, int klen, int kchunk, td::bf16_bits* sa,
                              const td::bf16_bits* const (&wp)[2], Store&& store) {
   constexpr int NT = MR > 8 ? 2 : 1;  // n8 tiles of activation rows
-  const unsigned lane = td::lane_id();
-  const int warp = static_cast<int>(threadIdx.x / 32), q = warp % kRowsKGroups;
-  const int gr = static_cast<int>(lane / 4), t = static_cast<int>(lane % 4);
+  const int q = static_cast<int>(threadIdx.x / 32) % kRowsKGroups, t = static_cast<int>(td::lane_id() % 4);
   float acc[NT][4];
   TD_GEMM_UNROLL
   for (int j = 0; j < NT; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
@@ -134,28 +203,7 @@ TD_DEVICE void gemm_rows_dot(const GemmArgs& g, int kbeg, int klen, int kchunk, 
     for (int step = c0; step < cend; step += kRowsKStep) {
       td::vec16 nx[2][2];
       gemm_rows_load(nx, wp, kk + kRowsKStep, cend);
-      TD_GEMM_UNROLL
-      for (int u = 0; u < 2; ++u) {
-        const int ks = kk + 32 * u - c0;  // within the staged chunk (zeros past its end)
-        td::vec16 av[NT];
-        TD_GEMM_UNROLL
-        for (int j = 0; j < NT; ++j) {
-          const int r = 8 * j + gr;
-          av[j] = r < MR ? *reinterpret_cast<const td::vec16*>(sa + r * kchunk + ks) : td::vec16{0u, 0u, 0u, 0u};
-        }
-        const uint32_t w0[4] = {wv[u][0].x, wv[u][0].y, wv[u][0].z, wv[u][0].w};
-        const uint32_t w1[4] = {wv[u][1].x, wv[u][1].y, wv[u][1].z, wv[u][1].w};
-        TD_GEMM_UNROLL
-        for (int s = 0; s < 2; ++s) {
-          const uint32_t a[4] = {w0[2 * s], w1[2 * s], w0[2 * s + 1], w1[2 * s + 1]};
-          TD_GEMM_UNROLL
-          for (int j = 0; j < NT; ++j) {
-            const uint32_t x[4] = {av[j].x, av[j].y, av[j].z, av[j].w};
-            const uint32_t b[2] = {x[2 * s], x[2 * s + 1]};
-            td::mma_bf16_16816(acc[j], a, b, acc[j]);
-          }
-        }
-      }
+      gemm_rows_mma_step<MR>(acc, wv, sa, kchunk, kk - c0);
       kk += kRowsKStep;
       TD_GEMM_UNROLL
       for (int u = 0; u < 2; ++u) {
@@ -165,25 +213,7 @@ TD_DEVICE void gemm_rows_dot(const GemmArgs& g, int kbeg, int klen, int kchunk, 
     }
   }
 
-  // The k-groups meet in shared memory: red[q][r][col], then each sum in k-group order.
-  float* red = reinterpret_cast<float*>(sa);  // 4 x MR x 32 floats <= MR x kchunk bf16
-  td::sync_threads();  // every warp is done with the activations
-  const int col0 = (warp / kRowsKGroups) * 16 + gr;
-  TD_GEMM_UNROLL
-  for (int j = 0; j < NT; ++j) {
-    TD_GEMM_UNROLL
-    for (int i = 0; i < 4; ++i) {
-      const int r = 8 * j + 2 * t + (i & 1), col = col0 + (i >= 2 ? 8 : 0);
-      if (r < MR) red[(q * MR + r) * kRowsBlockCols + col] = acc[j][i];
-    }
-  }
-  td::sync_threads();
-  for (int e = static_cast<int>(threadIdx.x); e < g.m * kRowsBlockCols; e += kRowsThreads) {
-    float s = red[e];
-    TD_GEMM_UNROLL
-    for (int p = 1; p < kRowsKGroups; ++p) s += red[p * MR * kRowsBlockCols + e];
-    store(e / kRowsBlockCols, e % kRowsBlockCols, s);
-  }
+  gemm_rows_reduce<MR>(acc, reinterpret_cast<float*>(sa), g.m, store);  // 4 x MR x 32 floats <= MR x kchunk bf16
 }
 
 // grid (ceil(n / kRowsBlockCols), splits); dynamic shared memory MR * kchunk bf16.
