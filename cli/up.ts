@@ -9,71 +9,15 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Option, type Command } from 'commander';
 import { checkFlagRules, nonNegativeInt, oneOf, parsePort, type FlagRule } from '../runtime/index.js';
-import { ConfigError } from '../runtime/errors.js';
 import { DistributedRuntime, DEFAULT_NAMESPACE, etcdEndpointsFromEnv, natsServerFromEnv } from '../runtime/index.js';
 import { LocalConnector, buildConfig, loadPlannerPerf, loadPlannerProfile, plannerPerf, plannerPerfSource, readPlannerConfigFile, startLivePlanner, type LivePlanner, type LocalWorker, type PlannerConfig, type PlannerProfile, type PoolName } from '../planner/index.js';
 import { DEFAULT_RESTART_POLICY, EXIT_CODES, StopSignals, Supervisor, recordWithMsg, runtimeCommand, type RestartPolicy } from '../runtime/index.js';
 import { checkWorkerFlags, parameterCounts, readModelConfig, resolveModel, type WorkerRuleFlags } from '../workers/index.js';
 import { checkChildArgs } from './child-args.js';
 import { upBanner } from './up-banner.js';
+import { childArgs, ownDiskTier, shownLevel, type UpFlags } from './up-children.js';
 
-interface UpFlags {
-  engine: 'mocker' | 'native';
-  model: string;
-  /** Aggregated workers; default 2, or 0 when --prefill/--decode ask for a disaggregated fleet. */
-  workers?: number;
-  prefill: number;
-  decode: number;
-  httpPort: number;
-  host: string;
-  discovery: 'file' | 'etcd';
-  eventPlane: 'direct' | 'nats';
-  speedupRatio?: string;
-  numGpuBlocks?: string;
-  blockSize?: string;
-  maxNumSeqs?: string;
-  maxNumBatchedTokens?: string;
-  device?: string;
-  threads?: string;
-  gpuMemoryUtilization?: string;
-  enforceEager?: boolean;
-  kvLayerStreaming?: boolean;
-  kvBytesPerToken?: string;
-  kvReleaseTimeout?: string;
-  perfProfile?: string;
-  contextLength?: string;
-  kvCacheMemory?: string;
-  kvCacheDtype?: string;
-  quantization?: string;
-  lora?: string[];
-  maxLoras?: string;
-  maxCpuLoras?: string;
-  maxLoraRank?: string;
-  maxLoraBytes?: string;
-  maxLoraLoads?: string;
-  loraRoot?: string[];
-  grammarCompileTimeoutMs?: string;
-  grammarCompileMemoryMb?: string;
-  kvHostCacheGb?: string;
-  kvDiskCacheDir?: string;
-  kvDiskCacheGb?: string;
-  kvDiskMinReuse?: string;
-  logLevel: string;
-  planner?: 'load' | 'sla';
-  maxWorkers?: number;
-  minWorkers: number;
-  plannerInterval: number;
-  plannerConfig?: string;
-  plannerProfile?: string;
-  /** Embedding workers (`worker --task embed`); with them and no --workers, no generation workers. */
-  embeddingWorkers: number;
-  pooling?: string;
-  speculative?: string;
-  numSpeculativeTokens?: string;
-  promptLookupMin?: string;
-  promptLookupMax?: string;
-  specAcceptance?: string;
-}
+export { gpuMemoryShare } from './up-children.js';
 
 /**
  * `--planner`: the pools the workers were started in, bounded by --min-workers / --max-workers,
@@ -224,20 +168,6 @@ export function registerUpCommand(program: Command): void {
     });
 }
 
-/**
- * Workers started by `up` on one GPU share it: unless told otherwise, each takes an equal part
- * of the usual 0.9 (two workers: 0.45 each), so the second does not fail for want of memory.
- * An explicit --gpu-memory-utilization is the share of the GPU for all of them together.
- */
-export function gpuMemoryShare(flags: Pick<UpFlags, 'engine' | 'device' | 'gpuMemoryUtilization' | 'workers' | 'prefill' | 'decode'>): string | undefined {
-  const onGpu = flags.engine === 'native' && flags.device !== undefined && flags.device !== 'cpu';
-  if (!onGpu) return flags.gpuMemoryUtilization;
-  const total = flags.gpuMemoryUtilization !== undefined ? Number(flags.gpuMemoryUtilization) : 0.9;
-  if (!(total > 0 && total <= 1)) throw new ConfigError(`--gpu-memory-utilization must be in (0, 1], got '${flags.gpuMemoryUtilization}'`);
-  const workers = (flags.workers ?? 0) + flags.prefill + flags.decode;
-  return (total / Math.max(1, workers)).toFixed(4);
-}
-
 /** The served model's parameter counts (its config.json), or undefined when it cannot be read (the workers will say why). */
 async function servedParameters(modelDir: string): Promise<{ total: number; active: number } | undefined> {
   try {
@@ -245,97 +175,6 @@ async function servedParameters(modelDir: string): Promise<{ total: number; acti
   } catch {
     return undefined;
   }
-}
-
-/** pino's level names and numbers. */
-const PINO_LEVELS: Record<string, number> = { trace: 10, debug: 20, info: 30, warn: 40, error: 50, fatal: 60, silent: 100 };
-
-/**
- * The command lines of `up`'s children. Built once for checking (before anything starts, with
- * the flags as given) and once for starting (with the model and discovery paths resolved): the
- * same function, so what is checked is what runs.
- */
-function childArgs(flags: UpFlags, frontendExtra: string[], paths: { modelDir: string; discoveryDir: string }): { frontend: string[]; worker: (pool: string, name: string) => string[]; embedWorker: (name: string) => string[] } {
-  // Children log at info at least: `up` waits on their info-level start-up records, and shows only
-  // the lines at the asked level (a quieter --log-level must not hide "worker ready" from `up`).
-  const childLevel = shownLevel(flags) > 30 ? 'info' : flags.logLevel;
-  const common = ['--discovery', flags.discovery, '--event-plane', flags.eventPlane, '--log-level', childLevel];
-  if (flags.discovery === 'file') common.push('--discovery-dir', paths.discoveryDir);
-  const workerFlags = ['--engine', flags.engine, '--model', paths.modelDir];
-  const passthrough: Array<[keyof UpFlags, string]> = [
-    ['speedupRatio', '--speedup-ratio'],
-    ['numGpuBlocks', '--num-gpu-blocks'],
-    ['blockSize', '--block-size'],
-    ['maxNumSeqs', '--max-num-seqs'],
-    ['maxNumBatchedTokens', '--max-num-batched-tokens'],
-    ['device', '--device'],
-    ['threads', '--threads'],
-    ['kvBytesPerToken', '--kv-bytes-per-token'],
-    ['kvReleaseTimeout', '--kv-release-timeout'],
-    ['perfProfile', '--perf-profile'],
-    ['contextLength', '--context-length'],
-    ['kvCacheMemory', '--kv-cache-memory'],
-    ['kvCacheDtype', '--kv-cache-dtype'],
-    ['quantization', '--quantization'],
-    ['kvHostCacheGb', '--kv-host-cache-gb'],
-    ['kvDiskCacheDir', '--kv-disk-cache-dir'],
-    ['kvDiskCacheGb', '--kv-disk-cache-gb'],
-    ['kvDiskMinReuse', '--kv-disk-min-reuse'],
-    ['maxLoras', '--max-loras'],
-    ['maxCpuLoras', '--max-cpu-loras'],
-    ['maxLoraRank', '--max-lora-rank'],
-    ['maxLoraBytes', '--max-lora-bytes'],
-    ['maxLoraLoads', '--max-lora-loads'],
-  ];
-  // The grammar budgets bound both compiles of a request: the frontend's check and the worker's.
-  const budgets: string[] = [];
-  if (flags.grammarCompileTimeoutMs !== undefined) budgets.push('--grammar-compile-timeout-ms', flags.grammarCompileTimeoutMs);
-  if (flags.grammarCompileMemoryMb !== undefined) budgets.push('--grammar-compile-memory-mb', flags.grammarCompileMemoryMb);
-  for (const [key, flag] of passthrough) if (flags[key] !== undefined) workerFlags.push(flag, String(flags[key]));
-  if (flags.enforceEager === true) workerFlags.push('--enforce-eager');
-  // Both sides must agree: the frontend asks for early hand-offs, the workers make and take them.
-  const streaming = flags.kvLayerStreaming === true ? ['--kv-layer-streaming'] : [];
-  workerFlags.push(...streaming);
-  for (const l of flags.lora ?? []) workerFlags.push('--lora', l);
-  for (const root of flags.loraRoot ?? []) workerFlags.push('--lora-root', root);
-  const gpuShare = gpuMemoryShare(flags);
-  if (gpuShare !== undefined) workerFlags.push('--gpu-memory-utilization', gpuShare);
-  // Each worker is named as `up` names it (agg-0, embed-0: its logs, its card, the dashboard) and
-  // serves /metrics on a port of its own (any free one; `up` prints where).
-  const own = (name: string) => ['--worker-name', name, '--status-port', '0'];
-  // Speculative decoding: generation workers only (an embedding worker refuses it).
-  const speculation: string[] = [];
-  const specFlags: Array<[keyof UpFlags, string]> = [
-    ['speculative', '--speculative'],
-    ['numSpeculativeTokens', '--num-speculative-tokens'],
-    ['promptLookupMin', '--prompt-lookup-min'],
-    ['promptLookupMax', '--prompt-lookup-max'],
-    ['specAcceptance', '--spec-acceptance'],
-  ];
-  for (const [key, flag] of specFlags) if (flags[key] !== undefined) speculation.push(flag, String(flags[key]));
-  return {
-    frontend: ['frontend', ...common, '--http-port', String(flags.httpPort), '--host', flags.host, ...budgets, ...streaming, ...frontendExtra],
-    worker: (pool, name) => ['worker', ...common, ...own(name), ...workerFlags, ...speculation, ...budgets, '--mode', pool],
-    embedWorker: (name) => ['worker', ...common, ...own(name), ...workerFlags, '--task', 'embed', ...(flags.pooling !== undefined ? ['--pooling', flags.pooling] : [])],
-  };
-}
-
-/**
- * Each worker gets its own G3 directory under --kv-disk-cache-dir, named by its stable child
- * name: workers sharing one would adopt and evict each other's blocks, and a restarted worker
- * finds its own blocks again.
- */
-function ownDiskTier(args: string[], name: string): string[] {
-  const i = args.indexOf('--kv-disk-cache-dir');
-  if (i < 0 || i + 1 >= args.length) return args;
-  const own = [...args];
-  own[i + 1] = join(args[i + 1]!, name);
-  return own;
-}
-
-/** The pino level of `up`'s own --log-level: lines of the children below it are not shown. */
-function shownLevel(flags: UpFlags): number {
-  return PINO_LEVELS[flags.logLevel] ?? 30;
 }
 
 /**

@@ -35,6 +35,7 @@ import {
 } from './types.js';
 import type { FinishReason } from '../../proto/wire.js';
 import type { Speculator } from '../speculative/speculator.js';
+import { draftBlocksFit, planDrafts } from './draft-plan.js';
 
 interface PlannedSeq {
   seq: Sequence;
@@ -181,7 +182,7 @@ export class Scheduler {
     // Speculative decoding: how many drafts each decoding sequence verifies (the policy's call).
     // The budget goes to the decodes' own tokens, then to the prompts waiting for it; drafts
     // take only what is left, so they never slow a prefill down.
-    const drafts = this.speculator !== undefined ? this.planDrafts(budget) : undefined;
+    const drafts = this.speculator !== undefined ? planDrafts(this.speculator, this.running, this.waiting, bm, this.maxModelLen, budget) : undefined;
     let draftBudget = drafts !== undefined ? Math.max(0, budget - drafts.numDecodes - drafts.prefillTokens) : 0;
 
     // Pass 1: decodes; pass 2: running prefills (chunked, or recompute after a resume).
@@ -191,7 +192,7 @@ export class Scheduler {
         if ((seq.numUncomputedTokens === 1 && !seq.isPrefilling) !== decoding) continue;
         if (plannedBySeq.has(seq)) continue;
         let k = decoding ? Math.min(drafts?.lengths.get(seq) ?? 0, draftBudget, budget - 1) : 0;
-        while (k > 0 && !this.draftBlocksFit(seq, k)) k--;
+        while (k > 0 && !draftBlocksFit(bm, seq, k, this.waiting.length, this.running.length)) k--;
         draftBudget -= k;
         const numNew = Math.min(seq.numUncomputedTokens + k, budget);
         if (reserve(seq, numNew)) plan(seq, numNew, k);
@@ -215,49 +216,6 @@ export class Scheduler {
     this.inFlight = live;
     this.numSteps++;
     return this.toPlan(live, preemptedSeqIds, deferredSeqIds, transfers, onboards, drafts?.propose ?? 0);
-  }
-
-  /**
-   * The policy's draft lengths for the running decodes (caps: their drafts, max_tokens, the
-   * model length), and how many drafts to ask the engine for after this step.
-   */
-  private planDrafts(budget: number): { lengths: Map<Sequence, number>; numDecodes: number; prefillTokens: number; propose: number } {
-    const spec = this.speculator!;
-    const decodes: Sequence[] = [];
-    let prefill = 0;
-    for (const seq of this.running) {
-      if (seq.numUncomputedTokens === 1 && !seq.isPrefilling) decodes.push(seq);
-      else prefill += seq.numUncomputedTokens;
-    }
-    for (const seq of this.waiting) prefill += seq.numUncomputedTokens;
-    prefill = Math.min(prefill, Math.max(0, budget - decodes.length));
-    const caps = new Int32Array(decodes.length);
-    for (let i = 0; i < decodes.length; i++) caps[i] = this.draftCap(decodes[i]!);
-    const kv = this.blockManager.usage;
-    const lengths = new Map<Sequence, number>();
-    const planned = spec.plan(decodes, caps, prefill, kv);
-    for (let i = 0; i < decodes.length; i++) if (planned[i]! > 0) lengths.set(decodes[i]!, planned[i]!);
-    const propose = spec.wantDrafts(decodes.length, prefill, kv) ? spec.maxDraftTokens : 0;
-    return { lengths, numDecodes: decodes.length, prefillTokens: prefill, propose };
-  }
-
-  /**
-   * Whether `k` drafts of a decoding sequence fit without costing anyone else a block: they
-   * never make room by preemption, and they take new blocks only while no sequence waits and a
-   * free block stays for each running sequence (a decode later in this step may need one).
-   */
-  private draftBlocksFit(seq: Sequence, k: number): boolean {
-    const bm = this.blockManager;
-    const extra = bm.blocksFor(seq.numComputedTokens + 1 + k) - Math.max(seq.numBlocks, bm.blocksFor(seq.numComputedTokens + 1));
-    if (extra <= 0) return bm.canAppend(seq, 1 + k);
-    return this.waiting.length === 0 && bm.numFreeBlocks - extra - Math.max(0, bm.blocksFor(seq.numComputedTokens + 1) - seq.numBlocks) >= this.running.length;
-  }
-
-  /** Drafts a decoding sequence may verify: no more than it has, and none past max_tokens or the model length. */
-  private draftCap(seq: Sequence): number {
-    const drafts = seq.draftTokens?.length ?? 0;
-    const left = Math.min(seq.stop.maxTokens - seq.numNewOutputTokens, this.maxModelLen - seq.numTokens) - 1;
-    return Math.max(0, Math.min(drafts, left));
   }
 
   /**
