@@ -142,9 +142,9 @@ GpuBackend::GpuBackend(const ModelConfig& config, const SafetensorsStore& weight
                           static_cast<size_t>(rows) * (8 + 2 * 4 * 20));
     size_kv_pool(options);
     allocate_kv_staging();
+    if (c.moe.enabled()) moe_kernels_ = simt ? gpu::make_simt_moe_kernels() : gpu::make_cuda_moe_kernels();
     init_decode_path();
     kv_copy_ = simt ? gpu::make_simt_kv_copy() : gpu::make_cuda_kv_copy();
-    if (c.moe.enabled()) moe_kernels_ = simt ? gpu::make_simt_moe_kernels() : gpu::make_cuda_moe_kernels();
     progress_ = static_cast<int64_t*>(device_->alloc_pinned(2 * sizeof(int64_t)));
     progress_[0] = progress_[1] = 0;
   } catch (...) {

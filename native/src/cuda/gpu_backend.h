@@ -131,6 +131,7 @@ class GpuBackend final : public Backend {
     int32_t* position = nullptr;
     int32_t* active = nullptr;
     int32_t* mma_tile_offsets = nullptr;  // [experts + 1]: the tensor-core grouped GEMM's tiles
+    int32_t* group_counter = nullptr;     // the route kernel's CTAs count in on it (zero between launches)
     gpu::bf16_bits* act = nullptr;
     float* y = nullptr;
     gpu::bf16_bits* shared_gate_up = nullptr;
@@ -184,8 +185,11 @@ class GpuBackend final : public Backend {
   void upload_moe_layer(const SafetensorsStore& w, int64_t layer, ThreadPool& pool);
   void alloc_moe_activations(int64_t tokens);
   void free_moe_activations();
-  /** The MoE MLP of rows [0, t) of act_.xn, added into act_.x. */
-  void run_moe(const Layer& W, int64_t t, void* stream);
+  /**
+   * The MoE MLP of rows [0, t) of act_.xn, added into act_.x; with norm_weight, then
+   * norm_out[r] = rmsnorm(act_.x[r]) x norm_weight (the next norm, fused into the combine).
+   */
+  void run_moe(const Layer& W, int64_t t, void* stream, const float* norm_weight = nullptr, gpu::bf16_bits* norm_out = nullptr);
   /** How a step's grouped GEMMs run: 64- or 128-row tiles (mma_rows), or 8-row tiles (0) and their columns per CTA. */
   struct MoeGemmPlan {
     int mma_rows = 0;

@@ -48,7 +48,7 @@ void GpuBackend::init_decode_path() {
   const char* decode = std::getenv("TANDEM_GPU_DECODE");
   const char* sampler = std::getenv("TANDEM_GPU_SAMPLER");
   // Mixture-of-experts layers fuse their attention half; their MLP is the MoE kernels
-  // (gpu_backend_moe.cc) between the post-attention norm and a plain RMSNorm launch. An e4m3 KV
+  // (gpu_backend_moe.cc) after the post-attention norm, whose combine takes the next RMSNorm. An e4m3 KV
   // pool is fused too: the QKV epilogue writes it through qkv_rope_head and the attention reads
   // it, as the per-op kernels do.
   decode_fused_ = decode == nullptr || std::string(decode) != "unfused";
@@ -59,8 +59,10 @@ void GpuBackend::init_decode_path() {
   if (const char* rows = std::getenv("TANDEM_GPU_DECODE_MAX_ROWS")) decode_max_rows_ = std::max(1, std::min(most, std::atoi(rows)));
   sampler_fast_ = sampler == nullptr || std::string(sampler) != "block";
   decode_ = simt ? gpu::make_simt_decode_kernels() : gpu::make_cuda_decode_kernels();
-  const char* overlap = std::getenv("TANDEM_GPU_OVERLAP");
-  decode_->set_overlap(overlap == nullptr || std::string(overlap) != "0");
+  const char* overlap_env = std::getenv("TANDEM_GPU_OVERLAP");
+  const bool overlap = overlap_env == nullptr || std::string(overlap_env) != "0";
+  decode_->set_overlap(overlap);
+  if (moe_kernels_) moe_kernels_->set_overlap(overlap);
   // Every FP8 weight must be one the FP8 GEMV takes (16-byte rows, its group sizes): the per-op
   // path dequantizes the others, which the fused step cannot.
   if (decode_fused_ && fp8_weights_) {
@@ -181,11 +183,9 @@ void GpuBackend::run_decode_fused(const gpu::StepPlan& plan) {
     residual(c.q_dim(), act_.attn, W.wo, W.fo, W.bo, W.post_norm, act_.xn);
     if (W.moe_router != nullptr) {
       // A sparse layer: its experts (the MoE kernels, as the per-op step runs them) add into the
-      // residual, then the next input RMSNorm, or the final one into the lm_head's rows.
-      run_moe(W, m, stream);
-      norm.weight = last ? final_norm_ : layers_[static_cast<size_t>(l + 1)].input_norm;
-      norm.out = last ? act_.rows_normed : act_.xn;
-      kernels_->rmsnorm(norm, stream);
+      // residual, and the combine then takes the next input RMSNorm, or the final one into the
+      // lm_head's rows (the bits the RMSNorm kernel gives).
+      run_moe(W, m, stream, last ? final_norm_ : layers_[static_cast<size_t>(l + 1)].input_norm, last ? act_.rows_normed : act_.xn);
       continue;
     }
 

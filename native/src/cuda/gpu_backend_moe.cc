@@ -1,6 +1,6 @@
 // GpuBackend's mixture-of-experts layers (moe_api.h): the experts' weights on the device, the
 // MoE scratch, and one sparse MLP of a step:
-//   route (fused router) -> group -> gate/up grouped GEMM (SiLU x up) -> down grouped GEMM
+//   route and group (fused router; its last CTA groups) -> gate/up grouped GEMM (SiLU x up) -> down grouped GEMM
 //   (x routing weight) -> [Qwen2-MoE: shared expert through the dense GEMMs] -> combine into x.
 // The grouped GEMMs run over 8-row tiles while a step's experts average few rows (decode: each
 // expert's weights streamed once, by the few-rows GEMM's tensor-core loop), over 64- or 128-row
@@ -183,6 +183,8 @@ void GpuBackend::alloc_moe_activations(int64_t tokens) {
   a.position = i32(n);
   a.active = i32(m.num_experts + 1);
   a.mma_tile_offsets = i32(m.num_experts + 1);
+  a.group_counter = i32(1);
+  device_->fill(a.group_counter, 0, 4);
   a.act = bf16(slots * m.expert_intermediate);
   a.y = f32(slots * c.hidden_size);
   if (m.shared_intermediate > 0) {
@@ -194,7 +196,7 @@ void GpuBackend::alloc_moe_activations(int64_t tokens) {
 
 void GpuBackend::free_moe_activations() {
   MoeActivations& a = moe_act_;
-  void* bufs[] = {a.ids, a.weights, a.logits, a.counts, a.padded_offsets, a.sorted, a.position, a.active, a.mma_tile_offsets, a.act, a.y,
+  void* bufs[] = {a.ids, a.weights, a.logits, a.counts, a.padded_offsets, a.sorted, a.position, a.active, a.mma_tile_offsets, a.group_counter, a.act, a.y,
                   a.shared_gate_up, a.shared_act, a.shared_out};
   for (void* p : bufs) device_->free(p);
   a = MoeActivations{};
@@ -256,7 +258,7 @@ std::string GpuBackend::moe_description() const {
   return s;
 }
 
-void GpuBackend::run_moe(const Layer& W, int64_t t, void* stream) {
+void GpuBackend::run_moe(const Layer& W, int64_t t, void* stream, const float* norm_weight, gpu::bf16_bits* norm_out) {
   const ModelConfig& c = config_;
   const MoeConfig& m = c.moe;
   const int64_t h = c.hidden_size;
@@ -278,8 +280,6 @@ void GpuBackend::run_moe(const Layer& W, int64_t t, void* stream) {
     r.ids = a.ids;
     r.weights = a.weights;
     r.logits = a.logits;
-    moe_kernels_->route(r, stream);
-
     gpu::MoeGroupArgs gr;
     gr.ids = a.ids;
     gr.num_entries = static_cast<int>(n);
@@ -293,7 +293,8 @@ void GpuBackend::run_moe(const Layer& W, int64_t t, void* stream) {
     const MoeGemmPlan& plan = moe_gemm_plan(cnt);
     gr.mma_rows = plan.mma_rows;
     gr.mma_tile_offsets = a.mma_tile_offsets;
-    moe_kernels_->group(gr, stream);
+    gr.counter = a.group_counter;
+    moe_kernels_->route(r, gr, stream);
 
     gpu::MoeGemmArgs g;
     g.padded_offsets = a.padded_offsets;
@@ -362,6 +363,11 @@ void GpuBackend::run_moe(const Layer& W, int64_t t, void* stream) {
     cb.shared_gate = W.shared_gate;
     cb.shared = a.shared_out;
     cb.x = x;
+    if (norm_out != nullptr) {
+      cb.norm_weight = norm_weight;
+      cb.norm_eps = static_cast<float>(c.rms_norm_eps);
+      cb.norm_out = norm_out + t0 * h;
+    }
     moe_kernels_->combine(cb, stream);
   }
 }

@@ -4,9 +4,10 @@
 //
 //   route    one CTA per token: router logits (xn . Wr, f32 accumulate), softmax, top-k
 //            (torch.topk's order; ties go through the same algorithm the CPU backend calls),
-//            renormalized when asked -> ids [t][k], weights [t][k]
-//   permute  one CTA: counts per expert, padded offsets (each expert's run rounded up to the
-//            tile's rows), every entry's slot (sorted[], position[]), the list of experts hit
+//            renormalized when asked -> ids [t][k], weights [t][k]; then, in the same launch,
+//            the last CTA to finish groups the entries: counts per expert, padded offsets (each
+//            expert's run rounded up to the tile's rows), every entry's slot (sorted[],
+//            position[]), the list of experts hit
 //   gate/up  grouped GEMM over tiles of one expert's rows: A rows gathered from xn by token,
 //            gate and up of the same columns in one CTA, SiLU(gate) x up stored bf16
 //   down     grouped GEMM of those rows, the routing weight applied in the epilogue -> y [slot][h]
@@ -15,7 +16,8 @@
 //            over 64- or 128-row tiles placed by the grouping's prefix sum of tiles per expert
 //            (the dense GEMM's main loop, kernels/moe_gemm_mma.cuh)
 //   combine  one CTA per token: x[t] += sum over its experts in ascending id of y, plus
-//            sigmoid(xn . w_shared_gate) x shared[t] (Qwen2-MoE)
+//            sigmoid(xn . w_shared_gate) x shared[t] (Qwen2-MoE); then, when asked (decode),
+//            the next RMSNorm of x[t]
 //
 // Only the tiles of experts that received rows exist, so a decode step reads only the chosen
 // experts' weights. Every array is sized for the step's (padded) token count at capture, and
@@ -32,7 +34,7 @@ namespace tandem::gpu {
 
 /** Rows of one grouped-GEMM tile (an expert's run is padded to a multiple of it). */
 inline constexpr int kMoeTileRows = 8;
-/** Largest expert count the route and permute kernels hold (one thread per expert). */
+/** Largest expert count the route kernel holds (its grouping CTA has a thread per expert). */
 inline constexpr int kMoeMaxExperts = 1024;
 /** Largest top-k (core/moe_config.h kMaxTopK), plus one: the route kernel looks one past k for ties. */
 inline constexpr int kMaxMoeTopKPlus1 = 65;
@@ -85,6 +87,9 @@ struct MoeGroupArgs {
   // [mma_tile_offsets[e], mma_tile_offsets[e + 1]), the prefix sum of ceil(counts[e] / mma_rows).
   int mma_rows = 0;
   int32_t* mma_tile_offsets = nullptr;  // [num_experts + 1]
+  // One int, zero, that the route kernel's CTAs count themselves in on; the last leaves it zero
+  // again (a captured graph replays with it ready).
+  int32_t* counter = nullptr;
 };
 
 /** One grouped GEMM over the tiles of a grouping (padded_offsets / sorted from MoeGroupArgs). */
@@ -127,14 +132,27 @@ struct MoeCombineArgs {
   const bf16_bits* shared_gate = nullptr;   // [hidden] or null (no shared expert)
   const float* shared = nullptr;            // [num_tokens][hidden] shared expert output
   float* x = nullptr;                       // [num_tokens][hidden] residual, accumulated
+  // Optional (a decode step): then norm_out[t] = bf16(rmsnorm(x[t]) x norm_weight), the next
+  // layer's input norm (or the final one) in the same launch, the bits rmsnorm_kernel gives.
+  // norm_out may be xn itself: a token's CTA reads its xn row before it writes the row.
+  const float* norm_weight = nullptr;
+  float norm_eps = 0.0f;
+  bf16_bits* norm_out = nullptr;  // [num_tokens][hidden]
 };
 
 class MoeKernelApi {
  public:
   virtual ~MoeKernelApi() = default;
   virtual const char* target() const = 0;
-  virtual void route(const MoeRouteArgs& a, void* stream) = 0;
-  virtual void group(const MoeGroupArgs& a, void* stream) = 0;
+  /**
+   * Launch every kernel as a programmatic dependent of the one before (compute capability 9.0+,
+   * else ignored): its launch and CTA start overlap that kernel's tail, and it waits for it
+   * (td::grid_dependency_wait) before reading anything; the router-logits kernel first sends its
+   * router rows to L2. Decode steps are chains of small kernels: this hides the gaps between them.
+   */
+  virtual void set_overlap(bool on) = 0;
+  /** Routes the tokens (a) and groups the entries (g: its ids are a.ids) in one launch after the logits. */
+  virtual void route(const MoeRouteArgs& a, const MoeGroupArgs& g, void* stream) = 0;
   virtual void gate_up(const MoeGemmArgs& a, void* stream) = 0;
   virtual void down(const MoeGemmArgs& a, void* stream) = 0;
   virtual void combine(const MoeCombineArgs& a, void* stream) = 0;

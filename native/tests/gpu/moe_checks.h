@@ -1,6 +1,6 @@
 // The MoE kernels (src/cuda/kernels/moe_*.cuh) against the CPU backend's MoE block
 // (cpu/moe.h): routing (ids and weights), the grouping's invariants, and the whole layer
-// (route -> group -> gate/up -> down -> combine) on the same bf16-exact inputs, including an
+// (route and group -> gate/up -> down -> combine) on the same bf16-exact inputs, including an
 // expert that gets every token, experts that get none, a zero router (every probability
 // tied: torch.topk's order), a Qwen2-MoE shared expert, and more rows than one tile. The
 // tie-order emulation the route kernel falls back to is checked against libstdc++ itself.
@@ -129,7 +129,8 @@ inline void check_moe_layer(Gpu& g, const MoeCase& c, tandem::gpu::MoeKernelApi&
       d_down(*g.device, to_bf16(down)), d_sgate(*g.device, to_bf16(sgate));
   DeviceArray<int32_t> ids(*g.device, static_cast<size_t>(n)), counts(*g.device, static_cast<size_t>(E)),
       po(*g.device, static_cast<size_t>(E) + 1), sorted(*g.device, static_cast<size_t>(slots)), position(*g.device, static_cast<size_t>(n)),
-      active(*g.device, static_cast<size_t>(E) + 1), tile_offsets(*g.device, static_cast<size_t>(E) + 1);
+      active(*g.device, static_cast<size_t>(E) + 1), tile_offsets(*g.device, static_cast<size_t>(E) + 1),
+      counter(*g.device, std::vector<int32_t>{0});
   DeviceArray<float> logits(*g.device, static_cast<size_t>(t) * E);
   DeviceArray<float> weights(*g.device, static_cast<size_t>(n)), y(*g.device, static_cast<size_t>(slots) * H),
       d_shared(*g.device, shared_out), x(*g.device, residual);
@@ -147,7 +148,6 @@ inline void check_moe_layer(Gpu& g, const MoeCase& c, tandem::gpu::MoeKernelApi&
   ra.ids = ids.get();
   ra.weights = weights.get();
   ra.logits = logits.get();
-  moe.route(ra, g.stream());
   tandem::gpu::MoeGroupArgs ga;
   ga.ids = ids.get();
   ga.num_entries = n;
@@ -159,7 +159,8 @@ inline void check_moe_layer(Gpu& g, const MoeCase& c, tandem::gpu::MoeKernelApi&
   ga.active = active.get();
   ga.mma_rows = c.mma_rows;
   ga.mma_tile_offsets = tile_offsets.get();
-  moe.group(ga, g.stream());
+  ga.counter = counter.get();
+  moe.route(ra, ga, g.stream());
   tandem::gpu::MoeGemmArgs ma;
   ma.padded_offsets = po.get();
   ma.sorted = sorted.get();
@@ -248,6 +249,8 @@ inline void check_moe_layer(Gpu& g, const MoeCase& c, tandem::gpu::MoeKernelApi&
   }
   for (int s : seen) bad += s != 1;
   CHECK(bad == 0, "moe %s: grouping has %d inconsistencies", c.label, bad);
+  // The route CTAs' counter is zero again (a graph replays the launch with it ready).
+  CHECK(counter.download()[0] == 0, "moe %s: the route kernel left its counter at %d", c.label, counter.download()[0]);
 
   // 64/128-row tiles: the same grouping's GEMMs over 8-row tiles too, and every real slot's weighted
   // down output compared: the paths differ only in f32 summation order (and, through it, an
@@ -394,12 +397,18 @@ inline void test_moe(Gpu& g) {
   check_topk_emulation();
   std::unique_ptr<tandem::gpu::MoeKernelApi> moe =
       g.name == "cuda" ? tandem::gpu::make_cuda_moe_kernels() : tandem::gpu::make_simt_moe_kernels();
+  // As the backend launches them (programmatic dependents on sm_90+): on a GPU a kernel that
+  // read its predecessor's output before waiting for it would fail the checks below.
+  moe->set_overlap(true);
   const MoeCase cases[] = {
       {"random 37 tokens, 16 experts, top-4", 37, 16, 4, 64, 32, 0, true, 0},
       {"decode 3 tokens, top-2 of 8", 3, 8, 2, 64, 48, 0, true, 0},
       {"prefill 70 tokens (each token's CTA computes its logits)", 70, 16, 2, 64, 32, 0, true, 0},
       {"one expert takes all, one none", 21, 8, 2, 64, 32, 0, true, 2},
       {"zero router (ties)", 5, 8, 2, 64, 32, 0, true, 1},
+      // More experts than the route kernel's 256 threads: its CTAs take one thread per expert,
+      // for the last one's grouping.
+      {"300 experts, top-8 (route CTAs of 320 threads)", 6, 300, 8, 64, 32, 0, true, 0},
       {"qwen2-moe shared expert, not renormalized", 9, 8, 4, 64, 32, 48, false, 0},
       // 8-row tiles: 64 columns a CTA (two passes of down, four of gate/up, the last CTA's
       // partial), hidden 320 two 256-wide k steps (the second past k), inter 136 one.

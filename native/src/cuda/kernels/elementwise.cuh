@@ -60,7 +60,7 @@ inline void launch_embed(const EmbedArgs& a, void* stream) {
 }
 
 inline void launch_rmsnorm(const RmsNormArgs& a, void* stream) {
-  td::launch(rmsnorm_kernel, {static_cast<unsigned>(a.num_rows)}, 256, 0, stream, a.x, a.x_stride, a.rows, a.weight,
+  td::launch(rmsnorm_kernel, {static_cast<unsigned>(a.num_rows)}, kRmsNormThreads, 0, stream, a.x, a.x_stride, a.rows, a.weight,
              a.hidden, a.eps, a.out, a.out_stride);
 }
 

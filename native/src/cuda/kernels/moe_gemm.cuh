@@ -1,5 +1,5 @@
 // MoE grouped GEMMs over 8-row tiles, and the weighted combine (moe_api.h). A CTA owns one
-// tile: kMoeTileRows consecutive slots of one expert's run (the group kernel padded every run
+// tile: kMoeTileRows consecutive slots of one expert's run (the grouping padded every run
 // to a multiple of it, so a tile never spans two experts; padding slots hold entry -1 and are
 // zero rows, never stored) and cols_per_cta output columns. The tile's A rows are staged whole
 // in shared memory (bf16), then the CTA walks its columns 32 weight rows at a time with the
@@ -28,6 +28,7 @@
 #include "gemm_rows.cuh"
 #include "launch.h"
 #include "reduce.cuh"
+#include "row_ops.cuh"
 
 namespace tandem::gpu::TD_NS {
 
@@ -94,6 +95,8 @@ TD_GLOBAL void TD_LAUNCH_BOUNDS(kRowsThreads) moe_gemm_kernel(MoeGemmArgs a) {
   TD_SHARED(float, red, kRowsKGroups * R * kRowsBlockCols);
   TD_SHARED(float, sums, R * kRowsBlockCols);
   TD_SHARED(int32_t, entry, R);
+  td::grid_dependency_wait();  // the grouping (and the rows) come from the kernels before
+  td::grid_dependents_launch();
   const int total = a.padded_offsets[a.num_experts];
   const int slot0 = static_cast<int>(blockIdx.x) * R;
   if (slot0 >= total) return;  // the whole CTA, before any barrier
@@ -180,14 +183,17 @@ TD_GLOBAL void TD_LAUNCH_BOUNDS(kRowsThreads) moe_gemm_kernel(MoeGemmArgs a) {
   }
 }
 
-inline constexpr unsigned kMoeCombineThreads = 256;
+inline constexpr unsigned kMoeCombineThreads = kRmsNormThreads;  // its fused RMSNorm gives rmsnorm_kernel's bits
 
 // One CTA per token: its entries' weighted outputs in ascending expert id (transformers'
-// index_add_ order), then the gated shared expert, added into the residual.
+// index_add_ order), then the gated shared expert, added into the residual; then, when asked,
+// the row's RMSNorm (rmsnorm_row: the block size and order of rmsnorm_kernel, so the same bits).
 TD_GLOBAL void TD_LAUNCH_BOUNDS(kMoeCombineThreads) moe_combine_kernel(MoeCombineArgs a) {
   TD_SHARED(int32_t, order, kMaxMoeTopKPlus1);
   TD_SHARED(float, scratch, 32);
   const int t = static_cast<int>(blockIdx.x), tid = static_cast<int>(threadIdx.x), k = a.top_k, h = a.hidden;
+  td::grid_dependency_wait();
+  td::grid_dependents_launch();
   const int32_t* ids = a.ids + static_cast<int64_t>(t) * k;
   if (tid == 0) {  // insertion sort of the token's k slots by expert id
     for (int j = 0; j < k; ++j) {
@@ -216,27 +222,24 @@ TD_GLOBAL void TD_LAUNCH_BOUNDS(kMoeCombineThreads) moe_combine_kernel(MoeCombin
     if (a.shared_gate != nullptr) o += gate * a.shared[static_cast<int64_t>(t) * h + i];
     xr[i] += o;
   }
+  // Each thread reads back the elements it wrote (the same thread-stride order).
+  if (a.norm_out != nullptr) rmsnorm_row(xr, a.norm_weight, h, a.norm_eps, a.norm_out + static_cast<int64_t>(t) * h, scratch, PlainLoad{});
 }
 
-inline void launch_moe_gemm(const MoeGemmArgs& a, bool down, void* stream) {
+inline void launch_moe_gemm(const MoeGemmArgs& a, bool down, void* stream, bool overlap) {
   const int n_out = down ? a.hidden : a.inter, k = down ? a.inter : a.hidden;
   const td::Grid grid{static_cast<unsigned>(a.max_slots / kMoeTileRows), td::ceil_div(n_out, a.cols_per_cta), 1};
   const size_t shared = static_cast<size_t>(kMoeTileRows) * static_cast<size_t>(td::ceil_div(k, kRowsKStep) * kRowsKStep) * 2;
-  if (a.w8 != nullptr) {
-    if (down) {
-      td::launch(moe_gemm_kernel<true, true>, grid, kRowsThreads, shared, stream, a);
-    } else {
-      td::launch(moe_gemm_kernel<false, true>, grid, kRowsThreads, shared, stream, a);
-    }
-  } else if (down) {
-    td::launch(moe_gemm_kernel<true, false>, grid, kRowsThreads, shared, stream, a);
+  const bool fp8 = a.w8 != nullptr;
+  if (down) {
+    td::launch_dependent(overlap, fp8 ? moe_gemm_kernel<true, true> : moe_gemm_kernel<true, false>, grid, kRowsThreads, shared, stream, a);
   } else {
-    td::launch(moe_gemm_kernel<false, false>, grid, kRowsThreads, shared, stream, a);
+    td::launch_dependent(overlap, fp8 ? moe_gemm_kernel<false, true> : moe_gemm_kernel<false, false>, grid, kRowsThreads, shared, stream, a);
   }
 }
 
-inline void launch_moe_combine(const MoeCombineArgs& a, void* stream) {
-  td::launch(moe_combine_kernel, {static_cast<unsigned>(a.num_tokens)}, kMoeCombineThreads, 0, stream, a);
+inline void launch_moe_combine(const MoeCombineArgs& a, void* stream, bool overlap) {
+  td::launch_dependent(overlap, moe_combine_kernel, {static_cast<unsigned>(a.num_tokens)}, kMoeCombineThreads, 0, stream, a);
 }
 
 }  // namespace tandem::gpu::TD_NS

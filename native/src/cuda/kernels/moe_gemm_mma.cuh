@@ -50,6 +50,8 @@ TD_GLOBAL void TD_GEMM_BOUNDS(C::THREADS, C::MIN_BLOCKS) moe_gemm_mma_kernel(Moe
   static_assert(RPP % 16 == 0 && WN % 16 == 0, "gate/up interleaves gate and up rows by 8 within 16-row groups");
   const int E = a.num_experts;
   const int tile = static_cast<int>(blockIdx.y);
+  td::grid_dependency_wait();  // the grouping (and the rows) come from the kernels before
+  td::grid_dependents_launch();
   if (tile >= a.mma_tile_offsets[E]) return;  // the whole CTA, before any barrier
   const int expert = moe_expert_of(a.mma_tile_offsets, E, tile);
   const int row0 = (tile - a.mma_tile_offsets[expert]) * BM;  // within the expert's run
@@ -151,23 +153,25 @@ TD_GLOBAL void TD_GEMM_BOUNDS(C::THREADS, C::MIN_BLOCKS) moe_gemm_mma_kernel(Moe
 }
 
 template <class C>
-inline void launch_moe_gemm_mma_as(const MoeGemmArgs& a, bool down, void* stream) {
+inline void launch_moe_gemm_mma_as(const MoeGemmArgs& a, bool down, void* stream, bool overlap) {
   const int n_out = down ? a.hidden : a.inter;
   const int cols = down ? C::BN : C::BN / 2;
   const td::Grid grid{td::ceil_div(n_out, cols), static_cast<unsigned>(a.max_mma_tiles), 1};
   const bool fp8 = a.w8 != nullptr;
   if (down) {
-    td::launch(fp8 ? moe_gemm_mma_kernel<C, true, true> : moe_gemm_mma_kernel<C, true, false>, grid, C::THREADS, C::SMEM_BYTES, stream, a);
+    td::launch_dependent(overlap, fp8 ? moe_gemm_mma_kernel<C, true, true> : moe_gemm_mma_kernel<C, true, false>, grid, C::THREADS,
+                         C::SMEM_BYTES, stream, a);
   } else {
-    td::launch(fp8 ? moe_gemm_mma_kernel<C, false, true> : moe_gemm_mma_kernel<C, false, false>, grid, C::THREADS, C::SMEM_BYTES, stream, a);
+    td::launch_dependent(overlap, fp8 ? moe_gemm_mma_kernel<C, false, true> : moe_gemm_mma_kernel<C, false, false>, grid, C::THREADS,
+                         C::SMEM_BYTES, stream, a);
   }
 }
 
-inline void launch_moe_gemm_mma(const MoeGemmArgs& a, bool down, void* stream) {
+inline void launch_moe_gemm_mma(const MoeGemmArgs& a, bool down, void* stream, bool overlap) {
   if (a.mma_rows == MoeMmaLarge::BM) {
-    launch_moe_gemm_mma_as<MoeMmaLarge>(a, down, stream);
+    launch_moe_gemm_mma_as<MoeMmaLarge>(a, down, stream, overlap);
   } else {
-    launch_moe_gemm_mma_as<MoeMmaSmall>(a, down, stream);
+    launch_moe_gemm_mma_as<MoeMmaSmall>(a, down, stream, overlap);
   }
 }
 

@@ -4,16 +4,21 @@
 // top-k by repeated block arg max (ties to the lower index). That order is torch.topk's unless
 // two of the best k + 1 values are equal; then one thread reruns the selection with the
 // algorithms torch's CPU kernel calls (moe_topk.cuh), so ties go where transformers sends them.
-// The group kernel is one CTA: per-expert counts (shared-memory integer atomics), a block scan
-// of the counts rounded up to kMoeTileRows (the padded offsets), the list of experts hit, then
-// every entry's slot from a per-expert cursor. Slots within an expert's run are in no
+// The grouping is done by the route kernel's last CTA to finish (last_block.cuh: the CTAs count
+// themselves in on MoeGroupArgs::counter once their token's ids are written, so a step spends
+// no launch on it; a CTA has a thread per expert): per-expert counts (shared-memory integer
+// atomics), a block scan of the counts rounded up to kMoeTileRows (the padded offsets), the
+// list of experts hit, then every entry's slot from a per-expert cursor. Slots within an expert's run are in no
 // particular order on a GPU (the atomics decide); nothing downstream depends on it: a row's
 // GEMM result is its own, and combine gathers each token's entries in a fixed order.
 #pragma once
 
+#include <algorithm>
+
 #include "../moe_api.h"
 #include "bf16_vec.cuh"
 #include "block_scan.cuh"
+#include "last_block.cuh"
 #include "launch.h"
 #include "moe_topk.cuh"
 #include "reduce.cuh"
@@ -34,6 +39,11 @@ TD_GLOBAL void TD_LAUNCH_BOUNDS(kMoeRouteThreads) moe_router_logits_kernel(MoeRo
   if (e >= a.num_experts) return;  // a whole warp; the kernel has no barrier
   const int h = a.hidden, nt = td::imin(kMoeLogitTokens, a.num_tokens - t0);
   const td::bf16_bits* w = a.router + static_cast<int64_t>(e) * h;
+  // The router's rows do not depend on the kernel before (a programmatic dependent launch may
+  // start while it runs): to L2 first, then wait for the normed rows it writes.
+  for (int i = static_cast<int>(lane) * 64; i < h; i += 32 * 64) td::prefetch_l2(w + i);
+  td::grid_dependency_wait();
+  td::grid_dependents_launch();
   float acc[kMoeLogitTokens];
   for (int j = 0; j < kMoeLogitTokens; ++j) acc[j] = 0.0f;
   for (int i = static_cast<int>(lane) * 8; i < h; i += 256) {
@@ -52,20 +62,69 @@ TD_GLOBAL void TD_LAUNCH_BOUNDS(kMoeRouteThreads) moe_router_logits_kernel(MoeRo
   }
 }
 
+/**
+ * The grouping of a step's entries (MoeGroupArgs) by one CTA with a thread per expert at least
+ * (blockDim >= num_experts). counts: kMoeMaxExperts ints of shared memory, scratch 32. The ids
+ * may have been written by other CTAs of this launch: they are read past L1.
+ */
+TD_DEVICE void moe_group_block(const MoeGroupArgs& a, int* counts, int* scratch) {
+  const int tid = static_cast<int>(threadIdx.x), E = a.num_experts, n = a.num_entries;
+  for (int e = tid; e < E; e += static_cast<int>(blockDim.x)) counts[e] = 0;
+  td::sync_threads();
+  for (int i = tid; i < n; i += static_cast<int>(blockDim.x)) td::atomic_add(&counts[load_volatile(a.ids + i)], 1);
+  td::sync_threads();
+  const int c = tid < E ? counts[tid] : 0;
+  const int padded = (c + kMoeTileRows - 1) / kMoeTileRows * kMoeTileRows;
+  int total = 0, hit_total = 0;
+  const int offset = block_exclusive_scan(padded, scratch, total);
+  const int hit_offset = block_exclusive_scan(c > 0 ? 1 : 0, scratch, hit_total);
+  if (tid < E) {
+    a.counts[tid] = c;
+    a.padded_offsets[tid] = offset;
+    if (c > 0) a.active[1 + hit_offset] = tid;
+  }
+  if (tid == 0) {
+    a.padded_offsets[E] = total;
+    a.active[0] = hit_total;
+    if (a.hits_out != nullptr) *a.hits_out = hit_total;
+  }
+  if (a.mma_rows > 0) {  // the 64/128-row GEMM's tiles: ceil(count / rows) per expert, in expert order
+    int tiles_total = 0;
+    const int tile_offset = block_exclusive_scan((c + a.mma_rows - 1) / a.mma_rows, scratch, tiles_total);
+    if (tid < E) a.mma_tile_offsets[tid] = tile_offset;
+    if (tid == 0) a.mma_tile_offsets[E] = tiles_total;
+  }
+  td::sync_threads();  // every thread has read counts[]: reuse it as the fill cursor
+  if (tid < E) counts[tid] = offset;
+  for (int p = tid; p < total; p += static_cast<int>(blockDim.x)) a.sorted[p] = -1;
+  td::sync_threads();
+  for (int i = tid; i < n; i += static_cast<int>(blockDim.x)) {
+    const int p = td::atomic_add(&counts[load_volatile(a.ids + i)], 1);
+    a.sorted[p] = i;
+    a.position[i] = p;
+  }
+}
+
 // kLogitsReady: the logits are in a.logits already (moe_router_logits_kernel); else this CTA
 // computes its token's own from the staged xn row.
+// Then the last CTA to finish groups the step's entries (moe_group_block).
 template <bool kLogitsReady>
-TD_GLOBAL void TD_LAUNCH_BOUNDS(kMoeRouteThreads) moe_route_kernel(MoeRouteArgs a) {
+TD_GLOBAL void TD_LAUNCH_BOUNDS(kMoeMaxExperts) moe_route_kernel(MoeRouteArgs a, MoeGroupArgs g) {
   TD_DYNAMIC_SHARED(td::bf16_bits, xs);  // [hidden]
   TD_SHARED(float, probs, kMoeMaxExperts);
   TD_SHARED(TopkItem, items, kMoeMaxExperts);
   TD_SHARED(float, scratch, 32);
   TD_SHARED(ArgMax, best_scratch, 32);
   TD_SHARED(ArgMax, picked, kMaxMoeTopKPlus1);
+  TD_SHARED(int, counts, kMoeMaxExperts);
+  TD_SHARED(int, iscratch, 32);
+  TD_SHARED(int, flag, 1);
   const int t = static_cast<int>(blockIdx.x), tid = static_cast<int>(threadIdx.x);
   const int warp = tid / 32, warps = static_cast<int>(blockDim.x / 32);
   const unsigned lane = td::lane_id();
   const int h = a.hidden, E = a.num_experts, k = a.top_k;
+  td::grid_dependency_wait();  // before reading the logits or xn
+  td::grid_dependents_launch();
   const td::bf16_bits* x = a.xn + static_cast<int64_t>(t) * h;
   if constexpr (kLogitsReady) {
     for (int e = tid; e < E; e += static_cast<int>(blockDim.x)) probs[e] = a.logits[static_cast<int64_t>(t) * E + e];
@@ -127,62 +186,23 @@ TD_GLOBAL void TD_LAUNCH_BOUNDS(kMoeRouteThreads) moe_route_kernel(MoeRouteArgs 
       a.weights[static_cast<int64_t>(t) * k + r] = a.renormalize ? picked[r].value / total : picked[r].value;
     }
   }
+  if (last_block_arrive(g.counter, a.num_tokens, flag)) moe_group_block(g, counts, iscratch);
 }
 
-inline constexpr unsigned kMoeGroupThreads = kMoeMaxExperts;
-
-TD_GLOBAL void TD_LAUNCH_BOUNDS(kMoeGroupThreads) moe_group_kernel(MoeGroupArgs a) {
-  TD_SHARED(int, counts, kMoeMaxExperts);
-  TD_SHARED(int, scratch, 32);
-  const int tid = static_cast<int>(threadIdx.x), E = a.num_experts, n = a.num_entries;
-  counts[tid] = 0;
-  td::sync_threads();
-  for (int i = tid; i < n; i += static_cast<int>(blockDim.x)) td::atomic_add(&counts[a.ids[i]], 1);
-  td::sync_threads();
-  const int c = tid < E ? counts[tid] : 0;
-  const int padded = (c + kMoeTileRows - 1) / kMoeTileRows * kMoeTileRows;
-  int total = 0, hit_total = 0;
-  const int offset = block_exclusive_scan(padded, scratch, total);
-  const int hit_offset = block_exclusive_scan(c > 0 ? 1 : 0, scratch, hit_total);
-  if (tid < E) {
-    a.counts[tid] = c;
-    a.padded_offsets[tid] = offset;
-    if (c > 0) a.active[1 + hit_offset] = tid;
-  }
-  if (tid == 0) {
-    a.padded_offsets[E] = total;
-    a.active[0] = hit_total;
-    if (a.hits_out != nullptr) *a.hits_out = hit_total;
-  }
-  if (a.mma_rows > 0) {  // the tensor-core GEMM's tiles: ceil(count / rows) per expert, in expert order
-    int tiles_total = 0;
-    const int tile_offset = block_exclusive_scan((c + a.mma_rows - 1) / a.mma_rows, scratch, tiles_total);
-    if (tid < E) a.mma_tile_offsets[tid] = tile_offset;
-    if (tid == 0) a.mma_tile_offsets[E] = tiles_total;
-  }
-  td::sync_threads();  // every thread has read counts[]: reuse it as the fill cursor
-  if (tid < E) counts[tid] = offset;
-  for (int p = tid; p < total; p += static_cast<int>(blockDim.x)) a.sorted[p] = -1;
-  td::sync_threads();
-  for (int i = tid; i < n; i += static_cast<int>(blockDim.x)) {
-    const int p = td::atomic_add(&counts[a.ids[i]], 1);
-    a.sorted[p] = i;
-    a.position[i] = p;
-  }
+/** Threads of a route CTA: kMoeRouteThreads, or one per expert past that (its last CTA groups). */
+inline unsigned moe_route_threads(int num_experts) {
+  return std::max(kMoeRouteThreads, static_cast<unsigned>(td::ceil_div(num_experts, 32)) * 32);
 }
 
-inline void launch_moe_route(const MoeRouteArgs& a, void* stream) {
+inline void launch_moe_route(const MoeRouteArgs& a, const MoeGroupArgs& g, void* stream, bool overlap) {
+  const unsigned threads = moe_route_threads(a.num_experts), tokens = static_cast<unsigned>(a.num_tokens);
   if (a.num_tokens <= kMoeSplitRouterTokens) {
     const td::Grid grid{td::ceil_div(a.num_experts, kMoeRouteThreads / 32), td::ceil_div(a.num_tokens, kMoeLogitTokens), 1};
-    td::launch(moe_router_logits_kernel, grid, kMoeRouteThreads, 0, stream, a);
-    td::launch(moe_route_kernel<true>, {static_cast<unsigned>(a.num_tokens)}, kMoeRouteThreads, 0, stream, a);
+    td::launch_dependent(overlap, moe_router_logits_kernel, grid, kMoeRouteThreads, 0, stream, a);
+    td::launch_dependent(overlap, moe_route_kernel<true>, {tokens}, threads, 0, stream, a, g);
   } else {
-    td::launch(moe_route_kernel<false>, {static_cast<unsigned>(a.num_tokens)}, kMoeRouteThreads, static_cast<size_t>(a.hidden) * 2, stream, a);
+    td::launch_dependent(overlap, moe_route_kernel<false>, {tokens}, threads, static_cast<size_t>(a.hidden) * 2, stream, a, g);
   }
-}
-
-inline void launch_moe_group(const MoeGroupArgs& a, void* stream) {
-  td::launch(moe_group_kernel, {1}, kMoeGroupThreads, 0, stream, a);
 }
 
 }  // namespace tandem::gpu::TD_NS

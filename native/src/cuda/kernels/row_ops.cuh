@@ -11,6 +11,9 @@
 
 namespace tandem::gpu::TD_NS {
 
+/** The block size of rmsnorm_kernel, and of every kernel whose rmsnorm_row must give its bits. */
+inline constexpr unsigned kRmsNormThreads = 256;
+
 /** Max head_dim / 2 / 32: pairs one lane holds in qkv_rope_head (head_dim <= 256). */
 inline constexpr int kRopePairsPerLane = 4;
 
