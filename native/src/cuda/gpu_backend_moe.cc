@@ -1,7 +1,8 @@
 // GpuBackend's mixture-of-experts layers (moe_api.h): the experts' weights on the device, the
 // MoE scratch, and one sparse MLP of a step:
-//   route and group (fused router; its last CTA groups) -> gate/up grouped GEMM (SiLU x up) -> down grouped GEMM
-//   (x routing weight) -> [Qwen2-MoE: shared expert through the dense GEMMs] -> combine into x.
+//   [Qwen2-MoE: shared expert through the dense GEMMs] -> route and group (fused router; its
+//   last CTA groups) -> gate/up grouped GEMM (SiLU x up) -> down grouped GEMM
+//   (x routing weight) -> combine into x (over 8-row tiles, in the down launch).
 // The grouped GEMMs run over 8-row tiles while a step's experts average few rows (decode: each
 // expert's weights streamed once, by the few-rows GEMM's tensor-core loop), over 64- or 128-row
 // tiles of the dense GEMM's main loop past that (prefill); the choice and its tiles are made
@@ -185,6 +186,8 @@ void GpuBackend::alloc_moe_activations(int64_t tokens) {
   a.mma_tile_offsets = i32(m.num_experts + 1);
   a.group_counter = i32(1);
   device_->fill(a.group_counter, 0, 4);
+  a.token_counters = i32(t);
+  device_->fill(a.token_counters, 0, static_cast<size_t>(t) * 4);
   a.act = bf16(slots * m.expert_intermediate);
   a.y = f32(slots * c.hidden_size);
   if (m.shared_intermediate > 0) {
@@ -196,7 +199,7 @@ void GpuBackend::alloc_moe_activations(int64_t tokens) {
 
 void GpuBackend::free_moe_activations() {
   MoeActivations& a = moe_act_;
-  void* bufs[] = {a.ids, a.weights, a.logits, a.counts, a.padded_offsets, a.sorted, a.position, a.active, a.mma_tile_offsets, a.group_counter, a.act, a.y,
+  void* bufs[] = {a.ids, a.weights, a.logits, a.counts, a.padded_offsets, a.sorted, a.position, a.active, a.mma_tile_offsets, a.group_counter, a.token_counters, a.act, a.y,
                   a.shared_gate_up, a.shared_act, a.shared_out};
   for (void* p : bufs) device_->free(p);
   a = MoeActivations{};
@@ -269,6 +272,38 @@ void GpuBackend::run_moe(const Layer& W, int64_t t, void* stream, const float* n
     const gpu::bf16_bits* xn = act_.xn + t0 * h;
     float* x = act_.x + t0 * h;
 
+    if (W.shared_gate != nullptr) {  // the shared expert: a dense SwiGLU MLP over every token (first: the combine may run in the down launch)
+      const int64_t s = m.shared_intermediate;
+      gpu::GemmArgs d;
+      d.m = static_cast<int>(cnt);
+      d.n = static_cast<int>(2 * s);
+      d.k = static_cast<int>(h);
+      d.a = xn;
+      d.lda = h;
+      d.w = W.shared_gate_up;
+      d.ldw = h;
+      d.c = a.shared_gate_up;
+      d.ldc = 2 * s;
+      d.out = gpu::GemmOut::kBf16;
+      gemm(d, &W.fshared_gate_up);
+      gpu::SiluMulArgs sm;
+      sm.gate_up = a.shared_gate_up;
+      sm.num_tokens = static_cast<int>(cnt);
+      sm.inter = static_cast<int>(s);
+      sm.out = a.shared_act;
+      kernels_->silu_mul(sm, stream);
+      d.n = static_cast<int>(h);
+      d.k = static_cast<int>(s);
+      d.a = a.shared_act;
+      d.lda = s;
+      d.w = W.shared_down;
+      d.ldw = s;
+      d.c = a.shared_out;
+      d.ldc = h;
+      d.out = gpu::GemmOut::kF32;
+      gemm(d, &W.fshared_down);
+    }
+
     gpu::MoeRouteArgs r;
     r.xn = xn;
     r.router = W.moe_router;
@@ -313,45 +348,6 @@ void GpuBackend::run_moe(const Layer& W, int64_t t, void* stream, const float* n
     g.cols_per_cta = plan.gate_up_cols;
     set_moe_weights(g, W.moe_gate_up, W.moe_gate_up8);
     moe_kernels_->gate_up(g, stream);
-    g.a = a.act;
-    set_moe_weights(g, W.moe_down, W.moe_down8);
-    g.weights = a.weights;
-    g.y = a.y;
-    g.cols_per_cta = plan.down_cols;
-    moe_kernels_->down(g, stream);
-
-    if (W.shared_gate != nullptr) {  // the shared expert: a dense SwiGLU MLP over every token
-      const int64_t s = m.shared_intermediate;
-      gpu::GemmArgs d;
-      d.m = static_cast<int>(cnt);
-      d.n = static_cast<int>(2 * s);
-      d.k = static_cast<int>(h);
-      d.a = xn;
-      d.lda = h;
-      d.w = W.shared_gate_up;
-      d.ldw = h;
-      d.c = a.shared_gate_up;
-      d.ldc = 2 * s;
-      d.out = gpu::GemmOut::kBf16;
-      gemm(d, &W.fshared_gate_up);
-      gpu::SiluMulArgs sm;
-      sm.gate_up = a.shared_gate_up;
-      sm.num_tokens = static_cast<int>(cnt);
-      sm.inter = static_cast<int>(s);
-      sm.out = a.shared_act;
-      kernels_->silu_mul(sm, stream);
-      d.n = static_cast<int>(h);
-      d.k = static_cast<int>(s);
-      d.a = a.shared_act;
-      d.lda = s;
-      d.w = W.shared_down;
-      d.ldw = s;
-      d.c = a.shared_out;
-      d.ldc = h;
-      d.out = gpu::GemmOut::kF32;
-      gemm(d, &W.fshared_down);
-    }
-
     gpu::MoeCombineArgs cb;
     cb.ids = a.ids;
     cb.position = a.position;
@@ -368,7 +364,19 @@ void GpuBackend::run_moe(const Layer& W, int64_t t, void* stream, const float* n
       cb.norm_eps = static_cast<float>(c.rms_norm_eps);
       cb.norm_out = norm_out + t0 * h;
     }
-    moe_kernels_->combine(cb, stream);
+    g.a = a.act;
+    set_moe_weights(g, W.moe_down, W.moe_down8);
+    g.weights = a.weights;
+    g.y = a.y;
+    g.cols_per_cta = plan.down_cols;
+    if (plan.mma_rows == 0) {  // 8-row tiles: the combine runs in the down launch
+      g.token_counters = a.token_counters;
+      g.combine = cb;
+      moe_kernels_->down(g, stream);
+    } else {
+      moe_kernels_->down(g, stream);
+      moe_kernels_->combine(cb, stream);
+    }
   }
 }
 

@@ -15,9 +15,10 @@
 //            loop, kernels/moe_gemm.cuh), or, when a step's experts average many rows (prefill),
 //            over 64- or 128-row tiles placed by the grouping's prefix sum of tiles per expert
 //            (the dense GEMM's main loop, kernels/moe_gemm_mma.cuh)
-//   combine  one CTA per token: x[t] += sum over its experts in ascending id of y, plus
+//   combine  per token: x[t] += sum over its experts in ascending id of y, plus
 //            sigmoid(xn . w_shared_gate) x shared[t] (Qwen2-MoE); then, when asked (decode),
-//            the next RMSNorm of x[t]
+//            the next RMSNorm of x[t]. Its own launch (a CTA per token), or, over 8-row tiles,
+//            inside the down GEMM's: the CTA that finishes a token's rows combines it
 //
 // Only the tiles of experts that received rows exist, so a decode step reads only the chosen
 // experts' weights. Every array is sized for the step's (padded) token count at capture, and
@@ -92,6 +93,23 @@ struct MoeGroupArgs {
   int32_t* counter = nullptr;
 };
 
+struct MoeCombineArgs {
+  const int32_t* ids = nullptr;       // [num_tokens][top_k]
+  const int32_t* position = nullptr;  // [num_tokens * top_k]
+  const float* y = nullptr;           // [slots][hidden]
+  int num_tokens = 0, top_k = 0, hidden = 0;
+  const bf16_bits* xn = nullptr;            // shared expert gate input
+  const bf16_bits* shared_gate = nullptr;   // [hidden] or null (no shared expert)
+  const float* shared = nullptr;            // [num_tokens][hidden] shared expert output
+  float* x = nullptr;                       // [num_tokens][hidden] residual, accumulated
+  // Optional (a decode step): then norm_out[t] = bf16(rmsnorm(x[t]) x norm_weight), the next
+  // layer's input norm (or the final one) in the same launch, the bits rmsnorm_kernel gives.
+  // norm_out may be xn itself: a token's CTA reads its xn row before it writes the row.
+  const float* norm_weight = nullptr;
+  float norm_eps = 0.0f;
+  bf16_bits* norm_out = nullptr;  // [num_tokens][hidden]
+};
+
 /** One grouped GEMM over the tiles of a grouping (padded_offsets / sorted from MoeGroupArgs). */
 struct MoeGemmArgs {
   const int32_t* padded_offsets = nullptr;
@@ -121,24 +139,13 @@ struct MoeGemmArgs {
   const fp8_bits* w8 = nullptr;
   const float* w8_scales = nullptr;
   int w8_groups = 1, w8_group_k = 0;
+  // down over 8-row tiles (mma_rows 0): with token_counters set, the combine (`combine`'s
+  // arguments) runs in this launch, each token by the CTA that stores its last y columns
+  // (kernels/moe_combine.cuh): a decode step spends no launch on it.
+  int32_t* token_counters = nullptr;  // [num_tokens], zero; left zero
+  MoeCombineArgs combine;
 };
 
-struct MoeCombineArgs {
-  const int32_t* ids = nullptr;       // [num_tokens][top_k]
-  const int32_t* position = nullptr;  // [num_tokens * top_k]
-  const float* y = nullptr;           // [slots][hidden]
-  int num_tokens = 0, top_k = 0, hidden = 0;
-  const bf16_bits* xn = nullptr;            // shared expert gate input
-  const bf16_bits* shared_gate = nullptr;   // [hidden] or null (no shared expert)
-  const float* shared = nullptr;            // [num_tokens][hidden] shared expert output
-  float* x = nullptr;                       // [num_tokens][hidden] residual, accumulated
-  // Optional (a decode step): then norm_out[t] = bf16(rmsnorm(x[t]) x norm_weight), the next
-  // layer's input norm (or the final one) in the same launch, the bits rmsnorm_kernel gives.
-  // norm_out may be xn itself: a token's CTA reads its xn row before it writes the row.
-  const float* norm_weight = nullptr;
-  float norm_eps = 0.0f;
-  bf16_bits* norm_out = nullptr;  // [num_tokens][hidden]
-};
 
 class MoeKernelApi {
  public:

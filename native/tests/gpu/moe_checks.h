@@ -8,6 +8,7 @@
 // 128-row tiles (the dense GEMM's main loop: runs that are not tile multiples, columns and k not multiples of the tile,
 // several k tiles around the cp.async ring, an expert with every token over several tiles).
 // FP8 experts on both paths: bit for bit against the bf16 kernels on the same (exact) values.
+// The combine inside the down launch (with the next RMSNorm): bit for bit against its own launch.
 #pragma once
 
 #include <algorithm>
@@ -195,6 +196,38 @@ inline void check_moe_layer(Gpu& g, const MoeCase& c, tandem::gpu::MoeKernelApi&
   ca.shared = d_shared.get();
   ca.x = x.get();
   moe.combine(ca, g.stream());
+
+  // The combine inside the down launch (8-row tiles: a decode step's), with the next RMSNorm:
+  // the bits of the down launch then the combine kernel, from the same residual, and the token
+  // counters left at zero (several column blocks a tile: a token is done after k x blocks).
+  if (c.mma_rows == 0) {
+    std::vector<float> nw = random_bf16_floats(rng, static_cast<size_t>(H), 0.5f);
+    for (float& v : nw) v += 1.0f;
+    DeviceArray<float> d_nw(*g.device, nw), x_sep(*g.device, residual), x_fused(*g.device, residual),
+        y_fused(*g.device, static_cast<size_t>(slots) * H);
+    DeviceArray<bf16_bits> n_sep(*g.device, static_cast<size_t>(t) * H), n_fused(*g.device, static_cast<size_t>(t) * H);
+    DeviceArray<int32_t> token_counters(*g.device, std::vector<int32_t>(static_cast<size_t>(t), 0));
+    tandem::gpu::MoeCombineArgs cs = ca;
+    cs.x = x_sep.get();
+    cs.norm_weight = d_nw.get();
+    cs.norm_eps = 1e-5f;
+    cs.norm_out = n_sep.get();
+    moe.combine(cs, g.stream());  // over the y of the down launch above
+    tandem::gpu::MoeGemmArgs fd = ma;
+    fd.y = y_fused.get();
+    fd.token_counters = token_counters.get();
+    fd.combine = cs;
+    fd.combine.y = y_fused.get();
+    fd.combine.x = x_fused.get();
+    fd.combine.norm_out = n_fused.get();
+    moe.down(fd, g.stream());
+    const size_t x_diff = count_bit_diffs(x_sep.download(), x_fused.download()), n_diff = count_bit_diffs(n_sep.download(), n_fused.download());
+    int left = 0;
+    for (int32_t v : token_counters.download()) left += v != 0;
+    CHECK(x_diff == 0 && n_diff == 0 && left == 0,
+          "moe %s: combine in the down launch differs from the combine kernel (%zu residual, %zu normed values; %d counters left)", c.label,
+          x_diff, n_diff, left);
+  }
 
   // Routing: the CPU block's ids and weights.
   const auto got_ids = ids.download();
@@ -424,7 +457,7 @@ inline void test_moe(Gpu& g) {
       {"tensor cores 64-row tiles, random", 96, 4, 2, 128, 72, 0, true, 0, 64},
   };
   for (const MoeCase& c : cases) check_moe_layer(g, c, *moe);
-  std::printf("gpu moe: topk tie emulation vs libstdc++, %zu layers (routing, grouping, grouped GEMMs over 8-row and 64/128-row tiles, FP8 experts on both, combine) checked on %s\n",
+  std::printf("gpu moe: topk tie emulation vs libstdc++, %zu layers (routing, grouping, grouped GEMMs over 8-row and 64/128-row tiles, FP8 experts on both, combine on its own and in the down launch) checked on %s\n",
               sizeof(cases) / sizeof(cases[0]), g.name.c_str());
 }
 

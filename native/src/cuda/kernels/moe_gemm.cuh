@@ -1,4 +1,4 @@
-// MoE grouped GEMMs over 8-row tiles, and the weighted combine (moe_api.h). A CTA owns one
+// MoE grouped GEMMs over 8-row tiles (moe_api.h). A CTA owns one
 // tile: kMoeTileRows consecutive slots of one expert's run (the grouping padded every run
 // to a multiple of it, so a tile never spans two experts; padding slots hold entry -1 and are
 // zero rows, never stored) and cols_per_cta output columns. The tile's A rows are staged whole
@@ -13,7 +13,8 @@
 //            bf16(SiLU(gate) x up) from the two f32 sums (the CPU's silu_mul order).
 //   down:    A rows are act[slot]; a pass is 32 output columns; the epilogue multiplies by the
 //            entry's routing weight and stores f32 y[slot] (the weighted un-permute happens in
-//            combine, a gather).
+//            combine, a gather: with MoeGemmArgs::token_counters, in this launch, by the CTA
+//            that finishes a token's last row, moe_combine.cuh).
 // FP8 experts (MoeGemmArgs::w8): each lane's 8-byte load of 8 e4m3 weights becomes bf16(e4m3 x
 // scale), the scale its row's for that k group (group widths are multiples of 8), before the
 // mma: the tile the tensor-core prefill path builds (gemm_mma.cuh, GemmMmaFp8Rows), so both
@@ -27,8 +28,8 @@
 #include "fp8_vec.cuh"
 #include "gemm_rows.cuh"
 #include "launch.h"
+#include "moe_combine.cuh"
 #include "reduce.cuh"
-#include "row_ops.cuh"
 
 namespace tandem::gpu::TD_NS {
 
@@ -90,6 +91,7 @@ template <bool kDown, bool kFp8>
 TD_GLOBAL void TD_LAUNCH_BOUNDS(kRowsThreads) moe_gemm_kernel(MoeGemmArgs a) {
   constexpr int R = kMoeTileRows;
   static_assert(R == 8, "a tile is one n8 tile of mma's B operand");
+  static_assert(kRowsThreads == kMoeCombineThreads, "the combine in the down launch takes the combine kernel's block");
   constexpr int kPassCols = kDown ? kRowsBlockCols : kRowsBlockCols / 2;  // output columns of one pass
   TD_DYNAMIC_SHARED(td::bf16_bits, xs);  // [R][kpad]
   TD_SHARED(float, red, kRowsKGroups * R * kRowsBlockCols);
@@ -181,49 +183,9 @@ TD_GLOBAL void TD_LAUNCH_BOUNDS(kRowsThreads) moe_gemm_kernel(MoeGemmArgs a) {
       }
     }
   }
-}
-
-inline constexpr unsigned kMoeCombineThreads = kRmsNormThreads;  // its fused RMSNorm gives rmsnorm_kernel's bits
-
-// One CTA per token: its entries' weighted outputs in ascending expert id (transformers'
-// index_add_ order), then the gated shared expert, added into the residual; then, when asked,
-// the row's RMSNorm (rmsnorm_row: the block size and order of rmsnorm_kernel, so the same bits).
-TD_GLOBAL void TD_LAUNCH_BOUNDS(kMoeCombineThreads) moe_combine_kernel(MoeCombineArgs a) {
-  TD_SHARED(int32_t, order, kMaxMoeTopKPlus1);
-  TD_SHARED(float, scratch, 32);
-  const int t = static_cast<int>(blockIdx.x), tid = static_cast<int>(threadIdx.x), k = a.top_k, h = a.hidden;
-  td::grid_dependency_wait();
-  td::grid_dependents_launch();
-  const int32_t* ids = a.ids + static_cast<int64_t>(t) * k;
-  if (tid == 0) {  // insertion sort of the token's k slots by expert id
-    for (int j = 0; j < k; ++j) {
-      int p = j;
-      while (p > 0 && ids[order[p - 1]] > ids[j]) {
-        order[p] = order[p - 1];
-        --p;
-      }
-      order[p] = j;
-    }
+  if constexpr (kDown) {
+    if (a.token_counters != nullptr) moe_combine_arrive(a.combine, a.token_counters, entry, R, static_cast<int>(gridDim.y));
   }
-  float gate = 0.0f;
-  if (a.shared_gate != nullptr) {
-    const td::bf16_bits* x = a.xn + static_cast<int64_t>(t) * h;
-    float dot = 0.0f;
-    for (int i = tid; i < h; i += static_cast<int>(blockDim.x)) dot += td::bf16_to_float(x[i]) * td::bf16_to_float(a.shared_gate[i]);
-    dot = block_sum(dot, scratch);  // its barriers also publish order[]
-    gate = 1.0f / (1.0f + expf(-dot));
-  } else {
-    td::sync_threads();
-  }
-  float* xr = a.x + static_cast<int64_t>(t) * h;
-  for (int i = tid; i < h; i += static_cast<int>(blockDim.x)) {
-    float o = 0.0f;
-    for (int j = 0; j < k; ++j) o += a.y[static_cast<int64_t>(a.position[static_cast<int64_t>(t) * k + order[j]]) * h + i];
-    if (a.shared_gate != nullptr) o += gate * a.shared[static_cast<int64_t>(t) * h + i];
-    xr[i] += o;
-  }
-  // Each thread reads back the elements it wrote (the same thread-stride order).
-  if (a.norm_out != nullptr) rmsnorm_row(xr, a.norm_weight, h, a.norm_eps, a.norm_out + static_cast<int64_t>(t) * h, scratch, PlainLoad{});
 }
 
 inline void launch_moe_gemm(const MoeGemmArgs& a, bool down, void* stream, bool overlap) {
@@ -236,10 +198,6 @@ inline void launch_moe_gemm(const MoeGemmArgs& a, bool down, void* stream, bool 
   } else {
     td::launch_dependent(overlap, fp8 ? moe_gemm_kernel<false, true> : moe_gemm_kernel<false, false>, grid, kRowsThreads, shared, stream, a);
   }
-}
-
-inline void launch_moe_combine(const MoeCombineArgs& a, void* stream, bool overlap) {
-  td::launch_dependent(overlap, moe_combine_kernel, {static_cast<unsigned>(a.num_tokens)}, kMoeCombineThreads, 0, stream, a);
 }
 
 }  // namespace tandem::gpu::TD_NS
