@@ -107,7 +107,7 @@ it('every GPU kernel agrees with the CPU backend on the SIMT harness', async () 
   expect(stdout).toMatch(/gpu sampling: \d+ rows .* checked against the CPU sampler on simt/);
   expect(stdout).toMatch(/gpu sampling fast path: \d+ rows checked against the CPU sampler on simt/);
   expect(stdout).toMatch(/gpu kv copy: 432 cases .*f32\/bf16\/fp8.* checked on simt/);
-  expect(stdout).toMatch(/gpu moe: topk tie emulation vs libstdc\+\+, 10 layers .*FP8 experts.* checked on simt/);
+  expect(stdout).toMatch(/gpu moe: topk tie emulation vs libstdc\+\+, 12 layers .*FP8 experts.*combine on its own and in the down launch.* checked on simt/);
   expect(stdout).toMatch(/gpu fp8: \d+ cases .* checked on simt/);
   expect(stdout).toMatch(/\d+ checks, 0 failures/);
 }, 240_000);

@@ -132,6 +132,7 @@ class GpuBackend final : public Backend {
     int32_t* active = nullptr;
     int32_t* mma_tile_offsets = nullptr;  // [experts + 1]: the tensor-core grouped GEMM's tiles
     int32_t* group_counter = nullptr;     // the route kernel's CTAs count in on it (zero between launches)
+    int32_t* tile_counters = nullptr;     // the few-tokens router's CTAs count in per token tile (zero between launches)
     int32_t* token_counters = nullptr;    // [tokens]: the down launch's CTAs count in on their rows' tokens (zero between launches)
     gpu::bf16_bits* act = nullptr;
     float* y = nullptr;

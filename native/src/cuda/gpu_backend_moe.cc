@@ -186,6 +186,9 @@ void GpuBackend::alloc_moe_activations(int64_t tokens) {
   a.mma_tile_offsets = i32(m.num_experts + 1);
   a.group_counter = i32(1);
   device_->fill(a.group_counter, 0, 4);
+  const int64_t tiles = (gpu::kMoeSplitRouterTokens + 7) / 8;
+  a.tile_counters = i32(tiles);
+  device_->fill(a.tile_counters, 0, static_cast<size_t>(tiles) * 4);
   a.token_counters = i32(t);
   device_->fill(a.token_counters, 0, static_cast<size_t>(t) * 4);
   a.act = bf16(slots * m.expert_intermediate);
@@ -199,7 +202,7 @@ void GpuBackend::alloc_moe_activations(int64_t tokens) {
 
 void GpuBackend::free_moe_activations() {
   MoeActivations& a = moe_act_;
-  void* bufs[] = {a.ids, a.weights, a.logits, a.counts, a.padded_offsets, a.sorted, a.position, a.active, a.mma_tile_offsets, a.group_counter, a.token_counters, a.act, a.y,
+  void* bufs[] = {a.ids, a.weights, a.logits, a.counts, a.padded_offsets, a.sorted, a.position, a.active, a.mma_tile_offsets, a.group_counter, a.tile_counters, a.token_counters, a.act, a.y,
                   a.shared_gate_up, a.shared_act, a.shared_out};
   for (void* p : bufs) device_->free(p);
   a = MoeActivations{};
@@ -209,9 +212,9 @@ void GpuBackend::free_moe_activations() {
 // per expert (an upper bound on how full the tiles are: routing decides, the host never sees
 // it), else 8-row tiles. Those get enough CTAs to cover the GPU about four times over: the
 // tiles of a step (an upper bound: every entry plus a partial tile per expert hit) times the
-// column blocks. Columns come in multiples of 32 (a pass of the CTA's loop: 32 weight rows). A
-// decode step of few tokens gets narrow column blocks (many CTAs per expert's weights), a
-// larger one wide ones.
+// column blocks. Columns come in multiples of a pass of the CTA's loop (32 weight rows: 16
+// gate/up output columns, 32 down ones). A decode step of few tokens gets narrow column blocks
+// (many CTAs per expert's weights), a larger one wide ones.
 const GpuBackend::MoeGemmPlan& GpuBackend::moe_gemm_plan(int64_t tokens) {
   if (auto it = moe_tiles_.find(tokens); it != moe_tiles_.end()) return it->second;
   const MoeConfig& m = config_.moe;
@@ -224,13 +227,13 @@ const GpuBackend::MoeGemmPlan& GpuBackend::moe_gemm_plan(int64_t tokens) {
   }
   const int64_t tiles = gpu::moe_max_slots(entries, m.num_experts) / gpu::kMoeTileRows;
   const int64_t want_ctas = 4 * std::max<int64_t>(1, device_->info().sm_count);
-  auto cols_for = [&](int64_t n_out) {
+  auto cols_for = [&](int64_t n_out, int64_t pass) {
     const int64_t cols = (tiles * n_out + want_ctas - 1) / want_ctas;
-    return static_cast<int>(std::min<int64_t>(std::max<int64_t>((cols + 31) / 32 * 32, 32), 512));
+    return static_cast<int>(std::min<int64_t>(std::max<int64_t>((cols + pass - 1) / pass * pass, pass), 512));
   };
-  if (p.mma_rows == 0) {
-    p.gate_up_cols = cols_for(m.expert_intermediate);
-    p.down_cols = cols_for(config_.hidden_size);
+  if (p.mma_rows == 0) {  // a pass of the CTA's loop is 32 weight rows: 16 gate/up output columns, 32 down ones
+    p.gate_up_cols = cols_for(m.expert_intermediate, 16);
+    p.down_cols = cols_for(config_.hidden_size, 32);
   }
   return moe_tiles_.emplace(tokens, p).first->second;
 }
@@ -315,6 +318,7 @@ void GpuBackend::run_moe(const Layer& W, int64_t t, void* stream, const float* n
     r.ids = a.ids;
     r.weights = a.weights;
     r.logits = a.logits;
+    r.tile_counters = a.tile_counters;
     gpu::MoeGroupArgs gr;
     gr.ids = a.ids;
     gr.num_entries = static_cast<int>(n);

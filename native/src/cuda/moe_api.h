@@ -2,7 +2,7 @@
 // both targets in their own units (moe_cuda.cu, moe_simt.cc) so that changing them does not
 // recompile the forward's kernels. One sparse layer on the device:
 //
-//   route    one CTA per token: router logits (xn . Wr, f32 accumulate), softmax, top-k
+//   route    router logits (xn . Wr, f32 accumulate), then a warp per token: softmax, top-k
 //            (torch.topk's order; ties go through the same algorithm the CPU backend calls),
 //            renormalized when asked -> ids [t][k], weights [t][k]; then, in the same launch,
 //            the last CTA to finish groups the entries: counts per expert, padded offsets (each
@@ -65,10 +65,13 @@ struct MoeRouteArgs {
   bool renormalize = false;
   int32_t* ids = nullptr;   // [num_tokens][top_k]
   float* weights = nullptr;  // [num_tokens][top_k]
-  // [num_tokens][num_experts] scratch. Up to kMoeSplitRouterTokens tokens, the logits are
-  // computed by their own wide kernel (a CTA per 8 experts: the router's bytes read by many
-  // SMs at once, which one CTA per token could not); past it each token's CTA computes its own.
+  // [num_tokens][num_experts] scratch. Up to kMoeSplitRouterTokens tokens (and 256 experts),
+  // the logits are computed by CTAs of 8 experts x 8 tokens (the router's bytes read by many SMs
+  // at once, which one CTA per token could not), and the last CTA of each 8-token tile routes
+  // it; past it each token's CTA computes its own.
   float* logits = nullptr;
+  // kMoeSplitRouterTokens / 8 ints, zero, that those CTAs count in on per tile; left zero.
+  int32_t* tile_counters = nullptr;
 };
 
 /** Steps of at most this many tokens compute router logits in a separate, wide kernel. */

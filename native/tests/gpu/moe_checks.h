@@ -131,7 +131,8 @@ inline void check_moe_layer(Gpu& g, const MoeCase& c, tandem::gpu::MoeKernelApi&
   DeviceArray<int32_t> ids(*g.device, static_cast<size_t>(n)), counts(*g.device, static_cast<size_t>(E)),
       po(*g.device, static_cast<size_t>(E) + 1), sorted(*g.device, static_cast<size_t>(slots)), position(*g.device, static_cast<size_t>(n)),
       active(*g.device, static_cast<size_t>(E) + 1), tile_offsets(*g.device, static_cast<size_t>(E) + 1),
-      counter(*g.device, std::vector<int32_t>{0});
+      counter(*g.device, std::vector<int32_t>{0}),
+      tile_counters(*g.device, std::vector<int32_t>(static_cast<size_t>(tandem::gpu::kMoeSplitRouterTokens / 8), 0));
   DeviceArray<float> logits(*g.device, static_cast<size_t>(t) * E);
   DeviceArray<float> weights(*g.device, static_cast<size_t>(n)), y(*g.device, static_cast<size_t>(slots) * H),
       d_shared(*g.device, shared_out), x(*g.device, residual);
@@ -149,6 +150,7 @@ inline void check_moe_layer(Gpu& g, const MoeCase& c, tandem::gpu::MoeKernelApi&
   ra.ids = ids.get();
   ra.weights = weights.get();
   ra.logits = logits.get();
+  ra.tile_counters = tile_counters.get();
   tandem::gpu::MoeGroupArgs ga;
   ga.ids = ids.get();
   ga.num_entries = n;
@@ -283,7 +285,10 @@ inline void check_moe_layer(Gpu& g, const MoeCase& c, tandem::gpu::MoeKernelApi&
   for (int s : seen) bad += s != 1;
   CHECK(bad == 0, "moe %s: grouping has %d inconsistencies", c.label, bad);
   // The route CTAs' counter is zero again (a graph replays the launch with it ready).
-  CHECK(counter.download()[0] == 0, "moe %s: the route kernel left its counter at %d", c.label, counter.download()[0]);
+  int tiles_left = 0;
+  for (int32_t v : tile_counters.download()) tiles_left += v != 0;
+  CHECK(counter.download()[0] == 0 && tiles_left == 0, "moe %s: the route kernel left its counter at %d, %d tile counters set", c.label,
+        counter.download()[0], tiles_left);
 
   // 64/128-row tiles: the same grouping's GEMMs over 8-row tiles too, and every real slot's weighted
   // down output compared: the paths differ only in f32 summation order (and, through it, an
