@@ -116,16 +116,7 @@ int run_gemm(const std::string& device, bool quick, const std::string& json_path
     void* cbuf = dev->alloc(static_cast<size_t>(c.m) * c.n * 4);
     dev->synchronize();
 
-    gpu::GemmArgs g;
-    g.m = c.m;
-    g.n = c.n;
-    g.k = c.k;
-    g.a = a;
-    g.lda = c.k;
-    g.ldw = c.k;
-    g.c = cbuf;
-    g.ldc = c.n;
-    g.out = c.out;
+    gpu::GemmArgs g = gpu::packed_gemm(c.m, c.n, c.k, a, nullptr, cbuf, c.out);  // w: per rep
     g.workspace = gemm_ws;
     g.workspace_floats = gpu::kGemmWorkspaceFloats;
     const double flops = 2.0 * c.m * c.n * c.k;

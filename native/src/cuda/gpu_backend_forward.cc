@@ -74,19 +74,8 @@ gpu::AttentionArgs GpuBackend::attention_args(const gpu::StepPlan& plan) const {
 
 void GpuBackend::lm_head(int32_t rows) {
   const ModelConfig& c = config_;
-  gpu::GemmArgs g;
-  g.m = rows;
-  g.n = static_cast<int>(c.vocab_size);
-  g.k = static_cast<int>(c.hidden_size);
-  g.a = act_.rows_normed;
-  g.lda = c.hidden_size;
-  g.w = lm_head_;
-  g.ldw = c.hidden_size;
-  g.bias = nullptr;
-  g.c = act_.logits;
+  gpu::GemmArgs g = gpu::packed_gemm(rows, c.vocab_size, c.hidden_size, act_.rows_normed, lm_head_, act_.logits, gpu::GemmOut::kF32);
   g.ldc = logit_stride_;
-  g.out = gpu::GemmOut::kF32;
-  g.accumulate = false;
   gemm(g);
 }
 
@@ -115,9 +104,6 @@ void GpuBackend::run_forward(const gpu::StepPlan& plan) {
   norm.out = act_.xn;
   norm.out_stride = h;
 
-  gpu::GemmArgs g;
-  g.m = static_cast<int>(t);
-
   gpu::QkvRopeArgs rope = rope_args(plan);
 
   gpu::AttentionArgs attn = attention_args(plan);
@@ -132,18 +118,7 @@ void GpuBackend::run_forward(const gpu::StepPlan& plan) {
     const Layer& W = layers_[static_cast<size_t>(l)];
     norm.weight = W.input_norm;
     kernels_->rmsnorm(norm, stream);
-    g.n = static_cast<int>(qkv_width_);
-    g.k = static_cast<int>(h);
-    g.a = act_.xn;
-    g.lda = h;
-    g.w = W.wqkv;
-    g.ldw = h;
-    g.bias = nullptr;
-    g.c = act_.qkv;
-    g.ldc = qkv_width_;
-    g.out = gpu::GemmOut::kF32;
-    g.accumulate = false;
-    gemm(g, &W.fqkv);
+    gemm(gpu::packed_gemm(t, qkv_width_, h, act_.xn, W.wqkv, act_.qkv, gpu::GemmOut::kF32), &W.fqkv);
     rope.bias = W.bqkv;
     rope.q_norm = W.q_norm;
     rope.k_norm = W.k_norm;
@@ -152,47 +127,21 @@ void GpuBackend::run_forward(const gpu::StepPlan& plan) {
     kv_copy_->mark(&progress_[1], l + 1, stream);  // layer l's K/V is in the pool
     attn.layer = static_cast<int>(l);
     kernels_->attention(attn, stream);
-    g.n = static_cast<int>(h);
-    g.k = static_cast<int>(c.q_dim());
-    g.a = act_.attn;
-    g.lda = c.q_dim();
-    g.w = W.wo;
-    g.ldw = c.q_dim();
-    g.bias = W.bo;
-    g.c = act_.x;
-    g.ldc = h;
-    g.accumulate = true;
-    gemm(g, &W.fo);
+    gpu::GemmArgs o = gpu::packed_gemm(t, h, c.q_dim(), act_.attn, W.wo, act_.x, gpu::GemmOut::kF32);
+    o.bias = W.bo;
+    o.accumulate = true;  // into the residual
+    gemm(o, &W.fo);
     norm.weight = W.post_norm;
     kernels_->rmsnorm(norm, stream);
     if (W.moe_router != nullptr) {
       run_moe(W, t, stream);
       continue;
     }
-    g.n = static_cast<int>(2 * inter);
-    g.k = static_cast<int>(h);
-    g.a = act_.xn;
-    g.lda = h;
-    g.w = W.wgate_up;
-    g.ldw = h;
-    g.bias = nullptr;
-    g.c = act_.gate_up;
-    g.ldc = 2 * inter;
-    g.out = gpu::GemmOut::kBf16;
-    g.accumulate = false;
-    gemm(g, &W.fgate_up);
+    gemm(gpu::packed_gemm(t, 2 * inter, h, act_.xn, W.wgate_up, act_.gate_up, gpu::GemmOut::kBf16), &W.fgate_up);
     kernels_->silu_mul(silu, stream);
-    g.n = static_cast<int>(h);
-    g.k = static_cast<int>(inter);
-    g.a = act_.act;
-    g.lda = inter;
-    g.w = W.wdown;
-    g.ldw = inter;
-    g.c = act_.x;
-    g.ldc = h;
-    g.out = gpu::GemmOut::kF32;
-    g.accumulate = true;
-    gemm(g, &W.fdown);
+    gpu::GemmArgs d = gpu::packed_gemm(t, h, inter, act_.act, W.wdown, act_.x, gpu::GemmOut::kF32);
+    d.accumulate = true;  // into the residual
+    gemm(d, &W.fdown);
   }
   if (plan.num_logit_rows == 0) return;
   gpu::RmsNormArgs fin = norm;

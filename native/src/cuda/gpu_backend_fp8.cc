@@ -335,15 +335,7 @@ void GpuBackend::probe_lt_fp8() {
     }
     return den > 0 && std::sqrt(num / den) < 1e-2;
   };
-  gpu::GemmArgs g;
-  g.m = m;
-  g.n = n;
-  g.k = k;
-  g.a = d_x;
-  g.lda = k;
-  g.c = d_c;
-  g.ldc = n;
-  g.out = gpu::GemmOut::kF32;
+  const gpu::GemmArgs g = gpu::packed_gemm(m, n, k, d_x, nullptr, d_c, gpu::GemmOut::kF32);  // the weight is FP8
   ensure_fp8_act(m, k);
   try {
     Fp8Weight w;

@@ -277,34 +277,14 @@ void GpuBackend::run_moe(const Layer& W, int64_t t, void* stream, const float* n
 
     if (W.shared_gate != nullptr) {  // the shared expert: a dense SwiGLU MLP over every token (first: the combine may run in the down launch)
       const int64_t s = m.shared_intermediate;
-      gpu::GemmArgs d;
-      d.m = static_cast<int>(cnt);
-      d.n = static_cast<int>(2 * s);
-      d.k = static_cast<int>(h);
-      d.a = xn;
-      d.lda = h;
-      d.w = W.shared_gate_up;
-      d.ldw = h;
-      d.c = a.shared_gate_up;
-      d.ldc = 2 * s;
-      d.out = gpu::GemmOut::kBf16;
-      gemm(d, &W.fshared_gate_up);
+      gemm(gpu::packed_gemm(cnt, 2 * s, h, xn, W.shared_gate_up, a.shared_gate_up, gpu::GemmOut::kBf16), &W.fshared_gate_up);
       gpu::SiluMulArgs sm;
       sm.gate_up = a.shared_gate_up;
       sm.num_tokens = static_cast<int>(cnt);
       sm.inter = static_cast<int>(s);
       sm.out = a.shared_act;
       kernels_->silu_mul(sm, stream);
-      d.n = static_cast<int>(h);
-      d.k = static_cast<int>(s);
-      d.a = a.shared_act;
-      d.lda = s;
-      d.w = W.shared_down;
-      d.ldw = s;
-      d.c = a.shared_out;
-      d.ldc = h;
-      d.out = gpu::GemmOut::kF32;
-      gemm(d, &W.fshared_down);
+      gemm(gpu::packed_gemm(cnt, h, s, a.shared_act, W.shared_down, a.shared_out, gpu::GemmOut::kF32), &W.fshared_down);
     }
 
     gpu::MoeRouteArgs r;

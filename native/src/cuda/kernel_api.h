@@ -177,6 +177,22 @@ struct GemmArgs {
   int64_t workspace_floats = 0;
 };
 
+/** A product over packed rows: a [m][k], w [n][k] and c [m][n] (lda = ldw = k, ldc = n); no bias, c overwritten. */
+inline GemmArgs packed_gemm(int64_t m, int64_t n, int64_t k, const bf16_bits* a, const bf16_bits* w, void* c, GemmOut out) {
+  GemmArgs g;
+  g.m = static_cast<int>(m);
+  g.n = static_cast<int>(n);
+  g.k = static_cast<int>(k);
+  g.a = a;
+  g.lda = k;
+  g.w = w;
+  g.ldw = k;
+  g.c = c;
+  g.ldc = n;
+  g.out = out;
+  return g;
+}
+
 /** Split-K scratch that covers every automatic plan: 264 CTAs' worth of 64 x 128 partial tiles. */
 inline constexpr int64_t kGemmWorkspaceFloats = int64_t{264} * 64 * 128;
 
