@@ -393,15 +393,7 @@ TD_GLOBAL void TD_LAUNCH_BOUNDS(kFp8RowsThreads) fp8_rows_kernel(Fp8GemmArgs a, 
   // Columns past n read row n - 1; never stored.
   fp8_rows_dot<MR, kGroups, kMma>(
       a, kbeg, klen, kchunk, smem, [&](int c) { return td::imin(col0 + c, g.n - 1); },
-      [&](int r, int c, float v) {
-        const int col = col0 + c;
-        if (col >= g.n) return;
-        if (gridDim.y == 1) {
-          gemm_store1(g, r, col, v);
-        } else {
-          g.workspace[(static_cast<int64_t>(split) * g.m + r) * g.n + col] = v;
-        }
-      });
+      [&](int r, int c, float v) { gemm_rows_store(g, split, r, col0 + c, v); });
 }
 
 template <int MR>

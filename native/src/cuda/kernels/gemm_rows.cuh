@@ -216,6 +216,19 @@ TD_DEVICE void gemm_rows_dot(const GemmArgs& g, int kbeg, int klen, int kchunk, 
   gemm_rows_reduce<MR>(acc, reinterpret_cast<float*>(sa), g.m, store);  // 4 x MR x 32 floats <= MR x kchunk bf16
 }
 
+/**
+ * One sum of a few-rows product (bf16 or FP8 weights): the epilogue straight into c without
+ * splits, else the split's partial into the workspace (gemm_splitk_reduce applies the epilogue).
+ */
+TD_DEVICE void gemm_rows_store(const GemmArgs& g, int split, int r, int col, float v) {
+  if (col >= g.n) return;
+  if (gridDim.y == 1) {
+    gemm_store1(g, r, col, v);
+  } else {
+    g.workspace[(static_cast<int64_t>(split) * g.m + r) * g.n + col] = v;
+  }
+}
+
 // grid (ceil(n / kRowsBlockCols), splits); dynamic shared memory MR * kchunk bf16.
 // Split s covers k [s kc, (s + 1) kc); the block stages it kchunk at a time.
 template <int MR>
@@ -233,15 +246,7 @@ TD_GLOBAL void TD_LAUNCH_BOUNDS(kRowsThreads) gemm_rows_kernel(GemmArgs g, int k
   TD_GEMM_UNROLL
   for (int c = 0; c < 2; ++c) wp[c] = g.w + static_cast<int64_t>(td::imin(col0 + cols[c], g.n - 1)) * g.ldw + kbeg;
 
-  gemm_rows_dot<MR>(g, kbeg, klen, kchunk, sa, wp, [&](int r, int c, float v) {
-    const int col = col0 + c;
-    if (col >= g.n) return;
-    if (gridDim.y == 1) {
-      gemm_store1(g, r, col, v);
-    } else {
-      g.workspace[(static_cast<int64_t>(split) * g.m + r) * g.n + col] = v;
-    }
-  });
+  gemm_rows_dot<MR>(g, kbeg, klen, kchunk, sa, wp, [&](int r, int c, float v) { gemm_rows_store(g, split, r, col0 + c, v); });
 }
 
 /** How the few-rows path runs one product: MR rows per pass, `splits` k ranges of kc, staged kchunk at a time. */
