@@ -44,6 +44,7 @@ describe('profile sweep plan', () => {
   it('--quick keeps the ends; explicit lists are clipped to what the worker can take', () => {
     const quick = planSweep(tinyLimits, { quick: true });
     expect(quick.prefill.map((p) => p.isl)).toEqual([128, 2047]);
+    expect(quick.prefill.map((p) => p.samples)).toEqual([3, 3]); // a median that one stalled request cannot move
     expect(quick.decode.map((d) => [d.contextLength, d.concurrency])).toEqual([[256, 1], [256, 54], [1984, 1], [1984, 7]]); // quick: 12 steady steps, so 17 blocks a 256-stream
     const given = planSweep(tinyLimits, { isls: [64, 4096], contexts: [128, 5000], concurrencies: [2, 500] });
     expect(given.prefill.map((p) => p.isl)).toEqual([64]);
