@@ -2,8 +2,9 @@
 # run-all: order=80 budget=360 default=no
 # The GPU check of FP8 (issue 35), run on a GPU machine from the repository root with the bundle
 # of scripts/device/pack.sh at .device-bundle/ (or unpacked at $TANDEM_CHECK_UNPACKED, as
-# scripts/device/run-all.sh passes it; run it there alone: TANDEM_RUN_STEPS=fp8, within 6 minutes,
-# so it is out of run-all's default set). Each step's status and time go to $OUT/summary.json,
+# scripts/device/run-all.sh passes it). Whole, it takes up to 6 minutes: run-all's plans run its
+# parts (engine and goldens among the checks, bench among the benchmarks); TANDEM_RUN_STEPS=fp8
+# runs it whole. Each step's status and time go to $OUT/summary.json,
 # everything printed to $OUT/fp8-check.log; results to $OUT/fp8-goldens.json and
 # $OUT/native-gpu-fp8-bench.json (for bench/results/gpu-<name>/). Steps, most important first:
 #   kernels   the FP8 kernels against the CPU backend's (GEMV W8A16/W8A8 per-row and block scales,

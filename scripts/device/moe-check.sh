@@ -28,8 +28,9 @@
 #   benchfp8    the bench's engine rows again with --quantization fp8 (experts e4m3, read by the
 #               grouped GEMMs as such): decode b1/b64 and prefill beside the bf16 rows (moe-bench-fp8.json)
 # Budget: about 8 minutes on an H200 (the 61 GB model is built twice: bench and ncu; transformers
-# builds its own), so under run-all.sh give it a call of its own (TANDEM_RUN_STEPS=moe) or
-# split it: TANDEM_CHECK_STEPS=kernels,engine,goldens,hfgoldens,memcheck,serve,disagg, then bench,ncu.
+# builds its own). run-all.sh's plans run it in parts: goldens,hfgoldens,memcheck,serve,disagg
+# among the checks, bench,benchfp8 and ncu among the benchmarks (its kernels and engine parts
+# are the cuda step's binaries, which run every suite); TANDEM_RUN_STEPS=moe runs it whole.
 # Device tool timeout_s=600. TANDEM_CHECK_STEPS=kernels,engine,... runs
 # a subset; TANDEM_CHECK_DEVICE=simt runs the flow on the host, in place when there is no bundle
 # (a dry run of this script: the tiny MoE shape for the bench; hfgoldens, memcheck and ncu are
