@@ -9,8 +9,8 @@
 //   decode   a decode-only batch replays a captured graph of the whole forward, keyed by its
 //            padded size, block-table width and decode-span bound (a verify step's rows
 //            attend as one span, step_plan.h); kernel arguments are fixed at capture, the
-//            tables change in place. Up to 16 rows (4 with cuBLASLt) it runs the fused decode kernels
-//            (gpu_backend_decode.cc, decode_api.h): 5 launches a layer.
+//            tables change in place. Up to 16 rows (8 with FP8 weights) it runs the fused decode
+//            kernels (gpu_backend_decode.cc, decode_api.h): 5 launches a dense layer, 6 a MoE one.
 //   GEMMs    cuBLASLt when it loads and has an algorithm, our own kernels otherwise.
 //   sampling on the device (kernels/sampling.cuh): only token ids and the asked logprobs
 //            come back to the host.
@@ -179,6 +179,13 @@ class GpuBackend final : public Backend {
   gpu::AttentionArgs attention_args(const gpu::StepPlan& plan) const;
   /** An FP8 weight's rows times their scales as bf16 into out ([n][k]), on the stream (gpu_backend_fp8.cc). */
   void dequantize_fp8(const Fp8Weight& w, gpu::bf16_bits* out, void* stream);
+  /**
+   * A fused decode GEMV's arguments (gpu_backend_decode.cc): m rows of `in` ([m][k] bf16) times
+   * weights [n][k] (bf16, or the FP8 twin w8 when the layer has one); the epilogue's own fields
+   * are the caller's.
+   */
+  gpu::DecodeGemvArgs decode_gemv_args(gpu::DecodeEpilogue epilogue, int m, int64_t n, int64_t k, const gpu::bf16_bits* in,
+                                       const gpu::bf16_bits* w, const Fp8Weight& w8) const;
   /** A fused decode GEMV over an FP8 weight: its e4m3 rows, scales and activation scheme (gpu_backend_decode.cc). */
   void set_fp8_gemv(gpu::DecodeGemvArgs& g, const Fp8Weight& w) const;
   /** logits[0, rows) = lm_head(rows_normed[0, rows)). */

@@ -22,8 +22,9 @@
 // (kFp8RowsMaxM), with or without cuBLASLt: the per-op decode GEMMs are then the FP8 GEMV, whose
 // main loop the fused GEMVs run (an unquantized matrix beside them runs our bf16 GEMV). A MoE
 // layer fuses its attention half (QKV, attention, O + residual + post-attention norm) and runs
-// the MoE kernels and an RMSNorm launch after it: 4 launches beside its experts' where the per-op
-// step has up to 10.
+// the MoE kernels after it (gpu_backend_moe.cc: router and grouping, gate/up, down whose last
+// CTAs combine and take the next RMSNorm): 6 launches a layer, plus 2 for a Qwen2-MoE shared
+// expert (its gate/up a fused GEMV with SiLU x up, its down our GEMM).
 // TANDEM_GPU_DECODE=unfused keeps the per-op kernels (profile-check.sh's "before"),
 // TANDEM_GPU_DECODE_MAX_ROWS=n moves the limit (1..16), TANDEM_GPU_SAMPLER=block keeps the
 // one-block sampler, and TANDEM_GPU_OVERLAP=0 launches the fused kernels the ordinary way: all
@@ -82,7 +83,8 @@ void GpuBackend::init_decode_path() {
     }
   }
   const ModelConfig& c = config_;
-  const int64_t widest = std::max({qkv_width_, c.hidden_size, 2 * c.intermediate_size});
+  // A Qwen2-MoE shared expert's gate/up runs as a fused GEMV too (gpu_backend_moe.cc).
+  const int64_t widest = std::max({qkv_width_, c.hidden_size, 2 * c.intermediate_size, 2 * c.moe.shared_intermediate});
   // One array for every fused kernel of a step: each leaves its counters at zero for the next.
   decode_counters_count_ = std::max(gpu::decode_gemv_counters(static_cast<int>(widest)),
                                     gpu::decode_attention_counters(gpu::kDecodeMaxRows, static_cast<int>(c.num_kv_heads)));
@@ -131,25 +133,8 @@ void GpuBackend::run_decode_fused(const gpu::StepPlan& plan) {
 
   gpu::QkvRopeArgs rope = rope_args(plan);
   gpu::AttentionArgs attn = attention_args(plan);
-  // One fused GEMV: epilogue, weights [n][k] (bf16, or the FP8 twin when the layer has one), input [m][k] (bf16).
   auto gemv = [&](gpu::DecodeEpilogue epilogue, int64_t n, int64_t k, const gpu::bf16_bits* in, const gpu::bf16_bits* w,
-                  const Fp8Weight& w8) {
-    gpu::DecodeGemvArgs g;
-    g.epilogue = epilogue;
-    g.m = m;
-    g.n = static_cast<int>(n);
-    g.k = static_cast<int>(k);
-    g.a = in;
-    g.lda = k;
-    g.w = w;
-    g.ldw = k;
-    g.workspace = act_.gemm_workspace;
-    g.workspace_floats = act_.gemm_workspace_floats;
-    g.counters = decode_counters_;
-    g.eps = eps;
-    if (w8) set_fp8_gemv(g, w8);
-    return g;
-  };
+                  const Fp8Weight& w8) { return decode_gemv_args(epilogue, m, n, k, in, w, w8); };
   // Residual += in . w^T (+ bias), then xn = rmsnorm(residual) * norm.
   auto residual = [&](int64_t k, const gpu::bf16_bits* in, const gpu::bf16_bits* w, const Fp8Weight& w8, const float* bias,
                       const float* norm_weight, gpu::bf16_bits* xn) {
@@ -199,6 +184,25 @@ void GpuBackend::run_decode_fused(const gpu::StepPlan& plan) {
              last ? act_.rows_normed : act_.xn);
   }
   lm_head(plan.num_logit_rows);
+}
+
+gpu::DecodeGemvArgs GpuBackend::decode_gemv_args(gpu::DecodeEpilogue epilogue, int m, int64_t n, int64_t k, const gpu::bf16_bits* in,
+                                                 const gpu::bf16_bits* w, const Fp8Weight& w8) const {
+  gpu::DecodeGemvArgs g;
+  g.epilogue = epilogue;
+  g.m = m;
+  g.n = static_cast<int>(n);
+  g.k = static_cast<int>(k);
+  g.a = in;
+  g.lda = k;
+  g.w = w;
+  g.ldw = k;
+  g.workspace = act_.gemm_workspace;
+  g.workspace_floats = act_.gemm_workspace_floats;
+  g.counters = decode_counters_;
+  g.eps = static_cast<float>(config_.rms_norm_eps);
+  if (w8) set_fp8_gemv(g, w8);
+  return g;
 }
 
 void GpuBackend::set_fp8_gemv(gpu::DecodeGemvArgs& g, const Fp8Weight& w) const {

@@ -1,6 +1,7 @@
 // GpuBackend's mixture-of-experts layers (moe_api.h): the experts' weights on the device, the
 // MoE scratch, and one sparse MLP of a step:
-//   [Qwen2-MoE: shared expert through the dense GEMMs] -> route and group (fused router; its
+//   [Qwen2-MoE: shared expert through the dense GEMMs; in a fused decode step its gate/up is
+//   the fused GEMV with SiLU x up] -> route and group (fused router; its
 //   last CTA groups) -> gate/up grouped GEMM (SiLU x up) -> down grouped GEMM
 //   (x routing weight) -> combine into x (over 8-row tiles, in the down launch).
 // The grouped GEMMs run over 8-row tiles while a step's experts average few rows (decode: each
@@ -186,7 +187,7 @@ void GpuBackend::alloc_moe_activations(int64_t tokens) {
   a.mma_tile_offsets = i32(m.num_experts + 1);
   a.group_counter = i32(1);
   device_->fill(a.group_counter, 0, 4);
-  const int64_t tiles = (gpu::kMoeSplitRouterTokens + 7) / 8;
+  const int64_t tiles = gpu::kMoeRouterTileCounters;
   a.tile_counters = i32(tiles);
   device_->fill(a.tile_counters, 0, static_cast<size_t>(tiles) * 4);
   a.token_counters = i32(t);
@@ -277,13 +278,26 @@ void GpuBackend::run_moe(const Layer& W, int64_t t, void* stream, const float* n
 
     if (W.shared_gate != nullptr) {  // the shared expert: a dense SwiGLU MLP over every token (first: the combine may run in the down launch)
       const int64_t s = m.shared_intermediate;
-      gemm(gpu::packed_gemm(cnt, 2 * s, h, xn, W.shared_gate_up, a.shared_gate_up, gpu::GemmOut::kBf16), &W.fshared_gate_up);
-      gpu::SiluMulArgs sm;
-      sm.gate_up = a.shared_gate_up;
-      sm.num_tokens = static_cast<int>(cnt);
-      sm.inter = static_cast<int>(s);
-      sm.out = a.shared_act;
-      kernels_->silu_mul(sm, stream);
+      // In a fused decode step (the only caller that passes the next norm) its gate/up is the
+      // fused GEMV with SiLU * up in the epilogue, as a dense layer's: one launch for two, the
+      // same bits as our GEMM and silu_mul.
+      gpu::DecodeGemvArgs gu;
+      if (norm_out != nullptr) {
+        gu = decode_gemv_args(gpu::DecodeEpilogue::kSiluMul, static_cast<int>(cnt), 2 * s, h, xn, W.shared_gate_up, W.fshared_gate_up);
+        gu.act = a.shared_act;
+        gu.ldact = s;
+      }
+      if (norm_out != nullptr && decode_->gemv_applies(gu)) {
+        decode_->gemv(gu, stream);
+      } else {
+        gemm(gpu::packed_gemm(cnt, 2 * s, h, xn, W.shared_gate_up, a.shared_gate_up, gpu::GemmOut::kBf16), &W.fshared_gate_up);
+        gpu::SiluMulArgs sm;
+        sm.gate_up = a.shared_gate_up;
+        sm.num_tokens = static_cast<int>(cnt);
+        sm.inter = static_cast<int>(s);
+        sm.out = a.shared_act;
+        kernels_->silu_mul(sm, stream);
+      }
       gemm(gpu::packed_gemm(cnt, h, s, a.shared_act, W.shared_down, a.shared_out, gpu::GemmOut::kF32), &W.fshared_down);
     }
 

@@ -70,12 +70,16 @@ struct MoeRouteArgs {
   // at once, which one CTA per token could not), and the last CTA of each 8-token tile routes
   // it; past it each token's CTA computes its own.
   float* logits = nullptr;
-  // kMoeSplitRouterTokens / 8 ints, zero, that those CTAs count in on per tile; left zero.
+  // kMoeRouterTileCounters ints, zero, that those CTAs count in on per tile; left zero.
   int32_t* tile_counters = nullptr;
 };
 
-/** Steps of at most this many tokens compute router logits in a separate, wide kernel. */
+/** Steps of at most this many tokens compute their router logits over CTAs of several tokens. */
 inline constexpr int kMoeSplitRouterTokens = 64;
+/** Tokens of one such CTA (a tile; its last CTA to finish routes them, a warp each). */
+inline constexpr int kMoeLogitTokens = 8;
+/** MoeRouteArgs::tile_counters: one per tile of the largest such step. */
+inline constexpr int kMoeRouterTileCounters = (kMoeSplitRouterTokens + kMoeLogitTokens - 1) / kMoeLogitTokens;
 
 /** The grouping of one step's entries (entry i = token i / top_k, slot i % top_k). */
 struct MoeGroupArgs {

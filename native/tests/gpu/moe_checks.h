@@ -132,7 +132,7 @@ inline void check_moe_layer(Gpu& g, const MoeCase& c, tandem::gpu::MoeKernelApi&
       po(*g.device, static_cast<size_t>(E) + 1), sorted(*g.device, static_cast<size_t>(slots)), position(*g.device, static_cast<size_t>(n)),
       active(*g.device, static_cast<size_t>(E) + 1), tile_offsets(*g.device, static_cast<size_t>(E) + 1),
       counter(*g.device, std::vector<int32_t>{0}),
-      tile_counters(*g.device, std::vector<int32_t>(static_cast<size_t>(tandem::gpu::kMoeSplitRouterTokens / 8), 0));
+      tile_counters(*g.device, std::vector<int32_t>(static_cast<size_t>(tandem::gpu::kMoeRouterTileCounters), 0));
   DeviceArray<float> logits(*g.device, static_cast<size_t>(t) * E);
   DeviceArray<float> weights(*g.device, static_cast<size_t>(n)), y(*g.device, static_cast<size_t>(slots) * H),
       d_shared(*g.device, shared_out), x(*g.device, residual);

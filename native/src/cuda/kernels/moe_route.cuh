@@ -29,9 +29,9 @@ namespace tandem::gpu::TD_NS {
 
 inline constexpr unsigned kMoeRouteThreads = 256;
 
-// Router logits for few tokens: CTA (expert block of 8, token tile of 8): each warp streams one
-// expert's router row with 16-byte loads into the tile's tokens (xn rows read through L1/L2).
-inline constexpr int kMoeLogitTokens = 8;
+// Router logits for few tokens: CTA (expert block of 8, token tile of kMoeLogitTokens): each warp
+// streams one expert's router row with 16-byte loads into the tile's tokens (xn rows read
+// through L1/L2).
 /** Largest expert count of the few-tokens router kernel (its CTA of 256 threads groups them). */
 inline constexpr int kMoeRouterWarpExperts = static_cast<int>(kMoeRouteThreads);
 
