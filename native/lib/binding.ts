@@ -67,20 +67,25 @@ export const SamplingField = {
 } as const;
 
 export interface LoadEngineOptions {
+  /** Hugging Face model directory (config.json + *.safetensors). */
   modelDir: string;
   /** 'cpu' (default), 'cuda' / 'cuda:N', or 'simt' (the CUDA backend's kernels on the host; tests). */
   device?: string;
+  /** KV pool size in blocks; wins over memoryBudgetBytes. */
   numBlocks?: number;
+  /** KV pool size as a byte budget, when numBlocks is not given. */
   memoryBudgetBytes?: number;
+  /** Tokens per KV block (default 16, docs/design.md). */
   blockSize?: number;
+  /** Host compute threads (default: all cores). */
   threads?: number;
   /** GPU: without numBlocks or memoryBudgetBytes, the KV pool takes this share of device memory (default 0.9). */
   gpuMemoryUtilization?: number;
-  /** GPU: activations are sized for this many tokens per step (default 8192). */
+  /** GPU: activations are sized for this many tokens per step (default 8192; a worker passes its scheduler's token budget). */
   maxBatchTokens?: number;
-  /** GPU: logits rows and decode graphs for up to this many sequences (default 256). */
+  /** GPU: logits rows and decode graphs for up to this many sequences (default 256; a worker passes its scheduler's max). */
   maxSeqs?: number;
-  /** GPU: replay decode steps from captured graphs (default true). */
+  /** GPU: replay decode steps from captured CUDA graphs (default true; false = eager). */
   cudaGraphs?: boolean;
   /** GPU: 'auto' (cuBLASLt where it loads), 'cublaslt', or 'own' (our kernels). */
   gemm?: 'auto' | 'cublaslt' | 'own';

@@ -104,7 +104,7 @@ describe('scripts/device/run-all.sh (stand-in steps, dry run)', () => {
 
   it('reports a failing part, a part past its budget and an item the deadline skips, and exits 1', () => {
     const dir = tree();
-    const r = runAll(dir, { TANDEM_RUN_STEPS: 'a:ok+bad,b:slow@3,c:ok', TANDEM_RUN_DEADLINE: '20' });
+    const r = runAll(dir, { TANDEM_RUN_STEPS: 'a:ok+bad,b:slow@3,c:ok', TANDEM_RUN_DEADLINE: '45' });
     expect(r.status, r.output).toBe(1);
     const rep = report(dir);
     expect(rep.passed).toBe(false);
@@ -167,6 +167,11 @@ describe("scripts/device/run-all.sh's plans", () => {
     return r.stdout.trim().split('\n');
   };
   const steps = readdirSync(deviceDir).filter((f) => f.endsWith('-check.sh')).map((f) => f.replace(/-check\.sh$/, ''));
+  /** "moe:goldens+serve@150" -> moe, [goldens, serve]. */
+  const parse = (item: string) => {
+    const [name, parts] = item.split('@')[0].split(':');
+    return { name, parts: parts ? parts.split('+') : [] };
+  };
   const partsOf = (name: string) => readFileSync(join(deviceDir, `${name}-check.sh`), 'utf8').match(/^check_begin \S+ (\S+)/m)![1].split(',');
 
   it('name real steps and parts; every issue has checks, and the checks come before any benchmark', () => {
@@ -175,19 +180,17 @@ describe("scripts/device/run-all.sh's plans", () => {
     const all = list(deviceDir, {});
     expect(all.slice(0, checks.length + benches.length)).toEqual([...checks, ...benches]);
     for (const item of all) {
-      const [head] = item.split('@');
-      const [name, parts] = head.split(':');
+      const { name, parts } = parse(item);
       expect(steps).toContain(name);
-      for (const p of parts?.split('+') ?? []) expect(partsOf(name)).toContain(p);
+      for (const p of parts) expect(partsOf(name)).toContain(p);
     }
-    const names = checks.map((i) => i.split(/[:@]/)[0]);
+    const names = checks.map((i) => parse(i).name);
     // 33: cuda, kv-transfer, vendor goldens, sanitizer, kv-fault; 35: fp8; 36: moe; 37: spec.
     expect(names).toEqual(expect.arrayContaining(['cuda', 'vendor-goldens', 'kv-transfer', 'sanitizer', 'kv-fault', 'fp8', 'moe', 'spec']));
-    // Each part runs once in `all`.
+    // Each part runs once in `all` (an item without parts runs every part of its step).
     const partsRun = all.flatMap((i) => {
-      const [head] = i.split('@');
-      const [name, parts] = head.split(':');
-      return (parts ? parts.split('+') : partsOf(name)).map((p) => `${name}:${p}`);
+      const { name, parts } = parse(i);
+      return (parts.length > 0 ? parts : partsOf(name)).map((p) => `${name}:${p}`);
     });
     expect(new Set(partsRun).size).toBe(partsRun.length);
   });

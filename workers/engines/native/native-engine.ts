@@ -10,44 +10,8 @@ import type { Engine, EngineDrafter, EngineInfo, SampledToken, StepBatch, StepRe
 import { BatchMarshal } from './batch-marshal.js';
 import type { LoraAdapterSpec } from '../../lora/peft-adapter.js';
 
-export interface NativeEngineOptions {
-  /** Hugging Face model directory (config.json + *.safetensors). */
-  modelDir: string;
-  /** 'cpu' (default), 'cuda' / 'cuda:N', or 'simt' (the CUDA backend's kernels on the host; tests). */
-  device?: string;
-  /** KV pool size in blocks; wins over memoryBudgetBytes. */
-  numBlocks?: number;
-  /** KV pool size as a byte budget, when numBlocks is not given. */
-  memoryBudgetBytes?: number;
-  /** Tokens per KV block (default 16, docs/design.md). */
-  blockSize?: number;
-  /** Host compute threads (default: all cores). */
-  threads?: number;
-  /** GPU: without numBlocks or memoryBudgetBytes, the KV pool takes this share of device memory (default 0.9). */
-  gpuMemoryUtilization?: number;
-  /** GPU: activations are sized for this many tokens per step (the scheduler's token budget). */
-  maxBatchTokens?: number;
-  /** GPU: logits rows and decode graphs for up to this many sequences (the scheduler's max). */
-  maxSeqs?: number;
-  /** GPU: replay decode steps from captured CUDA graphs (default true; false = eager). */
-  cudaGraphs?: boolean;
-  /** GPU: 'auto' (cuBLASLt where it loads), 'cublaslt', or 'own' (our kernels). */
-  gemm?: 'auto' | 'cublaslt' | 'own';
-  /** KV pool element type (`--kv-cache-dtype`): 'auto' (f32 on the CPU, bf16 on GPUs), 'bf16', 'fp8'. */
-  kvCacheDtype?: 'auto' | 'bf16' | 'fp8';
-  /** `--quantization`: unset = the checkpoint's own config; 'fp8' quantizes at load; 'none' dequantizes FP8. */
-  quantization?: 'fp8' | 'none';
-  /** FP8 weights computed W8A8 as the checkpoint says ('auto'), or W8A16 (tests, benches). */
-  fp8Compute?: 'auto' | 'w8a16';
-  /**
-   * Caller-owned KV pool, exactly numBlocks × kvBytesPerBlock bytes (`describeNativeKvLayout`):
-   * prefill/decode workers pass a UCX `allocatePool` buffer so peers read blocks over shared
-   * memory without this process's CPU. Its owner must keep it mapped until close().
-   */
-  kvPool?: ArrayBuffer;
-  /** Speculative decoding: the drafter to load (n-gram or suffix, in C++ beside the step). */
-  speculative?: LoadSpeculativeOptions;
-}
+/** What createNativeEngine takes: the addon's load options (native/lib/binding.ts documents each); unset sizes get the defaults below. */
+export type NativeEngineOptions = LoadEngineOptions;
 
 /** The pool a load with these options would have, from config.json alone (no weights). */
 export type NativeKvLayout = RawKvLayout;
