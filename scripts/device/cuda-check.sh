@@ -50,9 +50,7 @@ memcheck() {
 }
 serve() {
   local port=18000 log="$work/up.log" rc=0
-  node bin/runtime.js up --engine native --device "$device" --model tiny --workers 1 --http-port $port --log-level warn >"$log" 2>&1 &
-  local up=$!
-  for _ in $(seq 1 120); do grep -q "Press Ctrl-C" "$log" && break; kill -0 $up 2>/dev/null || break; sleep 0.5; done
+  up_start "$log" $port --model tiny --workers 1
   cat "$log"
   local corpus=scripts/device/schema-corpus.json
   if [ ! -f "$corpus" ]; then  # in place (a dry run): made from the checkout as pack.sh makes it
@@ -60,8 +58,7 @@ serve() {
     node --import tsx -e "import('$repo/test/grammar/schema-corpus.ts').then(({ SCHEMA_CORPUS }) => require('node:fs').writeFileSync('$corpus', JSON.stringify(SCHEMA_CORPUS)))" || rc=1
   fi
   TANDEM_SCHEMA_CORPUS="$corpus" node scripts/device/serve-check.mjs "http://127.0.0.1:$port" "$OUT/serve.json" || rc=1
-  kill -INT $up 2>/dev/null
-  wait $up
+  up_stop
   return $rc
 }
 bench() {

@@ -57,36 +57,12 @@ fleet() {
   local label=$1 model=$2
   shift 2
   local port=18100 log="$work/up-$label.log"
-  node bin/runtime.js up --engine native --device "$device" --model "$model" --http-port $port --log-level warn "$@" >"$log" 2>&1 &
-  local up=$!
-  for _ in $(seq 1 240); do grep -q "Press Ctrl-C" "$log" && break; kill -0 $up 2>/dev/null || break; sleep 0.5; done
+  up_start "$log" $port --model "$model" "$@"
   local long=3000
   [ "$model" = tiny ] && long=300  # the tiny model's context
-  python3 - "http://127.0.0.1:$port" "$work/answers-$label.json" $long <<'PY'
-import json, sys, urllib.request
-base, out, long = sys.argv[1], sys.argv[2], int(sys.argv[3])
-def post(path, body):
-    req = urllib.request.Request(base + path, json.dumps(body).encode(), {"content-type": "application/json"})
-    return json.load(urllib.request.urlopen(req, timeout=120))
-model = json.load(urllib.request.urlopen(base + "/v1/models", timeout=30))["data"][0]["id"]
-words = "the quick brown fox jumps over a lazy dog while seven tired wizards quietly count their coins".split()
-prompts = [" ".join(words[: 5 + i]) for i in range(6)] + [" ".join(words[i % len(words)] for i in range(long))]
-answers = []
-for p in prompts:
-    # Token ids, not text: a random model's ids past its tokenizer's vocabulary decode to nothing.
-    r = post("/v1/completions", {"model": model, "prompt": p, "max_tokens": 16, "temperature": 0, "logprobs": 0, "return_tokens_as_token_ids": True})
-    answers.append([int(t.split(":", 1)[1]) for t in r["choices"][0]["logprobs"]["tokens"]])
-try:  # how the frontend routed them (path="..." counts), recorded beside the answers
-    metrics = urllib.request.urlopen(base + "/metrics", timeout=30).read().decode()
-    routed = [l for l in metrics.splitlines() if l.startswith("tandem_frontend_disagg_requests_total{")]
-except Exception as e:
-    routed = [f"no /metrics: {e}"]
-json.dump({"answers": answers, "routed": routed}, open(out, "w"))
-print(f"{len(answers)} answers; routed: {routed}")
-PY
+  python3 scripts/device/greedy_answers.py "http://127.0.0.1:$port" "$work/answers-$label.json" $long
   local rc=$?
-  kill -INT $up 2>/dev/null
-  wait $up
+  up_stop
   [ $rc = 0 ] || cat "$log"
   return $rc
 }

@@ -10,7 +10,8 @@
 # TANDEM_CHECK_DEVICE=cuda|simt (simt: a dry run on the host, in place when there is no
 # bundle); TANDEM_CHECK_STEPS=a,b picks steps; TANDEM_CHECK_WORK is the scratch directory.
 # After check_begin the working directory is the unpacked bundle (or the repository, in place),
-# and these are set and exported: repo, OUT, device, work, steps, models, gpu.
+# and these are set and exported: repo, OUT, device, work, steps, models, gpu; and the helpers
+# random_model, up_start and up_stop.
 
 check_record() {  # name status seconds [detail]
   local sep=","
@@ -95,6 +96,26 @@ random_model() {
   fi
 }
 
+# up_start LOG PORT FLAGS...: `runtime up --engine native --device $device` on PORT in the
+# background (its output to LOG, up_pid set); returns 0 once it serves (its ready line), 1 if it
+# exited or is not ready within 2 minutes. up_stop: SIGINT (a graceful stop), then wait for it.
+up_start() {
+  local log=$1 port=$2
+  shift 2
+  node bin/runtime.js up --engine native --device "$device" --http-port "$port" --log-level warn "$@" >"$log" 2>&1 &
+  up_pid=$!
+  for _ in $(seq 1 240); do
+    grep -q "Press Ctrl-C" "$log" && return 0
+    kill -0 "$up_pid" 2>/dev/null || return 1
+    sleep 0.5
+  done
+  return 1
+}
+up_stop() {
+  kill -INT "$up_pid" 2>/dev/null
+  wait "$up_pid"
+}
+
 check_begin() {  # name default_steps
   check_name=$1
   repo=$(pwd)
@@ -122,7 +143,7 @@ check_begin() {  # name default_steps
   models=${TANDEM_CHECK_MODELS:-$work/models}
   mkdir -p "$models"
   export repo OUT device work steps models gpu check_started
-  export -f want check_record skip_because random_model
+  export -f want check_record skip_because random_model up_start up_stop
 }
 
 check_end() {

@@ -75,48 +75,39 @@ memcheck() {
   "$sanitizer" --tool memcheck --error-exitcode 3 --print-limit 20 native/build/tandem_native_test --quick-moe
 }
 
-# One fleet on the tiny Qwen3-MoE: start it, run the python client ($2: check | greedy), stop it.
+# One fleet on the tiny Qwen3-MoE: start it, run the client ($2: check | greedy), stop it.
 fleet() {
   local label=$1 mode=$2
   shift 2
-  local port=18200 log="$work/up-$label.log"
-  node bin/runtime.js up --engine native --device "$device" --model "$models/serve-qwen3-moe" --http-port $port --log-level warn "$@" >"$log" 2>&1 &
-  local up=$!
-  for _ in $(seq 1 240); do grep -q "Press Ctrl-C" "$log" && break; kill -0 $up 2>/dev/null || break; sleep 0.5; done
-  local long=300
-  [ "$device" = simt ] && long=60  # the harness is slow: a shorter long prompt in the dry run
-  python3 - "http://127.0.0.1:$port" "$mode" "$work/answers-$label.json" $long <<'PY'
+  local port=18200 log="$work/up-$label.log" rc=0
+  up_start "$log" $port --model "$models/serve-qwen3-moe" "$@"
+  if [ "$mode" = greedy ]; then
+    local long=300
+    [ "$device" = simt ] && long=60  # the harness is slow: a shorter long prompt in the dry run
+    python3 scripts/device/greedy_answers.py "http://127.0.0.1:$port" "$work/answers-$label.json" $long
+    rc=$?
+  else
+    python3 - "http://127.0.0.1:$port" "$work/answers-$label.json" <<'PY'
 import json, sys, urllib.request
-base, mode, out, long = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+base, out = sys.argv[1], sys.argv[2]
 def post(path, body):
     req = urllib.request.Request(base + path, json.dumps(body).encode(), {"content-type": "application/json"})
     return json.load(urllib.request.urlopen(req, timeout=120))
 model = json.load(urllib.request.urlopen(base + "/v1/models", timeout=30))["data"][0]["id"]
-if mode == "check":
-    r = post("/v1/chat/completions", {"model": model, "messages": [{"role": "user", "content": "Name three colours."}], "max_tokens": 24, "temperature": 0})
-    text = r["choices"][0]["message"]["content"] or ""
-    schema = {"type": "object", "properties": {"name": {"type": "string", "maxLength": 12}, "age": {"type": "integer"}}, "required": ["name", "age"], "additionalProperties": False}
-    s = post("/v1/chat/completions", {"model": model, "messages": [{"role": "user", "content": "a person"}], "max_tokens": 96, "temperature": 0.7, "seed": 3,
-             "response_format": {"type": "json_schema", "json_schema": {"name": "p", "schema": schema}}})
-    obj = json.loads(s["choices"][0]["message"]["content"])
-    ok = isinstance(obj.get("name"), str) and isinstance(obj.get("age"), int) and set(obj) == {"name", "age"}
-    json.dump({"chat": text, "json_schema": obj, "ok": ok}, open(out, "w"))
-    print(f"chat: {text!r}; json_schema: {obj}")
-    sys.exit(0 if ok and r["choices"][0]["finish_reason"] in ("stop", "length") else 1)
-words = "the quick brown fox jumps over a lazy dog while seven tired wizards quietly count their coins".split()
-prompts = [" ".join(words[: 5 + i]) for i in range(6)] + [" ".join(words[i % len(words)] for i in range(long))]
-answers = [post("/v1/completions", {"model": model, "prompt": p, "max_tokens": 16, "temperature": 0})["choices"][0]["text"] for p in prompts]
-try:
-    metrics = urllib.request.urlopen(base + "/metrics", timeout=30).read().decode()
-    routed = [l for l in metrics.splitlines() if l.startswith("tandem_frontend_disagg_requests_total{")]
-except Exception as e:
-    routed = [f"no /metrics: {e}"]
-json.dump({"answers": answers, "routed": routed}, open(out, "w"))
-print(f"{len(answers)} answers; routed: {routed}")
+r = post("/v1/chat/completions", {"model": model, "messages": [{"role": "user", "content": "Name three colours."}], "max_tokens": 24, "temperature": 0})
+text = r["choices"][0]["message"]["content"] or ""
+schema = {"type": "object", "properties": {"name": {"type": "string", "maxLength": 12}, "age": {"type": "integer"}}, "required": ["name", "age"], "additionalProperties": False}
+s = post("/v1/chat/completions", {"model": model, "messages": [{"role": "user", "content": "a person"}], "max_tokens": 96, "temperature": 0.7, "seed": 3,
+         "response_format": {"type": "json_schema", "json_schema": {"name": "p", "schema": schema}}})
+obj = json.loads(s["choices"][0]["message"]["content"])
+ok = isinstance(obj.get("name"), str) and isinstance(obj.get("age"), int) and set(obj) == {"name", "age"}
+json.dump({"chat": text, "json_schema": obj, "ok": ok}, open(out, "w"))
+print(f"chat: {text!r}; json_schema: {obj}")
+sys.exit(0 if ok and r["choices"][0]["finish_reason"] in ("stop", "length") else 1)
 PY
-  local rc=$?
-  kill -INT $up 2>/dev/null
-  wait $up
+    rc=$?
+  fi
+  up_stop
   [ $rc = 0 ] || cat "$log"
   return $rc
 }
