@@ -144,18 +144,17 @@ describe('scripts/device/run-all.sh (stand-in steps, dry run)', () => {
 
   it('refuses a misspelt step, part, budget or plan before anything runs', () => {
     const dir = tree();
-    const part = runAll(dir, { TANDEM_RUN_STEPS: 'a:ok,b:okk' });
-    expect(part.status).toBe(2);
-    expect(part.output).toContain("run-all: step 'b' has no part 'okk' (its parts: ok,bad,slow)");
-    const step = runAll(dir, { TANDEM_RUN_STEPS: 'a:ok,zz' });
-    expect(step.status).toBe(2);
-    expect(step.output).toContain("run-all: no step 'zz'");
-    const budget = runAll(dir, { TANDEM_RUN_STEPS: 'a:ok@1m' });
-    expect(budget.status).toBe(2);
-    expect(budget.output).toContain("run-all: 'a:ok@1m': the budget after @ is whole seconds");
-    const plan = runAll(dir, { TANDEM_RUN_PLAN: 'everything' });
-    expect(plan.status).toBe(2);
-    expect(plan.output).toContain("run-all: no plan 'everything'");
+    const refusals: Array<[Record<string, string>, string]> = [
+      [{ TANDEM_RUN_STEPS: 'a:ok,b:okk' }, "run-all: step 'b' has no part 'okk' (its parts: ok,bad,slow)"],
+      [{ TANDEM_RUN_STEPS: 'a:ok,zz' }, "run-all: no step 'zz'"],
+      [{ TANDEM_RUN_STEPS: 'a:ok@1m' }, "run-all: 'a:ok@1m': the budget after @ is whole seconds"],
+      [{ TANDEM_RUN_PLAN: 'everything' }, "run-all: no plan 'everything'"],
+    ];
+    for (const [vars, message] of refusals) {
+      const r = runAll(dir, vars);
+      expect(r.status).toBe(2);
+      expect(r.output).toContain(message);
+    }
     expect(ran(dir)).toEqual([]);
   });
 });
