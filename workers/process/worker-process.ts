@@ -280,6 +280,7 @@ export async function startWorker(runtime: DistributedRuntime, options: WorkerOp
       kvBytesPerToken: engine.info.kvBytesPerToken,
       ...(device !== undefined ? { device } : {}),
       ...(native !== undefined ? { quantization: native.quantization, kvDtype: native.kvDtype } : {}),
+      ...(speculative !== undefined && options.speculative !== undefined ? { speculative: `${options.speculative.method}, up to ${speculative.maxDraftTokens} draft tokens` } : {}),
       ...(kv !== undefined ? { kvPool: kv.placement.pool, kvTransports: card.kvTransports, kvLayout: kv.pool.layout } : {}),
     },
     'worker ready',

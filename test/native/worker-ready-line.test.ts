@@ -1,8 +1,9 @@
 /**
  * An operator reads what a worker serves from its `worker ready` line: an FP8 checkpoint with an
  * FP8 KV cache says the weights' scheme (`quantization`) and the KV dtype (`kvDtype`), beside
- * the device description; a bf16 model with the default KV cache says neither FP8. Real
- * `runtime worker` processes of the built CLI on the native CPU backend.
+ * the device description; a bf16 model with the default KV cache says neither FP8. A worker that
+ * speculates says how (`speculative`: the method and its most draft tokens); one that does not
+ * says nothing of it. Real `runtime worker` processes of the built CLI on the native CPU backend.
  */
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
@@ -12,12 +13,12 @@ import { isNativeBuilt } from '../../native/index.js';
 import { makeTinyModel } from '../../workers/models/index.js';
 import { spawnCli, type Spawned } from '../harness/processes.js';
 
-describe.skipIf(!isNativeBuilt())('the worker ready line names the FP8 weights and KV dtype', () => {
+describe.skipIf(!isNativeBuilt())('the worker ready line names the FP8 weights, the KV dtype and speculative decoding', () => {
   let dir: string;
   const children: Spawned[] = [];
 
   beforeAll(async () => {
-    dir = await mkdtemp(join(tmpdir(), 'tandem-fp8-ready-'));
+    dir = await mkdtemp(join(tmpdir(), 'tandem-worker-ready-'));
   });
   afterAll(async () => {
     for (const c of children) await c.stop();
@@ -44,5 +45,13 @@ describe.skipIf(!isNativeBuilt())('the worker ready line names the FP8 weights a
     const b = await ready(plain, []);
     expect(String(b.quantization ?? 'none')).not.toMatch(/fp8/);
     expect(String(b.kvDtype)).not.toMatch(/fp8/);
+    expect(b.speculative).toBeUndefined();
+  }, 120_000);
+
+  it('--speculative suffix --num-speculative-tokens 3; ngram with its default', async () => {
+    const model = join(dir, 'spec');
+    await makeTinyModel({ arch: 'llama', outDir: model, dtype: 'bf16' });
+    expect((await ready(model, ['--speculative', 'suffix', '--num-speculative-tokens', '3'])).speculative).toBe('suffix, up to 3 draft tokens');
+    expect((await ready(model, ['--speculative', 'ngram'])).speculative).toMatch(/^ngram, up to \d+ draft tokens$/);
   }, 120_000);
 });
