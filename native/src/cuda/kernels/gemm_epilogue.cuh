@@ -89,6 +89,16 @@ TD_DEVICE td::vec16 gemm_load_stream(const td::bf16_bits* p) {
 #endif
 }
 
+/** 8 bytes of weights read once (8 e4m3): one 64-bit load not kept in L1 (CUDA), plain loads (SIMT). */
+TD_DEVICE void gemm_load_stream8(const void* p, uint32_t& lo, uint32_t& hi) {
+#if TD_CUDA
+  asm("ld.global.nc.L1::no_allocate.v2.u32 {%0,%1}, [%2];\n" : "=r"(lo), "=r"(hi) : "l"(p));
+#else
+  lo = static_cast<const uint32_t*>(p)[0];
+  hi = static_cast<const uint32_t*>(p)[1];
+#endif
+}
+
 // Split-K: out[i][j] = epilogue(sum over splits s = 0, 1, ... of workspace[s][i][j]), in split
 // order (deterministic: no atomics).
 template <int kUnused = 0>

@@ -15,7 +15,7 @@
 //            entry's routing weight and stores f32 y[slot] (the weighted un-permute happens in
 //            combine, a gather: with MoeGemmArgs::token_counters, in this launch, by the CTA
 //            that finishes a token's last row, moe_combine.cuh).
-// FP8 experts (MoeGemmArgs::w8): each lane's 8-byte load of 8 e4m3 weights becomes bf16(e4m3 x
+// FP8 experts (MoeGemmArgs::w8): each lane's 8-byte load (one instruction) of 8 e4m3 weights becomes bf16(e4m3 x
 // scale), the scale its row's for that k group (group widths are multiples of 8), before the
 // mma: the tile the tensor-core prefill path builds (gemm_mma.cuh, GemmMmaFp8Rows), so both
 // equal the bf16 kernels run on a dequantized copy, and a decode step reads half the bytes.
@@ -63,9 +63,7 @@ TD_DEVICE void moe_rows_load8(MoeRowsFp8& w, const MoeGemmArgs& a, const int64_t
       w.q[u][c][0] = w.q[u][c][1] = 0u;
       w.scale[u][c] = 0.0f;
       if (ok) {
-        const uint32_t* p = reinterpret_cast<const uint32_t*>(a.w8 + row[c] * k + kc);
-        w.q[u][c][0] = p[0];
-        w.q[u][c][1] = p[1];
+        gemm_load_stream8(a.w8 + row[c] * k + kc, w.q[u][c][0], w.q[u][c][1]);
         w.scale[u][c] = a.w8_scales[row[c] * a.w8_groups + (a.w8_groups > 1 ? kc / a.w8_group_k : 0)];
       }
     }
