@@ -131,9 +131,7 @@ TD_DEVICE void gemm_mma_mainloop(td::bf16_bits* smem, const ARows& a_rows, const
         b8[i][0] = b8[i][1] = 0u;
         b8s[i] = 0.0f;
         if (ok) {
-          const uint32_t* p = reinterpret_cast<const uint32_t*>(b_rows.row(i) + (kt_begin + kt) * BK);
-          b8[i][0] = p[0];
-          b8[i][1] = p[1];
+          gemm_load_stream8(b_rows.row(i) + (kt_begin + kt) * BK, b8[i][0], b8[i][1]);
           b8s[i] = b_rows.scales[i * b_rows.scale_pass + (b_rows.groups > 1 ? kc / b_rows.group_k : 0)];
         }
       }
