@@ -154,6 +154,26 @@ async function main(): Promise<void> {
   const results: Record<string, unknown> = {};
   let deviceLine = '';
   let firstShape = true;
+  // The report so far: written after every shape, so a run cut short by its step's timeout
+  // (scripts/device/run-all.sh) still leaves the shapes it finished ("complete": false).
+  const out = args.out ?? join(REPO, 'bench/results/native-gpu-bench.json');
+  const writeReport = async (complete: boolean): Promise<Record<string, number>> => {
+    // Ratios measured side by side in this run.
+    const ratios: Record<string, number> = {};
+    const first = results['qwen2-0.5b'] as { decode: Decode[] } | undefined;
+    const hf64 = torch?.transformers?.['batch64']?.tok_per_s;
+    const ours64 = first?.decode.find((d) => d.batch === 64)?.tokPerSec;
+    if (hf64 !== undefined && ours64 !== undefined) ratios.decodeBatch64VsTransformers = ours64 / hf64;
+    const gemmRows: unknown[] = [];
+    for (const c of gemm?.cases ?? []) {
+      const t = torch?.matmul?.find((x: { m: number; n: number; k: number }) => x.m === c.m && x.n === c.n && x.k === c.k)?.tflops;
+      gemmRows.push({ ...c, torch_tflops: t ?? null, cublaslt_vs_torch: t && c.cublaslt_tflops ? c.cublaslt_tflops / t : null, own_vs_torch: t && c.own_tflops ? c.own_tflops / t : null });
+    }
+    const report = { bench: 'native-gpu', date: new Date().toISOString(), complete, device: deviceLine, gpu: bandwidth?.device ?? gemm?.device, copyGBps, isl, decodeSteps: steps - 2, results, gemm: gemmRows, torch, sampler, ratios };
+    await mkdir(dirname(out), { recursive: true });
+    await writeFile(out, `${JSON.stringify(report, null, 2)}\n`);
+    return ratios;
+  };
   for (const name of wanted) {
     const shape = SHAPES.find((s) => s.name === name);
     if (shape === undefined) throw new Error(`unknown shape ${name}`);
@@ -250,24 +270,10 @@ async function main(): Promise<void> {
       rooflineBytesPerToken: decodeBytes(shape, isl),
     };
     firstShape = false;
+    await writeReport(false);
   }
 
-  // Ratios measured side by side in this run.
-  const ratios: Record<string, number> = {};
-  const first = results['qwen2-0.5b'] as { decode: Decode[] } | undefined;
-  const hf64 = torch?.transformers?.['batch64']?.tok_per_s;
-  const ours64 = first?.decode.find((d) => d.batch === 64)?.tokPerSec;
-  if (hf64 !== undefined && ours64 !== undefined) ratios.decodeBatch64VsTransformers = ours64 / hf64;
-  const gemmRows: unknown[] = [];
-  for (const c of gemm?.cases ?? []) {
-    const t = torch?.matmul?.find((x: { m: number; n: number; k: number }) => x.m === c.m && x.n === c.n && x.k === c.k)?.tflops;
-    gemmRows.push({ ...c, torch_tflops: t ?? null, cublaslt_vs_torch: t && c.cublaslt_tflops ? c.cublaslt_tflops / t : null, own_vs_torch: t && c.own_tflops ? c.own_tflops / t : null });
-  }
-
-  const report = { bench: 'native-gpu', date: new Date().toISOString(), device: deviceLine, gpu: bandwidth?.device ?? gemm?.device, copyGBps, isl, decodeSteps: steps - 2, results, gemm: gemmRows, torch, sampler, ratios };
-  const out = args.out ?? join(REPO, 'bench/results/native-gpu-bench.json');
-  await mkdir(dirname(out), { recursive: true });
-  await writeFile(out, `${JSON.stringify(report, null, 2)}\n`);
+  const ratios = await writeReport(true);
   console.log(`\nnative-gpu-bench on ${deviceLine}`);
   console.log('shape          | decode b1 tok/s (roofline) | b8 | b64 | b256 | prefill 512 / 2k / 8k tok/s');
   for (const [name, r] of Object.entries(results) as Array<[string, { decode: Decode[]; prefill: Array<{ tokPerSec: number }> }]>) {

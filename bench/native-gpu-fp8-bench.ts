@@ -101,6 +101,9 @@ async function timedLoad(options: NativeEngineOptions): Promise<{ engine: Native
   return { engine, seconds: (performance.now() - t0) / 1000 };
 }
 
+/** One weights configuration's measurements, as the report and the table read them. */
+type WeightRuns = Record<string, { decode: Array<{ batch: number; tokPerSec: number }>; prefill: { tokPerSec: number } }>;
+
 async function main(): Promise<void> {
   const device = args.device!;
   const simt = device === 'simt';
@@ -122,6 +125,32 @@ async function main(): Promise<void> {
 
   const weights: Record<string, unknown> = {};
   let deviceLine = '';
+  const kvBatch = simt ? 2 : 64;
+  const kvCtx = simt ? 128 : 8192;
+  const kv: Record<string, unknown> = {};
+  let big: Record<string, unknown> | undefined;
+  // The report so far, written after each part, so a run cut short by its step's timeout
+  // (scripts/device/run-all.sh) still leaves what it measured ("complete": false). Ratios are
+  // of the parts measured so far.
+  const out = args.out ?? join(REPO, 'bench/results/native-gpu-fp8-bench.json');
+  const writeReport = async (complete: boolean): Promise<Record<string, number>> => {
+    const w = weights as WeightRuns;
+    const ratio = (name: string, b: number) => (w[name]?.decode.find((d) => d.batch === b)?.tokPerSec ?? NaN) / (w.bf16?.decode.find((d) => d.batch === b)?.tokPerSec ?? NaN);
+    const ratios: Record<string, number> = {};
+    for (const name of Object.keys(w).filter((n) => n !== 'bf16' && w.bf16 !== undefined)) {
+      for (const b of batches) ratios[`${name} decode b${b} vs bf16`] = ratio(name, b);
+      ratios[`${name} prefill ${prefillLen} vs bf16`] = w[name]!.prefill.tokPerSec / w.bf16!.prefill.tokPerSec;
+    }
+    const kvr = kv as Record<string, { tokPerSec: number; kvBlocks: number }>;
+    if (kvr.fp8 !== undefined && kvr.bf16 !== undefined) {
+      ratios[`fp8 KV decode b${kvBatch} ctx ${kvCtx} vs bf16 KV`] = kvr.fp8.tokPerSec / kvr.bf16.tokPerSec;
+      ratios['fp8 KV blocks vs bf16 KV'] = kvr.fp8.kvBlocks / kvr.bf16.kvBlocks;
+    }
+    const report = { bench: 'native-gpu-fp8', date: new Date().toISOString(), complete, device: deviceLine, gpu: bandwidth?.device, copyGBps, shape, decodeSteps: steps - 2, weights, kv, big, ratios };
+    await mkdir(dirname(out), { recursive: true });
+    await writeFile(out, `${JSON.stringify(report, null, 2)}\n`);
+    return ratios;
+  };
   for (const c of configs) {
     const { engine, seconds } = await timedLoad(c.options);
     deviceLine = engine.deviceDescription;
@@ -137,12 +166,10 @@ async function main(): Promise<void> {
     console.error(`  prefill ${prefillLen}: ${prefill.tokPerSec.toFixed(0)} tok/s`);
     weights[c.name] = { loadSeconds: seconds, quantization: engine.model.quantization, decode, prefill, stepBytes: stepBytes(shape, c.weightBytes, 128, 2) };
     await engine.close();
+    await writeReport(false);
   }
 
   // KV cache: bf16 weights, bf16 against e4m3 pools, batch 64 at an 8k context.
-  const kvBatch = simt ? 2 : 64;
-  const kvCtx = simt ? 128 : 8192;
-  const kv: Record<string, unknown> = {};
   for (const dtype of ['bf16', 'fp8'] as const) {
     const { engine } = await timedLoad({ ...base, kvCacheDtype: dtype, ...(simt ? { numBlocks: 64 } : {}) });
     const d = await decodeAt(engine, kvBatch, kvCtx, steps);
@@ -150,9 +177,9 @@ async function main(): Promise<void> {
     console.error(`KV ${dtype}: decode batch ${kvBatch} at ${kvCtx}: ${d.tokPerSec.toFixed(1)} tok/s; ${engine.info.numBlocks} blocks of ${engine.info.kvBytesPerToken} B/token`);
     await engine.close();
   }
+  await writeReport(false);
 
   // 70B: load and decode, or why not.
-  let big: Record<string, unknown> | undefined;
   if (args.big !== undefined) {
     const s70 = await shapeOf(args.big);
     const fp8Bytes = s70.layers * (s70.hidden * (s70.heads + 2 * s70.kvHeads) * s70.headDim + s70.heads * s70.headDim * s70.hidden + 3 * s70.hidden * s70.inter);
@@ -171,24 +198,10 @@ async function main(): Promise<void> {
     console.error(`70B FP8 memory: ${(fp8Bytes / 1e9).toFixed(1)} GB of e4m3 projections + ${(bf16Bytes / 1e9).toFixed(1)} GB of bf16 embeddings and LM head`);
   }
 
-  const w = weights as Record<string, { decode: Array<{ batch: number; tokPerSec: number }>; prefill: { tokPerSec: number } }>;
-  const ratio = (name: string, b: number) => (w[name]?.decode.find((d) => d.batch === b)?.tokPerSec ?? NaN) / (w.bf16!.decode.find((d) => d.batch === b)?.tokPerSec ?? NaN);
-  const ratios: Record<string, number> = {};
-  for (const name of Object.keys(w).filter((n) => n !== 'bf16')) {
-    for (const b of batches) ratios[`${name} decode b${b} vs bf16`] = ratio(name, b);
-    ratios[`${name} prefill ${prefillLen} vs bf16`] = w[name]!.prefill.tokPerSec / w.bf16!.prefill.tokPerSec;
-  }
-  const kvr = kv as Record<string, { tokPerSec: number; kvBlocks: number }>;
-  ratios[`fp8 KV decode b${kvBatch} ctx ${kvCtx} vs bf16 KV`] = kvr.fp8!.tokPerSec / kvr.bf16!.tokPerSec;
-  ratios['fp8 KV blocks vs bf16 KV'] = kvr.fp8!.kvBlocks / kvr.bf16!.kvBlocks;
-
-  const report = { bench: 'native-gpu-fp8', date: new Date().toISOString(), device: deviceLine, gpu: bandwidth?.device, copyGBps, shape, decodeSteps: steps - 2, weights, kv, big, ratios };
-  const out = args.out ?? join(REPO, 'bench/results/native-gpu-fp8-bench.json');
-  await mkdir(dirname(out), { recursive: true });
-  await writeFile(out, `${JSON.stringify(report, null, 2)}\n`);
+  const ratios = await writeReport(true);
   console.log(`\nnative-gpu-fp8-bench on ${deviceLine} (copy bandwidth ${copyGBps?.toFixed(0) ?? '?'} GB/s)`);
   console.log(`weights     | ${batches.map((b) => `decode b${b} tok/s`).join(' | ')} | prefill ${prefillLen} tok/s`);
-  for (const [name, r] of Object.entries(w)) {
+  for (const [name, r] of Object.entries(weights as WeightRuns)) {
     console.log(`${name.padEnd(11)} | ${batches.map((b) => r.decode.find((d) => d.batch === b)!.tokPerSec.toFixed(1)).join(' | ')} | ${r.prefill.tokPerSec.toFixed(0)}`);
   }
   for (const [k, v] of Object.entries(ratios)) console.log(`${k}: ${v.toFixed(2)}x`);

@@ -207,6 +207,26 @@ async function main(): Promise<void> {
     await writeRandomModel(modelDir, shape!, 'bf16');
   }
   const results: Record<string, unknown> = {};
+  // The report so far: written after each case, so a run cut short by its step's timeout
+  // (scripts/device/run-all.sh) still leaves the cases it finished ("complete": false).
+  const file = args.out ?? join(import.meta.dirname, 'results', `speculative-${device}.json`);
+  const writeReport = async (complete: boolean) => {
+    const report = {
+      bench: 'speculative',
+      date: new Date().toISOString(),
+      complete,
+      device,
+      machine: { cpu: cpus()[0]?.model ?? 'unknown', cores: availableParallelism(), loadAverage1mStart: loadAtStart, loadAverage1m: loadavg()[0] },
+      model: { shape: shapeName, ...shape, weightsDtype: 'bf16' },
+      threads: Number(args.threads),
+      reps,
+      maxDrafts: MAX_DRAFTS,
+      results,
+    };
+    await mkdir(join(file, '..'), { recursive: true });
+    await writeFile(file, `${JSON.stringify(report, null, 2)}\n`);
+    return report;
+  };
   try {
     const longContext = Number(args['verify-long-context']);
     if (!Number.isInteger(longContext) || longContext < 0) throw new Error('--verify-long-context must be a whole number of tokens (0: off)');
@@ -225,6 +245,7 @@ async function main(): Promise<void> {
         console.error(`verify batch 1, context ${longContext}: ${JSON.stringify(verify[`batch1Context${longContext}`])}`);
       }
       results.verify = verify;
+      await writeReport(false);
     }
 
     if (cases.has('copy')) {
@@ -243,6 +264,7 @@ async function main(): Promise<void> {
         await spec.close();
       }
       results.copy = out;
+      await writeReport(false);
     }
 
     if (cases.has('reject')) {
@@ -259,23 +281,11 @@ async function main(): Promise<void> {
       }
       await spec.close();
       results.reject = out;
+      await writeReport(false);
     }
     await plain.close();
 
-    const report = {
-      bench: 'speculative',
-      date: new Date().toISOString(),
-      device,
-      machine: { cpu: cpus()[0]?.model ?? 'unknown', cores: availableParallelism(), loadAverage1mStart: loadAtStart, loadAverage1m: loadavg()[0] },
-      model: { shape: shapeName, ...shape, weightsDtype: 'bf16' },
-      threads: Number(args.threads),
-      reps,
-      maxDrafts: MAX_DRAFTS,
-      results,
-    };
-    const file = args.out ?? join(import.meta.dirname, 'results', `speculative-${device}.json`);
-    await mkdir(join(file, '..'), { recursive: true });
-    await writeFile(file, `${JSON.stringify(report, null, 2)}\n`);
+    const report = await writeReport(true);
     console.log(JSON.stringify(report, null, 2));
   } finally {
     if (tmp !== undefined) await rm(tmp, { recursive: true, force: true });
