@@ -243,7 +243,14 @@ int main(int argc, char** argv) {
     };
     auto blocks_for = [&](int tokens) { return (tokens + 15) / 16; };
 
+    // The JSON so far goes to --json after every measurement ("complete": false), so a run cut
+    // short by its step's timeout (scripts/device/run-all.sh) still leaves what it measured.
     std::ostringstream js;
+    auto flush = [&](bool complete) {
+      const std::string text = js.str() + ",\"complete\":" + (complete ? "true" : "false") + "}";
+      if (!json_path.empty()) std::ofstream(json_path) << text << "\n";
+      return text;
+    };
     js << "{\"shape\":\"" << shape << "\",\"device\":\"" << device << "\",\"quantization\":\"" << quantization << "\",\"load_seconds\":" << load_s
        << ",\"params_total\":" << params.total << ",\"params_active\":" << params.active;
     auto decode_bench = [&](int batch, const char* label) {
@@ -292,6 +299,7 @@ int main(int argc, char** argv) {
          << ",\"distinct_experts_per_layer\":" << distinct << ",\"bytes_per_step\":" << bytes
          << ",\"achieved_gbs\":" << achieved_gbs
          << ",\"roofline_fraction\":" << (bandwidth_gbs > 0 ? achieved_gbs / bandwidth_gbs : 0) << "}";
+      flush(false);
     };
     decode_bench(1, "b1");
     decode_bench(device == "simt" ? 4 : 64, device == "simt" ? "b4" : "b64");
@@ -322,6 +330,7 @@ int main(int argc, char** argv) {
                     flops / dt / 1e12);
         js << ",\"" << key << "\":{\"tokens\":" << tokens << ",\"grouped_gemm\":\"" << label << "\",\"ms\":" << 1e3 * dt
            << ",\"tok_s\":" << tokens / dt << ",\"active_tflops\":" << flops / dt / 1e12 << "}";
+        flush(false);
       };
       prefill_bench(-1, "prefill", "as planned");
       plans = gpu.description();  // before forcing: forcing forgets the plans made so far
@@ -335,12 +344,8 @@ int main(int argc, char** argv) {
     for (char& ch : desc) {
       if (ch == '"' || ch == '\\') ch = '\'';
     }
-    js << ",\"backend\":\"" << desc << "\",\"bandwidth_gbs\":" << bandwidth_gbs << "}";
-    const std::string out = js.str();
-    if (!json_path.empty()) {
-      std::ofstream(json_path) << out << "\n";
-    }
-    std::printf("%s\n", out.c_str());
+    js << ",\"backend\":\"" << desc << "\",\"bandwidth_gbs\":" << bandwidth_gbs;
+    std::printf("%s\n", flush(true).c_str());
     return 0;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "tandem_moe_bench: %s\n", e.what());

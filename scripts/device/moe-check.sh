@@ -3,7 +3,7 @@
 # The GPU check of mixture-of-experts models and YaRN (issue 36), run on a GPU machine from the
 # repository root with the bundle of scripts/device/pack.sh at .device-bundle/ (no Node.js
 # needed there), as one step of scripts/device/run-all.sh or alone. Step status and time go to
-# $OUT/summary.json, the log to $OUT/moe-check.log; results to $OUT/moe-bench.json,
+# $OUT/summary.json, the log to $OUT/moe-check.log; results to $OUT/moe-bench.json (the engine rows alone, written after every measurement: moe-engine.json),
 # moe-hf-goldens.json, moe-disagg.json, moe-ncu.csv. Steps, most important first:
 #   kernels     every kernel check on cuda, the MoE suite (router with torch.topk's tie order,
 #               grouping, grouped GEMMs, combine; an expert with every token, experts with none)
@@ -139,12 +139,12 @@ bench() {
     native/build/tandem_gpu_bench bandwidth --device cuda --json "$work/bandwidth.json" || return 1
     bw=$(python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print(d.get("copy_gbps", 0))' "$work/bandwidth.json")
   fi
-  native/build/tandem_moe_bench --device "$device" --shape $shape --bandwidth-gbs "$bw" --json "$work/moe-engine.json" || return 1
+  native/build/tandem_moe_bench --device "$device" --shape $shape --bandwidth-gbs "$bw" --json "$OUT/moe-engine.json" || return 1
   if [ "$device" = cuda ]; then
     PYTHONUNBUFFERED=1 timeout 240 python3 scripts/device/moe_torch_baselines.py --out "$work/moe-torch.json" \
       || echo "torch/transformers baselines failed (their ratios will be missing)"
   fi
-  python3 - "$OUT/moe-bench.json" "$gpu" "$work/moe-engine.json" "$work/moe-torch.json" "$work/bandwidth.json" <<'PY'
+  python3 - "$OUT/moe-bench.json" "$gpu" "$OUT/moe-engine.json" "$work/moe-torch.json" "$work/bandwidth.json" <<'PY'
 import json, os, sys
 out, gpu, eng_p, torch_p, bw_p = sys.argv[1:6]
 eng = json.load(open(eng_p))
@@ -176,7 +176,7 @@ bench_fp8() {
   [ "$device" = simt ] && shape=tiny-moe
   [ -f "$work/bandwidth.json" ] && bw=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1])).get("copy_gbps", 0))' "$work/bandwidth.json")
   native/build/tandem_moe_bench --device "$device" --shape $shape --bandwidth-gbs "$bw" --quantization fp8 --json "$OUT/moe-bench-fp8.json" || return 1
-  python3 - "$OUT/moe-bench-fp8.json" "$work/moe-engine.json" <<'PY'
+  python3 - "$OUT/moe-bench-fp8.json" "$OUT/moe-engine.json" <<'PY'
 import json, os, sys
 f8 = json.load(open(sys.argv[1]))
 b16 = json.load(open(sys.argv[2])) if os.path.exists(sys.argv[2]) else {}
