@@ -5,8 +5,10 @@
 //
 //   tandem_gpu_kernel_test            prints one summary line per suite, then "N checks, M failures"
 //   tandem_gpu_kernel_test --fp8      the FP8 kernels only (scripts/device/fp8-check.sh)
-//   TANDEM_TEST_SUITES=fused,kv_copy  runs only these suites (elementwise, attention, gemm, fused, sampling,
-//                                     sampling_fast, kv_copy, moe, fp8; scripts/device/sanitizer-check.sh)
+//   TANDEM_TEST_SUITES=fused,kv_copy  runs only these suites (harness, elementwise, attention, gemm, fused,
+//                                     sampling, sampling_fast, kv_copy, moe, fp8; scripts/device/sanitizer-check.sh)
+//   TANDEM_SIMT_ORDER=forward|reverse|shuffle[:SEED]  the order of blocks and threads on the harness
+//                                     (default shuffle:1; simt/harness.h)
 //   TANDEM_TEST_QUICK=1               fewer cases where a suite offers it (under compute-sanitizer)
 #include <cstdio>
 #include <cstdlib>
@@ -19,6 +21,7 @@
 #include "gpu/elementwise_checks.h"
 #include "gpu/fp8_checks.h"
 #include "gpu/gemm_checks.h"
+#include "gpu/harness_checks.h"
 #include "gpu/kv_copy_checks.h"
 #include "gpu/moe_checks.h"
 #include "gpu/sampling_checks.h"
@@ -44,7 +47,11 @@ int main(int argc, char** argv) {
   const bool quick = quick_env != nullptr && std::string(quick_env) == "1";
   try {
     Gpu g = Gpu::open();
-    std::printf("device: %s (%s)\n", g.device->info().name.c_str(), g.name.c_str());
+    if (g.name == "simt") {
+      std::printf("device: %s (simt, %s)\n", g.device->info().name.c_str(), tandem::simt::describe(tandem::simt::schedule()).c_str());
+    } else {
+      std::printf("device: %s (%s)\n", g.device->info().name.c_str(), g.name.c_str());
+    }
     if (fp8_only) {
       check_qkv_rope(g, true, false, true, false, true);  // the KV write into an e4m3 pool
       check_qkv_rope(g, false, true, false, false, true);
@@ -53,6 +60,7 @@ int main(int argc, char** argv) {
       std::printf("%d checks, %d failures\n", tandem_test::g_checks, tandem_test::g_failures);
       return tandem_test::g_failures == 0 ? 0 : 1;
     }
+    if (g.name == "simt" && wanted("harness")) test_harness();
     if (wanted("elementwise")) test_elementwise(g);
     if (wanted("attention")) test_attention(g);
     if (wanted("gemm")) test_gemm(g);

@@ -175,16 +175,13 @@ inline void grid_dependency_wait() {}
 inline void grid_dependents_launch() {}
 inline void prefetch_l2(const void*) {}
 
-inline void cp_async16(void* smem, const void* gmem, bool pred) {
-  if (pred) {
-    std::memcpy(smem, gmem, 16);
-  } else {
-    std::memset(smem, 0, 16);
-  }
-}
-inline void cp_async_commit() {}
+// cp.async lands at the wait_group that covers its group, as on the GPU (simt/harness.h).
+inline void cp_async16(void* smem, const void* gmem, bool pred) { ::tandem::simt::cp_async_copy(smem, gmem, pred); }
+inline void cp_async_commit() { ::tandem::simt::cp_async_commit(); }
 template <int N>
-inline void cp_async_wait() {}
+inline void cp_async_wait() {
+  ::tandem::simt::cp_async_wait(N);
+}
 
 inline void ldmatrix_x4(uint32_t (&r)[4], const void* smem_row) {
   ::tandem::simt::WarpOp op(smem_row);

@@ -1,6 +1,10 @@
 #include "harness.h"
 
+#include <algorithm>
+#include <atomic>
+#include <cstdlib>
 #include <memory>
+#include <numeric>
 #include <stdexcept>
 
 namespace tandem::simt {
@@ -22,6 +26,52 @@ constexpr size_t kFiberStackBytes = 64 * 1024;
 // 0xFF bytes read as a NaN in any float type: an unwritten shared value poisons results.
 constexpr unsigned char kPoison = 0xFF;
 
+// The schedule: set once from the environment (or by set_schedule); `epoch` counts changes, so
+// each host thread restarts its shuffle stream from the seed after one.
+struct ScheduleState {
+  std::atomic<uint8_t> order;
+  std::atomic<uint64_t> seed;
+  std::atomic<uint64_t> epoch{0};
+  ScheduleState() {
+    const char* env = std::getenv("TANDEM_SIMT_ORDER");
+    const Schedule s = env != nullptr && *env != 0 ? parse_schedule(env) : Schedule{};
+    order.store(static_cast<uint8_t>(s.order));
+    seed.store(s.seed);
+  }
+};
+
+ScheduleState& schedule_state() {
+  static ScheduleState state;
+  return state;
+}
+
+/** splitmix64: a small, fast, well-mixed stream; this host thread's, restarted at each epoch. */
+struct Rng {
+  uint64_t state = 0;
+  uint64_t epoch = ~uint64_t{0};
+  uint64_t next() {
+    uint64_t z = (state += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+  }
+  /** A uniform index below n (n > 0); the small modulo bias does not matter for an order. */
+  size_t below(size_t n) { return static_cast<size_t>(next() % n); }
+};
+
+thread_local Rng t_rng;
+
+/** Fills `order` with 0..n-1 in the schedule's order. */
+void schedule_order(Order o, std::vector<uint32_t>& order, size_t n) {
+  order.resize(n);
+  std::iota(order.begin(), order.end(), 0u);
+  if (o == Order::kReverse) {
+    std::reverse(order.begin(), order.end());
+  } else if (o == Order::kShuffle) {
+    for (size_t i = n; i > 1; --i) std::swap(order[i - 1], order[t_rng.below(i)]);
+  }
+}
+
 thread_local ThreadCtx* t_current = nullptr;
 thread_local Capture* t_capture = nullptr;
 thread_local uint64_t t_launches = 0;
@@ -29,6 +79,8 @@ thread_local uint64_t t_launches = 0;
 struct Runner {
   Block block;
   std::vector<std::unique_ptr<FiberStack>> stacks;
+  std::vector<uint32_t> block_order, thread_order;
+  Order order = Order::kForward;
   Runner() { block.shared.resize(kMaxStaticShared); }
 };
 
@@ -67,11 +119,15 @@ void run_block(Runner& r, bool first_of_launch) {
     t.state = WaitState::kRunnable;
     t.shared_cursor = 0;
     t.warp_ops = 0;
+    t.async_copies.clear();  // a thread that exits with copies in flight: they land nowhere
+    t.async_groups = 0;
     r.stacks[i]->prepare(t.ctx, &fiber_entry, &t);
   }
   const unsigned warps = static_cast<unsigned>((n + kWarpSize - 1) / kWarpSize);
+  if (r.order != Order::kShuffle) schedule_order(r.order, r.thread_order, n);
   for (;;) {
-    for (size_t i = 0; i < n; ++i) {
+    if (r.order == Order::kShuffle) schedule_order(r.order, r.thread_order, n);
+    for (const uint32_t i : r.thread_order) {
       ThreadCtx& t = b.threads[i];
       if (t.state != WaitState::kRunnable) continue;
       t_current = &t;
@@ -129,31 +185,39 @@ void run_launch(Dim3 grid, Dim3 block, size_t dynamic_bytes, const std::function
   b.slots.assign(((n + kWarpSize - 1) / kWarpSize) * 2 * kWarpSize * kSlotBytes, 0);
   b.static_high_water = 0;
   ++t_launches;
-  for (unsigned bz = 0; bz < grid.z; ++bz) {
-    for (unsigned by = 0; by < grid.y; ++by) {
-      for (unsigned bx = 0; bx < grid.x; ++bx) {
-        size_t i = 0;
-        for (unsigned tz = 0; tz < block.z; ++tz) {
-          for (unsigned ty = 0; ty < block.y; ++ty) {
-            for (unsigned tx = 0; tx < block.x; ++tx, ++i) {
-              ThreadCtx& t = b.threads[i];
-              t.thread_idx = Dim3(tx, ty, tz);
-              t.block_idx = Dim3(bx, by, bz);
-              t.block_dim = block;
-              t.grid_dim = grid;
-              t.linear = static_cast<unsigned>(i);
-              t.lane = static_cast<unsigned>(i % kWarpSize);
-              t.warp = static_cast<unsigned>(i / kWarpSize);
-              t.block = &b;
-            }
-          }
-        }
-        run_block(r, bx == 0 && by == 0 && bz == 0);
-        if (b.static_high_water + dynamic_bytes > kMaxShared) {
-          throw std::runtime_error("simt: " + std::to_string(b.static_high_water + dynamic_bytes) +
-                                   " bytes of shared memory per block (sm_80 allows " + std::to_string(kMaxShared) + ")");
+  ScheduleState& st = schedule_state();
+  r.order = static_cast<Order>(st.order.load());
+  if (t_rng.epoch != st.epoch.load()) {
+    t_rng.epoch = st.epoch.load();
+    t_rng.state = st.seed.load();
+  }
+  const size_t blocks = static_cast<size_t>(grid.x) * grid.y * grid.z;
+  if (blocks > UINT32_MAX) throw std::runtime_error("simt: grid of " + std::to_string(blocks) + " blocks (at most 2^32 - 1)");
+  schedule_order(r.order, r.block_order, blocks);
+  for (size_t run = 0; run < blocks; ++run) {
+    const size_t linear = r.block_order[run];
+    const Dim3 block_idx(static_cast<unsigned>(linear % grid.x), static_cast<unsigned>(linear / grid.x % grid.y),
+                         static_cast<unsigned>(linear / (static_cast<size_t>(grid.x) * grid.y)));
+    size_t i = 0;
+    for (unsigned tz = 0; tz < block.z; ++tz) {
+      for (unsigned ty = 0; ty < block.y; ++ty) {
+        for (unsigned tx = 0; tx < block.x; ++tx, ++i) {
+          ThreadCtx& t = b.threads[i];
+          t.thread_idx = Dim3(tx, ty, tz);
+          t.block_idx = block_idx;
+          t.block_dim = block;
+          t.grid_dim = grid;
+          t.linear = static_cast<unsigned>(i);
+          t.lane = static_cast<unsigned>(i % kWarpSize);
+          t.warp = static_cast<unsigned>(i / kWarpSize);
+          t.block = &b;
         }
       }
+    }
+    run_block(r, run == 0);
+    if (b.static_high_water + dynamic_bytes > kMaxShared) {
+      throw std::runtime_error("simt: " + std::to_string(b.static_high_water + dynamic_bytes) +
+                               " bytes of shared memory per block (sm_80 allows " + std::to_string(kMaxShared) + ")");
     }
   }
 }
@@ -206,6 +270,76 @@ unsigned char* WarpOp::begin() {
 
 const unsigned char* WarpOp::slot(unsigned lane) const {
   return block_->slots.data() + ((static_cast<size_t>(warp_) * 2 + parity_) * kWarpSize + lane) * kSlotBytes;
+}
+
+void cp_async_copy(void* dst, const void* src, bool pred) {
+  ThreadCtx& t = current();
+  AsyncCopy c;
+  c.dst = dst;
+  c.group = t.async_groups;
+  if (pred) {
+    std::memcpy(c.bytes, src, sizeof c.bytes);
+  } else {
+    std::memset(c.bytes, 0, sizeof c.bytes);
+  }
+  t.async_copies.push_back(c);
+  std::memset(dst, kPoison, sizeof c.bytes);
+}
+
+void cp_async_commit() { ++current().async_groups; }
+
+void cp_async_wait(unsigned pending) {
+  ThreadCtx& t = current();
+  // Groups [0, async_groups - pending) must have landed; copies not yet committed stay in flight.
+  const unsigned landed = t.async_groups > pending ? t.async_groups - pending : 0;
+  size_t kept = 0;
+  for (AsyncCopy& c : t.async_copies) {
+    if (c.group < landed) {
+      std::memcpy(c.dst, c.bytes, sizeof c.bytes);
+    } else {
+      t.async_copies[kept++] = c;
+    }
+  }
+  t.async_copies.resize(kept);
+}
+
+Schedule parse_schedule(const std::string& text) {
+  Schedule s;
+  if (text == "forward") {
+    s.order = Order::kForward;
+  } else if (text == "reverse") {
+    s.order = Order::kReverse;
+  } else if (text == "shuffle") {
+    s.order = Order::kShuffle;
+  } else if (text.rfind("shuffle:", 0) == 0 && text.size() > 8 &&
+             text.find_first_not_of("0123456789", 8) == std::string::npos && text.size() <= 8 + 19) {
+    s.order = Order::kShuffle;
+    s.seed = std::stoull(text.substr(8));
+  } else {
+    throw std::invalid_argument("TANDEM_SIMT_ORDER=" + text + ": expected forward, reverse, shuffle or shuffle:SEED");
+  }
+  return s;
+}
+
+Schedule schedule() {
+  ScheduleState& st = schedule_state();
+  return Schedule{static_cast<Order>(st.order.load()), st.seed.load()};
+}
+
+void set_schedule(Schedule s) {
+  ScheduleState& st = schedule_state();
+  st.order.store(static_cast<uint8_t>(s.order));
+  st.seed.store(s.seed);
+  st.epoch.fetch_add(1);
+}
+
+std::string describe(Schedule s) {
+  switch (s.order) {
+    case Order::kForward: return "blocks and threads in order";
+    case Order::kReverse: return "blocks and threads in reverse order";
+    case Order::kShuffle: return "blocks and threads shuffled, seed " + std::to_string(s.seed);
+  }
+  return "?";
 }
 
 void set_capture(Capture* capture) { t_capture = capture; }

@@ -8,9 +8,17 @@
 //     read of something no thread wrote shows up in the results;
 //   - warp collectives (shuffles, ldmatrix, mma): each lane deposits its operands, the warp
 //     meets at a warp barrier, and each lane computes its result from every lane's operands.
+//   - cp.async (cp_async_copy/commit/wait): a copy lands only at the wait_group that covers its
+//     group, and its destination holds the poison until then, so a read before the right wait
+//     shows up; copies of groups the wait leaves pending stay pending, as on the GPU.
 // Blocks run one after another on the calling thread; a kernel must not depend on blocks
-// running concurrently (none of ours do). Launches can be recorded instead of run (capture),
-// which is how the SIMT device emulates CUDA graphs: arguments are fixed at capture time.
+// running concurrently (none of ours do). A GPU runs blocks, and threads between barriers, in
+// no fixed order, so neither does the harness unless told to (Schedule): by default blocks run
+// in a shuffled order and each round of the block's threads (up to their next barrier) starts
+// from a shuffled thread, so a kernel that leans on an order (a "last" block that is last by
+// index, a read of a neighbour's shared value with no barrier between) fails here as it might
+// there. Launches can be recorded instead of run (capture), which is how the SIMT device
+// emulates CUDA graphs: arguments are fixed at capture time.
 #pragma once
 
 #include <cstddef>
@@ -39,6 +47,13 @@ enum class WaitState : uint8_t { kRunnable, kBlockBarrier, kWarpBarrier, kDone }
 
 struct Block;
 
+/** A cp.async in flight: the bytes it read, where they land, and its commit group. */
+struct AsyncCopy {
+  void* dst = nullptr;
+  unsigned group = 0;
+  unsigned char bytes[16];
+};
+
 /** One emulated CUDA thread. */
 struct ThreadCtx {
   Dim3 thread_idx, block_idx, block_dim, grid_dim;
@@ -48,6 +63,8 @@ struct ThreadCtx {
   WaitState state = WaitState::kRunnable;
   Block* block = nullptr;
   Context ctx;
+  std::vector<AsyncCopy> async_copies;  // issued, not yet landed
+  unsigned async_groups = 0;            // commit groups closed so far
 };
 
 /** The thread whose fiber is running; valid only inside a kernel launched by launch(). */
@@ -92,6 +109,38 @@ class WarpOp {
   unsigned warp_ = 0;
   unsigned parity_ = 0;
 };
+
+/**
+ * The 16-byte cp.async of `src` (zeros when !pred) into shared `dst`: it lands at the
+ * cp_async_wait that covers the group it is committed in. Until then `dst` reads as poison.
+ */
+void cp_async_copy(void* dst, const void* src, bool pred);
+/** Closes this thread's current group of copies (cp.async.commit_group). */
+void cp_async_commit();
+/** Lands every copy except those of the `pending` most recent groups (cp.async.wait_group). */
+void cp_async_wait(unsigned pending);
+
+/** The order in which blocks of a launch, and threads of a block between barriers, run. */
+enum class Order : uint8_t {
+  kForward,  // blocks by index (x fastest); threads by index
+  kReverse,  // the last block first; threads from the highest index down
+  kShuffle,  // a seeded random order of blocks, and a fresh one of the threads every round
+};
+struct Schedule {
+  Order order = Order::kShuffle;
+  uint64_t seed = 1;
+};
+/**
+ * The process's schedule. Read once from TANDEM_SIMT_ORDER (forward | reverse | shuffle |
+ * shuffle:SEED; unset: shuffle, seed 1) unless set_schedule set it first; a bad value throws.
+ */
+Schedule schedule();
+/** Sets the schedule for launches from now on (on every host thread); shuffles restart from the seed. */
+void set_schedule(Schedule s);
+/** "shuffled blocks and threads, seed 1", "reverse order", "in order". */
+std::string describe(Schedule s);
+/** Parses a TANDEM_SIMT_ORDER value; throws std::invalid_argument naming the value. */
+Schedule parse_schedule(const std::string& text);
 
 /** Records launches (and the SIMT device's copies) instead of running them: a CUDA graph. */
 struct Capture {

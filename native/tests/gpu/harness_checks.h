@@ -1,0 +1,144 @@
+// The SIMT harness's own checks (simt/harness.h): that it exposes what a GPU does and a
+// one-block-at-a-time emulator would hide. Each hazard is planted in a small kernel that is right
+// only in index order, and must come out wrong under the reverse and shuffled schedules:
+//   - a "last" block that is last by index and reads the other blocks' results with no counter
+//     (the fixed kernel, last_block_arrive, must be right under every schedule);
+//   - a thread reading its neighbour's shared value with no barrier between;
+//   - a read of a cp.async destination before the wait_group that covers it, a wait_group that
+//     leaves the newest groups in flight, and a copy never committed;
+//   - thread order between barriers really shuffled (integer atomics hand out slots).
+// The checks set the schedule themselves and put the process's back when done.
+#pragma once
+
+#include <numeric>
+#include <stdexcept>
+#include <vector>
+
+#include "../../src/cuda/kernel_lang.h"
+#include "../../src/cuda/kernels/last_block.cuh"
+#include "../../src/cuda/simt/harness.h"
+#include "../check.h"
+
+namespace tandem_test::gpu {
+
+namespace harness_detail {
+
+namespace simt = tandem::simt;
+namespace td = tandem::gpu::td;
+
+/** Blocks write partial[b] = b + 1; the "last" block sums them, by index or by arrival. */
+inline long long sum_of_partials(int blocks, bool by_arrival) {
+  std::vector<int> partial(static_cast<size_t>(blocks), 0);
+  int counter = 0;
+  long long out = -1;
+  simt::launch(simt::Dim3(static_cast<unsigned>(blocks)), simt::Dim3(32), 0, [&] {
+    TD_SHARED(int, flag, 1);
+    const int b = static_cast<int>(blockIdx.x);
+    if (threadIdx.x == 0) partial[static_cast<size_t>(b)] = b + 1;
+    const bool last = by_arrival ? tandem::gpu::simt_target::last_block_arrive(&counter, blocks, flag)
+                                 : b == static_cast<int>(gridDim.x) - 1;
+    if (last && threadIdx.x == 0) out = std::accumulate(partial.begin(), partial.end(), 0LL);
+  });
+  return out;
+}
+
+/** Thread i stores i in shared memory and reads thread i - 1's value, with or without a barrier. */
+inline int neighbour_reads_wrong(bool barrier) {
+  constexpr int kThreads = 128;
+  std::vector<int> got(kThreads, -2);
+  simt::launch(simt::Dim3(1), simt::Dim3(kThreads), 0, [&] {
+    TD_SHARED(int, s, kThreads);
+    const int i = static_cast<int>(threadIdx.x);
+    s[i] = i;
+    if (barrier) td::sync_threads();
+    got[static_cast<size_t>(i)] = i > 0 ? s[i - 1] : -1;
+  });
+  int wrong = 0;
+  for (int i = 1; i < kThreads; ++i) wrong += got[static_cast<size_t>(i)] != i - 1;
+  return wrong;
+}
+
+/** Slots thread 0..n-1 drew from one atomic counter in one round: identity in index order. */
+inline bool atomic_slots_in_index_order() {
+  constexpr int kThreads = 256;
+  std::vector<int> slot(kThreads, -1);
+  int next = 0;
+  simt::launch(simt::Dim3(1), simt::Dim3(kThreads), 0,
+               [&] { slot[threadIdx.x] = td::atomic_add(&next, 1); });
+  for (int i = 0; i < kThreads; ++i) {
+    if (slot[static_cast<size_t>(i)] != i) return false;
+  }
+  return true;
+}
+
+}  // namespace harness_detail
+
+inline void test_harness() {
+  namespace simt = tandem::simt;
+  namespace td = tandem::gpu::td;
+  using namespace harness_detail;
+  const simt::Schedule before = simt::schedule();
+  constexpr int kBlocks = 64;
+  constexpr long long kSum = kBlocks * (kBlocks + 1) / 2;
+  const simt::Schedule forward{simt::Order::kForward, 1}, reverse{simt::Order::kReverse, 1};
+  const simt::Schedule schedules[] = {forward, reverse, {simt::Order::kShuffle, 1}, {simt::Order::kShuffle, 99}};
+  for (const simt::Schedule& s : schedules) {
+    simt::set_schedule(s);
+    const std::string how = simt::describe(s);
+    const bool in_order = s.order == simt::Order::kForward;
+    // The planted bugs: right in index order only.
+    const long long by_index = sum_of_partials(kBlocks, false);
+    CHECK((by_index == kSum) == in_order, "harness (%s): the last block by index summed %lld (all %lld)", how.c_str(),
+          by_index, kSum);
+    const int unsynced = neighbour_reads_wrong(false);
+    CHECK((unsynced == 0) == in_order, "harness (%s): %d neighbour reads wrong with no barrier", how.c_str(), unsynced);
+    CHECK(atomic_slots_in_index_order() == in_order, "harness (%s): atomic slots in thread order: %d", how.c_str(),
+          static_cast<int>(atomic_slots_in_index_order()));
+    // The fixed kernels: right under every schedule.
+    CHECK(sum_of_partials(kBlocks, true) == kSum, "harness (%s): last_block_arrive's block summed wrong", how.c_str());
+    CHECK(neighbour_reads_wrong(true) == 0, "harness (%s): neighbour reads wrong after a barrier", how.c_str());
+  }
+
+  // cp.async: a destination reads as poison until the wait_group covering its group.
+  simt::set_schedule(forward);
+  std::vector<uint32_t> src(12);
+  std::iota(src.begin(), src.end(), 100u);
+  std::vector<uint32_t> seen;
+  simt::launch(simt::Dim3(1), simt::Dim3(32), 0, [&] {
+    TD_SHARED(uint32_t, s, 12);
+    if (threadIdx.x != 0) return;
+    td::cp_async16(s, src.data(), true);  // group 0
+    seen.push_back(s[0]);                 // before any wait: poison
+    td::cp_async_commit();
+    td::cp_async16(s + 4, src.data() + 4, true);  // group 1
+    td::cp_async_commit();
+    td::cp_async16(s + 8, src.data() + 8, false);  // never committed: zero fill, never lands
+    td::cp_async_wait<1>();                        // group 0 lands, group 1 may still be in flight
+    seen.push_back(s[0]);
+    seen.push_back(s[4]);
+    td::cp_async_wait<0>();  // group 1 lands; the uncommitted copy does not
+    seen.push_back(s[4]);
+    seen.push_back(s[8]);
+    td::cp_async_commit();
+    td::cp_async_wait<0>();
+    seen.push_back(s[8]);
+  });
+  const std::vector<uint32_t> want = {0xFFFFFFFFu, 100u, 0xFFFFFFFFu, 104u, 0xFFFFFFFFu, 0u};
+  CHECK(seen == want, "harness: cp.async landed at the wrong wait (%zu values seen)", seen.size());
+
+  bool refused = false;
+  try {
+    simt::parse_schedule("sideways");
+  } catch (const std::invalid_argument& e) {
+    refused = std::string(e.what()).find("TANDEM_SIMT_ORDER=sideways") != std::string::npos;
+  }
+  CHECK(refused, "harness: TANDEM_SIMT_ORDER=sideways was not refused by name");
+  CHECK(simt::parse_schedule("shuffle:42").seed == 42 && simt::parse_schedule("reverse").order == simt::Order::kReverse,
+        "harness: schedule values misread");
+  simt::set_schedule(before);
+  std::printf(
+      "gpu harness: a last-by-index block, a missing barrier and atomic slot order caught out of index order (reverse, "
+      "2 shuffles), last_block_arrive right under all, cp.async landing at its wait_group checked\n");
+}
+
+}  // namespace tandem_test::gpu
