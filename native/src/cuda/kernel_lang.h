@@ -10,7 +10,10 @@
 //   - shared memory only through TD_SHARED / TD_SHARED_2D / TD_DYNAMIC_SHARED, declared at the
 //     kernel's top level (the SIMT target hands out arena space in declaration order);
 //   - 1-D blocks whose size is a multiple of 32; collectives with the full warp;
-//   - no early return before a barrier; no dependence on blocks running concurrently;
+//   - no early return before a barrier; no dependence on blocks running concurrently, or in any
+//     order (the harness shuffles them);
+//   - in a kernel launched by td::launch_dependent, every thread calls td::grid_dependency_wait
+//     before it exits (the harness checks);
 //   - math through td:: (rsqrt, exp_fast) or <cmath> names valid on both (expf, logf, sqrtf);
 //   - fences through td:: (threadfence_system before a flag the host or a peer polls).
 // Each target puts the kernels in its own namespace (TD_NS) so both link into one binary.
@@ -170,8 +173,9 @@ inline float exp_fast(float x) { return std::exp(x); }
 inline int atomic_add(int* p, int v) { return __atomic_fetch_add(p, v, __ATOMIC_RELAXED); }
 // The host's fence: fibers and the host threads that poll share one memory.
 inline void threadfence_system() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
-// Launches run one after another on the harness: nothing to wait for, nothing to prefetch.
-inline void grid_dependency_wait() {}
+// Launches run one after another on the harness: nothing to wait for (the harness records the
+// wait, to hold dependent launches to it), nothing to prefetch.
+inline void grid_dependency_wait() { ::tandem::simt::grid_dependency_wait(); }
 inline void grid_dependents_launch() {}
 inline void prefetch_l2(const void*) {}
 

@@ -6,7 +6,8 @@
 //   - a thread reading its neighbour's shared value with no barrier between;
 //   - a read of a cp.async destination before the wait_group that covers it, a wait_group that
 //     leaves the newest groups in flight, and a copy never committed;
-//   - thread order between barriers really shuffled (integer atomics hand out slots).
+//   - thread order between barriers really shuffled (integer atomics hand out slots);
+//   - a programmatic dependent launch with threads that skip grid_dependency_wait is refused.
 // The checks set the schedule themselves and put the process's back when done.
 #pragma once
 
@@ -71,6 +72,19 @@ inline bool atomic_slots_in_index_order() {
   return true;
 }
 
+/** The error of a dependent launch whose threads from `skip_from` on return before the wait ("" if none). */
+inline std::string dependent_launch_error(bool dependent, unsigned skip_from) {
+  try {
+    simt::launch(simt::Dim3(4), simt::Dim3(64), 0, [&] {
+      if (threadIdx.x >= skip_from) return;
+      td::grid_dependency_wait();
+    }, dependent);
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "";
+}
+
 }  // namespace harness_detail
 
 inline void test_harness() {
@@ -126,6 +140,12 @@ inline void test_harness() {
   const std::vector<uint32_t> want = {0xFFFFFFFFu, 100u, 0xFFFFFFFFu, 104u, 0xFFFFFFFFu, 0u};
   CHECK(seen == want, "harness: cp.async landed at the wrong wait (%zu values seen)", seen.size());
 
+  const std::string skipped = dependent_launch_error(true, 48);
+  CHECK(skipped.find("exited without grid_dependency_wait") != std::string::npos,
+        "harness: a dependent launch whose threads skip the wait was not refused (%s)", skipped.c_str());
+  CHECK(dependent_launch_error(true, 64).empty() && dependent_launch_error(false, 0).empty(),
+        "harness: a dependent launch that waits everywhere, or a plain one, was refused");
+
   bool refused = false;
   try {
     simt::parse_schedule("sideways");
@@ -138,7 +158,7 @@ inline void test_harness() {
   simt::set_schedule(before);
   std::printf(
       "gpu harness: a last-by-index block, a missing barrier and atomic slot order caught out of index order (reverse, "
-      "2 shuffles), last_block_arrive right under all, cp.async landing at its wait_group checked\n");
+      "2 shuffles), last_block_arrive right under all, cp.async landing at its wait_group checked, a dependent launch that skips its wait refused\n");
 }
 
 }  // namespace tandem_test::gpu

@@ -6,7 +6,8 @@
 // capability 9.0+ a programmatic dependent launch (cudaLaunchKernelEx with programmatic stream
 // serialization; CUDA graphs keep it as a programmatic edge): the kernel may start while the
 // one before it runs, and must call td::grid_dependency_wait before it touches anything that
-// kernel reads or writes (kernel_lang.h). On the SIMT target it is td::launch.
+// kernel reads or writes (kernel_lang.h). On the SIMT target it is td::launch, with every
+// thread held to that wait.
 #pragma once
 
 #include <algorithm>
@@ -97,19 +98,21 @@ void launch(void (*kernel)(P...), Grid grid, unsigned block, size_t shared_bytes
 
 #else
 
+// With overlap the harness holds every thread of the kernel to calling td::grid_dependency_wait,
+// whatever the device the launch stands for (simt/harness.h).
 template <typename... P, typename... A>
-void launch(void (*kernel)(P...), Grid grid, unsigned block, size_t shared_bytes, void* /*stream*/, A&&... args) {
+void launch_dependent(bool overlap, void (*kernel)(P...), Grid grid, unsigned block, size_t shared_bytes, void* /*stream*/,
+                      A&&... args) {
   static_assert(sizeof...(P) == sizeof...(A), "argument count");
   if (grid.x == 0 || grid.y == 0 || grid.z == 0) return;
   std::tuple<std::decay_t<P>...> values(static_cast<std::decay_t<P>>(std::forward<A>(args))...);
   ::tandem::simt::launch(::tandem::simt::Dim3(grid.x, grid.y, grid.z), ::tandem::simt::Dim3(block), shared_bytes,
-                         [kernel, values]() { std::apply(kernel, values); });
+                         [kernel, values]() { std::apply(kernel, values); }, overlap);
 }
 
 template <typename... P, typename... A>
-void launch_dependent(bool /*overlap*/, void (*kernel)(P...), Grid grid, unsigned block, size_t shared_bytes, void* stream,
-                      A&&... args) {
-  launch(kernel, grid, block, shared_bytes, stream, std::forward<A>(args)...);
+void launch(void (*kernel)(P...), Grid grid, unsigned block, size_t shared_bytes, void* stream, A&&... args) {
+  launch_dependent(false, kernel, grid, block, shared_bytes, stream, std::forward<A>(args)...);
 }
 
 #endif

@@ -17,6 +17,7 @@ struct Block {
   size_t static_high_water = 0;
   Context scheduler;
   const std::function<void()>* body = nullptr;
+  bool dependent = false;
   std::string error;
 };
 
@@ -93,6 +94,11 @@ void fiber_entry(void* arg) {
   auto* t = static_cast<ThreadCtx*>(arg);
   try {
     (*t->block->body)();
+    if (t->block->dependent && !t->dependency_waited && t->block->error.empty()) {
+      t->block->error = "thread " + std::to_string(t->linear) +
+                        " of a programmatic dependent launch exited without grid_dependency_wait (it may read before the "
+                        "kernel before it finishes, and a grid none of whose threads waited can finish before it)";
+    }
   } catch (const std::exception& e) {
     if (t->block->error.empty()) t->block->error = e.what();
   } catch (...) {
@@ -119,6 +125,7 @@ void run_block(Runner& r, bool first_of_launch) {
     t.state = WaitState::kRunnable;
     t.shared_cursor = 0;
     t.warp_ops = 0;
+    t.dependency_waited = false;
     t.async_copies.clear();  // a thread that exits with copies in flight: they land nowhere
     t.async_groups = 0;
     r.stacks[i]->prepare(t.ctx, &fiber_entry, &t);
@@ -171,7 +178,7 @@ void run_block(Runner& r, bool first_of_launch) {
   }
 }
 
-void run_launch(Dim3 grid, Dim3 block, size_t dynamic_bytes, const std::function<void()>& body) {
+void run_launch(Dim3 grid, Dim3 block, size_t dynamic_bytes, const std::function<void()>& body, bool dependent) {
   const size_t n = static_cast<size_t>(block.x) * block.y * block.z;
   if (n == 0 || n > 1024) throw std::runtime_error("simt: block of " + std::to_string(n) + " threads (1..1024)");
   if (grid.x == 0 || grid.y == 0 || grid.z == 0) throw std::runtime_error("simt: empty grid");
@@ -179,6 +186,7 @@ void run_launch(Dim3 grid, Dim3 block, size_t dynamic_bytes, const std::function
   Runner& r = runner();
   Block& b = r.block;
   b.body = &body;
+  b.dependent = dependent;
   b.error.clear();
   b.threads.resize(n);
   b.dynamic.resize(dynamic_bytes);
@@ -226,15 +234,17 @@ void run_launch(Dim3 grid, Dim3 block, size_t dynamic_bytes, const std::function
 
 ThreadCtx& current() { return *t_current; }
 
-void launch(Dim3 grid, Dim3 block, size_t dynamic_shared_bytes, std::function<void()> body) {
+void launch(Dim3 grid, Dim3 block, size_t dynamic_shared_bytes, std::function<void()> body, bool dependent) {
   if (t_capture != nullptr) {
-    t_capture->ops.push_back([grid, block, dynamic_shared_bytes, body = std::move(body)] {
-      run_launch(grid, block, dynamic_shared_bytes, body);
+    t_capture->ops.push_back([grid, block, dynamic_shared_bytes, dependent, body = std::move(body)] {
+      run_launch(grid, block, dynamic_shared_bytes, body, dependent);
     });
     return;
   }
-  run_launch(grid, block, dynamic_shared_bytes, body);
+  run_launch(grid, block, dynamic_shared_bytes, body, dependent);
 }
+
+void grid_dependency_wait() { current().dependency_waited = true; }
 
 void sync_threads() {
   ThreadCtx& t = current();

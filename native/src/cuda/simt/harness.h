@@ -8,6 +8,11 @@
 //     read of something no thread wrote shows up in the results;
 //   - warp collectives (shuffles, ldmatrix, mma): each lane deposits its operands, the warp
 //     meets at a warp barrier, and each lane computes its result from every lane's operands.
+//   - programmatic dependent launches (launch with dependent = true): every thread must call
+//     grid_dependency_wait before it exits. On a GPU such a kernel may start while the one before
+//     it runs, and it finishes only after that one if its threads waited; a thread that skips
+//     the wait reads early, and a grid none of whose threads waited can finish first, so the
+//     next kernel's wait no longer covers the one before;
 //   - cp.async (cp_async_copy/commit/wait): a copy lands only at the wait_group that covers its
 //     group, and its destination holds the poison until then, so a read before the right wait
 //     shows up; copies of groups the wait leaves pending stay pending, as on the GPU.
@@ -63,6 +68,7 @@ struct ThreadCtx {
   WaitState state = WaitState::kRunnable;
   Block* block = nullptr;
   Context ctx;
+  bool dependency_waited = false;       // grid_dependency_wait called (dependent launches)
   std::vector<AsyncCopy> async_copies;  // issued, not yet landed
   unsigned async_groups = 0;            // commit groups closed so far
 };
@@ -70,8 +76,13 @@ struct ThreadCtx {
 /** The thread whose fiber is running; valid only inside a kernel launched by launch(). */
 ThreadCtx& current();
 
-/** Runs body once per thread of every block (blockIdx/threadIdx through current()). */
-void launch(Dim3 grid, Dim3 block, size_t dynamic_shared_bytes, std::function<void()> body);
+/**
+ * Runs body once per thread of every block (blockIdx/threadIdx through current()). `dependent`:
+ * a programmatic dependent launch, whose every thread must call grid_dependency_wait.
+ */
+void launch(Dim3 grid, Dim3 block, size_t dynamic_shared_bytes, std::function<void()> body, bool dependent = false);
+/** griddepcontrol.wait: the launches before have finished (they have here); recorded for the check. */
+void grid_dependency_wait();
 
 void sync_threads();
 void sync_warp();
