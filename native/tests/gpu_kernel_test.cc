@@ -60,7 +60,7 @@ int main(int argc, char** argv) {
       std::printf("%d checks, %d failures\n", tandem_test::g_checks, tandem_test::g_failures);
       return tandem_test::g_failures == 0 ? 0 : 1;
     }
-    if (g.name == "simt" && wanted("harness")) test_harness();
+    if (g.name == "simt" && wanted("harness")) test_harness(*g.device);
     if (wanted("elementwise")) test_elementwise(g);
     if (wanted("attention")) test_attention(g);
     if (wanted("gemm")) test_gemm(g);

@@ -41,6 +41,7 @@ class SimtDevice final : public Device {
   const DeviceInfo& info() const override { return info_; }
   const char* kind() const override { return "simt"; }
   void* alloc(size_t bytes) override {
+    refuse_in_capture("alloc");
     // 256-byte alignment like cudaMalloc, so alignment assumptions are tested too.
     void* p = std::aligned_alloc(256, (std::max<size_t>(bytes, 1) + 255) / 256 * 256);
     if (p == nullptr) {
@@ -51,6 +52,7 @@ class SimtDevice final : public Device {
     return p;
   }
   void free(void* p) noexcept override {
+    note_in_capture("free");
     {
       std::lock_guard<std::mutex> lock(mu_);
       auto it = shared_.find(p);
@@ -63,8 +65,14 @@ class SimtDevice final : public Device {
     }
     std::free(p);
   }
-  void* alloc_pinned(size_t bytes) override { return alloc(bytes); }
-  void free_pinned(void* p) noexcept override { std::free(p); }
+  void* alloc_pinned(size_t bytes) override {
+    refuse_in_capture("alloc_pinned");
+    return alloc(bytes);
+  }
+  void free_pinned(void* p) noexcept override {
+    note_in_capture("free_pinned");
+    std::free(p);
+  }
   void upload(void* dst, const void* src, size_t bytes) override { copy_now(dst, src, bytes); }
   void download(void* dst, const void* src, size_t bytes) override { copy_now(dst, src, bytes); }
   void copy(void* dst, const void* src, size_t bytes) override { copy_now(dst, src, bytes); }
@@ -75,7 +83,7 @@ class SimtDevice final : public Device {
     }
     std::memset(dst, byte, bytes);
   }
-  void synchronize() override {}
+  void synchronize() override { refuse_in_capture("synchronize"); }
   void* stream() override { return nullptr; }
 
   // CUDA IPC, emulated honestly: exported memory is an anonymous shared-memory file
@@ -137,6 +145,7 @@ class SimtDevice final : public Device {
   std::unique_ptr<Graph> capture(const std::function<void()>& record) override {
     simt::Capture c;
     simt::set_capture(&c);
+    t_capture_violation.clear();
     try {
       record();
     } catch (...) {
@@ -144,10 +153,27 @@ class SimtDevice final : public Device {
       throw;
     }
     simt::set_capture(nullptr);
+    if (!t_capture_violation.empty()) refuse(t_capture_violation);  // as cudaStreamEndCapture would
     return std::make_unique<SimtGraph>(std::move(c));
   }
 
  private:
+  // CUDA refuses what may synchronize or allocate while the thread captures a graph (capture
+  // mode ThreadLocal: cudaErrorStreamCaptureUnsupported, and the capture is invalidated), so
+  // the harness does too, rather than record it into a graph that the GPU could never make.
+  static inline thread_local std::string t_capture_violation;
+  [[noreturn]] static void refuse(const std::string& what) {
+    throw NativeError(ErrorCode::kInternal, "simt device: " + what +
+                                                " while a graph is being captured (CUDA refuses it: "
+                                                "cudaErrorStreamCaptureUnsupported)");
+  }
+  static void refuse_in_capture(const char* what) {
+    if (simt::active_capture() != nullptr) refuse(what);
+  }
+  /** For the noexcept calls: the capture fails when it ends, as CUDA's does. */
+  static void note_in_capture(const char* what) noexcept {
+    if (simt::active_capture() != nullptr && t_capture_violation.empty()) t_capture_violation = what;
+  }
   static void copy_now(void* dst, const void* src, size_t bytes) {
     if (simt::Capture* c = simt::active_capture()) {
       c->ops.push_back([dst, src, bytes] { std::memcpy(dst, src, bytes); });

@@ -7,14 +7,18 @@
 //   - a read of a cp.async destination before the wait_group that covers it, a wait_group that
 //     leaves the newest groups in flight, and a copy never committed;
 //   - thread order between barriers really shuffled (integer atomics hand out slots);
-//   - a programmatic dependent launch with threads that skip grid_dependency_wait is refused.
+//   - a programmatic dependent launch with threads that skip grid_dependency_wait is refused;
+//   - the SIMT device refuses to allocate, free or synchronize while a graph is being captured,
+//     as CUDA does (it would otherwise record a graph the GPU never makes).
 // The checks set the schedule themselves and put the process's back when done.
 #pragma once
 
+#include <functional>
 #include <numeric>
 #include <stdexcept>
 #include <vector>
 
+#include "../../src/cuda/device.h"
 #include "../../src/cuda/kernel_lang.h"
 #include "../../src/cuda/kernels/last_block.cuh"
 #include "../../src/cuda/simt/harness.h"
@@ -85,9 +89,19 @@ inline std::string dependent_launch_error(bool dependent, unsigned skip_from) {
   return "";
 }
 
+/** What capturing `record` on the device threw ("" if nothing). */
+inline std::string capture_error(tandem::gpu::Device& d, const std::function<void()>& record) {
+  try {
+    d.capture(record);
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "";
+}
+
 }  // namespace harness_detail
 
-inline void test_harness() {
+inline void test_harness(tandem::gpu::Device& device) {
   namespace simt = tandem::simt;
   namespace td = tandem::gpu::td;
   using namespace harness_detail;
@@ -146,6 +160,19 @@ inline void test_harness() {
   CHECK(dependent_launch_error(true, 64).empty() && dependent_launch_error(false, 0).empty(),
         "harness: a dependent launch that waits everywhere, or a plain one, was refused");
 
+  void* held = device.alloc(64);
+  const std::string in_capture[] = {
+      capture_error(device, [&] { device.free(device.alloc(16)); }),
+      capture_error(device, [&] { device.synchronize(); }),
+      capture_error(device, [&] { device.free(held); }),
+  };
+  CHECK(in_capture[0].find("alloc while a graph is being captured") != std::string::npos &&
+            in_capture[1].find("synchronize while a graph is being captured") != std::string::npos &&
+            in_capture[2].find("free while a graph is being captured") != std::string::npos,
+        "harness: the SIMT device let a capture allocate (%s), synchronize (%s) or free (%s)", in_capture[0].c_str(),
+        in_capture[1].c_str(), in_capture[2].c_str());
+  CHECK(capture_error(device, [&] { device.fill(held, 0, 64); }).empty(), "harness: a fill refused in a capture");
+
   bool refused = false;
   try {
     simt::parse_schedule("sideways");
@@ -158,7 +185,7 @@ inline void test_harness() {
   simt::set_schedule(before);
   std::printf(
       "gpu harness: a last-by-index block, a missing barrier and atomic slot order caught out of index order (reverse, "
-      "2 shuffles), last_block_arrive right under all, cp.async landing at its wait_group checked, a dependent launch that skips its wait refused\n");
+      "2 shuffles), last_block_arrive right under all, cp.async landing at its wait_group checked, a dependent launch that skips its wait refused, allocation and synchronization in a graph capture refused\n");
 }
 
 }  // namespace tandem_test::gpu
