@@ -20,14 +20,24 @@ void to_bf16(const TensorView& t, size_t begin, size_t count, gpu::bf16_bits* ou
     case DType::kBF16:
       std::memcpy(out, t.data + begin * 2, count * 2);
       return;
+    // A tensor's bytes need not be aligned to its element (safetensors packs them after a header
+    // of any length): read each element by memcpy, as convert_to_f32 does.
     case DType::kF32: {
-      const auto* src = reinterpret_cast<const float*>(t.data) + begin;
-      for (size_t i = 0; i < count; ++i) out[i] = gpu::float_to_bf16_bits(src[i]);
+      const uint8_t* src = t.data + begin * 4;
+      for (size_t i = 0; i < count; ++i) {
+        float f;
+        std::memcpy(&f, src + 4 * i, 4);
+        out[i] = gpu::float_to_bf16_bits(f);
+      }
       return;
     }
     case DType::kF16: {
-      const auto* src = reinterpret_cast<const uint16_t*>(t.data) + begin;
-      for (size_t i = 0; i < count; ++i) out[i] = gpu::float_to_bf16_bits(f16_to_f32(src[i]));
+      const uint8_t* src = t.data + begin * 2;
+      for (size_t i = 0; i < count; ++i) {
+        uint16_t h;
+        std::memcpy(&h, src + 2 * i, 2);
+        out[i] = gpu::float_to_bf16_bits(f16_to_f32(h));
+      }
       return;
     }
     case DType::kF8E4M3:
