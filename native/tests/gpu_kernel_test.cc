@@ -45,6 +45,8 @@ int main(int argc, char** argv) {
   const bool fp8_only = argc == 2 && std::string(argv[1]) == "--fp8";
   const char* quick_env = std::getenv("TANDEM_TEST_QUICK");
   const bool quick = quick_env != nullptr && std::string(quick_env) == "1";
+  // Line by line, so a crash (a planted 32-bit KV offset faults on a far pool) leaves the suites before it on record.
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);
   try {
     Gpu g = Gpu::open();
     if (g.name == "simt") {

@@ -103,6 +103,10 @@ it('every GPU kernel agrees with the CPU backend on the SIMT harness', async () 
   expect(stdout).toMatch(/^device: SIMT harness \(host\) \(simt, blocks and threads shuffled, seed 1\)$/m);
   expect(stdout).toMatch(/gpu harness: .*caught out of index order .*cp\.async landing at its wait_group checked, a dependent launch that skips its wait refused, allocation and synchronization in a graph capture refused/);
   expect(stdout).toMatch(/gpu elementwise: .* checked on simt/);
+  // The KV kernels again over pools past 2^32 elements (64-bit offsets).
+  for (const suite of ['elementwise', 'attention', 'decode fused', 'kv copy']) {
+    expect(stdout).toMatch(new RegExp(`^gpu ${suite}: .* checked on simt .*past 2\\^32 (pool )?elements\\)$`, 'm'));
+  }
   expect(stdout).toMatch(/gpu attention: 8 layouts x 9 sequences \(2 verify steps, as spans and per row\) x 4 split counts checked on simt/);
   expect(stdout).toMatch(/gpu attention prefill: .* checked on simt/);
   expect(stdout).toMatch(/gpu gemm: \d+ shapes, \d+ plans .* checked on simt/);

@@ -48,9 +48,10 @@ struct GpuAttnSeq {
  * Runs `specs` as one batch for each split count and compares every output row with the CPU's.
  * fp8: the pool holds e4m3 codes with per-layer K / V scales (--kv-cache-dtype fp8), which both
  * kernels widen as they gather; the prefill then runs on CUDA cores.
+ * far: the GPU reads the pool through block ids past 2^32 elements (far_pool_blocks; SIMT only).
  */
 inline void check_attention_batch(Gpu& g, const GpuAttnCase& c, const std::vector<GpuAttnSeq>& specs,
-                                  const std::vector<int>& split_counts, uint32_t seed, bool fp8 = false) {
+                                  const std::vector<int>& split_counts, uint32_t seed, bool fp8 = false, bool far = false) {
   std::mt19937 rng(seed);
   tandem::KvLayout L;
   L.block_size = c.block_size;
@@ -133,6 +134,12 @@ inline void check_attention_batch(Gpu& g, const GpuAttnCase& c, const std::vecto
   tandem::cpu::PagedAttention cpu_attention;
   cpu_attention.run(pool_threads, batch, Lf, a);
 
+  // The CPU has its answer; from here the tables name far blocks (the batches point at them).
+  const int64_t far_blocks = far ? far_pool_blocks(L.block_stride()) : 0;
+  for (auto& t : tables) {
+    for (int32_t& b : t) b += static_cast<int32_t>(far_blocks);
+  }
+
   std::vector<char> mma_prefill_row(static_cast<size_t>(tokens), 0);
   for (const auto& f : gpu_batch.seqs) {
     const bool mma = !fp8 && f.num_tokens > 1 && (c.head_dim == 64 || c.head_dim == 128);
@@ -169,7 +176,8 @@ inline void check_attention_batch(Gpu& g, const GpuAttnCase& c, const std::vecto
     args.q_stride = q_stride;
     args.out = d_out.get();
     args.out_stride = out_stride;
-    args.pool = fp8 ? reinterpret_cast<bf16_bits*>(d_pool8.get()) : d_pool.get();
+    const int64_t far_elements = far_blocks * L.block_stride();
+    args.pool = fp8 ? reinterpret_cast<bf16_bits*>(far_pool_base(d_pool8.get(), far_elements)) : far_pool_base(d_pool.get(), far_elements);
     args.kv_fp8 = fp8;
     args.kv_scales = d_kv_scales.get();
     args.layer = layer;
@@ -202,8 +210,8 @@ inline void check_attention_batch(Gpu& g, const GpuAttnCase& c, const std::vecto
       }
       for (int64_t e = c.heads * d; e < out_stride; ++e) poison_lost += !std::isnan(got[static_cast<size_t>(t * out_stride + e)]);
     }
-    CHECK(worst <= worst_tol, "attention%s d=%d heads=%d/%d block=%d splits=%d%s: max relative error %g > %g (token row %d, head %d)",
-          fp8 ? " (e4m3 pool)" : "", c.head_dim, c.heads, c.kv_heads, c.block_size, splits, spans ? " (spans)" : "", worst, worst_tol,
+    CHECK(worst <= worst_tol, "attention%s%s d=%d heads=%d/%d block=%d splits=%d%s: max relative error %g > %g (token row %d, head %d)",
+          fp8 ? " (e4m3 pool)" : "", far ? " (far pool)" : "", c.head_dim, c.heads, c.kv_heads, c.block_size, splits, spans ? " (spans)" : "", worst, worst_tol,
           worst_token, worst_head);
     CHECK(poison_lost == 0, "attention d=%d: %d elements written between heads' rows", c.head_dim, poison_lost);
   }
@@ -229,6 +237,8 @@ inline void test_attention_prefill(Gpu& g) {
     check_attention_batch(g, c, specs, {1}, seed++);
     sequences += static_cast<int>(specs.size());
   }
+  // The tensor-core prefill over a pool past 2^32 elements (64-bit KV offsets).
+  if (g.name == "simt") check_attention_batch(g, cases[3], {{0, 70}, {37, 20}, {250, 1}}, {1}, seed++, false, true);
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   std::printf("gpu attention prefill: %zu layouts, %d sequences (up to 200 new tokens, prefix hits, GQA 1-8) checked on %s in %.1f s\n",
               cases.size(), sequences, g.name.c_str(), secs);
@@ -255,8 +265,11 @@ inline void test_attention(Gpu& g) {
   // Verify steps of 5 and 3 rows (one crossing a block), between a prefill and a decode.
   const std::vector<GpuAttnSeq> specs = {{0, 23}, {300, 1}, {37, 13}, {0, 1}, {5, 1}, {64, 2}, {61, 5, true}, {130, 1}, {0, 3, true}};
   for (const auto& c : cases) check_attention_batch(g, c, specs, {1, 2, 3, 7}, seed++);
-  std::printf("gpu attention: %zu layouts x 9 sequences (2 verify steps, as spans and per row) x 4 split counts checked on %s\n",
-              cases.size(), g.name.c_str());
+  // Decode splits, verify spans and the CUDA-core prefill over a pool past 2^32 elements.
+  const bool far = g.name == "simt";
+  if (far) check_attention_batch(g, cases[2], specs, {1, 3}, seed++, false, true);
+  std::printf("gpu attention: %zu layouts x 9 sequences (2 verify steps, as spans and per row) x 4 split counts checked on %s%s\n",
+              cases.size(), g.name.c_str(), far ? " (one layout again over block ids past 2^32 pool elements)" : "");
   test_attention_prefill(g);
 }
 

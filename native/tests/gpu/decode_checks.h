@@ -204,8 +204,9 @@ inline void check_decode_silu(Gpu& g, tandem::gpu::DecodeKernelApi& dk, int m, i
 }
 
 // q/k/v projection + bias + q/k norm + RoPE + K/V write.
+// far: both write through slots past 2^32 pool elements (far_pool_blocks; SIMT only).
 inline void check_decode_qkv(Gpu& g, tandem::gpu::DecodeKernelApi& dk, int m, int heads, int kv_heads, int d, int k, bool qwen3,
-                             bool bias, uint32_t seed, float rope_scale = 1.0f) {
+                             bool bias, uint32_t seed, float rope_scale = 1.0f, bool far = false) {
   std::mt19937 rng(seed);
   const int q_dim = heads * d, kv_dim = kv_heads * d, width = q_dim + 2 * kv_dim;
   DecodeInputs in(g, rng, m, width, k);
@@ -233,7 +234,10 @@ inline void check_decode_qkv(Gpu& g, tandem::gpu::DecodeKernelApi& dk, int m, in
   }
   if (m > 1) slots[static_cast<size_t>(m - 1)] = -1;  // a graph's padded row
   DeviceArray<float> d_b(*g.device, b), d_qn(*g.device, qn), d_kn(*g.device, kn), d_inv(*g.device, inv_freq);
-  DeviceArray<int32_t> d_pos(*g.device, positions), d_slots(*g.device, slots);
+  const int64_t far_blocks = far ? far_pool_blocks(L.block_stride()) : 0, far_elements = far_blocks * L.block_stride();
+  std::vector<int32_t> device_slots = slots;
+  for (int32_t& s : device_slots) s = s < 0 ? s : s + static_cast<int32_t>(far_blocks * L.block_size);
+  DeviceArray<int32_t> d_pos(*g.device, positions), d_slots(*g.device, device_slots);
   DeviceArray<float> d_qkv(*g.device, static_cast<size_t>(m * stride)), d_qkv2(*g.device, static_cast<size_t>(m * stride));
   DeviceArray<bf16_bits> d_pool(*g.device, static_cast<size_t>(L.num_blocks * L.block_stride())),
       d_pool2(*g.device, static_cast<size_t>(L.num_blocks * L.block_stride()));
@@ -264,7 +268,7 @@ inline void check_decode_qkv(Gpu& g, tandem::gpu::DecodeKernelApi& dk, int m, in
   DecodeGemvArgs a = in.args(DecodeEpilogue::kQkvRope);
   a.rope = rope;
   a.rope.qkv = d_qkv.get();
-  a.rope.pool = d_pool.get();
+  a.rope.pool = far_pool_base(d_pool.get(), far_elements);
   a.progress = d_progress.get();
   a.progress_value = 7;
   dk.gemv(a, g.stream());
@@ -280,7 +284,7 @@ inline void check_decode_qkv(Gpu& g, tandem::gpu::DecodeKernelApi& dk, int m, in
   g.kernels->gemm(in.gemm(d_qkv2.get(), stride, tandem::gpu::GemmOut::kF32, false, nullptr), g.stream());
   tandem::gpu::QkvRopeArgs r2 = rope;
   r2.qkv = d_qkv2.get();
-  r2.pool = d_pool2.get();
+  r2.pool = far_pool_base(d_pool2.get(), far_elements);
   g.kernels->qkv_rope(r2, g.stream());
   CHECK(count_bit_diffs(qkv, d_qkv2.download()) == 0, "decode qkv (m=%d heads=%d/%d d=%d k=%d qwen3=%d bias=%d): q/k/v rows differ from gemm + qkv_rope", m,
         heads, kv_heads, d, k, qwen3, bias);
@@ -314,8 +318,9 @@ inline void check_decode_qkv(Gpu& g, tandem::gpu::DecodeKernelApi& dk, int m, in
 // block table, as spec::expand_verify leaves them), planned as decode spans: the plan must group
 // them, and with one split the spans must equal one block per row bit for bit (a span row's
 // extra chunks are all masked, so its running sums never change).
+// far: the kernels read through block ids past 2^32 pool elements (far_pool_blocks; SIMT only).
 inline void check_decode_attention(Gpu& g, tandem::gpu::DecodeKernelApi& dk, int d, int heads, int kv_heads, int block_size,
-                                   const std::vector<int32_t>& starts, int splits, uint32_t seed, int span = 1) {
+                                   const std::vector<int32_t>& starts, int splits, uint32_t seed, int span = 1, bool far = false) {
   std::vector<int32_t> positions;
   for (int32_t p : starts) {
     for (int j = 0; j < span; ++j) positions.push_back(p + j);
@@ -364,7 +369,15 @@ inline void check_decode_attention(Gpu& g, tandem::gpu::DecodeKernelApi& dk, int
   o.force_splits = splits;
   o.span_tokens = span > 1 ? o.tile_tokens : 1;
   tandem::gpu::StepPlan plan;
+  // The plan's image takes far block ids; the CPU reads the tables as they were.
+  const int64_t far_blocks = far ? far_pool_blocks(L.block_stride()) : 0;
+  for (auto& t : tables) {
+    for (int32_t& b : t) b += static_cast<int32_t>(far_blocks);
+  }
   tandem::gpu::plan_step(batch, o, plan);
+  for (auto& t : tables) {
+    for (int32_t& b : t) b -= static_cast<int32_t>(far_blocks);
+  }
   const int32_t want_spans = span > 1 ? static_cast<int32_t>(starts.size() * ((span + o.tile_tokens - 1) / o.tile_tokens)) : n;
   CHECK(plan.num_spans == want_spans, "decode attention span=%d: %d spans planned for %d rows (want %d)", span, plan.num_spans, n,
         want_spans);
@@ -382,7 +395,7 @@ inline void check_decode_attention(Gpu& g, tandem::gpu::DecodeKernelApi& dk, int
   a.q_stride = stride;
   a.out = d_out.get();
   a.out_stride = stride;
-  a.pool = d_pool.get();
+  a.pool = far_pool_base(d_pool.get(), far_blocks * L.block_stride());
   a.layer = 1;
   a.geo = {L.block_stride(), L.layer_stride(), L.kv_stride(), L.token_stride(), static_cast<int32_t>(block_size), kv_heads, d};
   a.num_heads = heads;
@@ -482,8 +495,14 @@ inline void test_decode_fused(Gpu& g, bool quick) {
   }
   check_decode_attention(g, *dk, 64, 8, 1, 16, {20, 300}, 1, 990 + cases++, 9);
   check_decode_attention(g, *dk, 64, 8, 1, 16, {20, 300}, 4, 990 + cases++, 9);
-  std::printf("gpu decode fused: %d cases (residual + RMSNorm, gate/up + SiLU, QKV + RoPE + KV write, attention + merge) checked on %s\n", cases,
-              g.name.c_str());
+  const bool far = g.name == "simt";
+  if (far) {  // KV written and read through block ids past 2^32 pool elements
+    check_decode_qkv(g, *dk, 3, 6, 2, 64, 256, true, true, 970 + cases++, 1.0f, true);
+    check_decode_attention(g, *dk, 64, 14, 2, 16, short_and_long, 3, 990 + cases++, 1, true);
+    check_decode_attention(g, *dk, 64, 14, 2, 16, {0, 14, 125}, 3, 990 + cases++, 5, true);
+  }
+  std::printf("gpu decode fused: %d cases (residual + RMSNorm, gate/up + SiLU, QKV + RoPE + KV write, attention + merge) checked on %s%s\n", cases,
+              g.name.c_str(), far ? " (3 over a pool past 2^32 elements)" : "");
 }
 
 }  // namespace tandem_test::gpu

@@ -95,7 +95,8 @@ inline void qkv_rope_reference(std::vector<float>& row, const float* bias, const
 // yarn: frequencies in all three YaRN bands and a cos/sin scale.
 // fp8: the pool is e4m3 (--kv-cache-dtype fp8): K and V land as e4m3(value / the layer's scale),
 // within one e4m3 rounding of the CPU's value (2^-4 relative, or half the smallest subnormal step).
-inline void check_qkv_rope(Gpu& g, bool qwen3, bool bias, bool llama3_rope, bool yarn = false, bool fp8 = false) {
+// far: the kernel writes through slots past 2^32 pool elements (far_pool_blocks; SIMT only).
+inline void check_qkv_rope(Gpu& g, bool qwen3, bool bias, bool llama3_rope, bool yarn = false, bool fp8 = false, bool far = false) {
   std::mt19937 rng(qwen3 * 4 + bias * 2 + llama3_rope + 7);
   const int heads = 6, kv_heads = 2, d = 80, tokens = 5;
   const int q_dim = heads * d, kv_dim = kv_heads * d, width = q_dim + 2 * kv_dim;
@@ -133,7 +134,10 @@ inline void check_qkv_rope(Gpu& g, bool qwen3, bool bias, bool llama3_rope, bool
   std::vector<int32_t> slots = {4 * 3 + 0, 4 * 3 + 1, 4 * 0 + 3, -1, 4 * 5 + 2};  // token 3: padding
 
   DeviceArray<float> d_qkv(*g.device, qkv), d_b(*g.device, b), d_qn(*g.device, qn), d_kn(*g.device, kn), d_inv(*g.device, inv_freq);
-  DeviceArray<int32_t> d_pos(*g.device, positions), d_slots(*g.device, slots);
+  const int64_t far_blocks = far ? far_pool_blocks(L.block_stride()) : 0;
+  std::vector<int32_t> device_slots = slots;
+  for (int32_t& s : device_slots) s = s < 0 ? s : s + static_cast<int32_t>(far_blocks * L.block_size);
+  DeviceArray<int32_t> d_pos(*g.device, positions), d_slots(*g.device, device_slots);
   DeviceArray<bf16_bits> d_pool(*g.device, static_cast<size_t>(L.num_blocks * L.block_stride()));
   d_pool.poison(0x11);
   // Layer 1's scales are used: |K| <= 448 x 0.031, |V| <= 448 x 0.017, past any value here (saturation is not rounding).
@@ -154,7 +158,7 @@ inline void check_qkv_rope(Gpu& g, bool qwen3, bool bias, bool llama3_rope, bool
   a.num_heads = heads;
   a.num_kv_heads = kv_heads;
   a.head_dim = d;
-  a.pool = d_pool.get();
+  a.pool = far_pool_base(d_pool.get(), far_blocks * L.block_stride(), fp8 ? 1 : 2);
   a.kv_fp8 = fp8;  // the pool's first half holds the e4m3 bytes then
   a.kv_scales = d_kv_scales.get();
   a.layer = layer;
@@ -238,8 +242,14 @@ inline void test_elementwise(Gpu& g) {
   check_qkv_rope(g, false, true, false, true);
   check_qkv_rope(g, true, false, true, false, true);  // into an e4m3 pool
   check_qkv_rope(g, false, true, false, false, true);
+  const bool far = g.name == "simt";
+  if (far) {  // through slots past 2^32 pool elements, bf16 and e4m3
+    check_qkv_rope(g, true, true, false, false, false, true);
+    check_qkv_rope(g, true, false, false, false, true, true);
+  }
   check_silu_mul(g);
-  std::printf("gpu elementwise: embed, rmsnorm, 12 qkv_rope variants (2 YaRN, 2 into an e4m3 pool), silu_mul checked on %s\n", g.name.c_str());
+  std::printf("gpu elementwise: embed, rmsnorm, 12 qkv_rope variants (2 YaRN, 2 into an e4m3 pool), silu_mul checked on %s%s\n", g.name.c_str(),
+              far ? " (2 qkv_rope variants again through slots past 2^32 pool elements)" : "");
 }
 
 }  // namespace tandem_test::gpu

@@ -123,6 +123,20 @@ inline double max_rel_error(const float* got, const float* want, size_t n) {
   return worst;
 }
 
+/**
+ * A "far" KV pool: block ids raised by far_pool_blocks(block_stride), so that every element
+ * offset a kernel computes passes 2^32, and the pool's base moved back by as many elements
+ * (far_pool_base), so the same memory is addressed. A KV offset computed in 32 bits lands
+ * elsewhere and fails the check, as it would on a GPU whose pool passes 2^31 elements (an 8B
+ * model's bf16 pool at 64 x 8k tokens is 2^35). Host addresses only (the SIMT device): they sit
+ * far enough above zero for the base to move back by 2^33 bytes.
+ */
+inline int64_t far_pool_blocks(int64_t block_stride) { return (int64_t{1} << 32) / block_stride + 3; }
+template <typename T>
+inline T* far_pool_base(T* pool, int64_t elements, size_t elem_bytes = sizeof(T)) {
+  return reinterpret_cast<T*>(reinterpret_cast<uintptr_t>(pool) - static_cast<uintptr_t>(elements) * elem_bytes);
+}
+
 /** One bf16 rounding of a value of magnitude <= 1: 2^-8 relative, doubled for margin. */
 inline constexpr double kBf16Tolerance = 1.0 / 128;
 
