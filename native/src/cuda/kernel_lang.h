@@ -188,6 +188,7 @@ inline void cp_async_wait() {
 }
 
 inline void ldmatrix_x4(uint32_t (&r)[4], const void* smem_row) {
+  ::tandem::simt::check_shared16(smem_row, 16, "ldmatrix");
   ::tandem::simt::WarpOp op(smem_row);
   const unsigned lane = lane_id();
   for (unsigned i = 0; i < 4; ++i) {
@@ -197,6 +198,7 @@ inline void ldmatrix_x4(uint32_t (&r)[4], const void* smem_row) {
 }
 
 inline void ldmatrix_x4_trans(uint32_t (&r)[4], const void* smem_row) {
+  ::tandem::simt::check_shared16(smem_row, 16, "ldmatrix");
   ::tandem::simt::WarpOp op(smem_row);
   const unsigned lane = lane_id();
   for (unsigned i = 0; i < 4; ++i) {

@@ -8,6 +8,8 @@
 //     leaves the newest groups in flight, and a copy never committed;
 //   - thread order between barriers really shuffled (integer atomics hand out slots);
 //   - a programmatic dependent launch with threads that skip grid_dependency_wait is refused;
+//   - cp.async and ldmatrix with a misaligned address, or a cp.async into global memory, fail
+//     as they fault on a GPU;
 //   - the SIMT device refuses to allocate, free or synchronize while a graph is being captured,
 //     as CUDA does (it would otherwise record a graph the GPU never makes).
 // The checks set the schedule themselves and put the process's back when done.
@@ -83,6 +85,16 @@ inline std::string dependent_launch_error(bool dependent, unsigned skip_from) {
       if (threadIdx.x >= skip_from) return;
       td::grid_dependency_wait();
     }, dependent);
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "";
+}
+
+/** What a one-warp launch of `body` threw ("" if nothing). */
+inline std::string launch_error(const std::function<void()>& body) {
+  try {
+    simt::launch(simt::Dim3(1), simt::Dim3(32), 64, body);
   } catch (const std::exception& e) {
     return e.what();
   }
@@ -173,6 +185,33 @@ inline void test_harness(tandem::gpu::Device& device) {
         in_capture[1].c_str(), in_capture[2].c_str());
   CHECK(capture_error(device, [&] { device.fill(held, 0, 64); }).empty(), "harness: a fill refused in a capture");
 
+  // Addresses the GPU faults on: a global source off 16 bytes, a destination in global memory, an
+  // ldmatrix row off 16 bytes; and the same operations with good addresses.
+  alignas(16) static unsigned char global[64];
+  const std::string bad_src = launch_error([] {
+    TD_SHARED(uint32_t, s, 8);
+    td::cp_async16(s, global + 4, true);
+  });
+  const std::string bad_dst = launch_error([] { td::cp_async16(global + 16, global, true); });
+  const std::string bad_row = launch_error([] {
+    TD_SHARED(uint32_t, s, 64);
+    uint32_t r[4];
+    td::ldmatrix_x4(r, reinterpret_cast<unsigned char*>(s) + 16 * (threadIdx.x % 8) + 8);
+  });
+  const std::string good = launch_error([] {
+    TD_SHARED(uint32_t, s, 64);
+    td::cp_async16(s + 4 * (threadIdx.x % 8), global + 16 * (threadIdx.x % 4), true);
+    td::cp_async_commit();
+    td::cp_async_wait<0>();
+    td::sync_threads();
+    uint32_t r[4];
+    td::ldmatrix_x4(r, s + 4 * (threadIdx.x % 8));
+  });
+  CHECK(bad_src.find("cp.async: a global address 4 bytes past 16-byte alignment") != std::string::npos &&
+            bad_dst.find("cp.async: an address outside the block's shared memory") != std::string::npos &&
+            bad_row.find("ldmatrix: a shared address 8 bytes past 16-byte alignment") != std::string::npos && good.empty(),
+        "harness: address checks (%s | %s | %s | %s)", bad_src.c_str(), bad_dst.c_str(), bad_row.c_str(), good.c_str());
+
   bool refused = false;
   try {
     simt::parse_schedule("sideways");
@@ -185,7 +224,7 @@ inline void test_harness(tandem::gpu::Device& device) {
   simt::set_schedule(before);
   std::printf(
       "gpu harness: a last-by-index block, a missing barrier and atomic slot order caught out of index order (reverse, "
-      "2 shuffles), last_block_arrive right under all, cp.async landing at its wait_group checked, a dependent launch that skips its wait refused, allocation and synchronization in a graph capture refused\n");
+      "2 shuffles), last_block_arrive right under all, cp.async landing at its wait_group checked, a dependent launch that skips its wait refused, allocation and synchronization in a graph capture refused, misaligned cp.async and ldmatrix addresses refused\n");
 }
 
 }  // namespace tandem_test::gpu

@@ -270,6 +270,17 @@ void* shared_alloc(size_t bytes, size_t align) {
 
 void* dynamic_shared() { return current().block->dynamic.data(); }
 
+void check_shared16(const void* p, size_t bytes, const char* what) {
+  const Block& b = *current().block;
+  const auto at = reinterpret_cast<uintptr_t>(p);
+  auto within = [&](const std::vector<unsigned char>& arena) {
+    const auto lo = reinterpret_cast<uintptr_t>(arena.data());
+    return !arena.empty() && at >= lo && at + bytes <= lo + arena.size();
+  };
+  if (!within(b.shared) && !within(b.dynamic)) throw std::runtime_error(std::string(what) + ": an address outside the block's shared memory");
+  if (at % 16 != 0) throw std::runtime_error(std::string(what) + ": a shared address " + std::to_string(at % 16) + " bytes past 16-byte alignment");
+}
+
 unsigned char* WarpOp::begin() {
   ThreadCtx& t = current();
   block_ = t.block;
@@ -284,6 +295,12 @@ const unsigned char* WarpOp::slot(unsigned lane) const {
 
 void cp_async_copy(void* dst, const void* src, bool pred) {
   ThreadCtx& t = current();
+  // cp.async of 16 bytes faults on a GPU unless both addresses are 16-byte aligned (the source too
+  // when it is not read: it is still an operand).
+  check_shared16(dst, 16, "cp.async");
+  if (reinterpret_cast<uintptr_t>(src) % 16 != 0) {
+    throw std::runtime_error("cp.async: a global address " + std::to_string(reinterpret_cast<uintptr_t>(src) % 16) + " bytes past 16-byte alignment");
+  }
   AsyncCopy c;
   c.dst = dst;
   c.group = t.async_groups;

@@ -13,6 +13,8 @@
 //     it runs, and it finishes only after that one if its threads waited; a thread that skips
 //     the wait reads early, and a grid none of whose threads waited can finish first, so the
 //     next kernel's wait no longer covers the one before;
+//   - addresses a GPU faults on: cp.async and ldmatrix need 16-byte aligned addresses, their
+//     shared ones inside the block's shared memory (check_shared16);
 //   - cp.async (cp_async_copy/commit/wait): a copy lands only at the wait_group that covers its
 //     group, and its destination holds the poison until then, so a read before the right wait
 //     shows up; copies of groups the wait leaves pending stay pending, as on the GPU.
@@ -91,6 +93,11 @@ void sync_warp();
 void* shared_alloc(size_t bytes, size_t align);
 /** The block's dynamic shared memory (launch's dynamic_shared_bytes). */
 void* dynamic_shared();
+/**
+ * Throws unless [p, p + bytes) lies in this block's shared memory (static or dynamic) and p is
+ * 16-byte aligned: what ldmatrix's row addresses and cp.async's destination must be on a GPU.
+ */
+void check_shared16(const void* p, size_t bytes, const char* what);
 
 /**
  * A warp collective: this lane deposits `mine`; once the whole warp has, get(lane) reads any
@@ -124,6 +131,7 @@ class WarpOp {
 /**
  * The 16-byte cp.async of `src` (zeros when !pred) into shared `dst`: it lands at the
  * cp_async_wait that covers the group it is committed in. Until then `dst` reads as poison.
+ * Both addresses must be 16-byte aligned, as on the GPU (else it throws).
  */
 void cp_async_copy(void* dst, const void* src, bool pred);
 /** Closes this thread's current group of copies (cp.async.commit_group). */
