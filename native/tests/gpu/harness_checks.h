@@ -8,6 +8,7 @@
 //     leaves the newest groups in flight, and a copy never committed;
 //   - thread order between barriers really shuffled (integer atomics hand out slots);
 //   - a programmatic dependent launch with threads that skip grid_dependency_wait is refused;
+//   - a __syncthreads some threads skip, and a warp collective half a warp calls, are refused;
 //   - cp.async and ldmatrix with a misaligned address, or a cp.async into global memory, fail
 //     as they fault on a GPU;
 //   - the SIMT device refuses to allocate, free or synchronize while a graph is being captured,
@@ -207,6 +208,16 @@ inline void test_harness(tandem::gpu::Device& device) {
     uint32_t r[4];
     td::ldmatrix_x4(r, s + 4 * (threadIdx.x % 8));
   });
+  const std::string divergent = launch_error([] {
+    if (threadIdx.x < 16) return;
+    td::sync_threads();
+  });
+  const std::string half_warp = launch_error([] {
+    if (threadIdx.x < 16) (void)td::shfl_xor(1.0f, 1);
+  });
+  CHECK(divergent.find("divergent __syncthreads: 16 of 32 threads at the barrier, 16 exited") != std::string::npos &&
+            half_warp.find("16 of 32 lanes at a warp collective (16 exited, 0 at __syncthreads)") != std::string::npos,
+        "harness: divergence not refused (%s | %s)", divergent.c_str(), half_warp.c_str());
   CHECK(bad_src.find("cp.async: a global address 4 bytes past 16-byte alignment") != std::string::npos &&
             bad_dst.find("cp.async: an address outside the block's shared memory") != std::string::npos &&
             bad_row.find("ldmatrix: a shared address 8 bytes past 16-byte alignment") != std::string::npos && good.empty(),
@@ -224,7 +235,7 @@ inline void test_harness(tandem::gpu::Device& device) {
   simt::set_schedule(before);
   std::printf(
       "gpu harness: a last-by-index block, a missing barrier and atomic slot order caught out of index order (reverse, "
-      "2 shuffles), last_block_arrive right under all, cp.async landing at its wait_group checked, a dependent launch that skips its wait refused, allocation and synchronization in a graph capture refused, misaligned cp.async and ldmatrix addresses refused\n");
+      "2 shuffles), last_block_arrive right under all, cp.async landing at its wait_group checked, a dependent launch that skips its wait refused, allocation and synchronization in a graph capture refused, misaligned cp.async and ldmatrix addresses refused, divergent barriers and half-warp collectives refused\n");
 }
 
 }  // namespace tandem_test::gpu

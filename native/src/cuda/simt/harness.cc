@@ -80,7 +80,7 @@ thread_local uint64_t t_launches = 0;
 struct Runner {
   Block block;
   std::vector<std::unique_ptr<FiberStack>> stacks;
-  std::vector<uint32_t> block_order, thread_order;
+  std::vector<uint32_t> block_order, warp_order, lane_order;
   Order order = Order::kForward;
   Runner() { block.shared.resize(kMaxStaticShared); }
 };
@@ -130,51 +130,51 @@ void run_block(Runner& r, bool first_of_launch) {
     t.async_groups = 0;
     r.stacks[i]->prepare(t.ctx, &fiber_entry, &t);
   }
+  // Warp by warp: a warp runs (its lanes in the schedule's order) until every lane is at a block
+  // barrier or done, its warp collectives released as soon as the whole warp meets them; then the
+  // next warp. Once every warp is there, the block barrier releases them all.
   const unsigned warps = static_cast<unsigned>((n + kWarpSize - 1) / kWarpSize);
-  if (r.order != Order::kShuffle) schedule_order(r.order, r.thread_order, n);
   for (;;) {
-    if (r.order == Order::kShuffle) schedule_order(r.order, r.thread_order, n);
-    for (const uint32_t i : r.thread_order) {
-      ThreadCtx& t = b.threads[i];
-      if (t.state != WaitState::kRunnable) continue;
-      t_current = &t;
-      switch_context(b.scheduler, t.ctx);
-      t_current = nullptr;
-      if (t.shared_cursor > b.static_high_water) b.static_high_water = t.shared_cursor;
-    }
-    if (!b.error.empty()) throw std::runtime_error("simt: " + where(b) + ": " + b.error);
-    size_t done = 0, at_block = 0, at_warp = 0;
-    for (const ThreadCtx& t : b.threads) {
-      done += t.state == WaitState::kDone;
-      at_block += t.state == WaitState::kBlockBarrier;
-      at_warp += t.state == WaitState::kWarpBarrier;
+    schedule_order(r.order, r.warp_order, warps);
+    size_t done = 0, at_block = 0;
+    for (const uint32_t w : r.warp_order) {
+      const size_t lo = w * kWarpSize, size = std::min(n, lo + kWarpSize) - lo;
+      for (;;) {
+        schedule_order(r.order, r.lane_order, size);
+        size_t w_done = 0, w_block = 0, w_warp = 0;
+        for (const uint32_t lane : r.lane_order) {
+          ThreadCtx& t = b.threads[lo + lane];
+          if (t.state == WaitState::kRunnable) {
+            t_current = &t;
+            switch_context(b.scheduler, t.ctx);
+            t_current = nullptr;
+            if (t.shared_cursor > b.static_high_water) b.static_high_water = t.shared_cursor;
+          }
+          w_done += t.state == WaitState::kDone;
+          w_block += t.state == WaitState::kBlockBarrier;
+          w_warp += t.state == WaitState::kWarpBarrier;
+        }
+        if (!b.error.empty()) throw std::runtime_error("simt: " + where(b) + ": " + b.error);
+        if (w_warp == 0) {
+          done += w_done;
+          at_block += w_block;
+          break;
+        }
+        if (w_warp != size) {
+          throw std::runtime_error("simt: " + where(b) + ": warp " + std::to_string(w) + ": " + std::to_string(w_warp) + " of " +
+                                   std::to_string(size) + " lanes at a warp collective (" + std::to_string(w_done) +
+                                   " exited, " + std::to_string(w_block) + " at __syncthreads): collectives need the full warp");
+        }
+        for (size_t i = lo; i < lo + size; ++i) b.threads[i].state = WaitState::kRunnable;
+      }
     }
     if (done == n) return;
-    bool released = false;
-    for (unsigned w = 0; w < warps; ++w) {
-      const size_t lo = w * kWarpSize, hi = std::min(n, lo + kWarpSize);
-      size_t waiting = 0, live = 0;
-      for (size_t i = lo; i < hi; ++i) {
-        live += b.threads[i].state != WaitState::kDone;
-        waiting += b.threads[i].state == WaitState::kWarpBarrier;
-      }
-      if (waiting == 0) continue;
-      if (waiting != hi - lo) {
-        throw std::runtime_error("simt: " + where(b) + ": warp " + std::to_string(w) + ": " + std::to_string(waiting) +
-                                 " of " + std::to_string(hi - lo) + " lanes at a warp collective (" +
-                                 std::to_string(hi - lo - live) + " exited): collectives need the full warp");
-      }
-      for (size_t i = lo; i < hi; ++i) b.threads[i].state = WaitState::kRunnable;
-      released = true;
-    }
-    if (released) continue;
     if (at_block == n) {
       for (ThreadCtx& t : b.threads) t.state = WaitState::kRunnable;
       continue;
     }
     throw std::runtime_error("simt: " + where(b) + ": divergent __syncthreads: " + std::to_string(at_block) + " of " +
-                             std::to_string(n) + " threads at the barrier, " + std::to_string(done) + " exited, " +
-                             std::to_string(at_warp) + " at a warp collective");
+                             std::to_string(n) + " threads at the barrier, " + std::to_string(done) + " exited");
   }
 }
 

@@ -21,8 +21,8 @@
 // Blocks run one after another on the calling thread; a kernel must not depend on blocks
 // running concurrently (none of ours do). A GPU runs blocks, and threads between barriers, in
 // no fixed order, so neither does the harness unless told to (Schedule): by default blocks run
-// in a shuffled order and each round of the block's threads (up to their next barrier) starts
-// from a shuffled thread, so a kernel that leans on an order (a "last" block that is last by
+// in a shuffled order, a block's warps in a fresh shuffled order between block barriers, and a
+// warp's lanes in a fresh shuffled order between its collectives, so a kernel that leans on an order (a "last" block that is last by
 // index, a read of a neighbour's shared value with no barrier between) fails here as it might
 // there. Launches can be recorded instead of run (capture), which is how the SIMT device
 // emulates CUDA graphs: arguments are fixed at capture time.
@@ -141,9 +141,9 @@ void cp_async_wait(unsigned pending);
 
 /** The order in which blocks of a launch, and threads of a block between barriers, run. */
 enum class Order : uint8_t {
-  kForward,  // blocks by index (x fastest); threads by index
-  kReverse,  // the last block first; threads from the highest index down
-  kShuffle,  // a seeded random order of blocks, and a fresh one of the threads every round
+  kForward,  // blocks by index (x fastest); warps and lanes by index
+  kReverse,  // the last block first; warps and lanes from the highest index down
+  kShuffle,  // seeded random orders: of blocks, of warps every round, of lanes every pass
 };
 struct Schedule {
   Order order = Order::kShuffle;
