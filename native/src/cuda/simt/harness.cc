@@ -56,11 +56,32 @@ struct Rng {
     z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
     return z ^ (z >> 31);
   }
-  /** A uniform index below n (n > 0); the small modulo bias does not matter for an order. */
-  size_t below(size_t n) { return static_cast<size_t>(next() % n); }
+  /** An index below n (0 < n < 2^32), by multiply-shift: no division on this hot path. */
+  size_t below(size_t n) { return static_cast<size_t>(((next() >> 32) * static_cast<uint64_t>(n)) >> 32); }
 };
 
 thread_local Rng t_rng;
+
+/**
+ * A warp's lanes for one pass (n <= 32): in order, reversed, or, shuffled, start + i * stride
+ * (mod n) for a random start and a random stride prime to n: two draws a pass instead of a
+ * Fisher-Yates shuffle's n - 1, on the path every warp collective takes.
+ */
+void lane_order(Order o, std::vector<uint32_t>& order, size_t n) {
+  order.resize(n);
+  if (o != Order::kShuffle) {
+    for (size_t i = 0; i < n; ++i) order[i] = static_cast<uint32_t>(o == Order::kReverse ? n - 1 - i : i);
+    return;
+  }
+  size_t stride = 1 + t_rng.below(n);
+  while (std::gcd(stride, n) != 1) stride = stride % n + 1;
+  size_t at = t_rng.below(n);
+  for (size_t i = 0; i < n; ++i) {
+    order[i] = static_cast<uint32_t>(at);
+    at += stride;
+    if (at >= n) at -= n;
+  }
+}
 
 /** Fills `order` with 0..n-1 in the schedule's order. */
 void schedule_order(Order o, std::vector<uint32_t>& order, size_t n) {
@@ -140,7 +161,7 @@ void run_block(Runner& r, bool first_of_launch) {
     for (const uint32_t w : r.warp_order) {
       const size_t lo = w * kWarpSize, size = std::min(n, lo + kWarpSize) - lo;
       for (;;) {
-        schedule_order(r.order, r.lane_order, size);
+        lane_order(r.order, r.lane_order, size);
         size_t w_done = 0, w_block = 0, w_warp = 0;
         for (const uint32_t lane : r.lane_order) {
           ThreadCtx& t = b.threads[lo + lane];
