@@ -133,8 +133,8 @@ inline void test_harness(tandem::gpu::Device& device) {
           by_index, kSum);
     const int unsynced = neighbour_reads_wrong(false);
     CHECK((unsynced == 0) == in_order, "harness (%s): %d neighbour reads wrong with no barrier", how.c_str(), unsynced);
-    CHECK(atomic_slots_in_index_order() == in_order, "harness (%s): atomic slots in thread order: %d", how.c_str(),
-          static_cast<int>(atomic_slots_in_index_order()));
+    const bool slots_in_order = atomic_slots_in_index_order();
+    CHECK(slots_in_order == in_order, "harness (%s): atomic slots in thread order: %d", how.c_str(), static_cast<int>(slots_in_order));
     // The fixed kernels: right under every schedule.
     CHECK(sum_of_partials(kBlocks, true) == kSum, "harness (%s): last_block_arrive's block summed wrong", how.c_str());
     CHECK(neighbour_reads_wrong(true) == 0, "harness (%s): neighbour reads wrong after a barrier", how.c_str());
