@@ -58,17 +58,22 @@ describe('runtime up --planner load (local connector)', () => {
     expect(await instances(up.url)).toBe(1);
 
     // The burst: 12 clients in a closed loop (each sends its next request when the last ends)
-    // overflow one worker's 1024-token KV (> 0.9: up), until the pool has reached 3 or 45 s
-    // passed. Load mode flaps on the way (a fresh idle worker pulls the pool's mean KV under
-    // 0.5), so workers are also stopped while streams run on them: they must drain.
+    // overflow one worker's 1024-token KV (> 0.9: up). Load mode flaps on the way (a fresh idle
+    // worker pulls the pool's mean KV under 0.5), so workers are also stopped while streams run
+    // on them: they must drain. The burst lasts until a worker has been drained with streams on
+    // it while the pool is grown (so the pool still has a worker to shed below), or the pool has
+    // reached 3, or 45 s passed.
+    const drainedWorkers = () => [...out().matchAll(/^\[(agg-\d+)\] .*"inflight":(\d+).*"msg":"draining in-flight streams"/gm)].map((m) => ({ worker: m[1], inflight: Number(m[2]) }));
+    const drainedBusy = () => drainedWorkers().some((d) => d.inflight > 0);
     const results: Array<{ tokens: number; done: boolean }> = [];
     let peak = 1;
     let bursting = true;
     const deadline = Date.now() + 45_000;
     const watcher = (async () => {
       while (bursting) {
-        peak = Math.max(peak, await instances(up.url).catch(() => 0));
-        if (peak >= 3 || Date.now() > deadline) bursting = false;
+        const now = await instances(up.url).catch(() => 0);
+        peak = Math.max(peak, now);
+        if ((now >= 2 && drainedBusy()) || peak >= 3 || Date.now() > deadline) bursting = false;
         await new Promise((r) => setTimeout(r, 200));
       }
     })();
@@ -95,7 +100,7 @@ describe('runtime up --planner load (local connector)', () => {
     expect(results.every((r) => r.tokens === 80)).toBe(true);
     expect(tailResults.map((r) => r.tokens)).toEqual(Array(3).fill(450));
     // a worker the planner stopped was still streaming: it drained instead of cutting streams
-    const drained = [...out().matchAll(/^\[(agg-\d+)\] .*"inflight":(\d+).*"msg":"draining in-flight streams"/gm)].map((m) => ({ worker: m[1], inflight: Number(m[2]) }));
+    const drained = drainedWorkers();
     console.log('drained workers', JSON.stringify(drained));
     expect(drained.some((d) => d.inflight > 0)).toBe(true);
     expect(results.length).toBeGreaterThanOrEqual(12);
