@@ -12,13 +12,21 @@
 //   - cp.async and ldmatrix with a misaligned address, or a cp.async into global memory, fail
 //     as they fault on a GPU;
 //   - the SIMT device refuses to allocate, free or synchronize while a graph is being captured,
-//     as CUDA does (it would otherwise record a graph the GPU never makes).
+//     as CUDA does (it would otherwise record a graph the GPU never makes);
+//   - a 16-byte vector read at an 8-byte address, which x86 does and a GPU faults on, kills the
+//     process with the harness's report (TANDEM_SIMT_ALIGN_TRAP builds; run in a child process).
 // The checks set the schedule themselves and put the process's back when done.
 #pragma once
+
+#include <signal.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <functional>
 #include <numeric>
 #include <stdexcept>
+#include <string>
 #include <vector>
 
 #include "../../src/cuda/device.h"
@@ -110,6 +118,44 @@ inline std::string capture_error(tandem::gpu::Device& d, const std::function<voi
     return e.what();
   }
   return "";
+}
+
+/** How a child process running `body` ended ("exit N" or "signal N"), and what it wrote to stderr. */
+inline std::pair<std::string, std::string> in_child(const std::function<void()>& body) {
+  int fds[2];
+  if (pipe(fds) != 0) return {"no pipe", ""};
+  std::fflush(stdout);
+  std::fflush(stderr);
+  const pid_t pid = fork();
+  if (pid < 0) return {"no fork", ""};
+  if (pid == 0) {
+    const rlimit no_core = {0, 0};
+    setrlimit(RLIMIT_CORE, &no_core);  // the planted trap leaves no core file behind
+    close(fds[0]);
+    dup2(fds[1], 2);
+    body();
+    _exit(0);
+  }
+  close(fds[1]);
+  std::string err;
+  char buf[512];
+  for (ssize_t k; (k = read(fds[0], buf, sizeof buf)) > 0;) err.append(buf, static_cast<size_t>(k));
+  close(fds[0]);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  return {WIFSIGNALED(status) ? "signal " + std::to_string(WTERMSIG(status)) : "exit " + std::to_string(WEXITSTATUS(status)), err};
+}
+
+/** Thread 5 of a one-block launch reads 16 bytes at `offset` into a 16-byte aligned buffer of 0, 1, 2, ... */
+inline uint32_t vector_read_at(size_t offset) {
+  alignas(16) static unsigned char bytes[64];
+  std::iota(bytes, bytes + 64, static_cast<unsigned char>(0));
+  uint32_t got = 0;
+  simt::launch(simt::Dim3(1), simt::Dim3(32), 0, [&] {
+    if (threadIdx.x != 5) return;
+    got = reinterpret_cast<const td::vec16*>(bytes + offset)->x;
+  });
+  return got;
 }
 
 }  // namespace harness_detail
@@ -223,6 +269,20 @@ inline void test_harness(tandem::gpu::Device& device) {
             bad_row.find("ldmatrix: a shared address 8 bytes past 16-byte alignment") != std::string::npos && good.empty(),
         "harness: address checks (%s | %s | %s | %s)", bad_src.c_str(), bad_dst.c_str(), bad_row.c_str(), good.c_str());
 
+  // A misaligned vector read: the right bytes on x86, a fault on a GPU; here a trap and the report.
+  std::string misaligned = "not built with TANDEM_SIMT_ALIGN_TRAP";
+#if defined(TANDEM_SIMT_ALIGN_TRAP)
+  const auto [how_bad, report] = in_child([] { vector_read_at(8); });
+  const auto [how_good, quiet] = in_child([] { _exit(vector_read_at(16) == 0x13121110u ? 0 : 1); });
+  CHECK(how_bad == "signal " + std::to_string(SIGILL) &&
+            report.find("simt: illegal instruction in a kernel, block (0,0,0) thread (5,0,0) of a launch of grid (1,1,1) x "
+                        "block (32,1,1): the SIMT kernel builds trap on a misaligned access") != std::string::npos &&
+            how_good == "exit 0" && quiet.empty(),
+        "harness: a misaligned vector read (%s: %s) or an aligned one (%s: %s)", how_bad.c_str(), report.c_str(),
+        how_good.c_str(), quiet.c_str());
+  misaligned = "a misaligned 16-byte vector read traps";
+#endif
+
   bool refused = false;
   try {
     simt::parse_schedule("sideways");
@@ -235,7 +295,8 @@ inline void test_harness(tandem::gpu::Device& device) {
   simt::set_schedule(before);
   std::printf(
       "gpu harness: a last-by-index block, a missing barrier and atomic slot order caught out of index order (reverse, "
-      "2 shuffles), last_block_arrive right under all, cp.async landing at its wait_group checked, a dependent launch that skips its wait refused, allocation and synchronization in a graph capture refused, misaligned cp.async and ldmatrix addresses refused, divergent barriers and half-warp collectives refused\n");
+      "2 shuffles), last_block_arrive right under all, cp.async landing at its wait_group checked, a dependent launch that skips its wait refused, allocation and synchronization in a graph capture refused, misaligned cp.async and ldmatrix addresses refused, divergent barriers and half-warp collectives refused, %s\n",
+      misaligned.c_str());
 }
 
 }  // namespace tandem_test::gpu

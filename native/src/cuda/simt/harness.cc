@@ -1,7 +1,11 @@
 #include "harness.h"
 
+#include <signal.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <atomic>
+#include <cstdio>
 #include <cstdlib>
 #include <memory>
 #include <numeric>
@@ -97,6 +101,42 @@ void schedule_order(Order o, std::vector<uint32_t>& order, size_t n) {
 thread_local ThreadCtx* t_current = nullptr;
 thread_local Capture* t_capture = nullptr;
 thread_local uint64_t t_launches = 0;
+
+/**
+ * SIGILL inside a kernel: with TANDEM_SIMT_ALIGN_TRAP (CMakeLists.txt) the kernel units trap on
+ * a misaligned access, which a GPU faults on. Says which thread of which launch, then dies of
+ * the signal as before (SA_RESETHAND: the trap runs again with the default action). The process
+ * is ending, so the formatting here need not be async-signal-safe; write(2) is.
+ */
+void on_illegal_instruction(int /*sig*/) {
+  const ThreadCtx* t = t_current;
+  if (t == nullptr) return;
+  char msg[512];
+  const int n = std::snprintf(
+      msg, sizeof msg,
+      "simt: illegal instruction in a kernel, block (%u,%u,%u) thread (%u,%u,%u) of a launch of grid (%u,%u,%u) x block "
+      "(%u,%u,%u): the SIMT kernel builds trap on a misaligned access (a 16-byte vector at an address that is not a "
+      "multiple of 16, ...), which a GPU faults on; native/scripts/ubsan-check.sh names the file and line\n",
+      t->block_idx.x, t->block_idx.y, t->block_idx.z, t->thread_idx.x, t->thread_idx.y, t->thread_idx.z, t->grid_dim.x,
+      t->grid_dim.y, t->grid_dim.z, t->block_dim.x, t->block_dim.y, t->block_dim.z);
+  if (n > 0) (void)!write(2, msg, static_cast<size_t>(std::min(n, static_cast<int>(sizeof msg) - 1)));
+}
+
+void install_trap_report() {
+  static const bool installed = [] {
+    struct sigaction sa = {};
+    sa.sa_handler = &on_illegal_instruction;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = static_cast<int>(SA_RESETHAND | SA_NODEFER);
+    struct sigaction old = {};
+    // Only where nobody else handles SIGILL (Node does not; a debugger's or a sanitizer's stays).
+    if (sigaction(SIGILL, nullptr, &old) == 0 && old.sa_handler == SIG_DFL && (old.sa_flags & SA_SIGINFO) == 0) {
+      sigaction(SIGILL, &sa, nullptr);
+    }
+    return true;
+  }();
+  (void)installed;
+}
 
 struct Runner {
   Block block;
@@ -204,6 +244,7 @@ void run_launch(Dim3 grid, Dim3 block, size_t dynamic_bytes, const std::function
   if (n == 0 || n > 1024) throw std::runtime_error("simt: block of " + std::to_string(n) + " threads (1..1024)");
   if (grid.x == 0 || grid.y == 0 || grid.z == 0) throw std::runtime_error("simt: empty grid");
   if (grid.y > 65535 || grid.z > 65535) throw std::runtime_error("simt: grid.y and grid.z must be <= 65535");
+  install_trap_report();
   Runner& r = runner();
   Block& b = r.block;
   b.body = &body;

@@ -14,7 +14,9 @@
 //     the wait reads early, and a grid none of whose threads waited can finish first, so the
 //     next kernel's wait no longer covers the one before;
 //   - addresses a GPU faults on: cp.async and ldmatrix need 16-byte aligned addresses, their
-//     shared ones inside the block's shared memory (check_shared16);
+//     shared ones inside the block's shared memory (check_shared16); the kernel units' own
+//     typed accesses trap when misaligned (TANDEM_SIMT_ALIGN_TRAP), and a SIGILL in a kernel is
+//     reported with its launch, block and thread before the process dies of it;
 //   - cp.async (cp_async_copy/commit/wait): a copy lands only at the wait_group that covers its
 //     group, and its destination holds the poison until then, so a read before the right wait
 //     shows up; copies of groups the wait leaves pending stay pending, as on the GPU.
