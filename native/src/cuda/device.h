@@ -2,8 +2,9 @@
 // implementations:
 //   CudaDevice  the CUDA runtime (linked statically, so the addon loads without libcuda): device
 //               memory, pinned host memory, one stream, async copies, graph capture;
-//   SimtDevice  host memory standing in for device memory, copies done at once, kernels run by
-//               the SIMT harness, graph capture as a recorded list of launches.
+//   SimtDevice  host memory standing in for device memory, copies done at once except where the
+//               host could tell (pinned memory: as asynchronous as CUDA's, simt_device.cc),
+//               kernels run by the SIMT harness, graph capture as a recorded list of launches.
 // Copies are stream-ordered: a host buffer handed to upload() must stay untouched until
 // synchronize() (the backend stages through pinned buffers it owns).
 #pragma once

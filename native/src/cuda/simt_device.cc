@@ -1,5 +1,11 @@
 // SimtDevice: host memory as device memory, copies done at once (or recorded while a graph is
-// being captured), kernels through the SIMT harness.
+// being captured), kernels through the SIMT harness. Copies that involve pinned host memory keep
+// CUDA's asynchrony where the host can see it (cudaMemcpyAsync returns before they are done):
+//   - a download into pinned memory lands at the next point where CUDA guarantees it has (a
+//     synchronize, a download into pageable memory, a free); until then the destination holds
+//     poison, so host code that reads it too early fails here as it would read stale bytes there;
+//   - an upload from pinned memory may read its source any time until then, so a source the host
+//     changes before that point is refused at it, naming the bytes.
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -11,6 +17,7 @@
 #include <mutex>
 #include <new>
 #include <thread>
+#include <vector>
 
 #include "../core/error.h"
 #include "device.h"
@@ -53,6 +60,7 @@ class SimtDevice final : public Device {
   }
   void free(void* p) noexcept override {
     note_in_capture("free");
+    complete_noexcept();  // cudaFree waits for the device
     {
       std::lock_guard<std::mutex> lock(mu_);
       auto it = shared_.find(p);
@@ -67,14 +75,34 @@ class SimtDevice final : public Device {
   }
   void* alloc_pinned(size_t bytes) override {
     refuse_in_capture("alloc_pinned");
-    return alloc(bytes);
+    void* p = alloc(bytes);
+    std::lock_guard<std::mutex> lock(copies_mu_);
+    pinned_[static_cast<const unsigned char*>(p)] = bytes;
+    return p;
   }
   void free_pinned(void* p) noexcept override {
     note_in_capture("free_pinned");
+    complete_noexcept();  // cudaFreeHost waits for the device
+    {
+      std::lock_guard<std::mutex> lock(copies_mu_);
+      pinned_.erase(static_cast<const unsigned char*>(p));
+    }
     std::free(p);
   }
-  void upload(void* dst, const void* src, size_t bytes) override { copy_now(dst, src, bytes); }
-  void download(void* dst, const void* src, size_t bytes) override { copy_now(dst, src, bytes); }
+  void upload(void* dst, const void* src, size_t bytes) override {
+    if (simt::Capture* c = simt::active_capture()) {
+      c->ops.push_back([this, dst, src, bytes] { upload_now(dst, src, bytes); });
+      return;
+    }
+    upload_now(dst, src, bytes);
+  }
+  void download(void* dst, const void* src, size_t bytes) override {
+    if (simt::Capture* c = simt::active_capture()) {
+      c->ops.push_back([this, dst, src, bytes] { download_now(dst, src, bytes); });
+      return;
+    }
+    download_now(dst, src, bytes);
+  }
   void copy(void* dst, const void* src, size_t bytes) override { copy_now(dst, src, bytes); }
   void fill(void* dst, int byte, size_t bytes) override {
     if (simt::Capture* c = simt::active_capture()) {
@@ -83,7 +111,10 @@ class SimtDevice final : public Device {
     }
     std::memset(dst, byte, bytes);
   }
-  void synchronize() override { refuse_in_capture("synchronize"); }
+  void synchronize() override {
+    refuse_in_capture("synchronize");
+    complete();
+  }
   void* stream() override { return nullptr; }
 
   // CUDA IPC, emulated honestly: exported memory is an anonymous shared-memory file
@@ -181,6 +212,78 @@ class SimtDevice final : public Device {
     }
     if (bytes > 0) std::memcpy(dst, src, bytes);
   }
+  // ---- pinned copies in flight (see the header)
+  bool pinned(const void* p, size_t bytes) {
+    const auto* q = static_cast<const unsigned char*>(p);
+    std::lock_guard<std::mutex> lock(copies_mu_);
+    auto it = pinned_.upper_bound(q);
+    if (it == pinned_.begin()) return false;
+    --it;
+    return q + bytes <= it->first + it->second;
+  }
+  void upload_now(void* dst, const void* src, size_t bytes) {
+    if (bytes == 0) return;
+    std::memcpy(dst, src, bytes);
+    if (!pinned(src, bytes)) return;  // pageable: staged before cudaMemcpyAsync returns
+    const auto* b = static_cast<const unsigned char*>(src);
+    std::lock_guard<std::mutex> lock(copies_mu_);
+    uploads_.push_back({src, std::vector<unsigned char>(b, b + bytes)});
+  }
+  void download_now(void* dst, const void* src, size_t bytes) {
+    if (bytes == 0) return;
+    if (!pinned(dst, bytes)) {
+      complete();  // into pageable memory cudaMemcpyAsync returns once the stream has run to it
+      std::memcpy(dst, src, bytes);
+      return;
+    }
+    const auto* b = static_cast<const unsigned char*>(src);
+    std::vector<unsigned char> landed(b, b + bytes);  // what the stream copies, in its order
+    std::memset(dst, kPinnedPoison, bytes);
+    std::lock_guard<std::mutex> lock(copies_mu_);
+    downloads_.push_back({dst, std::move(landed)});
+  }
+  /** Everything in flight is done: downloads land, upload sources are checked unchanged. */
+  void complete() {
+    std::vector<InFlight> downloads, uploads;
+    std::string violation;
+    {
+      std::lock_guard<std::mutex> lock(copies_mu_);
+      downloads.swap(downloads_);
+      uploads.swap(uploads_);
+      violation.swap(late_violation_);
+    }
+    for (InFlight& d : downloads) std::memcpy(const_cast<void*>(d.at), d.bytes.data(), d.bytes.size());
+    for (const InFlight& u : uploads) {
+      if (!violation.empty() || std::memcmp(u.at, u.bytes.data(), u.bytes.size()) == 0) continue;
+      size_t i = 0;
+      while (static_cast<const unsigned char*>(u.at)[i] == u.bytes[i]) ++i;
+      violation = "simt device: the pinned host memory an upload of " + std::to_string(u.bytes.size()) +
+                  " bytes reads changed (byte " + std::to_string(i) +
+                  ") before the device was synchronized: on a GPU the copy may read the new bytes";
+    }
+    if (!violation.empty()) throw NativeError(ErrorCode::kInternal, violation);
+  }
+  /** complete() where nothing may throw: a violation is reported by the next synchronize. */
+  void complete_noexcept() noexcept {
+    try {
+      complete();
+    } catch (const std::exception& e) {
+      std::lock_guard<std::mutex> lock(copies_mu_);
+      if (late_violation_.empty()) late_violation_ = e.what();
+    } catch (...) {
+    }
+  }
+  // 0xA5, as alloc() fills device memory: a read before the copy has landed sees garbage.
+  static constexpr int kPinnedPoison = 0xA5;
+  struct InFlight {
+    const void* at;  // a download's destination, an upload's source
+    std::vector<unsigned char> bytes;  // what lands there, or what the source held
+  };
+  std::mutex copies_mu_;
+  std::map<const unsigned char*, size_t> pinned_;
+  std::vector<InFlight> downloads_, uploads_;
+  std::string late_violation_;
+
   DeviceInfo info_;
   struct Shared {
     std::string name;  // what a peer opens: /proc/<pid>/fd/<fd>

@@ -14,7 +14,10 @@
 //   - the SIMT device refuses to allocate, free or synchronize while a graph is being captured,
 //     as CUDA does (it would otherwise record a graph the GPU never makes);
 //   - a 16-byte vector read at an 8-byte address, which x86 does and a GPU faults on, kills the
-//     process with the harness's report (TANDEM_SIMT_ALIGN_TRAP builds; run in a child process).
+//     process with the harness's report (TANDEM_SIMT_ALIGN_TRAP builds; run in a child process);
+//   - the SIMT device's copies with pinned host memory are as asynchronous as CUDA's: a pinned
+//     download reads as poison until the synchronize, and a pinned upload's source changed before
+//     it is refused.
 // The checks set the schedule themselves and put the process's back when done.
 #pragma once
 
@@ -23,6 +26,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstring>
 #include <functional>
 #include <numeric>
 #include <stdexcept>
@@ -269,6 +273,42 @@ inline void test_harness(tandem::gpu::Device& device) {
             bad_row.find("ldmatrix: a shared address 8 bytes past 16-byte alignment") != std::string::npos && good.empty(),
         "harness: address checks (%s | %s | %s | %s)", bad_src.c_str(), bad_dst.c_str(), bad_row.c_str(), good.c_str());
 
+  // Pinned copies: a download lands at the synchronize (a pageable one at once), and an upload's
+  // pinned source must stay as it was until then.
+  auto* pin = static_cast<unsigned char*>(device.alloc_pinned(64));
+  void* dev = device.alloc(64);
+  device.fill(dev, 7, 64);
+  device.download(pin, dev, 64);
+  const int early = pin[5];
+  device.synchronize();
+  const int landed = pin[5];
+  std::vector<unsigned char> pageable(64, 0);
+  device.download(pageable.data(), dev, 64);
+  std::memset(pin, 1, 64);
+  device.upload(dev, pin, 64);
+  pin[3] = 2;  // the planted bug: the source rewritten while its copy may still be reading it
+  std::string rewritten;
+  try {
+    device.synchronize();
+  } catch (const std::exception& e) {
+    rewritten = e.what();
+  }
+  device.upload(dev, pin, 64);
+  std::string kept;
+  try {
+    device.synchronize();
+  } catch (const std::exception& e) {
+    kept = e.what();
+  }
+  device.free(dev);
+  device.free_pinned(pin);
+  CHECK(early == 0xA5 && landed == 7 && pageable[5] == 7 &&
+            rewritten.find("the pinned host memory an upload of 64 bytes reads changed (byte 3) before the device was "
+                           "synchronized") != std::string::npos &&
+            kept.empty(),
+        "harness: pinned copies (early %d, landed %d, pageable %d; rewritten: %s; kept: %s)", early, landed, pageable[5],
+        rewritten.c_str(), kept.c_str());
+
   // A misaligned vector read: the right bytes on x86, a fault on a GPU; here a trap and the report.
   std::string misaligned = "not built with TANDEM_SIMT_ALIGN_TRAP";
 #if defined(TANDEM_SIMT_ALIGN_TRAP)
@@ -295,7 +335,7 @@ inline void test_harness(tandem::gpu::Device& device) {
   simt::set_schedule(before);
   std::printf(
       "gpu harness: a last-by-index block, a missing barrier and atomic slot order caught out of index order (reverse, "
-      "2 shuffles), last_block_arrive right under all, cp.async landing at its wait_group checked, a dependent launch that skips its wait refused, allocation and synchronization in a graph capture refused, misaligned cp.async and ldmatrix addresses refused, divergent barriers and half-warp collectives refused, %s\n",
+      "2 shuffles), last_block_arrive right under all, cp.async landing at its wait_group checked, a dependent launch that skips its wait refused, allocation and synchronization in a graph capture refused, misaligned cp.async and ldmatrix addresses refused, divergent barriers and half-warp collectives refused, pinned copies asynchronous until the synchronize, %s\n",
       misaligned.c_str());
 }
 
