@@ -101,7 +101,7 @@ it('every GPU kernel agrees with the CPU backend on the SIMT harness', async () 
   const { stdout } = await run(KERNELS, [], { env: { ...process.env, TANDEM_TEST_DEVICE: 'simt' }, maxBuffer: 1 << 24 });
   // The harness runs blocks and threads out of index order and lands cp.async at its wait, and catches planted order bugs.
   expect(stdout).toMatch(/^device: SIMT harness \(host\) \(simt, blocks and threads shuffled, seed 1\)$/m);
-  expect(stdout).toMatch(/gpu harness: .*caught out of index order .*cp\.async landing at its wait_group checked, a dependent launch that skips its wait refused, allocation and synchronization in a graph capture refused, misaligned cp.async and ldmatrix addresses refused, divergent barriers and half-warp collectives refused, pinned copies asynchronous until the synchronize, a misaligned 16-byte vector read traps$/m);
+  expect(stdout).toMatch(/gpu harness: .*caught out of index order .*cp\.async landing at its wait_group checked, a dependent launch that skips its wait refused, allocation and synchronization in a graph capture refused, misaligned cp.async and ldmatrix addresses refused, divergent barriers and half-warp collectives refused, pinned copies asynchronous until the synchronize, the side stream deferred to its synchronize, a misaligned 16-byte vector read traps$/m);
   expect(stdout).toMatch(/gpu elementwise: .* checked on simt/);
   // The KV kernels again over pools past 2^32 elements (64-bit offsets).
   for (const suite of ['elementwise', 'attention', 'decode fused', 'kv copy']) {

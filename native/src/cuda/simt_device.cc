@@ -5,7 +5,9 @@
 //     synchronize, a download into pageable memory, a free); until then the destination holds
 //     poison, so host code that reads it too early fails here as it would read stale bytes there;
 //   - an upload from pinned memory may read its source any time until then, so a source the host
-//     changes before that point is refused at it, naming the bytes.
+//     changes before that point is refused at it, naming the bytes;
+//   - the side stream (KV copies) defers: its uploads and kernels run at synchronize_side() or a
+//     free, the latest a GPU may run them, never at synchronize() (the main stream's).
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -44,7 +46,9 @@ class SimtDevice final : public Device {
     info_.cc_minor = 0;
     info_.total_bytes = size_t{1} << 34;
     info_.max_shared_per_block = simt::kMaxShared;
+    simt::defer_stream(&side_, true);
   }
+  ~SimtDevice() override { simt::defer_stream(&side_, false); }
   const DeviceInfo& info() const override { return info_; }
   const char* kind() const override { return "simt"; }
   void* alloc(size_t bytes) override {
@@ -116,6 +120,19 @@ class SimtDevice final : public Device {
     complete();
   }
   void* stream() override { return nullptr; }
+  // The side stream defers (simt::defer_stream): its copies and kernels run at
+  // synchronize_side(), or where CUDA waits for the whole device (a free). A GPU may run them
+  // any time before; running them last is the schedule that shows a host that reads the staging
+  // early, refills it too soon, or waits for the side stream with synchronize().
+  void* side_stream() override { return &side_; }
+  void synchronize_side() override {
+    refuse_in_capture("synchronize_side");
+    simt::run_stream(&side_);
+  }
+  void upload_side(void* dst, const void* src, size_t bytes) override {
+    if (bytes == 0) return;
+    simt::enqueue_on(&side_, [dst, src, bytes] { std::memcpy(dst, src, bytes); });
+  }
 
   // CUDA IPC, emulated honestly: exported memory is an anonymous shared-memory file
   // (memfd) that a peer process maps through /proc/<pid>/fd/<fd>, so two worker processes on
@@ -263,9 +280,10 @@ class SimtDevice final : public Device {
     }
     if (!violation.empty()) throw NativeError(ErrorCode::kInternal, violation);
   }
-  /** complete() where nothing may throw: a violation is reported by the next synchronize. */
+  /** Both streams done (cudaFree, cudaFreeHost) where nothing may throw: a violation is reported by the next synchronize. */
   void complete_noexcept() noexcept {
     try {
+      simt::run_stream(&side_);
       complete();
     } catch (const std::exception& e) {
       std::lock_guard<std::mutex> lock(copies_mu_);
@@ -279,6 +297,7 @@ class SimtDevice final : public Device {
     const void* at;  // a download's destination, an upload's source
     std::vector<unsigned char> bytes;  // what lands there, or what the source held
   };
+  char side_ = 0;  // the side stream's handle (its address)
   std::mutex copies_mu_;
   std::map<const unsigned char*, size_t> pinned_;
   std::vector<InFlight> downloads_, uploads_;

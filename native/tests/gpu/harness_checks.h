@@ -17,7 +17,9 @@
 //     process with the harness's report (TANDEM_SIMT_ALIGN_TRAP builds; run in a child process);
 //   - the SIMT device's copies with pinned host memory are as asynchronous as CUDA's: a pinned
 //     download reads as poison until the synchronize, and a pinned upload's source changed before
-//     it is refused.
+//     it is refused;
+//   - the side stream's copies and kernels run only at synchronize_side() (the latest a GPU may
+//     run them), so a host that reads their results early, or waits with synchronize(), fails.
 // The checks set the schedule themselves and put the process's back when done.
 #pragma once
 
@@ -309,6 +311,26 @@ inline void test_harness(tandem::gpu::Device& device) {
         "harness: pinned copies (early %d, landed %d, pageable %d; rewritten: %s; kept: %s)", early, landed, pageable[5],
         rewritten.c_str(), kept.c_str());
 
+  // The side stream: an upload and a kernel on it wait for synchronize_side(), not synchronize().
+  {
+    auto* src = static_cast<unsigned char*>(device.alloc_pinned(64));
+    auto* dst = static_cast<unsigned char*>(device.alloc(64));
+    device.fill(dst, 0, 64);
+    std::memset(src, 9, 64);
+    device.upload_side(dst, src, 64);
+    simt::launch_on(device.side_stream(), simt::Dim3(1), simt::Dim3(32), 0, [dst] { dst[32 + threadIdx.x] = 4; });
+    const int queued = dst[0] + dst[40];
+    device.synchronize();
+    const int after_main = dst[0] + dst[40];
+    device.synchronize_side();
+    const int after_side = dst[0] + dst[40];
+    device.free(dst);
+    device.free_pinned(src);
+    CHECK(queued == 0 && after_main == 0 && after_side == 13,
+          "harness: side stream (%d queued, %d after synchronize, %d after synchronize_side; want 0, 0, 13)", queued, after_main,
+          after_side);
+  }
+
   // A misaligned vector read: the right bytes on x86, a fault on a GPU; here a trap and the report.
   std::string misaligned = "not built with TANDEM_SIMT_ALIGN_TRAP";
 #if defined(TANDEM_SIMT_ALIGN_TRAP)
@@ -335,7 +357,7 @@ inline void test_harness(tandem::gpu::Device& device) {
   simt::set_schedule(before);
   std::printf(
       "gpu harness: a last-by-index block, a missing barrier and atomic slot order caught out of index order (reverse, "
-      "2 shuffles), last_block_arrive right under all, cp.async landing at its wait_group checked, a dependent launch that skips its wait refused, allocation and synchronization in a graph capture refused, misaligned cp.async and ldmatrix addresses refused, divergent barriers and half-warp collectives refused, pinned copies asynchronous until the synchronize, %s\n",
+      "2 shuffles), last_block_arrive right under all, cp.async landing at its wait_group checked, a dependent launch that skips its wait refused, allocation and synchronization in a graph capture refused, misaligned cp.async and ldmatrix addresses refused, divergent barriers and half-warp collectives refused, pinned copies asynchronous until the synchronize, the side stream deferred to its synchronize, %s\n",
       misaligned.c_str());
 }
 

@@ -7,7 +7,8 @@
 // serialization; CUDA graphs keep it as a programmatic edge): the kernel may start while the
 // one before it runs, and must call td::grid_dependency_wait before it touches anything that
 // kernel reads or writes (kernel_lang.h). On the SIMT target it is td::launch, with every
-// thread held to that wait.
+// thread held to that wait. SIMT launches on a deferring stream (the SIMT device's side stream)
+// wait in its queue until the host synchronizes that stream (simt::launch_on).
 #pragma once
 
 #include <algorithm>
@@ -29,6 +30,12 @@ namespace tandem::gpu::td {
 struct Grid {
   unsigned x = 1, y = 1, z = 1;
 };
+
+// The launch templates differ by target but are instantiated with the same types (the kernels'
+// argument structs) in the CUDA and the SIMT objects of one binary: in a namespace of their
+// target, so the linker cannot take one target's instantiation for the other's calls (an ODR
+// clash that inlining hid: a SIMT call once reached cudaLaunchKernel).
+inline namespace TD_NS {
 
 #if TD_CUDA
 
@@ -101,13 +108,13 @@ void launch(void (*kernel)(P...), Grid grid, unsigned block, size_t shared_bytes
 // With overlap the harness holds every thread of the kernel to calling td::grid_dependency_wait,
 // whatever the device the launch stands for (simt/harness.h).
 template <typename... P, typename... A>
-void launch_dependent(bool overlap, void (*kernel)(P...), Grid grid, unsigned block, size_t shared_bytes, void* /*stream*/,
+void launch_dependent(bool overlap, void (*kernel)(P...), Grid grid, unsigned block, size_t shared_bytes, void* stream,
                       A&&... args) {
   static_assert(sizeof...(P) == sizeof...(A), "argument count");
   if (grid.x == 0 || grid.y == 0 || grid.z == 0) return;
   std::tuple<std::decay_t<P>...> values(static_cast<std::decay_t<P>>(std::forward<A>(args))...);
-  ::tandem::simt::launch(::tandem::simt::Dim3(grid.x, grid.y, grid.z), ::tandem::simt::Dim3(block), shared_bytes,
-                         [kernel, values]() { std::apply(kernel, values); }, overlap);
+  ::tandem::simt::launch_on(stream, ::tandem::simt::Dim3(grid.x, grid.y, grid.z), ::tandem::simt::Dim3(block), shared_bytes,
+                            [kernel, values]() { std::apply(kernel, values); }, overlap);
 }
 
 template <typename... P, typename... A>
@@ -116,6 +123,8 @@ void launch(void (*kernel)(P...), Grid grid, unsigned block, size_t shared_bytes
 }
 
 #endif
+
+}  // namespace TD_NS
 
 inline unsigned ceil_div(long long a, long long b) { return static_cast<unsigned>((a + b - 1) / b); }
 
