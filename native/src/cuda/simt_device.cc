@@ -94,26 +94,16 @@ class SimtDevice final : public Device {
     std::free(p);
   }
   void upload(void* dst, const void* src, size_t bytes) override {
-    if (simt::Capture* c = simt::active_capture()) {
-      c->ops.push_back([this, dst, src, bytes] { upload_now(dst, src, bytes); });
-      return;
-    }
-    upload_now(dst, src, bytes);
+    now_or_captured([this, dst, src, bytes] { upload_now(dst, src, bytes); });
   }
   void download(void* dst, const void* src, size_t bytes) override {
-    if (simt::Capture* c = simt::active_capture()) {
-      c->ops.push_back([this, dst, src, bytes] { download_now(dst, src, bytes); });
-      return;
-    }
-    download_now(dst, src, bytes);
+    now_or_captured([this, dst, src, bytes] { download_now(dst, src, bytes); });
   }
-  void copy(void* dst, const void* src, size_t bytes) override { copy_now(dst, src, bytes); }
+  void copy(void* dst, const void* src, size_t bytes) override {
+    now_or_captured([dst, src, bytes] { if (bytes > 0) std::memcpy(dst, src, bytes); });
+  }
   void fill(void* dst, int byte, size_t bytes) override {
-    if (simt::Capture* c = simt::active_capture()) {
-      c->ops.push_back([dst, byte, bytes] { std::memset(dst, byte, bytes); });
-      return;
-    }
-    std::memset(dst, byte, bytes);
+    now_or_captured([dst, byte, bytes] { std::memset(dst, byte, bytes); });
   }
   void synchronize() override {
     refuse_in_capture("synchronize");
@@ -222,12 +212,14 @@ class SimtDevice final : public Device {
   static void note_in_capture(const char* what) noexcept {
     if (simt::active_capture() != nullptr && t_capture_violation.empty()) t_capture_violation = what;
   }
-  static void copy_now(void* dst, const void* src, size_t bytes) {
+  /** A stream operation: run now, or recorded into the graph being captured (replayed in order). */
+  template <typename Op>
+  static void now_or_captured(Op op) {
     if (simt::Capture* c = simt::active_capture()) {
-      c->ops.push_back([dst, src, bytes] { std::memcpy(dst, src, bytes); });
+      c->ops.push_back(std::move(op));
       return;
     }
-    if (bytes > 0) std::memcpy(dst, src, bytes);
+    op();
   }
   // ---- pinned copies in flight (see the header)
   bool pinned(const void* p, size_t bytes) {

@@ -38,6 +38,7 @@
 #include <vector>
 
 #include "fiber.h"
+#include "streams.h"
 
 namespace tandem::simt {
 
@@ -174,17 +175,6 @@ struct Capture {
 void set_capture(Capture* capture);
 Capture* active_capture();
 
-/**
- * A stream whose work waits until the host synchronizes it (SimtDevice's side stream): what is
- * launched or queued on it runs in order at run_stream, as a GPU may run it any time before the
- * synchronize, so host code that touches its buffers too early, or waits for it with the wrong
- * synchronize, fails here. `on` false drops what still waits.
- */
-void defer_stream(const void* stream, bool on);
-/** Queues `op` on `stream` when it defers (true); false when it does not. */
-bool enqueue_on(const void* stream, std::function<void()> op);
-/** Runs what waits on `stream`, in order (its kernels' errors are thrown from here). */
-void run_stream(const void* stream);
 /** launch() on `stream`: queued when the stream defers, else as launch(). */
 void launch_on(const void* stream, Dim3 grid, Dim3 block, size_t dynamic_shared_bytes, std::function<void()> body,
                bool dependent = false);
