@@ -56,6 +56,9 @@ export class DisaggCluster extends CliStack {
       // Two at a time: the machine has 2 cores and native workers load weights on start.
       for (let i = 0; i < roles.length; i += 2) await Promise.all(roles.slice(i, i + 2).map((r) => cluster.addWorker(r)));
       await cluster.waitForRoutable((options.decode ?? 0) + (options.agg ?? 0));
+      // /health counts only the workers a request lands on; the prefill pool is a separate feed
+      // that may lag it, and a request sent before it arrives runs aggregated.
+      if ((options.prefill ?? 0) > 0) await cluster.waitForPrefillPool(options.prefill ?? 0);
     } catch (err) {
       await cluster.close();
       throw err;
@@ -65,6 +68,18 @@ export class DisaggCluster extends CliStack {
 
   addWorker(role: WorkerRole, extraArgs: string[] = []): Promise<DisaggWorker> {
     return this.startWorker(role, this.engineArgs, extraArgs);
+  }
+
+  /** The frontend sees `count` ready prefill workers of the model (its dashboard's fleet view, fed by discovery as the prefill pool is). */
+  async waitForPrefillPool(count: number, timeoutMs = 15_000): Promise<void> {
+    type Snapshot = { models: Array<{ name: string; pools: Array<{ role: string; workers: Array<{ state: string }> }> }> };
+    await pollUntil(`${count} prefill workers seen by the frontend`, async () => {
+      const res = await fetch(`${this.url}/dashboard/api/snapshot`).catch(() => undefined);
+      if (!res?.ok) return false;
+      const snapshot = (await res.json()) as Snapshot;
+      const pool = snapshot.models.find((m) => m.name === MODEL)?.pools.find((p) => p.role === 'prefill');
+      return (pool?.workers.filter((w) => w.state === 'ready').length ?? 0) >= count;
+    }, timeoutMs);
   }
 
   /**
